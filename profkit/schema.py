@@ -1,0 +1,97 @@
+"""Column names and vocabularies of the Run tables: the one place they are spelled.
+
+Every timestamp is int64 nanoseconds since the Unix epoch on the run's aligned clock
+(``ts_ns``); every duration is int64 nanoseconds (``dur_ns``). Text columns with few
+distinct values are pandas categoricals.
+"""
+
+from __future__ import annotations
+
+# Bumped whenever the ingested tables change shape or meaning; part of the cache key.
+TABLES_VERSION = 1
+
+# --- events: one row per complete ('X') event of one rank ------------------------------
+TS_NS = "ts_ns"  # start, epoch ns on the aligned clock
+DUR_NS = "dur_ns"  # duration, ns
+NAME = "name"  # event name (categorical)
+CAT = "cat"  # raw Kineto category, as written (categorical)
+KIND = "kind"  # normalised kind, see KINDS (categorical)
+CLASS = "cls"  # GPU work class, see CLASSES (categorical; "" on CPU events)
+SUBCLASS = "subcls"  # finer class: gemm / all_reduce / HtoD ... (categorical)
+PID = "pid"  # process id as written (GPU events: device index)
+TID = "tid"  # thread id, or the stream for GPU events
+STREAM = "stream"  # CUDA/HIP stream, -1 on CPU events
+DEVICE = "device"  # GPU index, -1 on CPU events
+CORRELATION = "correlation"  # links a runtime launch to its GPU work, -1 if absent
+EXTERNAL_ID = "external_id"  # links a GPU event / runtime call to its CPU op, -1 if absent
+STEP = "step"  # ProfilerStep number the event belongs to, -1 if none
+BLOCKS_PER_SM = "blocks_per_sm"  # kernels only, NaN otherwise
+OCCUPANCY_PCT = "occupancy_pct"  # kernels: 'est. achieved occupancy %', NaN otherwise
+FLOPS = "flops"  # CPU ops recorded with_flops, NaN otherwise
+BYTES = "bytes"  # memcpy / memset bytes, NaN otherwise
+
+EVENT_COLUMNS = (
+    TS_NS, DUR_NS, NAME, CAT, KIND, CLASS, SUBCLASS, PID, TID, STREAM, DEVICE,
+    CORRELATION, EXTERNAL_ID, STEP, BLOCKS_PER_SM, OCCUPANCY_PCT, FLOPS, BYTES,
+)
+
+# Normalised event kinds.
+KIND_KERNEL = "kernel"
+KIND_MEMCPY = "memcpy"
+KIND_MEMSET = "memset"
+KIND_GPU_ANNOTATION = "gpu_annotation"
+KIND_CPU_OP = "cpu_op"
+KIND_ANNOTATION = "annotation"
+KIND_RUNTIME = "runtime"
+KIND_DRIVER = "driver"
+KIND_PYTHON = "python"
+KIND_SYNC = "sync"
+KIND_OTHER = "other"
+GPU_KINDS = (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET)
+KINDS = GPU_KINDS + (
+    KIND_GPU_ANNOTATION, KIND_CPU_OP, KIND_ANNOTATION, KIND_RUNTIME, KIND_DRIVER,
+    KIND_PYTHON, KIND_SYNC, KIND_OTHER,
+)
+
+# GPU work classes (the CLASS column).
+CLS_COMPUTE = "compute"
+CLS_COMMUNICATION = "communication"
+CLS_MEMCPY = "memcpy"
+CLS_MEMSET = "memset"
+CLASSES = (CLS_COMPUTE, CLS_COMMUNICATION, CLS_MEMCPY, CLS_MEMSET)
+
+# --- collectives: one row per collective as seen by one rank -----------------------------
+COLL_NAME = "collective"  # normalised: all_reduce, all_gather, reduce_scatter, ...
+PG_NAME = "pg_name"
+PG_DESC = "pg_desc"
+PG_RANKS = "pg_ranks"  # as written, e.g. "[0, 1]" (truncated by PyTorch above 30 ranks)
+GROUP_SIZE = "group_size"
+SEQ = "seq"  # per-process-group sequence number, -1 if the trace lacks it
+COMMS_ID = "comms_id"  # identical on every rank for one collective, "" if absent
+DTYPE = "dtype"
+IN_NELEMS = "in_nelems"
+OUT_NELEMS = "out_nelems"
+MSG_BYTES = "bytes"  # full buffer bytes used for algbw/busbw (max of in/out)
+GPU_TS_NS = "gpu_ts_ns"  # start of the NCCL kernel, -1 if it was not found
+GPU_DUR_NS = "gpu_dur_ns"
+
+COLLECTIVE_COLUMNS = (
+    TS_NS, DUR_NS, COLL_NAME, PG_NAME, PG_DESC, PG_RANKS, GROUP_SIZE, SEQ, COMMS_ID,
+    DTYPE, IN_NELEMS, OUT_NELEMS, MSG_BYTES, STREAM, CORRELATION, EXTERNAL_ID,
+    GPU_TS_NS, GPU_DUR_NS, STEP,
+)
+
+# --- counters: long format, one row per sample and metric --------------------------------
+METRIC = "metric"  # with its unit in the name: sm_clock_mhz, power_w, gpm_tensor_active_pct
+VALUE = "value"
+COUNTER_COLUMNS = (TS_NS, DEVICE, METRIC, VALUE)
+
+# --- steps: one row per ProfilerStep of one rank ----------------------------------------
+STEP_COLUMNS = (STEP, TS_NS, DUR_NS)
+
+DTYPE_BYTES = {
+    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2,
+    "bfloat16": 2, "c10::bfloat16": 2, "c10::half": 2, "int": 4, "int32": 4, "long": 8,
+    "int64": 8, "char": 1, "byte": 1, "int8": 1, "uint8": 1, "bool": 1, "short": 2,
+    "int16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "complexfloat": 8, "complexdouble": 16,
+}
