@@ -61,6 +61,8 @@ CLS_MEMSET = "memset"
 CLASSES = (CLS_COMPUTE, CLS_COMMUNICATION, CLS_MEMCPY, CLS_MEMSET)
 
 # --- collectives: one row per collective as seen by one rank -----------------------------
+# ts_ns / dur_ns are the collective's time where it ran: the NCCL kernel on the GPU, or the
+# CPU op for CPU backends (gloo).
 COLL_NAME = "collective"  # normalised: all_reduce, all_gather, reduce_scatter, ...
 PG_NAME = "pg_name"
 PG_DESC = "pg_desc"
@@ -72,13 +74,13 @@ DTYPE = "dtype"
 IN_NELEMS = "in_nelems"
 OUT_NELEMS = "out_nelems"
 MSG_BYTES = "bytes"  # full buffer bytes used for algbw/busbw (max of in/out)
-GPU_TS_NS = "gpu_ts_ns"  # start of the NCCL kernel, -1 if it was not found
-GPU_DUR_NS = "gpu_dur_ns"
+CPU_TS_NS = "cpu_ts_ns"  # start of the CPU op that issued it, -1 if not found
+ON_GPU = "on_gpu"  # True when ts_ns/dur_ns are the device kernel's, False for CPU (gloo)
 
 COLLECTIVE_COLUMNS = (
     TS_NS, DUR_NS, COLL_NAME, PG_NAME, PG_DESC, PG_RANKS, GROUP_SIZE, SEQ, COMMS_ID,
     DTYPE, IN_NELEMS, OUT_NELEMS, MSG_BYTES, STREAM, CORRELATION, EXTERNAL_ID,
-    GPU_TS_NS, GPU_DUR_NS, STEP,
+    CPU_TS_NS, ON_GPU, STEP,
 )
 
 # --- counters: long format, one row per sample and metric --------------------------------

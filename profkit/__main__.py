@@ -1,0 +1,5 @@
+import sys
+
+from profkit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,78 @@
+"""Parquet cache of ingested tables, keyed by the trace's path, size and mtime.
+
+The cache lives in ``<run dir>/.profkit/cache`` when that folder is writable, else in
+``$PROFKIT_CACHE_DIR`` or ``~/.cache/profkit``. Each entry is written to temporary names
+and committed by renaming its ``.meta.json`` last, so a half-written entry is never read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+import orjson
+import pandas as pd
+
+from profkit import schema as S
+from profkit.atomic import atomic_write_bytes
+
+log = logging.getLogger(__name__)
+TABLES = ("events", "collectives", "steps")
+
+
+def cache_key(trace: Path) -> str:
+    st = trace.stat()
+    text = f"{trace.resolve()}|{st.st_size}|{st.st_mtime_ns}|v{S.TABLES_VERSION}"
+    return hashlib.sha1(text.encode()).hexdigest()[:20]
+
+
+def cache_dir_for(trace: Path) -> Path:
+    """The first usable cache folder for this trace."""
+    run_dir = trace.parent.parent if trace.parent.name == "traces" else trace.parent
+    local = run_dir / ".profkit" / "cache"
+    if _writable(local):
+        return local
+    home = Path(os.environ.get("PROFKIT_CACHE_DIR") or Path.home() / ".cache" / "profkit")
+    return home
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(folder, os.W_OK)
+
+
+def load(trace: Path) -> tuple[dict[str, pd.DataFrame], dict] | None:
+    """Cached (tables, meta) for this trace, or None when absent, stale or unreadable."""
+    try:
+        key = cache_key(trace)
+        folder = cache_dir_for(trace)
+        meta_path = folder / f"{key}.meta.json"
+        if not meta_path.exists():
+            return None
+        meta = orjson.loads(meta_path.read_bytes())
+        tables = {name: pd.read_parquet(folder / f"{key}.{name}.parquet") for name in TABLES}
+    except (OSError, ValueError) as exc:
+        log.debug("cache miss for %s: %s", trace, exc)
+        return None
+    return tables, meta
+
+
+def store(trace: Path, tables: dict[str, pd.DataFrame], meta: dict) -> None:
+    """Write one cache entry; failures only cost the next open its speed."""
+    try:
+        key = cache_key(trace)
+        folder = cache_dir_for(trace)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in TABLES:
+            target = folder / f"{key}.{name}.parquet"
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            tables[name].to_parquet(tmp, index=False)
+            os.replace(tmp, target)
+        atomic_write_bytes(folder / f"{key}.meta.json", orjson.dumps(meta, default=str))
+    except (OSError, ValueError, TypeError) as exc:
+        log.warning("could not cache %s: %s", trace, exc)

@@ -1,0 +1,141 @@
+"""The ``profkit`` command. Parses arguments, calls one library function, renders its
+result; the only place that sets up logging and maps errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from profkit import __version__
+from profkit.errors import ProfkitError, UsageError
+
+log = logging.getLogger("profkit")
+
+
+def parse_ranks(text: str | None) -> list[int] | None:
+    """'0,2,4-7' -> [0, 2, 4, 5, 6, 7]."""
+    if not text:
+        return None
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise UsageError(f"--ranks {text!r}: expected a list such as 0,2,4-7") from None
+    return out
+
+
+def parse_span(text: str | None, option: str) -> tuple[float, float] | None:
+    """'A:B' -> (A, B); either side may be empty."""
+    if not text:
+        return None
+    lo, sep, hi = text.partition(":")
+    try:
+        return (float(lo) if lo else float("-inf"), float(hi) if hi else float("inf"))
+    except ValueError:
+        raise UsageError(f"{option} {text!r}: expected START:END") from None
+
+
+def _progress(done: int, total: int) -> None:
+    if sys.stderr.isatty() and total > 1:
+        bar = "#" * int(30 * done / total)
+        end = "\n" if done == total else ""
+        sys.stderr.write(f"\rreading traces [{bar:<30}] {done}/{total}{end}")
+
+
+def _load(args):
+    from profkit.loader import load_run
+
+    return load_run(args.run, cache=not args.no_cache, strict=args.strict,
+                    ranks=parse_ranks(getattr(args, "ranks", None)), progress=_progress)
+
+
+def cmd_merge(args) -> int:
+    from profkit.merge import merge_run
+    from profkit.summary import format_summary
+    from profkit.window import window_for
+
+    run = _load(args)
+    output = args.output or Path(f"{Path(args.run).resolve().name}.merged.json.gz")
+    window = window_for(run, parse_span(args.steps, "--steps"), parse_span(args.window, "--window"))
+    report = merge_run(run, output, window=window)
+    for skipped in report.skipped:
+        print(f"skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
+    print(f"wrote {report.output}: {report.events_written} events from rank(s) "
+          f"{', '.join(map(str, report.ranks))} (open it at https://ui.perfetto.dev)")
+    if not args.quiet:
+        print(format_summary(run))
+    return 0
+
+
+def cmd_summary(args) -> int:
+    from profkit.summary import format_summary
+
+    print(format_summary(_load(args)))
+    return 0
+
+
+def cmd_launch(args) -> int:
+    from profkit.collectors.launch import launch_main
+
+    return launch_main(args.rest)
+
+
+def _add_load_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="a profkit run directory, a folder of torch.profiler traces, or one trace file")
+    p.add_argument("--no-cache", action="store_true", help="ignore and do not write the ingest cache")
+    p.add_argument("--strict", action="store_true",
+                   help="fail on duplicate ranks or traces from another run instead of skipping them")
+    p.add_argument("--ranks", help="only these ranks, e.g. 0,2,4-7")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="profkit", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"profkit {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("merge", help="merge per-rank traces into one Perfetto trace",
+                       description="Merge every rank's trace into one Chrome/Perfetto trace: "
+                       "ranks as processes, clocks aligned, NVML samples as counter tracks.")
+    _add_load_options(p)
+    p.add_argument("-o", "--output", type=Path,
+                   help="output .json or .json.gz (default: <run name>.merged.json.gz)")
+    p.add_argument("--steps", help="keep only ProfilerSteps A:B (inclusive), e.g. 5:7")
+    p.add_argument("--window", help="keep only START_MS:END_MS after the run's first event")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
+    p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("summary", help="a short per-rank summary of a run",
+                       description="Print what each rank captured and where its GPU time went.")
+    _add_load_options(p)
+    p.set_defaults(func=cmd_summary)
+
+    p = sub.add_parser("launch", help="run a command with NCCL logging and flight recorder on",
+                       description="profkit launch --run-dir DIR -- torchrun ... : sets NCCL_DEBUG, "
+                       "NCCL_DEBUG_FILE and the flight recorder for the child, then collects them.")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="--run-dir DIR -- COMMAND ...")
+    p.set_defaults(func=cmd_launch)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="profkit: %(message)s")
+    try:
+        return args.func(args)
+    except ProfkitError as exc:
+        print(f"profkit: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("profkit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""The ProfkitError hierarchy. Messages name the file and what is wrong; the CLI alone maps
+these to exit codes."""
+
+from __future__ import annotations
+
+
+class ProfkitError(Exception):
+    """Base of every error profkit raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(ProfkitError):
+    """The user asked for something that cannot be done (bad option, missing path)."""
+
+    exit_code = 2
+
+
+class TraceError(ProfkitError):
+    """A trace file cannot be read: truncated, empty, not JSON, corrupt gzip, foreign."""
+
+    exit_code = 3
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path = str(path)
+        self.problem = problem
+
+
+class NoTracesError(ProfkitError):
+    """A run has no readable trace at all."""
+
+    exit_code = 4
+
+
+class RunConflictError(ProfkitError):
+    """Traces that cannot belong together (duplicate ranks, different runs) under --strict."""
+
+    exit_code = 5

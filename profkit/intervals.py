@@ -1,0 +1,78 @@
+"""Interval algebra over half-open [start, end) int64 ns intervals, shared by every analyzer.
+
+An interval set is a pair of sorted, non-overlapping int64 arrays (starts, ends), as
+returned by :func:`union`. All functions are vectorised.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+Intervals = tuple[np.ndarray, np.ndarray]
+
+
+def union(starts, ends) -> Intervals:
+    """Merge possibly overlapping intervals into a sorted disjoint set."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    new_group = np.empty(len(starts), dtype=bool)
+    new_group[0] = True
+    new_group[1:] = starts[1:] > reach[:-1]
+    group = np.cumsum(new_group) - 1
+    out_starts = starts[new_group]
+    out_ends = np.full(len(out_starts), np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(out_ends, group, ends)
+    return out_starts, out_ends
+
+
+def total(iv: Intervals) -> int:
+    """Covered length, ns."""
+    return int((iv[1] - iv[0]).sum())
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    """Intersection of two disjoint sets: a sweep where both sets cover a point."""
+    if len(a[0]) == 0 or len(b[0]) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    points = np.concatenate([a[0], a[1], b[0], b[1]])
+    delta = np.concatenate([np.ones(len(a[0])), -np.ones(len(a[1])),
+                            np.ones(len(b[0])), -np.ones(len(b[1]))]).astype(np.int8)
+    order = np.lexsort((delta, points))  # at equal points, ends (-1) before starts
+    points, depth = points[order], np.cumsum(delta[order])
+    both = np.flatnonzero(depth[:-1] == 2)
+    starts, ends = points[both], points[both + 1]
+    keep = ends > starts
+    return starts[keep], ends[keep]
+
+
+def complement(iv: Intervals, lo: int, hi: int) -> Intervals:
+    """Gaps of a disjoint set inside [lo, hi)."""
+    starts = np.concatenate([[lo], iv[1]])
+    ends = np.concatenate([iv[0], [hi]])
+    starts = np.clip(starts, lo, hi)
+    ends = np.clip(ends, lo, hi)
+    keep = ends > starts
+    return starts[keep].astype(np.int64), ends[keep].astype(np.int64)
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    """Parts of ``a`` not covered by ``b``."""
+    if len(a[0]) == 0 or len(b[0]) == 0:
+        return a
+    lo = int(min(a[0][0], b[0][0]))
+    hi = int(max(a[1][-1], b[1][-1]))
+    return intersect(a, complement(b, lo, hi))
+
+
+def clip(iv: Intervals, lo: int, hi: int) -> Intervals:
+    starts = np.clip(iv[0], lo, hi)
+    ends = np.clip(iv[1], lo, hi)
+    keep = ends > starts
+    return starts[keep], ends[keep]

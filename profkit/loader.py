@@ -1,0 +1,239 @@
+"""``load_run``: a run directory, a folder of stock traces, or one trace file -> :class:`Run`.
+
+Each trace is ingested independently (in parallel processes when there are several large
+ones); a file that cannot be read is skipped with its reason and never stops the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pandas as pd
+
+from profkit import cache, discover, ingest, tracefile
+from profkit.counters import load_counters
+from profkit.errors import NoTracesError, RunConflictError, TraceError, UsageError
+from profkit.model import RankData, Run, SkippedFile
+
+log = logging.getLogger(__name__)
+PARALLEL_MIN_BYTES = 16 << 20  # below this, process start-up costs more than it saves
+
+
+@dataclass
+class Ingested:
+    path: str
+    tables: dict[str, pd.DataFrame] | None = None
+    meta: dict[str, Any] | None = None
+    error: str | None = None
+
+
+def trace_meta(path: Path, trace: tracefile.Trace) -> dict[str, Any]:
+    """The header facts of one trace that the model keeps."""
+    dist = trace.distributedInfo if isinstance(trace.distributedInfo, dict) else {}
+    names = {}
+    for ev in trace.traceEvents:
+        if ev.ph == "M" and ev.name in ("process_name", "process_labels") and ev.args:
+            entry = names.setdefault(str(ev.pid), {})
+            entry[ev.name] = ev.args.name if ev.name == "process_name" else ev.args.labels
+    return {
+        "source": str(path),
+        "distributed": dist,
+        "devices": trace.deviceProperties if isinstance(trace.deviceProperties, list) else [],
+        "base_time_ns": trace.baseTimeNanoseconds,
+        "host": trace.host_name or trace.hostname,
+        "trace_id": trace.trace_id,
+        "profkit_run_id": trace.profkit_run_id,
+        "process_names": names,
+        "raw_event_count": len(trace.traceEvents),
+    }
+
+
+def ingest_file(path: str, use_cache: bool = True) -> Ingested:
+    """Tables and header of one trace file; never raises for a bad file."""
+    trace_path = Path(path)
+    if use_cache:
+        hit = cache.load(trace_path)
+        if hit is not None:
+            return Ingested(path, hit[0], hit[1])
+    try:
+        trace = tracefile.load(trace_path)
+        events, collectives, steps = ingest.build_tables(trace)
+    except TraceError as exc:
+        return Ingested(path, error=exc.problem)
+    except MemoryError:
+        return Ingested(path, error="out of memory while reading (try --ranks to load fewer)")
+    tables = {"events": events, "collectives": collectives, "steps": steps}
+    meta = trace_meta(trace_path, trace)
+    if use_cache:
+        cache.store(trace_path, tables, meta)
+    return Ingested(path, tables, meta)
+
+
+def _ingest_all(files: list[Path], use_cache: bool, workers: int | None,
+                progress: Callable[[int, int], None] | None) -> list[Ingested]:
+    total_bytes = sum(f.stat().st_size for f in files)
+    workers = workers or min(len(files), os.cpu_count() or 1)
+    results: list[Ingested] = []
+    if workers <= 1 or len(files) == 1 or total_bytes < PARALLEL_MIN_BYTES:
+        for i, f in enumerate(files):
+            results.append(ingest_file(str(f), use_cache))
+            if progress:
+                progress(i + 1, len(files))
+        return results
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for i, res in enumerate(pool.map(ingest_file, map(str, files), [use_cache] * len(files))):
+            results.append(res)
+            if progress:
+                progress(i + 1, len(files))
+    return results
+
+
+def read_run_json(folder: Path) -> dict[str, Any]:
+    path = folder / discover.RUN_JSON
+    if not path.is_file():
+        return {}
+    try:
+        meta = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        log.warning("%s: unreadable run.json (%s); reading the traces alone", path, exc)
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def load_run(path: str | Path, *, cache: bool = True, workers: int | None = None,
+             strict: bool = False, ranks: list[int] | None = None,
+             progress: Callable[[int, int], None] | None = None) -> Run:
+    """Load a run. ``ranks`` keeps only those ranks; ``strict`` raises on duplicate ranks or
+    traces from different runs instead of skipping them with a note."""
+    root = Path(path)
+    if not root.exists():
+        raise UsageError(f"{root}: no such file or folder")
+    folder = root if root.is_dir() else root.parent
+    meta = read_run_json(folder) if root.is_dir() else {}
+    files, skipped = discover.find_trace_files(root)
+    if not files:
+        raise NoTracesError(f"{root}: no trace files (.json or .json.gz) found")
+    results = _ingest_all(files, cache, workers, progress)
+    good = []
+    for res in results:
+        if res.error:
+            skipped.append(SkippedFile(res.path, res.error))
+        else:
+            good.append(res)
+    notes: list[str] = []
+    rank_data = _assign_ranks(good, meta, skipped, notes, strict)
+    if ranks is not None:
+        rank_data = {r: d for r, d in rank_data.items() if r in set(ranks)}
+    if not rank_data:
+        detail = "; ".join(f"{s.path}: {s.reason}" for s in skipped) or "nothing readable"
+        raise NoTracesError(f"{root}: no readable trace ({detail})")
+    run = Run(str(root), _run_meta(meta, rank_data), rank_data, skipped, notes)
+    _attach_counters(run, folder)
+    _align_clocks(run)
+    return run
+
+
+def _assign_ranks(results: list[Ingested], meta: dict, skipped: list[SkippedFile],
+                  notes: list[str], strict: bool) -> dict[int, RankData]:
+    results = _drop_foreign(results, meta, skipped, notes, strict)
+    chosen: dict[int, RankData] = {}
+    unranked: list[Ingested] = []
+    for res in results:
+        rank, source = _rank_of(res)
+        if rank is None:
+            unranked.append(res)
+            continue
+        if rank in chosen:
+            msg = f"duplicate rank {rank} (already read from {chosen[rank].path})"
+            if strict:
+                raise RunConflictError(f"{res.path}: {msg}")
+            skipped.append(SkippedFile(res.path, msg))
+            continue
+        chosen[rank] = _rank_data(res, rank, source)
+    for res in unranked:
+        rank = next(r for r in range(len(chosen) + len(unranked) + 1) if r not in chosen)
+        notes.append(f"{res.path}: no rank in the trace or its name; using rank {rank} by file order")
+        log.info(notes[-1])
+        chosen[rank] = _rank_data(res, rank, "file order")
+    return dict(sorted(chosen.items()))
+
+
+def _rank_of(res: Ingested) -> tuple[int | None, str]:
+    rank = res.meta.get("distributed", {}).get("rank")
+    if isinstance(rank, int) and rank >= 0:
+        return rank, "distributedInfo"
+    rank = discover.rank_from_name(res.path)
+    return (rank, "file name") if rank is not None else (None, "")
+
+
+def _rank_data(res: Ingested, rank: int, source: str) -> RankData:
+    t = res.tables
+    return RankData(rank, res.path, t["events"], t["collectives"], t["steps"],
+                    meta=res.meta, rank_source=source)
+
+
+def _drop_foreign(results: list[Ingested], meta: dict, skipped: list[SkippedFile],
+                  notes: list[str], strict: bool) -> list[Ingested]:
+    """Skip traces that cannot belong to the same run as the majority: another profkit
+    run id, or another world size."""
+    def world(res: Ingested):
+        return res.meta.get("distributed", {}).get("world_size")
+
+    run_id = meta.get("run_id")
+    sizes = Counter(w for w in map(world, results) if isinstance(w, int))
+    expected = meta.get("world_size") or (sizes.most_common(1)[0][0] if sizes else None)
+    kept = []
+    for res in results:
+        theirs = res.meta.get("profkit_run_id")
+        reason = None
+        if run_id and theirs and theirs != run_id:
+            reason = f"from another run (run id {theirs}, this run is {run_id})"
+        elif expected and isinstance(world(res), int) and world(res) != expected:
+            reason = f"from another run (world size {world(res)}, the run has {expected})"
+        if reason is None:
+            kept.append(res)
+        elif strict:
+            raise RunConflictError(f"{res.path}: {reason}")
+        else:
+            skipped.append(SkippedFile(res.path, reason))
+            notes.append(f"{res.path}: skipped, {reason}")
+    return kept
+
+
+def _run_meta(meta: dict, ranks: dict[int, RankData]) -> dict[str, Any]:
+    out = dict(meta)
+    if not out.get("world_size"):
+        sizes = [d.meta.get("distributed", {}).get("world_size") for d in ranks.values()]
+        sizes = [s for s in sizes if isinstance(s, int)]
+        out["world_size"] = max(sizes) if sizes else max(ranks) + 1
+    if not out.get("hosts"):
+        out["hosts"] = sorted({d.meta.get("host") for d in ranks.values() if d.meta.get("host")})
+    return out
+
+
+def _attach_counters(run: Run, folder: Path) -> None:
+    for rank, data in run.ranks.items():
+        data.counters = load_counters(folder, rank)
+
+
+def _align_clocks(run: Run) -> None:
+    """Shift every rank onto rank 0's clock with the offsets run.json measured."""
+    from profkit import schema as S
+
+    for rank, data in run.ranks.items():
+        offset = run.clock_offset_ns(rank)
+        if offset:
+            data.events[S.TS_NS] -= offset
+            data.steps[S.TS_NS] -= offset
+            data.counters[S.TS_NS] -= offset
+            data.collectives[S.TS_NS] -= offset
+            cpu = data.collectives[S.CPU_TS_NS]
+            data.collectives[S.CPU_TS_NS] = cpu.where(cpu < 0, cpu - offset)
