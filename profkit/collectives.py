@@ -96,7 +96,7 @@ def _finish(t: pd.DataFrame) -> pd.DataFrame:
     size = t[S.DTYPE].map(lambda d: S.DTYPE_BYTES.get(str(d).lower(), np.nan) if d else np.nan)
     t[S.MSG_BYTES] = nelems * size.to_numpy(np.float64)
     for col in (S.PG_NAME, S.PG_DESC, S.PG_RANKS, S.COMMS_ID, S.DTYPE):
-        t[col] = pd.Categorical(t[col].astype(object).where(t[col].notna(), ""))
+        t[col] = pd.Categorical(t[col].astype(object).where(t[col].notna(), "").astype(str))
     for col in (S.GROUP_SIZE, S.SEQ, S.CPU_TS_NS):
         t[col] = pd.to_numeric(t[col], errors="coerce").fillna(-1).astype(np.int64)
     t[S.ON_GPU] = t[S.ON_GPU].astype(bool)

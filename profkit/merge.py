@@ -155,7 +155,7 @@ def _rank_chunks(run: Run, data: RankData, base_ns: int, window: Window):
             continue
         if isinstance(ev.ts, float):
             ev.ts += shift_us
-            if (hi is not None and ev.ts >= hi) or (lo is not None and ev.ts + _dur(ev) < lo):
+            if (hi is not None and ev.ts >= hi) or (lo is not None and ev.ts < lo and ev.ts + _dur(ev) <= lo):
                 if ev.ph != "M":
                     continue
         ev.pid = pids.new_pid(ev.pid)

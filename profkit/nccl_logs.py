@@ -111,7 +111,7 @@ def _tuning(m: re.Match) -> list[tuple[str, dict]]:
 
 def _coll(m: re.Match) -> list[tuple[str, dict]]:
     d = m.groupdict()
-    d["op_count"] = int(d["op_count"], 16 if d["op_count"].startswith("0x") else 10)
+    d["op_count"] = int(d["op_count"], 16)  # printed with %lx
     d["bytes"] = int(d["count"]) * NCCL_DTYPE_BYTES.get(int(d["datatype"]), 0)
     d["nranks"] = d["nranks"] or -1
     return [("colls", d)]

@@ -1,0 +1,59 @@
+"""Every real trace in ../shared/corpus must ingest, merge and summarise without a crash."""
+
+import gzip
+import json
+
+import pytest
+
+from profkit import schema as S
+from profkit.loader import load_run
+from profkit.merge import merge_run
+from profkit.summary import format_summary
+from tests.conftest import CORPUS
+
+FILES = sorted(CORPUS.rglob("*.json.gz")) if CORPUS.is_dir() else []
+pytestmark = pytest.mark.skipif(not FILES, reason=f"corpus not found at {CORPUS}")
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(CORPUS)))
+def test_corpus_trace_ingests_merges_and_summarises(path, tmp_path):
+    run = load_run(path, cache=False)
+    (data,) = run.ranks.values()
+    raw = json.loads(gzip.decompress(path.read_bytes()))
+    raw_x = [e for e in raw["traceEvents"] if e.get("ph") == "X" and "ts" in e]
+    assert len(data.events) == len(raw_x)
+    assert data.events[S.TS_NS].is_monotonic_increasing
+    out = tmp_path / "merged.json.gz"
+    report = merge_run(run, out)
+    merged = json.loads(gzip.decompress(out.read_bytes()))
+    assert sum(e["ph"] == "X" for e in merged["traceEvents"]) == len(raw_x)
+    assert report.skipped == []
+    assert f"{len(run.ranks)} rank(s) read" in format_summary(run)
+
+
+EXPECTED_COMM = {
+    "hta/nccl_parser_config/nccl_data.json.gz": ("all_reduce", "broadcast"),
+    "tracelens/b200/eager_trace.json.gz": ("all_gather",),
+    "hta/negative_queue_length_values_check/rank0.json.gz": ("all_to_all", "reduce_scatter", "all_reduce"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_COMM))
+def test_corpus_collectives_are_recognised(name):
+    """The corpus README lists which collectives these traces hold."""
+    run = load_run(CORPUS / name, cache=False)
+    (data,) = run.ranks.values()
+    found = set(data.collectives[S.COLL_NAME].astype(str))
+    assert set(EXPECTED_COMM[name]) <= found
+
+
+def test_gpuless_traces_say_so():
+    for name in ("hta/cpu_only", "hta/rank_non_gpu"):
+        run = load_run(CORPUS / name, cache=False)
+        assert "no GPU events" in format_summary(run)
+
+
+def test_amd_trace_kernels_and_copies_are_classified():
+    run = load_run(CORPUS / "hta/amd_trace", cache=False)
+    gpu = run.ranks[0].gpu_events
+    assert set(gpu[S.CLASS].astype(str)) == {S.CLS_COMPUTE, S.CLS_MEMCPY}

@@ -1,0 +1,124 @@
+import numpy as np
+import pytest
+
+from profkit import schema as S
+from profkit import tracefile
+from profkit.ingest import build_tables, us_to_ns
+from tests.factories import BASE_NS, trace_doc, write_trace
+
+
+@pytest.fixture
+def tables(tmp_path):
+    path = write_trace(tmp_path / "rank0.json", trace_doc())
+    return build_tables(tracefile.load(path))
+
+
+def by_name(ev, prefix):
+    return ev[ev[S.NAME].astype(str).str.startswith(prefix)].iloc[0]
+
+
+def test_timestamps_are_epoch_ns(tables):
+    ev, _, _ = tables
+    gemm = by_name(ev, "sm90_xmma_gemm")
+    assert gemm[S.TS_NS] == BASE_NS + 100_000
+    assert gemm[S.DUR_NS] == 400_000
+
+
+def test_us_to_ns_keeps_submicrosecond_part_of_epoch_microseconds():
+    # 1.7e15 us: multiplying by 1000 in float64 would round to a multiple of 256 ns.
+    assert us_to_ns(np.array([1_700_000_000_000_000.5]))[0] == 1_700_000_000_000_000_500
+
+
+def test_kernel_classes(tables):
+    ev, _, _ = tables
+    assert by_name(ev, "sm90_xmma_gemm")[S.CLASS] == S.CLS_COMPUTE
+    assert by_name(ev, "sm90_xmma_gemm")[S.SUBCLASS] == "gemm"
+    assert by_name(ev, "void at::native::vectorized_elementwise")[S.SUBCLASS] == "elementwise"
+    nccl = by_name(ev, "ncclDevKernel")
+    assert (nccl[S.CLASS], nccl[S.SUBCLASS]) == (S.CLS_COMMUNICATION, "all_reduce")
+    copy = by_name(ev, "Memcpy")
+    assert (copy[S.CLASS], copy[S.SUBCLASS], copy[S.BYTES]) == (S.CLS_MEMCPY, "HtoD", 1 << 20)
+    assert by_name(ev, "cudaLaunchKernel")[S.CLASS] == ""
+
+
+def test_steps_follow_the_launch_not_the_kernel_start(tmp_path):
+    events = trace_doc()["traceEvents"]
+    # A kernel launched in step 1 (at 900 us) that runs in step 2's time range.
+    events += [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 900.0, "dur": 2.0,
+         "pid": 100, "tid": 100, "args": {"correlation": 9}},
+        {"ph": "X", "cat": "kernel", "name": "late_gemm", "ts": 1500.0, "dur": 10.0, "pid": 0,
+         "tid": 7, "args": {"correlation": 9, "stream": 7, "device": 0}},
+    ]
+    path = write_trace(tmp_path / "t.json", trace_doc(events=events))
+    ev, _, steps = build_tables(tracefile.load(path))
+    assert list(steps[S.STEP]) == [1, 2]
+    assert list(steps[S.DUR_NS]) == [1_000_000, 1_000_000]
+    assert by_name(ev, "late_gemm")[S.STEP] == 1
+    assert by_name(ev, "void at::native::vectorized")[S.STEP] == 2
+    assert by_name(ev, "cudaLaunchKernel")[S.STEP] == 1
+
+
+def test_collective_args_and_bytes(tables):
+    _, coll, _ = tables
+    assert len(coll) == 1
+    row = coll.iloc[0]
+    assert row[S.COLL_NAME] == "all_reduce"
+    assert row[S.MSG_BYTES] == 4096 * 4
+    assert (row[S.GROUP_SIZE], row[S.SEQ], row[S.PG_NAME]) == (2, 7, "0")
+    assert row[S.ON_GPU]
+    assert row[S.TS_NS] == BASE_NS + 500_000
+
+
+def test_kernel_args_come_from_record_param_comms_when_the_kernel_lacks_them(tmp_path):
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 10.0, "dur": 50.0,
+         "pid": 100, "tid": 100, "args": {"Collective name": "_allgather_base", "dtype": "BFloat16",
+                                          "In msg nelems": 10, "Out msg nelems": 20, "Group size": 2}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 20.0, "dur": 5.0,
+         "pid": 100, "tid": 100, "args": {"correlation": 5}},
+        {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllGather_RING_LL_Sum_int8_t", "ts": 30.0,
+         "dur": 40.0, "pid": 0, "tid": 20, "args": {"correlation": 5, "stream": 20}},
+    ]
+    path = write_trace(tmp_path / "t.json", trace_doc(events=events))
+    _, coll, _ = build_tables(tracefile.load(path))
+    row = coll.iloc[0]
+    assert row[S.COLL_NAME] == "all_gather"
+    assert row[S.MSG_BYTES] == 20 * 2
+    assert row[S.CPU_TS_NS] == BASE_NS + 10_000
+
+
+def test_cpu_backend_collectives_come_from_cpu_ops(tmp_path):
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 10.0, "dur": 50.0,
+         "pid": 100, "tid": 100, "args": {"Collective name": "allreduce", "dtype": "Float",
+                                          "In msg nelems": 8, "Out msg nelems": 8}},
+    ]
+    path = write_trace(tmp_path / "t.json", trace_doc(events=events))
+    _, coll, _ = build_tables(tracefile.load(path))
+    assert len(coll) == 1 and not coll.iloc[0][S.ON_GPU]
+    assert coll.iloc[0][S.DUR_NS] == 50_000
+
+
+def test_trace_without_base_time_uses_absolute_microseconds(tmp_path):
+    doc = trace_doc()
+    del doc["baseTimeNanoseconds"]
+    path = write_trace(tmp_path / "t.json", doc)
+    ev, _, _ = build_tables(tracefile.load(path))
+    assert by_name(ev, "sm90_xmma_gemm")[S.TS_NS] == 100_000
+
+
+def test_string_pids_and_missing_fields_do_not_break_ingest(tmp_path):
+    events = [
+        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler", "pid": "Spans", "tid": "PyTorch Profiler",
+         "ts": 1.0, "dur": 2.0},
+        {"ph": "X", "name": "no category", "pid": 1, "tid": 1, "ts": 3.0},
+        {"ph": "X", "cat": "kernel", "name": "no timestamp", "pid": 0, "tid": 7},
+        {"ph": "i", "name": "instant", "pid": 1, "tid": 1, "ts": 4.0, "s": "t"},
+    ]
+    path = write_trace(tmp_path / "t.json", trace_doc(events=events))
+    ev, coll, steps = build_tables(tracefile.load(path))
+    assert len(ev) == 2  # the event without ts cannot be placed; the instant is not an X
+    assert ev[S.PID].dtype == np.int64
+    assert ev[ev[S.NAME] == "no category"][S.DUR_NS].iloc[0] == 0
+    assert coll.empty and steps.empty
