@@ -45,7 +45,7 @@ COMM_KERNEL_RE = re.compile(
 )
 
 # CPU-side communication ops: their GPU work is communication even with a generic name.
-COMM_OP_RE = re.compile(r"^(nccl:|gloo:|c10d::|record_param_comms$|c10d_functional::)")
+COMM_OP_RE = re.compile(r"^(?:nccl:|gloo:|c10d::|record_param_comms$|c10d_functional::)")
 
 # Compute sub-classes, tried in order (conv before gemm: implicit-gemm convolutions).
 _COMPUTE_RULES = (

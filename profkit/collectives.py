@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from profkit import classify
 from profkit import schema as S
+from profkit.columns import category_mask, to_float, to_int
 
 RECORD_PARAM_COMMS = "record_param_comms"
 _ARG_COLUMNS = (
@@ -18,9 +20,12 @@ _ARG_COLUMNS = (
 )
 
 
-def build_collectives(ev: pd.DataFrame, args: list, arg_fn: Callable) -> pd.DataFrame:
-    """Collectives of one rank; ``ev`` and ``args`` are row-aligned, ``arg_fn(args, rows)``
-    extracts the collective argument columns for the given rows."""
+def build_collectives(ev: pd.DataFrame, args: list) -> pd.DataFrame:
+    """Collectives of one rank: each communication kernel, joined to the
+    ``record_param_comms`` CPU op that issued it for the args the kernel lacks. Traces with
+    no communication kernels (CPU backends) get one row per ``record_param_comms`` op.
+    ``ev`` and ``args`` (the decoded args of each row) are row-aligned."""
+    arg_fn = collective_args
     kind = ev[S.KIND].to_numpy()
     is_kernel = kind == S.KIND_KERNEL
     comm = np.flatnonzero(is_kernel & (ev[S.CLASS] == S.CLS_COMMUNICATION).to_numpy())
@@ -34,7 +39,7 @@ def build_collectives(ev: pd.DataFrame, args: list, arg_fn: Callable) -> pd.Data
         table[S.CPU_TS_NS] = -1
         table = _attach_cpu_ops(ev, table, cpu, fill_time=True)
         # Old traces: record_param_comms has no args, the enclosing "nccl:<op>" range names it.
-        ranges = np.flatnonzero(~is_gpu & names.astype(str).str.startswith("nccl:").to_numpy())
+        ranges = np.flatnonzero(~is_gpu & category_mask(names, "^nccl:"))
         if len(ranges):
             named = _rows(ev, args, ranges, arg_fn)
             named["collective_arg"] = names.iloc[ranges].astype(str).str.slice(5).to_numpy()
@@ -102,3 +107,20 @@ def _finish(t: pd.DataFrame) -> pd.DataFrame:
     t[S.ON_GPU] = t[S.ON_GPU].astype(bool)
     t = t.sort_values(S.TS_NS).reset_index(drop=True)
     return t[list(S.COLLECTIVE_COLUMNS)]
+
+
+def collective_args(args: list, rows: np.ndarray) -> dict[str, Any]:
+    """The collective argument columns of the given rows."""
+    sel = [args[i] for i in rows]
+    return {
+        "collective_arg": [a.collective for a in sel],
+        S.PG_NAME: [None if a.pg_name is None else str(a.pg_name) for a in sel],
+        S.PG_DESC: [a.pg_desc for a in sel],
+        S.PG_RANKS: [None if a.pg_ranks is None else str(a.pg_ranks) for a in sel],
+        S.GROUP_SIZE: to_int([a.group_size for a in sel]),
+        S.SEQ: to_int([a.seq for a in sel]),
+        S.COMMS_ID: [None if a.comms_id is None else str(a.comms_id) for a in sel],
+        S.DTYPE: [a.dtype for a in sel],
+        S.IN_NELEMS: to_float([a.in_nelems for a in sel]),
+        S.OUT_NELEMS: to_float([a.out_nelems for a in sel]),
+    }
