@@ -1,32 +1,45 @@
-"""Writing files so that readers never see half of one: temporary name, then rename."""
+"""Writing files so that readers never see half of one: a temporary name beside the target
+(starting with ``.tmp-``, which readers skip), then an atomic rename."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+TMP_PREFIX = ".tmp-"
+
+
+def tmp_path(dest: Path) -> Path:
+    """A fresh, unique temporary file beside ``dest``."""
+    fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{dest.name}.", dir=dest.parent)
+    os.close(fd)
+    return Path(name)
+
 
 @contextlib.contextmanager
-def atomic_open(path: str | Path) -> Iterator[BinaryIO]:
-    """Open a temporary file beside ``path`` for binary writing; on success it replaces
-    ``path``, on any exception it is removed and ``path`` is left untouched."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def atomic_open(dest: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A binary file to write; on success it replaces ``dest``, on any exception it is
+    removed and ``dest`` is left as it was."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_path(dest)
     try:
         with open(tmp, "wb") as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, dest)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    with atomic_open(path) as fh:
+def write_bytes_atomic(dest: str | os.PathLike, data: bytes) -> Path:
+    with atomic_open(dest) as fh:
         fh.write(data)
+    return Path(dest)

@@ -16,7 +16,7 @@ import orjson
 import pandas as pd
 
 from profkit import schema as S
-from profkit.atomic import atomic_write_bytes
+from profkit.atomic import atomic_open, write_bytes_atomic
 
 log = logging.getLogger(__name__)
 TABLES = ("events", "collectives", "steps")
@@ -70,9 +70,8 @@ def store(trace: Path, tables: dict[str, pd.DataFrame], meta: dict) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for name in TABLES:
             target = folder / f"{key}.{name}.parquet"
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            tables[name].to_parquet(tmp, index=False)
-            os.replace(tmp, target)
-        atomic_write_bytes(folder / f"{key}.meta.json", orjson.dumps(meta, default=str))
+            with atomic_open(target) as fh:
+                tables[name].to_parquet(fh, index=False)
+        write_bytes_atomic(folder / f"{key}.meta.json", orjson.dumps(meta, default=str))
     except (OSError, ValueError, TypeError) as exc:
         log.warning("could not cache %s: %s", trace, exc)

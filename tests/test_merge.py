@@ -92,7 +92,7 @@ def test_failed_merge_leaves_no_output(run_dir, tmp_path):
     with pytest.raises(AttributeError):
         merge_run(run, out)
     assert out.read_text() == "previous"
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".m.json")] == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == []
 
 
 def test_file_that_vanished_is_reported_not_fatal(run_dir, tmp_path):

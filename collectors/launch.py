@@ -1,0 +1,108 @@
+"""``python -m profkit.collectors.launch --run-dir DIR -- torchrun ...``.
+
+Runs a command with NCCL debug logging, the PyTorch NCCL flight recorder and the profkit
+run directory configured in its environment; returns the command's exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from profkit.collectors.atomic import check_output_dir
+from profkit.collectors.errors import CollectorError
+from profkit.collectors.flight import NCCL_DIR
+
+NCCL_LOG_NAME = "rank.%h.%p.log"  # NCCL expands %h (host) and %p (pid)
+FR_PREFIX = "flight_recorder_rank"  # PyTorch appends the rank on a timeout dump
+DEFAULT_SUBSYS = "INIT,COLL,TUNING,GRAPH,ENV"
+DEFAULT_TRACE_BUFFER = "2000"
+
+
+def launch_env(run_dir: str | os.PathLike, command: Sequence[str],
+               environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: ``environ`` plus the NCCL / flight-recorder / profkit
+    settings. The user's own NCCL_DEBUG, NCCL_DEBUG_SUBSYS and buffer size are kept."""
+    env = dict(os.environ if environ is None else environ)
+    nccl = Path(run_dir).resolve() / NCCL_DIR
+    env.setdefault("NCCL_DEBUG", "INFO")
+    env.setdefault("NCCL_DEBUG_SUBSYS", DEFAULT_SUBSYS)
+    env["NCCL_DEBUG_FILE"] = str(nccl / NCCL_LOG_NAME)
+    if "TORCH_FR_BUFFER_SIZE" not in env:
+        env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", DEFAULT_TRACE_BUFFER)
+    env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+    env["TORCH_FR_DUMP_TEMP_FILE"] = str(nccl / FR_PREFIX)
+    env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = str(nccl / FR_PREFIX)  # older PyTorch name
+    env["PROFKIT_RUN_DIR"] = str(Path(run_dir).resolve())
+    env["PROFKIT_LAUNCH_COMMAND"] = json.dumps(list(command))
+    return env
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="profkit launch",
+        description="Run a training/inference command with NCCL logging and the flight "
+                    "recorder writing into a profkit run directory.")
+    p.add_argument("--run-dir", required=True, help="run directory (created if missing)")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="the command, after '--' (e.g. -- torchrun --nproc_per_node 8 train.py)")
+    return p
+
+
+def launch_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the child's exit code (128+N when killed by signal N)."""
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise CollectorError("profkit launch: no command given after '--'")
+    run_dir = check_output_dir(args.run_dir, min_free_bytes=0)
+    (run_dir / NCCL_DIR).mkdir(exist_ok=True)
+    env = launch_env(run_dir, command)
+    try:
+        proc = subprocess.Popen(command, env=env)
+    except OSError as e:
+        raise CollectorError(f"profkit launch: cannot run {command[0]!r}: {e}") from e
+    return _wait(proc)
+
+
+def _wait(proc: subprocess.Popen) -> int:
+    """Wait for the child, forwarding SIGTERM (SIGINT reaches it through the terminal's
+    process group already)."""
+    def forward(signum: int, frame: object) -> None:
+        proc.send_signal(signum)
+
+    try:
+        prev = signal.signal(signal.SIGTERM, forward)
+    except ValueError:  # not the main thread: no forwarding
+        prev = None
+    try:
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:
+                continue  # the child got SIGINT too; wait for it to save and exit
+    finally:
+        if prev is not None:
+            signal.signal(signal.SIGTERM, prev)
+    return 128 - rc if rc < 0 else rc
+
+
+def main() -> None:
+    try:
+        sys.exit(launch_main())
+    except CollectorError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":
+    main()

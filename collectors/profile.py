@@ -1,0 +1,162 @@
+"""``profile()``: the public capture context (context manager, decorator, ``.step()``)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from profkit.collectors import dist as pdist
+from profkit.collectors.config import ProfileConfig
+from profkit.collectors.errors import CollectorError
+from profkit.collectors.session import CaptureSession
+from profkit.collectors.signals import TermHandler, signal_error
+from profkit.collectors.trigger import DEFAULT_EVERY, SignalTrigger, make_trigger
+
+log = logging.getLogger(__name__)
+
+RUN_DIR_ENV = "PROFKIT_RUN_DIR"
+CAPTURE_DIR = "capture-{k}-{stamp}"
+MARK_PREFIX = "profkit/"
+
+
+class Profile:
+    """A capture context. Without a trigger it records from ``__enter__`` to ``__exit__``
+    (the schedule decides which steps are traced). With a trigger it stays idle, and each
+    time the trigger fires it records ``config.capture_steps`` steps into a new
+    ``out_dir/capture-{k}-{timestamp}`` run directory."""
+
+    def __init__(self, out_dir: str | os.PathLike, config: ProfileConfig, trigger: Any = None):
+        self.out_dir, self.config = Path(out_dir), config
+        self.trigger = make_trigger(trigger, config.trigger_every)
+        self.session: CaptureSession | None = None
+        self.captures: list[Path] = []
+        self.step_num = 0
+        self._active = False
+        self._term = TermHandler(self._on_term)
+
+    # ---- context manager ---------------------------------------------------------------
+    def __enter__(self) -> Profile:
+        if self._active:
+            raise CollectorError("profile() context entered twice; nest separate contexts")
+        self._active, self.step_num = True, 0
+        try:
+            if self.trigger is None:
+                self.session = CaptureSession(self.out_dir, self.config).start()
+                self.captures.append(self.out_dir)
+            else:
+                if (isinstance(self.trigger, SignalTrigger) and self.config.trigger_every is None
+                        and pdist.dist_ready()):
+                    self.trigger.every = DEFAULT_EVERY  # bounds the agreement all-reduces
+                self.trigger.install()
+            self._term.install()
+        except BaseException:
+            self._active = False
+            raise
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        try:
+            self._finish(exc)
+        finally:
+            self._term.uninstall()
+            if self.trigger is not None:
+                self.trigger.close()
+            self._active = False
+        return False  # the user's exception propagates unchanged
+
+    def _finish(self, exc: BaseException | None, error: dict[str, str] | None = None) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            session.stop(exc, error)
+
+    def _on_term(self, signum: int) -> None:
+        log.warning("profkit: signal %s, saving the capture", signum)
+        self._finish(None, signal_error(signum))
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Use as a decorator: each call of ``fn`` runs inside this context."""
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+    # ---- steps -------------------------------------------------------------------------
+    def step(self) -> None:
+        """Mark the end of a training / inference step."""
+        self.step_num += 1
+        if self.session is not None:
+            self.session.step()
+            if self.trigger is not None and self.session.steps >= self.config.capture_steps:
+                self._finish(None)
+        elif self.trigger is not None and self._triggered():
+            self._start_capture()
+
+    def _triggered(self) -> bool:
+        every = getattr(self.trigger, "every", 1)
+        fired = self.trigger.poll(self.step_num)
+        if pdist.dist_ready() and self.step_num % every == 0:
+            # every rank checks at the same steps, so all take part in this all-reduce
+            fired = pdist.any_rank(fired)
+        return fired
+
+    def _start_capture(self) -> None:
+        k = len(self.captures)
+        name = CAPTURE_DIR.format(k=k, stamp=time.strftime("%Y%m%dT%H%M%S"))
+        name = pdist.broadcast_object(name)
+        run_dir = self.out_dir / name
+        log.info("profkit: trigger fired, capturing %d steps into %s",
+                 self.config.capture_steps, run_dir)
+        self.session = CaptureSession(run_dir, self.config, repeat=1).start()
+        self.captures.append(run_dir)
+
+    @property
+    def run_dir(self) -> Path | None:
+        """The directory of the current (or last) capture."""
+        return self.captures[-1] if self.captures else None
+
+
+def profile(out_dir: str | os.PathLike | None = None, *, wait: int = 1, warmup: int = 1,
+            active: int = 3, repeat: int = 1, record_shapes: bool = True,
+            profile_memory: bool = True, with_flops: bool = True, with_stack: bool = False,
+            nvml: Any = True, nvml_hz: float = 10.0, trigger: Any = None,
+            steps_on_trigger: int | None = None, **torch_profiler_kwargs: Any) -> Profile:
+    """Profile a PyTorch job into the run directory ``out_dir`` (default
+    ``$PROFKIT_RUN_DIR``). Call ``.step()`` once per step. See :class:`ProfileConfig` for
+    the options; extra keyword arguments named like its fields (``nvml_gpus``,
+    ``nvml_chunk_s``, ``dcgm_url``, ``trigger_every``, ``min_free_bytes``) set them, the
+    rest go to ``torch.profiler.profile``."""
+    if out_dir is None:
+        out_dir = os.environ.get(RUN_DIR_ENV)
+        if not out_dir:
+            raise CollectorError(f"profile() needs out_dir (or {RUN_DIR_ENV} set)")
+    extra = {k: torch_profiler_kwargs.pop(k) for k in _CONFIG_EXTRAS
+             if k in torch_profiler_kwargs}
+    if "nvml_gpus" in extra and extra["nvml_gpus"] is not None:
+        extra["nvml_gpus"] = tuple(extra["nvml_gpus"])
+    config = ProfileConfig(
+        wait=wait, warmup=warmup, active=active, repeat=repeat, record_shapes=record_shapes,
+        profile_memory=profile_memory, with_flops=with_flops, with_stack=with_stack,
+        nvml=nvml, nvml_hz=nvml_hz, steps_on_trigger=steps_on_trigger,
+        torch_profiler_kwargs=torch_profiler_kwargs, **extra)
+    return Profile(out_dir, config, trigger)
+
+
+_CONFIG_EXTRAS = ("nvml_gpus", "nvml_chunk_s", "dcgm_url", "trigger_every", "min_free_bytes")
+
+
+@contextlib.contextmanager
+def mark(name: str) -> Iterator[None]:
+    """A named range ``profkit/{name}`` in the trace (e.g. ``prefill``, ``decode``)."""
+    from torch.profiler import record_function
+
+    with record_function(MARK_PREFIX + name):
+        yield

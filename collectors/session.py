@@ -1,0 +1,227 @@
+"""One capture into one run directory: torch profiler + NVML sampler + run.json.
+
+``start()`` is collective (every rank must call it at the same point); ``stop()`` is purely
+local, so a rank that fails cannot hang the others, and never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from profkit.collectors import dist as pdist
+from profkit.collectors import runmeta
+from profkit.collectors.atomic import (
+    check_output_dir,
+    gzip_file_atomic,
+    tmp_name,
+    write_json_atomic,
+)
+from profkit.collectors.config import ProfileConfig
+from profkit.collectors.errors import CollectorError, OutputDirError
+from profkit.collectors.flight import dump_flight_recorder
+from profkit.collectors.nvml import NvmlSampler, init_nvml, load_nvml
+
+log = logging.getLogger(__name__)
+
+TRACES_DIR = "traces"
+TRACE_NAME = "rank{rank}.pt.trace.json.gz"
+TRACE_CYCLE_NAME = "rank{rank}.cycle{cycle}.pt.trace.json.gz"  # cycles after the first
+RANKS_DIR = "ranks"
+RANK_STATUS_NAME = "rank{rank}.json"
+
+
+class CaptureSession:
+    """Capture into ``run_dir`` with ``config``; ``repeat`` overrides the config's."""
+
+    def __init__(self, run_dir: str | Path, config: ProfileConfig, *,
+                 repeat: int | None = None, run_id: str | None = None):
+        self.dir, self.config = Path(run_dir), config
+        self.repeat = config.repeat if repeat is None else repeat
+        self.run_id, self.steps = run_id, 0
+        self.info: pdist.RankInfo | None = None
+        self.doc: dict[str, Any] = {}
+        self.traces: list[Path] = []
+        self.prof: Any = None
+        self.sampler: NvmlSampler | None = None
+        self.started_ns = 0
+        self._stopped = False
+        self.status = runmeta.STATUS_RUNNING
+
+    # ---- start -------------------------------------------------------------------------
+    def start(self) -> CaptureSession:
+        self.started_ns = time.time_ns()
+        nvml = self._open_nvml()
+        self.info = pdist.rank_info()
+        gathered = pdist.all_gather_object(self._local_report(nvml))
+        self._raise_if_any_problem(gathered)
+        if pdist.dist_ready():
+            self.run_id = pdist.broadcast_object(self.run_id or runmeta.new_run_id())
+        self.run_id = self.run_id or runmeta.env_run_id() or runmeta.new_run_id()
+        offsets = pdist.measure_clock_offsets()
+        if self.info.rank == 0:
+            self._write_initial_run_json(gathered, offsets)
+        self._start_sampler(nvml)
+        self._start_profiler()
+        return self
+
+    def _open_nvml(self) -> Any:
+        cfg = self.config.nvml
+        if cfg is False or cfg is None:
+            return None
+        return load_nvml() if cfg is True else init_nvml(cfg)
+
+    def _local_report(self, nvml: Any) -> dict[str, Any]:
+        problem = None
+        try:
+            check_output_dir(self.dir, self.config.min_free_bytes)
+        except OutputDirError as e:
+            problem = str(e)
+        driver = ""
+        if nvml is not None:
+            try:
+                driver = str(nvml.nvmlSystemGetDriverVersion())
+            except Exception:  # noqa: BLE001
+                pass
+        assert self.info is not None
+        return {"info": self.info.as_dict(), "gpus": runmeta.local_gpus(self.info.host),
+                "problem": problem, "driver": driver}
+
+    def _raise_if_any_problem(self, gathered: list[dict[str, Any]]) -> None:
+        assert self.info is not None
+        mine = gathered[self.info.rank if len(gathered) > 1 else 0]["problem"]
+        if mine:
+            raise OutputDirError(str(self.dir), mine.split(": ", 1)[-1])
+        for r, rep in enumerate(gathered):
+            if rep["problem"]:
+                raise CollectorError(f"rank {r} cannot write its run directory: {rep['problem']}")
+
+    def _write_initial_run_json(self, gathered: list[dict[str, Any]],
+                                offsets: dict[str, int]) -> None:
+        assert self.info is not None and self.run_id is not None
+        ranks = [rep["info"] for rep in gathered]
+        self.doc = runmeta.build_run_json(
+            run_id=self.run_id, ranks=ranks, world_size=self.info.world_size,
+            gpus=runmeta.merge_gpus([rep["gpus"] for rep in gathered]),
+            clock_offsets_ns=offsets, profiler=self._profiler_settings(),
+            started_ns=self.started_ns, driver=gathered[0]["driver"])
+        write_json_atomic(self.dir / runmeta.RUN_JSON, self.doc)
+
+    def _profiler_settings(self) -> dict[str, Any]:
+        d = self.config.as_json()
+        d["repeat"] = self.repeat
+        return d
+
+    def _start_sampler(self, nvml: Any) -> None:
+        from profkit.collectors.dcgm import make_scraper
+
+        assert self.info is not None
+        gpus = self.config.nvml_gpus
+        if gpus is None:
+            gpus = (self.info.gpu_uuid,) if self.info.gpu_uuid else ()
+        dcgm = make_scraper(self.config.dcgm_url, [g for g in gpus if isinstance(g, str)])
+        if nvml is None and dcgm is None:
+            return
+        self.sampler = NvmlSampler(self.dir, self.info.rank, gpus, hz=self.config.nvml_hz,
+                                   nvml=nvml, chunk_s=self.config.nvml_chunk_s, dcgm=dcgm)
+        if not self.sampler.start():
+            self.sampler = None
+
+    def _start_profiler(self) -> None:
+        import torch.profiler as tp
+
+        cfg = self.config
+        kwargs = dict(cfg.torch_profiler_kwargs)
+        user_ready = kwargs.pop("on_trace_ready", None)
+        activities = kwargs.pop("activities", None) or _default_activities()
+        self.prof = tp.profile(
+            activities=activities,
+            schedule=tp.schedule(wait=cfg.wait, warmup=cfg.warmup, active=cfg.active,
+                                 repeat=self.repeat),
+            on_trace_ready=lambda p: self._on_trace_ready(p, user_ready),
+            record_shapes=cfg.record_shapes, profile_memory=cfg.profile_memory,
+            with_flops=cfg.with_flops, with_stack=cfg.with_stack, **kwargs)
+        self.prof.start()
+
+    def _on_trace_ready(self, prof: Any, user_ready: Any) -> None:
+        assert self.info is not None
+        cycle = len(self.traces)
+        name = (TRACE_NAME if cycle == 0 else TRACE_CYCLE_NAME).format(
+            rank=self.info.rank, cycle=cycle)
+        dest = self.dir / TRACES_DIR / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = tmp_name(dest, ".json")
+        prof.export_chrome_trace(str(tmp))
+        self.traces.append(gzip_file_atomic(tmp, dest))
+        if user_ready is not None:
+            user_ready(prof)
+
+    # ---- step / stop -------------------------------------------------------------------
+    def step(self) -> None:
+        self.prof.step()
+        self.steps += 1
+
+    def stop(self, exc: BaseException | None = None,
+             error: dict[str, str] | None = None) -> None:
+        """Stop everything, export what was captured, write the final status. Never raises;
+        idempotent (a signal handler and ``__exit__`` may both call it)."""
+        if self._stopped or self.info is None:
+            return
+        self._stopped = True
+        error = error or runmeta.error_dict(exc)
+        internal = self._stop_parts()
+        if error is None and internal:
+            error = internal[0]
+        self.status = runmeta.STATUS_FAILED if error else runmeta.STATUS_OK
+        self._write_final(error)
+
+    def _stop_parts(self) -> list[dict[str, str]]:
+        errors = []
+        parts = (("profiler", self._stop_profiler), ("nvml", self._stop_sampler),
+                 ("flight recorder", lambda: dump_flight_recorder(self.dir, self.info.rank)))
+        for what, fn in parts:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - keep saving the other parts
+                log.error("profkit: saving the %s output failed", what, exc_info=True)
+                errors.append({"type": f"profkit.{what}", "message": repr(e)})
+        return errors
+
+    def _stop_profiler(self) -> None:
+        if self.prof is not None:
+            prof, self.prof = self.prof, None
+            prof.stop()
+
+    def _stop_sampler(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+
+    def _write_final(self, error: dict[str, str] | None) -> None:
+        assert self.info is not None
+        ended = time.time_ns()
+        status = {**self.info.as_dict(), "run_id": self.run_id, "status": self.status,
+                  "error": error, "started_ns": self.started_ns, "ended_ns": ended,
+                  "steps": self.steps, "traces": [p.name for p in self.traces],
+                  "nvml_chunks": [p.name for p in (self.sampler.chunks_written
+                                                    if self.sampler else [])]}
+        try:
+            write_json_atomic(self.dir / RANKS_DIR / RANK_STATUS_NAME.format(
+                rank=self.info.rank), status)
+            if self.info.rank == 0 and self.doc:
+                self.doc.update(status=self.status, error=error, ended_ns=ended)
+                write_json_atomic(self.dir / runmeta.RUN_JSON, self.doc)
+        except Exception:  # noqa: BLE001
+            log.error("profkit: writing the run status to %s failed", self.dir, exc_info=True)
+
+
+def _default_activities() -> list[Any]:
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    acts = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        acts.append(ProfilerActivity.CUDA)
+    return acts
+

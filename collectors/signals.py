@@ -1,0 +1,57 @@
+"""SIGTERM handling that saves the capture, then chains to the previous handler."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TERM_SIGNALS = (signal.SIGTERM,)
+
+
+class TermHandler:
+    """While installed, a SIGTERM first calls ``on_term(signum)`` (which saves the capture)
+    and then does what the previous handler would have done: call it, ignore the signal,
+    or (default action) terminate the process with that signal."""
+
+    def __init__(self, on_term: Callable[[int], None], signums: tuple[int, ...] = TERM_SIGNALS):
+        self.on_term, self.signums = on_term, signums
+        self._prev: dict[int, Any] = {}
+
+    def install(self) -> bool:
+        if threading.current_thread() is not threading.main_thread():
+            return False  # signal.signal only works in the main thread
+        for s in self.signums:
+            self._prev[s] = signal.signal(s, self._handle)
+        return True
+
+    def uninstall(self) -> None:
+        for s, prev in self._prev.items():
+            try:
+                signal.signal(s, prev if prev is not None else signal.SIG_DFL)
+            except (ValueError, OSError):
+                log.debug("cannot restore handler of signal %s", s, exc_info=True)
+        self._prev.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        prev = self._prev.get(signum, signal.SIG_DFL)
+        try:
+            self.on_term(signum)
+        except Exception:  # noqa: BLE001 - never block termination
+            log.error("profkit: saving the capture on signal %s failed", signum, exc_info=True)
+        self.uninstall()
+        if callable(prev):
+            prev(signum, frame)
+        elif prev != signal.SIG_IGN:
+            os.kill(os.getpid(), signum)  # default action, now that SIG_DFL is back
+
+
+def signal_error(signum: int) -> dict[str, str]:
+    """The run.json ``error`` of a run ended by ``signum``."""
+    name = signal.Signals(signum).name
+    return {"type": f"signal.{name}", "message": f"terminated by {name} ({int(signum)})"}

@@ -1,0 +1,118 @@
+"""Shared fixtures of the collectors tests: a fake NVML module and a fake clock."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from profkit.collectors import nvml as nvml_mod
+
+
+class FakeNvmlError(Exception):
+    """Stands in for pynvml.NVMLError."""
+
+
+class FakeNvml:
+    """The subset of pynvml the sampler calls, with fixed readings.
+
+    ``fail``: function names that raise; ``gpm``: report GPM support; metric 60 (NVLink RX)
+    reports NOT_SUPPORTED inside a successful nvmlGpmMetricsGet."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU, NVML_SUCCESS = 1, 2, 0, 0
+    NVML_GPM_METRICS_GET_VERSION = 1
+    NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_SM_OCCUPANCY = 2, 3
+    NVML_GPM_METRIC_ANY_TENSOR_UTIL, NVML_GPM_METRIC_DRAM_BW_UTIL = 5, 10
+    NVML_GPM_METRIC_PCIE_TX_PER_SEC, NVML_GPM_METRIC_PCIE_RX_PER_SEC = 20, 21
+    NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 60, 61
+
+    def __init__(self, *, gpm: bool = False, fail: tuple[str, ...] = ()):
+        self.gpm, self.energy_mj, self.calls = gpm, 1_000_000, []
+        for name in fail:
+            setattr(self, name, self._raiser(name))
+
+    @staticmethod
+    def _raiser(name):
+        def fn(*a, **k):
+            raise FakeNvmlError(f"{name} failed")
+        return fn
+
+    def nvmlInit(self): self.calls.append("init")
+    def nvmlShutdown(self): pass
+    def nvmlSystemGetDriverVersion(self): return "580.159.04"
+    def nvmlDeviceGetHandleByIndex(self, i): return ("handle", i)
+    def nvmlDeviceGetHandleByUUID(self, uuid): return ("handle", 3)
+    def nvmlDeviceGetIndex(self, h): return h[1]
+    def nvmlDeviceGetUtilizationRates(self, h): return SimpleNamespace(gpu=75, memory=30)
+    def nvmlDeviceGetMemoryInfo(self, h): return SimpleNamespace(used=2**30, total=2**34)
+    def nvmlDeviceGetClockInfo(self, h, kind): return 1980 if kind == 1 else 2619
+    def nvmlDeviceGetPowerUsage(self, h): return 350_500  # mW
+    def nvmlDeviceGetTemperature(self, h, sensor): return 55
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h): return 4
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        self.energy_mj += 35_000
+        return self.energy_mj
+
+    # GPM
+    class c_nvmlGpmMetricsGet_t:  # noqa: N801 - pynvml's name
+        def __init__(self):
+            self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0)
+                            for _ in range(16)]
+
+    def nvmlGpmQueryDeviceSupport(self, h): return SimpleNamespace(isSupportedDevice=int(self.gpm))
+    def nvmlGpmSampleAlloc(self): return object()
+    def nvmlGpmSampleGet(self, h, s): self.calls.append("gpm_sample")
+    def nvmlGpmSampleFree(self, s): self.calls.append("gpm_free")
+
+    def nvmlGpmMetricsGet(self, mg):
+        assert mg.sample1 is not mg.sample2
+        for m in mg.metrics[: mg.numMetrics]:
+            m.value = m.metricId * 1.5
+            m.nvmlReturn = 3 if m.metricId == 60 else 0
+        return mg
+
+
+class FakeClock:
+    """Epoch-ns clock that advances by ``step_ns`` on every read."""
+
+    def __init__(self, start_ns: int = 1_700_000_000_000_000_000, step_ns: int = 100_000_000):
+        self.now, self.step_ns = start_ns, step_ns
+
+    def __call__(self) -> int:
+        self.now += self.step_ns
+        return self.now
+
+
+@pytest.fixture
+def fake_nvml():
+    return FakeNvml
+
+
+@pytest.fixture
+def fake_clock():
+    return FakeClock
+
+
+@pytest.fixture(autouse=True)
+def _reset_nvml_warning():
+    nvml_mod._warned = False
+    yield
+    nvml_mod._warned = False
+
+
+def read_trace(path: Path) -> dict:
+    """A gzip Kineto trace as JSON (fails loudly if not valid gzip JSON)."""
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def event_names(trace: dict) -> set[str]:
+    return {e.get("name", "") for e in trace.get("traceEvents", [])}
+
+
+@pytest.fixture
+def trace_reader():
+    return SimpleNamespace(read=read_trace, names=event_names)

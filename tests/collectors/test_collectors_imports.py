@@ -1,0 +1,45 @@
+"""Import hygiene: the capture side imports neither torch (eagerly) nor pandas/pyarrow."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import profkit.collectors
+
+PKG = Path(profkit.collectors.__file__).parent
+FORBIDDEN = {"pandas", "pyarrow", "profkit.analyzers", "profkit.dashboard"}
+
+
+def test_import_does_not_load_torch_or_pandas():
+    code = ("import sys, profkit.collectors, profkit.collectors.launch; "
+            "bad = [m for m in ('torch', 'pandas', 'pyarrow', 'pynvml') if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _imports(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+
+
+def test_no_forbidden_imports_anywhere_in_collectors():
+    files = sorted(PKG.glob("*.py"))
+    assert len(files) > 5
+    for f in files:
+        for mod in _imports(ast.parse(f.read_text())):
+            assert not any(mod == b or mod.startswith(b + ".") for b in FORBIDDEN), (f, mod)
+
+
+def test_torch_only_imported_inside_functions():
+    for f in sorted(PKG.glob("*.py")):
+        tree = ast.parse(f.read_text())
+        top = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+        mods = [m for n in top for m in _imports(ast.Module(body=[n], type_ignores=[]))]
+        assert not [m for m in mods if m.split(".")[0] in ("torch", "pynvml")], f

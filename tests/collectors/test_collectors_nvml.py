@@ -1,0 +1,165 @@
+"""NVML sampler with a fake NVML object and a fake clock."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import pytest
+from profkit.collectors import atomic
+from profkit.collectors.nvml import NvmlSampler, init_nvml, load_nvml
+from profkit.collectors.nvml_read import BASE_COLUMNS, GPM_COLUMNS
+
+
+def _load_all(paths):
+    parts = [dict(np.load(p)) for p in paths]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def make(tmp_path, nvml, clock, **kw):
+    s = NvmlSampler(tmp_path, 2, kw.pop("gpus", [0]), nvml=nvml, clock=clock, **kw)
+    assert s.open()
+    return s
+
+
+def test_columns_units_and_chunk_file(tmp_path, fake_nvml, fake_clock):
+    clock = fake_clock()
+    s = make(tmp_path, fake_nvml(), clock)
+    for _ in range(3):
+        s.sample_once()
+    path = s.flush()
+    assert path == tmp_path / "nvml" / "rank2.0.npz"
+    d = dict(np.load(path))
+    assert set(d) == {"ts_ns", "gpu", "source", *BASE_COLUMNS}
+    assert d["ts_ns"].dtype == np.int64 and d["gpu"].tolist() == [0, 0, 0]
+    assert np.all(np.diff(d["ts_ns"]) == clock.step_ns)
+    assert d["power_w"].tolist() == [350.5] * 3  # mW -> W
+    assert d["mem_used_bytes"][0] == 2**30 and d["sm_clock_mhz"][0] == 1980
+    assert d["mem_clock_mhz"][0] == 2619 and d["temp_c"][0] == 55
+    assert d["gpu_util_pct"][0] == 75 and d["mem_util_pct"][0] == 30
+    assert d["clocks_event_reasons"][0] == 4
+    assert d["energy_mj"][0] == 1_035_000
+    assert np.isnan(d["energy_mj"][1:]).all()  # the costly energy counter: once a second
+    assert all(d[c].dtype == np.float64 for c in BASE_COLUMNS)
+    assert not [p for p in (tmp_path / "nvml").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_energy_read_once_a_second(tmp_path, fake_nvml, fake_clock):
+    s = make(tmp_path, fake_nvml(), fake_clock(step_ns=100_000_000))
+    for _ in range(25):
+        s.sample_once()
+    e = np.load(s.flush())["energy_mj"]
+    assert np.flatnonzero(np.isfinite(e)).tolist() == [0, 10, 20]
+    assert np.all(np.diff(e[np.isfinite(e)]) == 35_000)
+
+
+def test_failing_call_gives_nan_and_others_survive(tmp_path, fake_nvml, fake_clock):
+    s = make(tmp_path, fake_nvml(fail=("nvmlDeviceGetPowerUsage",)), fake_clock())
+    s.sample_once()
+    d = dict(np.load(s.flush()))
+    assert math.isnan(d["power_w"][0])
+    assert d["sm_clock_mhz"][0] == 1980
+
+
+def test_gpu_by_uuid_uses_nvml_index(tmp_path, fake_nvml, fake_clock):
+    s = make(tmp_path, fake_nvml(), fake_clock(), gpus=["GPU-1234"])
+    s.sample_once()
+    assert np.load(s.flush())["gpu"].tolist() == [3]
+
+
+def test_gpm_columns_on_supported_device(tmp_path, fake_nvml, fake_clock):
+    nv = fake_nvml(gpm=True)
+    s = make(tmp_path, nv, fake_clock(step_ns=100_000_000))
+    for _ in range(3):
+        s.sample_once()
+    d = dict(np.load(s.flush()))
+    assert set(GPM_COLUMNS) <= set(d)
+    assert np.isnan(d["gpm_tensor_active_pct"][0])  # first sample: no interval yet
+    assert d["gpm_tensor_active_pct"][1:].tolist() == [7.5, 7.5]  # metric id 5 * 1.5
+    assert d["gpm_sm_active_pct"][1] == 3.0 and d["pcie_rx_mibps"][1] == 31.5
+    assert np.isnan(d["nvlink_rx_mibps"][1])  # per-metric NOT_SUPPORTED -> NaN
+    assert d["nvlink_tx_mibps"][1] == 91.5
+    s.stop()
+    assert nv.calls.count("gpm_free") == 2
+
+
+def test_gpm_waits_for_minimum_interval(tmp_path, fake_nvml, fake_clock):
+    s = make(tmp_path, fake_nvml(gpm=True), fake_clock(step_ns=20_000_000))
+    for _ in range(4):
+        s.sample_once()
+    d = dict(np.load(s.flush()))
+    assert np.isnan(d["gpm_sm_active_pct"]).all()
+
+
+def test_no_gpm_columns_without_support(tmp_path, fake_nvml, fake_clock):
+    s = make(tmp_path, fake_nvml(gpm=False), fake_clock())
+    s.sample_once()
+    assert not set(GPM_COLUMNS) & set(np.load(s.flush()).files)
+
+
+def test_chunks_every_chunk_s(tmp_path, fake_nvml, fake_clock):
+    clock = fake_clock(step_ns=250_000_000)
+    s = make(tmp_path, fake_nvml(), clock, chunk_s=1.0)
+    written = []
+    for _ in range(10):
+        s.sample_once()
+        if (p := s.maybe_flush()) is not None:
+            written.append(p)
+    written += s.stop()[len(written):]
+    assert [p.name for p in written] == [f"rank2.{i}.npz" for i in range(len(written))]
+    assert len(written) >= 3
+    assert len(_load_all(written)["ts_ns"]) == 10
+
+
+def test_failed_write_leaves_no_partial_file(tmp_path, fake_nvml, fake_clock, monkeypatch):
+    s = make(tmp_path, fake_nvml(), fake_clock())
+    s.sample_once()
+
+    def boom(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(atomic.os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        s.flush()
+    assert list((tmp_path / "nvml").iterdir()) == []
+
+
+def test_missing_nvml_warns_once(caplog, fake_nvml):
+    bad = fake_nvml(fail=("nvmlInit",))
+    with caplog.at_level(logging.WARNING, logger="profkit.collectors.nvml"):
+        assert init_nvml(bad) is None
+        assert init_nvml(bad) is None
+    assert len(caplog.records) == 1
+    assert "NVML unavailable" in caplog.records[0].getMessage()
+
+
+def test_pynvml_not_installed_warns_once(caplog, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import raises ImportError
+    with caplog.at_level(logging.WARNING, logger="profkit.collectors.nvml"):
+        assert load_nvml() is None
+        assert load_nvml() is None
+    assert len(caplog.records) == 1
+
+
+def test_nothing_to_sample_without_gpus(tmp_path, fake_nvml):
+    s = NvmlSampler(tmp_path, 0, [], nvml=fake_nvml())
+    assert s.start() is False
+
+
+def test_background_thread_samples_and_stops(tmp_path, fake_nvml):
+    s = NvmlSampler(tmp_path, 0, [0], hz=200.0, nvml=fake_nvml())
+    assert s.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    paths = s.stop()
+    assert time.monotonic() - t0 < 1.0  # stop interrupts the sleep
+    d = _load_all(paths)
+    assert 10 < len(d["ts_ns"]) < 200
+    assert abs(int(d["ts_ns"][-1]) - time.time_ns()) < 5e9  # epoch ns, not monotonic
+    assert not s._thread.is_alive()
+    assert s.errors == 0
+    assert os.path.basename(paths[0]) == "rank0.0.npz"
