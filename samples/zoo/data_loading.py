@@ -1,0 +1,87 @@
+"""Zoo: data-loading-bound. A slow single-process DataLoader starves a small model.
+
+The Dataset's ``__getitem__`` spends --ms-per-batch / --batch milliseconds of pure-Python CPU
+work per sample (a stand-in for decoding and augmentation), and the DataLoader has
+num_workers=0, so the main thread builds every batch itself: each step the host sits in
+``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`` for ~40 ms while the GPU,
+which needs ~1 ms for the small MLP's forward and backward, idles.
+
+    python samples/zoo/data_loading.py --out RUN [--profiler torch|profkit] [--tiny --device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import common  # noqa: E402
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+
+FULL = dict(batch=64, features=1024, hidden=4096, ms_per_batch=40.0)
+TINY = dict(batch=4, features=16, hidden=32, ms_per_batch=10.0)
+
+
+class SlowDataset(Dataset):
+    """Synthetic samples that each cost work_s seconds of Python CPU time to 'decode'."""
+
+    def __init__(self, length: int, features: int, work_s: float) -> None:
+        self.length, self.features, self.work_s = length, features, work_s
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        deadline = time.perf_counter() + self.work_s
+        acc = index
+        while time.perf_counter() < deadline:  # busy, like a decoder would be
+            acc = (acc * 1103515245 + 12345) % 2**31
+        g = torch.Generator().manual_seed(acc)
+        x = torch.randn(self.features, generator=g)
+        return x, x.sum().reshape(1)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    common.add_common_args(p, profiler="profkit", steps=8)
+    p.add_argument("--batch", type=int)
+    p.add_argument("--features", type=int)
+    p.add_argument("--hidden", type=int)
+    p.add_argument("--ms-per-batch", type=float, help="CPU ms the dataset spends per batch")
+    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
+    common.validate(args, "zoo_data_loading")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    with common.session(args) as env:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(args.features, args.hidden), torch.nn.ReLU(),
+            torch.nn.Linear(args.hidden, args.features), torch.nn.ReLU(),
+            torch.nn.Linear(args.features, 1)).to(env.device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        dataset = SlowDataset(args.steps * args.batch, args.features,
+                              args.ms_per_batch / 1e3 / args.batch)
+        loader = iter(DataLoader(dataset, batch_size=args.batch, num_workers=0,
+                                 shuffle=False, pin_memory=False))
+
+        def step(_: int) -> None:
+            x, y = next(loader)
+            x, y = x.to(env.device, non_blocking=True), y.to(env.device, non_blocking=True)
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        times = common.run_steps(args, env, step)
+        common.report(args, env, "zoo/data_loading", times, label="data_loading",
+                      loader_ms_per_batch=args.ms_per_batch, num_workers=0)
+
+
+if __name__ == "__main__":
+    main()
