@@ -14,7 +14,7 @@ from profkit.model import empty_frame
 
 log = logging.getLogger(__name__)
 NVML_DIR = "nvml"
-KEY_COLUMNS = ("ts_ns", "gpu")
+KEY_COLUMNS = ("ts_ns", "gpu", "source")  # not metrics
 
 
 def counter_files(run_dir: Path, rank: int) -> list[Path]:

@@ -10,7 +10,8 @@ from profkit.model import SkippedFile
 RUN_JSON = "run.json"
 TRACE_SUFFIXES = (".json", ".json.gz")
 # Folders a profkit run directory keeps non-trace data in, and the cache.
-QUIET_DIRS = {"nvml", "nccl", ".profkit", "__pycache__"}
+QUIET_DIRS = {"nvml", "nccl", "ranks", ".profkit", "__pycache__"}
+CAPTURE_PREFIX = "capture-"  # on-demand captures: complete run directories of their own
 MAX_DEPTH = 3
 _RANK_RE = re.compile(r"(?:^|[^a-z])rank[-_.]?(\d+)", re.IGNORECASE)
 
@@ -35,7 +36,9 @@ def find_trace_files(path: Path) -> tuple[list[Path], list[SkippedFile]]:
     traces: list[Path] = []
     skipped: list[SkippedFile] = []
     for item in _walk(path, 0):
-        if is_trace_name(item):
+        if item.is_dir():
+            skipped.append(SkippedFile(str(item), "on-demand capture: a run of its own, load it separately"))
+        elif is_trace_name(item):
             traces.append(item)
         elif item.name != RUN_JSON and not item.name.startswith("."):
             skipped.append(SkippedFile(str(item), "not a trace file (expected .json or .json.gz)"))
@@ -48,7 +51,9 @@ def _walk(folder: Path, depth: int):
     except OSError:
         return
     for entry in entries:
-        if entry.is_dir():
+        if entry.is_dir() and entry.name.startswith(CAPTURE_PREFIX) and (entry / RUN_JSON).exists():
+            yield entry
+        elif entry.is_dir():
             if depth + 1 < MAX_DEPTH and entry.name not in QUIET_DIRS and not entry.name.startswith("."):
                 yield from _walk(entry, depth + 1)
         elif entry.is_file() and entry.parent.name not in QUIET_DIRS:

@@ -135,8 +135,9 @@ def load_run(path: str | Path, *, cache: bool = True, workers: int | None = None
     if not rank_data:
         detail = "; ".join(f"{s.path}: {s.reason}" for s in skipped) or "nothing readable"
         raise NoTracesError(f"{root}: no readable trace ({detail})")
-    run = Run(str(root), _run_meta(meta, rank_data), rank_data, skipped, notes)
+    run = Run(str(root), _run_meta(meta, rank_data, folder), rank_data, skipped, notes)
     _attach_counters(run, folder)
+    _attach_nccl(run, folder)
     _align_clocks(run)
     return run
 
@@ -208,8 +209,30 @@ def _drop_foreign(results: list[Ingested], meta: dict, skipped: list[SkippedFile
     return kept
 
 
-def _run_meta(meta: dict, ranks: dict[int, RankData]) -> dict[str, Any]:
+def read_rank_status(folder: Path) -> dict[int, dict]:
+    """Each rank's own final status (``ranks/rank{R}.json``) in a profkit run directory."""
+    out = {}
+    for path in sorted((folder / "ranks").glob("rank*.json")):
+        try:
+            status = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            log.warning("%s: unreadable rank status (%s)", path, exc)
+            continue
+        if isinstance(status, dict) and isinstance(status.get("rank"), int):
+            out[status["rank"]] = status
+    return out
+
+
+def _run_meta(meta: dict, ranks: dict[int, RankData], folder: Path) -> dict[str, Any]:
+    """run.json's facts, completed from the traces; a run is failed if any rank says so."""
     out = dict(meta)
+    status = read_rank_status(folder) if meta else {}
+    if status:
+        out["rank_status"] = {str(r): s.get("status") for r, s in status.items()}
+        failed = {r: s for r, s in status.items() if s.get("status") == "failed"}
+        if failed:
+            out["status"] = "failed"
+            out.setdefault("failed_ranks", sorted(failed))
     if not out.get("world_size"):
         sizes = [d.meta.get("distributed", {}).get("world_size") for d in ranks.values()]
         sizes = [s for s in sizes if isinstance(s, int)]
@@ -222,6 +245,18 @@ def _run_meta(meta: dict, ranks: dict[int, RankData]) -> dict[str, Any]:
 def _attach_counters(run: Run, folder: Path) -> None:
     for rank, data in run.ranks.items():
         data.counters = load_counters(folder, rank)
+
+
+def _attach_nccl(run: Run, folder: Path) -> None:
+    """NCCL logs and flight-recorder dumps of a profkit run, as tables; never fatal."""
+    if not (folder / "nccl").is_dir():
+        return
+    from profkit.nccl_logs import load_nccl_dir
+
+    try:
+        run.nccl = load_nccl_dir(folder)
+    except (OSError, ValueError) as exc:
+        run.notes.append(f"{folder / 'nccl'}: NCCL logs not read ({exc})")
 
 
 def _align_clocks(run: Run) -> None:

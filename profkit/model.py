@@ -57,6 +57,7 @@ class Run:
     ranks: dict[int, RankData]
     skipped: list[SkippedFile] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    nccl: dict[str, pd.DataFrame] = field(default_factory=dict)  # NCCL log / flight-recorder tables
 
     @property
     def world_size(self) -> int:
