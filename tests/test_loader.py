@@ -126,3 +126,35 @@ def test_single_file(tmp_path):
     path = write_trace(tmp_path / "whatever.json", trace_doc(rank=4, world_size=8))
     run = load_run(path)
     assert run.rank_ids == [4] and run.world_size == 8
+
+
+def test_a_failed_rank_marks_the_run_failed(tmp_path):
+    for r in (0, 1):
+        write_trace(tmp_path / "traces" / f"rank{r}.pt.trace.json.gz", trace_doc(rank=r))
+    (tmp_path / "run.json").write_text(json.dumps({"schema": "profkit.run/1", "world_size": 2,
+                                                   "status": "ok"}))
+    (tmp_path / "ranks").mkdir()
+    (tmp_path / "ranks" / "rank0.json").write_text(json.dumps({"rank": 0, "status": "ok"}))
+    (tmp_path / "ranks" / "rank1.json").write_text(json.dumps({"rank": 1, "status": "failed"}))
+    run = load_run(tmp_path)
+    assert run.meta["status"] == "failed" and run.meta["failed_ranks"] == [1]
+    assert run.skipped == []  # the status files are not mistaken for traces
+
+
+def test_on_demand_captures_are_separate_runs(tmp_path):
+    write_trace(tmp_path / "traces" / "rank0.pt.trace.json.gz", trace_doc(rank=0, world_size=1))
+    capture = tmp_path / "capture-1-20261122T000000"
+    write_trace(capture / "traces" / "rank0.pt.trace.json.gz", trace_doc(rank=0, world_size=1))
+    (capture / "run.json").write_text("{}")
+    run = load_run(tmp_path)
+    assert run.ranks[0].path.startswith(str(tmp_path / "traces"))
+    assert "on-demand capture" in reasons(run)["capture-1-20261122T000000"]
+    assert load_run(capture).rank_ids == [0]
+
+
+def test_nvml_source_column_is_not_a_metric(tmp_path):
+    write_trace(tmp_path / "traces" / "rank0.pt.trace.json.gz", trace_doc(rank=0, world_size=1))
+    (tmp_path / "nvml").mkdir()
+    np.savez(tmp_path / "nvml" / "rank0.0.npz", ts_ns=np.array([BASE_NS]), gpu=np.array([0]),
+             source=np.array([0], dtype=np.int8), power_w=np.array([300.0]))
+    assert set(load_run(tmp_path).ranks[0].counters[S.METRIC].astype(str)) == {"power_w"}
