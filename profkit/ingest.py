@@ -31,6 +31,7 @@ def build_tables(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     _classify_gpu(ev, is_gpu, args)
     steps = step_table(ev)
     ev[S.STEP] = assign_steps(ev, steps)
+    steps = add_gpu_spans(steps, ev)
     coll = build_collectives(ev, args)
     order = np.argsort(ev[S.TS_NS].to_numpy(), kind="stable")
     ev = ev.iloc[order].reset_index(drop=True)
@@ -144,7 +145,19 @@ def step_table(ev: pd.DataFrame) -> pd.DataFrame:
     rows = rows.assign(**{S.STEP: number}).dropna(subset=[S.STEP])
     rows = rows.sort_values(S.DUR_NS, ascending=False).drop_duplicates(S.STEP)
     rows[S.STEP] = rows[S.STEP].astype(np.int64)
-    return rows.sort_values(S.TS_NS)[list(S.STEP_COLUMNS)].reset_index(drop=True)
+    return rows.sort_values(S.TS_NS)[[S.STEP, S.TS_NS, S.DUR_NS]].reset_index(drop=True)
+
+
+def add_gpu_spans(steps: pd.DataFrame, ev: pd.DataFrame) -> pd.DataFrame:
+    """Bounds of the GPU work each step launched (-1 where it launched none)."""
+    gpu = ev[ev[S.KIND].isin(S.GPU_KINDS).to_numpy() & (ev[S.STEP] >= 0).to_numpy()]
+    spans = pd.DataFrame({S.STEP: gpu[S.STEP], "start": gpu[S.TS_NS],
+                          "end": gpu[S.TS_NS] + gpu[S.DUR_NS]})
+    spans = spans.groupby(S.STEP).agg(start=("start", "min"), end=("end", "max"))
+    out = steps.copy()
+    out[S.GPU_START_NS] = out[S.STEP].map(spans["start"]).fillna(-1).astype(np.int64)
+    out[S.GPU_END_NS] = out[S.STEP].map(spans["end"]).fillna(-1).astype(np.int64)
+    return out[list(S.STEP_COLUMNS)]
 
 
 def assign_steps(ev: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:

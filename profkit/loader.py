@@ -79,21 +79,36 @@ def ingest_file(path: str, use_cache: bool = True) -> Ingested:
 
 def _ingest_all(files: list[Path], use_cache: bool, workers: int | None,
                 progress: Callable[[int, int], None] | None) -> list[Ingested]:
-    total_bytes = sum(f.stat().st_size for f in files)
-    workers = workers or min(len(files), os.cpu_count() or 1)
-    results: list[Ingested] = []
-    if workers <= 1 or len(files) == 1 or total_bytes < PARALLEL_MIN_BYTES:
-        for i, f in enumerate(files):
-            results.append(ingest_file(str(f), use_cache))
-            if progress:
-                progress(i + 1, len(files))
-        return results
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for i, res in enumerate(pool.map(ingest_file, map(str, files), [use_cache] * len(files))):
-            results.append(res)
-            if progress:
-                progress(i + 1, len(files))
-    return results
+    """Cache hits are read here (cheaper than shipping tables back from a worker); the
+    misses are parsed in parallel processes when they are large enough to pay for them."""
+    results: dict[int, Ingested] = {}
+    done = 0
+
+    def finish(i: int, res: Ingested) -> None:
+        nonlocal done
+        results[i] = res
+        done += 1
+        if progress:
+            progress(done, len(files))
+
+    misses = []
+    for i, f in enumerate(files):
+        hit = cache.load(f) if use_cache else None
+        if hit is not None:
+            finish(i, Ingested(str(f), hit[0], hit[1]))
+        else:
+            misses.append(i)
+    total_bytes = sum(files[i].stat().st_size for i in misses)
+    workers = workers or min(len(misses), os.cpu_count() or 1)
+    if workers <= 1 or len(misses) <= 1 or total_bytes < PARALLEL_MIN_BYTES:
+        for i in misses:
+            finish(i, ingest_file(str(files[i]), use_cache))
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            paths = [str(files[i]) for i in misses]
+            for i, res in zip(misses, pool.map(ingest_file, paths, [use_cache] * len(paths))):
+                finish(i, res)
+    return [results[i] for i in range(len(files))]
 
 
 def read_run_json(folder: Path) -> dict[str, Any]:
@@ -268,6 +283,8 @@ def _align_clocks(run: Run) -> None:
         if offset:
             data.events[S.TS_NS] -= offset
             data.steps[S.TS_NS] -= offset
+            for col in (S.GPU_START_NS, S.GPU_END_NS):
+                data.steps[col] = data.steps[col].where(data.steps[col] < 0, data.steps[col] - offset)
             data.counters[S.TS_NS] -= offset
             data.collectives[S.TS_NS] -= offset
             cpu = data.collectives[S.CPU_TS_NS]

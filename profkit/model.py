@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from profkit import schema as S
@@ -74,6 +75,31 @@ class Run:
         """This rank's clock minus rank 0's (subtract it to align), from run.json."""
         offsets = self.meta.get("clock_offsets_ns") or {}
         return int(offsets.get(str(rank), offsets.get(rank, 0)) or 0)
+
+
+def step_spans(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(start_ns, end_ns) of each step: its CPU range joined with the GPU work it launched."""
+    cpu_start = steps[S.TS_NS].to_numpy()
+    cpu_end = cpu_start + steps[S.DUR_NS].to_numpy()
+    gpu_start = steps[S.GPU_START_NS].to_numpy()
+    gpu_end = steps[S.GPU_END_NS].to_numpy()
+    has_gpu = gpu_start >= 0
+    start = np.where(has_gpu, np.minimum(cpu_start, gpu_start), cpu_start)
+    end = np.where(has_gpu, np.maximum(cpu_end, gpu_end), cpu_end)
+    return start, end
+
+
+def step_times_ns(steps: pd.DataFrame) -> np.ndarray:
+    """Wall time of each step, ns: from the end of the previous step's span to the end of
+    this one's (the first step: its whole span). When the CPU runs ahead of the GPU, spans
+    overlap and this, not the span length, is the time the job spends per step."""
+    start, end = step_spans(steps)
+    if len(end) == 0:
+        return end
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], end[order]
+    prev_end = np.concatenate([[start[0]], end[:-1]])
+    return end - np.maximum(prev_end, np.minimum(start, end))
 
 
 def empty_frame(columns: tuple[str, ...]) -> pd.DataFrame:

@@ -8,7 +8,7 @@ distinct values are pandas categoricals.
 from __future__ import annotations
 
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 1
+TABLES_VERSION = 2
 
 # --- events: one row per complete ('X') event of one rank ------------------------------
 TS_NS = "ts_ns"  # start, epoch ns on the aligned clock
@@ -89,7 +89,12 @@ VALUE = "value"
 COUNTER_COLUMNS = (TS_NS, DEVICE, METRIC, VALUE)
 
 # --- steps: one row per ProfilerStep of one rank ----------------------------------------
-STEP_COLUMNS = (STEP, TS_NS, DUR_NS)
+# ts_ns / dur_ns are the CPU ProfilerStep range. The GPU runs behind the CPU, so the GPU
+# work launched in a step (by correlation) can end long after it: gpu_ts_ns / gpu_end_ns
+# bound that work (-1 when the step launched none). A step's span is the union of both.
+GPU_START_NS = "gpu_ts_ns"
+GPU_END_NS = "gpu_end_ns"
+STEP_COLUMNS = (STEP, TS_NS, DUR_NS, GPU_START_NS, GPU_END_NS)
 
 DTYPE_BYTES = {
     "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2,

@@ -11,12 +11,13 @@ import pandas as pd
 
 from profkit import intervals
 from profkit import schema as S
-from profkit.model import RankData, Run
+from profkit.model import RankData, Run, step_spans, step_times_ns
 
 
 def rank_summary(data: RankData) -> dict:
-    """Counts and GPU time of one rank. Window: the profiled steps when the trace has
-    them, else first GPU start to last GPU end. Times in ms."""
+    """Counts and GPU time of one rank. Window: the profiled steps (CPU ranges joined with
+    the GPU work they launched) when the trace has them, else first GPU start to last GPU
+    end. Times in ms."""
     ev = data.events
     gpu = ev[ev[S.KIND].isin(S.GPU_KINDS)]
     row = {
@@ -25,8 +26,9 @@ def rank_summary(data: RankData) -> dict:
         "gpu_events": len(gpu),
         "steps": len(data.steps),
         "collectives": len(data.collectives),
-        "step_ms_median": float(data.steps[S.DUR_NS].median() / 1e6) if len(data.steps) else np.nan,
     }
+    times = step_times_ns(data.steps)
+    row["step_ms_median"] = float(np.median(times) / 1e6) if len(times) else np.nan
     lo, hi = _window(data, gpu)
     row["window_ms"] = (hi - lo) / 1e6 if hi > lo else 0.0
     busy = intervals.union(gpu[S.TS_NS], gpu[S.TS_NS] + gpu[S.DUR_NS])
@@ -41,9 +43,8 @@ def rank_summary(data: RankData) -> dict:
 
 def _window(data: RankData, gpu: pd.DataFrame) -> tuple[int, int]:
     if len(data.steps):
-        lo = int(data.steps[S.TS_NS].min())
-        hi = int((data.steps[S.TS_NS] + data.steps[S.DUR_NS]).max())
-        return lo, hi
+        starts, ends = step_spans(data.steps)
+        return int(starts.min()), int(ends.max())
     if len(gpu):
         return int(gpu[S.TS_NS].min()), int((gpu[S.TS_NS] + gpu[S.DUR_NS]).max())
     return 0, 0

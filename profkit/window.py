@@ -7,7 +7,7 @@ import math
 from profkit import schema as S
 from profkit.errors import UsageError
 from profkit.merge import Window
-from profkit.model import Run
+from profkit.model import Run, step_spans
 
 
 def run_start_ns(run: Run) -> int:
@@ -32,7 +32,8 @@ def window_for(run: Run, steps: tuple[float, float] | None,
         for data in run.ranks.values():
             st = data.steps[(data.steps[S.STEP] >= lo) & (data.steps[S.STEP] <= hi)]
             if len(st):
-                spans.append((int(st[S.TS_NS].min()), int((st[S.TS_NS] + st[S.DUR_NS]).max())))
+                starts, ends = step_spans(st)
+                spans.append((int(starts.min()), int(ends.max())))
         if not spans:
             raise UsageError(f"--steps {lo:g}:{hi:g}: no rank has ProfilerSteps in that range")
         return Window(min(s for s, _ in spans), max(e for _, e in spans))
