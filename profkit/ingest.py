@@ -7,98 +7,43 @@ binary search, collectives by an as-of join.
 
 from __future__ import annotations
 
-from operator import attrgetter
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from profkit import classify
 from profkit import schema as S
+from profkit.accumulate import SparseArgs, accumulate
 from profkit.collectives import build_collectives
-from profkit.columns import categorical, category_mask, ids_to_int, to_float, to_int, us_to_ns
-from profkit.tracefile import Args, Trace
+from profkit.columns import category_mask
+from profkit.tracefile import Trace
 
-_EMPTY_ARGS = Args()
 STEP_PREFIX = "ProfilerStep#"
 
 
-def build_tables(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(events, collectives, steps) of one trace."""
-    xs, args, ts_us = _complete_events(trace)
-    ev = _base_columns(xs, args, ts_us, int(trace.baseTimeNanoseconds or 0))
+class Tables(NamedTuple):
+    events: pd.DataFrame
+    collectives: pd.DataFrame
+    steps: pd.DataFrame
+    metadata: list  # the trace's 'M' (metadata) events: process and thread names
+
+
+def build_tables(trace: Trace) -> Tables:
+    """The tables of one trace."""
+    acc = accumulate(trace)
+    ev = acc.frame(int(trace.header.baseTimeNanoseconds or 0))
+    args = acc.coll_args
     is_gpu = ev[S.KIND].isin(S.GPU_KINDS).to_numpy()
-    _device_columns(ev, args, is_gpu)
     _classify_gpu(ev, is_gpu, args)
     steps = step_table(ev)
     ev[S.STEP] = assign_steps(ev, steps)
     steps = add_gpu_spans(steps, ev)
     coll = build_collectives(ev, args)
-    order = np.argsort(ev[S.TS_NS].to_numpy(), kind="stable")
-    ev = ev.iloc[order].reset_index(drop=True)
-    return ev[list(S.EVENT_COLUMNS)], coll, steps
+    return Tables(ev[list(S.EVENT_COLUMNS)], coll, steps, acc.metadata)
 
 
-def _complete_events(trace: Trace) -> tuple[list, list[Args], np.ndarray]:
-    """The 'X' events that have a timestamp, their args, and their ts in us."""
-    xs = [e for e in trace.traceEvents if e.ph == "X"]
-    ts_us = to_float([e.ts for e in xs])
-    keep = np.isfinite(ts_us)
-    if not keep.all():
-        xs = [e for e, k in zip(xs, keep) if k]
-        ts_us = ts_us[keep]
-    return xs, [e.args or _EMPTY_ARGS for e in xs], ts_us
-
-
-def _base_columns(xs: list, args: list[Args], ts_us: np.ndarray, base_ns: int) -> pd.DataFrame:
-    dur_us = np.nan_to_num(to_float([e.dur for e in xs]), nan=0.0).clip(min=0)
-    cats = categorical([e.cat for e in xs])
-    return pd.DataFrame({
-        S.TS_NS: base_ns + us_to_ns(ts_us),
-        S.DUR_NS: np.rint(dur_us * 1000).astype(np.int64),
-        S.NAME: categorical([e.name for e in xs]),
-        S.CAT: cats,
-        S.KIND: _map_categorical(cats, classify.kinds_for_categories),
-        S.PID: ids_to_int([e.pid for e in xs]),
-        S.TID: ids_to_int([e.tid for e in xs]),
-        S.CORRELATION: to_int([a.correlation for a in args]),
-        S.EXTERNAL_ID: to_int([a.external_id for a in args]),
-    })
-
-
-def _arg_column(args: list[Args], rows: np.ndarray, attr: str) -> np.ndarray:
-    """float64 column of one arg, read only on ``rows`` (NaN elsewhere)."""
-    out = np.full(len(args), np.nan)
-    if len(rows):
-        get = attrgetter(attr)
-        out[rows] = to_float([get(args[i]) for i in rows])
-    return out
-
-
-def _device_columns(ev: pd.DataFrame, args: list[Args], is_gpu: np.ndarray) -> None:
-    """Stream, device and the per-kind numeric args, each read only where it applies."""
-    kind = ev[S.KIND].to_numpy()
-    gpu_rows = np.flatnonzero(is_gpu)
-    kernels = np.flatnonzero(kind == S.KIND_KERNEL)
-    for col, attr, fallback in ((S.STREAM, "stream", S.TID), (S.DEVICE, "device", S.PID)):
-        values = _arg_column(args, gpu_rows, attr)
-        values = np.where(np.isfinite(values), values, ev[fallback].to_numpy())
-        ev[col] = np.where(is_gpu, values, -1).astype(np.int64)
-    ev[S.BLOCKS_PER_SM] = _arg_column(args, kernels, "blocks_per_sm")
-    ev[S.OCCUPANCY_PCT] = _arg_column(args, kernels, "occupancy_pct")
-    ev[S.FLOPS] = _arg_column(args, np.flatnonzero(kind == S.KIND_CPU_OP), "flops")
-    copies = np.flatnonzero((kind == S.KIND_MEMCPY) | (kind == S.KIND_MEMSET))
-    ev[S.BYTES] = _arg_column(args, copies, "bytes")
-
-
-def _map_categorical(cat: pd.Categorical, fn) -> pd.Categorical:
-    """Apply ``fn`` (unique values -> labels) to a categorical's categories."""
-    labels = fn(np.asarray(cat.categories, dtype=object))
-    uniq, inverse = np.unique(labels.astype(str), return_inverse=True)
-    codes = np.where(cat.codes >= 0, inverse[cat.codes], -1)
-    return pd.Categorical.from_codes(codes, categories=pd.Index(uniq))
-
-
-def _classify_gpu(ev: pd.DataFrame, is_gpu: np.ndarray, args: list[Args]) -> None:
+def _classify_gpu(ev: pd.DataFrame, is_gpu: np.ndarray, args: SparseArgs) -> None:
     n = len(ev)
     cls = np.full(n, "", dtype=object)
     sub = np.full(n, "", dtype=object)
@@ -120,8 +65,9 @@ def _classify_gpu(ev: pd.DataFrame, is_gpu: np.ndarray, args: list[Args]) -> Non
 def _upgrade_comm_kernels(ev, is_gpu, args, cls, sub) -> None:
     """Kernels carrying collective args, or launched by a communication CPU op, are
     communication even when their name is not a known communication kernel."""
-    idx = np.flatnonzero(is_gpu & (ev[S.KIND] == S.KIND_KERNEL).to_numpy())
-    named = [(i, args[i].collective) for i in idx if args[i].collective is not None]
+    kernel = is_gpu & (ev[S.KIND] == S.KIND_KERNEL).to_numpy()
+    idx = np.flatnonzero(kernel)
+    named = [(i, a.collective) for i, a in args.items() if kernel[i] and a.collective is not None]
     for i, collective in named:
         cls[i], sub[i] = S.CLS_COMMUNICATION, classify.collective_kind(collective)
     comm_ops = ~is_gpu & category_mask(ev[S.NAME], classify.COMM_OP_RE.pattern)

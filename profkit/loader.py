@@ -35,24 +35,24 @@ class Ingested:
     error: str | None = None
 
 
-def trace_meta(path: Path, trace: tracefile.Trace) -> dict[str, Any]:
-    """The header facts of one trace that the model keeps."""
-    dist = trace.distributedInfo if isinstance(trace.distributedInfo, dict) else {}
-    names = {}
-    for ev in trace.traceEvents:
-        if ev.ph == "M" and ev.name in ("process_name", "process_labels") and ev.args:
+def trace_meta(path: Path, header: tracefile.Header, metadata: list, count: int) -> dict[str, Any]:
+    """The header facts of one trace that the model keeps (``metadata``: its 'M' events)."""
+    dist = header.distributedInfo if isinstance(header.distributedInfo, dict) else {}
+    names: dict[str, dict] = {}
+    for ev in metadata:
+        if ev.name in ("process_name", "process_labels") and ev.args:
             entry = names.setdefault(str(ev.pid), {})
             entry[ev.name] = ev.args.name if ev.name == "process_name" else ev.args.labels
     return {
         "source": str(path),
         "distributed": dist,
-        "devices": trace.deviceProperties if isinstance(trace.deviceProperties, list) else [],
-        "base_time_ns": trace.baseTimeNanoseconds,
-        "host": trace.host_name or trace.hostname,
-        "trace_id": trace.trace_id,
-        "profkit_run_id": trace.profkit_run_id,
+        "devices": header.deviceProperties if isinstance(header.deviceProperties, list) else [],
+        "base_time_ns": header.baseTimeNanoseconds,
+        "host": header.host_name or header.hostname,
+        "trace_id": header.trace_id,
+        "profkit_run_id": header.profkit_run_id,
         "process_names": names,
-        "raw_event_count": len(trace.traceEvents),
+        "raw_event_count": count,
     }
 
 
@@ -65,13 +65,13 @@ def ingest_file(path: str, use_cache: bool = True) -> Ingested:
             return Ingested(path, hit[0], hit[1])
     try:
         trace = tracefile.load(trace_path)
-        events, collectives, steps = ingest.build_tables(trace)
+        events, collectives, steps, metadata = ingest.build_tables(trace)
     except TraceError as exc:
         return Ingested(path, error=exc.problem)
     except MemoryError:
         return Ingested(path, error="out of memory while reading (try --ranks to load fewer)")
     tables = {"events": events, "collectives": collectives, "steps": steps}
-    meta = trace_meta(trace_path, trace)
+    meta = trace_meta(trace_path, trace.header, metadata, len(trace))
     if use_cache:
         cache.store(trace_path, tables, meta)
     return Ingested(path, tables, meta)

@@ -3,14 +3,15 @@ import pytest
 
 from profkit import schema as S
 from profkit import tracefile
-from profkit.ingest import build_tables, us_to_ns
+from profkit.columns import us_to_ns
+from profkit.ingest import build_tables
 from tests.factories import BASE_NS, trace_doc, write_trace
 
 
 @pytest.fixture
 def tables(tmp_path):
     path = write_trace(tmp_path / "rank0.json", trace_doc())
-    return build_tables(tracefile.load(path))
+    return build_tables(tracefile.load(path))[:3]
 
 
 def by_name(ev, prefix):
@@ -51,7 +52,7 @@ def test_steps_follow_the_launch_not_the_kernel_start(tmp_path):
          "tid": 7, "args": {"correlation": 9, "stream": 7, "device": 0}},
     ]
     path = write_trace(tmp_path / "t.json", trace_doc(events=events))
-    ev, _, steps = build_tables(tracefile.load(path))
+    ev, _, steps, _ = build_tables(tracefile.load(path))
     assert list(steps[S.STEP]) == [1, 2]
     assert list(steps[S.DUR_NS]) == [1_000_000, 1_000_000]
     assert by_name(ev, "late_gemm")[S.STEP] == 1
@@ -81,7 +82,7 @@ def test_kernel_args_come_from_record_param_comms_when_the_kernel_lacks_them(tmp
          "dur": 40.0, "pid": 0, "tid": 20, "args": {"correlation": 5, "stream": 20}},
     ]
     path = write_trace(tmp_path / "t.json", trace_doc(events=events))
-    _, coll, _ = build_tables(tracefile.load(path))
+    _, coll, _, _ = build_tables(tracefile.load(path))
     row = coll.iloc[0]
     assert row[S.COLL_NAME] == "all_gather"
     assert row[S.MSG_BYTES] == 20 * 2
@@ -95,7 +96,7 @@ def test_cpu_backend_collectives_come_from_cpu_ops(tmp_path):
                                           "In msg nelems": 8, "Out msg nelems": 8}},
     ]
     path = write_trace(tmp_path / "t.json", trace_doc(events=events))
-    _, coll, _ = build_tables(tracefile.load(path))
+    _, coll, _, _ = build_tables(tracefile.load(path))
     assert len(coll) == 1 and not coll.iloc[0][S.ON_GPU]
     assert coll.iloc[0][S.DUR_NS] == 50_000
 
@@ -104,7 +105,7 @@ def test_trace_without_base_time_uses_absolute_microseconds(tmp_path):
     doc = trace_doc()
     del doc["baseTimeNanoseconds"]
     path = write_trace(tmp_path / "t.json", doc)
-    ev, _, _ = build_tables(tracefile.load(path))
+    ev, _, _, _ = build_tables(tracefile.load(path))
     assert by_name(ev, "sm90_xmma_gemm")[S.TS_NS] == 100_000
 
 
@@ -117,7 +118,7 @@ def test_string_pids_and_missing_fields_do_not_break_ingest(tmp_path):
         {"ph": "i", "name": "instant", "pid": 1, "tid": 1, "ts": 4.0, "s": "t"},
     ]
     path = write_trace(tmp_path / "t.json", trace_doc(events=events))
-    ev, coll, steps = build_tables(tracefile.load(path))
+    ev, coll, steps, _ = build_tables(tracefile.load(path))
     assert len(ev) == 2  # the event without ts cannot be placed; the instant is not an X
     assert ev[S.PID].dtype == np.int64
     assert ev[ev[S.NAME] == "no category"][S.DUR_NS].iloc[0] == 0

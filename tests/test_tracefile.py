@@ -57,13 +57,13 @@ def test_gzip_of_empty(tmp_path):
 def test_bare_event_list_is_a_trace(tmp_path):
     path = tmp_path / "a.json"
     path.write_text('[{"ph": "X", "name": "k", "cat": "kernel", "ts": 1, "dur": 2, "pid": 0, "tid": 7}]')
-    assert len(tracefile.load(path).traceEvents) == 1
+    assert len(tracefile.load(path).events()) == 1
 
 
 def test_unexpected_types_fall_back_to_the_lenient_decoder(tmp_path):
     path = tmp_path / "a.json"
     path.write_text('{"traceEvents": [{"ph": "X", "name": "k", "ts": "12.5", "dur": 2, "pid": 0,'
                     ' "tid": 7, "args": [1, 2]}, {"ph": "X", "name": "ok", "ts": 3, "pid": 1, "tid": 1}]}')
-    events = tracefile.load(path).traceEvents
+    events = tracefile.load(path).events()
     assert [e.name for e in events] == ["k", "ok"]
     assert events[0].ts == 12.5 and events[0].args is None

@@ -1,0 +1,167 @@
+"""Building the event columns of one trace batch by batch.
+
+Each batch of decoded events is reduced to numpy arrays and integer codes at once and then
+dropped, so the decoded events of the whole trace are never alive together. Names and
+categories are coded against trace-wide dictionaries; the few events carrying collective
+arguments keep their decoded args for the collectives table.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+
+import numpy as np
+import pandas as pd
+
+from profkit import classify
+from profkit import schema as S
+from profkit.columns import ids_to_int, to_float, us_to_ns
+from profkit.tracefile import Args, Event, Trace
+
+EMPTY_ARGS = Args()
+
+
+class SparseArgs(dict):
+    """Row -> decoded args, for the rows that carry collective arguments; empty otherwise."""
+
+    def __missing__(self, row: int) -> Args:
+        return EMPTY_ARGS
+
+
+class Codes:
+    """Trace-wide dictionary coding of string values (None and non-strings as text)."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def encode(self, values: list) -> np.ndarray:
+        codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
+        lut = np.array([self.index.setdefault("" if u is None else str(u), len(self.index))
+                        for u in uniques], dtype=np.int32)
+        return lut[codes] if len(codes) else np.empty(0, np.int32)
+
+    def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        return pd.Categorical.from_codes(codes, categories=pd.Index(list(self.index), dtype=str))
+
+
+# (column, Args attribute, the kinds it is read for: None means every event)
+_ARG_COLUMNS = (
+    (S.CORRELATION, "correlation", None),
+    (S.EXTERNAL_ID, "external_id", None),
+    ("stream_arg", "stream", S.GPU_KINDS),
+    ("device_arg", "device", S.GPU_KINDS),
+    (S.BLOCKS_PER_SM, "blocks_per_sm", (S.KIND_KERNEL,)),
+    (S.OCCUPANCY_PCT, "occupancy_pct", (S.KIND_KERNEL,)),
+    (S.FLOPS, "flops", (S.KIND_CPU_OP,)),
+    (S.BYTES, "bytes", (S.KIND_MEMCPY, S.KIND_MEMSET)),
+)
+
+
+class Accumulator:
+    """Collects the complete ('X') events of a trace, batch by batch."""
+
+    def __init__(self) -> None:
+        self.names, self.cats = Codes(), Codes()
+        self.cat_kind: list[str] = []  # kind of each category code
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.coll_args = SparseArgs()
+        self.metadata: list[Event] = []
+        self.rows = 0
+
+    def add(self, batch: list[Event]) -> None:
+        self.metadata.extend(e for e in batch if e.ph == "M")
+        xs = [e for e in batch if e.ph == "X"]
+        ts_us = to_float([e.ts for e in xs])
+        if not np.isfinite(ts_us).all():  # events without a time cannot be placed
+            xs = [e for e, ok in zip(xs, np.isfinite(ts_us)) if ok]
+            ts_us = ts_us[np.isfinite(ts_us)]
+        cat_codes = self.cats.encode([e.cat for e in xs])
+        self._extend_kinds()
+        kind = np.asarray(self.cat_kind, dtype=object)[cat_codes] if len(xs) else np.empty(0, object)
+        args = [e.args or EMPTY_ARGS for e in xs]
+        self._put("ts_us", ts_us)
+        self._put(S.DUR_NS, np.rint(np.nan_to_num(to_float([e.dur for e in xs])).clip(0) * 1000))
+        self._put(S.NAME, self.names.encode([e.name for e in xs]))
+        self._put(S.CAT, cat_codes)
+        self._put(S.PID, ids_to_int([e.pid for e in xs]))
+        self._put(S.TID, ids_to_int([e.tid for e in xs]))
+        for column, attr, kinds in _ARG_COLUMNS:
+            rows = np.arange(len(xs)) if kinds is None else np.flatnonzero(np.isin(kind, kinds))
+            self._put(column, _read_arg(args, rows, attr))
+        for i, a in enumerate(args):
+            if a.collective is not None or a.in_nelems is not None:
+                self.coll_args[self.rows + i] = a
+        self.rows += len(xs)
+
+    def _extend_kinds(self) -> None:
+        new = list(self.cats.index)[len(self.cat_kind):]
+        self.cat_kind.extend(classify.kinds_for_categories(np.array(new, dtype=object)))
+
+    def _put(self, column: str, values: np.ndarray) -> None:
+        self.parts.setdefault(column, []).append(values)
+
+    def frame(self, base_ns: int) -> pd.DataFrame:
+        """The events table, sorted by start time (ts on the epoch clock; stream and device
+        set on GPU rows). Consumes the collected parts; ``coll_args`` is re-keyed to the
+        sorted rows."""
+        ts_us = self._take("ts_us")
+        order = np.argsort(ts_us, kind="stable")
+        self._rekey_args(order)
+        cats = self.cats.categorical(self._take(S.CAT, order).astype(np.int32))
+        kinds = np.asarray(self.cat_kind + [S.KIND_OTHER], dtype=object)
+        ev = pd.DataFrame({
+            S.TS_NS: base_ns + us_to_ns(ts_us[order]),
+            S.DUR_NS: self._take(S.DUR_NS, order).astype(np.int64),
+            S.NAME: self.names.categorical(self._take(S.NAME, order).astype(np.int32)),
+            S.CAT: cats,
+            S.KIND: pd.Categorical(kinds[cats.codes], categories=S.KINDS),
+        })
+        for name in (S.PID, S.TID):
+            ev[name] = self._take(name, order).astype(np.int64)
+        for name in (S.CORRELATION, S.EXTERNAL_ID):
+            ev[name] = _as_int(self._take(name, order))
+        is_gpu = ev[S.KIND].isin(S.GPU_KINDS).to_numpy()
+        for name, arg, fallback in ((S.STREAM, "stream_arg", S.TID), (S.DEVICE, "device_arg", S.PID)):
+            values = self._take(arg, order)
+            values = np.where(np.isfinite(values), values, ev[fallback].to_numpy())
+            ev[name] = np.where(is_gpu, values, -1).astype(np.int64)
+        for name in (S.BLOCKS_PER_SM, S.OCCUPANCY_PCT, S.FLOPS, S.BYTES):
+            ev[name] = self._take(name, order)
+        return ev
+
+    def _take(self, column: str, order: np.ndarray | None = None) -> np.ndarray:
+        """One collected column, concatenated (and reordered), its parts released."""
+        parts = self.parts.pop(column, [])
+        values = np.concatenate(parts) if parts else np.empty(0)
+        del parts
+        return values if order is None else values[order]
+
+    def _rekey_args(self, order: np.ndarray) -> None:
+        new_row = np.empty(len(order), dtype=np.int64)
+        new_row[order] = np.arange(len(order))
+        self.coll_args = SparseArgs({int(new_row[i]): a for i, a in self.coll_args.items()})
+
+
+def _read_arg(args: list[Args], rows: np.ndarray, attr: str) -> np.ndarray:
+    """float64 column of one arg, read only on ``rows`` (NaN elsewhere)."""
+    out = np.full(len(args), np.nan)
+    if len(rows):
+        get = attrgetter(attr)
+        out[rows] = to_float([get(args[i]) for i in rows])
+    return out
+
+
+def _as_int(values: np.ndarray, missing: int = -1) -> np.ndarray:
+    out = np.full(len(values), missing, dtype=np.int64)
+    ok = np.isfinite(values)
+    out[ok] = values[ok].astype(np.int64)
+    return out
+
+
+def accumulate(trace: Trace) -> Accumulator:
+    """Every batch of the trace collected; the trace's raw buffers are released after."""
+    acc = Accumulator()
+    for batch in trace.batches():
+        acc.add(batch)
+    trace.release()
+    return acc
