@@ -49,7 +49,7 @@ def _progress(done: int, total: int) -> None:
 def _load(args):
     from profkit.loader import load_run
 
-    return load_run(args.run, cache=not args.no_cache, strict=args.strict,
+    return load_run(args.run, cache=not args.no_cache, strict=args.strict, workers=args.workers,
                     ranks=parse_ranks(getattr(args, "ranks", None)), progress=_progress)
 
 
@@ -90,6 +90,8 @@ def _add_load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true",
                    help="fail on duplicate ranks or traces from another run instead of skipping them")
     p.add_argument("--ranks", help="only these ranks, e.g. 0,2,4-7")
+    p.add_argument("--workers", type=int, help="traces parsed at once (default: the CPU count, "
+                   "fewer when free memory is short)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -25,6 +25,24 @@ from profkit.model import RankData, Run, SkippedFile
 
 log = logging.getLogger(__name__)
 PARALLEL_MIN_BYTES = 16 << 20  # below this, process start-up costs more than it saves
+# Peak memory of ingesting one trace, per byte of its JSON (measured ~2.4 on 306 MB files,
+# see BENCHMARKS.md); used to run no more workers at once than the free memory can hold.
+INGEST_BYTES_PER_JSON_BYTE = 2.5
+GZIP_EXPANSION = 12  # typical JSON bytes per gzip byte of a Kineto trace
+
+
+def memory_safe_workers(sizes: list[int], wanted: int, free_bytes: int | None = None) -> int:
+    """How many traces to ingest at once so that their peak memory fits in 70% of the
+    free memory (at least one)."""
+    if free_bytes is None:
+        try:
+            free_bytes = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            return wanted
+    per_worker = INGEST_BYTES_PER_JSON_BYTE * max(sizes, default=0)
+    if per_worker <= 0:
+        return wanted
+    return max(1, min(wanted, int(0.7 * free_bytes // per_worker)))
 
 
 @dataclass
@@ -98,8 +116,9 @@ def _ingest_all(files: list[Path], use_cache: bool, workers: int | None,
             finish(i, Ingested(str(f), hit[0], hit[1]))
         else:
             misses.append(i)
-    total_bytes = sum(files[i].stat().st_size for i in misses)
-    workers = workers or min(len(misses), os.cpu_count() or 1)
+    sizes = [_json_bytes(files[i]) for i in misses]
+    total_bytes = sum(sizes)
+    workers = workers or memory_safe_workers(sizes, min(len(misses), os.cpu_count() or 1))
     if workers <= 1 or len(misses) <= 1 or total_bytes < PARALLEL_MIN_BYTES:
         for i in misses:
             finish(i, ingest_file(str(files[i]), use_cache))
@@ -109,6 +128,11 @@ def _ingest_all(files: list[Path], use_cache: bool, workers: int | None,
             for i, res in zip(misses, pool.map(ingest_file, paths, [use_cache] * len(paths))):
                 finish(i, res)
     return [results[i] for i in range(len(files))]
+
+
+def _json_bytes(path: Path) -> int:
+    size = path.stat().st_size
+    return size * GZIP_EXPANSION if path.name.endswith(".gz") else size
 
 
 def read_run_json(folder: Path) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -59,12 +59,7 @@ class MEvent(msgspec.Struct, omit_defaults=True, gc=False):
     args: Raw | msgspec.UnsetType = UNSET
 
 
-class MTrace(msgspec.Struct, gc=False):
-    traceEvents: list[MEvent] = []
-    baseTimeNanoseconds: Any = None
-
-
-_DECODER = msgspec.json.Decoder(Union[MTrace, list[MEvent]])
+_DECODER = msgspec.json.Decoder(list[MEvent])
 _ENCODER = msgspec.json.Encoder()
 _PROCESS_META = {"process_name", "process_labels", "process_sort_index"}
 
@@ -135,40 +130,39 @@ def _common_base_ns(run: Run, ranks: list[int]) -> int:
 
 
 def _rank_chunks(run: Run, data: RankData, base_ns: int, window: Window):
-    """Encoded JSON chunks (no brackets) of one rank's events, counters and metadata."""
-    raw = tracefile.read_bytes(data.path)
-    try:
-        doc = _DECODER.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise TraceError(data.path, f"cannot be merged ({exc})") from None
-    del raw
-    events = doc if isinstance(doc, list) else doc.traceEvents
-    own_base = int(doc.baseTimeNanoseconds or 0) if isinstance(doc, MTrace) else 0
-    shift_us = (own_base - run.clock_offset_ns(data.rank) - base_ns) / 1000.0
+    """(event count, encoded JSON without brackets) chunks of one rank's events, counters
+    and metadata; events are decoded one batch at a time."""
+    trace = tracefile.load(data.path)
+    shift_us = (int(trace.header.baseTimeNanoseconds or 0) - run.clock_offset_ns(data.rank)
+                - base_ns) / 1000.0
     pids = _PidMap(data, run.meta.get("ranks", {}).get(str(data.rank), {}).get("host"))
     lo, hi = _window_us(window, base_ns)
     rank_offset = data.rank * FLOW_ID_STRIDE
-    kept: list[MEvent] = []
-    for ev in events:
-        if ev.ph == "M" and _meta_name(ev) in _PROCESS_META:
-            pids.note(ev)
-            continue
-        if isinstance(ev.ts, float):
-            ev.ts += shift_us
-            if (hi is not None and ev.ts >= hi) or (lo is not None and ev.ts < lo and ev.ts + _dur(ev) <= lo):
-                if ev.ph != "M":
+    for blob in trace.raw_batches(CHUNK_EVENTS):
+        try:
+            events = _DECODER.decode(blob)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise TraceError(data.path, f"cannot be merged ({exc})") from None
+        kept = []
+        for ev in events:
+            if ev.ph == "M" and _meta_name(ev) in _PROCESS_META:
+                pids.note(ev)
+                continue
+            if isinstance(ev.ts, float):
+                ev.ts += shift_us
+                outside = (hi is not None and ev.ts >= hi) or \
+                    (lo is not None and ev.ts < lo and ev.ts + _dur(ev) <= lo)
+                if outside and ev.ph != "M":
                     continue
-        ev.pid = pids.new_pid(ev.pid)
-        if ev.ph in ("s", "f", "t") and isinstance(ev.id, int):
-            ev.id += rank_offset
-        kept.append(ev)
-        if len(kept) >= CHUNK_EVENTS:
+            ev.pid = pids.new_pid(ev.pid)
+            if ev.ph in ("s", "f", "t") and isinstance(ev.id, int):
+                ev.id += rank_offset
+            kept.append(ev)
+        if kept:
             yield len(kept), _ENCODER.encode(kept)[1:-1]
-            kept = []
-    kept.extend(_counter_events(data, pids, base_ns, window))
-    kept.extend(pids.metadata_events())
-    if kept:
-        yield len(kept), _ENCODER.encode(kept)[1:-1]
+    tail = _counter_events(data, pids, base_ns, window) + pids.metadata_events()
+    if tail:
+        yield len(tail), _ENCODER.encode(tail)[1:-1]
 
 
 def _meta_name(ev: MEvent) -> str:

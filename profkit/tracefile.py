@@ -109,9 +109,14 @@ class Trace:
         self.raw_events = []
         self._bytes = b""
 
-    def batches(self, size: int = BATCH_EVENTS) -> Iterator[list[Event]]:
+    def raw_batches(self, size: int = BATCH_EVENTS) -> Iterator[bytes]:
+        """The events as JSON arrays of at most ``size`` events each."""
         for i in range(0, len(self.raw_events), size):
-            blob = b"[" + b",".join(self.raw_events[i:i + size]) + b"]"
+            yield b"[" + b",".join(self.raw_events[i:i + size]) + b"]"
+
+    def batches(self, size: int = BATCH_EVENTS) -> Iterator[list[Event]]:
+        """The events decoded, one batch at a time."""
+        for blob in self.raw_batches(size):
             try:
                 yield _BATCH_DECODER.decode(blob)
             except (msgspec.ValidationError, msgspec.DecodeError):

@@ -158,3 +158,13 @@ def test_nvml_source_column_is_not_a_metric(tmp_path):
     np.savez(tmp_path / "nvml" / "rank0.0.npz", ts_ns=np.array([BASE_NS]), gpu=np.array([0]),
              source=np.array([0], dtype=np.int8), power_w=np.array([300.0]))
     assert set(load_run(tmp_path).ranks[0].counters[S.METRIC].astype(str)) == {"power_w"}
+
+
+def test_workers_are_limited_by_free_memory():
+    from profkit.loader import memory_safe_workers
+
+    gib = 1 << 30
+    # 1 GiB traces need ~2.5 GiB each: 10 GiB free (7 usable) holds two at once.
+    assert memory_safe_workers([gib, gib, gib, gib], wanted=8, free_bytes=10 * gib) == 2
+    assert memory_safe_workers([gib], wanted=8, free_bytes=gib) == 1
+    assert memory_safe_workers([1 << 20] * 4, wanted=4, free_bytes=10 * gib) == 4
