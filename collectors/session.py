@@ -6,6 +6,7 @@ local, so a rank that fails cannot hang the others, and never raises.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -144,6 +145,10 @@ class CaptureSession:
             record_shapes=cfg.record_shapes, profile_memory=cfg.profile_memory,
             with_flops=cfg.with_flops, with_stack=cfg.with_stack, **kwargs)
         self.prof.start()
+        # Ties every trace to its run: ingest reports a trace whose id differs from run.json's.
+        add = getattr(self.prof, "add_metadata_json", None)
+        if add is not None:
+            add("profkit_run_id", json.dumps(self.run_id))
 
     def _on_trace_ready(self, prof: Any, user_ready: Any) -> None:
         assert self.info is not None

@@ -80,3 +80,15 @@ def test_profkit_run_has_counters_and_nccl_tables():
         assert data.counters[S.TS_NS].between(data.events[S.TS_NS].min() - 10**10,
                                              data.events[S.TS_NS].max() + 10**10).all()
     assert len(run.nccl["tuning"]) > 0 and len(run.nccl["flight_recorder"]) > 0
+
+
+def test_merged_profkit_run_shows_nvml_tracks_beside_each_gpu(tmp_path):
+    out = tmp_path / "m.json.gz"
+    merge_run(load_run(RUNS / "profkit_ddp", cache=False), out)
+    events = json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    kernel_pids = {e["pid"] for e in events if e.get("cat") == "kernel"}
+    for rank in (0, 1):
+        (gpu_pid,) = [p for p in kernel_pids if names[p].startswith(f"rank {rank} ")]
+        metrics = {e["name"] for e in events if e["ph"] == "C" and e["pid"] == gpu_pid}
+        assert {"sm_clock_mhz", "power_w", "gpm_sm_active_pct"} <= metrics

@@ -11,6 +11,8 @@ import textwrap
 
 import numpy as np
 
+from profkit.loader import load_run
+
 JOB = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -85,6 +87,13 @@ def test_two_rank_gloo_ddp(tmp_path, trace_reader):
         assert trace.get("distributedInfo", {}).get("rank", rank) == rank
         status = json.loads((train / "ranks" / f"rank{rank}.json").read_text())
         assert status["status"] == "ok" and status["run_id"] == doc["run_id"]
+
+    # profkit reads the run back: both ranks, world size 2, gloo collectives on the CPU.
+    run = load_run(train, cache=False)
+    assert run.rank_ids == [0, 1] and run.world_size == 2 and run.skipped == []
+    for data in run.ranks.values():
+        assert data.meta["profkit_run_id"] == doc["run_id"]
+        assert len(data.collectives) > 0 and not data.collectives["on_gpu"].any()
 
     infer = tmp_path / "infer"
     idoc = json.loads((infer / "run.json").read_text())
