@@ -145,10 +145,22 @@ class CaptureSession:
             record_shapes=cfg.record_shapes, profile_memory=cfg.profile_memory,
             with_flops=cfg.with_flops, with_stack=cfg.with_stack, **kwargs)
         self.prof.start()
-        # Ties every trace to its run: ingest reports a trace whose id differs from run.json's.
-        add = getattr(self.prof, "add_metadata_json", None)
-        if add is not None:
-            add("profkit_run_id", json.dumps(self.run_id))
+        self._tag_trace()
+
+    def _tag_trace(self) -> None:
+        """Write the run id into the trace being recorded, so ingest can tell a trace of
+        another run. Kineto keeps metadata only while a cycle records, so this runs at each
+        step (a cheap attribute check) and tags each cycle once."""
+        import torch.profiler as tp
+
+        action = getattr(self.prof, "current_action", None)
+        recording = action in (tp.ProfilerAction.WARMUP, tp.ProfilerAction.RECORD,
+                               tp.ProfilerAction.RECORD_AND_SAVE)
+        if not recording:
+            self._tagged = False
+        elif not getattr(self, "_tagged", False) and hasattr(self.prof, "add_metadata_json"):
+            self.prof.add_metadata_json("profkit_run_id", json.dumps(self.run_id))
+            self._tagged = True
 
     def _on_trace_ready(self, prof: Any, user_ready: Any) -> None:
         assert self.info is not None
@@ -167,6 +179,7 @@ class CaptureSession:
     def step(self) -> None:
         self.prof.step()
         self.steps += 1
+        self._tag_trace()
 
     def stop(self, exc: BaseException | None = None,
              error: dict[str, str] | None = None) -> None:

@@ -23,8 +23,9 @@ _ARG_COLUMNS = (
 def build_collectives(ev: pd.DataFrame, args: list) -> pd.DataFrame:
     """Collectives of one rank: each communication kernel, joined to the
     ``record_param_comms`` CPU op that issued it for the args the kernel lacks. Traces with
-    no communication kernels (CPU backends) get one row per ``record_param_comms`` op.
-    ``ev`` and ``args`` (the decoded args of each row) are row-aligned."""
+    no communication kernels (CPU backends) get one row per ``record_param_comms`` op, or,
+    where there are none (gloo), per ``gloo:<op>`` / ``nccl:<op>`` range.
+    ``args`` maps a row of ``ev`` to its decoded args."""
     arg_fn = collective_args
     kind = ev[S.KIND].to_numpy()
     is_kernel = kind == S.KIND_KERNEL
@@ -39,16 +40,23 @@ def build_collectives(ev: pd.DataFrame, args: list) -> pd.DataFrame:
         table[S.CPU_TS_NS] = -1
         table = _attach_cpu_ops(ev, table, cpu, fill_time=True)
         # Old traces: record_param_comms has no args, the enclosing "nccl:<op>" range names it.
-        ranges = np.flatnonzero(~is_gpu & category_mask(names, "^nccl:"))
-        if len(ranges):
-            named = _rows(ev, args, ranges, arg_fn)
-            named["collective_arg"] = names.iloc[ranges].astype(str).str.slice(5).to_numpy()
+        named = _named_ranges(ev, args, ~is_gpu & category_mask(names, "^nccl:"))
+        if len(named):
             table = _attach_cpu_ops(ev, table, named, fill_time=False)
     else:
-        table = cpu.copy()
+        table = cpu if len(cpu) else _named_ranges(ev, args, ~is_gpu & category_mask(names, "^(?:gloo|nccl):"))
+        table = table.copy()
         table[S.ON_GPU] = False
         table[S.CPU_TS_NS] = table[S.TS_NS]
     return _finish(table)
+
+
+def _named_ranges(ev: pd.DataFrame, args: list, mask: np.ndarray) -> pd.DataFrame:
+    """CPU ranges named "<backend>:<collective>", the collective taken from the name."""
+    rows = np.flatnonzero(mask)
+    table = _rows(ev, args, rows, collective_args)
+    table["collective_arg"] = ev[S.NAME].iloc[rows].astype(str).str.split(":", n=1).str[1].to_numpy()
+    return table
 
 
 def _rows(ev: pd.DataFrame, args: list, rows: np.ndarray, arg_fn: Callable) -> pd.DataFrame:

@@ -123,3 +123,16 @@ def test_string_pids_and_missing_fields_do_not_break_ingest(tmp_path):
     assert ev[S.PID].dtype == np.int64
     assert ev[ev[S.NAME] == "no category"][S.DUR_NS].iloc[0] == 0
     assert coll.empty and steps.empty
+
+
+def test_gloo_collectives_come_from_backend_ranges_when_nothing_else_names_them(tmp_path):
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "ts": 5.0, "dur": 60.0,
+         "pid": 100, "tid": 100},
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": 10.0, "dur": 40.0,
+         "pid": 100, "tid": 101},
+    ]
+    path = write_trace(tmp_path / "t.json", trace_doc(events=events))
+    _, coll, _, _ = build_tables(tracefile.load(path))
+    assert coll[S.COLL_NAME].astype(str).tolist() == ["all_reduce"]
+    assert coll.iloc[0][S.DUR_NS] == 40_000 and not coll.iloc[0][S.ON_GPU]
