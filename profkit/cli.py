@@ -78,6 +78,27 @@ def cmd_summary(args) -> int:
     return 0
 
 
+def cmd_analyze(args) -> int:
+    import orjson
+
+    from profkit.analyzers.analyze import analyze
+    from profkit.analyzers.render import to_json, to_markdown, to_text
+
+    analysis = analyze(_load(args))
+    if args.format == "json":
+        data = orjson.dumps(to_json(analysis), option=orjson.OPT_INDENT_2) + b"\n"
+    else:
+        data = (to_markdown if args.format == "markdown" else to_text)(analysis).encode()
+    if args.output:
+        from profkit.atomic import write_bytes_atomic
+
+        write_bytes_atomic(args.output, data)
+        print(f"wrote {args.output}: {analysis.verdict['summary']}")
+    else:
+        sys.stdout.write(data.decode())
+    return 0
+
+
 def cmd_launch(args) -> int:
     from profkit.collectors.launch import launch_main
 
@@ -115,6 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Print what each rank captured and where its GPU time went.")
     _add_load_options(p)
     p.set_defaults(func=cmd_summary)
+
+    p = sub.add_parser("analyze", help="bottleneck verdict, evidence and recommendations",
+                       description="Say per rank and for the run whether the job is bound by "
+                       "compute, communication, CPU launch, data loading or host synchronisation, "
+                       "who the straggler is, and what to change.")
+    _add_load_options(p)
+    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("-o", "--output", type=Path, help="write the report here instead of stdout")
+    p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("launch", help="run a command with NCCL logging and flight recorder on",
                        description="profkit launch --run-dir DIR -- torchrun ... : sets NCCL_DEBUG, "

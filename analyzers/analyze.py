@@ -1,0 +1,85 @@
+"""``analyze(run) -> Analysis``: every analyzer over one run, and the run's verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from profkit.analyzers.advice import breakdown_findings
+from profkit.analyzers.breakdown import PARTS, VERDICT_CLASSES, analyze_breakdown
+from profkit.analyzers.findings import Finding, Result
+from profkit.analyzers.thresholds import DEFAULT, Thresholds
+
+from profkit.model import Run
+
+SCHEMA = "profkit.analysis/1"
+
+
+@dataclass
+class Analysis:
+    """Everything profkit concluded about a run; renderers and the dashboard read this."""
+
+    run: dict[str, Any]
+    verdict: dict[str, Any]
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    stragglers: list[dict[str, Any]] = field(default_factory=list)
+
+    def table(self, name: str) -> pd.DataFrame:
+        return self.tables.get(name, pd.DataFrame())
+
+
+def _extra_results(run: Run, th: Thresholds) -> list[Result]:
+    """The cross-rank, kernel and efficiency analyzers."""
+    from profkit.analyzers import comms, efficiency, kernels, stragglers
+
+    coll = comms.analyze_collectives(run, th)
+    return [coll, stragglers.find_stragglers(run, coll, th), kernels.analyze_kernels(run, th),
+            efficiency.analyze_efficiency(run, th)]
+
+
+def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict]) -> dict[str, Any]:
+    """The dominant cause over every step of every rank, time-weighted."""
+    if steps.empty or steps["step_ns"].sum() == 0:
+        return {"primary": None, "summary": "no GPU work in the profiled steps: no verdict",
+                "fractions": {}}
+    total = steps[list(PARTS)].sum()
+    fractions = (total / total.sum()).round(4).to_dict()
+    primary = max(VERDICT_CLASSES, key=lambda c: fractions[c])
+    n_ranks = steps["rank"].nunique()
+    summary = (f"{primary.replace('_', ' ')} bound: {fractions[primary]:.0%} of step time over "
+               f"{n_ranks} rank(s), median step {steps['step_ns'].median() / 1e6:.2f} ms")
+    for s in straggler_rows:
+        summary += (f"; rank {s['rank']} is a straggler: the others wait "
+                    f"{s['evidence'].get('others_wait_ms_per_step', float('nan')):.2f} ms per step for it")
+    return {"primary": primary, "summary": summary, "fractions": fractions}
+
+
+def analyze(run: Run, thresholds: Thresholds = DEFAULT, *, extra: bool = False) -> Analysis:
+    """Analyze ``run``. ``extra=False`` runs the step breakdown alone."""
+    breakdown = analyze_breakdown(run)
+    results = [breakdown] + (_extra_results(run, thresholds) if extra else [])
+    tables = {name: t for r in results for name, t in r.tables.items()}
+    findings = breakdown_findings(tables["rank_breakdown"], thresholds)
+    findings += [f for r in results[1:] for f in r.findings]
+    straggler_rows = _straggler_rows(tables.get("stragglers"))
+    if not any(d.has_gpu for d in run.ranks.values()):
+        findings.append(Finding(category="input", severity="info", message=(
+            "no GPU events in this run: the breakdown, kernels and efficiency cannot be computed"),
+            recommendation="Profile with ProfilerActivity.CUDA on a GPU machine."))
+    info = {"path": run.path, "world_size": run.world_size, "ranks_analyzed": run.rank_ids,
+            "skipped_files": [s.as_dict() for s in run.skipped], "notes": list(run.notes),
+            "status": run.meta.get("status")}
+    return Analysis(info, run_verdict(tables["step_breakdown"], straggler_rows), tables,
+                    findings, straggler_rows)
+
+
+def _straggler_rows(table: pd.DataFrame | None) -> list[dict[str, Any]]:
+    if table is None or table.empty:
+        return []
+    rows = []
+    for rec in table.to_dict("records"):
+        evidence = {k: v for k, v in rec.items() if k != "rank"}
+        rows.append({"rank": int(rec["rank"]), "evidence": evidence})
+    return rows

@@ -1,0 +1,39 @@
+"""What every analyzer returns: named tables plus typed findings."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+
+SEVERITIES = ("info", "warning", "critical")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One observation with its evidence and what to change. ``rank``/``step`` are None for
+    run-wide findings. ``evidence`` holds plain numbers and strings (JSON-ready)."""
+
+    category: str
+    severity: str
+    message: str
+    recommendation: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    rank: int | None = None
+    step: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Result:
+    """The output of one analyzer: tables by name, and findings."""
+
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)

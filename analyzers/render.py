@@ -1,0 +1,109 @@
+"""An Analysis as text (for a terminal), Markdown (for a pull request) or the JSON contract
+(``profkit.analysis/1``). Pure functions: Analysis in, string or dict out."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from profkit.analyzers.analyze import SCHEMA, Analysis
+from profkit.analyzers.breakdown import PARTS
+
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+def _clean(value: Any) -> Any:
+    """JSON-ready: numpy scalars to Python, NaN/inf to None."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def to_json(a: Analysis) -> dict[str, Any]:
+    ranks = a.table("rank_breakdown")
+    rank_rows = [{
+        "rank": int(r["rank"]), "steps": int(r["steps"]), "step_time_ms": float(r["step_time_ms"]),
+        "breakdown": {p: float(r[p]) for p in PARTS}, "verdict": {"primary": r["primary"]},
+    } for r in ranks.to_dict("records")]
+    doc = {
+        "schema": SCHEMA,
+        "run": a.run,
+        "verdict": a.verdict,
+        "ranks": rank_rows,
+        "stragglers": a.stragglers,
+        "findings": [f.as_dict() for f in sorted_findings(a)],
+    }
+    return _clean(doc)
+
+
+def sorted_findings(a: Analysis) -> list:
+    return sorted(a.findings, key=lambda f: (SEVERITY_ORDER[f.severity],
+                                             -1 if f.rank is None else f.rank, f.category))
+
+
+def _rank_table(a: Analysis) -> pd.DataFrame:
+    ranks = a.table("rank_breakdown")
+    if ranks.empty:
+        return ranks
+    table = ranks[["rank", "steps", "step_time_ms"]].copy()
+    for p in PARTS:
+        table[p] = (100 * ranks[p]).round(1)
+    table["primary"] = ranks["primary"]
+    return table
+
+
+def to_text(a: Analysis) -> str:
+    lines = [f"profkit analysis of {a.run['path']}", "", f"VERDICT: {a.verdict['summary']}", ""]
+    table = _rank_table(a)
+    if not table.empty:
+        lines += ["Step time by part, % (per rank):",
+                  table.to_string(index=False, float_format=lambda v: f"{v:.1f}"), ""]
+    for s in a.stragglers:
+        lines.append(f"STRAGGLER: rank {s['rank']}  {_evidence(s['evidence'])}")
+    findings = [f for f in sorted_findings(a) if f.severity != "info"] or sorted_findings(a)[:3]
+    if findings:
+        lines += ["", "Findings and what to change:"]
+    for f in findings:
+        lines.append(f"- [{f.severity}] {f.message}")
+        lines.append(f"    evidence: {_evidence(f.evidence)}")
+        lines.append(f"    do: {f.recommendation}")
+    for s in a.run["skipped_files"]:
+        lines.append(f"skipped: {s['path']}: {s['reason']}")
+    return "\n".join(lines) + "\n"
+
+
+def _evidence(evidence: dict) -> str:
+    return ", ".join(f"{k}={_fmt(v)}" for k, v in evidence.items())
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def to_markdown(a: Analysis) -> str:
+    lines = [f"## profkit analysis: `{a.run['path']}`", "", f"**Verdict:** {a.verdict['summary']}", ""]
+    table = _rank_table(a)
+    if not table.empty:
+        header = "| " + " | ".join(table.columns) + " |"
+        lines += [header, "|" + "---|" * len(table.columns)]
+        for row in table.itertuples(index=False):
+            lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
+        lines.append("")
+    for s in a.stragglers:
+        lines.append(f"**Straggler:** rank {s['rank']} ({_evidence(s['evidence'])})")
+    findings = sorted_findings(a)
+    if findings:
+        lines += ["", "### Findings", "", "| severity | rank | finding | what to change |",
+                  "|---|---|---|---|"]
+    for f in findings:
+        rank = "run" if f.rank is None else str(f.rank)
+        lines.append(f"| {f.severity} | {rank} | {f.message} | {f.recommendation} |")
+    return "\n".join(lines) + "\n"

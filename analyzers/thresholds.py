@@ -1,0 +1,40 @@
+"""Every threshold the analyzers use, in one place, with where it comes from.
+
+Numbers are fractions of step time unless the name says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Thresholds:
+    data_loading_frac: float = 0.05
+    """DataLoader time above this share of the step: more workers, pinned memory (TensorBoard plugin)."""
+    communication_frac: float = 0.10
+    """Exposed communication above this share: overlap, bucket sizes (TensorBoard plugin)."""
+    host_sync_frac: float = 0.05
+    """Idle time after blocking host synchronisations above this share: remove per-step syncs."""
+    cpu_launch_frac: float = 0.15
+    """GPU idle waiting for launches above this share: CUDA graphs / torch.compile
+    (TensorRT-LLM host analysis uses GPU idle > 30%, 15% under CUDA graphs)."""
+    gpu_util_low_frac: float = 0.50
+    """GPU busy below this share of the step: larger batch (TensorBoard plugin)."""
+    short_kernel_ns: int = 10_000
+    """Kernels shorter than this are 'short' (peers flag < 10 us)."""
+    launch_delay_ns: int = 100_000
+    """Launch delay above this is flagged (peers: > 100 us)."""
+    slow_runtime_call_ns: int = 50_000
+    """CUDA runtime calls above this are flagged (peers: > 50 us)."""
+    kernel_wait_gap_ns: int = 30_000
+    """Idle gaps shorter than this between back-to-back kernels count as launch latency (HTA)."""
+    peak_memory_frac: float = 0.90
+    """Peak memory above this share of capacity: activation checkpointing / AMP."""
+    straggler_late_frac: float = 0.6
+    """A rank is a straggler when it arrives last at this share of matched collectives..."""
+    straggler_min_wait_frac: float = 0.05
+    """...and the others' wait for it is at least this share of their step time."""
+
+
+DEFAULT = Thresholds()

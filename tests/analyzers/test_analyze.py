@@ -1,0 +1,75 @@
+"""The analysis as a whole: the JSON contract, text and Markdown reports, the CLI, and every
+corpus trace without a crash."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from profkit.analyzers.analyze import analyze
+from profkit.analyzers.breakdown import PARTS
+from profkit.analyzers.render import to_json, to_markdown, to_text
+
+from profkit.loader import load_run
+from tests.conftest import CORPUS, REPO
+
+RUNS = REPO / "samples" / "runs"
+CLASSES = {"compute", "communication", "cpu_launch", "data_loading", "host_sync"}
+
+
+def check_contract(doc):
+    assert doc["schema"] == "profkit.analysis/1"
+    assert {"world_size", "ranks_analyzed", "skipped_files"} <= set(doc["run"])
+    assert {"primary", "summary"} <= set(doc["verdict"])
+    for r in doc["ranks"]:
+        assert {"rank", "steps", "step_time_ms", "breakdown", "verdict"} <= set(r)
+        assert set(r["breakdown"]) == set(PARTS)
+        assert sum(r["breakdown"].values()) == pytest.approx(1.0, abs=1e-6)
+        assert r["verdict"]["primary"] in CLASSES
+    for f in doc["findings"]:
+        assert {"category", "severity", "rank", "message", "evidence", "recommendation"} <= set(f)
+        assert f["severity"] in ("info", "warning", "critical")
+    assert isinstance(doc["stragglers"], list)
+
+
+def test_json_contract_on_the_bundled_run():
+    doc = to_json(analyze(load_run(RUNS / "stock_ddp", cache=False)))
+    check_contract(doc)
+    assert doc["run"]["world_size"] == 2 and doc["run"]["ranks_analyzed"] == [0, 1]
+    assert doc["verdict"]["primary"] == "compute"
+    json.dumps(doc)  # plain JSON types only
+
+
+def test_reports_lead_with_the_verdict_and_recommend():
+    a = analyze(load_run(RUNS / "zoo" / "data_loading", cache=False))
+    text = to_text(a)
+    assert text.splitlines()[2].startswith("VERDICT: data loading bound")
+    assert "num_workers" in text
+    md = to_markdown(a)
+    assert "**Verdict:** data loading bound" in md and "| severity | rank |" in md
+
+
+def test_cli_analyze_json_to_file(tmp_path):
+    out = tmp_path / "a.json"
+    proc = subprocess.run([sys.executable, "-m", "profkit", "analyze", RUNS / "zoo" / "host_sync",
+                           "--format", "json", "-o", out], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    check_contract(doc)
+    assert doc["verdict"]["primary"] == "host_sync"
+
+
+FILES = sorted(CORPUS.rglob("*.json.gz")) if CORPUS.is_dir() else []
+
+
+@pytest.mark.skipif(not FILES, reason="corpus not found")
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name[:40])
+def test_every_corpus_trace_analyzes(path):
+    a = analyze(load_run(path, cache=False))
+    doc = to_json(a)
+    json.dumps(doc)
+    if not any(d.has_gpu for d in load_run(path, cache=False).ranks.values()):
+        assert doc["verdict"]["primary"] is None
+        assert any("no GPU events" in f["message"] for f in doc["findings"])
+    else:
+        assert doc["verdict"]["primary"] in CLASSES
