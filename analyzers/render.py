@@ -14,12 +14,12 @@ from profkit.analyzers.breakdown import PARTS
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
-def _clean(value: Any) -> Any:
+def clean_json(value: Any) -> Any:
     """JSON-ready: numpy scalars to Python, NaN/inf to None."""
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): clean_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [clean_json(v) for v in value]
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -41,7 +41,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "stragglers": a.stragglers,
         "findings": [f.as_dict() for f in sorted_findings(a)],
     }
-    return _clean(doc)
+    return clean_json(doc)
 
 
 def sorted_findings(a: Analysis) -> list:
@@ -88,15 +88,19 @@ def _fmt(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+def markdown_table(table: pd.DataFrame) -> list[str]:
+    """A DataFrame as Markdown table lines (floats to 4 significant digits)."""
+    lines = ["| " + " | ".join(map(str, table.columns)) + " |", "|" + "---|" * len(table.columns)]
+    for row in table.itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt(v).replace("|", "\\|") for v in row) + " |")
+    return lines
+
+
 def to_markdown(a: Analysis) -> str:
     lines = [f"## profkit analysis: `{a.run['path']}`", "", f"**Verdict:** {a.verdict['summary']}", ""]
     table = _rank_table(a)
     if not table.empty:
-        header = "| " + " | ".join(table.columns) + " |"
-        lines += [header, "|" + "---|" * len(table.columns)]
-        for row in table.itertuples(index=False):
-            lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
-        lines.append("")
+        lines += markdown_table(table) + [""]
     for s in a.stragglers:
         lines.append(f"**Straggler:** rank {s['rank']} ({_evidence(s['evidence'])})")
     findings = sorted_findings(a)

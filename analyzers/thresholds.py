@@ -35,6 +35,10 @@ class Thresholds:
     """A rank is a straggler when it arrives last at this share of matched collectives..."""
     straggler_min_wait_frac: float = 0.05
     """...and the others' wait for it is at least this share of their step time."""
+    diff_min_change_frac: float = 0.02
+    """profkit diff: a step-time change smaller than this is 'unchanged' however quiet the runs."""
+    diff_noise_sigmas: float = 2.0
+    """profkit diff: ...and so is one within this many standard errors of the step-time spread."""
 
 
 DEFAULT = Thresholds()

@@ -89,14 +89,35 @@ def cmd_analyze(args) -> int:
         data = orjson.dumps(to_json(analysis), option=orjson.OPT_INDENT_2) + b"\n"
     else:
         data = (to_markdown if args.format == "markdown" else to_text)(analysis).encode()
-    if args.output:
+    _emit(data, args.output, analysis.verdict["summary"])
+    return 0
+
+
+def cmd_diff(args) -> int:
+    import orjson
+
+    from profkit.analyzers.diff import diff_runs, diff_to_json, diff_to_text
+    from profkit.loader import load_run
+
+    runs = [load_run(p, cache=not args.no_cache, progress=_progress) for p in (args.base, args.new)]
+    d = diff_runs(*runs)
+    if args.format == "json":
+        data = orjson.dumps(diff_to_json(d), option=orjson.OPT_INDENT_2) + b"\n"
+    else:
+        data = diff_to_text(d, markdown=args.format == "markdown").encode()
+    _emit(data, args.output, d.verdict["summary"])
+    return 0
+
+
+def _emit(data: bytes, output: Path | None, summary: str) -> None:
+    """Write a report to ``output`` atomically, or to stdout."""
+    if output:
         from profkit.atomic import write_bytes_atomic
 
-        write_bytes_atomic(args.output, data)
-        print(f"wrote {args.output}: {analysis.verdict['summary']}")
+        write_bytes_atomic(output, data)
+        print(f"wrote {output}: {summary}")
     else:
         sys.stdout.write(data.decode())
-    return 0
 
 
 def cmd_launch(args) -> int:
@@ -145,6 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     p.add_argument("-o", "--output", type=Path, help="write the report here instead of stdout")
     p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("diff", help="did my change help? step time before and after, attributed",
+                       description="Compare two runs: step time with a noise estimate, the change "
+                       "attributed to breakdown parts, kernels and ops, and a verdict.")
+    p.add_argument("base", help="the run before the change")
+    p.add_argument("new", help="the run after the change")
+    p.add_argument("--no-cache", action="store_true", help="ignore and do not write the ingest cache")
+    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("-o", "--output", type=Path, help="write the report here instead of stdout")
+    p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("launch", help="run a command with NCCL logging and flight recorder on",
                        description="profkit launch --run-dir DIR -- torchrun ... : sets NCCL_DEBUG, "
