@@ -30,6 +30,8 @@ SYNC_CALLS = {
 }
 COPY_CALLS_RE = r"^(?:cuda|hip|cu)Memcpy"
 DATALOADER_RE = r"DataLoader|_DataLoaderIter|dataloader"
+HOST_SYNC_COPY = "host_sync_copy_ns"
+OVERLAP = "comm_overlap_ns"
 BLOCKING_COPY_SLACK_NS = 2_000  # a copy whose launch call ends this close to its end blocked
 
 
@@ -77,7 +79,9 @@ def _inside(points: np.ndarray, ranges: iv.Intervals) -> np.ndarray:
 
 
 def charged_intervals(data: RankData, lo: int, hi: int) -> dict[str, iv.Intervals]:
-    """Disjoint interval sets, one per part, that together cover [lo, hi)."""
+    """Disjoint interval sets, one per part, that together cover [lo, hi); plus two views
+    that are not parts: ``host_sync_copy_ns`` (copies a sync waited on, inside host_sync)
+    and ``comm_overlap_ns`` (communication hidden under compute)."""
     ev = data.events
     gpu = ev[ev[S.KIND].isin(S.GPU_KINDS)]
     copies = gpu[gpu[S.CLASS].isin((S.CLS_MEMCPY, S.CLS_MEMSET))]
@@ -94,6 +98,8 @@ def charged_intervals(data: RankData, lo: int, hi: int) -> dict[str, iv.Interval
     parts = {"compute": compute, "memcpy": plain_copy, "communication": comm}
     parts.update(_idle_parts(ev, gpu, iv.complement(busy, lo, hi), sync))
     parts["host_sync"] = iv.union_of(parts["host_sync"], sync_copy)
+    parts[HOST_SYNC_COPY] = sync_copy  # the GPU-busy share of host_sync (not a part of its own)
+    parts[OVERLAP] = iv.intersect(_intervals(gpu[gpu[S.CLASS] == S.CLS_COMMUNICATION]), compute)
     return {k: iv.clip(v, lo, hi) for k, v in parts.items()}
 
 
@@ -140,7 +146,7 @@ def rank_steps(data: RankData) -> pd.DataFrame:
     """One row per step: step_ns and the ns charged to each part (summing to step_ns)."""
     gpu = data.events[data.events[S.KIND].isin(S.GPU_KINDS)]
     if gpu.empty:  # a CPU-only trace: there is no GPU time to break down
-        return pd.DataFrame(columns=["rank", S.STEP, "step_ns", *PARTS])
+        return pd.DataFrame(columns=["rank", S.STEP, "step_ns", *PARTS, HOST_SYNC_COPY, OVERLAP])
     if len(data.steps):
         starts, ends, numbers = step_windows(data.steps)
     else:
@@ -149,23 +155,44 @@ def rank_steps(data: RankData) -> pd.DataFrame:
         numbers = np.array([-1])
     parts = charged_intervals(data, int(starts.min()), int(ends.max()))
     table = pd.DataFrame({"rank": data.rank, S.STEP: numbers, "step_ns": ends - starts})
-    for part in PARTS:
-        table[f"{part}"] = iv.per_window(parts[part], starts, ends)
+    for part in (*PARTS, HOST_SYNC_COPY, OVERLAP):
+        table[part] = iv.per_window(parts[part], starts, ends)
     return table
 
 
+def stream_table(data: RankData) -> pd.DataFrame:
+    """Per stream of one rank: GPU time by class in the profiled steps (ns) and op count."""
+    gpu = data.events[data.events[S.KIND].isin(S.GPU_KINDS)]
+    if len(data.steps):
+        gpu = gpu[gpu[S.STEP] >= 0]
+    table = gpu.pivot_table(index=S.STREAM, columns=S.CLASS, values=S.DUR_NS, aggfunc="sum",
+                            observed=True, fill_value=0)
+    table.columns = [f"{c}_ns" for c in table.columns]
+    table["ops"] = gpu.groupby(S.STREAM).size()
+    table["busy_ns"] = table.filter(like="_ns").sum(axis=1)
+    return table.reset_index().assign(rank=data.rank)
+
+
 def analyze_breakdown(run: Run) -> Result:
-    """Tables ``step_breakdown`` (rank, step, step_ns, one ns column per part) and
-    ``rank_breakdown`` (rank, steps, step_time_ms median, one fraction column per part,
-    primary)."""
+    """Tables ``step_breakdown`` (rank, step, step_ns, one ns column per part, plus
+    host_sync_copy_ns and comm_overlap_ns), ``rank_breakdown`` (rank, steps, step_time_ms
+    median, one fraction column per part, comm_overlap_frac, primary) and
+    ``stream_breakdown`` (rank, stream, ns per class, ops, busy_ns)."""
     steps = pd.concat([rank_steps(d) for d in run.ranks.values()], ignore_index=True)
+    streams = [stream_table(d) for d in run.ranks.values() if d.has_gpu]
     rows = []
     for rank, group in steps.groupby("rank"):
         total = group[list(PARTS)].sum()
         fractions = total / total.sum() if total.sum() > 0 else total * 0.0
         primary = max(VERDICT_CLASSES, key=lambda c: fractions[c])
+        comm = float(total["communication"] + group[OVERLAP].sum())
         rows.append({"rank": int(rank), "steps": int((group[S.STEP] >= 0).sum()),
                      "step_time_ms": float(group["step_ns"].median() / 1e6),
-                     **{p: float(fractions[p]) for p in PARTS}, "primary": primary})
-    ranks = pd.DataFrame(rows, columns=["rank", "steps", "step_time_ms", *PARTS, "primary"])
-    return Result(tables={"step_breakdown": steps, "rank_breakdown": ranks})
+                     **{p: float(fractions[p]) for p in PARTS},
+                     "comm_overlap_frac": float(group[OVERLAP].sum()) / comm if comm else np.nan,
+                     "primary": primary})
+    ranks = pd.DataFrame(rows, columns=["rank", "steps", "step_time_ms", *PARTS,
+                                        "comm_overlap_frac", "primary"])
+    return Result(tables={"step_breakdown": steps, "rank_breakdown": ranks,
+                          "stream_breakdown": pd.concat(streams, ignore_index=True)
+                          if streams else pd.DataFrame()})

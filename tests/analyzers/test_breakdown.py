@@ -116,3 +116,17 @@ def test_a_tracefile_can_be_read_twice_for_the_same_answer(tmp_path):
     first = rank_steps(load_run(path, cache=False).ranks[0])
     assert len(tracefile.load(path)) == len(timeline())
     assert first.equals(rank_steps(load_run(path).ranks[0]))
+
+
+def test_overlap_copy_share_and_streams_of_the_known_timeline(data):
+    table = rank_steps(data).set_index("step")
+    # NCCL B 300-600 overlaps compute A (100-400) for 100 us; the waited copy E is 50 us.
+    assert table.loc[1, "comm_overlap_ns"] == 100_000
+    assert table.loc[1, "host_sync_copy_ns"] == 50_000
+    from profkit.model import Run
+
+    result = analyze_breakdown(Run("t", {"world_size": 1}, {0: data}))
+    assert result.tables["rank_breakdown"]["comm_overlap_frac"].iloc[0] == pytest.approx(100 / 300)
+    streams = result.tables["stream_breakdown"].set_index("stream")
+    assert streams.loc[20, "communication_ns"] == 300_000 and streams.loc[20, "ops"] == 1
+    assert streams.loc[7, "compute_ns"] == (300 + 50 + 50 + 40 + 100) * 1000
