@@ -32,11 +32,10 @@ class Analysis:
 
 def _extra_results(run: Run, th: Thresholds) -> list[Result]:
     """The cross-rank, kernel and efficiency analyzers."""
-    from profkit.analyzers import comms, efficiency, kernels, stragglers
+    from profkit.analyzers import comms, stragglers
 
     coll = comms.analyze_collectives(run, th)
-    return [coll, stragglers.find_stragglers(run, coll, th), kernels.analyze_kernels(run, th),
-            efficiency.analyze_efficiency(run, th)]
+    return [coll, stragglers.find_stragglers(run, coll, th)]
 
 
 def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict]) -> dict[str, Any]:
@@ -51,12 +50,12 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict]) -> dict[str, An
     summary = (f"{primary.replace('_', ' ')} bound: {fractions[primary]:.0%} of step time over "
                f"{n_ranks} rank(s), median step {steps['step_ns'].median() / 1e6:.2f} ms")
     for s in straggler_rows:
-        summary += (f"; rank {s['rank']} is a straggler: the others wait "
-                    f"{s['evidence'].get('others_wait_ms_per_step', float('nan')):.2f} ms per step for it")
+        summary += (f"; rank {s['rank']} is a straggler: the others lose "
+                    f"{s['evidence']['others_wait_ms_per_step']:.2f} ms per step waiting for it")
     return {"primary": primary, "summary": summary, "fractions": fractions}
 
 
-def analyze(run: Run, thresholds: Thresholds = DEFAULT, *, extra: bool = False) -> Analysis:
+def analyze(run: Run, thresholds: Thresholds = DEFAULT, *, extra: bool = True) -> Analysis:
     """Analyze ``run``. ``extra=False`` runs the step breakdown alone."""
     breakdown = analyze_breakdown(run)
     results = [breakdown] + (_extra_results(run, thresholds) if extra else [])
@@ -76,10 +75,20 @@ def analyze(run: Run, thresholds: Thresholds = DEFAULT, *, extra: bool = False) 
 
 
 def _straggler_rows(table: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """The ranks flagged as stragglers, with the numbers behind the flag."""
     if table is None or table.empty:
         return []
     rows = []
-    for rec in table.to_dict("records"):
-        evidence = {k: v for k, v in rec.items() if k != "rank"}
+    for rec in table[table["straggler"]].to_dict("records"):
+        evidence = {
+            "late_share": round(float(rec["late_share"]), 3),
+            "arrived_last": f"{rec['n_last']}/{rec['n_collectives']}",
+            "others_wait_ms_per_step": round(rec["others_exposed_wait_ns_per_step"] / 1e6, 3),
+            "others_raw_wait_ms_per_step": round(rec["others_wait_ns_per_step"] / 1e6, 3),
+            "others_step_ms": round(rec["others_step_ns"] / 1e6, 3),
+            "wait_frac": round(float(rec["wait_frac"]), 4),
+            "compute_ms_per_step": round(rec["compute_ns_per_step"] / 1e6, 3),
+            "others_compute_ms_per_step": round(rec["others_compute_ns_per_step"] / 1e6, 3),
+        }
         rows.append({"rank": int(rec["rank"]), "evidence": evidence})
     return rows

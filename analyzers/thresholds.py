@@ -31,10 +31,27 @@ class Thresholds:
     """Idle gaps shorter than this between back-to-back kernels count as launch latency (HTA)."""
     peak_memory_frac: float = 0.90
     """Peak memory above this share of capacity: activation checkpointing / AMP."""
+    short_kernel_count_frac: float = 0.50
+    """Short kernels at least this share of a rank's kernels, while kernels fill less than
+    gpu_util_low_frac of the step: launch-bound (CUDA graphs / torch.compile)."""
+    launch_api_frac: float = 0.10
+    """Launch API calls (cudaLaunchKernel ...) above this share of the step: launch overhead
+    (TensorRT-LLM host analysis: launch API time > 10% of the window)."""
+    fusion_min_count: int = 10
+    """A sequence of short kernels repeated at least this many times is a fusion candidate."""
+    low_mfu_frac: float = 0.20
+    """MFU below this is flagged (well-tuned bf16 LLM training reaches ~0.35-0.55)."""
     straggler_late_frac: float = 0.6
     """A rank is a straggler when it arrives last at this share of matched collectives..."""
     straggler_min_wait_frac: float = 0.05
-    """...and the others' wait for it is at least this share of their step time."""
+    """...and the others' exposed wait for it (GPU doing nothing but the collective) is at
+    least this share of their step time. Raw wait would flag zoo/balanced (11% of the step,
+    hidden behind DDP's backward) next to zoo/straggler (exposed 14%; balanced: 0.7%)."""
+    straggler_min_collectives: int = 5
+    """...judged only over at least this many matched collectives (fewer: no evidence)."""
+    straggler_critical_wait_frac: float = 0.10
+    """A straggler costing the others this share of their step or more is critical (as the
+    TensorBoard plugin's 10% for communication)."""
     diff_min_change_frac: float = 0.02
     """profkit diff: a step-time change smaller than this is 'unchanged' however quiet the runs."""
     diff_noise_sigmas: float = 2.0

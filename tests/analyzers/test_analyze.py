@@ -73,3 +73,16 @@ def test_every_corpus_trace_analyzes(path):
         assert any("no GPU events" in f["message"] for f in doc["findings"])
     else:
         assert doc["verdict"]["primary"] in CLASSES
+
+
+@pytest.mark.parametrize("name, stragglers", [
+    ("zoo/straggler", [1]), ("zoo/balanced", []), ("stock_ddp", []), ("profkit_ddp", []),
+])
+def test_straggler_only_on_evidence(name, stragglers):
+    doc = to_json(analyze(load_run(RUNS / name, cache=False)))
+    check_contract(doc)
+    assert [s["rank"] for s in doc["stragglers"]] == stragglers
+    if stragglers:
+        assert "rank 1 is a straggler" in doc["verdict"]["summary"]
+        assert doc["stragglers"][0]["evidence"]["others_wait_ms_per_step"] > 0.5
+        assert any(f["category"] == "straggler" and f["rank"] == 1 for f in doc["findings"])

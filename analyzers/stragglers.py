@@ -1,0 +1,203 @@
+"""Stragglers: a rank the others keep waiting for, judged on collectives matched across ranks.
+
+A rank is flagged only on evidence (all of, with the thresholds named):
+
+- there are at least two ranks and it took part in >= ``straggler_min_collectives`` matched
+  collectives;
+- it arrived last at >= ``straggler_late_frac`` of them;
+- the other ranks' *exposed* wait for it, averaged over those ranks and summed per step, is
+  >= ``straggler_min_wait_frac`` of their median step time.
+
+Exposed wait is the part of a rank's wait in which its GPU ran nothing but the collective
+(from :mod:`comms`). Raw wait overstates the cost wherever the collective overlaps compute:
+in DDP the gradient all_reduce waits while backward keeps the GPU busy. On the 2 x H200
+captures the late rank's others lose 5.10 ms/step raw but 1.47 ms/step exposed (14.1% of the
+step) in zoo/straggler, and 0.89 ms/step raw (10.9%) but 0.06 ms/step exposed (0.7%) in
+zoo/balanced, where rank 0 happens to start every all_reduce last.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from profkit.analyzers.comms import (
+    COLLECTIVE_WAITS,
+    COLLECTIVES,
+    EXPOSED_WAIT_NS,
+    KEY,
+    LAST_RANK,
+    N_COLLECTIVES,
+    N_LAST,
+    N_RANKS,
+    RANK,
+    RANK_WAITS,
+    WAIT_NS,
+)
+from profkit.analyzers.findings import Finding, Result
+from profkit.analyzers.thresholds import DEFAULT, Thresholds
+
+from profkit import intervals
+from profkit import schema as S
+from profkit.model import Run, step_spans, step_times_ns
+
+STRAGGLERS = "stragglers"
+LATE_SHARE = "late_share"
+OTHERS_WAIT_NS_PER_STEP = "others_wait_ns_per_step"  # raw: latest start - their start
+OTHERS_EXPOSED_WAIT_NS_PER_STEP = "others_exposed_wait_ns_per_step"
+OTHERS_STEP_NS = "others_step_ns"  # median over the other ranks of their median step time
+WAIT_FRAC = "wait_frac"  # exposed wait per step / others' step time
+COMPUTE_NS_PER_STEP = "compute_ns_per_step"  # merged compute kernels within the steps
+OTHERS_COMPUTE_NS_PER_STEP = "others_compute_ns_per_step"
+STRAGGLER = "straggler"
+EVIDENCE = "evidence"
+STRAGGLER_COLUMNS = (
+    RANK, N_COLLECTIVES, N_LAST, LATE_SHARE, OTHERS_WAIT_NS_PER_STEP,
+    OTHERS_EXPOSED_WAIT_NS_PER_STEP, OTHERS_STEP_NS, WAIT_FRAC, COMPUTE_NS_PER_STEP,
+    OTHERS_COMPUTE_NS_PER_STEP, STRAGGLER, EVIDENCE,
+)
+
+
+def find_stragglers(run: Run, comms: Result, thresholds: Thresholds = DEFAULT) -> Result:
+    """Judge each rank from :func:`comms.analyze_collectives`'s tables (see module doc).
+
+    Table ``stragglers``: one row per rank with its late share, what the others lose to it
+    per step (ns, raw and exposed), their step time, its and their GPU compute per step (ns),
+    whether it is flagged and a one-line evidence summary. One finding per flagged rank.
+    """
+    coll = comms.tables.get(COLLECTIVES)
+    waits = comms.tables.get(COLLECTIVE_WAITS)
+    per_rank = comms.tables.get(RANK_WAITS)
+    if coll is None or waits is None or per_rank is None or per_rank.empty:
+        return Result(tables={STRAGGLERS: _empty()})
+    table = _straggler_table(run, coll, waits, per_rank)
+    table[STRAGGLER] = _flag(table, thresholds)
+    table[EVIDENCE] = [_evidence(row) for row in table.to_dict("records")]
+    flagged = table[table[STRAGGLER]].to_dict("records")
+    findings = [_finding(row, thresholds) for row in flagged]
+    return Result(tables={STRAGGLERS: table[list(STRAGGLER_COLUMNS)]}, findings=findings)
+
+
+def _empty() -> pd.DataFrame:
+    frame = pd.DataFrame({c: pd.Series(dtype="float64") for c in STRAGGLER_COLUMNS})
+    return frame.astype({RANK: "int64", STRAGGLER: bool, EVIDENCE: object})
+
+
+def _straggler_table(run: Run, coll: pd.DataFrame, waits: pd.DataFrame,
+                     per_rank: pd.DataFrame) -> pd.DataFrame:
+    t = per_rank[[RANK, N_COLLECTIVES, N_LAST]].copy().reset_index(drop=True)
+    t[LATE_SHARE] = t[N_LAST] / t[N_COLLECTIVES].where(t[N_COLLECTIVES] > 0)
+    n_steps = coll.loc[coll[S.STEP] >= 0, S.STEP].nunique()
+    raw, exposed = _others_wait(coll, waits)
+    for col, series in ((OTHERS_WAIT_NS_PER_STEP, raw), (OTHERS_EXPOSED_WAIT_NS_PER_STEP, exposed)):
+        total = t[RANK].map(series).fillna(0.0)
+        t[col] = total / n_steps if n_steps else np.nan
+    ranks = t[RANK].to_numpy()
+    step_ns = np.array([_median_step_ns(run, r) for r in ranks])
+    compute = np.array([_compute_ns_per_step(run, r) for r in ranks])
+    t[OTHERS_STEP_NS] = _others(step_ns, np.nanmedian)
+    t[COMPUTE_NS_PER_STEP] = compute
+    t[OTHERS_COMPUTE_NS_PER_STEP] = _others(compute, np.nanmean)
+    t[WAIT_FRAC] = t[OTHERS_EXPOSED_WAIT_NS_PER_STEP] / t[OTHERS_STEP_NS].where(t[OTHERS_STEP_NS] > 0)
+    return t
+
+
+def _others_wait(coll: pd.DataFrame, waits: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Per late rank: the other ranks' mean wait for it, summed over the collectives inside
+    profiled steps where it arrived last (ns; raw and exposed)."""
+    w = waits.merge(coll[[KEY, LAST_RANK, N_RANKS]], on=KEY, how="inner")
+    w = w[(w[LAST_RANK] >= 0) & (w[RANK] != w[LAST_RANK]) & (w[S.STEP] >= 0)]
+    share = 1.0 / (w[N_RANKS] - 1)  # each other rank's part of the mean over the others
+    raw = (w[WAIT_NS] * share).groupby(w[LAST_RANK]).sum()
+    exposed = (w[EXPOSED_WAIT_NS] * share).groupby(w[LAST_RANK]).sum()
+    return raw, exposed
+
+
+def _others(values: np.ndarray, reduce) -> np.ndarray:
+    """For each position, ``reduce`` over every other position (NaN when none is known)."""
+    out = np.full(len(values), np.nan)
+    for i in range(len(values)):
+        rest = np.delete(values, i)
+        if np.isfinite(rest).any():
+            out[i] = reduce(rest)
+    return out
+
+
+def _median_step_ns(run: Run, rank: int) -> float:
+    data = run.ranks.get(int(rank))
+    times = step_times_ns(data.steps) if data is not None and len(data.steps) else np.empty(0)
+    return float(np.median(times)) if len(times) else np.nan
+
+
+def _compute_ns_per_step(run: Run, rank: int) -> float:
+    """Merged compute-kernel time inside the rank's profiled steps, per step, ns."""
+    data = run.ranks.get(int(rank))
+    if data is None or len(data.steps) == 0:
+        return np.nan
+    start, end = step_spans(data.steps)
+    ev = data.events
+    kernels = ev[(ev[S.KIND] == S.KIND_KERNEL) & (ev[S.CLASS] == S.CLS_COMPUTE)]
+    ts = kernels[S.TS_NS].to_numpy(np.int64)
+    busy = intervals.union(ts, ts + kernels[S.DUR_NS].to_numpy(np.int64))
+    inside = intervals.clip(busy, int(start.min()), int(end.max()))
+    return intervals.total(inside) / len(data.steps)
+
+
+def _flag(t: pd.DataFrame, th: Thresholds) -> np.ndarray:
+    enough = (len(t) >= 2) & (t[N_COLLECTIVES] >= th.straggler_min_collectives)
+    late = t[LATE_SHARE].fillna(0) >= th.straggler_late_frac
+    costly = t[WAIT_FRAC].fillna(0) >= th.straggler_min_wait_frac
+    return (enough & late & costly).to_numpy(bool)
+
+
+def _ms(ns: float) -> str:
+    return "n/a" if not np.isfinite(ns) else f"{ns / 1e6:.2f} ms"
+
+
+def _evidence(row: dict) -> str:
+    return (f"last at {row[N_LAST]}/{row[N_COLLECTIVES]} collectives; others wait "
+            f"{_ms(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])}/step exposed "
+            f"({_ms(row[OTHERS_WAIT_NS_PER_STEP])} raw), {_pct(row[WAIT_FRAC])} of their "
+            f"{_ms(row[OTHERS_STEP_NS])} step")
+
+
+def _pct(frac: float) -> str:
+    return "n/a" if not np.isfinite(frac) else f"{frac:.1%}"
+
+
+def _finding(row: dict, th: Thresholds) -> Finding:
+    rank = int(row[RANK])
+    severity = "critical" if row[WAIT_FRAC] >= th.straggler_critical_wait_frac else "warning"
+    evidence = {k: _plain(row[k]) for k in STRAGGLER_COLUMNS if k not in (STRAGGLER, EVIDENCE)}
+    return Finding(
+        category="straggler", severity=severity, rank=rank, evidence=evidence,
+        message=(f"Rank {rank} is a straggler: last at {row[N_LAST]} of {row[N_COLLECTIVES]} "
+                 f"collectives; the other ranks lose {_ms(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])} "
+                 f"per step ({_pct(row[WAIT_FRAC])} of their {_ms(row[OTHERS_STEP_NS])} step) "
+                 "waiting for it"),
+        recommendation=_recommendation(rank, row),
+    )
+
+
+def _recommendation(rank: int, row: dict) -> str:
+    mine, theirs = row[COMPUTE_NS_PER_STEP], row[OTHERS_COMPUTE_NS_PER_STEP]
+    text = (f"Investigate rank {rank}: extra work before the collective (compare the ranks' "
+            "timelines just before it), a slower GPU (compare its compute time per step "
+            f"with the others': {_ms(mine)} vs {_ms(theirs)}), data imbalance (uneven batch or "
+            "sequence lengths), host contention (CPU threads, NUMA placement, other processes).")
+    if np.isfinite(mine) and np.isfinite(theirs) and theirs > 0:
+        excess = mine / theirs - 1
+        text += (f" Its GPU compute is {excess:.0%} above the others': look for extra or "
+                 "imbalanced work on it first." if excess > 0.05 else
+                 " Its GPU compute is not above the others': look at its host side first "
+                 "(late launches, data loading, CPU contention).")
+    return text
+
+
+def _plain(value):
+    """JSON-ready scalar."""
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    value = float(value)
+    return value if np.isfinite(value) else None
