@@ -11,11 +11,13 @@ from __future__ import annotations
 from operator import attrgetter
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from profkit import classify
 from profkit import schema as S
 from profkit.columns import ids_to_int, to_float, us_to_ns
+from profkit.flops import FLOP_OPS, flops_from_shapes
 from profkit.tracefile import Args, Event, Trace
 
 EMPTY_ARGS = Args()
@@ -87,7 +89,10 @@ class Accumulator:
         self._put(S.TID, ids_to_int([e.tid for e in xs]))
         for column, attr, kinds in _ARG_COLUMNS:
             rows = np.arange(len(xs)) if kinds is None else np.flatnonzero(np.isin(kind, kinds))
-            self._put(column, _read_arg(args, rows, attr))
+            values = _read_arg(args, rows, attr)
+            if column == S.FLOPS:
+                _add_shape_flops(values, xs, args)
+            self._put(column, values)
         for i, a in enumerate(args):
             if a.collective is not None or a.in_nelems is not None:
                 self.coll_args[self.rows + i] = a
@@ -149,6 +154,17 @@ def _read_arg(args: list[Args], rows: np.ndarray, attr: str) -> np.ndarray:
         get = attrgetter(attr)
         out[rows] = to_float([get(args[i]) for i in rows])
     return out
+
+
+def _add_shape_flops(flops: np.ndarray, xs: list[Event], args: list[Args]) -> None:
+    """FLOPs of matmul / attention ops from their input shapes where the trace has none."""
+    for i, e in enumerate(xs):
+        if e.name in FLOP_OPS and len(args[i].input_dims) and np.isnan(flops[i]):
+            try:
+                dims = orjson.loads(bytes(args[i].input_dims))
+            except orjson.JSONDecodeError:
+                continue
+            flops[i] = flops_from_shapes(e.name, dims)
 
 
 def _as_int(values: np.ndarray, missing: int = -1) -> np.ndarray:

@@ -8,7 +8,7 @@ distinct values are pandas categoricals.
 from __future__ import annotations
 
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 2
+TABLES_VERSION = 3
 
 # --- events: one row per complete ('X') event of one rank ------------------------------
 TS_NS = "ts_ns"  # start, epoch ns on the aligned clock
@@ -27,7 +27,7 @@ EXTERNAL_ID = "external_id"  # links a GPU event / runtime call to its CPU op, -
 STEP = "step"  # ProfilerStep number the event belongs to, -1 if none
 BLOCKS_PER_SM = "blocks_per_sm"  # kernels only, NaN otherwise
 OCCUPANCY_PCT = "occupancy_pct"  # kernels: 'est. achieved occupancy %', NaN otherwise
-FLOPS = "flops"  # CPU ops recorded with_flops, NaN otherwise
+FLOPS = "flops"  # CPU ops: the trace's count, else from input shapes (profkit.flops); NaN otherwise
 BYTES = "bytes"  # memcpy / memset bytes, NaN otherwise
 
 EVENT_COLUMNS = (

@@ -36,6 +36,8 @@ class Args(msgspec.Struct, gc=False):
     blocks_per_sm: Any = msgspec.field(default=None, name="blocks per SM")
     occupancy_pct: Any = msgspec.field(default=None, name="est. achieved occupancy %")
     flops: Any = None
+    # Raw JSON, parsed only for the few ops whose FLOPs come from shapes (empty if absent).
+    input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
     bytes: Any = None
     kind: Any = None  # AMD memcpy direction ("DtoD") or kernel dispatch kind
     collective: Any = msgspec.field(default=None, name="Collective name")
@@ -155,6 +157,8 @@ def _decode_lenient(blob: bytes) -> list[Event]:
             continue
         if not isinstance(ev.get("args"), dict):
             ev.pop("args", None)
+        else:
+            ev["args"].pop("Input Dims", None)  # a raw field: cannot be converted from objects
         for key in ("ts", "dur"):
             try:
                 ev[key] = float(ev[key]) if ev.get(key) is not None else NAN

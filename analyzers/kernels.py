@@ -1,0 +1,441 @@
+"""Kernels and their launches: what runs on the GPU, how it gets there, and what could fuse.
+
+Tables (times in ns, fractions in [0, 1]):
+
+- ``top_kernels``: kernels across ranks by total time (name, cls, subcls, count, total_ns,
+  mean_ns, share of all kernel time, min/max per-rank total: a rank lacking it counts 0).
+- ``top_ops``: CPU ops across ranks sorted by **self** time (inclusive time minus the time
+  of CPU ops and runtime calls nested directly inside them on the same thread), with the
+  inclusive total beside it.
+- ``short_kernels``: per rank, kernels shorter than ``short_kernel_ns`` and their time.
+- ``kernels_per_step``: per rank and step, kernel count and summed kernel time.
+- ``launches``: per rank, launch calls (runtime/driver calls that enqueue GPU work), their
+  duration and launch delay (GPU op start - launch call end, joined by correlation), slow
+  runtime calls and CUDA graph launches. Ops replayed by a graph share the graph launch's
+  correlation and get no per-op delay.
+- ``queue_depth``: per rank and stream, GPU ops launched but not finished (enqueued at their
+  launch call's start, dequeued at their end): max and time-weighted mean.
+- ``fusion_candidates``: n-grams (n = 3) of consecutive short kernels on one stream by count.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+from profkit.analyzers.findings import Finding, Result
+from profkit.analyzers.thresholds import DEFAULT, Thresholds
+
+from profkit import intervals as iv
+from profkit import schema as S
+from profkit.model import RankData, Run, step_times_ns
+
+RANK = "rank"
+TOP_KERNEL_COLUMNS = (S.NAME, S.CLASS, S.SUBCLASS, "count", "total_ns", "mean_ns", "share",
+                      "rank_min_total_ns", "rank_max_total_ns")
+TOP_OP_COLUMNS = (S.NAME, "count", "self_ns", "total_ns", "mean_self_ns", "self_share")
+SHORT_COLUMNS = (RANK, "kernels", "short_kernels", "short_frac", "short_total_ns",
+                 "short_time_frac", "kernel_busy_frac", "window_ns")
+PER_STEP_COLUMNS = (RANK, S.STEP, "kernels", "gpu_time_ns")
+LAUNCH_COLUMNS = (RANK, "launch_calls", "launch_time_ns", "launch_time_frac",
+                  "launch_median_ns", "launch_p95_ns", "delay_median_ns", "delay_p95_ns",
+                  "delayed_launches", "slow_runtime_calls", "slow_runtime_ns",
+                  "graph_launches", "graph_gpu_ops", "max_queue_depth")
+QUEUE_COLUMNS = (RANK, S.STREAM, "gpu_ops", "max_depth", "mean_depth")
+FUSION_COLUMNS = ("sequence", "n", "count", "per_step", "total_ns", "ranks")
+
+# Runtime / driver calls that enqueue GPU work (CUDA, HIP, driver API).
+LAUNCH_RE = re.compile(r"launch|memcpy|memset", re.IGNORECASE)
+GRAPH_LAUNCH_RE = re.compile(r"graphlaunch", re.IGNORECASE)
+# Calls whose duration is waiting for the GPU, not overhead: left to the host-sync analysis.
+SYNC_CALL_RE = re.compile(r"synchronize|^(?:cuda|hip|cu)Memcpy(?:DtoH)?$|EventQuery|StreamQuery",
+                          re.IGNORECASE)
+CPU_NEST_KINDS = (S.KIND_CPU_OP, S.KIND_RUNTIME, S.KIND_DRIVER, S.KIND_SYNC)
+SEQUENCE_SEP = " -> "
+# Fewer kernels (or launch calls) than this in the window: too little to call launch-bound.
+MIN_KERNELS = 100
+# CUDA's launch queue holds about 1024 ops (peers flag 1024 as full; a V100 trace here peaks
+# at 1023 while its launch calls block): at this depth launch calls wait on the GPU.
+QUEUE_FULL_DEPTH = 1000
+
+
+def name_mask(names: pd.Series, regex: re.Pattern) -> np.ndarray:
+    """Boolean mask of rows whose name matches, evaluated once per distinct name."""
+    cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
+    hit = np.array([bool(regex.search(str(c))) for c in cat.cat.categories] + [False])
+    return hit[cat.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing False
+
+
+def window_ns(rd: RankData) -> int:
+    """Profiled time of a rank: its summed step times, else first GPU start to last GPU end."""
+    if len(rd.steps):
+        return int(step_times_ns(rd.steps).sum())
+    gpu = rd.gpu_events
+    if gpu.empty:
+        return 0
+    return int((gpu[S.TS_NS] + gpu[S.DUR_NS]).max() - gpu[S.TS_NS].min())
+
+
+def in_steps(frame: pd.DataFrame, rd: RankData) -> pd.DataFrame:
+    """Rows inside profiled steps when the rank has steps, else rows starting between the
+    first GPU start and the last GPU end (start-up calls outside it are not step cost)."""
+    if len(rd.steps):
+        return frame[frame[S.STEP] >= 0]
+    gpu = rd.gpu_events
+    lo, hi = gpu[S.TS_NS].min(), (gpu[S.TS_NS] + gpu[S.DUR_NS]).max()
+    return frame[(frame[S.TS_NS] >= lo) & (frame[S.TS_NS] <= hi)]
+
+
+def kernels_of(rd: RankData) -> pd.DataFrame:
+    return rd.events[rd.events[S.KIND] == S.KIND_KERNEL]
+
+
+def empty(columns: tuple[str, ...]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="object" if c in (S.NAME, S.CLASS, S.SUBCLASS,
+                                                               "sequence") else "float64")
+                         for c in columns})
+
+
+# --- top kernels and ops ------------------------------------------------------------------
+
+def top_kernels(ranks: dict[int, RankData], top_n: int) -> pd.DataFrame:
+    keys = [S.NAME, S.CLASS, S.SUBCLASS]
+    parts = [kernels_of(rd)[keys + [S.DUR_NS]].astype({k: str for k in keys}).assign(rank=r)
+             for r, rd in ranks.items()]
+    k = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if k.empty:
+        return empty(TOP_KERNEL_COLUMNS)
+    per_rank = k.groupby([RANK] + keys)[S.DUR_NS].agg(["size", "sum"]).reset_index()
+    out = per_rank.groupby(keys).agg(count=("size", "sum"), total_ns=("sum", "sum"),
+                                     present=(RANK, "nunique"),
+                                     rank_min_total_ns=("sum", "min"),
+                                     rank_max_total_ns=("sum", "max")).reset_index()
+    out.loc[out["present"] < len(ranks), "rank_min_total_ns"] = 0
+    out["mean_ns"] = out["total_ns"] / out["count"]
+    out["share"] = out["total_ns"] / out["total_ns"].sum()
+    out = out.sort_values("total_ns", ascending=False, kind="stable").head(top_n)
+    return out[list(TOP_KERNEL_COLUMNS)].reset_index(drop=True)
+
+
+def self_times(cpu: pd.DataFrame) -> np.ndarray:
+    """Self time of each row of a CPU-side frame: its duration minus its direct children's,
+    with nesting found per (pid, tid) from start order and depth (no row-wise loops)."""
+    out = np.zeros(len(cpu), dtype=np.int64)
+    for _, idx in cpu.groupby([S.PID, S.TID], sort=False).indices.items():
+        s = cpu[S.TS_NS].to_numpy()[idx]
+        d = cpu[S.DUR_NS].to_numpy()[idx]
+        pos = idx[d > 0]  # zero-length rows contain nothing and take nothing
+        s, d = s[d > 0], d[d > 0]
+        order = np.lexsort((-d, s))  # parents (longer) before children at equal starts
+        pos, s, d = pos[order], s[order], d[order]
+        e = s + d
+        depth = np.arange(len(s)) - np.searchsorted(np.sort(e), s, side="right")
+        parent = np.full(len(s), -1)
+        for level in range(1, int(depth.max(initial=0)) + 1):
+            above = np.flatnonzero(depth == level - 1)
+            here = np.flatnonzero(depth == level)
+            j = np.searchsorted(above, here, side="right") - 1
+            parent[here[j >= 0]] = above[j[j >= 0]]
+        child = np.zeros(len(s), dtype=np.int64)
+        np.add.at(child, parent[parent >= 0], d[parent >= 0])
+        out[pos] = np.maximum(d - child, 0)
+    return out
+
+
+def top_ops(ranks: dict[int, RankData], top_n: int) -> pd.DataFrame:
+    parts = []
+    for rd in ranks.values():
+        cpu = rd.events[rd.events[S.KIND].isin(CPU_NEST_KINDS)]
+        ops = pd.DataFrame({S.NAME: cpu[S.NAME].astype(str).to_numpy(),
+                            S.KIND: cpu[S.KIND].astype(str).to_numpy(),
+                            "self_ns": self_times(cpu), "total_ns": cpu[S.DUR_NS].to_numpy()})
+        parts.append(ops[ops[S.KIND] == S.KIND_CPU_OP])
+    ops = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if ops.empty:
+        return empty(TOP_OP_COLUMNS)
+    out = ops.groupby(S.NAME).agg(count=("self_ns", "size"), self_ns=("self_ns", "sum"),
+                                  total_ns=("total_ns", "sum")).reset_index()
+    out["mean_self_ns"] = out["self_ns"] / out["count"]
+    out["self_share"] = out["self_ns"] / max(out["self_ns"].sum(), 1)
+    out = out.sort_values("self_ns", ascending=False, kind="stable").head(top_n)
+    return out[list(TOP_OP_COLUMNS)].reset_index(drop=True)
+
+
+# --- per-rank tables ----------------------------------------------------------------------
+
+def short_kernel_row(rank: int, rd: RankData, short_ns: int) -> dict:
+    k = in_steps(kernels_of(rd), rd)
+    dur = k[S.DUR_NS].to_numpy()
+    short = dur < short_ns
+    window = window_ns(rd)
+    busy = iv.total(iv.union(k[S.TS_NS], k[S.TS_NS] + k[S.DUR_NS]))
+    return {RANK: rank, "kernels": len(dur), "short_kernels": int(short.sum()),
+            "short_frac": short.mean() if len(dur) else np.nan,
+            "short_total_ns": int(dur[short].sum()),
+            "short_time_frac": dur[short].sum() / dur.sum() if dur.sum() else np.nan,
+            "kernel_busy_frac": busy / window if window else np.nan, "window_ns": window}
+
+
+def kernels_per_step(rank: int, rd: RankData) -> pd.DataFrame:
+    k = kernels_of(rd)
+    k = k[k[S.STEP] >= 0]
+    out = k.groupby(S.STEP)[S.DUR_NS].agg(kernels="size", gpu_time_ns="sum").reset_index()
+    return out.assign(rank=rank)[list(PER_STEP_COLUMNS)]
+
+
+def launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(launch calls, GPU ops with their launch call's start, per-op launch delays).
+
+    GPU ops sharing a correlation (graph replays) get their graph launch's start but no
+    delay; so does any op whose launch call is a graph launch."""
+    ev = rd.events
+    cpu = ev[ev[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER))]
+    gpu = ev[ev[S.KIND].isin(S.GPU_KINDS)]
+    gpu_corr = gpu[S.CORRELATION][gpu[S.CORRELATION] >= 0]
+    is_launch = name_mask(cpu[S.NAME], LAUNCH_RE) | (
+        cpu[S.CORRELATION].isin(gpu_corr).to_numpy() & (cpu[S.CORRELATION] >= 0).to_numpy())
+    launches = cpu[is_launch]
+    first = launches[launches[S.CORRELATION] >= 0].drop_duplicates(S.CORRELATION)
+    first = first.set_index(S.CORRELATION)
+    graph = pd.Series(name_mask(first[S.NAME], GRAPH_LAUNCH_RE), index=first.index)
+    joined = gpu[gpu[S.CORRELATION].isin(first.index)]
+    corr = joined[S.CORRELATION]
+    start = first[S.TS_NS].reindex(corr).to_numpy()
+    end = start + first[S.DUR_NS].reindex(corr).to_numpy()
+    shared = corr.map(corr.value_counts()).to_numpy() > 1
+    single = ~(graph.reindex(corr).to_numpy() | shared)
+    enq = pd.DataFrame({S.STREAM: gpu[S.STREAM], "enq": gpu[S.TS_NS],
+                        "end": gpu[S.TS_NS] + gpu[S.DUR_NS]})
+    enq.loc[joined.index, "enq"] = np.minimum(start, joined[S.TS_NS].to_numpy())
+    delays = pd.DataFrame({S.TS_NS: joined[S.TS_NS].to_numpy()[single],
+                           S.STEP: joined[S.STEP].to_numpy()[single],
+                           "delay_ns": (joined[S.TS_NS].to_numpy() - end)[single]})
+    return launches, enq, delays
+
+
+def slow_calls(rd: RankData, th: Thresholds) -> pd.DataFrame:
+    """Runtime/driver calls in the steps above slow_runtime_call_ns, synchronisations aside."""
+    rt = in_steps(rd.events[rd.events[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER))], rd)
+    return rt[(rt[S.DUR_NS] > th.slow_runtime_call_ns).to_numpy()
+              & ~name_mask(rt[S.NAME], SYNC_CALL_RE)]
+
+
+def launch_row(rank: int, rd: RankData, joined: tuple, th: Thresholds) -> dict:
+    launches, _, delays = joined
+    launches_in, delays = in_steps(launches, rd), in_steps(delays, rd)
+    graph = name_mask(launches_in[S.NAME], GRAPH_LAUNCH_RE)
+    slow = slow_calls(rd, th)
+    graph_corr = launches_in[S.CORRELATION][graph]
+    graph_ops = rd.gpu_events[S.CORRELATION].isin(graph_corr[graph_corr >= 0]).sum()
+    dur, delay = launches_in[S.DUR_NS].to_numpy(), delays["delay_ns"].to_numpy()
+    window = window_ns(rd)
+
+    def q(a: np.ndarray, p: float) -> float:
+        return float(np.percentile(a, p)) if len(a) else np.nan
+
+    return {RANK: rank, "launch_calls": len(dur), "launch_time_ns": int(dur.sum()),
+            "launch_time_frac": dur.sum() / window if window else np.nan,
+            "launch_median_ns": q(dur, 50), "launch_p95_ns": q(dur, 95),
+            "delay_median_ns": q(delay, 50), "delay_p95_ns": q(delay, 95),
+            "delayed_launches": int((delay > th.launch_delay_ns).sum()),
+            "slow_runtime_calls": len(slow), "slow_runtime_ns": int(slow[S.DUR_NS].sum()),
+            "graph_launches": int(graph.sum()), "graph_gpu_ops": int(graph_ops)}
+
+
+def queue_depth(rank: int, enq: pd.DataFrame) -> pd.DataFrame:
+    """Sweep over enqueue (+1) and end (-1) times of all streams at once: each stream's
+    deltas sum to zero, so one cumulative sum over the (stream, time)-sorted sweep is each
+    stream's depth. Ends sort before starts at equal times."""
+    if enq.empty:
+        return empty(QUEUE_COLUMNS)
+    n = len(enq)
+    stream = np.concatenate([enq[S.STREAM].to_numpy()] * 2)
+    t = np.concatenate([enq["enq"].to_numpy(), enq["end"].to_numpy()])
+    delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
+    order = np.lexsort((delta, t, stream))
+    stream, t, depth = stream[order], t[order], np.cumsum(delta[order])
+    same = np.append(stream[1:] == stream[:-1], False)
+    dt = np.where(same, np.append(np.diff(t), 0), 0)
+    sweep = pd.DataFrame({S.STREAM: stream, "t": t, "depth": depth, "area": depth * dt})
+    out = sweep.groupby(S.STREAM).agg(max_depth=("depth", "max"), area=("area", "sum"),
+                                      t0=("t", "min"), t1=("t", "max")).reset_index()
+    out["mean_depth"] = out["area"] / (out["t1"] - out["t0"]).where(lambda x: x > 0)
+    out["gpu_ops"] = out[S.STREAM].map(enq[S.STREAM].value_counts())
+    return out.assign(rank=rank)[list(QUEUE_COLUMNS)]
+
+
+# --- fusion candidates --------------------------------------------------------------------
+
+def rank_ngrams(rd: RankData, short_ns: int, n: int) -> pd.DataFrame:
+    """Counts of n consecutive short kernels on one stream, by their names."""
+    k = kernels_of(rd).sort_values([S.STREAM, S.TS_NS], kind="stable")
+    m = len(k) - n + 1
+    if m <= 0:
+        return pd.DataFrame(columns=["sequence", "count", "total_ns"])
+    codes, names = pd.factorize(k[S.NAME].astype(str))
+    stream, dur = k[S.STREAM].to_numpy(), k[S.DUR_NS].to_numpy()
+    ok = np.ones(m, dtype=bool)
+    for i in range(n):
+        ok &= (dur[i:i + m] < short_ns) & (stream[i:i + m] == stream[:m])
+    grams = np.stack([codes[i:i + m] for i in range(n)], axis=1)[ok]
+    total = sum(dur[i:i + m] for i in range(n))[ok]
+    if len(grams) == 0:
+        return pd.DataFrame(columns=["sequence", "count", "total_ns"])
+    uniq, inverse, count = np.unique(grams, axis=0, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse.ravel(), weights=total, minlength=len(uniq))
+    seq = [SEQUENCE_SEP.join(names[row]) for row in uniq]
+    return pd.DataFrame({"sequence": seq, "count": count, "total_ns": sums.astype(np.int64)})
+
+
+def fusion_candidates(ranks: dict[int, RankData], th: Thresholds, top_n: int,
+                      n: int = 3) -> pd.DataFrame:
+    parts = [rank_ngrams(rd, th.short_kernel_ns, n).assign(rank=r) for r, rd in ranks.items()]
+    grams = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if grams.empty:
+        return empty(FUSION_COLUMNS)
+    out = grams.groupby("sequence").agg(count=("count", "sum"), total_ns=("total_ns", "sum"),
+                                        ranks=(RANK, "nunique")).reset_index()
+    steps = sum(len(rd.steps) for rd in ranks.values())
+    out["per_step"] = out["count"] / steps if steps else np.nan
+    out["n"] = n
+    out = out.sort_values(["count", "total_ns"], ascending=False, kind="stable").head(top_n)
+    return out[list(FUSION_COLUMNS)].reset_index(drop=True)
+
+
+# --- findings and entry point -------------------------------------------------------------
+
+LAUNCH_ADVICE = ("Capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
+                 "torch.cuda.graphs) or fuse the small ops with torch.compile; larger batches "
+                 "also amortise each launch over more work.")
+
+
+def launch_findings(short: pd.DataFrame, launches: pd.DataFrame,
+                    th: Thresholds) -> list[Finding]:
+    """Launch-bound (warning) when the GPU is mostly idle while many short kernels run or
+    launch calls take a large share of the step. Heavy launch calls behind a busy GPU are
+    hidden for now (info); behind a full launch queue they are waiting, not overhead."""
+    out = []
+    for s, lc in zip(short.to_dict("records"), launches.to_dict("records")):
+        starved = s["kernel_busy_frac"] < th.gpu_util_low_frac
+        enough = min(s["kernels"], lc["launch_calls"]) >= MIN_KERNELS
+        many_short = s["short_frac"] >= th.short_kernel_count_frac and starved
+        heavy_api = lc["launch_time_frac"] > th.launch_api_frac
+        if not enough or not (many_short or heavy_api):
+            continue
+        why = [f"{s['short_frac']:.0%} of {s['kernels']} kernels run under "
+               f"{th.short_kernel_ns / 1e3:g} us"] if many_short else []
+        if heavy_api:
+            why.append(f"launch calls take {lc['launch_time_frac']:.0%} of the step "
+                       f"({lc['launch_calls']} calls, median {lc['launch_median_ns'] / 1e3:.1f} us)")
+        why.append(f"kernels keep the GPU busy {s['kernel_busy_frac']:.0%} of the step")
+        lead = "The GPU is launch-bound: " if starved else \
+            "Launch overhead is high but hidden behind a busy GPU for now: "
+        message = lead + "; ".join(why) + "." + queue_note(lc) + (
+            " CUDA graphs are already in use: capture more of the step."
+            if lc["graph_launches"] else "")
+        out.append(Finding(
+            category="cpu_launch", severity="warning" if starved else "info",
+            rank=int(s[RANK]), message=message, recommendation=LAUNCH_ADVICE,
+            evidence={k: plain(v) for k, v in {**s, **lc}.items()}))
+    return out
+
+
+def queue_note(lc: dict) -> str:
+    if lc["max_queue_depth"] < QUEUE_FULL_DEPTH:
+        return ""
+    return (f" The launch queue filled up (depth {int(lc['max_queue_depth'])}): launch calls "
+            "then block until the GPU frees a slot, so part of their time is the GPU's pace.")
+
+
+def slow_call_findings(rank: int, rd: RankData, lc: dict, th: Thresholds) -> list[Finding]:
+    if not lc["slow_runtime_calls"]:
+        return []
+    slow = slow_calls(rd, th)
+    names = slow.groupby(slow[S.NAME].astype(str))[S.DUR_NS].agg(["size", "sum"])
+    names = names.sort_values("sum", ascending=False).head(5)
+    frac = lc["slow_runtime_ns"] / max(window_ns(rd), 1)
+    listed = ", ".join(f"{n} x{int(c)} ({t / 1e3:.0f} us)" for n, (c, t) in names.iterrows())
+    serious = frac > th.launch_api_frac and lc["max_queue_depth"] < QUEUE_FULL_DEPTH
+    return [Finding(
+        category="cpu_launch", severity="warning" if serious else "info", rank=rank,
+        message=f"{lc['slow_runtime_calls']} runtime calls took over "
+                f"{th.slow_runtime_call_ns / 1e3:g} us ({frac:.1%} of the step): {listed}."
+                + queue_note(lc),
+        recommendation="Keep allocations and other blocking runtime calls out of the step "
+                       "(warm up the caching allocator, reuse buffers, no per-step "
+                       "cudaMalloc/cudaFree or pinned-memory allocation).",
+        evidence={"slow_runtime_calls": int(lc["slow_runtime_calls"]),
+                  "slow_runtime_ns": int(lc["slow_runtime_ns"]), "slow_frac": float(frac),
+                  "calls": {str(n): int(c) for n, c in names["size"].items()}})]
+
+
+def fusion_findings(fusion: pd.DataFrame, th: Thresholds) -> list[Finding]:
+    top = fusion[fusion["count"] >= th.fusion_min_count].head(3)
+    if top.empty:
+        return []
+    lines = "; ".join(f"[{brief(r.sequence)}] x{int(r.count)}" for r in top.itertuples())
+    return [Finding(
+        category="fusion", severity="info",
+        message=f"Short kernels repeat in fixed sequences, the most frequent: {lines}.",
+        recommendation="Fuse them: torch.compile generates one kernel for chains of "
+                       "elementwise ops; use fused implementations (fused=True / foreach "
+                       "optimizers, fused norms and attention) where they exist.",
+        evidence={"sequences": top["sequence"].tolist(),
+                  "counts": [int(c) for c in top["count"]]})]
+
+
+def brief(sequence: str, width: int = 80) -> str:
+    """A sequence with each kernel name shortened for messages: no 'void', no at::native
+    namespaces, no argument list, at most ``width`` characters."""
+    names = [re.sub(r"^void |at::native::|\(anonymous namespace\)::|\(.*\)$", "", n)
+             for n in sequence.split(SEQUENCE_SEP)]
+    return SEQUENCE_SEP.join(n if len(n) <= width else n[:width - 3] + "..." for n in names)
+
+
+def plain(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def no_gpu_result(tables: tuple[tuple[str, tuple[str, ...]], ...], what: str) -> Result:
+    return Result(tables={name: empty(cols) for name, cols in tables}, findings=[Finding(
+        category="coverage", severity="info",
+        message=f"No GPU events in this run: {what} skipped.",
+        recommendation="Profile with CUDA activities enabled "
+                       "(torch.profiler.ProfilerActivity.CUDA) to analyse GPU work.")])
+
+
+TABLES = (("top_kernels", TOP_KERNEL_COLUMNS), ("top_ops", TOP_OP_COLUMNS),
+          ("short_kernels", SHORT_COLUMNS), ("kernels_per_step", PER_STEP_COLUMNS),
+          ("launches", LAUNCH_COLUMNS), ("queue_depth", QUEUE_COLUMNS),
+          ("fusion_candidates", FUSION_COLUMNS))
+
+
+def analyze_kernels(run: Run, thresholds: Thresholds = DEFAULT, *, top_n: int = 50) -> Result:
+    """Kernel, CPU-op, launch, queue and fusion tables of a run (see the module docstring),
+    with cpu_launch and fusion findings. Ranks without GPU events are left out."""
+    th = thresholds
+    ranks = {r: rd for r, rd in sorted(run.ranks.items()) if rd.has_gpu}
+    if not ranks:
+        return no_gpu_result(TABLES, "kernel analysis")
+    short = pd.DataFrame([short_kernel_row(r, rd, th.short_kernel_ns) for r, rd in ranks.items()],
+                         columns=list(SHORT_COLUMNS))
+    joined = {r: launch_join(rd) for r, rd in ranks.items()}
+    queue = pd.concat([queue_depth(r, j[1]) for r, j in joined.items()], ignore_index=True)
+    launches = pd.DataFrame([launch_row(r, rd, joined[r], th) for r, rd in ranks.items()],
+                            columns=list(LAUNCH_COLUMNS[:-1]))
+    depth = queue.groupby(RANK)["max_depth"].max()
+    launches["max_queue_depth"] = launches[RANK].map(depth).fillna(0).astype(int)
+    fusion = fusion_candidates(ranks, th, top_n)
+    tables = {
+        "top_kernels": top_kernels(ranks, top_n), "top_ops": top_ops(ranks, top_n),
+        "short_kernels": short,
+        "kernels_per_step": pd.concat([kernels_per_step(r, rd) for r, rd in ranks.items()],
+                                      ignore_index=True),
+        "launches": launches, "queue_depth": queue, "fusion_candidates": fusion,
+    }
+    findings = launch_findings(short, launches, th)
+    for lc in launches.to_dict("records"):
+        findings += slow_call_findings(lc[RANK], ranks[lc[RANK]], lc, th)
+    findings += fusion_findings(fusion, th)
+    return Result(tables=tables, findings=findings)

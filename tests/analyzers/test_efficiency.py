@@ -1,0 +1,198 @@
+"""MFU, utilisation, SM efficiency, occupancy and NVML joins on a hand-built run whose every
+number is worked out below, on the runs captured on 2x H200 (samples/runs) and the corpus."""
+
+import json
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+from profkit.analyzers.devices import DEVICES, match_device
+from profkit.analyzers.efficiency import TABLES, analyze_efficiency
+
+from profkit import schema as S
+from profkit.loader import load_run
+from profkit.model import Run
+from tests.conftest import CORPUS, REPO
+from tests.factories import BASE_NS, kernel, launch, step, trace_doc, write_trace, x
+
+US = 1000
+RUNS = REPO / "samples" / "runs"
+CORPUS_FILES = sorted(CORPUS.rglob("*.json.gz")) if CORPUS.is_dir() else []
+H100 = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132, "totalGlobalMem": 80 * 10**9}
+
+
+def timeline(gemm="sm90_xmma_gemm_bf16bf16_bf16f32"):
+    """One step [0, 100) us on device 0.
+
+    GEMM kernel 10-50 (blocks per SM 0.5, occupancy 40%), elementwise kernel on stream 8
+    30-70 (blocks per SM 2, occupancy 80%): busy [10, 70) = 60 us; SM efficiency
+    (20 x 0.5 + 20 x min(2.5, 1) + 20 x min(2, 1)) / 100 = 0.5; occupancy
+    (40 x 40 + 80 x 40) / 80 = 60%. FLOPs: aten::conv2d [5, 25) 1e9 holds aten::convolution
+    [6, 16) 1e9 (nested: not counted again) and aten::mm [30, 35) 3e9: 4e9 FLOP in 100 us =
+    40 TFLOP/s, MFU 40 / 989.4 on an H100 SXM.
+    """
+    return [
+        step(1, 0.0, 100.0),
+        x("aten::conv2d", "cpu_op", 5.0, 20.0, flops=1e9),
+        x("aten::convolution", "cpu_op", 6.0, 10.0, flops=1e9),
+        launch(8.0, 1.0, 1),
+        kernel(gemm, 10.0, 40.0, 1, **{"blocks per SM": 0.5, "est. achieved occupancy %": 40}),
+        launch(28.0, 1.0, 2),
+        kernel("vectorized_elementwise_kernel", 30.0, 40.0, 2, stream=8,
+               **{"blocks per SM": 2.0, "est. achieved occupancy %": 80}),
+        x("aten::mm", "cpu_op", 30.0, 5.0, flops=3e9),
+    ]
+
+
+def load(tmp_path, events, devices=(H100,)) -> Run:
+    doc = trace_doc(rank=0, world_size=1, events=events, deviceProperties=list(devices))
+    return load_run(write_trace(tmp_path / "rank0.json", doc), cache=False)
+
+
+def counters(rows):
+    """(us after BASE_NS, metric, value) -> the long counters table on device 0."""
+    return pd.DataFrame({S.TS_NS: [BASE_NS + int(t * US) for t, _, _ in rows],
+                         S.DEVICE: 0, S.METRIC: [m for _, m, _ in rows],
+                         S.VALUE: [float(v) for _, _, v in rows]})
+
+
+def with_counters(run: Run, table: pd.DataFrame) -> Run:
+    return replace(run, ranks={0: replace(run.ranks[0], counters=table)})
+
+
+def test_utilisation_sm_efficiency_occupancy_and_mfu(tmp_path):
+    res = analyze_efficiency(load(tmp_path, timeline()))
+    row = res.tables["efficiency"].iloc[0]
+    assert row["device_model"] == "H100 SXM" and row["step_time_ns"] == 100 * US
+    assert row["gpu_util"] == pytest.approx(0.6)
+    assert row["sm_efficiency"] == pytest.approx(0.5)
+    assert row["occupancy_pct"] == pytest.approx(60.0)
+    assert row["flops"] == 4e9 and row["flops_source"] == "trace"
+    assert row["achieved_tflops"] == pytest.approx(40.0)
+    assert row["mfu"] == pytest.approx(40.0 / 989.4)
+    assert row["tensor_core_gemm_frac"] == 1.0
+    assert [f.category for f in res.findings] == ["mfu"]  # 4% < 20%; busy 60% is fine
+    assert res.findings[0].severity == "warning"
+
+
+def test_model_formula_replaces_trace_flops(tmp_path):
+    res = analyze_efficiency(load(tmp_path, timeline()), flops_per_step=50e9)
+    row = res.tables["efficiency"].iloc[0]
+    assert row["flops_source"] == "model formula"
+    assert row["achieved_tflops"] == pytest.approx(500.0)  # 50e9 FLOP in 100 us
+    fp32 = analyze_efficiency(load(tmp_path, timeline()), peak_dtype="fp32")
+    assert fp32.tables["efficiency"].iloc[0]["peak_tflops"] == DEVICES["H100 SXM"].fp32_tflops
+
+
+def test_fp32_gemms_without_tensor_cores(tmp_path):
+    res = analyze_efficiency(load(tmp_path, timeline(gemm="volta_sgemm_128x64_nn")))
+    row = res.tables["efficiency"].iloc[0]
+    assert row["tensor_core_gemm_frac"] == 0.0 and row["fp32_gemm_ns"] == 40 * US
+    assert "precision" in [f.category for f in res.findings]
+
+
+def test_nvml_joins(tmp_path):
+    """Window [0, 100] us plus one sampling interval (median spacing of that metric).
+
+    sm_clock at -50 (before), 20, 70, 300: spacing 70, 50, 230 -> median 70, window to 170:
+    1500 and 1700 -> mean 1600, min 1500. Throttle reasons 0x1 (idle: ignored) at 20 and
+    0x44 (SW power cap + HW thermal) at 70. Energy 1000 mJ at -100 and 1030 at 200: 0.1 mJ/us,
+    1010 at 0 and 1020 at 100: 10 mJ = 0.01 J for the one step. 76 of 80 GB used: 95%.
+    """
+    table = counters([(-50, "sm_clock_mhz", 1000), (20, "sm_clock_mhz", 1500),
+                      (70, "sm_clock_mhz", 1700), (300, "sm_clock_mhz", 1900),
+                      (20, "clocks_event_reasons", 0x1), (70, "clocks_event_reasons", 0x44),
+                      (-100, "energy_mj", 1000), (200, "energy_mj", 1030),
+                      (50, "power_w", 200), (50, "mem_used_bytes", 76e9),
+                      (50, "gpm_tensor_active_pct", 30)])
+    res = analyze_efficiency(with_counters(load(tmp_path, timeline()), table))
+    row = res.tables["nvml"].iloc[0]
+    assert row["sm_clock_mean_mhz"] == 1600 and row["sm_clock_min_mhz"] == 1500
+    assert row["clock_samples"] == 2
+    assert row["throttle_samples"] == 1 and row["throttle_reasons"] == "sw_power_cap,hw_thermal"
+    assert row["energy_j_per_step"] == pytest.approx(0.01) and row["energy_source"] == "energy_mj"
+    assert row["power_mean_w"] == 200 and row["gpm_tensor_active_pct"] == 30
+    assert row["matmul_time_frac"] == pytest.approx(0.4)  # the 40 us GEMM in 100 us
+    assert row["peak_mem_frac"] == pytest.approx(0.95)
+    cats = [f.category for f in res.findings]
+    assert "throttling" in cats and "memory" in cats
+
+
+def test_energy_falls_back_to_power(tmp_path):
+    table = counters([(50, "energy_mj", 1000), (50, "power_w", 300)])
+    res = analyze_efficiency(with_counters(load(tmp_path, timeline()), table))
+    row = res.tables["nvml"].iloc[0]
+    assert row["energy_source"] == "power_w"
+    assert row["energy_j_per_step"] == pytest.approx(300 * 100e-6)  # 300 W x 100 us
+
+
+@pytest.mark.parametrize("name, sms, mem, key", [
+    ("NVIDIA H200", 132, 150e9, "H200"),
+    ("NVIDIA H100 80GB HBM3", 132, 85e9, "H100 SXM"),
+    ("NVIDIA H100 PCIe", 114, 85e9, "H100 PCIe"),
+    ("NVIDIA A100-SXM4-80GB", 108, 85e9, "A100 80GB SXM"),
+    ("NVIDIA A100-PG509-200", 108, 42.5e9, "A100 40GB"),
+    ("Tesla V100-SXM2-32GB", 80, 34e9, "V100 SXM2"),
+    ("NVIDIA B200", 148, 191e9, "B200"),
+    ("NVIDIA L40S", 142, 48e9, "L40S"),
+    ("NVIDIA L4", 58, 24e9, "L4"),
+    ("AMD Instinct MI300X", 304, 206e9, "MI300X"),
+    ("AMD Radeon Graphics", 104, 68.7e9, "MI250 GCD"),  # the corpus MI250 trace
+    ("", 304, 206e9, "MI300X"),
+])
+def test_device_names(name, sms, mem, key):
+    assert match_device(name, sms, mem).key == key
+
+
+def test_unknown_device():
+    assert match_device("Some GPU", 7, 1e9) is None
+
+
+def test_compute_run_mfu_and_utilisation():
+    """zoo/compute: 12 GEMMs 8192^3 per step, 3 x 2 x 8192^3 x 4 layers = 13.194 TFLOP; the
+    script timed 747.1 TFLOP/s from its median step with CUDA events (samples/runs/SUMMARY)."""
+    summary = next(json.loads(line.split(" ", 2)[2]) for line in
+                   (RUNS / "SUMMARY.txt").read_text().splitlines() if line.startswith("zoo_compute"))
+    run = load_run(RUNS / "zoo" / "compute")
+    plain = analyze_efficiency(run)
+    row = plain.tables["efficiency"].iloc[0]
+    assert row["gpu_util"] > 0.9 and row["device_model"] == "H200"
+    # FLOPs from the ops' input shapes (profkit.flops): 11 GEMMs per step, not the script's
+    # 12: 4 forward + 4 weight gradients + 3 input gradients (layer 1's input needs none).
+    assert row["flops"] / 3 == pytest.approx(11 * 2 * 8192**3)
+    assert row["achieved_tflops"] == pytest.approx(summary["achieved_tflops"] * 11 / 12, rel=0.05)
+    assert 0.6 < row["mfu"] < 0.85
+    row = analyze_efficiency(run, flops_per_step=summary["matmul_tflop_per_step"] * 1e12)
+    row = row.tables["efficiency"].iloc[0]
+    assert row["achieved_tflops"] == pytest.approx(summary["achieved_tflops"], rel=0.05)
+    assert 0.6 < row["mfu"] < 0.85  # cuBLAS bf16 on a 989 TFLOP/s part
+
+
+def test_ddp_run_nvml_joins():
+    res = analyze_efficiency(load_run(RUNS / "profkit_ddp"))
+    nvml = res.tables["nvml"]
+    assert list(nvml["rank"]) == [0, 1]
+    assert ((nvml["sm_clock_mean_mhz"] > 1900) & (nvml["sm_clock_mean_mhz"] <= 1980)).all()
+    assert (nvml["energy_j_per_step"] > 0).all()
+    assert (nvml["throttle_samples"] == 0).all()
+    assert (res.tables["efficiency"]["gpu_util"] > 0.9).all()
+
+
+def test_cpu_launch_run_has_low_utilisation():
+    res = analyze_efficiency(load_run(RUNS / "zoo" / "cpu_launch"))
+    assert res.tables["efficiency"].iloc[0]["gpu_util"] < 0.2
+    assert "gpu_utilization" in [f.category for f in res.findings]
+
+
+@pytest.mark.skipif(not CORPUS_FILES, reason=f"corpus not found at {CORPUS}")
+@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: str(p.relative_to(CORPUS)))
+def test_corpus_traces(path):
+    run = load_run(path, cache=False)
+    res = analyze_efficiency(run)
+    assert set(res.tables) == {name for name, _ in TABLES}
+    if any(rd.has_gpu for rd in run.ranks.values()):
+        eff = res.tables["efficiency"]
+        assert len(eff) == len(run.ranks) and (eff["gpu_util"].between(0, 1.0001)).all()
+    else:
+        assert all(t.empty for t in res.tables.values())
+        assert [(f.category, f.severity) for f in res.findings] == [("coverage", "info")]
