@@ -72,9 +72,27 @@ def find_stragglers(run: Run, comms: Result, thresholds: Thresholds = DEFAULT) -
     table = _straggler_table(run, coll, waits, per_rank)
     table[STRAGGLER] = _flag(table, thresholds)
     table[EVIDENCE] = [_evidence(row) for row in table.to_dict("records")]
+    impossible = table[table[WAIT_FRAC].fillna(0) > 1.0]
+    if len(impossible):  # waiting longer than a whole step: the ranks are not lined up
+        table[STRAGGLER] = False
+        return Result(tables={STRAGGLERS: table[list(STRAGGLER_COLUMNS)]},
+                      findings=[_misaligned(impossible)])
     flagged = table[table[STRAGGLER]].to_dict("records")
     findings = [_finding(row, thresholds) for row in flagged]
     return Result(tables={STRAGGLERS: table[list(STRAGGLER_COLUMNS)]}, findings=findings)
+
+
+def _misaligned(rows: pd.DataFrame) -> Finding:
+    worst = rows.sort_values(WAIT_FRAC).iloc[-1]
+    return Finding(
+        category="collectives", severity="warning", rank=None,
+        message=(f"collective waits exceed the step time ({worst[WAIT_FRAC]:.0%} of a step for "
+                 f"rank {int(worst[RANK])}): the ranks' clocks are not aligned or their "
+                 "collectives do not match up, so no straggler verdict is given"),
+        evidence={"wait_frac": round(float(worst[WAIT_FRAC]), 3), "rank": int(worst[RANK])},
+        recommendation=("Capture with profkit.profile (it measures clock offsets between "
+                        "ranks), profile the same steps on every rank, and check that all "
+                        "ranks' traces come from the same run."))
 
 
 def _empty() -> pd.DataFrame:

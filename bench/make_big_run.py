@@ -6,7 +6,8 @@
 
 Each source file (Kineto JSON, ``.json`` or ``.json.gz``) is one rank's trace. Rank R of the
 output uses source ``R % len(sources)``; its ``traceEvents`` are the source events repeated k
-times, repetition r shifted in time by ``r * (source span + gap)``, so the run looks like one
+times, repetition r shifted in time by ``r * (longest source span + gap)`` (one period for
+every rank, so ranks stay aligned), so the run looks like one
 long capture of many steps:
 
 * ``ProfilerStep#N`` (CPU and GPU annotations) is renumbered to ``N + r * n_steps`` so steps
@@ -209,8 +210,10 @@ def _kv(key: str, value) -> bytes:
 
 
 def write_rank(src: Path, doc: dict, rank: int, world: int, out_dir: Path, target_bytes: int,
-               gap_us: float, use_gzip: bool, gzip_level: int) -> dict:
+               gap_us: float, use_gzip: bool, gzip_level: int, period_us: float) -> dict:
     rep = Repeater(doc, gap_us)
+    # Every rank repeats with the same period, so ranks stay aligned as in a real job.
+    rep.shift = period_us if rep.float_ts else int(round(period_us))
     top = {k: v for k, v in doc.items() if k != "traceEvents"}
     dist = dict(top.get("distributedInfo") or {})
     dist["rank"] = rank
@@ -298,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     cache: dict[Path, dict] = {}
     total = 0
     t_start = time.perf_counter()
+    period = max(Repeater(read_trace(src), args.gap_us).shift for src in dict.fromkeys(srcs))
     for rank in range(ranks):
         src = srcs[rank % len(srcs)]
         if src not in cache:
@@ -305,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             cache[src] = read_trace(src)
         t0 = time.perf_counter()
         info = write_rank(src, cache[src], rank, ranks, out_dir, target, args.gap_us,
-                          args.gzip, args.gzip_level)
+                          args.gzip, args.gzip_level, period)
         total += info["json_bytes"]
         print(f"rank {rank}: {info['file']}  {info['json_bytes'] / 1e6:.1f} MB JSON"
               + (f" ({info['file_bytes'] / 1e6:.1f} MB gz)" if args.gzip else "")

@@ -86,3 +86,22 @@ def test_straggler_only_on_evidence(name, stragglers):
         assert "rank 1 is a straggler" in doc["verdict"]["summary"]
         assert doc["stragglers"][0]["evidence"]["others_wait_ms_per_step"] > 0.5
         assert any(f["category"] == "straggler" and f["rank"] == 1 for f in doc["findings"])
+
+
+def test_misaligned_ranks_get_no_straggler_verdict(tmp_path):
+    """Shift rank 0 of the straggler run by a second: waits would exceed whole steps."""
+    import json as _json
+
+    from tests.factories import write_trace
+
+    src = RUNS / "zoo" / "straggler" / "traces"
+    for rank in (0, 1):
+        import gzip
+        doc = _json.loads(gzip.decompress((src / f"rank{rank}.pt.trace.json.gz").read_bytes()))
+        if rank == 0:
+            doc["baseTimeNanoseconds"] += 1_000_000_000
+        write_trace(tmp_path / f"rank{rank}.json", doc)
+    doc = to_json(analyze(load_run(tmp_path, cache=False)))
+    assert doc["stragglers"] == []
+    assert any(f["category"] == "collectives" and "not aligned" in f["message"]
+               for f in doc["findings"])
