@@ -17,6 +17,7 @@ from profkit.analyzers.findings import Result
 
 from profkit import intervals as iv
 from profkit import schema as S
+from profkit.columns import category_mask
 from profkit.model import RankData, Run, step_spans
 
 PARTS = ("compute", "communication", "memcpy", "cpu_launch", "data_loading", "host_sync",
@@ -57,7 +58,7 @@ def _host_sync_ranges(ev: pd.DataFrame, copies: pd.DataFrame) -> iv.Intervals:
     their copy to finish (pageable device-to-host copies)."""
     cpu = ev[~ev[S.KIND].isin(S.GPU_KINDS)]
     sync = cpu[cpu[S.NAME].isin(SYNC_CALLS)]
-    calls = cpu[cpu[S.NAME].astype(str).str.match(COPY_CALLS_RE) & (cpu[S.CORRELATION] >= 0)]
+    calls = cpu[category_mask(cpu[S.NAME], COPY_CALLS_RE) & (cpu[S.CORRELATION] >= 0).to_numpy()]
     joined = calls.merge(copies[[S.CORRELATION, S.TS_NS, S.DUR_NS]], on=S.CORRELATION,
                          suffixes=("", "_gpu"))
     waited = (joined[S.TS_NS] + joined[S.DUR_NS]
@@ -106,7 +107,7 @@ def charged_intervals(data: RankData, lo: int, hi: int) -> dict[str, iv.Interval
 def _idle_parts(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: iv.Intervals,
                 sync: iv.Intervals) -> dict[str, iv.Intervals]:
     cpu = ev[~ev[S.KIND].isin(S.GPU_KINDS)]
-    loader = _intervals(cpu[cpu[S.NAME].astype(str).str.contains(DATALOADER_RE, regex=True)])
+    loader = _intervals(cpu[category_mask(cpu[S.NAME], DATALOADER_RE)])
     loading = iv.intersect(gaps, loader)
     rest = iv.subtract(gaps, loader)
     cause = _gap_causes(ev, gpu, gaps, sync)
@@ -173,13 +174,26 @@ def stream_table(data: RankData) -> pd.DataFrame:
     return table.reset_index().assign(rank=data.rank)
 
 
+def compute_subclasses(data: RankData) -> pd.DataFrame:
+    """Compute kernel time in the profiled steps by sub-class (gemm, attention, ...), ns, and
+    its share of all compute kernel time (kernels summed, overlaps not merged)."""
+    ev = data.events
+    comp = ev[(ev[S.CLASS] == S.CLS_COMPUTE) & ((ev[S.STEP] >= 0) | (not len(data.steps)))]
+    table = comp.groupby(S.SUBCLASS, observed=True)[S.DUR_NS].agg(["sum", "count"])
+    table.columns = ["kernel_ns", "kernels"]
+    table["share"] = table["kernel_ns"] / table["kernel_ns"].sum() if len(table) else []
+    return table.reset_index().assign(rank=data.rank)
+
+
 def analyze_breakdown(run: Run) -> Result:
     """Tables ``step_breakdown`` (rank, step, step_ns, one ns column per part, plus
     host_sync_copy_ns and comm_overlap_ns), ``rank_breakdown`` (rank, steps, step_time_ms
-    median, one fraction column per part, comm_overlap_frac, primary) and
-    ``stream_breakdown`` (rank, stream, ns per class, ops, busy_ns)."""
+    median, one fraction column per part, comm_overlap_frac, primary),
+    ``stream_breakdown`` (rank, stream, ns per class, ops, busy_ns) and
+    ``compute_subclasses`` (rank, subcls, kernel_ns, kernels, share)."""
     steps = pd.concat([rank_steps(d) for d in run.ranks.values()], ignore_index=True)
     streams = [stream_table(d) for d in run.ranks.values() if d.has_gpu]
+    subclasses = [compute_subclasses(d) for d in run.ranks.values() if d.has_gpu]
     rows = []
     for rank, group in steps.groupby("rank"):
         total = group[list(PARTS)].sum()
@@ -195,4 +209,6 @@ def analyze_breakdown(run: Run) -> Result:
                                         "comm_overlap_frac", "primary"])
     return Result(tables={"step_breakdown": steps, "rank_breakdown": ranks,
                           "stream_breakdown": pd.concat(streams, ignore_index=True)
-                          if streams else pd.DataFrame()})
+                          if streams else pd.DataFrame(),
+                          "compute_subclasses": pd.concat(subclasses, ignore_index=True)
+                          if subclasses else pd.DataFrame()})

@@ -120,7 +120,7 @@ def sm_efficiency(k: pd.DataFrame, window: int) -> float:
 
 def gemm_precision(k: pd.DataFrame) -> tuple[int, float, int]:
     """(GEMM kernel ns, share of it in tensor-core kernels, ns in fp32 SIMT GEMMs)."""
-    g = k[k[S.SUBCLASS].astype(str) == "gemm"]
+    g = k[k[S.SUBCLASS] == "gemm"]
     total = int(g[S.DUR_NS].sum())
     tc = name_mask(g[S.NAME], TENSOR_CORE_RE)
     fp32 = name_mask(g[S.NAME], FP32_GEMM_RE) & ~tc
@@ -167,7 +167,7 @@ def metric_samples(counters: pd.DataFrame, metric: str, lo: int, hi: int,
                    pad: bool = True) -> pd.DataFrame:
     """Samples of one metric from ``lo`` to ``hi`` plus one sampling interval (the median
     spacing), sorted by time; ``pad=False`` keeps [lo, hi] only."""
-    s = counters[counters[S.METRIC].astype(str) == metric].sort_values(S.TS_NS)
+    s = counters[counters[S.METRIC] == metric].sort_values(S.TS_NS)
     gap = float(np.median(np.diff(s[S.TS_NS]))) if pad and len(s) > 1 else 0.0
     return s[(s[S.TS_NS] >= lo) & (s[S.TS_NS] <= hi + gap)]
 
@@ -176,7 +176,7 @@ def energy_per_step(counters: pd.DataFrame, lo: int, hi: int, window: int,
                     steps: int) -> tuple[float, str]:
     """Joules per step: the cumulative energy counter interpolated at the window's ends when
     samples bracket it, else mean power over the window times the step time."""
-    e = counters[counters[S.METRIC].astype(str) == "energy_mj"].sort_values(S.TS_NS)
+    e = counters[counters[S.METRIC] == "energy_mj"].sort_values(S.TS_NS)
     t, v = e[S.TS_NS].to_numpy(), e[S.VALUE].to_numpy(dtype=float)
     if len(t) >= 2 and t[0] <= lo and t[-1] >= hi:
         rel = (t - t[0]).astype(float)  # epoch ns as float64 would lose ~256 ns
@@ -211,8 +211,8 @@ def nvml_row(rank: int, rd: RankData, run: Run, eff: dict) -> dict | None:
     clock = metric_samples(c, "sm_clock_mhz", start, end)[S.VALUE]
     energy, source = energy_per_step(c, start, end, window, max(eff["steps"], 1))
     k = window_kernels(rd)
-    mm = k[k[S.SUBCLASS].astype(str).isin(MATMUL_SUBCLASSES)]
-    mem = c[c[S.METRIC].astype(str) == "mem_used_bytes"][S.VALUE]
+    mm = k[k[S.SUBCLASS].isin(MATMUL_SUBCLASSES)]
+    mem = c[c[S.METRIC] == "mem_used_bytes"][S.VALUE]
     model = DEVICES.get(eff["device_model"])
     cap = device_info(rd.meta, run.meta, device)["mem_bytes"] or (
         model.mem_gb * 1e9 if model else np.nan)

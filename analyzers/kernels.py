@@ -147,14 +147,19 @@ def top_ops(ranks: dict[int, RankData], top_n: int) -> pd.DataFrame:
     parts = []
     for rd in ranks.values():
         cpu = rd.events[rd.events[S.KIND].isin(CPU_NEST_KINDS)]
-        ops = pd.DataFrame({S.NAME: cpu[S.NAME].astype(str).to_numpy(),
-                            S.KIND: cpu[S.KIND].astype(str).to_numpy(),
-                            "self_ns": self_times(cpu), "total_ns": cpu[S.DUR_NS].to_numpy()})
-        parts.append(ops[ops[S.KIND] == S.KIND_CPU_OP])
+        is_op = (cpu[S.KIND] == S.KIND_CPU_OP).to_numpy()
+        ops = pd.DataFrame({"code": cpu[S.NAME].cat.codes.to_numpy()[is_op],
+                            "self_ns": self_times(cpu)[is_op],
+                            "total_ns": cpu[S.DUR_NS].to_numpy()[is_op]})
+        # Aggregate on category codes, then name the (few) groups: no per-row strings.
+        agg = ops.groupby("code").agg(count=("self_ns", "size"), self_ns=("self_ns", "sum"),
+                                      total_ns=("total_ns", "sum"))
+        agg[S.NAME] = np.asarray(cpu[S.NAME].cat.categories, dtype=object)[agg.index.to_numpy()]
+        parts.append(agg)
     ops = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if ops.empty:
         return empty(TOP_OP_COLUMNS)
-    out = ops.groupby(S.NAME).agg(count=("self_ns", "size"), self_ns=("self_ns", "sum"),
+    out = ops.groupby(S.NAME).agg(count=("count", "sum"), self_ns=("self_ns", "sum"),
                                   total_ns=("total_ns", "sum")).reset_index()
     out["mean_self_ns"] = out["self_ns"] / out["count"]
     out["self_share"] = out["self_ns"] / max(out["self_ns"].sum(), 1)
@@ -273,7 +278,8 @@ def rank_ngrams(rd: RankData, short_ns: int, n: int) -> pd.DataFrame:
     m = len(k) - n + 1
     if m <= 0:
         return pd.DataFrame(columns=["sequence", "count", "total_ns"])
-    codes, names = pd.factorize(k[S.NAME].astype(str))
+    codes = k[S.NAME].cat.codes.to_numpy()
+    names = np.asarray(k[S.NAME].cat.categories, dtype=object)
     stream, dur = k[S.STREAM].to_numpy(), k[S.DUR_NS].to_numpy()
     ok = np.ones(m, dtype=bool)
     for i in range(n):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import pickle
 from pathlib import Path
 
 import orjson
@@ -75,3 +76,44 @@ def store(trace: Path, tables: dict[str, pd.DataFrame], meta: dict) -> None:
         write_bytes_atomic(folder / f"{key}.meta.json", orjson.dumps(meta, default=str))
     except (OSError, ValueError, TypeError) as exc:
         log.warning("could not cache %s: %s", trace, exc)
+
+
+def run_fingerprint(path: Path, extra: str = "") -> str:
+    """A key that changes whenever any file of the run changes (path, size, mtime of every
+    file under it, the cache folder excluded), plus ``extra`` (versions, options)."""
+    path = Path(path).resolve()
+    files = [path] if path.is_file() else sorted(
+        p for p in path.rglob("*") if p.is_file() and ".profkit" not in p.relative_to(path).parts)
+    h = hashlib.sha1(f"{path}|v{S.TABLES_VERSION}|{extra}".encode())
+    for f in files:
+        st = f.stat()
+        h.update(f"{f}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:24]
+
+
+def _results_dir(path: Path) -> Path:
+    path = Path(path)
+    folder = (path if path.is_dir() else path.parent) / ".profkit" / "cache"
+    if _writable(folder):
+        return folder
+    return Path(os.environ.get("PROFKIT_CACHE_DIR") or Path.home() / ".cache" / "profkit")
+
+
+def load_result(path: Path, key: str):
+    """A result cached for this run under ``key`` (pickled by :func:`store_result`), or None.
+    The cache holds only what profkit itself wrote, in the user's own folders."""
+    target = _results_dir(path) / f"result-{key}.pkl"
+    try:
+        with open(target, "rb") as fh:
+            return pickle.load(fh)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return None
+
+
+def store_result(path: Path, key: str, result) -> None:
+    try:
+        folder = _results_dir(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(folder / f"result-{key}.pkl", pickle.dumps(result, protocol=5))
+    except (OSError, pickle.PicklingError, TypeError) as exc:
+        log.warning("could not cache the analysis of %s: %s", path, exc)

@@ -78,13 +78,30 @@ def cmd_summary(args) -> int:
     return 0
 
 
+def _cached_analysis(args, analyze):
+    """The analysis of args.run: from the result cache when no file of the run changed."""
+    import profkit.analyzers
+    from profkit import __version__, cache
+
+    code = cache.run_fingerprint(Path(profkit.analyzers.__file__).parent)  # any code change
+    key = cache.run_fingerprint(Path(args.run), f"analyze|{__version__}|{code}|{args.ranks}")
+    if not args.no_cache and Path(args.run).exists():
+        cached = cache.load_result(Path(args.run), key)
+        if cached is not None:
+            return cached
+    analysis = analyze(_load(args))
+    if not args.no_cache:
+        cache.store_result(Path(args.run), key, analysis)
+    return analysis
+
+
 def cmd_analyze(args) -> int:
     import orjson
 
     from profkit.analyzers.analyze import analyze
     from profkit.analyzers.render import to_json, to_markdown, to_text
 
-    analysis = analyze(_load(args))
+    analysis = _cached_analysis(args, analyze)
     if args.format == "json":
         data = orjson.dumps(to_json(analysis), option=orjson.OPT_INDENT_2) + b"\n"
     else:

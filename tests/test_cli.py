@@ -58,3 +58,20 @@ def test_bad_single_file_gets_one_clear_line(tmp_path, content, problem):
 def test_missing_path_is_a_usage_error(tmp_path):
     proc = run_cli("summary", tmp_path / "nope")
     assert proc.returncode == 2 and "no such file" in proc.stderr
+
+
+def test_analyze_result_cache_follows_the_run(tmp_path):
+    import json
+
+    from profkit import cache
+
+    write_trace(tmp_path / "run" / "rank0.json", trace_doc(rank=0, world_size=2))
+    first = run_cli("analyze", tmp_path / "run", "--format", "json")
+    assert first.returncode == 0, first.stderr
+    assert list((tmp_path / "run" / ".profkit" / "cache").glob("result-*.pkl"))
+    key = cache.run_fingerprint(tmp_path / "run")
+    write_trace(tmp_path / "run" / "rank1.json", trace_doc(rank=1, world_size=2))
+    assert cache.run_fingerprint(tmp_path / "run") != key  # a new file changes the key
+    second = run_cli("analyze", tmp_path / "run", "--format", "json")
+    assert json.loads(first.stdout)["run"]["ranks_analyzed"] == [0]
+    assert json.loads(second.stdout)["run"]["ranks_analyzed"] == [0, 1]

@@ -130,3 +130,13 @@ def test_overlap_copy_share_and_streams_of_the_known_timeline(data):
     streams = result.tables["stream_breakdown"].set_index("stream")
     assert streams.loc[20, "communication_ns"] == 300_000 and streams.loc[20, "ops"] == 1
     assert streams.loc[7, "compute_ns"] == (300 + 50 + 50 + 40 + 100) * 1000
+
+
+def test_compute_subclasses_of_the_known_timeline(data):
+    from profkit.model import Run
+
+    table = analyze_breakdown(Run("t", {"world_size": 1}, {0: data})).tables["compute_subclasses"]
+    ns = table.set_index("subcls")["kernel_ns"]
+    # gemm: A 300 + H 40 + I 100 us; elementwise: D 50 + F 50 us
+    assert ns.to_dict() == {"gemm": 440_000, "elementwise": 100_000}
+    assert table["share"].sum() == pytest.approx(1.0)
