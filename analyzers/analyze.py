@@ -32,11 +32,11 @@ class Analysis:
 
 def _extra_results(run: Run, th: Thresholds) -> list[Result]:
     """The cross-rank, kernel and efficiency analyzers."""
-    from profkit.analyzers import comms, efficiency, kernels, stragglers
+    from profkit.analyzers import comms, efficiency, kernels, links, stragglers
 
     coll = comms.analyze_collectives(run, th)
-    return [coll, stragglers.find_stragglers(run, coll, th), kernels.analyze_kernels(run, th),
-            efficiency.analyze_efficiency(run, th)]
+    return [coll, stragglers.find_stragglers(run, coll, th), links.analyze_links(run, coll, th),
+            kernels.analyze_kernels(run, th), efficiency.analyze_efficiency(run, th)]
 
 
 def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict]) -> dict[str, Any]:

@@ -52,6 +52,8 @@ class Thresholds:
     straggler_critical_wait_frac: float = 0.10
     """A straggler costing the others this share of their step or more is critical (as the
     TensorBoard plugin's 10% for communication)."""
+    low_link_util_frac: float = 0.25
+    """Large collectives whose bus bandwidth is below this share of the link's peak are flagged."""
     diff_min_change_frac: float = 0.02
     """profkit diff: a step-time change smaller than this is 'unchanged' however quiet the runs."""
     diff_noise_sigmas: float = 2.0
