@@ -153,6 +153,11 @@ def _add_load_options(p: argparse.ArgumentParser) -> None:
                    "fewer when free memory is short)")
 
 
+def _add_report_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("-o", "--output", type=Path, help="write the report here instead of stdout")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="profkit", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"profkit {__version__}")
@@ -180,8 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "compute, communication, CPU launch, data loading or host synchronisation, "
                        "who the straggler is, and what to change.")
     _add_load_options(p)
-    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
-    p.add_argument("-o", "--output", type=Path, help="write the report here instead of stdout")
+    _add_report_options(p)
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("diff", help="did my change help? step time before and after, attributed",
@@ -190,8 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("base", help="the run before the change")
     p.add_argument("new", help="the run after the change")
     p.add_argument("--no-cache", action="store_true", help="ignore and do not write the ingest cache")
-    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
-    p.add_argument("-o", "--output", type=Path, help="write the report here instead of stdout")
+    _add_report_options(p)
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("launch", help="run a command with NCCL logging and flight recorder on",
