@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from profkit.analyzers.advice import breakdown_findings
 from profkit.analyzers.breakdown import PARTS, VERDICT_CLASSES, analyze_breakdown
@@ -61,6 +62,7 @@ def analyze(run: Run, thresholds: Thresholds = DEFAULT, *, extra: bool = True) -
     breakdown = analyze_breakdown(run)
     results = [breakdown] + (_extra_results(run, thresholds) if extra else [])
     tables = {name: t for r in results for name, t in r.tables.items()}
+    _split_communication(tables)
     findings = breakdown_findings(tables["rank_breakdown"], thresholds)
     findings += [f for r in results[1:] for f in r.findings]
     straggler_rows = _straggler_rows(tables.get("stragglers"))
@@ -73,6 +75,20 @@ def analyze(run: Run, thresholds: Thresholds = DEFAULT, *, extra: bool = True) -
             "status": run.meta.get("status")}
     return Analysis(info, run_verdict(tables["step_breakdown"], straggler_rows), tables,
                     findings, straggler_rows)
+
+
+def _split_communication(tables: dict[str, pd.DataFrame]) -> None:
+    """Split each rank's exposed communication into waiting for peers (the exposed part of
+    its collective waits, from the cross-rank matching) and transferring (the rest)."""
+    ranks, waits = tables["rank_breakdown"], tables.get("rank_waits")
+    ranks["communication_wait"] = 0.0
+    if waits is None or waits.empty or ranks.empty:
+        ranks["communication_transfer"] = ranks["communication"]
+        return
+    per_step = waits.set_index("rank")["exposed_wait_ns_per_step"]
+    wait = ranks["rank"].map(per_step).fillna(0) / (ranks["step_time_ms"] * 1e6)
+    ranks["communication_wait"] = np.minimum(wait, ranks["communication"])
+    ranks["communication_transfer"] = ranks["communication"] - ranks["communication_wait"]
 
 
 def _straggler_rows(table: pd.DataFrame | None) -> list[dict[str, Any]]:

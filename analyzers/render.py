@@ -32,6 +32,9 @@ def to_json(a: Analysis) -> dict[str, Any]:
     rank_rows = [{
         "rank": int(r["rank"]), "steps": int(r["steps"]), "step_time_ms": float(r["step_time_ms"]),
         "breakdown": {p: float(r[p]) for p in PARTS}, "verdict": {"primary": r["primary"]},
+        "communication_split": {"wait": float(r.get("communication_wait", 0.0)),
+                                "transfer": float(r.get("communication_transfer", r["communication"]))},
+        "comm_overlap_frac": r.get("comm_overlap_frac"),
     } for r in ranks.to_dict("records")]
     doc = {
         "schema": SCHEMA,

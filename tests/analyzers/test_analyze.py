@@ -105,3 +105,14 @@ def test_misaligned_ranks_get_no_straggler_verdict(tmp_path):
     assert doc["stragglers"] == []
     assert any(f["category"] == "collectives" and "not aligned" in f["message"]
                for f in doc["findings"])
+
+
+def test_communication_splits_into_waiting_and_transfer():
+    doc = to_json(analyze(load_run(RUNS / "zoo" / "straggler", cache=False)))
+    by_rank = {r["rank"]: r for r in doc["ranks"]}
+    for r in by_rank.values():
+        split = r["communication_split"]
+        assert split["wait"] + split["transfer"] == pytest.approx(r["breakdown"]["communication"])
+    # rank 0 waits for the straggler: most of its exposed communication is waiting
+    assert by_rank[0]["communication_split"]["wait"] > by_rank[0]["communication_split"]["transfer"]
+    assert by_rank[1]["communication_split"]["wait"] < 0.01
