@@ -70,6 +70,8 @@ def add_common_args(
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--tiny", action="store_true",
                         help="tiny sizes for CPU smoke tests (explicit size options still win)")
+    parser.add_argument("--with-stack", action="store_true",
+                        help="record Python stacks (much larger traces)")
     parser.add_argument("--active", type=int, default=PROFILE_ACTIVE,
                         help="profiler active steps (schedule wait=1, warmup=1)")
     return parser
@@ -198,8 +200,8 @@ def make_profiler(args: argparse.Namespace, env: Env):
         collectors = import_profkit_collectors()
         return collectors.profile(
             out, wait=PROFILE_WAIT, warmup=PROFILE_WARMUP, active=args.active, repeat=1,
-            record_shapes=True, profile_memory=True, with_flops=True, with_stack=False,
-            nvml=env.is_cuda, nvml_hz=10.0)
+            record_shapes=True, profile_memory=True, with_flops=True,
+            with_stack=args.with_stack, nvml=env.is_cuda, nvml_hz=10.0)
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if env.is_cuda else [])
@@ -210,7 +212,7 @@ def make_profiler(args: argparse.Namespace, env: Env):
                           repeat=1),
         on_trace_ready=tensorboard_trace_handler(str(out), worker_name=f"rank{env.rank}",
                                                  use_gzip=True),
-        record_shapes=True, profile_memory=True, with_flops=True, with_stack=False)
+        record_shapes=True, profile_memory=True, with_flops=True, with_stack=args.with_stack)
 
 
 def mark(args: argparse.Namespace, name: str) -> contextlib.AbstractContextManager:
