@@ -15,7 +15,7 @@ from profkit.model import step_times_ns
 from tests.conftest import REPO
 
 RUNS = REPO / "samples" / "runs"
-ALL = sorted(p.parent for p in RUNS.rglob("run.json")) + [RUNS / "stock_ddp"]
+ALL = sorted(p.parent for p in RUNS.rglob("run.json")) + [RUNS / "stock_ddp", RUNS / "stock_ddp_stack"]
 
 
 def measured_ms() -> dict[str, float]:
@@ -33,7 +33,8 @@ def test_bundled_run_loads_cleanly(run_dir, tmp_path):
     assert run.skipped == [] and run.notes == []
     assert run.rank_ids == list(range(run.world_size))
     for data in run.ranks.values():
-        assert len(data.steps) == 3  # the samples profile 3 active steps
+        # the samples profile 3 active steps; the with-stack capture 10
+        assert len(data.steps) == (10 if run_dir.name == "stock_ddp_stack" else 3)
         assert data.has_gpu
 
 
