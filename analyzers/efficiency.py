@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.devices import DEVICES, DevicePeak, device_info, match_device
 from profkit.analyzers.findings import Finding, Result
-from profkit.analyzers.kernels import RANK, empty, name_mask, no_gpu_result, plain
+from profkit.analyzers.kernels import no_gpu_result
+from profkit.analyzers.tables import RANK, empty, name_mask, plain
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals as iv

@@ -25,13 +25,14 @@ import re
 import numpy as np
 import pandas as pd
 from profkit.analyzers.findings import Finding, Result
+from profkit.analyzers.fusion import FUSION_COLUMNS, fusion_candidates, fusion_findings
+from profkit.analyzers.tables import RANK, empty, in_steps, kernels_of, name_mask, plain, window_ns
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.model import RankData, Run, step_times_ns
+from profkit.model import RankData, Run
 
-RANK = "rank"
 TOP_KERNEL_COLUMNS = (S.NAME, S.CLASS, S.SUBCLASS, "count", "total_ns", "mean_ns", "share",
                       "rank_min_total_ns", "rank_max_total_ns")
 TOP_OP_COLUMNS = (S.NAME, "count", "self_ns", "total_ns", "mean_self_ns", "self_share")
@@ -43,7 +44,6 @@ LAUNCH_COLUMNS = (RANK, "launch_calls", "launch_time_ns", "launch_time_frac",
                   "delayed_launches", "slow_runtime_calls", "slow_runtime_ns",
                   "graph_launches", "graph_gpu_ops", "max_queue_depth")
 QUEUE_COLUMNS = (RANK, S.STREAM, "gpu_ops", "max_depth", "mean_depth")
-FUSION_COLUMNS = ("sequence", "n", "count", "per_step", "total_ns", "ranks")
 
 # Runtime / driver calls that enqueue GPU work (CUDA, HIP, driver API).
 LAUNCH_RE = re.compile(r"launch|memcpy|memset", re.IGNORECASE)
@@ -52,49 +52,11 @@ GRAPH_LAUNCH_RE = re.compile(r"graphlaunch", re.IGNORECASE)
 SYNC_CALL_RE = re.compile(r"synchronize|^(?:cuda|hip|cu)Memcpy(?:DtoH)?$|EventQuery|StreamQuery",
                           re.IGNORECASE)
 CPU_NEST_KINDS = (S.KIND_CPU_OP, S.KIND_RUNTIME, S.KIND_DRIVER, S.KIND_SYNC)
-SEQUENCE_SEP = " -> "
 # Fewer kernels (or launch calls) than this in the window: too little to call launch-bound.
 MIN_KERNELS = 100
 # CUDA's launch queue holds about 1024 ops (peers flag 1024 as full; a V100 trace here peaks
 # at 1023 while its launch calls block): at this depth launch calls wait on the GPU.
 QUEUE_FULL_DEPTH = 1000
-
-
-def name_mask(names: pd.Series, regex: re.Pattern) -> np.ndarray:
-    """Boolean mask of rows whose name matches, evaluated once per distinct name."""
-    cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
-    hit = np.array([bool(regex.search(str(c))) for c in cat.cat.categories] + [False])
-    return hit[cat.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing False
-
-
-def window_ns(rd: RankData) -> int:
-    """Profiled time of a rank: its summed step times, else first GPU start to last GPU end."""
-    if len(rd.steps):
-        return int(step_times_ns(rd.steps).sum())
-    gpu = rd.gpu_events
-    if gpu.empty:
-        return 0
-    return int((gpu[S.TS_NS] + gpu[S.DUR_NS]).max() - gpu[S.TS_NS].min())
-
-
-def in_steps(frame: pd.DataFrame, rd: RankData) -> pd.DataFrame:
-    """Rows inside profiled steps when the rank has steps, else rows starting between the
-    first GPU start and the last GPU end (start-up calls outside it are not step cost)."""
-    if len(rd.steps):
-        return frame[frame[S.STEP] >= 0]
-    gpu = rd.gpu_events
-    lo, hi = gpu[S.TS_NS].min(), (gpu[S.TS_NS] + gpu[S.DUR_NS]).max()
-    return frame[(frame[S.TS_NS] >= lo) & (frame[S.TS_NS] <= hi)]
-
-
-def kernels_of(rd: RankData) -> pd.DataFrame:
-    return rd.events[rd.events[S.KIND] == S.KIND_KERNEL]
-
-
-def empty(columns: tuple[str, ...]) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype="object" if c in (S.NAME, S.CLASS, S.SUBCLASS,
-                                                               "sequence") else "float64")
-                         for c in columns})
 
 
 # --- top kernels and ops ------------------------------------------------------------------
@@ -270,45 +232,6 @@ def queue_depth(rank: int, enq: pd.DataFrame) -> pd.DataFrame:
     return out.assign(rank=rank)[list(QUEUE_COLUMNS)]
 
 
-# --- fusion candidates --------------------------------------------------------------------
-
-def rank_ngrams(rd: RankData, short_ns: int, n: int) -> pd.DataFrame:
-    """Counts of n consecutive short kernels on one stream, by their names."""
-    k = kernels_of(rd).sort_values([S.STREAM, S.TS_NS], kind="stable")
-    m = len(k) - n + 1
-    if m <= 0:
-        return pd.DataFrame(columns=["sequence", "count", "total_ns"])
-    codes = k[S.NAME].cat.codes.to_numpy()
-    names = np.asarray(k[S.NAME].cat.categories, dtype=object)
-    stream, dur = k[S.STREAM].to_numpy(), k[S.DUR_NS].to_numpy()
-    ok = np.ones(m, dtype=bool)
-    for i in range(n):
-        ok &= (dur[i:i + m] < short_ns) & (stream[i:i + m] == stream[:m])
-    grams = np.stack([codes[i:i + m] for i in range(n)], axis=1)[ok]
-    total = sum(dur[i:i + m] for i in range(n))[ok]
-    if len(grams) == 0:
-        return pd.DataFrame(columns=["sequence", "count", "total_ns"])
-    uniq, inverse, count = np.unique(grams, axis=0, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse.ravel(), weights=total, minlength=len(uniq))
-    seq = [SEQUENCE_SEP.join(names[row]) for row in uniq]
-    return pd.DataFrame({"sequence": seq, "count": count, "total_ns": sums.astype(np.int64)})
-
-
-def fusion_candidates(ranks: dict[int, RankData], th: Thresholds, top_n: int,
-                      n: int = 3) -> pd.DataFrame:
-    parts = [rank_ngrams(rd, th.short_kernel_ns, n).assign(rank=r) for r, rd in ranks.items()]
-    grams = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    if grams.empty:
-        return empty(FUSION_COLUMNS)
-    out = grams.groupby("sequence").agg(count=("count", "sum"), total_ns=("total_ns", "sum"),
-                                        ranks=(RANK, "nunique")).reset_index()
-    steps = sum(len(rd.steps) for rd in ranks.values())
-    out["per_step"] = out["count"] / steps if steps else np.nan
-    out["n"] = n
-    out = out.sort_values(["count", "total_ns"], ascending=False, kind="stable").head(top_n)
-    return out[list(FUSION_COLUMNS)].reset_index(drop=True)
-
-
 # --- findings and entry point -------------------------------------------------------------
 
 LAUNCH_ADVICE = ("Capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
@@ -374,33 +297,6 @@ def slow_call_findings(rank: int, rd: RankData, lc: dict, th: Thresholds) -> lis
         evidence={"slow_runtime_calls": int(lc["slow_runtime_calls"]),
                   "slow_runtime_ns": int(lc["slow_runtime_ns"]), "slow_frac": float(frac),
                   "calls": {str(n): int(c) for n, c in names["size"].items()}})]
-
-
-def fusion_findings(fusion: pd.DataFrame, th: Thresholds) -> list[Finding]:
-    top = fusion[fusion["count"] >= th.fusion_min_count].head(3)
-    if top.empty:
-        return []
-    lines = "; ".join(f"[{brief(r.sequence)}] x{int(r.count)}" for r in top.itertuples())
-    return [Finding(
-        category="fusion", severity="info",
-        message=f"Short kernels repeat in fixed sequences, the most frequent: {lines}.",
-        recommendation="Fuse them: torch.compile generates one kernel for chains of "
-                       "elementwise ops; use fused implementations (fused=True / foreach "
-                       "optimizers, fused norms and attention) where they exist.",
-        evidence={"sequences": top["sequence"].tolist(),
-                  "counts": [int(c) for c in top["count"]]})]
-
-
-def brief(sequence: str, width: int = 80) -> str:
-    """A sequence with each kernel name shortened for messages: no 'void', no at::native
-    namespaces, no argument list, at most ``width`` characters."""
-    names = [re.sub(r"^void |at::native::|\(anonymous namespace\)::|\(.*\)$", "", n)
-             for n in sequence.split(SEQUENCE_SEP)]
-    return SEQUENCE_SEP.join(n if len(n) <= width else n[:width - 3] + "..." for n in names)
-
-
-def plain(v):
-    return v.item() if isinstance(v, np.generic) else v
 
 
 def no_gpu_result(tables: tuple[tuple[str, tuple[str, ...]], ...], what: str) -> Result:

@@ -1,0 +1,79 @@
+"""Fusion candidates: the same short kernels following one another on a stream."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+from profkit.analyzers.findings import Finding
+from profkit.analyzers.tables import RANK, empty, kernels_of
+from profkit.analyzers.thresholds import Thresholds
+
+from profkit import schema as S
+from profkit.model import RankData
+
+FUSION_COLUMNS = ("sequence", "n", "count", "per_step", "total_ns", "ranks")
+SEQUENCE_SEP = " -> "
+
+
+def rank_ngrams(rd: RankData, short_ns: int, n: int) -> pd.DataFrame:
+    """Counts of n consecutive short kernels on one stream, by their names."""
+    k = kernels_of(rd).sort_values([S.STREAM, S.TS_NS], kind="stable")
+    m = len(k) - n + 1
+    if m <= 0:
+        return pd.DataFrame(columns=["sequence", "count", "total_ns"])
+    codes = k[S.NAME].cat.codes.to_numpy()
+    names = np.asarray(k[S.NAME].cat.categories, dtype=object)
+    stream, dur = k[S.STREAM].to_numpy(), k[S.DUR_NS].to_numpy()
+    ok = np.ones(m, dtype=bool)
+    for i in range(n):
+        ok &= (dur[i:i + m] < short_ns) & (stream[i:i + m] == stream[:m])
+    grams = np.stack([codes[i:i + m] for i in range(n)], axis=1)[ok]
+    total = sum(dur[i:i + m] for i in range(n))[ok]
+    if len(grams) == 0:
+        return pd.DataFrame(columns=["sequence", "count", "total_ns"])
+    uniq, inverse, count = np.unique(grams, axis=0, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse.ravel(), weights=total, minlength=len(uniq))
+    seq = [SEQUENCE_SEP.join(names[row]) for row in uniq]
+    return pd.DataFrame({"sequence": seq, "count": count, "total_ns": sums.astype(np.int64)})
+
+
+def fusion_candidates(ranks: dict[int, RankData], th: Thresholds, top_n: int,
+                      n: int = 3) -> pd.DataFrame:
+    parts = [rank_ngrams(rd, th.short_kernel_ns, n).assign(rank=r) for r, rd in ranks.items()]
+    grams = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if grams.empty:
+        return empty(FUSION_COLUMNS)
+    out = grams.groupby("sequence").agg(count=("count", "sum"), total_ns=("total_ns", "sum"),
+                                        ranks=(RANK, "nunique")).reset_index()
+    steps = sum(len(rd.steps) for rd in ranks.values())
+    out["per_step"] = out["count"] / steps if steps else np.nan
+    out["n"] = n
+    out = out.sort_values(["count", "total_ns"], ascending=False, kind="stable").head(top_n)
+    return out[list(FUSION_COLUMNS)].reset_index(drop=True)
+
+
+def fusion_findings(fusion: pd.DataFrame, th: Thresholds) -> list[Finding]:
+    top = fusion[fusion["count"] >= th.fusion_min_count].head(3)
+    if top.empty:
+        return []
+    lines = "; ".join(f"[{brief(r.sequence)}] x{int(r.count)}" for r in top.itertuples())
+    return [Finding(
+        category="fusion", severity="info",
+        message=f"Short kernels repeat in fixed sequences, the most frequent: {lines}.",
+        recommendation="Fuse them: torch.compile generates one kernel for chains of "
+                       "elementwise ops; use fused implementations (fused=True / foreach "
+                       "optimizers, fused norms and attention) where they exist.",
+        evidence={"sequences": top["sequence"].tolist(),
+                  "counts": [int(c) for c in top["count"]]})]
+
+
+def brief(sequence: str, width: int = 80) -> str:
+    """A sequence with each kernel name shortened for messages: no 'void', no at::native
+    namespaces, no argument list, at most ``width`` characters."""
+    names = [re.sub(r"^void |at::native::|\(anonymous namespace\)::|\(.*\)$", "", n)
+             for n in sequence.split(SEQUENCE_SEP)]
+    return SEQUENCE_SEP.join(n if len(n) <= width else n[:width - 3] + "..." for n in names)
+
+
