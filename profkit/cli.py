@@ -143,6 +143,22 @@ def cmd_launch(args) -> int:
     return launch_main(args.rest)
 
 
+def cmd_dashboard(args) -> int:
+    from profkit.dashboard.app import create_app, default_roots, serve
+
+    paths = [Path(p) for p in args.runs] + list(args.root or [])
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise UsageError(f"no such file or folder: {', '.join(missing)}")
+    roots = list(args.root or []) or ([] if args.runs else default_roots())
+    app = create_app([Path(p) for p in args.runs], roots)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving on %s: anyone who can reach it can read these runs", args.host)
+    print(f"profkit dashboard: http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True)
+    serve(app, args.host, args.port)
+    return 0
+
+
 def _add_load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a profkit run directory, a folder of torch.profiler traces, or one trace file")
     p.add_argument("--no-cache", action="store_true", help="ignore and do not write the ingest cache")
@@ -196,6 +212,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="ignore and do not write the ingest cache")
     _add_report_options(p)
     p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("dashboard", help="browse runs, analyses and diffs in a local web app",
+                       description="Serve the dashboard on this machine: runs, verdicts, "
+                       "timelines, kernels, communication, counters and diffs.")
+    p.add_argument("runs", nargs="*", metavar="RUN",
+                   help="runs to show (default: the bundled sample runs, unless --root is given)")
+    p.add_argument("--root", type=Path, action="append",
+                   help="a folder whose run folders are listed (rescanned on the Runs page)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8050, help="port (default: 8050)")
+    p.set_defaults(func=cmd_dashboard)
 
     p = sub.add_parser("launch", help="run a command with NCCL logging and flight recorder on",
                        description="profkit launch --run-dir DIR -- torchrun ... : sets NCCL_DEBUG, "

@@ -1,0 +1,118 @@
+"""Layout building blocks shared by the pages: header, run tabs, cards, badges, tables."""
+
+from __future__ import annotations
+
+import math
+from urllib.parse import quote
+
+import pandas as pd
+from dash import dash_table, dcc, html
+from profkit.dashboard import ids
+from profkit.dashboard.figures import CLASS_COLORS
+
+RUN_TABS = (("", "Overview"), ("timeline", "Timeline"), ("kernels", "Kernels & ops"),
+            ("comms", "Communication"), ("counters", "Counters"))
+FONT_STACK = "Inter, system-ui, -apple-system, Segoe UI, Roboto, sans-serif"
+DELTA_STYLES = [  # a diff's delta column: slower red, faster green
+    {"if": {"filter_query": "{delta_ms} > 0", "column_id": "delta_ms"}, "color": "#dc2626"},
+    {"if": {"filter_query": "{delta_ms} < 0", "column_id": "delta_ms"}, "color": "#16a34a"},
+]
+GRAPH_CONFIG = {"displaylogo": False, "responsive": True,
+                "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
+
+
+def run_href(key: str, tab: str = "") -> str:
+    return f"/run/{quote(key)}" + (f"/{tab}" if tab else "")
+
+
+def header() -> html.Header:
+    return html.Header(className="topbar", children=[
+        dcc.Link([html.Span("▮", className="logo-mark"), "profkit"], href="/", className="brand"),
+        html.Nav(id=ids.NAV, className="topnav", children=[
+            dcc.Link("Runs", href="/"), dcc.Link("Compare", href="/compare")]),
+        html.Span("GPU profiling & bottleneck analysis", className="tagline"),
+    ])
+
+
+def run_tabs(key: str, label: str, active: str) -> html.Div:
+    tabs = [dcc.Link(name, href=run_href(key, tab),
+                     className="tab active" if tab == active else "tab")
+            for tab, name in RUN_TABS]
+    return html.Div(className="runbar", children=[
+        html.Div([html.Span("run", className="muted"), html.H1(label)], className="runtitle"),
+        html.Div(tabs, className="tabs"),
+    ])
+
+
+def card(title: str | None, *children, class_name: str = "", **kwargs) -> html.Section:
+    head = [html.H2(title)] if title else []
+    return html.Section(head + list(children), className=f"card {class_name}".strip(), **kwargs)
+
+
+def badge(text: str | None, kind: str | None = None) -> html.Span:
+    """A coloured pill: kind is a part/class name (its colour) or improved/regressed/..."""
+    kind = kind or text or "none"
+    color = CLASS_COLORS.get(kind)
+    style = {"backgroundColor": color} if color else {}
+    return html.Span(text or "no verdict", className=f"badge badge-{kind}", style=style)
+
+
+def legend(colors: dict[str, str]) -> html.Div:
+    """Colour chips for figures whose traces draw no legend (heatmap lanes)."""
+    return html.Div([html.Span([html.I(className="dot", style={"backgroundColor": c}), name],
+                               className="chip") for name, c in colors.items()], className="chips")
+
+
+def not_found(what: str) -> html.Div:
+    return html.Div(id=ids.NOT_FOUND, className="card notfound", children=[
+        html.H2("Run not found"),
+        html.P(f"No run is configured under the key {what!r}."),
+        dcc.Link("Back to the runs", href="/"),
+    ])
+
+
+def error_card(message: str) -> html.Div:
+    return card("Could not analyze this run", html.Pre(message, className="error"))
+
+
+def graph(graph_id: str, figure, **kwargs) -> dcc.Graph:
+    return dcc.Graph(id=graph_id, figure=figure, config=GRAPH_CONFIG, **kwargs)
+
+
+def _cell(value):
+    if isinstance(value, float):
+        return None if not math.isfinite(value) else round(value, 3)
+    return value
+
+
+def data_table(table_id: str, frame: pd.DataFrame, page_size: int = 12, **kwargs):
+    """A sortable, filterable table of ``frame`` (numbers rounded, NaN as blanks)."""
+    records = [{k: _cell(v) for k, v in row.items()} for row in frame.to_dict("records")]
+    columns = [{"name": c, "id": c, "type": "numeric" if pd.api.types.is_numeric_dtype(frame[c])
+                else "text"} for c in frame.columns]
+    return dash_table.DataTable(
+        id=table_id, data=records, columns=columns, page_size=page_size,
+        sort_action="native", filter_action="native", filter_options={"case": "insensitive"},
+        style_table={"overflowX": "auto"}, style_as_list_view=True,
+        style_cell={"fontFamily": FONT_STACK, "fontSize": "13px", "padding": "6px 10px",
+                    "maxWidth": "340px", "minWidth": "64px", "overflow": "hidden",
+                    "textOverflow": "ellipsis", "textAlign": "left"},
+        style_data_conditional=DELTA_STYLES,
+        style_header={"fontWeight": "600", "backgroundColor": "#f8fafc"},
+        tooltip_duration=None, **kwargs)
+
+
+def kv_list(pairs: dict) -> html.Dl:
+    items = []
+    for k, v in pairs.items():
+        items += [html.Dt(str(k)), html.Dd(_fmt(v))]
+    return html.Dl(items, className="kv")
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v[:3])) + (" ..." if len(v) > 3 else "")
+    text = str(v)
+    return text if len(text) <= 160 else text[:157] + "..."

@@ -1,0 +1,280 @@
+"""Figures as pure functions: analysis tables in, plotly Figure out. No I/O, no app state.
+
+Times on axes are milliseconds (``*_ms``); the tables carry nanoseconds (``*_ns``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+from profkit.analyzers.breakdown import PARTS
+
+# One colour per breakdown part / GPU class, everywhere in the app (and in style.css).
+PART_COLORS = {
+    "compute": "#2563eb", "communication": "#f59e0b", "memcpy": "#10b981",
+    "cpu_launch": "#8b5cf6", "data_loading": "#a16207", "host_sync": "#dc2626",
+    "idle_other": "#9ca3af",
+}
+CLASS_COLORS = {**PART_COLORS, "memset": "#14b8a6"}
+CPU_KIND_COLORS = {"cpu_op": "#64748b", "runtime": "#8b5cf6", "driver": "#a78bfa",
+                   "annotation": "#cbd5e1", "python": "#94a3b8", "sync": "#dc2626",
+                   "other": "#e2e8f0", "gpu_annotation": "#cbd5e1"}
+BACKGROUND_GROUPS = ("annotation", "other")
+STRAGGLER_COLOR = "#dc2626"
+FONT = dict(family="Inter, system-ui, -apple-system, Segoe UI, sans-serif", size=12,
+            color="#1f2937")
+
+
+def base_layout(fig: go.Figure, title: str | None = None, height: int = 320) -> go.Figure:
+    fig.update_layout(template="plotly_white", font=FONT, height=height,
+                      margin=dict(l=56, r=16, t=40 if title else 16, b=40),
+                      title=dict(text=title, x=0.01, font=dict(size=14)) if title else None,
+                      legend=dict(orientation="h", y=-0.18, x=0), hoverlabel=dict(font_size=12))
+    return fig
+
+
+def empty_figure(message: str, height: int = 220) -> go.Figure:
+    fig = base_layout(go.Figure(), height=height)
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper",
+                       yref="paper", font=dict(size=14, color="#6b7280"))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def breakdown_bars(ranks: pd.DataFrame, stragglers: list[int] = (),
+                   selected: int | None = None) -> go.Figure:
+    """Per-rank stacked bars of the median step split into PARTS (ms), PARTS order."""
+    if ranks.empty:
+        return empty_figure("no profiled steps")
+    labels = [f"rank {r}" for r in ranks["rank"]]
+    fig = go.Figure()
+    for part in PARTS:
+        ms = ranks[part] * ranks["step_time_ms"]
+        fig.add_bar(x=labels, y=ms, name=part, marker_color=PART_COLORS[part],
+                    customdata=np.c_[ranks[part] * 100, ranks["rank"]],
+                    hovertemplate="%{x} " + part + ": %{y:.2f} ms (%{customdata[0]:.1f}%)"
+                                  "<extra></extra>")
+    fig.update_layout(barmode="stack", clickmode="event", legend_traceorder="normal")
+    for r in stragglers:
+        fig.add_annotation(x=f"rank {r}", y=float(ranks.loc[ranks["rank"] == r, "step_time_ms"].max()),
+                           text="straggler", showarrow=True, arrowhead=2, ay=-28,
+                           font=dict(color=STRAGGLER_COLOR))
+    if selected is not None and f"rank {selected}" in labels:
+        i = labels.index(f"rank {selected}")
+        fig.add_vrect(x0=i - 0.5, x1=i + 0.5, fillcolor="#2563eb", opacity=0.07, line_width=0)
+    fig.update_yaxes(title_text="median step (ms)")
+    return base_layout(fig, "Step breakdown per rank")
+
+
+def step_heatmap(steps: pd.DataFrame) -> go.Figure:
+    """Rank x step heatmap of step time (ms)."""
+    if steps.empty:
+        return empty_figure("no profiled steps")
+    grid = steps.pivot_table(index="rank", columns="step", values="step_ns", aggfunc="sum") / 1e6
+    fig = go.Figure(go.Heatmap(
+        z=grid.to_numpy(), x=[f"step {s}" for s in grid.columns],
+        y=[f"rank {r}" for r in grid.index], colorscale="Blues", colorbar=dict(title="ms"),
+        hovertemplate="%{y}, %{x}: %{z:.2f} ms<extra></extra>", xgap=2, ygap=2))
+    fig.update_yaxes(autorange="reversed")
+    return base_layout(fig, "Step time, rank x step", height=max(200, 90 + 40 * len(grid)))
+
+
+def rank_steps_bars(steps: pd.DataFrame, rank: int) -> go.Figure:
+    """One rank's steps as stacked PARTS bars (ms)."""
+    mine = steps[steps["rank"] == rank]
+    if mine.empty:
+        return empty_figure(f"rank {rank} has no profiled steps")
+    fig = go.Figure()
+    x = [f"step {s}" for s in mine["step"]]
+    for part in PARTS:
+        fig.add_bar(x=x, y=mine[part] / 1e6, name=part, marker_color=PART_COLORS[part],
+                    hovertemplate="%{x} " + part + ": %{y:.2f} ms<extra></extra>")
+    fig.update_layout(barmode="stack", legend_traceorder="normal")
+    fig.update_yaxes(title_text="ms")
+    return base_layout(fig, f"Rank {rank}: every step")
+
+
+def kernel_bars(kernels: pd.DataFrame, top: int = 15) -> go.Figure:
+    """Horizontal bars of the kernels with the most GPU time, coloured by class."""
+    if kernels.empty:
+        return empty_figure("no kernels")
+    k = kernels.nlargest(top, "total_ns").iloc[::-1]
+    names = [n if len(n) <= 60 else n[:57] + "..." for n in k["name"]]
+    colors = [CLASS_COLORS.get(c, "#6b7280") for c in k["cls"]]
+    # positions, not names, on the y axis: two kernels may share a truncated name
+    fig = go.Figure(go.Bar(x=k["total_ns"] / 1e6, y=list(range(len(k))), orientation="h",
+                           marker_color=colors, customdata=np.c_[k["cls"], k["count"], k["name"]],
+                           hovertemplate="%{customdata[2]}<br>%{x:.2f} ms, %{customdata[1]} "
+                                         "calls, %{customdata[0]}<extra></extra>"))
+    fig.update_yaxes(tickvals=list(range(len(k))), ticktext=names)
+    fig.update_xaxes(title_text="GPU time, all ranks (ms)")
+    fig = base_layout(fig, "Top kernels by GPU time", height=120 + 22 * len(k))
+    fig.update_layout(margin=dict(l=360))
+    return fig
+
+
+def wait_heatmap(waits: pd.DataFrame, collectives: pd.DataFrame) -> go.Figure:
+    """Rank x collective heatmap of the time each rank waited in each collective (ms),
+    collectives in start order."""
+    if waits.empty:
+        return empty_figure("no collectives matched across ranks")
+    order = collectives.sort_values("start_ns")["key"].tolist()
+    grid = waits.pivot_table(index="rank", columns="key", values="wait_ns", aggfunc="sum")
+    grid = grid.reindex(columns=[k for k in order if k in grid.columns]) / 1e6
+    fig = go.Figure(go.Heatmap(
+        z=grid.to_numpy(), x=list(range(len(grid.columns))), y=[f"rank {r}" for r in grid.index],
+        customdata=np.tile(np.array(grid.columns, dtype=object), (len(grid), 1)),
+        colorscale="Oranges", colorbar=dict(title="wait ms"), ygap=2,
+        hovertemplate="%{y}<br>%{customdata}<br>wait %{z:.3f} ms<extra></extra>"))
+    fig.update_xaxes(title_text="collective (in start order)")
+    fig.update_yaxes(autorange="reversed")
+    return base_layout(fig, "Wait per rank and collective", height=max(220, 110 + 40 * len(grid)))
+
+
+def skew_scatter(collectives: pd.DataFrame, base_ns: int) -> go.Figure:
+    """Start skew of every collective over time, coloured by the rank that arrived last."""
+    if collectives.empty:
+        return empty_figure("no collectives matched across ranks")
+    fig = go.Figure()
+    for last, group in collectives.groupby("last_rank"):
+        fig.add_scatter(x=(group["start_ns"] - base_ns) / 1e6, y=group["start_skew_ns"] / 1e3,
+                        mode="markers", name=f"last: rank {last}", marker=dict(size=8),
+                        text=group["key"],
+                        hovertemplate="%{text}<br>t=%{x:.2f} ms, skew %{y:.1f} us<extra></extra>")
+    fig.update_xaxes(title_text="time (ms)")
+    fig.update_yaxes(title_text="start skew (us)")
+    return base_layout(fig, "Arrival skew over time")
+
+
+def step_shading(fig: go.Figure, steps: pd.DataFrame, base_ns: int) -> None:
+    """Alternate light bands for steps, labelled, across every subplot."""
+    for i, row in enumerate(steps.itertuples(index=False)):
+        x0 = (row.ts_ns - base_ns) / 1e6
+        x1 = (max(row.ts_ns + row.dur_ns, row.gpu_end_ns) - base_ns) / 1e6
+        fig.add_vrect(x0=x0, x1=x1, fillcolor="#e0e7ff" if i % 2 == 0 else "#f1f5f9",
+                      opacity=0.5, line_width=0, layer="below", row="all", col=1)
+        fig.add_annotation(x=x0, y=1.0, yref="paper", xanchor="left", yanchor="bottom",
+                           text=f"step {row.step}", showarrow=False,
+                           font=dict(size=10, color="#4f46e5"))
+
+
+def counters_figure(counters: pd.DataFrame, metrics: list[str], steps: pd.DataFrame,
+                    base_ns: int, throttled: pd.DataFrame | None = None) -> go.Figure:
+    """One row per metric, one line per rank (``counters`` has a ``rank`` column), on a time
+    axis in ms after ``base_ns``; throttle periods (``throttled``: rank, t0_ns, t1_ns) red."""
+    metrics = [m for m in metrics if m in set(counters.get("metric", []))]
+    if counters.empty or not metrics:
+        return empty_figure("no NVML counters in this run (capture with profkit.profile)")
+    fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                        subplot_titles=metrics)
+    palette = ["#2563eb", "#f59e0b", "#10b981", "#8b5cf6", "#dc2626", "#0ea5e9", "#a16207"]
+    for i, metric in enumerate(metrics, start=1):
+        for j, (rank, group) in enumerate(counters[counters["metric"] == metric].groupby("rank")):
+            fig.add_scatter(x=(group["ts_ns"] - base_ns) / 1e6, y=group["value"], row=i, col=1,
+                            mode="lines+markers", name=f"rank {rank}", legendgroup=str(rank),
+                            showlegend=i == 1, line=dict(color=palette[j % len(palette)]),
+                            hovertemplate=f"rank {rank} {metric}: " + "%{y:.1f}<extra></extra>")
+    step_shading(fig, steps, base_ns)
+    for row in (throttled if throttled is not None else pd.DataFrame()).itertuples(index=False):
+        fig.add_vrect(x0=(row.t0_ns - base_ns) / 1e6, x1=(row.t1_ns - base_ns) / 1e6,
+                      fillcolor=STRAGGLER_COLOR, opacity=0.18, line_width=0, row="all", col=1)
+    fig.update_xaxes(title_text="time (ms)", row=len(metrics), col=1)
+    fig = base_layout(fig, height=140 + 150 * len(metrics))
+    fig.update_layout(legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1, xanchor="right"),
+                      margin=dict(t=60))
+    return fig
+
+
+def diff_parts_bars(parts: pd.DataFrame) -> go.Figure:
+    """Base vs new median ms per part (grouped), parts in PARTS order."""
+    if parts.empty:
+        return empty_figure("nothing to compare")
+    p = parts.set_index("part").reindex([x for x in PARTS if x in set(parts["part"])])
+    fig = go.Figure()
+    fig.add_bar(x=p.index, y=p["base_ms"], name="base", marker_color="#94a3b8")
+    fig.add_bar(x=p.index, y=p["new_ms"], name="new",
+                marker_color=[PART_COLORS[x] for x in p.index],
+                customdata=p["delta_ms"],
+                hovertemplate="%{x}: %{y:.2f} ms (%{customdata:+.2f})<extra></extra>")
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text="ms per step")
+    return base_layout(fig, "Step time by part: base vs new")
+
+
+def _lane_segments(events: pd.DataFrame) -> tuple[list, list, list]:
+    """x, y, hover text of line segments (start, end, gap) for one group of events."""
+    n = len(events)
+    x = np.empty(3 * n, dtype=object)
+    y = np.empty(3 * n, dtype=object)
+    text = np.empty(3 * n, dtype=object)
+    x[0::3], x[1::3], x[2::3] = events["start_ms"], events["end_ms"], None
+    y[0::3], y[1::3], y[2::3] = events["lane"], events["lane"], None
+    label = events["name"].str.slice(0, 80) + " (" + \
+        ((events["end_ms"] - events["start_ms"]) * 1e3).round(1).astype(str) + " us)"
+    text[0::3], text[1::3], text[2::3] = label, label, None
+    return x.tolist(), y.tolist(), text.tolist()
+
+
+def _add_lanes(fig: go.Figure, view) -> None:
+    colors = {**CPU_KIND_COLORS, **CLASS_COLORS}
+    if view.mode == "events":
+        for group, ev in view.events.groupby("group", sort=False):
+            x, y, text = _lane_segments(ev)
+            fig.add_trace(go.Scattergl(x=x, y=y, text=text, mode="lines", name=group or "other",
+                                       line=dict(width=14, color=colors.get(group, "#6b7280")),
+                                       hovertemplate="%{text}<extra>" + (group or "") + "</extra>"),
+                          row=1, col=1)
+        return
+    bins = view.bins
+    if bins.empty:
+        return
+    # a bin shows its busiest group; enclosing annotations (ProfilerStep#N) only when alone
+    score = bins["busy"] - np.where(bins["group"].isin(BACKGROUND_GROUPS), 1.0, 0.0)
+    dominant = bins.loc[score.groupby([bins["lane"], bins["bin_ms"]]).idxmax()]
+    x = np.sort(bins["bin_ms"].unique())
+    for group, g in dominant.groupby("group", sort=False):
+        z = g.pivot_table(index="lane", columns="bin_ms", values="busy").reindex(
+            index=view.lanes, columns=x)
+        color = colors.get(group, "#6b7280")
+        fig.add_trace(go.Heatmap(x=x + view.bin_ms / 2, y=view.lanes, z=z.to_numpy(), name=group,
+                                 zmin=0, zmax=1, showscale=False, hoverongaps=False,
+                                 colorscale=[[0, "rgba(255,255,255,0.2)"], [1, color]],
+                                 hovertemplate="%{y}: " + group + " busy %{z:.0%}<extra></extra>"),
+                      row=1, col=1)
+
+
+def timeline_figure(view, title: str = "") -> go.Figure:
+    """Lanes (top) and NVML counters (below) of one rank on one time axis (ms)."""
+    metrics = list(dict.fromkeys(view.counters["metric"])) if not view.counters.empty else []
+    lane_h = 34 * max(len(view.lanes), 1) + 60
+    heights = [lane_h] + [110] * len(metrics)
+    fig = make_subplots(rows=1 + len(metrics), cols=1, shared_xaxes=True,
+                        vertical_spacing=0.03 if metrics else 0.0,
+                        row_heights=[h / sum(heights) for h in heights],
+                        subplot_titles=[""] + metrics)  # the rank is in the dropdown
+    _add_lanes(fig, view)
+    for i, metric in enumerate(metrics, start=2):
+        c = view.counters[view.counters["metric"] == metric]
+        fig.add_trace(go.Scatter(x=c["t_ms"], y=c["value"], mode="lines+markers", name=metric,
+                                 # a sample describes the period ending at it: draw it backwards
+                                 showlegend=False, line=dict(color="#0f766e", shape="vh")),
+                      row=i, col=1)
+    step_shading(fig, _as_steps(view.steps), 0)
+    fig.update_yaxes(categoryorder="array", categoryarray=view.lanes[::-1], row=1, col=1,
+                     type="category")
+    fig.update_xaxes(range=[view.x0_ms, view.x1_ms])  # every row: counters reach past the window
+    fig.update_xaxes(title_text="time (ms)", row=1 + len(metrics), col=1)
+    fig = base_layout(fig, height=sum(heights) + 60)
+    fig.update_layout(uirevision=title or "timeline", dragmode="zoom", margin=dict(l=120, t=50),
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0.3))
+    return fig
+
+
+def _as_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Timeline steps (ms) in the ns-shaped columns :func:`step_shading` reads."""
+    return pd.DataFrame({"step": steps["step"], "ts_ns": steps["start_ms"] * 1e6,
+                         "dur_ns": (steps["end_ms"] - steps["start_ms"]) * 1e6,
+                         "gpu_end_ns": steps["end_ms"] * 1e6})

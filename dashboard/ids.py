@@ -1,0 +1,57 @@
+"""Component ids: the one place they are spelled, so layouts, callbacks and the browser tests
+agree."""
+
+# shell
+URL = "url"
+NAV = "nav"
+
+# runs page
+RUNS_TABLE = "runs-table"
+RUNS_KEYS = "runs-keys"
+
+# shared by the run pages
+RUN_STORE = "run-store"  # {"run": key}: the page's run, never data
+NOT_FOUND = "not-found"
+
+# overview
+VERDICT = "verdict"
+FINDINGS = "findings"
+STRAGGLER_CALLOUT = "straggler-callout"
+RANK_BARS = "rank-bars"
+STEP_HEATMAP = "step-heatmap"
+RANK_DETAIL = "rank-detail"
+SELECTED_RANK = "selected-rank"
+
+# timeline
+TL_RANK = "tl-rank"
+TL_GRAPH = "tl-graph"
+TL_INFO = "tl-info"
+TL_DOWNLOAD_BTN = "tl-download-btn"
+TL_DOWNLOAD = "tl-download"
+
+# kernels & ops
+K_CLASS = "k-class"
+K_CHART = "k-chart"
+K_KERNELS = "k-kernels"
+K_OPS = "k-ops"
+K_SHORT = "k-short"
+K_LAUNCHES = "k-launches"
+
+# communication
+C_TABLE = "c-table"
+C_WAITS = "c-waits"
+C_SKEW = "c-skew"
+C_DETAIL = "c-detail"
+C_STRAGGLERS = "c-stragglers"
+
+# counters
+N_METRICS = "n-metrics"
+N_GRAPH = "n-graph"
+
+# compare
+CMP_BASE = "cmp-base"
+CMP_NEW = "cmp-new"
+CMP_VERDICT = "cmp-verdict"
+CMP_PARTS = "cmp-parts"
+CMP_KERNELS = "cmp-kernels"
+CMP_OPS = "cmp-ops"

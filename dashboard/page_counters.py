@@ -1,0 +1,96 @@
+"""Counters: NVML / GPM time series per GPU, aligned with the profiled steps; periods with a
+clock-throttle reason set are shaded red. The metric picker chooses the rows."""
+
+from __future__ import annotations
+
+import dash
+import numpy as np
+import pandas as pd
+from dash import Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
+from profkit.analyzers.efficiency import THROTTLE_MASK
+from profkit.dashboard import components as C
+from profkit.dashboard import figures as F
+from profkit.dashboard import ids
+from profkit.dashboard.page_timeline import base_ns
+from profkit.dashboard.results import UnknownRun
+
+from profkit.errors import ProfkitError
+
+DEFAULT_METRICS = ("sm_clock_mhz", "power_w", "gpu_util_pct", "gpm_sm_active_pct",
+                   "gpm_tensor_active_pct")
+REASONS = "clocks_event_reasons"
+
+
+def all_counters(run) -> pd.DataFrame:
+    """Every rank's counters in one long table with a ``rank`` column."""
+    frames = [d.counters.assign(rank=r) for r, d in run.ranks.items() if len(d.counters)]
+    if not frames:
+        return pd.DataFrame(columns=["ts_ns", "device", "metric", "value", "rank"])
+    out = pd.concat(frames, ignore_index=True)
+    out["metric"] = out["metric"].astype(str)
+    return out
+
+
+def throttle_periods(counters: pd.DataFrame) -> pd.DataFrame:
+    """(rank, t0_ns, t1_ns) of samples with a throttle bit set, each lasting to the next
+    sample of its rank."""
+    c = counters[counters["metric"] == REASONS].sort_values(["rank", "ts_ns"])
+    rows = []
+    for rank, g in c.groupby("rank"):
+        t = g["ts_ns"].to_numpy()
+        bits = g["value"].to_numpy(dtype=float).astype(np.int64) & THROTTLE_MASK
+        nxt = np.append(t[1:], t[-1] + (np.median(np.diff(t)) if len(t) > 1 else 0))
+        rows += [(rank, a, b) for a, b, on in zip(t, nxt, bits != 0) if on]
+    return pd.DataFrame(rows, columns=["rank", "t0_ns", "t1_ns"])
+
+
+def all_steps(run) -> pd.DataFrame:
+    frames = [d.steps for d in run.ranks.values() if len(d.steps)]
+    if not frames:
+        return pd.DataFrame(columns=["step", "ts_ns", "dur_ns", "gpu_ts_ns", "gpu_end_ns"])
+    steps = pd.concat(frames)
+    return steps.groupby("step", as_index=False).agg(
+        ts_ns=("ts_ns", "min"), dur_ns=("dur_ns", "max"), gpu_ts_ns=("gpu_ts_ns", "min"),
+        gpu_end_ns=("gpu_end_ns", "max"))
+
+
+def figure(run, metrics: list[str]):
+    counters = all_counters(run)
+    return F.counters_figure(counters, metrics, all_steps(run), base_ns(run),
+                             throttle_periods(counters))
+
+
+def layout(results, run_key: str = "", **_query) -> html.Div:
+    try:
+        entry = results.entry(run_key)
+        run = results.run(run_key)
+    except UnknownRun:
+        return C.not_found(run_key)
+    except (ProfkitError, OSError, ValueError) as exc:
+        return C.error_card(str(exc))
+    available = sorted(set(all_counters(run)["metric"]) - {REASONS})
+    chosen = [m for m in DEFAULT_METRICS if m in available]
+    picker = dcc.Dropdown(id=ids.N_METRICS, options=available, value=chosen, multi=True,
+                          placeholder="metrics", className="dropdown wide")
+    return html.Div([
+        C.run_tabs(run_key, entry.label, "counters"),
+        C.card("NVML counters", picker, C.graph(ids.N_GRAPH, figure(run, chosen)),
+               html.P("Steps are shaded blue; periods with a clock-throttle reason are red.",
+                      className="hint")),
+        dcc.Store(id=ids.RUN_STORE, data={"run": run_key}),
+    ])
+
+
+def register(app, results) -> None:
+    dash.register_page(__name__, path_template="/run/<run_key>/counters", name="Counters",
+                       title="profkit: counters", order=5,
+                       layout=lambda run_key="", **q: layout(results, run_key, **q))
+
+    @app.callback(Output(ids.N_GRAPH, "figure"), Input(ids.N_METRICS, "value"),
+                  State(ids.RUN_STORE, "data"), prevent_initial_call=True)
+    def pick_metrics(metrics, store):
+        key = (store or {}).get("run")
+        if results.registry.get(key) is None:
+            raise PreventUpdate
+        return figure(results.run(key), list(metrics or []))

@@ -1,0 +1,149 @@
+"""Overview: the verdict with its evidence and recommendations first, then the per-rank step
+breakdown, the rank x step heatmap and the straggler. Clicking a rank (bar or heatmap cell)
+shows that rank's steps."""
+
+from __future__ import annotations
+
+import re
+
+import dash
+from dash import Input, Output, State, dcc, html
+from profkit.analyzers.render import sorted_findings
+from profkit.dashboard import components as C
+from profkit.dashboard import figures as F
+from profkit.dashboard import ids
+from profkit.dashboard.results import UnknownRun
+
+from profkit.errors import ProfkitError
+
+SHOWN_FINDINGS = 6  # the rest fold under "more findings"
+_RANK_RE = re.compile(r"rank (\d+)")
+
+
+def verdict_card(a) -> html.Section:
+    v = a.verdict
+    chips = [html.Span([html.I(className="dot", style={"backgroundColor": F.PART_COLORS[p]}),
+                        f"{p} {frac:.0%}"], className="chip")
+             for p, frac in sorted((v.get("fractions") or {}).items(), key=lambda x: -x[1])
+             if frac >= 0.005]
+    return C.card("Verdict", html.Div(id=ids.VERDICT, className="verdict", children=[
+        C.badge(v.get("primary")), html.P(v.get("summary", ""), className="summary")]),
+        html.Div(chips, className="chips"), class_name="verdict-card")
+
+
+def facts_card(a) -> html.Section:
+    """Run-level numbers at a glance: ranks, steps, median step, MFU."""
+    ranks, eff = a.table("rank_breakdown"), a.table("efficiency")
+    facts = {"ranks": len(ranks), "steps per rank": int(ranks["steps"].max()) if len(ranks) else 0,
+             "median step": f"{ranks['step_time_ms'].median():.2f} ms" if len(ranks) else "-"}
+    if not eff.empty and eff["mfu"].notna().any():
+        facts["MFU"] = f"{eff['mfu'].mean():.0%}"
+    if not eff.empty and eff["gpu_util"].notna().any():
+        facts["GPU busy"] = f"{eff['gpu_util'].mean():.0%}"
+    return C.card(None, html.Div([html.Div([html.Div(str(v), className="stat-value"),
+                                            html.Div(k, className="stat-label")], className="stat")
+                                  for k, v in facts.items()], className="stats"))
+
+
+def straggler_card(a) -> html.Section | None:
+    if not a.stragglers:
+        return None
+    items = [html.Div([html.Strong(f"rank {s['rank']} is a straggler"),
+                       C.kv_list(s.get("evidence", {}))]) for s in a.stragglers]
+    return C.card("Straggler", *items, class_name="callout", id=ids.STRAGGLER_CALLOUT)
+
+
+def finding_item(f) -> html.Li:
+    where = " ".join(x for x in (f"rank {f.rank}" if f.rank is not None else "",
+                                 f"step {f.step}" if f.step is not None else "") if x)
+    evidence = {k: v for k, v in (f.evidence or {}).items() if not isinstance(v, (dict, list))}
+    return html.Li(className=f"finding sev-{f.severity}", children=[
+        html.Div([html.Span(f.severity, className=f"sev sev-{f.severity}"),
+                  html.Span(f.category, className="cat"), html.Span(where, className="muted")]),
+        html.P(f.message),
+        html.P(["→ ", f.recommendation], className="rec") if f.recommendation else None,
+        html.Details([html.Summary("evidence"), C.kv_list(evidence)]) if evidence else None,
+    ])
+
+
+def findings_card(a) -> html.Section:
+    found = sorted_findings(a)
+    shown = [finding_item(f) for f in found[:SHOWN_FINDINGS]]
+    rest = [finding_item(f) for f in found[SHOWN_FINDINGS:]]
+    more = html.Details([html.Summary(f"{len(rest)} more findings"), html.Ul(rest)]) if rest else None
+    return C.card("Evidence & recommendations", html.Ul(shown, className="findings"), more,
+                  id=ids.FINDINGS)
+
+
+def default_rank(a) -> int | None:
+    if a.stragglers:
+        return int(a.stragglers[0]["rank"])
+    ranks = a.table("rank_breakdown")
+    return int(ranks["rank"].iloc[0]) if not ranks.empty else None
+
+
+def body(key: str, a) -> list:
+    stragglers = [int(s["rank"]) for s in a.stragglers]
+    steps = a.table("step_breakdown")
+    rank = default_rank(a)
+    return [
+        html.Div(className="grid two", children=[
+            html.Div([verdict_card(a), straggler_card(a), facts_card(a)]), findings_card(a)]),
+        html.Div(className="grid two", children=[
+            C.card(None, C.graph(ids.RANK_BARS, F.breakdown_bars(
+                a.table("rank_breakdown"), stragglers, rank)),
+                html.P("Click a rank to see its steps.", className="hint")),
+            C.card(None, C.graph(ids.STEP_HEATMAP, F.step_heatmap(steps))),
+        ]),
+        C.card(None, C.graph(ids.RANK_DETAIL, F.rank_steps_bars(steps, rank)
+                             if rank is not None else F.empty_figure("no ranks"))),
+        dcc.Store(id=ids.SELECTED_RANK, data=rank),
+        dcc.Store(id=ids.RUN_STORE, data={"run": key}),
+    ]
+
+
+def layout(results, run_key: str = "", **_query) -> html.Div:
+    try:
+        entry = results.entry(run_key)
+        a = results.analysis(run_key)
+    except UnknownRun:
+        return C.not_found(run_key)
+    except (ProfkitError, OSError, ValueError) as exc:
+        return C.error_card(str(exc))
+    return html.Div([C.run_tabs(run_key, entry.label, ""), *body(run_key, a)])
+
+
+def clicked_rank(click: dict | None) -> int | None:
+    """The rank a click on a rank bar ("rank N" on x) or heatmap cell (on y) points at."""
+    for point in (click or {}).get("points", []):
+        for axis in ("x", "y"):
+            m = _RANK_RE.fullmatch(str(point.get(axis, "")))
+            if m:
+                return int(m.group(1))
+    return None
+
+
+def register(app, results) -> None:
+    dash.register_page(__name__, path_template="/run/<run_key>", name="Overview",
+                       # after the /run/<key>/<tab> pages: the template's "*" matches "/"
+                       title="profkit: overview", order=9,
+                       layout=lambda run_key="", **q: layout(results, run_key, **q))
+
+    @app.callback(Output(ids.SELECTED_RANK, "data"), Input(ids.RANK_BARS, "clickData"),
+                  Input(ids.STEP_HEATMAP, "clickData"), prevent_initial_call=True)
+    def select_rank(bar_click, cell_click):
+        trigger = dash.ctx.triggered_id
+        rank = clicked_rank(bar_click if trigger == ids.RANK_BARS else cell_click)
+        return dash.no_update if rank is None else rank
+
+    @app.callback(Output(ids.RANK_DETAIL, "figure"), Output(ids.RANK_BARS, "figure"),
+                  Input(ids.SELECTED_RANK, "data"), State(ids.RUN_STORE, "data"),
+                  prevent_initial_call=True)
+    def show_rank(rank, store):
+        key = (store or {}).get("run")
+        if results.registry.get(key) is None:
+            raise dash.exceptions.PreventUpdate
+        a = results.analysis(key)
+        stragglers = [int(s["rank"]) for s in a.stragglers]
+        return (F.rank_steps_bars(a.table("step_breakdown"), rank),
+                F.breakdown_bars(a.table("rank_breakdown"), stragglers, rank))

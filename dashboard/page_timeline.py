@@ -1,0 +1,107 @@
+"""Timeline: one rank's GPU streams and CPU threads as lanes, steps marked, NVML counters
+below on the same time axis. Zooming re-queries the server, which sends the events of the
+window, or their busy fraction per lane and bin when the window holds too many to draw.
+A button downloads the run's merged Perfetto trace."""
+
+from __future__ import annotations
+
+import logging
+
+import dash
+from dash import Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
+from profkit.dashboard import components as C
+from profkit.dashboard import figures as F
+from profkit.dashboard import ids
+from profkit.dashboard import timeline_data as T
+from profkit.dashboard.results import UnknownRun
+
+from profkit.errors import ProfkitError
+
+log = logging.getLogger(__name__)
+LEGEND = {**{k: F.CLASS_COLORS[k] for k in ("compute", "communication", "memcpy", "memset")},
+          "CPU op": F.CPU_KIND_COLORS["cpu_op"], "CUDA runtime": F.CPU_KIND_COLORS["runtime"],
+          "annotation": F.CPU_KIND_COLORS["annotation"]}
+
+
+def base_ns(run) -> int:
+    """The run's time origin: the earliest profiled step of any rank (else first event)."""
+    starts = [int(d.steps["ts_ns"].min()) for d in run.ranks.values() if len(d.steps)]
+    if not starts:
+        starts = [int(d.events["ts_ns"].min()) for d in run.ranks.values() if len(d.events)]
+    return min(starts) if starts else 0
+
+
+def lanes_for(results, key: str, rank: int):
+    """The rank's lane table, cached with the run (it is the expensive part of a re-query)."""
+    run = results.run(key)
+    origin = base_ns(run)
+    table = results.get_or_compute(("lanes", key, results.fingerprint(key), rank),
+                         lambda: T.lane_table(run.ranks[rank].events, origin))
+    return run, origin, table
+
+
+def view_figure(results, key: str, rank: int, window) -> tuple:
+    run, origin, table = lanes_for(results, key, rank)
+    data = run.ranks[rank]
+    view = T.timeline_view(table, data.steps, data.counters, origin, window)
+    shown = "busy fraction per bin" if view.mode == "bins" else "every event"
+    info = (f"rank {rank}: {view.n_events:,} events in {view.x1_ms - view.x0_ms:.2f} ms "
+            f"shown as {shown}" + (f" ({view.bin_ms * 1e3:.0f} us bins); zoom in for events"
+                                   if view.mode == "bins" else ""))
+    return F.timeline_figure(view, f"rank {rank}"), info
+
+
+def layout(results, run_key: str = "", **_query) -> html.Div:
+    try:
+        entry = results.entry(run_key)
+        run = results.run(run_key)
+    except UnknownRun:
+        return C.not_found(run_key)
+    except (ProfkitError, OSError, ValueError) as exc:
+        return C.error_card(str(exc))
+    rank = run.rank_ids[0]
+    fig, info = view_figure(results, run_key, rank, None)
+    controls = html.Div(className="controls", children=[
+        html.Label(["rank", dcc.Dropdown(id=ids.TL_RANK, options=[
+            {"label": f"rank {r}", "value": r} for r in run.rank_ids], value=rank,
+            clearable=False, className="dropdown")]),
+        html.Span(info, id=ids.TL_INFO, className="muted"),
+        html.Button("Download merged Perfetto trace", id=ids.TL_DOWNLOAD_BTN, className="button"),
+        dcc.Download(id=ids.TL_DOWNLOAD),
+    ])
+    return html.Div([
+        C.run_tabs(run_key, entry.label, "timeline"),
+        C.card(None, controls, C.legend(LEGEND), dcc.Loading(C.graph(ids.TL_GRAPH, fig),
+                                                             type="dot")),
+        dcc.Store(id=ids.RUN_STORE, data={"run": run_key}),
+    ])
+
+
+def register(app, results) -> None:
+    dash.register_page(__name__, path_template="/run/<run_key>/timeline", name="Timeline",
+                       title="profkit: timeline", order=2,
+                       layout=lambda run_key="", **q: layout(results, run_key, **q))
+
+    @app.callback(Output(ids.TL_GRAPH, "figure"), Output(ids.TL_INFO, "children"),
+                  Input(ids.TL_RANK, "value"), Input(ids.TL_GRAPH, "relayoutData"),
+                  State(ids.RUN_STORE, "data"), prevent_initial_call=True)
+    def requery(rank, relayout, store):
+        key = (store or {}).get("run")
+        if results.registry.get(key) is None or rank is None:
+            raise PreventUpdate
+        window = None
+        if dash.ctx.triggered_id == ids.TL_GRAPH:
+            window = T.parse_window(relayout)
+            if window == "keep":
+                raise PreventUpdate
+        return view_figure(results, key, int(rank), window)
+
+    @app.callback(Output(ids.TL_DOWNLOAD, "data"), Input(ids.TL_DOWNLOAD_BTN, "n_clicks"),
+                  State(ids.RUN_STORE, "data"), prevent_initial_call=True)
+    def download(_clicks, store):
+        key = (store or {}).get("run")
+        if results.registry.get(key) is None:
+            raise PreventUpdate
+        name, data = results.merged_trace(key)
+        return dcc.send_bytes(data, name, type="application/gzip")

@@ -1,0 +1,99 @@
+"""Server-side results: loaded runs, analyses and diffs, cached in memory keyed by run key
+and the fingerprint of the run's files (so a changed run is re-read, an unchanged one never).
+The browser holds only keys and selections."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from profkit.dashboard.registry import RunEntry, RunRegistry
+
+from profkit import cache
+
+log = logging.getLogger(__name__)
+MAX_ITEMS = 24  # runs, analyses and diffs together
+
+
+class UnknownRun(LookupError):
+    """A key that names no configured run."""
+
+
+class ResultCache:
+    """An LRU of results, computed at most once per key even under concurrent requests."""
+
+    def __init__(self, registry: RunRegistry, max_items: int = MAX_ITEMS):
+        self.registry = registry
+        self.max_items = max_items
+        self._items: OrderedDict[tuple, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self._key_locks: dict[tuple, threading.Lock] = {}
+
+    def entry(self, key: object) -> RunEntry:
+        entry = self.registry.get(key)
+        if entry is None:
+            raise UnknownRun(str(key))
+        return entry
+
+    def get_or_compute(self, cache_key: tuple, compute: Callable[[], Any]) -> Any:
+        with self._lock:
+            if cache_key in self._items:
+                self._items.move_to_end(cache_key)
+                return self._items[cache_key]
+            key_lock = self._key_locks.setdefault(cache_key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                if cache_key in self._items:
+                    return self._items[cache_key]
+            value = compute()
+            with self._lock:
+                self._items[cache_key] = value
+                while len(self._items) > self.max_items:
+                    self._items.popitem(last=False)
+                self._key_locks.pop(cache_key, None)
+        return value
+
+    def peek(self, kind: str, key: str) -> Any | None:
+        """A cached result without computing it (any fingerprint)."""
+        with self._lock:
+            for k, v in reversed(self._items.items()):
+                if k[0] == kind and k[1] == key:
+                    return v
+        return None
+
+    def fingerprint(self, key: str) -> str:
+        return cache.run_fingerprint(self.entry(key).path)
+
+    def run(self, key: str):
+        from profkit.loader import load_run
+
+        entry = self.entry(key)
+        return self.get_or_compute(("run", key, self.fingerprint(key)), lambda: load_run(entry.path))
+
+    def analysis(self, key: str):
+        from profkit.analyzers.analyze import analyze
+
+        fp = self.fingerprint(key)
+        return self.get_or_compute(("analysis", key, fp), lambda: analyze(self.run(key)))
+
+    def diff(self, base: str, new: str):
+        from profkit.analyzers.diff import diff_runs
+
+        ck = ("diff", base, self.fingerprint(base), new, self.fingerprint(new))
+        return self.get_or_compute(ck, lambda: diff_runs(self.run(base), self.run(new)))
+
+    def merged_trace(self, key: str) -> tuple[str, bytes]:
+        """(file name, gzip bytes) of the run's merged Perfetto trace, via a temp file."""
+        from profkit.merge import merge_run
+
+        entry = self.entry(key)
+        name = f"{entry.path.name}.merged.json.gz"
+        with tempfile.TemporaryDirectory(prefix="profkit-dash-") as tmp:
+            out = Path(tmp) / name
+            merge_run(self.run(key), out)
+            return name, out.read_bytes()

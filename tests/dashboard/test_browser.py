@@ -1,0 +1,165 @@
+"""End to end in headless chromium: every page loads without console errors and shows its
+key elements; clicks change the view; compare, download and bogus run ids."""
+
+import gzip
+import urllib.error
+import urllib.request
+
+import pytest
+from profkit.dashboard.app import default_roots
+from profkit.dashboard.registry import RunRegistry
+
+KEYS = {e.label: e.key for e in RunRegistry([], default_roots()).entries()}
+STOCK = KEYS.get("stock_ddp")
+pytestmark = pytest.mark.skipif(STOCK is None, reason="the bundled sample runs are absent")
+
+
+def graph_ready(page, graph_id: str):
+    page.wait_for_selector(f"#{graph_id} .main-svg")
+
+
+def test_runs_page_lists_every_sample_with_its_verdict(page):
+    page.goto(page.base + "/")
+    row = page.locator(f'tr[data-run="{STOCK}"]')
+    row.locator(".badge").wait_for()
+    assert row.locator(".badge").inner_text().lower() == "compute"
+    assert page.locator("a.runlink").count() == len(KEYS)
+    straggler = page.locator(f'tr[data-run="{KEYS["zoo/straggler"]}"]')
+    assert "straggler: rank 1" in straggler.inner_text()
+    row.locator("a.runlink").click()
+    page.wait_for_selector("#verdict")
+    assert page.url.endswith(f"/run/{STOCK}")
+
+
+def test_overview_verdict_first_then_graphs_and_a_rank_click(page):
+    page.goto(f"{page.base}/run/{STOCK}")
+    verdict = page.locator("#verdict")
+    assert "compute bound" in verdict.inner_text()
+    assert page.locator("#findings .finding").count() >= 3
+    for gid in ("rank-bars", "step-heatmap", "rank-detail"):
+        graph_ready(page, gid)
+    # the verdict is above the charts
+    assert verdict.bounding_box()["y"] < page.locator("#rank-bars").bounding_box()["y"]
+    title = page.locator("#rank-detail .gtitle")
+    assert title.text_content() == "Rank 0: every step"
+    bar = page.locator("#rank-bars .bars .point path").nth(1)  # compute bar of rank 1
+    bar.scroll_into_view_if_needed()
+    box = bar.bounding_box()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_function(
+        "document.querySelector('#rank-detail .gtitle').textContent === 'Rank 1: every step'")
+
+
+def test_overview_calls_out_the_straggler(page):
+    page.goto(f"{page.base}/run/{KEYS['zoo/straggler']}")
+    callout = page.locator("#straggler-callout")
+    assert "rank 1 is a straggler" in callout.inner_text()
+    graph_ready(page, "rank-bars")
+    assert "straggler" in page.locator("#rank-bars .annotation").all_text_contents()
+
+
+def test_timeline_lanes_rank_switch_and_zoom(page):
+    page.goto(f"{page.base}/run/{STOCK}/timeline")
+    graph_ready(page, "tl-graph")
+    assert "GPU stream 7" in page.locator("#tl-graph").text_content()
+    info = page.locator("#tl-info")
+    assert info.inner_text().startswith("rank 0:") and "busy fraction" in info.inner_text()
+    page.locator("#tl-rank").click()
+    page.get_by_text("rank 1", exact=True).click()
+    page.wait_for_function("document.querySelector('#tl-info').textContent.startsWith('rank 1:')")
+    # zoom into a 2 ms window by dragging: the server sends every event of it
+    box = page.locator("#tl-graph .nsewdrag").first.bounding_box()
+    y = box["y"] + 20
+    page.mouse.move(box["x"] + box["width"] * 0.30, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.32, y, steps=5)
+    page.mouse.up()
+    page.wait_for_function("document.querySelector('#tl-info').textContent.includes('every event')")
+
+
+def test_timeline_download_is_a_merged_gzip_trace(page, tmp_path):
+    page.goto(f"{page.base}/run/{STOCK}/timeline")
+    graph_ready(page, "tl-graph")
+    with page.expect_download(timeout=60_000) as info:
+        page.locator("#tl-download-btn").click()
+    path = tmp_path / info.value.suggested_filename
+    info.value.save_as(path)
+    data = path.read_bytes()
+    assert path.name.endswith(".json.gz") and data[:2] == b"\x1f\x8b"
+    assert b'"traceEvents"' in gzip.decompress(data)[:2000]
+
+
+def test_kernels_tables_and_class_filter(page):
+    page.goto(f"{page.base}/run/{STOCK}/kernels")
+    graph_ready(page, "k-chart")
+    table = page.locator("#k-kernels")
+    assert "ncclDevKernel_AllReduce" in table.inner_text()
+    assert "aten::mm" in page.locator("#k-ops").inner_text()
+    assert page.locator("#k-launches").inner_text().count("1146") == 2
+    page.get_by_label("compute", exact=True).check()
+    page.wait_for_function(
+        "!document.querySelector('#k-kernels').textContent.includes('ncclDevKernel')")
+
+
+def test_communication_heatmap_click_shows_the_collective(page):
+    page.goto(f"{page.base}/run/{KEYS['zoo/straggler']}/comms")
+    for gid in ("c-waits", "c-skew"):
+        graph_ready(page, gid)
+    assert "all_reduce" in page.locator("#c-table").inner_text()
+    assert "true" in page.locator("#c-stragglers").inner_text()
+    box = page.locator("#c-waits .nsewdrag").first.bounding_box()
+    page.mouse.click(box["x"] + 5, box["y"] + box["height"] * 0.25)  # rank 0, first collective
+    page.wait_for_function("document.querySelector('#c-detail h3') !== null")
+    assert "all_reduce" in page.locator("#c-detail h3").inner_text()
+    assert "rank 0 wait_us" in page.locator("#c-detail").inner_text()
+
+
+def test_counters_page_series_and_metric_picker(page):
+    page.goto(f"{page.base}/run/{KEYS['profkit_ddp']}/counters")
+    graph_ready(page, "n-graph")
+    assert "sm_clock_mhz" in page.locator("#n-graph").text_content()
+    page.goto(f"{page.base}/run/{STOCK}/counters")
+    page.wait_for_selector("#n-graph .main-svg")
+    assert "no NVML counters" in page.locator("#n-graph").text_content()
+
+
+def test_compare_renders_the_diff(page):
+    base, new = KEYS["zoo/balanced"], KEYS["zoo/straggler"]
+    page.goto(f"{page.base}/compare?base={base}&new={new}")
+    verdict = page.locator("#cmp-verdict")
+    assert "regressed" in verdict.inner_text()
+    graph_ready(page, "cmp-parts")
+    assert "ncclDevKernel" in page.locator("#cmp-kernels").inner_text()
+    assert page.locator("#cmp-ops tbody tr").count() > 2
+
+
+@pytest.mark.parametrize("bad", ["not-a-run", "..%2F..%2Fetc%2Fpasswd", "..%2Fpyproject.toml"])
+def test_bogus_run_ids_show_not_found(page, bad):
+    page.goto(f"{page.base}/run/{bad}")
+    page.wait_for_selector("#not-found")
+    assert "not found" in page.locator("#not-found").inner_text().lower()
+    assert "root:x:" not in page.content()
+
+
+@pytest.mark.parametrize("path", ["/run/../../etc/passwd", "/assets/..%2F..%2Fpyproject.toml",
+                                  "/assets/../../pyproject.toml",
+                                  "/_dash-component-suites/..%2F..%2Fpyproject.toml"])
+def test_no_route_reads_files_outside_the_app(server, path):
+    import http.client
+
+    host, port = server.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request("GET", path)  # sent as written, not normalised
+    body = conn.getresponse().read()
+    assert b"root:x:" not in body and b"[project]" not in body
+
+
+def test_assets_are_local_and_server_binds_loopback(server):
+    html = urllib.request.urlopen(server + "/").read().decode()
+    assert "cdn" not in html.lower() and "https://" not in html
+    assert server.startswith("http://127.0.0.1:")
+    with pytest.raises(urllib.error.HTTPError) as info:  # request bodies are capped
+        urllib.request.urlopen(urllib.request.Request(
+            server + "/_dash-update-component", data=b"x" * (2 << 20),
+            headers={"Content-Type": "application/json"}))
+    assert info.value.code == 413
