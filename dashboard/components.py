@@ -63,6 +63,21 @@ def legend(colors: dict[str, str]) -> html.Div:
                                className="chip") for name, c in colors.items()], className="chips")
 
 
+def guarded(run_key: str, build) -> html.Div:
+    """``build()``'s page for a known run; "not found" for a key that resolves to no run
+    (never a file), an error card when the run cannot be read."""
+    from profkit.dashboard.results import UnknownRun
+
+    from profkit.errors import ProfkitError
+
+    try:
+        return build()
+    except UnknownRun:
+        return not_found(run_key)
+    except (ProfkitError, OSError, ValueError) as exc:
+        return error_card(str(exc))
+
+
 def not_found(what: str) -> html.Div:
     return html.Div(id=ids.NOT_FOUND, className="card notfound", children=[
         html.H2("Run not found"),

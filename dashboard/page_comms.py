@@ -12,9 +12,6 @@ from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
 from profkit.dashboard.page_timeline import base_ns
-from profkit.dashboard.results import UnknownRun
-
-from profkit.errors import ProfkitError
 
 
 def collective_rows(coll: pd.DataFrame) -> pd.DataFrame:
@@ -48,14 +45,13 @@ def collective_detail(a, key: str | None) -> html.Div:
 
 
 def layout(results, run_key: str = "", **_query) -> html.Div:
-    try:
-        entry = results.entry(run_key)
-        a = results.analysis(run_key)
-        origin = base_ns(results.run(run_key))
-    except UnknownRun:
-        return C.not_found(run_key)
-    except (ProfkitError, OSError, ValueError) as exc:
-        return C.error_card(str(exc))
+    return C.guarded(run_key, lambda: _page(results, run_key))
+
+
+def _page(results, run_key: str) -> html.Div:
+    entry = results.entry(run_key)
+    a = results.analysis(run_key)
+    origin = base_ns(results.run(run_key))
     coll = a.table("collectives")
     return html.Div([
         C.run_tabs(run_key, entry.label, "comms"),

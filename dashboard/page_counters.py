@@ -13,9 +13,6 @@ from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
 from profkit.dashboard.page_timeline import base_ns
-from profkit.dashboard.results import UnknownRun
-
-from profkit.errors import ProfkitError
 
 DEFAULT_METRICS = ("sm_clock_mhz", "power_w", "gpu_util_pct", "gpm_sm_active_pct",
                    "gpm_tensor_active_pct")
@@ -62,13 +59,12 @@ def figure(run, metrics: list[str]):
 
 
 def layout(results, run_key: str = "", **_query) -> html.Div:
-    try:
-        entry = results.entry(run_key)
-        run = results.run(run_key)
-    except UnknownRun:
-        return C.not_found(run_key)
-    except (ProfkitError, OSError, ValueError) as exc:
-        return C.error_card(str(exc))
+    return C.guarded(run_key, lambda: _page(results, run_key))
+
+
+def _page(results, run_key: str) -> html.Div:
+    entry = results.entry(run_key)
+    run = results.run(run_key)
     available = sorted(set(all_counters(run)["metric"]) - {REASONS})
     chosen = [m for m in DEFAULT_METRICS if m in available]
     picker = dcc.Dropdown(id=ids.N_METRICS, options=available, value=chosen, multi=True,

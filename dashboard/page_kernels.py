@@ -10,9 +10,6 @@ from dash.exceptions import PreventUpdate
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
-from profkit.dashboard.results import UnknownRun
-
-from profkit.errors import ProfkitError
 
 ALL = "all"
 
@@ -45,13 +42,12 @@ def launch_rows(launches: pd.DataFrame) -> pd.DataFrame:
 
 
 def layout(results, run_key: str = "", **_query) -> html.Div:
-    try:
-        entry = results.entry(run_key)
-        a = results.analysis(run_key)
-    except UnknownRun:
-        return C.not_found(run_key)
-    except (ProfkitError, OSError, ValueError) as exc:
-        return C.error_card(str(exc))
+    return C.guarded(run_key, lambda: _page(results, run_key))
+
+
+def _page(results, run_key: str) -> html.Div:
+    entry = results.entry(run_key)
+    a = results.analysis(run_key)
     kernels = a.table("top_kernels")
     classes = sorted(kernels["cls"].dropna().unique()) if not kernels.empty else []
     picker = dcc.RadioItems(id=ids.K_CLASS, value=ALL, inline=True, className="radio",

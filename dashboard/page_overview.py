@@ -12,9 +12,6 @@ from profkit.analyzers.render import sorted_findings
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
-from profkit.dashboard.results import UnknownRun
-
-from profkit.errors import ProfkitError
 
 SHOWN_FINDINGS = 6  # the rest fold under "more findings"
 _RANK_RE = re.compile(r"rank (\d+)")
@@ -103,13 +100,12 @@ def body(key: str, a) -> list:
 
 
 def layout(results, run_key: str = "", **_query) -> html.Div:
-    try:
-        entry = results.entry(run_key)
-        a = results.analysis(run_key)
-    except UnknownRun:
-        return C.not_found(run_key)
-    except (ProfkitError, OSError, ValueError) as exc:
-        return C.error_card(str(exc))
+    return C.guarded(run_key, lambda: _page(results, run_key))
+
+
+def _page(results, run_key: str) -> html.Div:
+    entry = results.entry(run_key)
+    a = results.analysis(run_key)
     return html.Div([C.run_tabs(run_key, entry.label, ""), *body(run_key, a)])
 
 

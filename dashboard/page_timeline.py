@@ -14,9 +14,6 @@ from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
 from profkit.dashboard import timeline_data as T
-from profkit.dashboard.results import UnknownRun
-
-from profkit.errors import ProfkitError
 
 log = logging.getLogger(__name__)
 LEGEND = {**{k: F.CLASS_COLORS[k] for k in ("compute", "communication", "memcpy", "memset")},
@@ -53,13 +50,12 @@ def view_figure(results, key: str, rank: int, window) -> tuple:
 
 
 def layout(results, run_key: str = "", **_query) -> html.Div:
-    try:
-        entry = results.entry(run_key)
-        run = results.run(run_key)
-    except UnknownRun:
-        return C.not_found(run_key)
-    except (ProfkitError, OSError, ValueError) as exc:
-        return C.error_card(str(exc))
+    return C.guarded(run_key, lambda: _page(results, run_key))
+
+
+def _page(results, run_key: str) -> html.Div:
+    entry = results.entry(run_key)
+    run = results.run(run_key)
     rank = run.rank_ids[0]
     fig, info = view_figure(results, run_key, rank, None)
     controls = html.Div(className="controls", children=[
