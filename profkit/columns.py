@@ -48,15 +48,6 @@ def _stable_id(value) -> int:
         return -1 - zlib.crc32(text.encode())
 
 
-def categorical(values: list) -> pd.Categorical:
-    """Strings as a categorical with str categories; None becomes ""."""
-    codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
-    labels = pd.Index(["" if u is None else str(u) for u in uniques], dtype=str)
-    if not labels.is_unique:  # e.g. 1 and "1", or None and "": merge them the slow way
-        return pd.Categorical(np.asarray(labels)[codes])
-    return pd.Categorical.from_codes(codes, categories=labels)
-
-
 def category_mask(column: pd.Series, pattern: str) -> np.ndarray:
     """Rows of a categorical column whose category matches a regex (checked per category)."""
     cats = column.cat.categories
