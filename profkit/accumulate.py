@@ -16,7 +16,7 @@ import pandas as pd
 
 from profkit import classify
 from profkit import schema as S
-from profkit.columns import ids_to_int, to_float, us_to_ns
+from profkit.columns import ids_to_int, to_float, to_int, us_to_ns
 from profkit.flops import FLOP_OPS, flops_from_shapes
 from profkit.tracefile import Args, Event, Trace
 
@@ -124,7 +124,7 @@ class Accumulator:
         for name in (S.PID, S.TID):
             ev[name] = self._take(name, order).astype(np.int64)
         for name in (S.CORRELATION, S.EXTERNAL_ID):
-            ev[name] = _as_int(self._take(name, order))
+            ev[name] = to_int(self._take(name, order))
         is_gpu = ev[S.KIND].isin(S.GPU_KINDS).to_numpy()
         for name, arg, fallback in ((S.STREAM, "stream_arg", S.TID), (S.DEVICE, "device_arg", S.PID)):
             values = self._take(arg, order)
@@ -165,13 +165,6 @@ def _add_shape_flops(flops: np.ndarray, xs: list[Event], args: list[Args]) -> No
             except orjson.JSONDecodeError:
                 continue
             flops[i] = flops_from_shapes(e.name, dims)
-
-
-def _as_int(values: np.ndarray, missing: int = -1) -> np.ndarray:
-    out = np.full(len(values), missing, dtype=np.int64)
-    ok = np.isfinite(values)
-    out[ok] = values[ok].astype(np.int64)
-    return out
 
 
 def accumulate(trace: Trace) -> Accumulator:

@@ -31,12 +31,15 @@ def cache_key(trace: Path) -> str:
 
 def cache_dir_for(trace: Path) -> Path:
     """The first usable cache folder for this trace."""
-    run_dir = trace.parent.parent if trace.parent.name == "traces" else trace.parent
+    return _folder_for(trace.parent.parent if trace.parent.name == "traces" else trace.parent)
+
+
+def _folder_for(run_dir: Path) -> Path:
+    """``run_dir/.profkit/cache`` when writable, else the user's cache folder."""
     local = run_dir / ".profkit" / "cache"
     if _writable(local):
         return local
-    home = Path(os.environ.get("PROFKIT_CACHE_DIR") or Path.home() / ".cache" / "profkit")
-    return home
+    return Path(os.environ.get("PROFKIT_CACHE_DIR") or Path.home() / ".cache" / "profkit")
 
 
 def _writable(folder: Path) -> bool:
@@ -93,10 +96,7 @@ def run_fingerprint(path: Path, extra: str = "") -> str:
 
 def _results_dir(path: Path) -> Path:
     path = Path(path)
-    folder = (path if path.is_dir() else path.parent) / ".profkit" / "cache"
-    if _writable(folder):
-        return folder
-    return Path(os.environ.get("PROFKIT_CACHE_DIR") or Path.home() / ".cache" / "profkit")
+    return _folder_for(path if path.is_dir() else path.parent)
 
 
 def load_result(path: Path, key: str):

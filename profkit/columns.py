@@ -16,7 +16,8 @@ def to_float(values: list) -> np.ndarray:
         return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
 
 
-def to_int(values: list, missing: int = -1) -> np.ndarray:
+def to_int(values, missing: int = -1) -> np.ndarray:
+    """int64 array of a list or float array; NaN / None / non-numbers become ``missing``."""
     arr = to_float(values)
     out = np.full(len(arr), missing, dtype=np.int64)
     ok = np.isfinite(arr)

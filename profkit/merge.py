@@ -124,8 +124,7 @@ def _summary(run: Run, report: MergeReport) -> dict:
 
 
 def _common_base_ns(run: Run, ranks: list[int]) -> int:
-    starts = [run.ranks[r].events[S.TS_NS].min() for r in ranks if len(run.ranks[r].events)]
-    start = int(min(starts)) if starts else 0
+    start = run.start_ns(ranks)
     return start - start % NS_PER_S
 
 

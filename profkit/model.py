@@ -71,6 +71,12 @@ class Run:
     def rank_ids(self) -> list[int]:
         return sorted(self.ranks)
 
+    def start_ns(self, ranks: list[int] | None = None) -> int:
+        """Earliest event of the given ranks (all by default) on the aligned clock, 0 if none."""
+        chosen = [self.ranks[r] for r in (self.rank_ids if ranks is None else ranks)]
+        starts = [int(d.events[S.TS_NS].min()) for d in chosen if len(d.events)]
+        return min(starts) if starts else 0
+
     def clock_offset_ns(self, rank: int) -> int:
         """This rank's clock minus rank 0's (subtract it to align), from run.json."""
         offsets = self.meta.get("clock_offsets_ns") or {}

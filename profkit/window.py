@@ -10,11 +10,6 @@ from profkit.merge import Window
 from profkit.model import Run, step_spans
 
 
-def run_start_ns(run: Run) -> int:
-    starts = [int(d.events[S.TS_NS].min()) for d in run.ranks.values() if len(d.events)]
-    return min(starts) if starts else 0
-
-
 def window_for(run: Run, steps: tuple[float, float] | None,
                window_ms: tuple[float, float] | None) -> Window:
     """Steps A:B (inclusive, ProfilerStep numbers) span the earliest start to the latest end
@@ -22,7 +17,7 @@ def window_for(run: Run, steps: tuple[float, float] | None,
     if steps and window_ms:
         raise UsageError("give --steps or --window, not both")
     if window_ms:
-        start = run_start_ns(run)
+        start = run.start_ns()
         lo, hi = window_ms
         return Window(None if math.isinf(lo) else start + int(lo * 1e6),
                       None if math.isinf(hi) else start + int(hi * 1e6))
