@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from profkit.analyzers.advice import breakdown_findings
-from profkit.analyzers.breakdown import PARTS, VERDICT_CLASSES, analyze_breakdown
-from profkit.analyzers.findings import Finding, Result
+from profkit.analyzers.breakdown import PARTS, VERDICT_CLASSES, combine_breakdown
+from profkit.analyzers.findings import Finding
+from profkit.analyzers.summaries import RankSummary, summarize_rank
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit.model import Run
@@ -31,13 +32,18 @@ class Analysis:
         return self.tables.get(name, pd.DataFrame())
 
 
-def _extra_results(run: Run, th: Thresholds) -> list[Result]:
-    """The cross-rank, kernel and efficiency analyzers."""
-    from profkit.analyzers import comms, efficiency, kernels, links, stragglers
+@dataclass
+class RunHeader:
+    """The run-level facts the reduce needs besides the rank summaries."""
 
-    coll = comms.analyze_collectives(run, th)
-    return [coll, stragglers.find_stragglers(run, coll, th), links.analyze_links(run, coll, th),
-            kernels.analyze_kernels(run, th), efficiency.analyze_efficiency(run, th)]
+    path: str
+    meta: dict[str, Any]
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, run: Run) -> RunHeader:
+        return cls(run.path, run.meta, [s.as_dict() for s in run.skipped], list(run.notes))
 
 
 def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict]) -> dict[str, Any]:
@@ -57,22 +63,44 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict]) -> dict[str, An
     return {"primary": primary, "summary": summary, "fractions": fractions}
 
 
-def analyze(run: Run, thresholds: Thresholds = DEFAULT, *, extra: bool = True) -> Analysis:
-    """Analyze ``run``. ``extra=False`` runs the step breakdown alone."""
-    breakdown = analyze_breakdown(run)
-    results = [breakdown] + (_extra_results(run, thresholds) if extra else [])
+def analyze(run: Run, thresholds: Thresholds = DEFAULT) -> Analysis:
+    """Analyze ``run``: every rank summarised (:func:`summarize_rank`), then combined."""
+    summaries = [summarize_rank(run.ranks[r], run.meta, thresholds) for r in run.rank_ids]
+    return combine(RunHeader.of(run), summaries, thresholds)
+
+
+def combine(header: RunHeader, summaries: list[RankSummary],
+            thresholds: Thresholds = DEFAULT) -> Analysis:
+    """The reduce: the run's analysis from its ranks' summaries alone, in any order."""
+    from profkit.analyzers import comms, efficiency, kernels, links, stragglers
+
+    summaries = sorted(summaries, key=lambda s: s.rank)
+    gpu = [s for s in summaries if s.has_gpu]
+    metas = {s.rank: s.meta for s in summaries}
+    coll = comms.match_collectives([s.collectives for s in summaries],
+                                   comms.rank_hosts(header.meta, metas))
+    results = [
+        combine_breakdown([s.breakdown for s in summaries]), coll,
+        stragglers.judge_stragglers(coll, {s.rank: s.step_stats for s in summaries}, thresholds),
+        links.judge_links(coll, links.link_peak(header.meta, metas), thresholds),
+        kernels.combine_kernels([s.kernels for s in gpu], thresholds),
+        efficiency.combine_efficiency([s.efficiency for s in gpu], thresholds),
+    ]
     tables = {name: t for r in results for name, t in r.tables.items()}
     _split_communication(tables)
     findings = breakdown_findings(tables["rank_breakdown"], thresholds)
     findings += [f for r in results[1:] for f in r.findings]
     straggler_rows = _straggler_rows(tables.get("stragglers"))
-    if not any(d.has_gpu for d in run.ranks.values()):
+    if not gpu:
         findings.append(Finding(category="input", severity="info", message=(
             "no GPU events in this run: the breakdown, kernels and efficiency cannot be computed"),
             recommendation="Profile with ProfilerActivity.CUDA on a GPU machine."))
-    info = {"path": run.path, "world_size": run.world_size, "ranks_analyzed": run.rank_ids,
-            "skipped_files": [s.as_dict() for s in run.skipped], "notes": list(run.notes),
-            "status": run.meta.get("status")}
+    ranks = [s.rank for s in summaries]
+    declared = header.meta.get("world_size")
+    world = declared if isinstance(declared, int) and declared > 0 else max(ranks, default=-1) + 1
+    info = {"path": header.path, "world_size": world, "ranks_analyzed": ranks,
+            "skipped_files": list(header.skipped), "notes": list(header.notes),
+            "status": header.meta.get("status")}
     return Analysis(info, run_verdict(tables["step_breakdown"], straggler_rows), tables,
                     findings, straggler_rows)
 

@@ -185,15 +185,28 @@ def compute_subclasses(data: RankData) -> pd.DataFrame:
     return table.reset_index().assign(rank=data.rank)
 
 
+def rank_parts(data: RankData) -> dict[str, pd.DataFrame | None]:
+    """The breakdown tables of one rank (the per-rank half of :func:`analyze_breakdown`)."""
+    gpu = data.has_gpu
+    return {"step_breakdown": rank_steps(data),
+            "stream_breakdown": stream_table(data) if gpu else None,
+            "compute_subclasses": compute_subclasses(data) if gpu else None}
+
+
 def analyze_breakdown(run: Run) -> Result:
     """Tables ``step_breakdown`` (rank, step, step_ns, one ns column per part, plus
     host_sync_copy_ns and comm_overlap_ns), ``rank_breakdown`` (rank, steps, step_time_ms
     median, one fraction column per part, comm_overlap_frac, primary),
     ``stream_breakdown`` (rank, stream, ns per class, ops, busy_ns) and
     ``compute_subclasses`` (rank, subcls, kernel_ns, kernels, share)."""
-    steps = pd.concat([rank_steps(d) for d in run.ranks.values()], ignore_index=True)
-    streams = [stream_table(d) for d in run.ranks.values() if d.has_gpu]
-    subclasses = [compute_subclasses(d) for d in run.ranks.values() if d.has_gpu]
+    return combine_breakdown([rank_parts(d) for d in run.ranks.values()])
+
+
+def combine_breakdown(parts: list[dict[str, pd.DataFrame | None]]) -> Result:
+    """:func:`analyze_breakdown` from every rank's :func:`rank_parts`."""
+    steps = pd.concat([p["step_breakdown"] for p in parts], ignore_index=True)
+    streams = [p["stream_breakdown"] for p in parts if p["stream_breakdown"] is not None]
+    subclasses = [p["compute_subclasses"] for p in parts if p["compute_subclasses"] is not None]
     rows = []
     for rank, group in steps.groupby("rank"):
         total = group[list(PARTS)].sum()

@@ -40,7 +40,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals
 from profkit import schema as S
-from profkit.model import Run
+from profkit.model import RankData, Run
 
 # Output tables and their columns (units in the names).
 COLLECTIVES = "collectives"
@@ -119,13 +119,21 @@ def analyze_collectives(run: Run, thresholds: Thresholds = DEFAULT) -> Result:
     subtracted from its times). ``thresholds`` is accepted for a uniform analyzer signature.
     """
     del thresholds  # no threshold applies to measuring; stragglers.py judges the result
-    rows = _stack(run)
+    parts = [rank_collectives(run.ranks[r]) for r in run.rank_ids]
+    return match_collectives(parts, rank_hosts(run.meta, {r: d.meta for r, d in run.ranks.items()}))
+
+
+def match_collectives(parts: list[tuple[pd.DataFrame, pd.DataFrame]],
+                      hosts: dict[int, str | None]) -> Result:
+    """:func:`analyze_collectives` from every rank's :func:`rank_collectives` (in rank
+    order) and each rank's host."""
+    rows = _stack([rows for rows, _ in parts], ROW_DTYPES)
     rows = _assign_keys(rows)
     rows, matching = _match(rows)
-    offsets = _clock_offsets(run, rows)
+    offsets = _clock_offsets(hosts, rows)
     rows[START_NS] -= rows[RANK].map(offsets[OFFSET_NS]).fillna(0).astype(np.int64)
     rows[END_NS] = rows[START_NS] + rows[S.DUR_NS]
-    rows = _add_waits(run, rows, offsets[OFFSET_NS])
+    rows = _add_waits(rows, _stack([cover for _, cover in parts], COVER_DTYPES), offsets[OFFSET_NS])
     coll = _collective_table(rows)
     tables = {
         COLLECTIVES: coll,
@@ -141,36 +149,62 @@ def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="int64") for c in columns})
 
 
-def _stack(run: Run) -> pd.DataFrame:
-    """All ranks' collectives in one frame, text columns as plain strings."""
-    parts = []
-    for rank in run.rank_ids:
-        c = run.ranks[rank].collectives
-        if c is None or c.empty:
-            continue
-        parts.append(pd.DataFrame({
-            RANK: np.full(len(c), rank, dtype=np.int64),
-            S.COLL_NAME: c[S.COLL_NAME].astype(str).to_numpy(),
-            PG: c[S.PG_NAME].astype(str).to_numpy(),
-            S.SEQ: c[S.SEQ].to_numpy(np.int64),
-            S.COMMS_ID: c[S.COMMS_ID].astype(str).to_numpy(),
-            S.GROUP_SIZE: c[S.GROUP_SIZE].to_numpy(np.int64),
-            S.STEP: c[S.STEP].to_numpy(np.int64),
-            START_NS: c[S.TS_NS].to_numpy(np.int64),
-            S.DUR_NS: c[S.DUR_NS].to_numpy(np.int64),
-            S.MSG_BYTES: c[S.MSG_BYTES].to_numpy(np.float64),
-            S.ON_GPU: c[S.ON_GPU].to_numpy(bool),
-        }))
-    if not parts:
-        return pd.DataFrame({
-            RANK: pd.Series(dtype="int64"), S.COLL_NAME: pd.Series(dtype=object),
-            PG: pd.Series(dtype=object), S.SEQ: pd.Series(dtype="int64"),
-            S.COMMS_ID: pd.Series(dtype=object), S.GROUP_SIZE: pd.Series(dtype="int64"),
-            S.STEP: pd.Series(dtype="int64"), START_NS: pd.Series(dtype="int64"),
-            S.DUR_NS: pd.Series(dtype="int64"), S.MSG_BYTES: pd.Series(dtype="float64"),
-            S.ON_GPU: pd.Series(dtype=bool)})
-    rows = pd.concat(parts, ignore_index=True)
-    return rows.sort_values([RANK, START_NS], kind="stable").reset_index(drop=True)
+ROW = "row"  # a collective's index among its rank's rows (start order)
+COVER_START_NS, COVER_END_NS = "cover_start_ns", "cover_end_ns"
+ROW_DTYPES = {RANK: "int64", ROW: "int64", S.COLL_NAME: object, PG: object, S.SEQ: "int64",
+              S.COMMS_ID: object, S.GROUP_SIZE: "int64", S.STEP: "int64", START_NS: "int64",
+              S.DUR_NS: "int64", S.MSG_BYTES: "float64", S.ON_GPU: bool}
+COVER_DTYPES = {RANK: "int64", ROW: "int64", COVER_START_NS: "int64", COVER_END_NS: "int64"}
+
+
+def rank_collectives(data: RankData) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One rank's share of the matching: its collectives (text columns as plain strings, in
+    start order) and, for each one on the GPU, the rank's other GPU work (compute, memcpy,
+    memset; merged) clipped to the collective's span, from which the reduce measures how
+    much of a wait was hidden behind work."""
+    c = data.collectives
+    if c is None or c.empty:
+        return _typed({}, ROW_DTYPES), _typed({}, COVER_DTYPES)
+    order = np.argsort(c[S.TS_NS].to_numpy(np.int64), kind="stable")
+    c = c.iloc[order]
+    rows = pd.DataFrame({
+        RANK: np.full(len(c), data.rank, dtype=np.int64), ROW: np.arange(len(c), dtype=np.int64),
+        S.COLL_NAME: c[S.COLL_NAME].astype(str).to_numpy(),
+        PG: c[S.PG_NAME].astype(str).to_numpy(), S.SEQ: c[S.SEQ].to_numpy(np.int64),
+        S.COMMS_ID: c[S.COMMS_ID].astype(str).to_numpy(),
+        S.GROUP_SIZE: c[S.GROUP_SIZE].to_numpy(np.int64), S.STEP: c[S.STEP].to_numpy(np.int64),
+        START_NS: c[S.TS_NS].to_numpy(np.int64), S.DUR_NS: c[S.DUR_NS].to_numpy(np.int64),
+        S.MSG_BYTES: c[S.MSG_BYTES].to_numpy(np.float64), S.ON_GPU: c[S.ON_GPU].to_numpy(bool)})
+    on_gpu = rows[S.ON_GPU].to_numpy()
+    start = rows[START_NS].to_numpy()[on_gpu]
+    row, lo, hi = _clip_to_spans(_gpu_work(data), start, start + rows[S.DUR_NS].to_numpy()[on_gpu])
+    cover = {RANK: np.full(len(row), data.rank, dtype=np.int64),
+             ROW: rows[ROW].to_numpy()[on_gpu][row], COVER_START_NS: lo, COVER_END_NS: hi}
+    return rows, _typed(cover, COVER_DTYPES)
+
+
+def _typed(columns: dict, dtypes: dict) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(columns.get(c, []), dtype=t) for c, t in dtypes.items()})
+
+
+def _clip_to_spans(work: intervals.Intervals, lo: np.ndarray,
+                   hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pieces of a disjoint sorted interval set inside each span [lo_i, hi_i): (span index,
+    piece start, piece end)."""
+    starts, ends = work
+    first = np.searchsorted(ends, lo, side="right")
+    last = np.searchsorted(starts, hi, side="left")
+    count = np.maximum(last - first, 0)
+    span = np.repeat(np.arange(len(lo)), count)
+    offset = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+    k = np.repeat(first, count) + offset
+    return span, np.maximum(starts[k], lo[span]), np.minimum(ends[k], hi[span])
+
+
+def _stack(parts: list[pd.DataFrame], dtypes: dict) -> pd.DataFrame:
+    """Every rank's frames in one (rank order, each rank's rows in start order)."""
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts, ignore_index=True) if parts else _typed({}, dtypes)
 
 
 def _assign_keys(rows: pd.DataFrame) -> pd.DataFrame:
@@ -210,19 +244,19 @@ def _match(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return rows[ok].reset_index(drop=True), matching[list(MATCHING_TABLE_COLUMNS)]
 
 
-def _hosts(run: Run) -> dict[int, str | None]:
-    declared = run.meta.get("ranks") or {}
+def rank_hosts(run_meta: dict, rank_metas: dict[int, dict]) -> dict[int, str | None]:
+    """Each rank's host: run.json's ``ranks`` table, else the trace header's host name."""
+    declared = run_meta.get("ranks") or {}
     hosts: dict[int, str | None] = {}
-    for rank in run.rank_ids:
+    for rank in sorted(rank_metas):
         info = declared.get(str(rank), declared.get(rank)) if isinstance(declared, dict) else None
         host = info.get("host") if isinstance(info, dict) else None
-        hosts[rank] = host or run.ranks[rank].meta.get("host") or None
+        hosts[rank] = host or rank_metas[rank].get("host") or None
     return hosts
 
 
-def _clock_offsets(run: Run, rows: pd.DataFrame) -> pd.DataFrame:
+def _clock_offsets(hosts: dict[int, str | None], rows: pd.DataFrame) -> pd.DataFrame:
     """Per rank: host and the offset (ns) to subtract, indexed by rank (see module doc)."""
-    hosts = _hosts(run)
     ranks = sorted(int(r) for r in rows[RANK].unique())
     table = pd.DataFrame({HOST: [hosts.get(r) or "" for r in ranks],
                           OFFSET_NS: np.zeros(len(ranks), dtype=np.int64)},
@@ -241,42 +275,35 @@ def _clock_offsets(run: Run, rows: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _covered_before(iv: intervals.Intervals, t: np.ndarray) -> np.ndarray:
-    """Length of the disjoint interval set ``iv`` lying before each time in ``t``, ns."""
-    starts, ends = iv
-    if len(starts) == 0:
-        return np.zeros(len(t), dtype=np.int64)
-    cum = np.concatenate([[0], np.cumsum(ends - starts)])
-    k = np.searchsorted(starts, t, side="right")
-    overshoot = np.where(k > 0, np.maximum(ends[np.maximum(k - 1, 0)] - t, 0), 0)
-    return cum[k] - overshoot
-
-
-def _gpu_work(run: Run, rank: int) -> intervals.Intervals:
+def _gpu_work(data: RankData) -> intervals.Intervals:
     """Union of the rank's non-communication GPU work (compute, memcpy, memset)."""
-    ev = run.ranks[rank].events
+    ev = data.events
     busy = ev[ev[S.KIND].isin(S.GPU_KINDS) & (ev[S.CLASS] != S.CLS_COMMUNICATION)]
     start = busy[S.TS_NS].to_numpy(np.int64)
     return intervals.union(start, start + busy[S.DUR_NS].to_numpy(np.int64))
 
 
-def _add_waits(run: Run, rows: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
+def _add_waits(rows: pd.DataFrame, cover: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
+    """Each row's wait (latest start - its start) and exposed wait: the wait minus the other
+    GPU work the rank ran during it, up to the end of its own collective (after that its
+    collective was over and nothing of it was waiting)."""
     latest = rows.groupby(KEY, sort=False)[START_NS].transform("max").to_numpy()
-    start = rows[START_NS].to_numpy()
-    wait = latest - start
-    exposed = wait.copy()
-    for rank in rows[RANK].unique():
-        on_rank = (rows[RANK] == rank).to_numpy() & rows[S.ON_GPU].to_numpy()
-        if not on_rank.any():
-            continue
-        work = _gpu_work(run, int(rank))  # on the loader's clock: undo the estimated offset
-        off = int(offsets.get(rank, 0))
-        hidden = (_covered_before(work, latest[on_rank] + off)
-                  - _covered_before(work, start[on_rank] + off))
-        exposed[on_rank] = wait[on_rank] - hidden
     rows = rows.copy()
-    rows[WAIT_NS] = wait
-    rows[EXPOSED_WAIT_NS] = exposed
+    rows[WAIT_NS] = latest - rows[START_NS].to_numpy()
+    # Cover pieces are on the loader's clock: undo the estimated offset for the bound.
+    off = rows[RANK].map(offsets).fillna(0).to_numpy(np.int64)
+    bound = pd.Series(np.minimum(latest + off, rows[START_NS].to_numpy() + off
+                                 + rows[S.DUR_NS].to_numpy()),
+                      index=pd.MultiIndex.from_arrays([rows[RANK], rows[ROW]]))
+    upto = bound.reindex(pd.MultiIndex.from_arrays([cover[RANK], cover[ROW]])).to_numpy()
+    ok = ~np.isnan(upto)
+    piece = np.maximum(np.minimum(cover[COVER_END_NS].to_numpy()[ok], upto[ok])
+                       - cover[COVER_START_NS].to_numpy()[ok], 0)
+    hidden = pd.Series(piece, dtype="float64").groupby(
+        [cover[RANK].to_numpy()[ok], cover[ROW].to_numpy()[ok]]).sum()
+    key = pd.MultiIndex.from_arrays([rows[RANK], rows[ROW]])
+    hidden_ns = hidden.reindex(key).fillna(0).to_numpy(np.int64) if len(hidden) else 0
+    rows[EXPOSED_WAIT_NS] = rows[WAIT_NS].to_numpy() - hidden_ns
     return rows
 
 

@@ -129,14 +129,14 @@ def gemm_precision(k: pd.DataFrame) -> tuple[int, float, int]:
     return total, float(frac), int(g[S.DUR_NS][fp32].sum())
 
 
-def efficiency_row(rank: int, rd: RankData, run: Run, flops_per_step: float | None,
+def efficiency_row(rank: int, rd: RankData, run_meta: dict, flops_per_step: float | None,
                    peak_dtype: str) -> dict:
     lo, hi = step_windows(rd)
     window = int((hi - lo).sum())
     steps = max(len(rd.steps), 1)
     k = window_kernels(rd)
     device = rank_device(rd)
-    info = device_info(rd.meta, run.meta, device)
+    info = device_info(rd.meta, run_meta, device)
     peak: DevicePeak | None = match_device(info["name"], info["num_sms"], info["mem_bytes"])
     peak_tflops = getattr(peak, f"{peak_dtype}_tflops") if peak else np.nan
     if flops_per_step:
@@ -198,7 +198,7 @@ def throttle(counters: pd.DataFrame, lo: int, hi: int) -> tuple[int, str]:
     return int((bits != 0).sum()), ",".join(names)
 
 
-def nvml_row(rank: int, rd: RankData, run: Run, eff: dict) -> dict | None:
+def nvml_row(rank: int, rd: RankData, run_meta: dict, eff: dict) -> dict | None:
     c = rd.counters
     if c.empty:
         return None
@@ -215,7 +215,7 @@ def nvml_row(rank: int, rd: RankData, run: Run, eff: dict) -> dict | None:
     mm = k[k[S.SUBCLASS].isin(MATMUL_SUBCLASSES)]
     mem = c[c[S.METRIC] == "mem_used_bytes"][S.VALUE]
     model = DEVICES.get(eff["device_model"])
-    cap = device_info(rd.meta, run.meta, device)["mem_bytes"] or (
+    cap = device_info(rd.meta, run_meta, device)["mem_bytes"] or (
         model.mem_gb * 1e9 if model else np.nan)
     n_throttle, reasons = throttle(c, start, end)
 
@@ -295,12 +295,27 @@ def analyze_efficiency(run: Run, thresholds: Thresholds = DEFAULT, *,
     ``flops_per_step``: model FLOPs of one step on one rank (for example 6 x parameters x
     tokens for a dense transformer), used instead of the trace's with_flops counts.
     ``peak_dtype``: "bf16" (tensor-core peak, the default) or "fp32"."""
-    ranks = {r: rd for r, rd in sorted(run.ranks.items()) if rd.has_gpu}
-    if not ranks:
+    rows = [rank_efficiency(r, rd, run.meta, flops_per_step=flops_per_step,
+                            peak_dtype=peak_dtype)
+            for r, rd in sorted(run.ranks.items()) if rd.has_gpu]
+    return combine_efficiency(rows, thresholds)
+
+
+def rank_efficiency(rank: int, rd: RankData, run_meta: dict, *,
+                    flops_per_step: float | None = None,
+                    peak_dtype: str = "bf16") -> tuple[dict, dict | None]:
+    """One GPU rank's efficiency row and NVML row (None without samples)."""
+    eff = efficiency_row(rank, rd, run_meta, flops_per_step, peak_dtype)
+    return eff, nvml_row(rank, rd, run_meta, eff)
+
+
+def combine_efficiency(rows: list[tuple[dict, dict | None]],
+                       thresholds: Thresholds = DEFAULT) -> Result:
+    """:func:`analyze_efficiency` from the GPU ranks' :func:`rank_efficiency`, in rank order."""
+    if not rows:
         return no_gpu_result(TABLES, "efficiency analysis")
-    effs = [efficiency_row(r, rd, run, flops_per_step, peak_dtype) for r, rd in ranks.items()]
-    nvml = [row for eff in effs
-            if (row := nvml_row(eff[RANK], ranks[eff[RANK]], run, eff)) is not None]
+    effs = [eff for eff, _ in rows]
+    nvml = [row for _, row in rows if row is not None]
     findings = [f for eff in effs for f in efficiency_findings(eff, thresholds)]
     findings += [f for row in nvml for f in nvml_findings(row, thresholds)]
     if not any(eff["flops_source"] for eff in effs):

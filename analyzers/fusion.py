@@ -17,7 +17,7 @@ FUSION_COLUMNS = ("sequence", "n", "count", "per_step", "total_ns", "ranks")
 SEQUENCE_SEP = " -> "
 
 
-def rank_ngrams(rd: RankData, short_ns: int, n: int) -> pd.DataFrame:
+def rank_ngrams(rd: RankData, short_ns: int, n: int = 3) -> pd.DataFrame:
     """Counts of n consecutive short kernels on one stream, by their names."""
     k = kernels_of(rd).sort_values([S.STREAM, S.TS_NS], kind="stable")
     m = len(k) - n + 1
@@ -39,16 +39,16 @@ def rank_ngrams(rd: RankData, short_ns: int, n: int) -> pd.DataFrame:
     return pd.DataFrame({"sequence": seq, "count": count, "total_ns": sums.astype(np.int64)})
 
 
-def fusion_candidates(ranks: dict[int, RankData], th: Thresholds, top_n: int,
+def fusion_candidates(grams: list[pd.DataFrame], n_steps: int, top_n: int,
                       n: int = 3) -> pd.DataFrame:
-    parts = [rank_ngrams(rd, th.short_kernel_ns, n).assign(rank=r) for r, rd in ranks.items()]
-    grams = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    """The most frequent n-grams over every rank's :func:`rank_ngrams` (with a rank column);
+    ``n_steps``: the ranks' profiled steps together."""
+    grams = pd.concat(grams, ignore_index=True) if grams else pd.DataFrame()
     if grams.empty:
         return empty(FUSION_COLUMNS)
     out = grams.groupby("sequence").agg(count=("count", "sum"), total_ns=("total_ns", "sum"),
                                         ranks=(RANK, "nunique")).reset_index()
-    steps = sum(len(rd.steps) for rd in ranks.values())
-    out["per_step"] = out["count"] / steps if steps else np.nan
+    out["per_step"] = out["count"] / n_steps if n_steps else np.nan
     out["n"] = n
     out = out.sort_values(["count", "total_ns"], ascending=False, kind="stable").head(top_n)
     return out[list(FUSION_COLUMNS)].reset_index(drop=True)

@@ -25,7 +25,7 @@ import re
 import numpy as np
 import pandas as pd
 from profkit.analyzers.findings import Finding, Result
-from profkit.analyzers.fusion import FUSION_COLUMNS, fusion_candidates, fusion_findings
+from profkit.analyzers.fusion import FUSION_COLUMNS, fusion_candidates, fusion_findings, rank_ngrams
 from profkit.analyzers.tables import RANK, empty, in_steps, kernels_of, name_mask, plain, window_ns
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
@@ -61,19 +61,24 @@ QUEUE_FULL_DEPTH = 1000
 
 # --- top kernels and ops ------------------------------------------------------------------
 
-def top_kernels(ranks: dict[int, RankData], top_n: int) -> pd.DataFrame:
+def kernel_totals(rank: int, rd: RankData) -> pd.DataFrame:
+    """Count and summed duration of each kernel of one rank, by (name, cls, subcls)."""
     keys = [S.NAME, S.CLASS, S.SUBCLASS]
-    parts = [kernels_of(rd)[keys + [S.DUR_NS]].astype({k: str for k in keys}).assign(rank=r)
-             for r, rd in ranks.items()]
-    k = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    if k.empty:
+    k = kernels_of(rd)[keys + [S.DUR_NS]].astype({k: str for k in keys})
+    return k.groupby(keys)[S.DUR_NS].agg(["size", "sum"]).reset_index().assign(rank=rank)
+
+
+def top_kernels(totals: list[pd.DataFrame], n_ranks: int, top_n: int) -> pd.DataFrame:
+    """The ``top_n`` kernels over every rank's :func:`kernel_totals`."""
+    keys = [S.NAME, S.CLASS, S.SUBCLASS]
+    per_rank = pd.concat(totals, ignore_index=True) if totals else pd.DataFrame()
+    if per_rank.empty:
         return empty(TOP_KERNEL_COLUMNS)
-    per_rank = k.groupby([RANK] + keys)[S.DUR_NS].agg(["size", "sum"]).reset_index()
     out = per_rank.groupby(keys).agg(count=("size", "sum"), total_ns=("sum", "sum"),
                                      present=(RANK, "nunique"),
                                      rank_min_total_ns=("sum", "min"),
                                      rank_max_total_ns=("sum", "max")).reset_index()
-    out.loc[out["present"] < len(ranks), "rank_min_total_ns"] = 0
+    out.loc[out["present"] < n_ranks, "rank_min_total_ns"] = 0
     out["mean_ns"] = out["total_ns"] / out["count"]
     out["share"] = out["total_ns"] / out["total_ns"].sum()
     out = out.sort_values("total_ns", ascending=False, kind="stable").head(top_n)
@@ -105,20 +110,23 @@ def self_times(cpu: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def top_ops(ranks: dict[int, RankData], top_n: int) -> pd.DataFrame:
-    parts = []
-    for rd in ranks.values():
-        cpu = rd.events[rd.events[S.KIND].isin(CPU_NEST_KINDS)]
-        is_op = (cpu[S.KIND] == S.KIND_CPU_OP).to_numpy()
-        ops = pd.DataFrame({"code": cpu[S.NAME].cat.codes.to_numpy()[is_op],
-                            "self_ns": self_times(cpu)[is_op],
-                            "total_ns": cpu[S.DUR_NS].to_numpy()[is_op]})
-        # Aggregate on category codes, then name the (few) groups: no per-row strings.
-        agg = ops.groupby("code").agg(count=("self_ns", "size"), self_ns=("self_ns", "sum"),
-                                      total_ns=("total_ns", "sum"))
-        agg[S.NAME] = np.asarray(cpu[S.NAME].cat.categories, dtype=object)[agg.index.to_numpy()]
-        parts.append(agg)
-    ops = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+def op_totals(rd: RankData) -> pd.DataFrame:
+    """Count, self and inclusive time of each CPU op name of one rank."""
+    cpu = rd.events[rd.events[S.KIND].isin(CPU_NEST_KINDS)]
+    is_op = (cpu[S.KIND] == S.KIND_CPU_OP).to_numpy()
+    ops = pd.DataFrame({"code": cpu[S.NAME].cat.codes.to_numpy()[is_op],
+                        "self_ns": self_times(cpu)[is_op],
+                        "total_ns": cpu[S.DUR_NS].to_numpy()[is_op]})
+    # Aggregate on category codes, then name the (few) groups: no per-row strings.
+    agg = ops.groupby("code").agg(count=("self_ns", "size"), self_ns=("self_ns", "sum"),
+                                  total_ns=("total_ns", "sum"))
+    agg[S.NAME] = np.asarray(cpu[S.NAME].cat.categories, dtype=object)[agg.index.to_numpy()]
+    return agg.reset_index(drop=True)
+
+
+def top_ops(totals: list[pd.DataFrame], top_n: int) -> pd.DataFrame:
+    """The ``top_n`` CPU ops by self time over every rank's :func:`op_totals`."""
+    ops = pd.concat(totals, ignore_index=True) if totals else pd.DataFrame()
     if ops.empty:
         return empty(TOP_OP_COLUMNS)
     out = ops.groupby(S.NAME).agg(count=("count", "sum"), self_ns=("self_ns", "sum"),
@@ -316,28 +324,40 @@ TABLES = (("top_kernels", TOP_KERNEL_COLUMNS), ("top_ops", TOP_OP_COLUMNS),
 def analyze_kernels(run: Run, thresholds: Thresholds = DEFAULT, *, top_n: int = 50) -> Result:
     """Kernel, CPU-op, launch, queue and fusion tables of a run (see the module docstring),
     with cpu_launch and fusion findings. Ranks without GPU events are left out."""
-    th = thresholds
-    ranks = {r: rd for r, rd in sorted(run.ranks.items()) if rd.has_gpu}
-    if not ranks:
+    parts = [rank_kernel_parts(r, rd, thresholds) for r, rd in sorted(run.ranks.items())
+             if rd.has_gpu]
+    return combine_kernels(parts, thresholds, top_n=top_n)
+
+
+def rank_kernel_parts(rank: int, rd: RankData, th: Thresholds) -> dict:
+    """The per-rank half of :func:`analyze_kernels`: rows, partial totals and findings."""
+    joined = launch_join(rd)
+    queue = queue_depth(rank, joined[1])
+    launch = launch_row(rank, rd, joined, th)
+    launch["max_queue_depth"] = int(queue["max_depth"].max()) if len(queue) else 0
+    return {"short": short_kernel_row(rank, rd, th.short_kernel_ns), "launch": launch,
+            "queue": queue, "per_step": kernels_per_step(rank, rd),
+            "kernel_totals": kernel_totals(rank, rd), "op_totals": op_totals(rd),
+            "ngrams": rank_ngrams(rd, th.short_kernel_ns).assign(rank=rank),
+            "n_steps": len(rd.steps), "findings": slow_call_findings(rank, rd, launch, th)}
+
+
+def combine_kernels(parts: list[dict], th: Thresholds, *, top_n: int = 50) -> Result:
+    """:func:`analyze_kernels` from the GPU ranks' :func:`rank_kernel_parts`, in rank order."""
+    if not parts:
         return no_gpu_result(TABLES, "kernel analysis")
-    short = pd.DataFrame([short_kernel_row(r, rd, th.short_kernel_ns) for r, rd in ranks.items()],
-                         columns=list(SHORT_COLUMNS))
-    joined = {r: launch_join(rd) for r, rd in ranks.items()}
-    queue = pd.concat([queue_depth(r, j[1]) for r, j in joined.items()], ignore_index=True)
-    launches = pd.DataFrame([launch_row(r, rd, joined[r], th) for r, rd in ranks.items()],
-                            columns=list(LAUNCH_COLUMNS[:-1]))
-    depth = queue.groupby(RANK)["max_depth"].max()
-    launches["max_queue_depth"] = launches[RANK].map(depth).fillna(0).astype(int)
-    fusion = fusion_candidates(ranks, th, top_n)
+    short = pd.DataFrame([p["short"] for p in parts], columns=list(SHORT_COLUMNS))
+    launches = pd.DataFrame([p["launch"] for p in parts], columns=list(LAUNCH_COLUMNS))
+    fusion = fusion_candidates([p["ngrams"] for p in parts],
+                               sum(p["n_steps"] for p in parts), top_n)
     tables = {
-        "top_kernels": top_kernels(ranks, top_n), "top_ops": top_ops(ranks, top_n),
-        "short_kernels": short,
-        "kernels_per_step": pd.concat([kernels_per_step(r, rd) for r, rd in ranks.items()],
-                                      ignore_index=True),
-        "launches": launches, "queue_depth": queue, "fusion_candidates": fusion,
+        "top_kernels": top_kernels([p["kernel_totals"] for p in parts], len(parts), top_n),
+        "top_ops": top_ops([p["op_totals"] for p in parts], top_n), "short_kernels": short,
+        "kernels_per_step": pd.concat([p["per_step"] for p in parts], ignore_index=True),
+        "launches": launches,
+        "queue_depth": pd.concat([p["queue"] for p in parts], ignore_index=True),
+        "fusion_candidates": fusion,
     }
     findings = launch_findings(short, launches, th)
-    for lc in launches.to_dict("records"):
-        findings += slow_call_findings(lc[RANK], ranks[lc[RANK]], lc, th)
-    findings += fusion_findings(fusion, th)
-    return Result(tables=tables, findings=findings)
+    findings += [f for p in parts for f in p["findings"]]
+    return Result(tables=tables, findings=findings + fusion_findings(fusion, th))

@@ -34,11 +34,15 @@ COLUMNS = ("key", "collective", "bytes", "busbw_gbps", "link_gbps", "link_util")
 def link_peak_gbps(run: Run) -> tuple[float, str]:
     """(per-direction link peak, device model) of the run's GPUs; NaN when the run spans
     hosts or the device is unknown."""
-    hosts = {d.meta.get("host") for d in run.ranks.values()} | set(run.meta.get("hosts") or [])
-    if len(hosts - {None}) > 1 or not run.ranks:
+    return link_peak(run.meta, {r: d.meta for r, d in run.ranks.items()})
+
+
+def link_peak(run_meta: dict, rank_metas: dict[int, dict]) -> tuple[float, str]:
+    """:func:`link_peak_gbps` from run.json's facts and each rank's trace header."""
+    hosts = {m.get("host") for m in rank_metas.values()} | set(run_meta.get("hosts") or [])
+    if len(hosts - {None}) > 1 or not rank_metas:
         return float("nan"), ""
-    data = run.ranks[min(run.ranks)]
-    info = device_info(data.meta, run.meta, 0)
+    info = device_info(rank_metas[min(rank_metas)], run_meta, 0)
     peak = match_device(info["name"], info["num_sms"], info["mem_bytes"])
     if peak is None:
         return float("nan"), info["name"]
@@ -46,10 +50,15 @@ def link_peak_gbps(run: Run) -> tuple[float, str]:
 
 
 def analyze_links(run: Run, comms: Result, th: Thresholds = DEFAULT) -> Result:
+    return judge_links(comms, link_peak_gbps(run), th)
+
+
+def judge_links(comms: Result, peak: tuple[float, str], th: Thresholds = DEFAULT) -> Result:
+    """Bus bandwidth of each matched collective against the link ``peak`` (GB/s, model)."""
     coll = comms.tables.get("collectives")
     if coll is None or coll.empty or "busbw_gbps" not in coll:
         return Result(tables={"collective_links": pd.DataFrame(columns=list(COLUMNS))})
-    link, model = link_peak_gbps(run)
+    link, model = peak
     table = coll[["key", "collective", "bytes", "busbw_gbps"]].copy()
     table["link_gbps"] = link
     table["link_util"] = table["busbw_gbps"] / link

@@ -38,7 +38,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals
 from profkit import schema as S
-from profkit.model import Run, step_spans, step_times_ns
+from profkit.model import RankData, Run, step_spans, step_times_ns
 
 STRAGGLERS = "stragglers"
 LATE_SHARE = "late_share"
@@ -47,6 +47,7 @@ OTHERS_EXPOSED_WAIT_NS_PER_STEP = "others_exposed_wait_ns_per_step"
 OTHERS_STEP_NS = "others_step_ns"  # median over the other ranks of their median step time
 WAIT_FRAC = "wait_frac"  # exposed wait per step / others' step time
 COMPUTE_NS_PER_STEP = "compute_ns_per_step"  # merged compute kernels within the steps
+MEDIAN_STEP_NS = "median_step_ns"
 OTHERS_COMPUTE_NS_PER_STEP = "others_compute_ns_per_step"
 STRAGGLER = "straggler"
 EVIDENCE = "evidence"
@@ -58,7 +59,15 @@ STRAGGLER_COLUMNS = (
 
 
 def find_stragglers(run: Run, comms: Result, thresholds: Thresholds = DEFAULT) -> Result:
-    """Judge each rank from :func:`comms.analyze_collectives`'s tables (see module doc).
+    """:func:`judge_stragglers` with each rank's step statistics taken from ``run``."""
+    return judge_stragglers(comms, {r: rank_step_stats(d) for r, d in run.ranks.items()},
+                            thresholds)
+
+
+def judge_stragglers(comms: Result, step_stats: dict[int, dict[str, float]],
+                     thresholds: Thresholds = DEFAULT) -> Result:
+    """Judge each rank from :func:`comms.analyze_collectives`'s tables (see module doc) and
+    each rank's :func:`rank_step_stats`.
 
     Table ``stragglers``: one row per rank with its late share, what the others lose to it
     per step (ns, raw and exposed), their step time, its and their GPU compute per step (ns),
@@ -69,7 +78,7 @@ def find_stragglers(run: Run, comms: Result, thresholds: Thresholds = DEFAULT) -
     per_rank = comms.tables.get(RANK_WAITS)
     if coll is None or waits is None or per_rank is None or per_rank.empty:
         return Result(tables={STRAGGLERS: _empty()})
-    table = _straggler_table(run, coll, waits, per_rank)
+    table = _straggler_table(step_stats, coll, waits, per_rank)
     table[STRAGGLER] = _flag(table, thresholds)
     table[EVIDENCE] = [_evidence(row) for row in table.to_dict("records")]
     impossible = table[table[WAIT_FRAC].fillna(0) > 1.0]
@@ -100,7 +109,7 @@ def _empty() -> pd.DataFrame:
     return frame.astype({RANK: "int64", STRAGGLER: bool, EVIDENCE: object})
 
 
-def _straggler_table(run: Run, coll: pd.DataFrame, waits: pd.DataFrame,
+def _straggler_table(step_stats: dict[int, dict[str, float]], coll: pd.DataFrame, waits: pd.DataFrame,
                      per_rank: pd.DataFrame) -> pd.DataFrame:
     t = per_rank[[RANK, N_COLLECTIVES, N_LAST]].copy().reset_index(drop=True)
     t[LATE_SHARE] = t[N_LAST] / t[N_COLLECTIVES].where(t[N_COLLECTIVES] > 0)
@@ -110,8 +119,10 @@ def _straggler_table(run: Run, coll: pd.DataFrame, waits: pd.DataFrame,
         total = t[RANK].map(series).fillna(0.0)
         t[col] = total / n_steps if n_steps else np.nan
     ranks = t[RANK].to_numpy()
-    step_ns = np.array([_median_step_ns(run, r) for r in ranks])
-    compute = np.array([_compute_ns_per_step(run, r) for r in ranks])
+    nothing = {MEDIAN_STEP_NS: np.nan, COMPUTE_NS_PER_STEP: np.nan}
+    stats = [step_stats.get(int(r), nothing) for r in ranks]
+    step_ns = np.array([s[MEDIAN_STEP_NS] for s in stats], dtype=np.float64)
+    compute = np.array([s[COMPUTE_NS_PER_STEP] for s in stats], dtype=np.float64)
     t[OTHERS_STEP_NS] = _others(step_ns, np.nanmedian)
     t[COMPUTE_NS_PER_STEP] = compute
     t[OTHERS_COMPUTE_NS_PER_STEP] = _others(compute, np.nanmean)
@@ -140,24 +151,19 @@ def _others(values: np.ndarray, reduce) -> np.ndarray:
     return out
 
 
-def _median_step_ns(run: Run, rank: int) -> float:
-    data = run.ranks.get(int(rank))
-    times = step_times_ns(data.steps) if data is not None and len(data.steps) else np.empty(0)
-    return float(np.median(times)) if len(times) else np.nan
-
-
-def _compute_ns_per_step(run: Run, rank: int) -> float:
-    """Merged compute-kernel time inside the rank's profiled steps, per step, ns."""
-    data = run.ranks.get(int(rank))
-    if data is None or len(data.steps) == 0:
-        return np.nan
+def rank_step_stats(data: RankData) -> dict[str, float]:
+    """A rank's median step time and merged compute-kernel time inside its profiled steps per
+    step (ns; NaN without steps): all the straggler judgement needs of its events."""
+    if len(data.steps) == 0:
+        return {MEDIAN_STEP_NS: np.nan, COMPUTE_NS_PER_STEP: np.nan}
     start, end = step_spans(data.steps)
     ev = data.events
     kernels = ev[(ev[S.KIND] == S.KIND_KERNEL) & (ev[S.CLASS] == S.CLS_COMPUTE)]
     ts = kernels[S.TS_NS].to_numpy(np.int64)
     busy = intervals.union(ts, ts + kernels[S.DUR_NS].to_numpy(np.int64))
     inside = intervals.clip(busy, int(start.min()), int(end.max()))
-    return intervals.total(inside) / len(data.steps)
+    return {MEDIAN_STEP_NS: float(np.median(step_times_ns(data.steps))),
+            COMPUTE_NS_PER_STEP: intervals.total(inside) / len(data.steps)}
 
 
 def _flag(t: pd.DataFrame, th: Thresholds) -> np.ndarray:

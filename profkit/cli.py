@@ -78,10 +78,12 @@ def cmd_summary(args) -> int:
     return 0
 
 
-def _cached_analysis(args, analyze):
-    """The analysis of args.run: from the result cache when no file of the run changed."""
+def _cached_analysis(args):
+    """The analysis of args.run: from the result cache when no file of the run changed,
+    else mapped per rank on the chosen executor and reduced."""
     import profkit.analyzers
     from profkit import __version__, cache
+    from profkit.analyzers.executor import analyze_run
 
     code = cache.run_fingerprint(Path(profkit.analyzers.__file__).parent)  # any code change
     key = cache.run_fingerprint(Path(args.run), f"analyze|{__version__}|{code}|{args.ranks}")
@@ -89,7 +91,9 @@ def _cached_analysis(args, analyze):
         cached = cache.load_result(Path(args.run), key)
         if cached is not None:
             return cached
-    analysis = analyze(_load(args))
+    analysis = analyze_run(args.run, scheduler=args.scheduler, workers=args.workers,
+                           cache=not args.no_cache, strict=args.strict,
+                           ranks=parse_ranks(args.ranks), progress=_progress)
     if not args.no_cache:
         cache.store_result(Path(args.run), key, analysis)
     return analysis
@@ -98,10 +102,9 @@ def _cached_analysis(args, analyze):
 def cmd_analyze(args) -> int:
     import orjson
 
-    from profkit.analyzers.analyze import analyze
     from profkit.analyzers.render import to_json, to_markdown, to_text
 
-    analysis = _cached_analysis(args, analyze)
+    analysis = _cached_analysis(args)
     if args.format == "json":
         data = orjson.dumps(to_json(analysis), option=orjson.OPT_INDENT_2) + b"\n"
     else:
@@ -201,6 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "compute, communication, CPU launch, data loading or host synchronisation, "
                        "who the straggler is, and what to change.")
     _add_load_options(p)
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run the per-rank analysis on a Dask cluster: its scheduler address "
+                   "(tcp://host:8786), or 'local' for a LocalCluster of --workers processes; "
+                   "needs pip install 'profkit[cluster]' and the run on storage every worker "
+                   "reads (default: a local process pool)")
     _add_report_options(p)
     p.set_defaults(func=cmd_analyze)
 

@@ -152,14 +152,7 @@ def load_run(path: str | Path, *, cache: bool = True, workers: int | None = None
              progress: Callable[[int, int], None] | None = None) -> Run:
     """Load a run. ``ranks`` keeps only those ranks; ``strict`` raises on duplicate ranks or
     traces from different runs instead of skipping them with a note."""
-    root = Path(path)
-    if not root.exists():
-        raise UsageError(f"{root}: no such file or folder")
-    folder = root if root.is_dir() else root.parent
-    meta = read_run_json(folder) if root.is_dir() else {}
-    files, skipped = discover.find_trace_files(root)
-    if not files:
-        raise NoTracesError(f"{root}: no trace files (.json or .json.gz) found")
+    root, folder, meta, files, skipped = open_run(path)
     results = _ingest_all(files, cache, workers, progress)
     good = []
     for res in results:
@@ -168,45 +161,71 @@ def load_run(path: str | Path, *, cache: bool = True, workers: int | None = None
         else:
             good.append(res)
     notes: list[str] = []
-    rank_data = _assign_ranks(good, meta, skipped, notes, strict)
-    if ranks is not None:
-        rank_data = {r: d for r, d in rank_data.items() if r in set(ranks)}
-    if not rank_data:
-        detail = "; ".join(f"{s.path}: {s.reason}" for s in skipped) or "nothing readable"
-        raise NoTracesError(f"{root}: no readable trace ({detail})")
-    run = Run(str(root), _run_meta(meta, rank_data, folder), rank_data, skipped, notes)
+    chosen = choose_ranks(root, good, meta, skipped, notes, strict, ranks)
+    datas = {r: rank_data(res, r, source) for r, (res, source) in chosen.items()}
+    run_meta = complete_meta(meta, {r: d.meta for r, d in datas.items()}, folder)
+    run = Run(str(root), run_meta, datas, skipped, notes)
     _attach_counters(run, folder)
     _attach_nccl(run, folder)
-    _align_clocks(run)
+    for rank, data in run.ranks.items():
+        align_clock(data, run.clock_offset_ns(rank))
     return run
 
 
-def _assign_ranks(results: list[Ingested], meta: dict, skipped: list[SkippedFile],
-                  notes: list[str], strict: bool) -> dict[int, RankData]:
+def open_run(path: str | Path) -> tuple[Path, Path, dict[str, Any], list[Path], list[SkippedFile]]:
+    """(root, folder, run.json facts, trace files, other files skipped) of a run path;
+    raises when there is nothing to read."""
+    root = Path(path)
+    if not root.exists():
+        raise UsageError(f"{root}: no such file or folder")
+    folder = root if root.is_dir() else root.parent
+    meta = read_run_json(folder) if root.is_dir() else {}
+    files, skipped = discover.find_trace_files(root)
+    if not files:
+        raise NoTracesError(f"{root}: no trace files (.json or .json.gz) found")
+    return root, folder, meta, files, skipped
+
+
+def choose_ranks(root: Path, results: list, meta: dict, skipped: list[SkippedFile],
+                 notes: list[str], strict: bool, ranks: list[int] | None) -> dict[int, tuple]:
+    """{rank: (result, rank source)} for the readable results (anything with ``path`` and
+    ``meta``): foreign traces and duplicate ranks skipped, unranked files numbered, only
+    ``ranks`` kept when given; raises when no rank is left."""
+    chosen = _assign_ranks(results, meta, skipped, notes, strict)
+    if ranks is not None:
+        chosen = {r: c for r, c in chosen.items() if r in set(ranks)}
+    if not chosen:
+        detail = "; ".join(f"{s.path}: {s.reason}" for s in skipped) or "nothing readable"
+        raise NoTracesError(f"{root}: no readable trace ({detail})")
+    return chosen
+
+
+def _assign_ranks(results: list, meta: dict, skipped: list[SkippedFile],
+                  notes: list[str], strict: bool) -> dict[int, tuple]:
     results = _drop_foreign(results, meta, skipped, notes, strict)
-    chosen: dict[int, RankData] = {}
-    unranked: list[Ingested] = []
+    chosen: dict[int, tuple] = {}
+    unranked: list = []
     for res in results:
-        rank, source = _rank_of(res)
+        rank, source = rank_of(res)
         if rank is None:
             unranked.append(res)
             continue
         if rank in chosen:
-            msg = f"duplicate rank {rank} (already read from {chosen[rank].path})"
+            msg = f"duplicate rank {rank} (already read from {chosen[rank][0].path})"
             if strict:
                 raise RunConflictError(f"{res.path}: {msg}")
             skipped.append(SkippedFile(res.path, msg))
             continue
-        chosen[rank] = _rank_data(res, rank, source)
+        chosen[rank] = (res, source)
     for res in unranked:
         rank = next(r for r in range(len(chosen) + len(unranked) + 1) if r not in chosen)
         notes.append(f"{res.path}: no rank in the trace or its name; using rank {rank} by file order")
         log.info(notes[-1])
-        chosen[rank] = _rank_data(res, rank, "file order")
+        chosen[rank] = (res, "file order")
     return dict(sorted(chosen.items()))
 
 
-def _rank_of(res: Ingested) -> tuple[int | None, str]:
+def rank_of(res: Ingested) -> tuple[int | None, str]:
     rank = res.meta.get("distributed", {}).get("rank")
     if isinstance(rank, int) and rank >= 0:
         return rank, "distributedInfo"
@@ -214,7 +233,7 @@ def _rank_of(res: Ingested) -> tuple[int | None, str]:
     return (rank, "file name") if rank is not None else (None, "")
 
 
-def _rank_data(res: Ingested, rank: int, source: str) -> RankData:
+def rank_data(res: Ingested, rank: int, source: str) -> RankData:
     t = res.tables
     return RankData(rank, res.path, t["events"], t["collectives"], t["steps"],
                     meta=res.meta, rank_source=source)
@@ -262,7 +281,7 @@ def read_rank_status(folder: Path) -> dict[int, dict]:
     return out
 
 
-def _run_meta(meta: dict, ranks: dict[int, RankData], folder: Path) -> dict[str, Any]:
+def complete_meta(meta: dict, rank_metas: dict[int, dict], folder: Path) -> dict[str, Any]:
     """run.json's facts, completed from the traces; a run is failed if any rank says so."""
     out = dict(meta)
     status = read_rank_status(folder) if meta else {}
@@ -273,11 +292,11 @@ def _run_meta(meta: dict, ranks: dict[int, RankData], folder: Path) -> dict[str,
             out["status"] = "failed"
             out.setdefault("failed_ranks", sorted(failed))
     if not out.get("world_size"):
-        sizes = [d.meta.get("distributed", {}).get("world_size") for d in ranks.values()]
+        sizes = [m.get("distributed", {}).get("world_size") for m in rank_metas.values()]
         sizes = [s for s in sizes if isinstance(s, int)]
-        out["world_size"] = max(sizes) if sizes else max(ranks) + 1
+        out["world_size"] = max(sizes) if sizes else max(rank_metas) + 1
     if not out.get("hosts"):
-        out["hosts"] = sorted({d.meta.get("host") for d in ranks.values() if d.meta.get("host")})
+        out["hosts"] = sorted({m.get("host") for m in rank_metas.values() if m.get("host")})
     return out
 
 
@@ -298,18 +317,17 @@ def _attach_nccl(run: Run, folder: Path) -> None:
         run.notes.append(f"{folder / 'nccl'}: NCCL logs not read ({exc})")
 
 
-def _align_clocks(run: Run) -> None:
-    """Shift every rank onto rank 0's clock with the offsets run.json measured."""
+def align_clock(data: RankData, offset: int) -> None:
+    """Shift one rank onto rank 0's clock by the offset run.json measured for it (ns)."""
     from profkit import schema as S
 
-    for rank, data in run.ranks.items():
-        offset = run.clock_offset_ns(rank)
-        if offset:
-            data.events[S.TS_NS] -= offset
-            data.steps[S.TS_NS] -= offset
-            for col in (S.GPU_START_NS, S.GPU_END_NS):
-                data.steps[col] = data.steps[col].where(data.steps[col] < 0, data.steps[col] - offset)
-            data.counters[S.TS_NS] -= offset
-            data.collectives[S.TS_NS] -= offset
-            cpu = data.collectives[S.CPU_TS_NS]
-            data.collectives[S.CPU_TS_NS] = cpu.where(cpu < 0, cpu - offset)
+    if not offset:
+        return
+    data.events[S.TS_NS] -= offset
+    data.steps[S.TS_NS] -= offset
+    for col in (S.GPU_START_NS, S.GPU_END_NS):
+        data.steps[col] = data.steps[col].where(data.steps[col] < 0, data.steps[col] - offset)
+    data.counters[S.TS_NS] -= offset
+    data.collectives[S.TS_NS] -= offset
+    cpu = data.collectives[S.CPU_TS_NS]
+    data.collectives[S.CPU_TS_NS] = cpu.where(cpu < 0, cpu - offset)
