@@ -72,7 +72,7 @@ def analyze(run: Run, thresholds: Thresholds = DEFAULT) -> Analysis:
 def combine(header: RunHeader, summaries: list[RankSummary],
             thresholds: Thresholds = DEFAULT) -> Analysis:
     """The reduce: the run's analysis from its ranks' summaries alone, in any order."""
-    from profkit.analyzers import comms, efficiency, kernels, links, stragglers
+    from profkit.analyzers import comms, efficiency, groups, kernels, links, stragglers
 
     summaries = sorted(summaries, key=lambda s: s.rank)
     gpu = [s for s in summaries if s.has_gpu]
@@ -83,6 +83,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
         combine_breakdown([s.breakdown for s in summaries]), coll,
         stragglers.judge_stragglers(coll, {s.rank: s.step_stats for s in summaries}, thresholds),
         links.judge_links(coll, links.link_peak(header.meta, metas), thresholds),
+        groups.find_slow_groups(coll, thresholds),
         kernels.combine_kernels([s.kernels for s in gpu], thresholds),
         efficiency.combine_efficiency([s.efficiency for s in gpu], thresholds),
     ]

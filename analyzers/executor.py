@@ -30,6 +30,7 @@ from profkit.errors import UsageError
 from profkit.model import SkippedFile
 
 log = logging.getLogger(__name__)
+CONNECT_TIMEOUT_ENV = "PROFKIT_DASK_TIMEOUT_S"  # seconds to reach a scheduler (default 30)
 POOL_MIN_FILES = 8  # below this many files (and PARALLEL_MIN_BYTES), work in this process
 
 
@@ -104,16 +105,27 @@ def analyze_run(path: str | Path, *, scheduler: Any = None, workers: int | None 
                 cache: bool = True, strict: bool = False, ranks: list[int] | None = None,
                 thresholds=None, progress: Callable[[int, int], None] | None = None):
     """Analyze the run at ``path`` by map (per file) and reduce (see module doc)."""
-    from profkit.analyzers.analyze import RunHeader, combine
     from profkit.analyzers.thresholds import DEFAULT
 
     thresholds = thresholds or DEFAULT
     root, folder, meta, files, skipped = loader.open_run(path)
     tasks = plan_tasks(folder, meta, files, cache, thresholds)
     results = list(_run_map(tasks, scheduler, workers, progress))
+    return reduce_results(root, meta, files, skipped, results, strict=strict, ranks=ranks,
+                          thresholds=thresholds)
+
+
+def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
+                   skipped: list[SkippedFile], results: list[FileResult], *,
+                   strict: bool = False, ranks: list[int] | None = None, thresholds=None):
+    """The analysis from the map's results (any order): unreadable files skipped with their
+    reason, ranks assigned as the loader does, then :func:`combine`."""
+    from profkit.analyzers.analyze import RunHeader, combine
+    from profkit.analyzers.thresholds import DEFAULT
+
     order = {str(f): i for i, f in enumerate(files)}
     good = []
-    for res in sorted(results, key=lambda r: order[r.path]):
+    for res in sorted(results, key=lambda r: order.get(r.path, len(order))):
         if res.error:
             skipped.append(SkippedFile(res.path, res.error))
         else:
@@ -125,9 +137,10 @@ def analyze_run(path: str | Path, *, scheduler: Any = None, workers: int | None 
         summary = res.summary if res.summary.rank == rank else res.summary.relabel(rank)
         summary.rank_source = source
         summaries.append(summary)
+    folder = root if root.is_dir() else root.parent
     run_meta = loader.complete_meta(meta, {r: res.meta for r, (res, _) in chosen.items()}, folder)
     header = RunHeader(str(root), run_meta, [s.as_dict() for s in skipped], notes)
-    return combine(header, summaries, thresholds)
+    return combine(header, summaries, thresholds or DEFAULT)
 
 
 def _run_map(tasks: list[FileTask], scheduler, workers: int | None,
@@ -182,7 +195,8 @@ def _dask_map(tasks: list[FileTask], scheduler, workers: int | None) -> Iterator
         client = own = Client(cluster)
     else:
         try:
-            client = own = Client(str(scheduler), timeout="30s")
+            timeout_s = float(os.environ.get(CONNECT_TIMEOUT_ENV, 30))
+            client = own = Client(str(scheduler), timeout=f"{timeout_s}s")
         except OSError as exc:
             raise UsageError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
     try:

@@ -54,6 +54,12 @@ class Thresholds:
     TensorBoard plugin's 10% for communication)."""
     low_link_util_frac: float = 0.25
     """Large collectives whose bus bandwidth is below this share of the link's peak are flagged."""
+    slow_group_factor: float = 1.5
+    """A process group whose collectives take at least this many times as long as the same
+    collectives (name, size, group size) in its peer groups has a slow link: NCCL's own
+    collectives on a healthy fabric vary by far less between identical groups."""
+    slow_group_min_collectives: int = 5
+    """...judged on at least this many of its matched collectives."""
     diff_min_change_frac: float = 0.02
     """profkit diff: a step-time change smaller than this is 'unchanged' however quiet the runs."""
     diff_noise_sigmas: float = 2.0

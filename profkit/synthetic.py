@@ -27,7 +27,10 @@ Model:
   for all members when the last one arrives (plus ``(slow_factor - 1) * duration`` on local
   collectives of ``slow_group``); that exit time is the members' delay from then on.
 * Each rank's time is warped piecewise-linearly (stretched compute segments, shifted
-  collectives), so the trace stays consistent: a rank that arrives early waits in the kernel.
+  collectives), so the trace stays consistent: a rank that arrives early waits in the
+  kernel, and the work that ran alongside the collective in the source waits for the
+  group's last arrival (collectives block, as FSDP's all_gather or the last gradient
+  all_reduce before the optimizer step do), so an early rank's GPU idles while it waits.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ RANK_FILE_RE = re.compile(r"^rank(\d+)\.pt\.trace\.json\.gz$")
 PLAN_PATH = Path(".profkit") / "planted.json"
 GZIP_LEVEL = 6
 
+
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
@@ -144,6 +149,7 @@ class Template:
     ts_ns: np.ndarray  # int64, exact (the source's 3 decimals)
     dur_ns: np.ndarray  # int64, 0 where the event has no dur
     has_dur: np.ndarray
+    is_gpu: np.ndarray  # kernels, GPU memcpy and memset
     anchor_idx: np.ndarray  # indices into timed, sorted by start
     a_us: np.ndarray  # anchor starts
     b_us: np.ndarray  # anchor ends
@@ -185,16 +191,18 @@ def build_template(source: Path, repeat: int) -> Template:
             (local_args if args.get("External id") in local_ext else global_args).append(args)
             cpu_args.append(args)
     idx = np.array(anchors, dtype=np.int64)
-    return Template(doc, timed, ts_us, end_us, ts_ns, dur_ns, has_dur, idx, ts_us[idx],
+    is_gpu = np.array([e.get("cat") in GPU_CATS for e in timed], dtype=bool)
+    return Template(doc, timed, ts_us, end_us, ts_ns, dur_ns, has_dur, is_gpu, idx, ts_us[idx],
                     end_us[idx], float(ts_us.min()), local_args, global_args, cpu_args)
 
 
 def plan_delays(tpl: Template, n_ranks: int, group_size: int, jitter_frac: float,
                 straggler: int | None, straggler_frac: float, slow_group: int | None,
-                slow_factor: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(late_us, arrive_us, exit_us), each (n_ranks, n_anchors): a rank's lateness over the
-    compute segment before each anchor, its arrival delay at the anchor and its delay when
-    the anchor ends (all relative to the source clock)."""
+                slow_factor: float, seed: int) -> tuple[np.ndarray, ...]:
+    """(late_us, arrive_us, ready_us, exit_us), each (n_ranks, n_anchors): a rank's lateness
+    over the compute segment before each anchor, its arrival delay at the anchor, the delay
+    of its group's last arrival, and its delay when the anchor ends (all relative to the
+    source clock)."""
     m = len(tpl.a_us)
     seg_us = tpl.a_us - np.concatenate(([tpl.b0_us], tpl.b_us[:-1]))
     rng = np.random.default_rng(seed)
@@ -202,26 +210,31 @@ def plan_delays(tpl: Template, n_ranks: int, group_size: int, jitter_frac: float
     if straggler is not None:
         late[straggler] += straggler_frac * seg_us
     arrive = np.empty((n_ranks, m))
+    ready = np.empty((n_ranks, m))
     exit_ = np.empty((n_ranks, m))
     delay = np.zeros(n_ranks)
     for j in range(m):
         arrive[:, j] = delay + late[:, j]
         if j % 2 == 0:  # local groups
             ex = arrive[:, j].reshape(-1, group_size).max(axis=1)
+            ready[:, j] = np.repeat(ex, group_size)
             if slow_group is not None:
                 ex[slow_group] += (slow_factor - 1.0) * (tpl.b_us[j] - tpl.a_us[j])
             delay = np.repeat(ex, group_size)
         else:  # global group
             delay = np.full(n_ranks, arrive[:, j].max())
+            ready[:, j] = delay
         exit_[:, j] = delay
-    return late, arrive, exit_
+    return late, arrive, ready, exit_
 
 
-def warp_deltas(tpl: Template, t_us: np.ndarray, late_us: np.ndarray, arrive_us: np.ndarray,
-                exit_us: np.ndarray) -> np.ndarray:
+def warp_deltas(tpl: Template, t_us: np.ndarray, late_us: np.ndarray, ready_us: np.ndarray,
+                exit_us: np.ndarray, *, with_ratio: bool = False):
     """w(t) - t for one rank, vectorised over t. Pieces: before the first event; for each
     anchor j the compute segment [b_{j-1}, a_j) (stretched) and the collective [a_j, b_j)
-    (shifted by the arrival delay); after the last anchor (shifted by the final delay)."""
+    (shifted to when the group's last member arrived: work alongside a collective waits for
+    it, so an early rank's GPU idles in the collective); after the last anchor (shifted by
+    the final delay)."""
     m = len(tpl.a_us)
     prev_b = np.concatenate(([tpl.b0_us], tpl.b_us[:-1]))
     seg_us = tpl.a_us - prev_b
@@ -234,11 +247,12 @@ def warp_deltas(tpl: Template, t_us: np.ndarray, late_us: np.ndarray, arrive_us:
     start[0] = tpl.b0_us
     start[1:2 * m:2], shift[1:2 * m:2] = prev_b, prev_delay
     ratio[1:2 * m:2] = np.divide(late_us, seg_us, out=np.zeros(m), where=seg_us > 0)
-    start[2:2 * m + 1:2], shift[2:2 * m + 1:2] = tpl.a_us, arrive_us
+    start[2:2 * m + 1:2], shift[2:2 * m + 1:2] = tpl.a_us, ready_us
     start[-1] = tpl.b_us[-1] if m else tpl.b0_us
     shift[-1] = exit_us[-1] if m else 0.0
     piece = np.searchsorted(bounds, t_us, side="right")
-    return shift[piece] + (t_us - start[piece]) * ratio[piece]
+    delta = shift[piece] + (t_us - start[piece]) * ratio[piece]
+    return (delta, ratio[piece]) if with_ratio else delta
 
 
 def _pg_args(name: str, desc: str, ranks: range) -> dict:
@@ -247,10 +261,14 @@ def _pg_args(name: str, desc: str, ranks: range) -> dict:
 
 
 def render_rank(tpl: Template, rank: int, n_ranks: int, group_size: int, late_us: np.ndarray,
-                arrive_us: np.ndarray, exit_us: np.ndarray) -> bytes:
+                arrive_us: np.ndarray, ready_us: np.ndarray, exit_us: np.ndarray) -> bytes:
     """Rank ``rank``'s complete trace document, gzip-compressed (deterministic bytes)."""
-    d_ts = warp_deltas(tpl, tpl.ts_us, late_us, arrive_us, exit_us)
-    d_end = warp_deltas(tpl, tpl.end_us, late_us, arrive_us, exit_us)
+    d_ts, ratio = warp_deltas(tpl, tpl.ts_us, late_us, ready_us, exit_us, with_ratio=True)
+    d_end = warp_deltas(tpl, tpl.end_us, late_us, ready_us, exit_us)
+    # GPU ops keep their own (stretched) length rather than spanning a jump of the warp: a
+    # kernel running when a collective starts does not last until the group is ready.
+    dur_us = tpl.end_us - tpl.ts_us
+    d_end = np.where(tpl.is_gpu, np.minimum(d_end, d_ts + dur_us * ratio), d_end)
     # Anchors: start when this rank arrives, end when the last member of the group arrives.
     d_ts[tpl.anchor_idx] = arrive_us
     d_end[tpl.anchor_idx] = exit_us
@@ -296,9 +314,10 @@ def _init_worker(source: str, repeat: int, n_ranks: int, group_size: int, out_di
 
 
 def _write_job(job: tuple) -> int:
-    rank, late_us, arrive_us, exit_us = job
+    rank, late_us, arrive_us, ready_us, exit_us = job
     w = _WORKER
-    data = render_rank(w["tpl"], rank, w["n_ranks"], w["group_size"], late_us, arrive_us, exit_us)
+    data = render_rank(w["tpl"], rank, w["n_ranks"], w["group_size"], late_us, arrive_us,
+                       ready_us, exit_us)
     write_bytes_atomic(w["out_dir"] / f"rank{rank}.pt.trace.json.gz", data)
     return len(data)
 
@@ -339,9 +358,9 @@ def make_run(source: Path, out_dir: Path, n_ranks: int, *, group_size: int = 8, 
     _check_out_dir(out_dir, n_ranks)
 
     tpl = build_template(source, repeat)
-    late, arrive, exit_ = plan_delays(tpl, n_ranks, group_size, jitter_frac, straggler,
+    late, arrive, ready, exit_ = plan_delays(tpl, n_ranks, group_size, jitter_frac, straggler,
                                       straggler_frac, slow_group, slow_factor, seed)
-    jobs = [(r, late[r], arrive[r], exit_[r]) for r in range(n_ranks)]
+    jobs = [(r, late[r], arrive[r], ready[r], exit_[r]) for r in range(n_ranks)]
     init = (str(source), repeat, n_ranks, group_size, str(out_dir))
     if workers == 1:
         _WORKER.update(tpl=tpl, n_ranks=n_ranks, group_size=group_size, out_dir=out_dir)

@@ -1,0 +1,118 @@
+"""The map/reduce analysis: every executor gives the report the in-process analysis gives."""
+
+from pathlib import Path
+
+import orjson
+import pandas as pd
+import pytest
+from profkit.analyzers.analyze import analyze
+from profkit.analyzers.executor import analyze_run
+from profkit.analyzers.render import to_json
+
+from profkit.loader import load_run
+from profkit.synthetic import make_run
+
+REPO = Path(__file__).resolve().parents[2]
+RUNS = REPO / "samples" / "runs"
+SOURCE = RUNS / "zoo" / "balanced" / "traces" / "rank0.pt.trace.json.gz"
+
+
+def report(analysis) -> bytes:
+    return orjson.dumps(to_json(analysis), option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def assert_same(a, b) -> None:
+    """Same report and the same tables, value for value."""
+    assert report(a) == report(b)
+    assert sorted(a.tables) == sorted(b.tables)
+    for name in a.tables:
+        pd.testing.assert_frame_equal(a.tables[name].reset_index(drop=True),
+                                      b.tables[name].reset_index(drop=True), obj=name)
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("synthetic") / "run"
+    make_run(SOURCE, out, 8, group_size=4, straggler=6, slow_group=0, seed=3)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    distributed = pytest.importorskip("dask.distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as lc, distributed.Client(lc) as client:
+        yield client
+
+
+@pytest.mark.parametrize("run", ["stock_ddp", "zoo/straggler", "profkit_fsdp"])
+def test_map_reduce_equals_the_in_process_analysis(run):
+    whole = analyze(load_run(RUNS / run))
+    assert_same(analyze_run(RUNS / run, workers=1), whole)
+    assert_same(analyze_run(RUNS / run, workers=2), whole)  # a local process pool
+
+
+def test_local_pool_and_dask_cluster_give_identical_reports(synthetic, cluster):
+    pool = analyze_run(synthetic, workers=2, cache=False)
+    dask = analyze_run(synthetic, scheduler=cluster, cache=False)
+    assert_same(pool, dask)
+    assert_same(pool, analyze(load_run(synthetic, cache=False)))
+
+
+def test_planted_straggler_and_slow_group_are_found(synthetic, cluster):
+    analysis = analyze_run(synthetic, scheduler=cluster)
+    assert [s["rank"] for s in analysis.stragglers] == [6]
+    slow = analysis.table("group_latency")
+    assert set(slow.loc[slow["slow"], "pg"]) == {"group0"}
+    assert slow.loc[slow["slow"], "ranks"].tolist() == ["0-3"]
+    assert [f.evidence["pg"] for f in analysis.findings if "slow link" in f.message] == ["group0"]
+
+
+def test_no_plant_no_flag(tmp_path):
+    make_run(SOURCE, tmp_path / "run", 8, group_size=4, seed=1)
+    analysis = analyze_run(tmp_path / "run", workers=2)
+    assert analysis.stragglers == []
+    assert not analysis.table("group_latency")["slow"].any()
+
+
+def test_a_bad_file_on_the_cluster_is_skipped_and_the_rest_analysed(synthetic, cluster, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in sorted(synthetic.glob("rank*.json.gz"))[:4]:
+        (run / f.name).write_bytes(f.read_bytes())
+    (run / "rank4.pt.trace.json.gz").write_bytes(b"\x1f\x8b\x08\x00truncated")
+    analysis = analyze_run(run, scheduler=cluster, cache=False)
+    assert analysis.run["ranks_analyzed"] == [0, 1, 2, 3]
+    [bad] = analysis.run["skipped_files"]
+    assert bad["path"].endswith("rank4.pt.trace.json.gz") and "gzip" in bad["reason"]
+
+
+def test_unranked_files_are_numbered_as_the_loader_numbers_them(tmp_path):
+    for i, name in enumerate(("b.json", "a.json")):
+        src = RUNS / "zoo" / "compute" / "traces" / "rank0.pt.trace.json.gz"
+        doc = orjson.loads(__import__("gzip").decompress(src.read_bytes()))
+        doc.pop("distributedInfo", None)
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("ts", 0) >= 0][: 2000 + i]
+        (tmp_path / name).write_bytes(orjson.dumps(doc))
+    mapped = analyze_run(tmp_path, workers=2)
+    assert_same(mapped, analyze(load_run(tmp_path)))
+    assert mapped.run["ranks_analyzed"] == [0, 1]
+
+
+def test_cli_scheduler_local(tmp_path, synthetic, capsys):
+    from profkit.cli import main
+
+    out = tmp_path / "report.json"
+    assert main(["analyze", str(synthetic), "--scheduler", "local", "--workers", "2",
+                 "--format", "json", "-o", str(out), "--no-cache"]) == 0
+    got = orjson.loads(out.read_bytes())
+    assert got == orjson.loads(report(analyze_run(synthetic, workers=1)))
+
+
+def test_unreachable_scheduler_is_a_clear_error(synthetic, capsys, monkeypatch):
+    from profkit.cli import main
+
+    monkeypatch.setenv("PROFKIT_DASK_TIMEOUT_S", "2")
+    code = main(["analyze", str(synthetic), "--scheduler", "tcp://127.0.0.1:9", "--no-cache"])
+    assert code != 0
+    assert "Dask scheduler at tcp://127.0.0.1:9" in capsys.readouterr().err
