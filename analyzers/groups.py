@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from profkit.analyzers.findings import Finding, Result
+from profkit.analyzers.tables import rank_ranges
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import schema as S
@@ -64,17 +65,7 @@ def _members(coll: pd.DataFrame, waits: pd.DataFrame | None) -> dict[str, str]:
     if waits is None or waits.empty:
         return {}
     ranks = waits[["key", "rank"]].merge(coll[["key", "pg"]], on="key")
-    return {pg: _ranges(sorted(set(g["rank"].tolist()))) for pg, g in ranks.groupby("pg")}
-
-
-def _ranges(ranks: list[int]) -> str:
-    parts, start = [], None
-    for i, r in enumerate(ranks):
-        start = r if start is None else start
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            parts.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ",".join(parts)
+    return {pg: rank_ranges(g["rank"].tolist()) for pg, g in ranks.groupby("pg")}
 
 
 def _findings(table: pd.DataFrame) -> list[Finding]:

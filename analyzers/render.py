@@ -10,8 +10,10 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.analyze import SCHEMA, Analysis
 from profkit.analyzers.breakdown import PARTS
+from profkit.analyzers.tables import rank_ranges
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+MAX_RANK_ROWS = 16  # larger runs get a per-part distribution instead of a row per rank
 
 
 def clean_json(value: Any) -> Any:
@@ -53,6 +55,8 @@ def sorted_findings(a: Analysis) -> list:
 
 
 def _rank_table(a: Analysis) -> pd.DataFrame:
+    """One row per rank; past MAX_RANK_ROWS ranks, the spread over ranks instead (min,
+    median, max of each column, with the ranks at the extremes of the step time)."""
     ranks = a.table("rank_breakdown")
     if ranks.empty:
         return ranks
@@ -60,7 +64,26 @@ def _rank_table(a: Analysis) -> pd.DataFrame:
     for p in PARTS:
         table[p] = (100 * ranks[p]).round(1)
     table["primary"] = ranks["primary"]
-    return table
+    if len(table) <= MAX_RANK_ROWS:
+        return table
+    numbers = table.drop(columns=["rank", "primary"])
+    spread = pd.DataFrame({"min": numbers.min(), "median": numbers.median(),
+                           "max": numbers.max()}).T.round(1)
+    fastest, slowest = (table.loc[table["step_time_ms"].idxmin(), "rank"],
+                        table.loc[table["step_time_ms"].idxmax(), "rank"])
+    spread.insert(0, "over ranks", ["min", "median", "max"])
+    spread["rank (step time)"] = [int(fastest), "", int(slowest)]
+    return spread
+
+
+def grouped_findings(a: Analysis) -> list[tuple[Any, str]]:
+    """Sorted findings with the per-rank repeats of one kind (category, severity, advice)
+    folded into the first (most severe, lowest rank): (finding, the other ranks as "3-7")."""
+    groups: dict[tuple, list] = {}
+    for f in sorted_findings(a):
+        key = (f.category, f.severity, f.recommendation) if f.rank is not None else id(f)
+        groups.setdefault(key, []).append(f)
+    return [(fs[0], rank_ranges(f.rank for f in fs[1:])) for fs in groups.values()]
 
 
 def to_text(a: Analysis) -> str:
@@ -71,11 +94,13 @@ def to_text(a: Analysis) -> str:
                   table.to_string(index=False, float_format=lambda v: f"{v:.1f}"), ""]
     for s in a.stragglers:
         lines.append(f"STRAGGLER: rank {s['rank']}  {_evidence(s['evidence'])}")
-    findings = [f for f in sorted_findings(a) if f.severity != "info"] or sorted_findings(a)[:3]
+    grouped = grouped_findings(a)
+    findings = [g for g in grouped if g[0].severity != "info"] or grouped[:3]
     if findings:
         lines += ["", "Findings and what to change:"]
-    for f in findings:
-        lines.append(f"- [{f.severity}] {f.message}")
+    for f, others in findings:
+        also = f" (similar on ranks {others})" if others else ""
+        lines.append(f"- [{f.severity}] {f.message}{also}")
         lines.append(f"    evidence: {_evidence(f.evidence)}")
         lines.append(f"    do: {f.recommendation}")
     for s in a.run["skipped_files"]:
@@ -106,11 +131,11 @@ def to_markdown(a: Analysis) -> str:
         lines += markdown_table(table) + [""]
     for s in a.stragglers:
         lines.append(f"**Straggler:** rank {s['rank']} ({_evidence(s['evidence'])})")
-    findings = sorted_findings(a)
+    findings = grouped_findings(a)
     if findings:
         lines += ["", "### Findings", "", "| severity | rank | finding | what to change |",
                   "|---|---|---|---|"]
-    for f in findings:
-        rank = "run" if f.rank is None else str(f.rank)
+    for f, others in findings:
+        rank = "run" if f.rank is None else ",".join(filter(None, [str(f.rank), others]))
         lines.append(f"| {f.severity} | {rank} | {f.message} | {f.recommendation} |")
     return "\n".join(lines) + "\n"

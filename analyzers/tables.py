@@ -54,3 +54,15 @@ def plain(v):
     return v.item() if isinstance(v, np.generic) else v
 
 
+
+
+def rank_ranges(ranks) -> str:
+    """Ranks as a compact string: [0, 1, 2, 3, 5] -> "0-3,5"."""
+    ranks = sorted(set(int(r) for r in ranks))
+    parts, start = [], None
+    for i, r in enumerate(ranks):
+        start = r if start is None else start
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            parts.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ",".join(parts)

@@ -1,0 +1,43 @@
+"""Reports of many ranks stay readable: a spread instead of a row per rank, repeats folded."""
+
+from pathlib import Path
+
+from profkit.analyzers import render
+from profkit.analyzers.executor import analyze_run
+from profkit.analyzers.tables import rank_ranges
+
+from profkit.synthetic import make_run
+
+SOURCE = (Path(__file__).resolve().parents[2] / "samples" / "runs" / "zoo" / "balanced"
+          / "traces" / "rank0.pt.trace.json.gz")
+
+
+def test_rank_ranges():
+    assert rank_ranges([5, 0, 1, 2, 3, 7, 8]) == "0-3,5,7-8"
+    assert rank_ranges([]) == ""
+    assert rank_ranges([4]) == "4"
+
+
+def test_many_ranks_get_a_spread_and_folded_findings(tmp_path, monkeypatch):
+    make_run(SOURCE, tmp_path / "run", 8, group_size=4, straggler=2, seed=5)
+    analysis = analyze_run(tmp_path / "run", workers=1)
+    per_rank = analysis.table("rank_breakdown")
+    monkeypatch.setattr(render, "MAX_RANK_ROWS", 4)
+    text = render.to_text(analysis)
+    # The spread rows carry the min / median / max over ranks, computed independently here.
+    step = per_rank["step_time_ms"]
+    [min_line] = [ln for ln in text.splitlines() if ln.strip().startswith("min ")]
+    [max_line] = [ln for ln in text.splitlines() if ln.strip().startswith("max ")]
+    assert f"{step.min():.1f}" in min_line and f"{step.max():.1f}" in max_line
+    assert max_line.split()[-1] == str(int(per_rank.loc[step.idxmax(), "rank"]))
+    # Every per-rank finding kind is printed once, naming the other ranks it also holds for.
+    kinds = {(f.category, f.severity, f.recommendation) for f in analysis.findings
+             if f.rank is not None and f.severity != "info"}
+    folded = [g for g in render.grouped_findings(analysis)
+              if g[0].rank is not None and g[0].severity != "info"]
+    assert kinds and len(folded) == len(kinds)
+    for f, others in folded:
+        same = sorted(g.rank for g in analysis.findings
+                      if (g.category, g.severity, g.recommendation)
+                      == (f.category, f.severity, f.recommendation))
+        assert [f.rank, others] == [same[0], rank_ranges(same[1:])]
