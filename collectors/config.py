@@ -38,6 +38,11 @@ class ProfileConfig:
     """Steps between trigger checks (default: 1 for signal, 10 for file)."""
     min_free_bytes: int = 256 * 2**20
     """Refuse to start with less free space than this in the run directory."""
+    summarize: bool = False
+    """At exit, each rank reduces its own trace to a summary and rank 0 writes the run's
+    analysis (``profkit-report/report.json``, ``profkit-report/report.txt``) into the run directory: a
+    cross-rank report the moment the job ends, without moving traces. Only for a capture
+    without a trigger; see :mod:`profkit.collectors.job_summary`."""
     torch_profiler_kwargs: dict[str, Any] = field(default_factory=dict)
     """Passed through to ``torch.profiler.profile``."""
 

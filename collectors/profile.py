@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from profkit.collectors import dist as pdist
+from profkit.collectors import job_summary
 from profkit.collectors.config import ProfileConfig
 from profkit.collectors.errors import CollectorError
 from profkit.collectors.session import CaptureSession
@@ -62,7 +63,7 @@ class Profile:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         try:
-            self._finish(exc)
+            self._finish(exc, summarize=True)
         finally:
             self._term.uninstall()
             if self.trigger is not None:
@@ -70,10 +71,16 @@ class Profile:
             self._active = False
         return False  # the user's exception propagates unchanged
 
-    def _finish(self, exc: BaseException | None, error: dict[str, str] | None = None) -> None:
+    def _finish(self, exc: BaseException | None, error: dict[str, str] | None = None,
+                summarize: bool = False) -> None:
+        """Stop the current capture. ``summarize``: at ``__exit__`` (never in a signal
+        handler), write the in-job report when the config asks for it; every rank of a
+        capture without a trigger takes part, whether the user's code raised or not."""
         session, self.session = self.session, None
         if session is not None:
             session.stop(exc, error)
+            if summarize and self.config.summarize and self.trigger is None:
+                job_summary.summarize_job(session)  # never raises
 
     def _on_term(self, signum: int) -> None:
         log.warning("profkit: signal %s, saving the capture", signum)
@@ -128,7 +135,8 @@ def profile(out_dir: str | os.PathLike | None = None, *, wait: int = 1, warmup: 
             active: int = 3, repeat: int = 1, record_shapes: bool = True,
             profile_memory: bool = True, with_flops: bool = True, with_stack: bool = False,
             nvml: Any = True, nvml_hz: float = 10.0, trigger: Any = None,
-            steps_on_trigger: int | None = None, **torch_profiler_kwargs: Any) -> Profile:
+            steps_on_trigger: int | None = None, summarize: bool = False,
+            **torch_profiler_kwargs: Any) -> Profile:
     """Profile a PyTorch job into the run directory ``out_dir`` (default
     ``$PROFKIT_RUN_DIR``). Call ``.step()`` once per step. See :class:`ProfileConfig` for
     the options; extra keyword arguments named like its fields (``nvml_gpus``,
@@ -145,7 +153,7 @@ def profile(out_dir: str | os.PathLike | None = None, *, wait: int = 1, warmup: 
     config = ProfileConfig(
         wait=wait, warmup=warmup, active=active, repeat=repeat, record_shapes=record_shapes,
         profile_memory=profile_memory, with_flops=with_flops, with_stack=with_stack,
-        nvml=nvml, nvml_hz=nvml_hz, steps_on_trigger=steps_on_trigger,
+        nvml=nvml, nvml_hz=nvml_hz, steps_on_trigger=steps_on_trigger, summarize=summarize,
         torch_profiler_kwargs=torch_profiler_kwargs, **extra)
     return Profile(out_dir, config, trigger)
 

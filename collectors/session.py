@@ -50,6 +50,9 @@ class CaptureSession:
         self.started_ns = 0
         self._stopped = False
         self.status = runmeta.STATUS_RUNNING
+        self.error: dict[str, str] | None = None  # the final run.json ``error``, set by stop()
+        # run.json's gpus and clock offsets, known on every rank (run.json is on rank 0's disk)
+        self.run_facts: dict[str, Any] = {}
 
     # ---- start -------------------------------------------------------------------------
     def start(self) -> CaptureSession:
@@ -62,6 +65,8 @@ class CaptureSession:
             self.run_id = pdist.broadcast_object(self.run_id or runmeta.new_run_id())
         self.run_id = self.run_id or runmeta.env_run_id() or runmeta.new_run_id()
         offsets = pdist.measure_clock_offsets()
+        self.run_facts = {"gpus": runmeta.merge_gpus([rep["gpus"] for rep in gathered]),
+                          "clock_offsets_ns": offsets}
         if self.info.rank == 0:
             self._write_initial_run_json(gathered, offsets)
         self._start_sampler(nvml)
@@ -193,6 +198,7 @@ class CaptureSession:
         if error is None and internal:
             error = internal[0]
         self.status = runmeta.STATUS_FAILED if error else runmeta.STATUS_OK
+        self.error = error
         self._write_final(error)
 
     def _stop_parts(self) -> list[dict[str, str]]:

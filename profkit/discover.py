@@ -9,8 +9,9 @@ from profkit.model import SkippedFile
 
 RUN_JSON = "run.json"
 TRACE_SUFFIXES = (".json", ".json.gz")
-# Folders a profkit run directory keeps non-trace data in, and the cache.
-QUIET_DIRS = {"nvml", "nccl", "ranks", ".profkit", "__pycache__"}
+# Folders a profkit run directory keeps non-trace data in (``analysis``: the in-job report
+# of ``profile(summarize=True)``), and the cache.
+QUIET_DIRS = {"nvml", "nccl", "ranks", "profkit-report", ".profkit", "__pycache__"}
 CAPTURE_PREFIX = "capture-"  # on-demand captures: complete run directories of their own
 MAX_DEPTH = 3
 _RANK_RE = re.compile(r"(?:^|[^a-z])rank[-_.]?(\d+)", re.IGNORECASE)
