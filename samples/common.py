@@ -72,6 +72,8 @@ def add_common_args(
                         help="tiny sizes for CPU smoke tests (explicit size options still win)")
     parser.add_argument("--with-stack", action="store_true",
                         help="record Python stacks (much larger traces)")
+    parser.add_argument("--summarize", action="store_true",
+                        help="profkit: write the run's analysis into the run directory at exit")
     parser.add_argument("--active", type=int, default=PROFILE_ACTIVE,
                         help="profiler active steps (schedule wait=1, warmup=1)")
     return parser
@@ -201,7 +203,8 @@ def make_profiler(args: argparse.Namespace, env: Env):
         return collectors.profile(
             out, wait=PROFILE_WAIT, warmup=PROFILE_WARMUP, active=args.active, repeat=1,
             record_shapes=True, profile_memory=True, with_flops=True,
-            with_stack=args.with_stack, nvml=env.is_cuda, nvml_hz=10.0)
+            with_stack=args.with_stack, nvml=env.is_cuda, nvml_hz=10.0,
+            summarize=getattr(args, "summarize", False))
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if env.is_cuda else [])
