@@ -13,7 +13,7 @@ from profkit.analyzers.findings import Finding
 from profkit.analyzers.summaries import RankSummary, summarize_rank
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
-from profkit.model import Run
+from profkit.model import Run, world_size
 
 SCHEMA = "profkit.analysis/1"
 
@@ -97,9 +97,8 @@ def combine(header: RunHeader, summaries: list[RankSummary],
             "no GPU events in this run: the breakdown, kernels and efficiency cannot be computed"),
             recommendation="Profile with ProfilerActivity.CUDA on a GPU machine."))
     ranks = [s.rank for s in summaries]
-    declared = header.meta.get("world_size")
-    world = declared if isinstance(declared, int) and declared > 0 else max(ranks, default=-1) + 1
-    info = {"path": header.path, "world_size": world, "ranks_analyzed": ranks,
+    info = {"path": header.path, "world_size": world_size(header.meta, ranks),
+            "ranks_analyzed": ranks,
             "skipped_files": list(header.skipped), "notes": list(header.notes),
             "status": header.meta.get("status")}
     return Analysis(info, run_verdict(tables["step_breakdown"], straggler_rows), tables,

@@ -27,7 +27,7 @@ from typing import Any
 
 from profkit import discover, loader
 from profkit.errors import UsageError
-from profkit.model import SkippedFile
+from profkit.model import SkippedFile, clock_offset_ns
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_ENV = "PROFKIT_DASK_TIMEOUT_S"  # seconds to reach a scheduler (default 30)
@@ -71,8 +71,7 @@ def summarize_file(task: FileTask) -> FileResult:
         del res
         if task.folder and rank is not None:
             data.counters = load_counters(Path(task.folder), rank)
-        offsets = task.run_meta.get("clock_offsets_ns") or {}
-        loader.align_clock(data, int(offsets.get(str(data.rank), 0) or 0))
+        loader.align_clock(data, clock_offset_ns(task.run_meta, data.rank))
         summary = summarize_rank(data, task.run_meta, task.thresholds or DEFAULT)
         return FileResult(task.path, summary.meta, summary)  # trimmed header facts
     except MemoryError:
@@ -124,21 +123,16 @@ def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
     from profkit.analyzers.thresholds import DEFAULT
 
     order = {str(f): i for i, f in enumerate(files)}
-    good = []
-    for res in sorted(results, key=lambda r: order.get(r.path, len(order))):
-        if res.error:
-            skipped.append(SkippedFile(res.path, res.error))
-        else:
-            good.append(res)
+    results = sorted(results, key=lambda r: order.get(r.path, len(order)))
     notes: list[str] = []
-    chosen = loader.choose_ranks(root, good, meta, skipped, notes, strict, ranks)
+    chosen = loader.choose_ranks(root, results, meta, skipped, notes, strict, ranks)
     summaries = []
     for rank, (res, source) in chosen.items():
         summary = res.summary if res.summary.rank == rank else res.summary.relabel(rank)
         summary.rank_source = source
         summaries.append(summary)
-    folder = root if root.is_dir() else root.parent
-    run_meta = loader.complete_meta(meta, {r: res.meta for r, (res, _) in chosen.items()}, folder)
+    run_meta = loader.complete_meta(meta, {r: res.meta for r, (res, _) in chosen.items()},
+                                    loader.run_folder(root))
     header = RunHeader(str(root), run_meta, [s.as_dict() for s in skipped], notes)
     return combine(header, summaries, thresholds or DEFAULT)
 
@@ -186,7 +180,7 @@ def _dask_map(tasks: list[FileTask], scheduler, workers: int | None) -> Iterator
         raise UsageError("--scheduler needs Dask: pip install 'profkit[cluster]'") from exc
     if not log.isEnabledFor(logging.INFO):  # Dask logs every worker start and stop at INFO
         logging.getLogger("distributed").setLevel(logging.WARNING)
-    own = None
+    own = cluster = None
     if isinstance(scheduler, Client):
         client = scheduler
     elif scheduler == "local":
@@ -207,7 +201,6 @@ def _dask_map(tasks: list[FileTask], scheduler, workers: int | None) -> Iterator
             fut.release()
     finally:
         if own is not None:
-            cluster = getattr(own, "cluster", None)
             own.close()
-            if scheduler == "local" and cluster is not None:
-                cluster.close()
+        if cluster is not None:
+            cluster.close()

@@ -48,6 +48,7 @@ OTHERS_STEP_NS = "others_step_ns"  # median over the other ranks of their median
 WAIT_FRAC = "wait_frac"  # exposed wait per step / others' step time
 COMPUTE_NS_PER_STEP = "compute_ns_per_step"  # merged compute kernels within the steps
 MEDIAN_STEP_NS = "median_step_ns"
+NO_STEP_STATS = {MEDIAN_STEP_NS: np.nan, COMPUTE_NS_PER_STEP: np.nan}  # a rank without steps
 OTHERS_COMPUTE_NS_PER_STEP = "others_compute_ns_per_step"
 STRAGGLER = "straggler"
 EVIDENCE = "evidence"
@@ -119,8 +120,7 @@ def _straggler_table(step_stats: dict[int, dict[str, float]], coll: pd.DataFrame
         total = t[RANK].map(series).fillna(0.0)
         t[col] = total / n_steps if n_steps else np.nan
     ranks = t[RANK].to_numpy()
-    nothing = {MEDIAN_STEP_NS: np.nan, COMPUTE_NS_PER_STEP: np.nan}
-    stats = [step_stats.get(int(r), nothing) for r in ranks]
+    stats = [step_stats.get(int(r), NO_STEP_STATS) for r in ranks]
     step_ns = np.array([s[MEDIAN_STEP_NS] for s in stats], dtype=np.float64)
     compute = np.array([s[COMPUTE_NS_PER_STEP] for s in stats], dtype=np.float64)
     t[OTHERS_STEP_NS] = _others(step_ns, np.nanmedian)
@@ -155,7 +155,7 @@ def rank_step_stats(data: RankData) -> dict[str, float]:
     """A rank's median step time and merged compute-kernel time inside its profiled steps per
     step (ns; NaN without steps): all the straggler judgement needs of its events."""
     if len(data.steps) == 0:
-        return {MEDIAN_STEP_NS: np.nan, COMPUTE_NS_PER_STEP: np.nan}
+        return dict(NO_STEP_STATS)
     start, end = step_spans(data.steps)
     ev = data.events
     kernels = ev[(ev[S.KIND] == S.KIND_KERNEL) & (ev[S.CLASS] == S.CLS_COMPUTE)]

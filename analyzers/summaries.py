@@ -12,7 +12,7 @@ of the job itself at the end of profiling.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import pandas as pd
@@ -33,8 +33,7 @@ class RankSummary:
     """What the reduce needs of one rank (see module doc); picklable, no events."""
 
     rank: int
-    path: str
-    meta: dict[str, Any]
+    meta: dict[str, Any]  # trimmed header facts; ``source`` is the trace file
     rank_source: str
     has_gpu: bool
     breakdown: dict[str, pd.DataFrame | None]
@@ -42,7 +41,6 @@ class RankSummary:
     step_stats: dict[str, float]
     kernels: dict[str, Any] | None = None  # GPU ranks only
     efficiency: tuple[dict, dict | None] | None = None  # GPU ranks only
-    notes: list[str] = field(default_factory=list)
 
     def relabel(self, rank: int) -> RankSummary:
         """The same summary under another rank number (a trace whose rank was only known
@@ -80,7 +78,7 @@ def summarize_rank(data: RankData, run_meta: dict[str, Any],
     meta = {k: data.meta.get(k) for k in META_KEYS}
     meta["distributed"] = {k: dist[k] for k in DISTRIBUTED_KEYS if k in dist}
     return RankSummary(
-        rank=data.rank, path=data.path, meta=meta, rank_source=data.rank_source, has_gpu=gpu,
+        rank=data.rank, meta=meta, rank_source=data.rank_source, has_gpu=gpu,
         breakdown=breakdown.rank_parts(data),
         collectives=comms.rank_collectives(data),
         step_stats=stragglers.rank_step_stats(data),

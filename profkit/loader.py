@@ -154,14 +154,8 @@ def load_run(path: str | Path, *, cache: bool = True, workers: int | None = None
     traces from different runs instead of skipping them with a note."""
     root, folder, meta, files, skipped = open_run(path)
     results = _ingest_all(files, cache, workers, progress)
-    good = []
-    for res in results:
-        if res.error:
-            skipped.append(SkippedFile(res.path, res.error))
-        else:
-            good.append(res)
     notes: list[str] = []
-    chosen = choose_ranks(root, good, meta, skipped, notes, strict, ranks)
+    chosen = choose_ranks(root, results, meta, skipped, notes, strict, ranks)
     datas = {r: rank_data(res, r, source) for r, (res, source) in chosen.items()}
     run_meta = complete_meta(meta, {r: d.meta for r, d in datas.items()}, folder)
     run = Run(str(root), run_meta, datas, skipped, notes)
@@ -178,7 +172,7 @@ def open_run(path: str | Path) -> tuple[Path, Path, dict[str, Any], list[Path], 
     root = Path(path)
     if not root.exists():
         raise UsageError(f"{root}: no such file or folder")
-    folder = root if root.is_dir() else root.parent
+    folder = run_folder(root)
     meta = read_run_json(folder) if root.is_dir() else {}
     files, skipped = discover.find_trace_files(root)
     if not files:
@@ -186,12 +180,24 @@ def open_run(path: str | Path) -> tuple[Path, Path, dict[str, Any], list[Path], 
     return root, folder, meta, files, skipped
 
 
+def run_folder(root: Path) -> Path:
+    """The folder holding a run's run.json, NVML samples and rank status: the run path
+    itself, or a single trace file's folder."""
+    return root if root.is_dir() else root.parent
+
+
 def choose_ranks(root: Path, results: list, meta: dict, skipped: list[SkippedFile],
                  notes: list[str], strict: bool, ranks: list[int] | None) -> dict[int, tuple]:
-    """{rank: (result, rank source)} for the readable results (anything with ``path`` and
-    ``meta``): foreign traces and duplicate ranks skipped, unranked files numbered, only
-    ``ranks`` kept when given; raises when no rank is left."""
-    chosen = _assign_ranks(results, meta, skipped, notes, strict)
+    """{rank: (result, rank source)} for the results in file order (anything with ``path``,
+    ``meta`` and ``error``): unreadable files, foreign traces and duplicate ranks skipped,
+    unranked files numbered, only ``ranks`` kept when given; raises when no rank is left."""
+    good = []
+    for res in results:
+        if res.error:
+            skipped.append(SkippedFile(res.path, res.error))
+        else:
+            good.append(res)
+    chosen = _assign_ranks(good, meta, skipped, notes, strict)
     if ranks is not None:
         chosen = {r: c for r, c in chosen.items() if r in set(ranks)}
     if not chosen:

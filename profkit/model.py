@@ -62,10 +62,7 @@ class Run:
 
     @property
     def world_size(self) -> int:
-        declared = self.meta.get("world_size")
-        if isinstance(declared, int) and declared > 0:
-            return declared
-        return max(self.ranks, default=-1) + 1
+        return world_size(self.meta, self.ranks)
 
     @property
     def rank_ids(self) -> list[int]:
@@ -79,8 +76,21 @@ class Run:
 
     def clock_offset_ns(self, rank: int) -> int:
         """This rank's clock minus rank 0's (subtract it to align), from run.json."""
-        offsets = self.meta.get("clock_offsets_ns") or {}
-        return int(offsets.get(str(rank), offsets.get(rank, 0)) or 0)
+        return clock_offset_ns(self.meta, rank)
+
+
+def world_size(meta: dict[str, Any], ranks) -> int:
+    """run.json's world size when it declares one, else the highest rank + 1."""
+    declared = meta.get("world_size")
+    if isinstance(declared, int) and declared > 0:
+        return declared
+    return max(ranks, default=-1) + 1
+
+
+def clock_offset_ns(meta: dict[str, Any], rank: int) -> int:
+    """A rank's clock minus rank 0's from run.json's ``clock_offsets_ns`` (0 if unknown)."""
+    offsets = meta.get("clock_offsets_ns") or {}
+    return int(offsets.get(str(rank), offsets.get(rank, 0)) or 0)
 
 
 def step_spans(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
