@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from urllib.parse import quote
 
+import dash
 import pandas as pd
 from dash import dash_table, dcc, html
+from dash.exceptions import PreventUpdate
 from profkit.dashboard import ids
 from profkit.dashboard.figures import CLASS_COLORS
 
@@ -23,6 +25,24 @@ GRAPH_CONFIG = {"displaylogo": False, "responsive": True,
 
 def run_href(key: str, tab: str = "") -> str:
     return f"/run/{quote(key)}" + (f"/{tab}" if tab else "")
+
+
+def register_run_page(module: str, results, layout, *, tab: str, name: str, title: str,
+                      order: int) -> None:
+    """Register one of a run's tab pages at ``/run/<run_key>/<tab>`` (``tab`` "" is the
+    overview); ``layout(results, run_key, **query)`` builds it."""
+    dash.register_page(module, path_template="/run/<run_key>" + (f"/{tab}" if tab else ""),
+                       name=name, title=f"profkit: {title}", order=order,
+                       layout=lambda run_key="", **q: layout(results, run_key, **q))
+
+
+def stored_run(results, store: dict | None) -> str:
+    """The run key a page's ``RUN_STORE`` holds; stops the callback (PreventUpdate) when it
+    names no run the dashboard knows."""
+    key = (store or {}).get("run")
+    if results.registry.get(key) is None:
+        raise PreventUpdate
+    return key
 
 
 def header() -> html.Header:

@@ -4,7 +4,6 @@ that collective."""
 
 from __future__ import annotations
 
-import dash
 import pandas as pd
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
@@ -67,15 +66,14 @@ def _page(results, run_key: str) -> html.Div:
 
 
 def register(app, results) -> None:
-    dash.register_page(__name__, path_template="/run/<run_key>/comms", name="Communication",
-                       title="profkit: communication", order=4,
-                       layout=lambda run_key="", **q: layout(results, run_key, **q))
+    C.register_run_page(__name__, results, layout, tab="comms", name="Communication",
+                        title="communication", order=4)
 
     @app.callback(Output(ids.C_DETAIL, "children"), Input(ids.C_WAITS, "clickData"),
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)
     def show_collective(click, store):
-        key = (store or {}).get("run")
+        key = C.stored_run(results, store)
         points = (click or {}).get("points") or []
-        if results.registry.get(key) is None or not points:
+        if not points:
             raise PreventUpdate
         return collective_detail(results.analysis(key), points[0].get("customdata"))

@@ -3,11 +3,9 @@ clock-throttle reason set are shaded red. The metric picker chooses the rows."""
 
 from __future__ import annotations
 
-import dash
 import numpy as np
 import pandas as pd
 from dash import Input, Output, State, dcc, html
-from dash.exceptions import PreventUpdate
 from profkit.analyzers.efficiency import THROTTLE_MASK
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
@@ -79,14 +77,11 @@ def _page(results, run_key: str) -> html.Div:
 
 
 def register(app, results) -> None:
-    dash.register_page(__name__, path_template="/run/<run_key>/counters", name="Counters",
-                       title="profkit: counters", order=5,
-                       layout=lambda run_key="", **q: layout(results, run_key, **q))
+    C.register_run_page(__name__, results, layout, tab="counters", name="Counters",
+                        title="counters", order=5)
 
     @app.callback(Output(ids.N_GRAPH, "figure"), Input(ids.N_METRICS, "value"),
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)
     def pick_metrics(metrics, store):
-        key = (store or {}).get("run")
-        if results.registry.get(key) is None:
-            raise PreventUpdate
+        key = C.stored_run(results, store)
         return figure(results.run(key), list(metrics or []))

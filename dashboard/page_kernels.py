@@ -3,10 +3,8 @@ statistics. The class picker narrows the chart and the kernel table."""
 
 from __future__ import annotations
 
-import dash
 import pandas as pd
 from dash import Input, Output, State, dcc, html
-from dash.exceptions import PreventUpdate
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
@@ -68,17 +66,14 @@ def _page(results, run_key: str) -> html.Div:
 
 
 def register(app, results) -> None:
-    dash.register_page(__name__, path_template="/run/<run_key>/kernels", name="Kernels & ops",
-                       title="profkit: kernels", order=3,
-                       layout=lambda run_key="", **q: layout(results, run_key, **q))
+    C.register_run_page(__name__, results, layout, tab="kernels", name="Kernels & ops",
+                        title="kernels", order=3)
 
     @app.callback(Output(ids.K_CHART, "figure"), Output(ids.K_KERNELS, "data"),
                   Input(ids.K_CLASS, "value"), State(ids.RUN_STORE, "data"),
                   prevent_initial_call=True)
     def pick_class(cls, store):
-        key = (store or {}).get("run")
-        if results.registry.get(key) is None:
-            raise PreventUpdate
+        key = C.stored_run(results, store)
         kernels = results.analysis(key).table("top_kernels")
         chosen = kernels if cls == ALL else kernels[kernels["cls"] == cls]
         rows = C.data_table("tmp", kernel_rows(kernels, cls)).data

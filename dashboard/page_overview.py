@@ -120,10 +120,9 @@ def clicked_rank(click: dict | None) -> int | None:
 
 
 def register(app, results) -> None:
-    dash.register_page(__name__, path_template="/run/<run_key>", name="Overview",
-                       # after the /run/<key>/<tab> pages: the template's "*" matches "/"
-                       title="profkit: overview", order=9,
-                       layout=lambda run_key="", **q: layout(results, run_key, **q))
+    # order: after the /run/<key>/<tab> pages, since this template's "*" matches "/"
+    C.register_run_page(__name__, results, layout, tab="", name="Overview", title="overview",
+                        order=9)
 
     @app.callback(Output(ids.SELECTED_RANK, "data"), Input(ids.RANK_BARS, "clickData"),
                   Input(ids.STEP_HEATMAP, "clickData"), prevent_initial_call=True)
@@ -136,9 +135,7 @@ def register(app, results) -> None:
                   Input(ids.SELECTED_RANK, "data"), State(ids.RUN_STORE, "data"),
                   prevent_initial_call=True)
     def show_rank(rank, store):
-        key = (store or {}).get("run")
-        if results.registry.get(key) is None:
-            raise dash.exceptions.PreventUpdate
+        key = C.stored_run(results, store)
         a = results.analysis(key)
         stragglers = [int(s["rank"]) for s in a.stragglers]
         return (F.rank_steps_bars(a.table("step_breakdown"), rank),

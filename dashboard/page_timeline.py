@@ -75,16 +75,15 @@ def _page(results, run_key: str) -> html.Div:
 
 
 def register(app, results) -> None:
-    dash.register_page(__name__, path_template="/run/<run_key>/timeline", name="Timeline",
-                       title="profkit: timeline", order=2,
-                       layout=lambda run_key="", **q: layout(results, run_key, **q))
+    C.register_run_page(__name__, results, layout, tab="timeline", name="Timeline",
+                        title="timeline", order=2)
 
     @app.callback(Output(ids.TL_GRAPH, "figure"), Output(ids.TL_INFO, "children"),
                   Input(ids.TL_RANK, "value"), Input(ids.TL_GRAPH, "relayoutData"),
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)
     def requery(rank, relayout, store):
-        key = (store or {}).get("run")
-        if results.registry.get(key) is None or rank is None:
+        key = C.stored_run(results, store)
+        if rank is None:
             raise PreventUpdate
         window = None
         if dash.ctx.triggered_id == ids.TL_GRAPH:
@@ -96,8 +95,6 @@ def register(app, results) -> None:
     @app.callback(Output(ids.TL_DOWNLOAD, "data"), Input(ids.TL_DOWNLOAD_BTN, "n_clicks"),
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)
     def download(_clicks, store):
-        key = (store or {}).get("run")
-        if results.registry.get(key) is None:
-            raise PreventUpdate
+        key = C.stored_run(results, store)
         name, data = results.merged_trace(key)
         return dcc.send_bytes(data, name, type="application/gzip")
