@@ -47,27 +47,16 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from profkit import classify
+from profkit import schema as S
 from profkit.atomic import write_bytes_atomic
+from profkit.repeat import Repeater, read_trace
 
 GAP_US = 1000.0  # idle time between repetitions
-ID_ARGS = ("correlation", "External id", "Record function id", "Ev Idx", "Sequence number")
-FLOW_PHASES = ("s", "t", "f")
 COMM_PREFIXES = ("ncclDevKernel_", "ncclKernel_")
-STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 RANK_FILE_RE = re.compile(r"^rank(\d+)\.pt\.trace\.json\.gz$")
 PLAN_PATH = Path(".profkit") / "planted.json"
 GZIP_LEVEL = 6
-
-
-GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_body(e: dict) -> bool:
-    """Everything but metadata ('M') events and the whole-capture 'Trace' span."""
-    return e.get("ph") != "M" and e.get("cat") != "Trace"
 
 
 def _is_comm_kernel(e: dict) -> bool:
@@ -76,52 +65,17 @@ def _is_comm_kernel(e: dict) -> bool:
     return "Collective name" in (e.get("args") or {}) or str(e.get("name", "")).startswith(COMM_PREFIXES)
 
 
-def read_trace(path: Path) -> dict:
-    raw = Path(path).read_bytes()
-    doc = orjson.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise ValueError(f"{path}: not a Kineto trace (no traceEvents list)")
-    return doc
-
-
-def repeat_events(events: list[dict], repeat: int) -> list[dict]:
-    """The source events (in their order) followed by repetitions 1..k-1 of the body."""
-    body = [e for e in events if _is_body(e) and isinstance(e.get("ts"), (int, float))]
-    if repeat == 1 or not body:
+def repeat_events(doc: dict, repeat: int) -> list[dict]:
+    """The source events (in their order, the Trace span lengthened) followed by repetitions
+    1..k-1 of the body (:class:`profkit.repeat.Repeater`)."""
+    events = doc["traceEvents"]
+    if repeat == 1:
         return list(events)
-    t0_us = min(e["ts"] for e in body)
-    t1_us = max(e["ts"] + (e.get("dur") or 0) for e in body)
-    period_us = round((t1_us - t0_us) + GAP_US, 3)
-    steps = [int(m.group(1)) for e in body if (m := STEP_RE.match(str(e.get("name", ""))))]
-    step_stride = (max(steps) - min(steps) + 1) if steps else 0
-    id_stride = dict.fromkeys(ID_ARGS, 0)
-    flow_stride = 0
-    for e in body:
-        if e.get("ph") in FLOW_PHASES and _is_int(e.get("id")):
-            flow_stride = max(flow_stride, e["id"] + 1)
-        for k in ID_ARGS:
-            v = (e.get("args") or {}).get(k)
-            if _is_int(v):
-                id_stride[k] = max(id_stride[k], v + 1)
-    out = list(events)
+    rep = Repeater(doc, GAP_US)
+    spans = dict(zip(map(id, rep.trace_spans), rep.trace_span_events(repeat)))
+    out = [spans.get(id(e), e) for e in events]
     for r in range(1, repeat):
-        for e in body:
-            e2 = dict(e)
-            e2["ts"] = round(e["ts"] + r * period_us, 3)
-            m = STEP_RE.match(str(e.get("name", "")))
-            if m:
-                e2["name"] = f"ProfilerStep#{int(m.group(1)) + r * step_stride}"
-            if e.get("ph") in FLOW_PHASES and _is_int(e.get("id")):
-                e2["id"] = e["id"] + r * flow_stride
-            if isinstance(e.get("args"), dict):
-                args = e2["args"] = dict(e["args"])
-                for k in ID_ARGS:
-                    if _is_int(args.get(k)) and args[k] >= 0:
-                        args[k] += r * id_stride[k]
-            out.append(e2)
-    for e in events:  # stretch the Trace span over all repetitions
-        if e.get("cat") == "Trace" and isinstance(e.get("dur"), (int, float)):
-            e["dur"] = round(e["dur"] + (repeat - 1) * period_us, 3)
+        out += rep.events(r)
     return out
 
 
@@ -161,7 +115,7 @@ class Template:
 
 def build_template(source: Path, repeat: int) -> Template:
     doc = read_trace(source)
-    events = doc["traceEvents"] = repeat_events(doc["traceEvents"], repeat)
+    events = doc["traceEvents"] = repeat_events(doc, repeat)
     timed = [e for e in events if e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))]
     if not timed:
         raise ValueError(f"{source}: no timestamped events")
@@ -191,7 +145,8 @@ def build_template(source: Path, repeat: int) -> Template:
             (local_args if args.get("External id") in local_ext else global_args).append(args)
             cpu_args.append(args)
     idx = np.array(anchors, dtype=np.int64)
-    is_gpu = np.array([e.get("cat") in GPU_CATS for e in timed], dtype=bool)
+    cats = np.array([e.get("cat") for e in timed], dtype=object)
+    is_gpu = np.isin(classify.kinds_for_categories(cats), S.GPU_KINDS)
     return Template(doc, timed, ts_us, end_us, ts_ns, dur_ns, has_dur, is_gpu, idx, ts_us[idx],
                     end_us[idx], float(ts_us.min()), local_args, global_args, cpu_args)
 
