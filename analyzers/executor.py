@@ -39,7 +39,7 @@ class FileTask:
     """One trace file to summarise, with the few run facts the map needs."""
 
     path: str
-    folder: str | None  # a profkit run directory (NVML samples), else None
+    folder: str  # the run's folder (NVML samples of a profkit run directory)
     run_meta: dict[str, Any]  # run.json's gpus (of the file's host) and clock offsets
     use_cache: bool = True
     thresholds: Any = None
@@ -69,7 +69,7 @@ def summarize_file(task: FileTask) -> FileResult:
         rank, source = loader.rank_of(res)
         data = loader.rank_data(res, 0 if rank is None else rank, source or "file order")
         del res
-        if task.folder and rank is not None:
+        if rank is not None:
             data.counters = load_counters(Path(task.folder), rank)
         loader.align_clock(data, clock_offset_ns(task.run_meta, data.rank))
         summary = summarize_rank(data, task.run_meta, task.thresholds or DEFAULT)
@@ -88,15 +88,13 @@ def plan_tasks(folder: Path, meta: dict[str, Any], files: list[Path], use_cache:
     gpus = [g for g in meta.get("gpus") or [] if isinstance(g, dict)]
     declared = meta.get("ranks") if isinstance(meta.get("ranks"), dict) else {}
     offsets = meta.get("clock_offsets_ns") or {}
-    is_run_dir = bool(meta)
     tasks = []
     for path in files:
         rank = discover.rank_from_name(path)
         host = (declared.get(str(rank)) or {}).get("host") if rank is not None else None
         mine = [g for g in gpus if g.get("host") in (None, host)] if host else gpus
-        tasks.append(FileTask(str(path), str(folder) if is_run_dir else None,
-                              {"gpus": mine, "clock_offsets_ns": offsets}, use_cache,
-                              thresholds))
+        tasks.append(FileTask(str(path), str(folder), {"gpus": mine, "clock_offsets_ns": offsets},
+                              use_cache, thresholds))
     return tasks
 
 
