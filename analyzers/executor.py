@@ -130,7 +130,7 @@ def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
         summary.rank_source = source
         summaries.append(summary)
     run_meta = loader.complete_meta(meta, {r: res.meta for r, (res, _) in chosen.items()},
-                                    loader.run_folder(root))
+                                    discover.run_folder(root))
     header = RunHeader(str(root), run_meta, [s.as_dict() for s in skipped], notes)
     return combine(header, summaries, thresholds or DEFAULT)
 

@@ -18,6 +18,7 @@ import pandas as pd
 
 from profkit import schema as S
 from profkit.atomic import atomic_open, write_bytes_atomic
+from profkit.discover import run_folder
 
 log = logging.getLogger(__name__)
 TABLES = ("events", "collectives", "steps")
@@ -95,8 +96,7 @@ def run_fingerprint(path: Path, extra: str = "") -> str:
 
 
 def _results_dir(path: Path) -> Path:
-    path = Path(path)
-    return _folder_for(path if path.is_dir() else path.parent)
+    return _folder_for(run_folder(Path(path)))
 
 
 def load_result(path: Path, key: str):

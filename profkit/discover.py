@@ -17,6 +17,12 @@ MAX_DEPTH = 3
 _RANK_RE = re.compile(r"(?:^|[^a-z])rank[-_.]?(\d+)", re.IGNORECASE)
 
 
+def run_folder(root: Path) -> Path:
+    """The folder holding a run's run.json, NVML samples and rank status: the run path
+    itself, or a single trace file's folder."""
+    return root if root.is_dir() else root.parent
+
+
 def is_trace_name(path: Path) -> bool:
     name = path.name.lower()
     return name.endswith(TRACE_SUFFIXES) and name != RUN_JSON

@@ -172,18 +172,12 @@ def open_run(path: str | Path) -> tuple[Path, Path, dict[str, Any], list[Path], 
     root = Path(path)
     if not root.exists():
         raise UsageError(f"{root}: no such file or folder")
-    folder = run_folder(root)
+    folder = discover.run_folder(root)
     meta = read_run_json(folder) if root.is_dir() else {}
     files, skipped = discover.find_trace_files(root)
     if not files:
         raise NoTracesError(f"{root}: no trace files (.json or .json.gz) found")
     return root, folder, meta, files, skipped
-
-
-def run_folder(root: Path) -> Path:
-    """The folder holding a run's run.json, NVML samples and rank status: the run path
-    itself, or a single trace file's folder."""
-    return root if root.is_dir() else root.parent
 
 
 def choose_ranks(root: Path, results: list, meta: dict, skipped: list[SkippedFile],
