@@ -13,11 +13,13 @@ from profkit.analyzers.findings import Finding
 from profkit.analyzers.summaries import RankSummary, summarize_rank
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
+from profkit import datacodec
 from profkit.model import Run, world_size
 
 SCHEMA = "profkit.analysis/1"
 
 
+@datacodec.register
 @dataclass
 class Analysis:
     """Everything profkit concluded about a run; renderers and the dashboard read this."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profkit import discover, loader
+from profkit import datacodec, discover, loader
 from profkit.errors import UsageError
 from profkit.model import SkippedFile, clock_offset_ns
 
@@ -45,6 +45,7 @@ class FileTask:
     thresholds: Any = None
 
 
+@datacodec.register
 @dataclass
 class FileResult:
     """What the map returns for one file: its header facts and summary, or its error."""

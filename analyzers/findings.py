@@ -7,9 +7,12 @@ from typing import Any
 
 import pandas as pd
 
+from profkit import datacodec
+
 SEVERITIES = ("info", "warning", "critical")
 
 
+@datacodec.register
 @dataclass(frozen=True)
 class Finding:
     """One observation with its evidence and what to change. ``rank``/``step`` are None for

@@ -20,6 +20,7 @@ from profkit.analyzers import breakdown, comms, efficiency, kernels, stragglers
 from profkit.analyzers.findings import Finding
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
+from profkit import datacodec
 from profkit.model import RankData
 
 # Header facts the reduce reads (devices for peaks and link speeds, host for clocks/links).
@@ -28,6 +29,7 @@ META_KEYS = ("source", "host", "devices", "base_time_ns", "trace_id", "profkit_r
 DISTRIBUTED_KEYS = ("rank", "world_size", "backend", "nccl_version")
 
 
+@datacodec.register
 @dataclass
 class RankSummary:
     """What the reduce needs of one rank (see module doc); picklable, no events."""

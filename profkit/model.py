@@ -8,9 +8,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profkit import datacodec
 from profkit import schema as S
 
 
+@datacodec.register
 @dataclass
 class SkippedFile:
     """A file in the run that was not ingested, and why."""
