@@ -10,6 +10,7 @@ import pandas as pd
 from profkit.analyzers.advice import breakdown_findings
 from profkit.analyzers.breakdown import PARTS, VERDICT_CLASSES, combine_breakdown
 from profkit.analyzers.findings import Finding
+from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.summaries import RankSummary, summarize_rank
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
@@ -48,16 +49,30 @@ class RunHeader:
         return cls(run.path, run.meta, [s.as_dict() for s in run.skipped], list(run.notes))
 
 
-def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict]) -> dict[str, Any]:
-    """The dominant cause over every step of every rank, time-weighted."""
+PART_NAMES = {"memcpy": "transfer", "cpu_launch": "cpu launch", "data_loading": "data loading",
+              "host_sync": "host sync", "idle_other": "idle other"}
+
+
+def part_name(part: str) -> str:
+    """How a part reads in text: ``memcpy`` is memory transfer."""
+    return PART_NAMES.get(part, part)
+
+
+def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
+                unusable: dict[int, str] | None = None) -> dict[str, Any]:
+    """The dominant cause over the used steps of every usable rank, time-weighted."""
+    if not steps.empty:
+        steps = steps[steps["used"].astype(bool) & ~steps["rank"].isin(list(unusable or {}))]
     if steps.empty or steps["step_ns"].sum() == 0:
-        return {"primary": None, "summary": "no GPU work in the profiled steps: no verdict",
-                "fractions": {}}
+        why = ("the trace records CUDA-graph capture, not execution" if "capture" in (unusable or {}).values()
+               else "kernel records are missing from the trace" if unusable
+               else "no GPU work in the profiled steps")
+        return {"primary": None, "summary": f"{why}: no verdict", "fractions": {}}
     total = steps[list(PARTS)].sum()
     fractions = (total / total.sum()).round(4).to_dict()
     primary = max(VERDICT_CLASSES, key=lambda c: fractions[c])
     n_ranks = steps["rank"].nunique()
-    summary = (f"{primary.replace('_', ' ')} bound: {fractions[primary]:.0%} of step time over "
+    summary = (f"{part_name(primary)} bound: {fractions[primary]:.0%} of step time over "
                f"{n_ranks} rank(s), median step {steps['step_ns'].median() / 1e6:.2f} ms")
     for s in straggler_rows:
         summary += (f"; rank {s['rank']} is a straggler: the others lose "
@@ -65,16 +80,27 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict]) -> dict[str, An
     return {"primary": primary, "summary": summary, "fractions": fractions}
 
 
-def analyze(run: Run, thresholds: Thresholds = DEFAULT) -> Analysis:
+def analyze(run: Run, thresholds: Thresholds = DEFAULT,
+            options: AnalysisOptions = DEFAULT_OPTIONS) -> Analysis:
     """Analyze ``run``: every rank summarised (:func:`summarize_rank`), then combined."""
-    summaries = [summarize_rank(run.ranks[r], run.meta, thresholds) for r in run.rank_ids]
+    summaries = [summarize_rank(run.ranks[r], run.meta, thresholds, options)
+                 for r in run.rank_ids]
     return combine(RunHeader.of(run), summaries, thresholds)
 
 
 def combine(header: RunHeader, summaries: list[RankSummary],
             thresholds: Thresholds = DEFAULT) -> Analysis:
     """The reduce: the run's analysis from its ranks' summaries alone, in any order."""
-    from profkit.analyzers import comms, efficiency, groups, kernels, links, stragglers
+    from profkit.analyzers import (
+        comms,
+        diagnosis,
+        efficiency,
+        groups,
+        kernels,
+        links,
+        stragglers,
+        transfers,
+    )
 
     summaries = sorted(summaries, key=lambda s: s.rank)
     gpu = [s for s in summaries if s.has_gpu]
@@ -90,21 +116,53 @@ def combine(header: RunHeader, summaries: list[RankSummary],
         efficiency.combine_efficiency([s.efficiency for s in gpu], thresholds),
     ]
     tables = {name: t for r in results for name, t in r.tables.items()}
+    health = {s.rank: s.breakdown.get("health") or {} for s in gpu}
+    unusable = diagnosis.unusable_ranks(health)
+    tables["rank_breakdown"] = tables["rank_breakdown"][
+        ~tables["rank_breakdown"]["rank"].isin(list(unusable))].reset_index(drop=True)
+    tables["transfers"] = transfers.add_peaks(
+        _concat([s.transfers for s in gpu if s.transfers is not None]), metas, header.meta)
     _split_communication(tables)
-    findings = breakdown_findings(tables["rank_breakdown"], thresholds)
-    findings += [f for r in results[1:] for f in r.findings]
     straggler_rows = _straggler_rows(tables.get("stragglers"))
+    verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable)
+    steps = diagnosis.steps_report(tables["step_breakdown"],
+                                   {s.rank: s.breakdown.get("steps_info") or {} for s in summaries})
+    findings = diagnosis.health_findings(health, unusable)
+    findings += breakdown_findings(tables["rank_breakdown"], thresholds,
+                                   tables["step_breakdown"], tables["transfers"])
+    findings += diagnosis.idle_code_findings(
+        tables.get("idle_code", pd.DataFrame()), tables["rank_breakdown"], verdict["primary"],
+        {int(r): len(v["used"]) for r, v in steps.items()})
+    findings += [f for r in results[1:] for f in r.findings]
+    findings = _drop_unsupported(findings, unusable, {s.rank for s in gpu})
     if not gpu:
         findings.append(Finding(category="input", severity="info", message=(
             "no GPU events in this run: the breakdown, kernels and efficiency cannot be computed"),
             recommendation="Profile with ProfilerActivity.CUDA on a GPU machine."))
     ranks = [s.rank for s in summaries]
+    notes = list(header.notes) + diagnosis.step_notes(steps, tables.get("one_off_calls",
+                                                                       pd.DataFrame()))
     info = {"path": header.path, "world_size": world_size(header.meta, ranks),
             "ranks_analyzed": ranks,
-            "skipped_files": list(header.skipped), "notes": list(header.notes),
-            "status": header.meta.get("status")}
-    return Analysis(info, run_verdict(tables["step_breakdown"], straggler_rows), tables,
-                    findings, straggler_rows)
+            "skipped_files": list(header.skipped), "notes": notes,
+            "status": header.meta.get("status"), "steps": steps}
+    return Analysis(info, verdict, tables, findings, straggler_rows)
+
+
+def _drop_unsupported(findings: list[Finding], unusable: dict[int, str],
+                      gpu_ranks: set[int]) -> list[Finding]:
+    """Findings a rank's trace cannot support (graph capture only, kernel records lost) go:
+    only the finding that says why stays."""
+    if not unusable:
+        return findings
+    nothing_left = not (gpu_ranks - set(unusable))
+    return [f for f in findings if f.category == "trace"
+            or (f.rank not in unusable and not (nothing_left and f.rank is None))]
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _split_communication(tables: dict[str, pd.DataFrame]) -> None:

@@ -43,6 +43,7 @@ class FileTask:
     run_meta: dict[str, Any]  # run.json's gpus (of the file's host) and clock offsets
     use_cache: bool = True
     thresholds: Any = None
+    options: Any = None  # AnalysisOptions (step marker, steps)
 
 
 @datacodec.register
@@ -58,6 +59,7 @@ class FileResult:
 
 def summarize_file(task: FileTask) -> FileResult:
     """The map: one trace file -> its rank's summary. Never raises for a bad file."""
+    from profkit.analyzers.options import DEFAULT_OPTIONS
     from profkit.analyzers.summaries import summarize_rank
     from profkit.analyzers.thresholds import DEFAULT
 
@@ -73,7 +75,8 @@ def summarize_file(task: FileTask) -> FileResult:
         if rank is not None:
             data.counters = load_counters(Path(task.folder), rank)
         loader.align_clock(data, clock_offset_ns(task.run_meta, data.rank))
-        summary = summarize_rank(data, task.run_meta, task.thresholds or DEFAULT)
+        summary = summarize_rank(data, task.run_meta, task.thresholds or DEFAULT,
+                                 task.options or DEFAULT_OPTIONS)
         return FileResult(task.path, summary.meta, summary)  # trimmed header facts
     except MemoryError:
         return FileResult(task.path, error="out of memory while analysing this rank")
@@ -83,7 +86,7 @@ def summarize_file(task: FileTask) -> FileResult:
 
 
 def plan_tasks(folder: Path, meta: dict[str, Any], files: list[Path], use_cache: bool,
-               thresholds) -> list[FileTask]:
+               thresholds, options=None) -> list[FileTask]:
     """One task per file, each carrying only its host's GPUs (when the file name gives its
     rank) so that a thousand tasks do not each carry the whole run.json."""
     gpus = [g for g in meta.get("gpus") or [] if isinstance(g, dict)]
@@ -95,19 +98,21 @@ def plan_tasks(folder: Path, meta: dict[str, Any], files: list[Path], use_cache:
         host = (declared.get(str(rank)) or {}).get("host") if rank is not None else None
         mine = [g for g in gpus if g.get("host") in (None, host)] if host else gpus
         tasks.append(FileTask(str(path), str(folder), {"gpus": mine, "clock_offsets_ns": offsets},
-                              use_cache, thresholds))
+                              use_cache, thresholds, options))
     return tasks
 
 
 def analyze_run(path: str | Path, *, scheduler: Any = None, workers: int | None = None,
                 cache: bool = True, strict: bool = False, ranks: list[int] | None = None,
-                thresholds=None, progress: Callable[[int, int], None] | None = None):
-    """Analyze the run at ``path`` by map (per file) and reduce (see module doc)."""
+                thresholds=None, options=None,
+                progress: Callable[[int, int], None] | None = None):
+    """Analyze the run at ``path`` by map (per file) and reduce (see module doc);
+    ``options``: an :class:`~profkit.analyzers.options.AnalysisOptions`."""
     from profkit.analyzers.thresholds import DEFAULT
 
     thresholds = thresholds or DEFAULT
     root, folder, meta, files, skipped = loader.open_run(path)
-    tasks = plan_tasks(folder, meta, files, cache, thresholds)
+    tasks = plan_tasks(folder, meta, files, cache, thresholds, options)
     results = list(_run_map(tasks, scheduler, workers, progress))
     return reduce_results(root, meta, files, skipped, results, strict=strict, ranks=ranks,
                           thresholds=thresholds)

@@ -87,7 +87,8 @@ def grouped_findings(a: Analysis) -> list[tuple[Any, str]]:
 
 
 def to_text(a: Analysis) -> str:
-    lines = [f"profkit analysis of {a.run['path']}", "", f"VERDICT: {a.verdict['summary']}", ""]
+    lines = [f"profkit analysis of {a.run['path']}", "", f"VERDICT: {a.verdict['summary']}"]
+    lines += [f"note: {n}" for n in a.run.get("notes", [])] + [""]
     table = _rank_table(a)
     if not table.empty:
         lines += ["Step time by part, % (per rank):",
@@ -126,6 +127,7 @@ def markdown_table(table: pd.DataFrame) -> list[str]:
 
 def to_markdown(a: Analysis) -> str:
     lines = [f"## profkit analysis: `{a.run['path']}`", "", f"**Verdict:** {a.verdict['summary']}", ""]
+    lines += [f"- {n}" for n in a.run.get("notes", [])] + ([""] if a.run.get("notes") else [])
     table = _rank_table(a)
     if not table.empty:
         lines += markdown_table(table) + [""]

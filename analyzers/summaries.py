@@ -16,8 +16,10 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import pandas as pd
-from profkit.analyzers import breakdown, comms, efficiency, kernels, stragglers
+from profkit.analyzers import breakdown, comms, efficiency, kernels, stragglers, transfers
 from profkit.analyzers.findings import Finding
+from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
+from profkit.analyzers.steps import apply_step_marker, marker_candidates
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import datacodec
@@ -38,11 +40,12 @@ class RankSummary:
     meta: dict[str, Any]  # trimmed header facts; ``source`` is the trace file
     rank_source: str
     has_gpu: bool
-    breakdown: dict[str, pd.DataFrame | None]
+    breakdown: dict[str, Any]  # breakdown.rank_parts plus steps_info
     collectives: tuple[pd.DataFrame, pd.DataFrame]
     step_stats: dict[str, float]
     kernels: dict[str, Any] | None = None  # GPU ranks only
     efficiency: tuple[dict, dict | None] | None = None  # GPU ranks only
+    transfers: pd.DataFrame | None = None  # GPU ranks only: copies by direction and memory
 
     def relabel(self, rank: int) -> RankSummary:
         """The same summary under another rank number (a trace whose rank was only known
@@ -71,19 +74,36 @@ def _relabel(value: Any, rank: int) -> None:
             _relabel(v, rank)
 
 
+def step_source(data: RankData, opts: AnalysisOptions) -> dict[str, Any]:
+    """Where the rank's steps come from, applying ``--step-marker`` first (which rewrites the
+    rank's steps): {source, count, candidates (annotations that could mark steps)}."""
+    if opts.step_marker:
+        found = apply_step_marker(data, opts.step_marker)
+        return {"source": f"marker {opts.step_marker}", "count": found, "candidates": []}
+    if len(data.steps):
+        return {"source": "ProfilerStep#", "count": int(len(data.steps)), "candidates": []}
+    return {"source": "none", "count": 0,
+            "candidates": [list(c) for c in marker_candidates(data.events)]}
+
+
 def summarize_rank(data: RankData, run_meta: dict[str, Any],
-                   thresholds: Thresholds = DEFAULT) -> RankSummary:
+                   thresholds: Thresholds = DEFAULT,
+                   opts: AnalysisOptions = DEFAULT_OPTIONS) -> RankSummary:
     """Reduce one rank to its summary. ``run_meta``: run.json's facts (its ``gpus`` list is
     read for device names when the trace header lacks them)."""
+    steps_info = step_source(data, opts)
     gpu = data.has_gpu
     dist = data.meta.get("distributed") or {}
     meta = {k: data.meta.get(k) for k in META_KEYS}
     meta["distributed"] = {k: dist[k] for k in DISTRIBUTED_KEYS if k in dist}
+    parts = breakdown.rank_parts(data, opts, thresholds)
+    parts["steps_info"] = steps_info
     return RankSummary(
         rank=data.rank, meta=meta, rank_source=data.rank_source, has_gpu=gpu,
-        breakdown=breakdown.rank_parts(data),
+        breakdown=parts,
         collectives=comms.rank_collectives(data),
         step_stats=stragglers.rank_step_stats(data),
         kernels=kernels.rank_kernel_parts(data.rank, data, thresholds) if gpu else None,
         efficiency=efficiency.rank_efficiency(data.rank, data, run_meta) if gpu else None,
+        transfers=transfers.rank_transfers(data, bool(len(data.steps))) if gpu else None,
     )

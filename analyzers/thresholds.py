@@ -19,6 +19,9 @@ class Thresholds:
     cpu_launch_frac: float = 0.15
     """GPU idle waiting for launches above this share: CUDA graphs / torch.compile
     (TensorRT-LLM host analysis uses GPU idle > 30%, 15% under CUDA graphs)."""
+    transfer_frac: float = 0.10
+    """GPU time in memory copies (not hidden under compute) above this share: move fewer
+    bytes, overlap copies (the TensorBoard plugin's 10% for exposed communication)."""
     gpu_util_low_frac: float = 0.50
     """GPU busy below this share of the step: larger batch (TensorBoard plugin)."""
     short_kernel_ns: int = 10_000
@@ -60,6 +63,12 @@ class Thresholds:
     collectives on a healthy fabric vary by far less between identical groups."""
     slow_group_min_collectives: int = 5
     """...judged on at least this many of its matched collectives."""
+    step_outlier_frac: float = 0.25
+    """A recorded step whose time is more than this share above (or below 1/(1+x) of) the
+    median of the others is left out of verdicts: the first and last recorded steps carry
+    profiler start-up and the final drain (a public ResNet-50 trace: +32% and +53%), and a
+    step in the middle that far out is a one-off (checkpoint, evaluation). Steady steps of
+    the labelled runs vary by a few percent."""
     diff_min_change_frac: float = 0.02
     """profkit diff: a step-time change smaller than this is 'unchanged' however quiet the runs."""
     diff_noise_sigmas: float = 2.0

@@ -85,18 +85,31 @@ def _cached_analysis(args):
     from profkit import __version__, cache
     from profkit.analyzers.executor import analyze_run
 
+    options = _analysis_options(args)
     code = cache.run_fingerprint(Path(profkit.analyzers.__file__).parent)  # any code change
-    key = cache.run_fingerprint(Path(args.run), f"analyze|{__version__}|{code}|{args.ranks}")
+    key = cache.run_fingerprint(Path(args.run),
+                                f"analyze|{__version__}|{code}|{args.ranks}|{options.key()}")
     if not args.no_cache and Path(args.run).exists():
         cached = cache.load_result(Path(args.run), key)
         if cached is not None:
             return cached
     analysis = analyze_run(args.run, scheduler=args.scheduler, workers=args.workers,
                            cache=not args.no_cache, strict=args.strict,
-                           ranks=parse_ranks(args.ranks), progress=_progress)
+                           ranks=parse_ranks(args.ranks), options=options, progress=_progress)
     if not args.no_cache:
         cache.store_result(Path(args.run), key, analysis)
     return analysis
+
+
+def _analysis_options(args):
+    from profkit.analyzers.options import AnalysisOptions
+
+    steps = parse_span(getattr(args, "steps", None), "--steps")
+    if steps is not None:
+        if any(abs(v) != float("inf") and v != int(v) for v in steps):
+            raise UsageError(f"--steps {args.steps!r}: step numbers are whole numbers")
+        steps = (int(max(steps[0], -1)), int(min(steps[1], 2**62)))
+    return AnalysisOptions(step_marker=getattr(args, "step_marker", None), steps=steps)
 
 
 def cmd_analyze(args) -> int:
@@ -204,6 +217,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "compute, communication, CPU launch, data loading or host synchronisation, "
                        "who the straggler is, and what to change.")
     _add_load_options(p)
+    p.add_argument("--step-marker", metavar="NAME",
+                   help="use the host ranges named NAME (a record_function such as train_step "
+                   "or decode; a regex if no range has exactly that name) as the steps, for "
+                   "traces without ProfilerStep# ranges")
+    p.add_argument("--steps", metavar="A:B",
+                   help="use exactly steps A..B (inclusive) for the verdict, instead of leaving "
+                   "out the first/last recorded and one-off steps automatically")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the per-rank analysis on a Dask cluster: its scheduler address "
                    "(tcp://host:8786), or 'local' for a LocalCluster of --workers processes; "

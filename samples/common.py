@@ -76,6 +76,10 @@ def add_common_args(
                         help="profkit: write the run's analysis into the run directory at exit")
     parser.add_argument("--active", type=int, default=PROFILE_ACTIVE,
                         help="profiler active steps (schedule wait=1, warmup=1)")
+    parser.add_argument("--step-marker", metavar="NAME",
+                        help="torch profiler only: no ProfilerStep# ranges; each step is a "
+                        "record_function(NAME) range instead (profiler started and stopped "
+                        "by hand around the active steps, as scripts without a schedule do)")
     return parser
 
 
@@ -193,10 +197,45 @@ def import_profkit_collectors():
     return collectors
 
 
+class _MarkerProfiler:
+    """torch.profiler started by hand at the first active step and stopped after the last,
+    with no schedule and no prof.step(): the trace has no ProfilerStep# ranges, only the
+    record_function(marker) range run_steps puts around each step."""
+
+    def __init__(self, args: argparse.Namespace, env: Env) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if env.is_cuda else [])
+        self.prof = profile(activities=acts, record_shapes=True, with_flops=True,
+                            with_stack=args.with_stack)
+        self.first, self.last = PROFILE_WAIT + PROFILE_WARMUP, PROFILE_WAIT + PROFILE_WARMUP + args.active
+        self.path = Path(args.out) / f"rank{env.rank}.marker.pt.trace.json.gz"
+        self.steps = 0
+
+    def __enter__(self) -> _MarkerProfiler:
+        return self
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.steps == self.first:
+            self.prof.start()
+        elif self.steps == self.last:
+            self.prof.stop()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.prof.export_chrome_trace(str(self.path))
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def make_profiler(args: argparse.Namespace, env: Env):
     """The profiler context asked for by --profiler; each has a step() method."""
     if args.profiler == "none":
         return _NoProfiler()
+    if getattr(args, "step_marker", None):
+        if args.profiler != "torch":
+            raise SystemExit("--step-marker needs --profiler torch")
+        return _MarkerProfiler(args, env)
     out = Path(args.out)
     if args.profiler == "profkit":
         collectors = import_profkit_collectors()
@@ -260,10 +299,12 @@ def run_steps(args: argparse.Namespace, env: Env, step_fn: Callable[[int], objec
     clock = _StepClock(env)
     wall0 = time.perf_counter()
     last_warmup = PROFILE_WAIT + PROFILE_WARMUP - 1
+    marker = getattr(args, "step_marker", None)
     with make_profiler(args, env) as prof:
         clock.tick()
         for i in range(args.steps):
-            step_fn(i)
+            with torch.profiler.record_function(marker) if marker else contextlib.nullcontext():
+                step_fn(i)
             clock.tick()
             if i == last_warmup and args.profiler != "none":
                 _align(env)

@@ -51,6 +51,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--features", type=int)
     p.add_argument("--hidden", type=int)
     p.add_argument("--ms-per-batch", type=float, help="CPU ms the dataset spends per batch")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader num_workers")
+    p.add_argument("--preload", action="store_true",
+                   help="the twin without the cause: every batch is built before the loop, so "
+                   "the steps do the same GPU work without waiting for the DataLoader")
     args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
     common.validate(args, "zoo_data_loading")
     return args
@@ -67,8 +71,10 @@ def main(argv: list[str] | None = None) -> None:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         dataset = SlowDataset(args.steps * args.batch, args.features,
                               args.ms_per_batch / 1e3 / args.batch)
-        loader = iter(DataLoader(dataset, batch_size=args.batch, num_workers=0,
+        loader = iter(DataLoader(dataset, batch_size=args.batch, num_workers=args.workers,
                                  shuffle=False, pin_memory=False))
+        if args.preload:
+            loader = iter(list(loader))
 
         def step(_: int) -> None:
             x, y = next(loader)
@@ -79,8 +85,10 @@ def main(argv: list[str] | None = None) -> None:
             opt.zero_grad(set_to_none=True)
 
         times = common.run_steps(args, env, step)
-        common.report(args, env, "zoo/data_loading", times, label="data_loading",
-                      loader_ms_per_batch=args.ms_per_batch, num_workers=0)
+        common.report(args, env, "zoo/data_loading", times,
+                      label="data_loading_removed" if args.preload else "data_loading",
+                      loader_ms_per_batch=args.ms_per_batch, num_workers=args.workers,
+                      preload=args.preload)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--syncs", type=int, help="blocking GPU->host reads per step")
     p.add_argument("--dim", type=int, help="size of the square matmul between syncs")
     p.add_argument("--copy-mb", type=int, help="MiB copied to pageable host memory per step")
+    p.add_argument("--no-sync", action="store_true",
+                   help="the twin without the cause: the same GPU work, but the values stay on "
+                   "the GPU (no .cpu(), no host round trip), so nothing blocks the host")
     args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
     common.validate(args, "zoo_host_sync")
     return args
@@ -47,6 +50,14 @@ def main(argv: list[str] | None = None) -> None:
         b = torch.randn(args.dim, args.dim, device=env.device, dtype=dtype) / args.dim**0.5
         big = torch.randn(args.copy_mb * 2**20 // 4, device=env.device)
         history: list[float] = []
+
+        def step_on_gpu(_: int) -> None:
+            y = a
+            for _ in range(args.syncs):
+                y = torch.mm(y, b).clamp_(-1, 1)
+                scores = y[:, 0].float()
+                y.masked_fill_((scores > 0.0)[:, None], 0.5)  # no .nonzero(): no sync
+            history.append(big.mul(1.0001).std())  # stays on the GPU
 
         def step(_: int) -> None:
             y = a
@@ -63,9 +74,11 @@ def main(argv: list[str] | None = None) -> None:
             host = big.mul(1.0001).cpu()  # long blocking DtoH into pageable memory
             history.append(float(host.numpy().std()))
 
-        times = common.run_steps(args, env, step)
-        common.report(args, env, "zoo/host_sync", times, label="host_sync",
-                      syncs_per_step=args.syncs, copy_mb_per_step=args.copy_mb)
+        times = common.run_steps(args, env, step_on_gpu if args.no_sync else step)
+        common.report(args, env, "zoo/host_sync", times,
+                      label="host_sync_removed" if args.no_sync else "host_sync",
+                      syncs_per_step=0 if args.no_sync else args.syncs,
+                      copy_mb_per_step=args.copy_mb)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,197 @@
+"""The charged-time model: every instant of a rank's timeline charged to exactly one cause.
+
+GPU-busy instants go to the work running, in priority order:
+
+1. ``compute``: compute kernels and memsets (device work);
+2. ``memcpy`` (transfer): copies whose own call did not block the host (pinned async
+   copies, device-to-device, peer-to-peer), also when the host later waited for them in a
+   ``synchronize()``: that wait is transfer time;
+3. ``communication``: collectives and other communication kernels;
+4. ``host_sync``: copies whose own call blocked the host (``cudaMemcpy``, or an async copy
+   from or to pageable memory: the trace's memcpy name says ``Pageable``).
+
+GPU-idle instants are charged per instant, from what the thread that launches the next GPU
+op was doing at that instant (its CPU ranges on the same thread):
+
+- inside a synchronising call or a blocking copy call -> ``host_sync``;
+- inside a DataLoader ``__next__`` -> ``data_loading``;
+- otherwise, before that launch call returned -> ``cpu_launch`` (Python, dispatch, launch
+  overhead, any host work between launches), and so is the short wait between a launch that
+  came late and its kernel starting (launch latency);
+- after a launch that returned before the GPU went idle (the work was queued but held back
+  by another stream, an event, or a graph's own scheduling) -> ``idle_other``.
+
+The parts are disjoint and cover the window they are computed for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from profkit import intervals as iv
+from profkit import schema as S
+from profkit.columns import category_mask
+from profkit.model import RankData
+
+PARTS = ("compute", "communication", "memcpy", "cpu_launch", "data_loading", "host_sync",
+         "idle_other")
+SYNC_CALLS = frozenset({
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+    "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+    "cuMemcpyDtoH", "cuMemcpyHtoD", "hipStreamSynchronize", "hipDeviceSynchronize",
+    "hipEventSynchronize", "hipMemcpy", "aten::item", "aten::_local_scalar_dense",
+})
+COPY_CALLS_RE = r"^(?:cuda|hip|cu)Memcpy"
+DATALOADER_RE = r"DataLoader|_DataLoaderIter|dataloader"
+PAGEABLE_RE = "Pageable"
+HOST_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_RUNTIME, S.KIND_DRIVER, S.KIND_PYTHON,
+              S.KIND_SYNC)
+LAUNCH_KINDS = (S.KIND_RUNTIME, S.KIND_DRIVER)
+OVERLAP = "comm_overlap_ns"  # communication hidden under compute: a view, not a part
+BLOCKING_COPY = "blocking_copy_ns"  # GPU time of host-blocking copies (inside host_sync)
+AFTER_SYNC = "after_sync_ns"  # cpu_launch time after a sync returned in the same gap (round trips)
+Intervals = iv.Intervals
+EMPTY: Intervals = (np.empty(0, np.int64), np.empty(0, np.int64))
+
+
+def spans(frame: pd.DataFrame) -> Intervals:
+    """The union of a frame's [ts, ts + dur) ranges."""
+    start = frame[S.TS_NS].to_numpy(np.int64)
+    return iv.union(start, start + frame[S.DUR_NS].to_numpy(np.int64))
+
+
+def blocking_copies(ev: pd.DataFrame, copies: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """(mask over ``copies`` of copies whose own call blocked the host, those calls): pageable
+    copies and copies issued by a synchronous memcpy API."""
+    cpu = ev[ev[S.KIND].isin(LAUNCH_KINDS).to_numpy() & (ev[S.CORRELATION] >= 0).to_numpy()]
+    calls = cpu[category_mask(cpu[S.NAME], COPY_CALLS_RE)]
+    sync_api = calls[~category_mask(calls[S.NAME], "Async")]
+    pageable = category_mask(copies[S.NAME], PAGEABLE_RE) if len(copies) else np.zeros(0, bool)
+    by_api = copies[S.CORRELATION].isin(sync_api[S.CORRELATION]).to_numpy()
+    blocking = pageable | by_api
+    blocked_calls = calls[calls[S.CORRELATION].isin(copies.loc[blocking, S.CORRELATION])]
+    return blocking, blocked_calls
+
+
+def host_ranges(ev: pd.DataFrame, blocked_calls: pd.DataFrame) -> dict[str, dict[int, Intervals]]:
+    """Per thread: ``sync`` (blocked in a synchronising call or a blocking copy call) and
+    ``loader`` (inside a DataLoader ``__next__``) time ranges."""
+    cpu = ev[ev[S.KIND].isin(HOST_KINDS).to_numpy()]
+    sync = pd.concat([cpu[cpu[S.NAME].isin(SYNC_CALLS).to_numpy()], blocked_calls])
+    loader = cpu[category_mask(cpu[S.NAME], DATALOADER_RE)]
+    return {"sync": _by_thread(sync), "loader": _by_thread(loader)}
+
+
+def _by_thread(frame: pd.DataFrame) -> dict[int, Intervals]:
+    return {int(tid): spans(group) for tid, group in frame.groupby(S.TID, sort=False)}
+
+
+def charged_intervals(data: RankData, lo: int, hi: int,
+                      by_thread: dict | None = None) -> dict[str, Intervals]:
+    """Disjoint interval sets, one per part of :data:`PARTS`, covering [lo, hi); plus two
+    views that are not parts: ``comm_overlap_ns`` (communication hidden under compute),
+    ``blocking_copy_ns`` (the GPU-busy share of host_sync) and ``after_sync_ns`` (the share of
+    cpu_launch in which the host works after returning from a synchronisation in the same
+    idle gap: a round trip, GPU result -> host work -> next launch). ``by_thread``, when
+    given, is filled with {(thread, part): intervals} of the host-side idle parts."""
+    ev = data.events
+    gpu = ev[ev[S.KIND].isin(S.GPU_KINDS).to_numpy()]
+    cls = gpu[S.CLASS].astype(str).to_numpy()
+    copies = gpu[cls == S.CLS_MEMCPY]
+    blocking, blocked_calls = blocking_copies(ev, copies)
+    compute = spans(gpu[(cls == S.CLS_COMPUTE) | (cls == S.CLS_MEMSET)])
+    transfer = iv.subtract(spans(copies[~blocking]), compute)
+    taken = iv.union_of(compute, transfer)
+    comm_all = spans(gpu[cls == S.CLS_COMMUNICATION])
+    comm = iv.subtract(comm_all, taken)
+    taken = iv.union_of(taken, comm)
+    blocked_copy = iv.subtract(spans(copies[blocking]), taken)
+    busy = iv.union_of(taken, blocked_copy)
+    idle = idle_parts(ev, gpu, iv.complement(busy, lo, hi), host_ranges(ev, blocked_calls),
+                      by_thread)
+    parts = {"compute": compute, "memcpy": transfer, "communication": comm, **idle}
+    parts["host_sync"] = iv.union_of(parts["host_sync"], blocked_copy)
+    parts[BLOCKING_COPY] = blocked_copy
+    parts[OVERLAP] = iv.intersect(comm_all, compute)
+    return {k: iv.clip(v, lo, hi) for k, v in parts.items()}
+
+
+def idle_parts(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals,
+               ranges: dict[str, dict[int, Intervals]],
+               by_thread: dict | None = None) -> dict[str, Intervals]:
+    """The GPU-idle ``gaps`` split per instant into host_sync, data_loading, cpu_launch and
+    idle_other (see module doc); ``by_thread`` as in :func:`charged_intervals`."""
+    out = {p: EMPTY for p in ("host_sync", "data_loading", "cpu_launch", "idle_other",
+                              AFTER_SYNC)}
+    if len(gaps[0]) == 0:
+        return out
+    launch_start, launch_end, tid = next_launches(ev, gpu, gaps)
+    host_end = np.minimum(gaps[1], np.maximum(gaps[0], launch_end))
+    queued = (host_end, gaps[1])  # the launch had returned: waiting for the GPU to start it
+    late = launch_end > gaps[0]  # ...because the host was late: launch latency
+    out["cpu_launch"] = _pick(queued, late)
+    out["idle_other"] = _pick(queued, ~late)
+    for thread in np.unique(tid):
+        mine = tid == thread
+        host = iv.union(gaps[0][mine], host_end[mine])
+        thread_sync = ranges["sync"].get(int(thread), EMPTY)
+        sync = iv.intersect(host, thread_sync)
+        rest = iv.subtract(host, sync)
+        loading = iv.intersect(rest, ranges["loader"].get(int(thread), EMPTY))
+        launch_part = iv.subtract(rest, loading)
+        after = iv.intersect(launch_part, _after_sync(gaps[0][mine], host_end[mine], thread_sync))
+        out[AFTER_SYNC] = iv.union_of(out[AFTER_SYNC], after)
+        mine = {"host_sync": sync, "data_loading": loading, "cpu_launch": launch_part}
+        for part, ivs in mine.items():
+            out[part] = iv.union_of(out[part], ivs)
+            if by_thread is not None:
+                by_thread[(int(thread), part)] = ivs
+    return out
+
+
+def _after_sync(start: np.ndarray, end: np.ndarray, sync: Intervals) -> Intervals:
+    """Per host segment [start, end): from the end of the first sync range that overlaps it
+    to its end (empty when no sync overlaps it)."""
+    if len(sync[0]) == 0 or len(start) == 0:
+        return EMPTY
+    k = np.searchsorted(sync[1], start, side="right")
+    ok = k < len(sync[1])
+    ok[ok] = sync[0][k[ok]] < end[ok]
+    return iv.union(np.minimum(sync[1][k[ok]], end[ok]), end[ok])
+
+
+def _pick(segments: Intervals, mask: np.ndarray) -> Intervals:
+    return iv.union(segments[0][mask], segments[1][mask])
+
+
+def next_launches(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each gap, the launch call of the GPU op that ends it: (start ns, end ns, thread).
+    A gap with no next op, or whose op has no launch call in the trace, gets the main
+    launching thread with a launch at the gap's end (the host never launched in time)."""
+    n = len(gaps[0])
+    start, end = gaps[1].copy(), gaps[1].copy()
+    tid = np.full(n, main_launch_thread(ev), dtype=np.int64)
+    launch = ev[ev[S.KIND].isin(LAUNCH_KINDS).to_numpy() & (ev[S.CORRELATION] >= 0).to_numpy()]
+    launch = launch.drop_duplicates(S.CORRELATION).set_index(S.CORRELATION)
+    order = np.argsort(gpu[S.TS_NS].to_numpy(), kind="stable")
+    op_start = gpu[S.TS_NS].to_numpy()[order]
+    op_corr = gpu[S.CORRELATION].to_numpy()[order]
+    nxt = np.searchsorted(op_start, gaps[1], side="left")
+    has = nxt < len(op_start)
+    corr = pd.Series(op_corr[nxt[has]])
+    found = corr.isin(launch.index).to_numpy()
+    rows = np.flatnonzero(has)[found]
+    hit = launch.loc[corr[found].to_numpy()]
+    start[rows] = hit[S.TS_NS].to_numpy()
+    end[rows] = start[rows] + hit[S.DUR_NS].to_numpy()
+    tid[rows] = hit[S.TID].to_numpy()
+    return start, end, tid
+
+
+def main_launch_thread(ev: pd.DataFrame) -> int:
+    """The thread that issued the most launch calls (-1 if none)."""
+    launch = ev.loc[ev[S.KIND].isin(LAUNCH_KINDS).to_numpy() & (ev[S.CORRELATION] >= 0).to_numpy(),
+                    S.TID]
+    return int(launch.value_counts().idxmax()) if len(launch) else -1
