@@ -50,7 +50,7 @@ class RunHeader:
 
 
 PART_NAMES = {"memcpy": "transfer", "cpu_launch": "cpu launch", "data_loading": "data loading",
-              "host_sync": "host sync", "idle_other": "idle other"}
+              "host_sync": "host sync", "idle_other": "held work (queued, waiting on a stream or event)"}
 
 
 def part_name(part: str) -> str:
@@ -61,10 +61,13 @@ def part_name(part: str) -> str:
 def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
                 unusable: dict[int, str] | None = None) -> dict[str, Any]:
     """The dominant cause over the used steps of every usable rank, time-weighted."""
+    recorded = steps
     if not steps.empty:
         steps = steps[steps["used"].astype(bool) & ~steps["rank"].isin(list(unusable or {}))]
     if steps.empty or steps["step_ns"].sum() == 0:
-        why = ("the trace records CUDA-graph capture, not execution" if "capture" in (unusable or {}).values()
+        reasons = set(recorded["excluded_reason"]) if len(recorded) else set()
+        capture = "capture" in (unusable or {}).values() or any("capture" in r for r in reasons)
+        why = ("the trace records CUDA-graph capture, not execution" if capture
                else "kernel records are missing from the trace" if unusable
                else "no GPU work in the profiled steps")
         return {"primary": None, "summary": f"{why}: no verdict", "fractions": {}}
@@ -116,7 +119,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
         efficiency.combine_efficiency([s.efficiency for s in gpu], thresholds),
     ]
     tables = {name: t for r in results for name, t in r.tables.items()}
-    health = {s.rank: s.breakdown.get("health") or {} for s in gpu}
+    health = {s.rank: s.breakdown.get("health") or {} for s in summaries}
     unusable = diagnosis.unusable_ranks(health)
     tables["rank_breakdown"] = tables["rank_breakdown"][
         ~tables["rank_breakdown"]["rank"].isin(list(unusable))].reset_index(drop=True)
@@ -135,7 +138,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
         {int(r): len(v["used"]) for r, v in steps.items()})
     findings += [f for r in results[1:] for f in r.findings]
     findings = _drop_unsupported(findings, unusable, {s.rank for s in gpu})
-    if not gpu:
+    if not gpu and not unusable:
         findings.append(Finding(category="input", severity="info", message=(
             "no GPU events in this run: the breakdown, kernels and efficiency cannot be computed"),
             recommendation="Profile with ProfilerActivity.CUDA on a GPU machine."))
@@ -187,6 +190,7 @@ def _straggler_rows(table: pd.DataFrame | None) -> list[dict[str, Any]]:
     for rec in table[table["straggler"]].to_dict("records"):
         evidence = {
             "late_share": round(float(rec["late_share"]), 3),
+            "p_value": float(f"{rec['p_value']:.3g}"),
             "arrived_last": f"{rec['n_last']}/{rec['n_collectives']}",
             "others_wait_ms_per_step": round(rec["others_exposed_wait_ns_per_step"] / 1e6, 3),
             "others_raw_wait_ms_per_step": round(rec["others_wait_ns_per_step"] / 1e6, 3),

@@ -33,7 +33,7 @@ from profkit import schema as S
 from profkit.model import RankData, Run
 
 VERDICT_CLASSES = ("compute", "communication", "memcpy", "cpu_launch", "data_loading",
-                   "host_sync")
+                   "host_sync", "idle_other")
 CAPTURE = "capture_ns"
 STEP_COLUMNS = ("rank", S.STEP, "step_ns", *PARTS, BLOCKING_COPY, AFTER_SYNC, OVERLAP, CAPTURE,
                 USED, REASON)

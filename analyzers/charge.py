@@ -16,10 +16,10 @@ op was doing at that instant (its CPU ranges on the same thread):
 - inside a synchronising call or a blocking copy call -> ``host_sync``;
 - inside a DataLoader ``__next__`` -> ``data_loading``;
 - otherwise, before that launch call returned -> ``cpu_launch`` (Python, dispatch, launch
-  overhead, any host work between launches), and so is the short wait between a launch that
-  came late and its kernel starting (launch latency);
-- after a launch that returned before the GPU went idle (the work was queued but held back
-  by another stream, an event, or a graph's own scheduling) -> ``idle_other``.
+  overhead, any host work between launches), and so is the short wait (at most
+  ``LAUNCH_LATENCY_NS``) between a launch that came late and its kernel starting;
+- the rest of the wait after the launch returned (the work was queued but held back by
+  another stream, an event, or a graph's own scheduling) -> ``idle_other``.
 
 The parts are disjoint and cover the window they are computed for.
 """
@@ -48,6 +48,7 @@ PAGEABLE_RE = "Pageable"
 HOST_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_RUNTIME, S.KIND_DRIVER, S.KIND_PYTHON,
               S.KIND_SYNC)
 LAUNCH_KINDS = (S.KIND_RUNTIME, S.KIND_DRIVER)
+LAUNCH_LATENCY_NS = 50_000  # a launched kernel on an idle GPU starts within this (typically 5-20 us)
 OVERLAP = "comm_overlap_ns"  # communication hidden under compute: a view, not a part
 BLOCKING_COPY = "blocking_copy_ns"  # GPU time of host-blocking copies (inside host_sync)
 AFTER_SYNC = "after_sync_ns"  # cpu_launch time after a sync returned in the same gap (round trips)
@@ -128,10 +129,12 @@ def idle_parts(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals,
         return out
     launch_start, launch_end, tid = next_launches(ev, gpu, gaps)
     host_end = np.minimum(gaps[1], np.maximum(gaps[0], launch_end))
-    queued = (host_end, gaps[1])  # the launch had returned: waiting for the GPU to start it
-    late = launch_end > gaps[0]  # ...because the host was late: launch latency
-    out["cpu_launch"] = _pick(queued, late)
-    out["idle_other"] = _pick(queued, ~late)
+    # After the launch returned: a late launch's latency is launch overhead; any longer wait,
+    # or a wait for work queued before the gap began, is the work held back on the GPU side.
+    late = launch_end > gaps[0]
+    latency_end = np.where(late, np.minimum(gaps[1], host_end + LAUNCH_LATENCY_NS), host_end)
+    out["cpu_launch"] = iv.union(host_end, latency_end)
+    out["idle_other"] = iv.union(latency_end, gaps[1])
     for thread in np.unique(tid):
         mine = tid == thread
         host = iv.union(gaps[0][mine], host_end[mine])
@@ -159,10 +162,6 @@ def _after_sync(start: np.ndarray, end: np.ndarray, sync: Intervals) -> Interval
     ok = k < len(sync[1])
     ok[ok] = sync[0][k[ok]] < end[ok]
     return iv.union(np.minimum(sync[1][k[ok]], end[ok]), end[ok])
-
-
-def _pick(segments: Intervals, mask: np.ndarray) -> Intervals:
-    return iv.union(segments[0][mask], segments[1][mask])
 
 
 def next_launches(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals

@@ -25,7 +25,8 @@ from profkit.model import RankData, step_spans
 
 CAPTURE_BEGIN_RE = r"^(?:cuda|hip|cu)StreamBeginCapture"
 CAPTURE_END_RE = r"^(?:cuda|hip|cu)StreamEndCapture"
-CAPTURE_INFO_RE = r"^(?:cuda|hip|cu)Stream(?:GetCaptureInfo|IsCapturing)"
+# Only called while a capture is in progress (IsCapturing, by contrast, is asked routinely).
+CAPTURE_INFO_RE = r"^(?:cuda|hip|cu)StreamGetCaptureInfo"
 PROFILER_STEP = "ProfilerStep#"
 USED, REASON = "used", "excluded_reason"
 
@@ -111,7 +112,7 @@ def capture_spans(events: pd.DataFrame) -> iv.Intervals:
 
 
 def capture_calls(events: pd.DataFrame) -> int:
-    """Capture-state queries (``cudaStreamGetCaptureInfo``, ``IsCapturing``...) in the trace:
+    """Capture-state queries (``cudaStreamGetCaptureInfo``) in the trace:
     graph capture in progress when the Begin/End calls themselves fall outside it."""
     host = events[events[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER))]
     return int(category_mask(host[S.NAME], CAPTURE_INFO_RE).sum())
@@ -123,7 +124,7 @@ def choose_steps(table: pd.DataFrame, capture_ns: np.ndarray, chosen: tuple | No
 
     ``chosen`` (lo, hi) step numbers from ``--steps``: exactly those are used. Otherwise a
     step is left out when most of it is CUDA-graph capture, or when its time is more than
-    ``tolerance`` above (or below 1/(1+tolerance) of) the median of the others: at the
+    ``tolerance`` above (or below 1/(1+tolerance) of) the median step: at the
     edges of the recording that is profiler start-up or a final drain, in the middle a
     one-off. At most half the steps are left out, and with fewer than 3 steps none."""
     n = len(table)
@@ -148,7 +149,7 @@ def choose_steps(table: pd.DataFrame, capture_ns: np.ndarray, chosen: tuple | No
 def _outliers(step_ns: np.ndarray, candidates: np.ndarray, tolerance: float,
               reasons: list[str]) -> None:
     idx = np.flatnonzero(candidates)
-    ratio = np.array([step_ns[i] / np.median(np.delete(step_ns[idx], k)) for k, i in enumerate(idx)])
+    ratio = step_ns[idx] / np.median(step_ns[idx])  # robust while fewer than half are odd
     odd = (ratio > 1 + tolerance) | (ratio < 1 / (1 + tolerance))
     if odd.sum() > len(idx) // 2:  # no steady state to speak of: keep them all
         return

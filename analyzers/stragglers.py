@@ -4,9 +4,13 @@ A rank is flagged only on evidence (all of, with the thresholds named):
 
 - there are at least two ranks and it took part in >= ``straggler_min_collectives`` matched
   collectives;
-- it arrived last at >= ``straggler_late_frac`` of them;
+- it arrived last more often than chance allows: with no straggler each of a collective's
+  ``n`` ranks is last with probability 1/n, so the number of times a rank is last is a sum of
+  such coin flips (Poisson-binomial); the chance of seeing at least as many under that null
+  (``p_value``) must be below ``straggler_max_p_value``. "Last at 62% of 50 collectives"
+  between two ranks (p = 0.06) is not evidence; 68% (p = 0.008) is;
 - the other ranks' *exposed* wait for it, averaged over those ranks and summed per step, is
-  >= ``straggler_min_wait_frac`` of their median step time.
+  >= ``straggler_min_wait_frac`` of their median step time (the cost grades the severity).
 
 Exposed wait is the part of a rank's wait in which its GPU ran nothing but the collective
 (from :mod:`comms`). Raw wait overstates the cost wherever the collective overlaps compute:
@@ -52,8 +56,10 @@ NO_STEP_STATS = {MEDIAN_STEP_NS: np.nan, COMPUTE_NS_PER_STEP: np.nan}  # a rank 
 OTHERS_COMPUTE_NS_PER_STEP = "others_compute_ns_per_step"
 STRAGGLER = "straggler"
 EVIDENCE = "evidence"
+P_VALUE = "p_value"  # chance of being last this often with no straggler
+EXPECTED_LAST = "expected_last"  # how often it would be last by chance
 STRAGGLER_COLUMNS = (
-    RANK, N_COLLECTIVES, N_LAST, LATE_SHARE, OTHERS_WAIT_NS_PER_STEP,
+    RANK, N_COLLECTIVES, N_LAST, EXPECTED_LAST, LATE_SHARE, P_VALUE, OTHERS_WAIT_NS_PER_STEP,
     OTHERS_EXPOSED_WAIT_NS_PER_STEP, OTHERS_STEP_NS, WAIT_FRAC, COMPUTE_NS_PER_STEP,
     OTHERS_COMPUTE_NS_PER_STEP, STRAGGLER, EVIDENCE,
 )
@@ -114,6 +120,10 @@ def _straggler_table(step_stats: dict[int, dict[str, float]], coll: pd.DataFrame
                      per_rank: pd.DataFrame) -> pd.DataFrame:
     t = per_rank[[RANK, N_COLLECTIVES, N_LAST]].copy().reset_index(drop=True)
     t[LATE_SHARE] = t[N_LAST] / t[N_COLLECTIVES].where(t[N_COLLECTIVES] > 0)
+    chances = _last_chances(coll, waits)
+    t[EXPECTED_LAST] = [float(np.sum(chances.get(int(r), []))) for r in t[RANK]]
+    t[P_VALUE] = [tail_probability(chances.get(int(r), np.empty(0)), int(k))
+                  for r, k in zip(t[RANK], t[N_LAST])]
     n_steps = coll.loc[coll[S.STEP] >= 0, S.STEP].nunique()
     raw, exposed = _others_wait(coll, waits)
     for col, series in ((OTHERS_WAIT_NS_PER_STEP, raw), (OTHERS_EXPOSED_WAIT_NS_PER_STEP, exposed)):
@@ -128,6 +138,36 @@ def _straggler_table(step_stats: dict[int, dict[str, float]], coll: pd.DataFrame
     t[OTHERS_COMPUTE_NS_PER_STEP] = _others(compute, np.nanmean)
     t[WAIT_FRAC] = t[OTHERS_EXPOSED_WAIT_NS_PER_STEP] / t[OTHERS_STEP_NS].where(t[OTHERS_STEP_NS] > 0)
     return t
+
+
+def _last_chances(coll: pd.DataFrame, waits: pd.DataFrame) -> dict[int, np.ndarray]:
+    """Per rank, 1/n for each matched collective it took part in (n ranks, one of them last;
+    collectives that all ranks started together have no last rank and are left out)."""
+    w = waits[[KEY, RANK]].merge(coll[[KEY, N_RANKS, LAST_RANK]], on=KEY, how="inner")
+    w = w[(w[N_RANKS] >= 2) & (w[LAST_RANK] >= 0)]
+    return {int(r): 1.0 / g[N_RANKS].to_numpy(np.float64) for r, g in w.groupby(RANK)}
+
+
+def tail_probability(chances: np.ndarray, k: int) -> float:
+    """P(at least ``k`` successes) for independent trials with success chances ``chances``
+    (Poisson-binomial): exact by dynamic programming up to 4000 trials, else the normal
+    approximation with a continuity correction."""
+    n = len(chances)
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    if n > 4000:
+        from math import erfc, sqrt
+
+        mean, var = float(chances.sum()), float((chances * (1 - chances)).sum())
+        return 0.5 * erfc((k - 0.5 - mean) / sqrt(2 * var)) if var > 0 else float(k <= mean)
+    dist = np.zeros(n + 1)
+    dist[0] = 1.0
+    for i, p in enumerate(chances):
+        dist[1:i + 2] = dist[1:i + 2] * (1 - p) + dist[:i + 1] * p
+        dist[0] *= 1 - p
+    return float(min(1.0, dist[k:].sum()))
 
 
 def _others_wait(coll: pd.DataFrame, waits: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
@@ -168,7 +208,7 @@ def rank_step_stats(data: RankData) -> dict[str, float]:
 
 def _flag(t: pd.DataFrame, th: Thresholds) -> np.ndarray:
     enough = (len(t) >= 2) & (t[N_COLLECTIVES] >= th.straggler_min_collectives)
-    late = t[LATE_SHARE].fillna(0) >= th.straggler_late_frac
+    late = t[P_VALUE].fillna(1.0) < th.straggler_max_p_value
     costly = t[WAIT_FRAC].fillna(0) >= th.straggler_min_wait_frac
     return (enough & late & costly).to_numpy(bool)
 
@@ -178,7 +218,8 @@ def _ms(ns: float) -> str:
 
 
 def _evidence(row: dict) -> str:
-    return (f"last at {row[N_LAST]}/{row[N_COLLECTIVES]} collectives; others wait "
+    return (f"last at {row[N_LAST]}/{row[N_COLLECTIVES]} collectives (by chance "
+            f"~{row[EXPECTED_LAST]:.0f}, p={row[P_VALUE]:.2g}); others wait "
             f"{_ms(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])}/step exposed "
             f"({_ms(row[OTHERS_WAIT_NS_PER_STEP])} raw), {_pct(row[WAIT_FRAC])} of their "
             f"{_ms(row[OTHERS_STEP_NS])} step")
@@ -195,7 +236,8 @@ def _finding(row: dict, th: Thresholds) -> Finding:
     return Finding(
         category="straggler", severity=severity, rank=rank, evidence=evidence,
         message=(f"Rank {rank} is a straggler: last at {row[N_LAST]} of {row[N_COLLECTIVES]} "
-                 f"collectives; the other ranks lose {_ms(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])} "
+                 f"collectives (~{row[EXPECTED_LAST]:.0f} by chance, p={row[P_VALUE]:.2g}); "
+                 f"the other ranks lose {_ms(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])} "
                  f"per step ({_pct(row[WAIT_FRAC])} of their {_ms(row[OTHERS_STEP_NS])} step) "
                  "waiting for it"),
         recommendation=_recommendation(rank, row),

@@ -44,8 +44,9 @@ class Thresholds:
     """A sequence of short kernels repeated at least this many times is a fusion candidate."""
     low_mfu_frac: float = 0.20
     """MFU below this is flagged (well-tuned bf16 LLM training reaches ~0.35-0.55)."""
-    straggler_late_frac: float = 0.6
-    """A rank is a straggler when it arrives last at this share of matched collectives..."""
+    straggler_max_p_value: float = 0.01
+    """A rank is a straggler when it arrives last so often that chance (each of a collective's
+    n ranks last with probability 1/n) explains it with probability below this..."""
     straggler_min_wait_frac: float = 0.05
     """...and the others' exposed wait for it (GPU doing nothing but the collective) is at
     least this share of their step time. Raw wait would flag zoo/balanced (11% of the step,

@@ -10,7 +10,9 @@
 #   graph_capture/ graph_capture_only/  CUDA-graph capture inside the window (+ replays / none)
 #   dropped_kernels/              many tiny kernels with Kineto's GPU buffer limited to 1 MB
 # Before/after pairs (the cause present, then removed with the GPU work unchanged):
-#   host_sync/ + host_sync_removed/, data_loading/ + data_loading_removed/,
+#   host_sync/ + host_sync_removed/ (pageable read-backs vs pinned non_blocking),
+#   round_trip/ + round_trip_removed/ (GPU result -> host work -> launch, vs on the GPU),
+#   data_loading/ + data_loading_removed/,
 #   cpu_launch/ + cpu_launch_graphs/ (eager vs CUDA graphs),
 #   launch_sync/ + launch_nosync/ (syncs in a launch-bound loop: removing them saves little),
 #   compute/ + compute_again/ (the same workload twice: a diff must say "unchanged").
@@ -36,7 +38,9 @@ zoo graph_capture_only graph_capture --capture-only
 printf 'ACTIVITIES_MAX_GPU_BUFFER_SIZE_MB=1\n' > "$OUT/kineto_small_buffer.conf"
 KINETO_CONFIG="$OUT/kineto_small_buffer.conf" zoo dropped_kernels cpu_launch --ops 20000
 zoo host_sync host_sync
-zoo host_sync_removed host_sync --no-sync
+zoo host_sync_removed host_sync --pinned
+zoo round_trip round_trip
+zoo round_trip_removed round_trip --no-sync
 zoo data_loading data_loading
 zoo data_loading_removed data_loading --preload
 zoo cpu_launch cpu_launch
@@ -45,6 +49,16 @@ zoo launch_sync cpu_launch --sync-every 100
 zoo launch_nosync cpu_launch
 zoo compute compute
 zoo compute_again compute
+# Two GPUs: a host-side straggler (rank 1 sleeps before backward) and its twin without it.
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  for pair in "straggler_sleep straggler.py --extra-matmuls 0 --sleep-ms 3" "straggler_sleep_removed balanced.py"; do
+    read -r name script rest <<< "$pair"
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then continue; fi
+    # shellcheck disable=SC2086
+    run "zoo_$name" "$OUT/zoo/$name" 1 "${TORCHRUN[@]}" --nproc_per_node 2 "$Z/$script" \
+      "${P[@]}" --out "$OUT/zoo/$name" $rest
+  done
+fi
 
 (cd "$OUT" && find . -type f ! -name SIZES.txt -printf '%10s  %P\n' | sort -k2) > "$OUT/SIZES.txt"
 echo "=== done in $(( $(date +%s) - T0 ))s"

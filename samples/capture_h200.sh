@@ -44,7 +44,7 @@ fi
 run infer_kv "$OUT/infer_kv" 0 "$PY" "$S/infer_kv.py" --profiler "$PROFILER" --out "$OUT/infer_kv"
 
 # (d) the bottleneck zoo: single-GPU scripts, then the 2-rank ones
-for name in compute cpu_launch data_loading host_sync; do
+for name in compute cpu_launch data_loading host_sync round_trip; do
   run "zoo_$name" "$OUT/zoo/$name" 0 "$PY" "$Z/$name.py" --profiler "$PROFILER" \
     --out "$OUT/zoo/$name"
 done

@@ -14,23 +14,30 @@ from tests.factories import kernel, launch, step, trace_doc, write_trace, x
 def timeline():
     """Two steps, times in us. Step 1 = [0, 1000), step 2 = [1000, 1200).
 
-    step 1: gap 0-100 before kernel A (launched at 10, after the gap began)  -> cpu_launch 100
+    Every idle instant is charged by what the launching thread (all on tid 100 here) was
+    doing at that instant, up to the launch call of the op that ends the gap:
+
+    step 1: gap 0-100 before kernel A (launch call 60-62): host 0-62, then the late
+            launch's latency 62-100 (under 50 us)                            -> cpu_launch 100
             A compute 100-400; B NCCL 300-600, exposed 400-600               -> compute 300, comm 200
-            C HtoD copy 600-650, its call 30-35 did not wait                 -> memcpy 50
-            gap 650-700 while the host is in the DataLoader (640-700)        -> data_loading 50
+            C pinned HtoD copy 600-650, its call 30-35 did not block         -> memcpy 50
+            gap 650-700 before D (launch call 690-692): host inside the
+            DataLoader range 640-700 until 692, then launch latency 692-700  -> data_loading 42, cpu_launch 8
             D compute 700-750                                                -> compute 50
-            E DtoH copy 750-800, its call 745-801 waited for it              -> host_sync 50
-            gap 800-900 begins inside cudaStreamSynchronize 790-805          -> host_sync 100
-            F compute 900-950; gap 950-1000, next op launched at 1002        -> compute 50, cpu_launch 50
-            total 1000 = compute 400 + comm 200 + memcpy 50 + data 50 + sync 150 + launch 150
-    step 2: gap 1000-1010, H launched at 1002                                -> cpu_launch 10
-            H compute 1010-1050; I compute 1100-1200 launched at 1005, so the
-            gap 1050-1100 had work queued                                    -> compute 140, idle_other 50
+            E pageable DtoH copy 750-800: its own call 745-801 blocked       -> host_sync 50
+            gap 800-900 before F (launch call 890-892): host blocked in the
+            copy call / cudaStreamSynchronize 790-805 until 805, then host
+            work 805-892 (after a sync: a round trip), latency 892-900      -> host_sync 5, cpu_launch 95
+            F compute 900-950; gap 950-1000 (H launched 1002-1004)           -> compute 50, cpu_launch 50
+            total 1000 = compute 400 + comm 200 + memcpy 50 + data 42 + sync 55 + launch 253
+    step 2: gap 1000-1010 (host until 1004, latency 1004-1010)               -> cpu_launch 10
+            H compute 1010-1050; I compute 1100-1200 launched at 1005-1007,
+            before the gap 1050-1100 began: queued, held                     -> compute 140, idle_other 50
             total 200
     """
     return [
         step(1, 0.0, 1000.0), step(2, 1000.0, 200.0),
-        launch(10.0, 2.0, 1), kernel("sm90_xmma_gemm_bf16", 100.0, 300.0, 1),
+        launch(60.0, 2.0, 1), kernel("sm90_xmma_gemm_bf16", 100.0, 300.0, 1),
         launch(20.0, 2.0, 2), kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 300.0, 300.0, 2,
                                      stream=20),
         x("cudaMemcpyAsync", "cuda_runtime", 30.0, 5.0, correlation=3),
@@ -60,8 +67,9 @@ def test_every_part_of_a_known_timeline(data: RankData):
     us = 1000
     assert table.loc[1, "step_ns"] == 1000 * us
     assert {p: table.loc[1, p] // us for p in PARTS} == {
-        "compute": 400, "communication": 200, "memcpy": 50, "cpu_launch": 150,
-        "data_loading": 50, "host_sync": 150, "idle_other": 0}
+        "compute": 400, "communication": 200, "memcpy": 50, "cpu_launch": 253,
+        "data_loading": 42, "host_sync": 55, "idle_other": 0}
+    assert table.loc[1, "after_sync_ns"] == 87 * us  # 805-892: host work after the sync
     assert {p: table.loc[2, p] // us for p in PARTS} == {
         "compute": 140, "communication": 0, "memcpy": 0, "cpu_launch": 10,
         "data_loading": 0, "host_sync": 0, "idle_other": 50}
@@ -96,11 +104,26 @@ def test_trace_without_gpu_events_gives_no_rows(tmp_path):
 ZOO = REPO / "samples" / "runs" / "zoo"
 
 
-@pytest.mark.parametrize("label", ["compute", "communication", "cpu_launch", "data_loading",
-                                   "host_sync"])
-def test_each_labelled_zoo_run_gets_its_label(label):
+def test_a_launched_kernel_held_back_is_idle_other_not_launch_latency(tmp_path):
+    """Kernel B is launched at 120-122 while the GPU runs A (100-150) but starts only at 400:
+    50 us after the launch returned is latency at most; the rest of the gap is B held back
+    (a stream waiting on an event)."""
+    events = [step(1, 0.0, 500.0), launch(90.0, 2.0, 1), kernel("gemm_a", 100.0, 50.0, 1),
+              launch(160.0, 2.0, 2), kernel("gemm_b", 400.0, 100.0, 2)]
+    path = write_trace(tmp_path / "rank0.json", trace_doc(rank=0, world_size=1, events=events))
+    row = rank_steps(load_run(path, cache=False).ranks[0]).iloc[0]
+    us = 1000
+    # gap 0-100: host 0-92, latency 92-100; gap 150-400: host 150-162, latency 162-212,
+    # held 212-400
+    assert row["cpu_launch"] // us == 100 + 12 + 50 and row["idle_other"] // us == 188
+
+
+@pytest.mark.parametrize("run, label", [
+    ("compute", "compute"), ("communication", "communication"), ("cpu_launch", "cpu_launch"),
+    ("data_loading", "data_loading"), ("host_sync", "host_sync"), ("round_trip", "cpu_launch")])
+def test_each_labelled_zoo_run_gets_its_label(run, label):
     """Ground truth: each script provokes its bottleneck on purpose (samples/zoo/README.md)."""
-    ranks = analyze_breakdown(load_run(ZOO / label, cache=False)).tables["rank_breakdown"]
+    ranks = analyze_breakdown(load_run(ZOO / run, cache=False)).tables["rank_breakdown"]
     assert set(ranks["primary"]) == {label}
     assert (ranks[label] > 0.5).all()
 
@@ -120,9 +143,9 @@ def test_a_tracefile_can_be_read_twice_for_the_same_answer(tmp_path):
 
 def test_overlap_copy_share_and_streams_of_the_known_timeline(data):
     table = rank_steps(data).set_index("step")
-    # NCCL B 300-600 overlaps compute A (100-400) for 100 us; the waited copy E is 50 us.
+    # NCCL B 300-600 overlaps compute A (100-400) for 100 us; the blocking copy E is 50 us.
     assert table.loc[1, "comm_overlap_ns"] == 100_000
-    assert table.loc[1, "host_sync_copy_ns"] == 50_000
+    assert table.loc[1, "blocking_copy_ns"] == 50_000
     from profkit.model import Run
 
     result = analyze_breakdown(Run("t", {"world_size": 1}, {0: data}))
