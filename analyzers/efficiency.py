@@ -30,8 +30,6 @@ so for short windows that lags the load (zoo/compute: 130 W while GEMMs ran).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 from profkit.analyzers.devices import DEVICES, DevicePeak, device_info, match_device
@@ -39,7 +37,7 @@ from profkit.analyzers.findings import Finding, Result
 from profkit.analyzers.flopcount import count_flops, kernel_time_mix, name_values
 from profkit.analyzers.kernels import no_gpu_result
 from profkit.analyzers.tables import RANK, empty, plain, rank_ranges
-from profkit.analyzers.thresholds import DEFAULT, Thresholds
+from profkit.analyzers.thresholds import DEFAULT, Thresholds, with_mfu_options
 
 from profkit import intervals as iv
 from profkit import schema as S
@@ -352,11 +350,9 @@ def analyze_efficiency(run: Run, thresholds: Thresholds = DEFAULT, *,
     ``flops_per_step`` / ``peak_tflops`` replace those of ``thresholds`` (see Thresholds);
     ``peak_dtype`` ("fp32", "tf32", "bf16", "fp8", "fp4") judges every FLOP against that
     precision's peak instead of the one each GEMM ran in."""
-    options = {k: v for k, v in (("flops_per_step", flops_per_step),
-                                 ("peak_tflops", peak_tflops)) if v is not None}
     rows = [rank_efficiency(r, rd, run.meta, peak_dtype=peak_dtype)
             for r, rd in sorted(run.ranks.items()) if rd.has_gpu]
-    return combine_efficiency(rows, replace(thresholds, **options))
+    return combine_efficiency(rows, with_mfu_options(thresholds, flops_per_step, peak_tflops))
 
 
 def rank_efficiency(rank: int, rd: RankData, run_meta: dict, *,

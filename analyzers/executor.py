@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profkit import datacodec, discover, loader
+from profkit import classify, datacodec, discover, loader
 from profkit.errors import UsageError
 from profkit.model import SkippedFile, clock_offset_ns
 
@@ -43,6 +43,7 @@ class FileTask:
     run_meta: dict[str, Any]  # run.json's gpus (of the file's host) and clock offsets
     use_cache: bool = True
     thresholds: Any = None
+    rules: Any = None  # the client's classification rules (profkit.classify_rules.Rules)
 
 
 @datacodec.register
@@ -63,6 +64,8 @@ def summarize_file(task: FileTask) -> FileResult:
 
     from profkit.counters import load_counters
 
+    if task.rules is not None:  # classify as the client does, whatever this worker's folder
+        classify.use_rules(task.rules)
     try:
         res = loader.ingest_file(task.path, task.use_cache)
         if res.error:
@@ -95,17 +98,19 @@ def plan_tasks(folder: Path, meta: dict[str, Any], files: list[Path], use_cache:
         host = (declared.get(str(rank)) or {}).get("host") if rank is not None else None
         mine = [g for g in gpus if g.get("host") in (None, host)] if host else gpus
         tasks.append(FileTask(str(path), str(folder), {"gpus": mine, "clock_offsets_ns": offsets},
-                              use_cache, thresholds))
+                              use_cache, thresholds, classify.active_rules()))
     return tasks
 
 
 def analyze_run(path: str | Path, *, scheduler: Any = None, workers: int | None = None,
                 cache: bool = True, strict: bool = False, ranks: list[int] | None = None,
-                thresholds=None, progress: Callable[[int, int], None] | None = None):
-    """Analyze the run at ``path`` by map (per file) and reduce (see module doc)."""
-    from profkit.analyzers.thresholds import DEFAULT
+                thresholds=None, progress: Callable[[int, int], None] | None = None,
+                flops_per_step: float | None = None, peak_tflops: float | None = None):
+    """Analyze the run at ``path`` by map (per file) and reduce (see module doc).
+    ``flops_per_step`` / ``peak_tflops`` replace those of ``thresholds`` (MFU options)."""
+    from profkit.analyzers.thresholds import with_mfu_options
 
-    thresholds = thresholds or DEFAULT
+    thresholds = with_mfu_options(thresholds, flops_per_step, peak_tflops)
     root, folder, meta, files, skipped = loader.open_run(path)
     tasks = plan_tasks(folder, meta, files, cache, thresholds)
     results = list(_run_map(tasks, scheduler, workers, progress))

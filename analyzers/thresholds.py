@@ -5,7 +5,7 @@ Numbers are fractions of step time unless the name says otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,3 +80,11 @@ class Thresholds:
 
 
 DEFAULT = Thresholds()
+
+
+def with_mfu_options(thresholds: Thresholds | None, flops_per_step: float | None = None,
+                     peak_tflops: float | None = None) -> Thresholds:
+    """``thresholds`` (default: DEFAULT) with the MFU options that are given replaced."""
+    options = {k: v for k, v in (("flops_per_step", flops_per_step),
+                                 ("peak_tflops", peak_tflops)) if v is not None}
+    return replace(thresholds or DEFAULT, **options)
