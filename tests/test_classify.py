@@ -224,3 +224,40 @@ def test_unreadable_rules_files(tmp_path):
         load_file(tmp_path / "bad.toml")
     with pytest.raises(UsageError, match="missing.toml: cannot read the rules file"):
         load_file(tmp_path / "missing.toml")
+
+
+def test_cli_classify_option_and_its_errors(tmp_path, capsys):
+    from profkit.cli import main
+
+    path = write_trace(tmp_path / "run" / "rank0.json", trace_doc(rank=0, world_size=1,
+                                                                  events=MY_KERNELS))
+    (tmp_path / "rules.toml").write_text(RULES)
+    out = tmp_path / "a.json"
+    assert main(["analyze", str(path.parent), "--classify", str(tmp_path / "rules.toml"),
+                 "--format", "json", "-o", str(out)]) == 0
+    # my_a2a_kernel_v2 [10, 30) us is communication now, under my_tile_kernel [10, 30): 20 of
+    # the 25 us of communication overlap compute (without the rules: 0 of 5)
+    assert json.loads(out.read_text())["ranks"][0]["comm_overlap_frac"] == pytest.approx(0.8)
+    (tmp_path / "bad.toml").write_text('[[rule]]\npattern = "^x"\nclass = "network"\n')
+    bad = tmp_path / "b.json"
+    assert main(["analyze", str(path.parent), "--classify", str(tmp_path / "bad.toml"),
+                 "-o", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'bad.toml'}: rule 1 (pattern '^x'): unknown class 'network'" in err
+    assert not bad.exists()
+
+
+def test_cli_mfu_options(tmp_path):
+    """--flops-per-step 2e9 in the 100 us step: 20 TFLOP/s, of --peak-tflops 1000: MFU 2%."""
+    from profkit.cli import main
+
+    path = write_trace(tmp_path / "run" / "rank0.json", trace_doc(rank=0, world_size=1,
+                                                                  events=MY_KERNELS))
+    out = tmp_path / "a.json"
+    assert main(["analyze", str(path.parent), "--flops-per-step", "2e9", "--peak-tflops",
+                 "1000", "--format", "json", "-o", str(out)]) == 0
+    mfu = [f for f in json.loads(out.read_text())["findings"] if f["category"] == "mfu"]
+    assert [(f["severity"], f["evidence"]["mfu"]) for f in mfu] == [("warning", pytest.approx(0.02))]
+    with pytest.raises(SystemExit) as info:
+        main(["analyze", str(path.parent), "--peak-tflops", "-5"])
+    assert info.value.code == 2
