@@ -75,11 +75,13 @@ def kernel_owners(rd: RankData, ops: pd.DataFrame, kernels: pd.DataFrame) -> np.
     """Row of ``ops`` whose time on the launching thread holds each kernel's launch call
     (matched by correlation), -1 where none does or the kernel has no launch."""
     owner = np.full(len(kernels), -1, dtype=np.int64)
-    ev = rd.events
-    launch = ev[ev[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER)) & (ev[S.CORRELATION] >= 0)]
-    if ops.empty or launch.empty or kernels.empty:
+    if ops.empty or kernels.empty:
         return owner
-    launch = launch[[S.CORRELATION, S.TS_NS, S.PID, S.TID]].drop_duplicates(S.CORRELATION)
+    ev = rd.events
+    corr = ev[S.CORRELATION].to_numpy()
+    rows = ev[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER)).to_numpy() & (corr >= 0)
+    launch = pd.DataFrame({c: ev[c].to_numpy()[rows] for c in (S.CORRELATION, S.TS_NS, S.PID, S.TID)})
+    launch = launch.drop_duplicates(S.CORRELATION)
     spans = ops[[S.TS_NS, "end", S.PID, S.TID]].assign(op=np.arange(len(ops)))
     joined = pd.merge_asof(launch.sort_values(S.TS_NS), spans.sort_values(S.TS_NS),
                            on=S.TS_NS, by=[S.PID, S.TID], direction="backward")

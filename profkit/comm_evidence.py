@@ -61,33 +61,40 @@ def _launched_by_comm_ops(ev, is_gpu, unknown, cls, sub) -> None:
 
 def _launched_in_comm_ranges(ev, is_gpu, unknown, cls, sub) -> None:
     """Kernels whose launch call lies inside a communication-named CPU range (rule 2)."""
+    if not unknown.any():
+        return
     kind = ev[S.KIND]
     ranges = (kind.isin((S.KIND_ANNOTATION, S.KIND_CPU_OP)).to_numpy()
               & category_mask(ev[S.NAME], COMM_RANGE_RE.pattern + "|" + classify.COMM_OP_RE.pattern))
     launch = kind.isin((S.KIND_RUNTIME, S.KIND_DRIVER)).to_numpy() & (ev[S.CORRELATION] >= 0).to_numpy()
-    if not ranges.any() or not launch.any() or not unknown.any():
+    if not ranges.any() or not launch.any():
         return
     collective = _launch_collectives(ev, np.flatnonzero(ranges), np.flatnonzero(launch))
-    found = ev[S.CORRELATION].map(collective)
-    rows = np.flatnonzero(unknown & found.notna().to_numpy())
-    cls[rows], sub[rows] = S.CLS_COMMUNICATION, found.to_numpy()[rows]
+    rows = np.flatnonzero(unknown)
+    found = pd.Series(ev[S.CORRELATION].to_numpy()[rows]).map(collective).to_numpy()
+    hit = pd.notna(found)
+    cls[rows[hit]], sub[rows[hit]] = S.CLS_COMMUNICATION, found[hit]
 
 
 def _launch_collectives(ev: pd.DataFrame, ranges: np.ndarray, launches: np.ndarray) -> pd.Series:
     """correlation -> collective kind of the innermost range holding the launch call, for
     the launches inside a range on the same thread."""
     ts, dur = ev[S.TS_NS].to_numpy(), ev[S.DUR_NS].to_numpy()
-    thread = ev[S.PID].to_numpy() * (1 << 32) + ev[S.TID].to_numpy()  # one key per thread
-    names = ev[S.NAME].to_numpy()
-    order = np.lexsort((ts[launches], thread[launches]))
-    l_rows, l_thread, l_ts = launches[order], thread[launches][order], ts[launches][order]
+    pid, tid = ev[S.PID].to_numpy(), ev[S.TID].to_numpy()
+    names = ev[S.NAME]
+    kinds = {n: classify.collective_kind(n) for n in names.iloc[ranges].unique()}
+    r_kind = names.iloc[ranges].map(kinds).to_numpy()
+    l_thread = pid[launches] * (1 << 32) + tid[launches]  # one key per thread
+    order = np.lexsort((ts[launches], l_thread))
+    l_rows, l_thread, l_ts = launches[order], l_thread[order], ts[launches][order]
     kind = np.full(len(l_rows), None, dtype=object)
-    for r in ranges[np.argsort(ts[ranges], kind="stable")]:  # outer first: inner ones win
-        lo = np.searchsorted(l_thread, thread[r], side="left")
-        hi = np.searchsorted(l_thread, thread[r], side="right")
+    by_start = np.argsort(ts[ranges], kind="stable")  # outer ranges first: inner ones win
+    for r, collective in zip(ranges[by_start], r_kind[by_start]):
+        key = pid[r] * (1 << 32) + tid[r]
+        lo, hi = np.searchsorted(l_thread, key, "left"), np.searchsorted(l_thread, key, "right")
         a = lo + np.searchsorted(l_ts[lo:hi], ts[r], side="left")
         b = lo + np.searchsorted(l_ts[lo:hi], ts[r] + dur[r], side="right")
-        kind[a:b] = classify.collective_kind(names[r])
+        kind[a:b] = collective
     inside = kind != None  # noqa: E711 (elementwise comparison)
     corr = ev[S.CORRELATION].to_numpy()[l_rows[inside]]
     return pd.Series(kind[inside], index=corr).groupby(level=0).last()
@@ -96,22 +103,20 @@ def _launch_collectives(ev: pd.DataFrame, ranges: np.ndarray, launches: np.ndarr
 def _on_comm_streams(ev, kernel, unknown, strength, cls, sub) -> None:
     """Unknown kernels on a stream whose kernel time is mostly communication and where no
     kernel has a known compute name (rule 3)."""
-    if not unknown.any():
+    rows = np.flatnonzero(kernel)
+    comm = cls[rows] == S.CLS_COMMUNICATION
+    if not unknown.any() or not comm.any():
         return
-    k = pd.DataFrame({"stream": ev[S.DEVICE].to_numpy() * (1 << 32) + ev[S.STREAM].to_numpy(),
-                      "dur": ev[S.DUR_NS].to_numpy(), "cls": cls, "sub": sub,
-                      "named_compute": (cls == S.CLS_COMPUTE) & (strength > classify.UNKNOWN),
-                      "row": np.arange(len(ev))})[kernel]
-    k["comm_ns"] = np.where(k["cls"] == S.CLS_COMMUNICATION, k["dur"], 0)
-    per = k.groupby("stream").agg(total=("dur", "sum"), comm=("comm_ns", "sum"),
-                                  named=("named_compute", "any"))
-    streams = per.index[(per["comm"] >= COMM_STREAM_MIN_FRAC * per["total"]) & (per["comm"] > 0)
-                        & ~per["named"]]
-    if not len(streams):
-        return
-    comm = k[(k["cls"] == S.CLS_COMMUNICATION) & k["stream"].isin(streams)]
-    main = comm.groupby(["stream", "sub"])["dur"].sum().reset_index().sort_values(
-        "dur", kind="stable").drop_duplicates("stream", keep="last").set_index("stream")["sub"]
-    rows = k.loc[k["stream"].isin(streams) & unknown[k["row"].to_numpy()], ["row", "stream"]]
-    cls[rows["row"].to_numpy()] = S.CLS_COMMUNICATION
-    sub[rows["row"].to_numpy()] = rows["stream"].map(main).to_numpy()
+    stream = ev[S.DEVICE].to_numpy()[rows] * (1 << 32) + ev[S.STREAM].to_numpy()[rows]
+    codes, streams = pd.factorize(stream)
+    dur = ev[S.DUR_NS].to_numpy()[rows].astype(float)
+    total = np.bincount(codes, weights=dur, minlength=len(streams))
+    comm_ns = np.bincount(codes, weights=dur * comm, minlength=len(streams))
+    named = (cls[rows] == S.CLS_COMPUTE) & (strength[rows] > classify.UNKNOWN)
+    chosen = ((comm_ns >= COMM_STREAM_MIN_FRAC * total) & (comm_ns > 0)
+              & (np.bincount(codes, weights=named, minlength=len(streams)) == 0))
+    for code in np.flatnonzero(chosen):
+        mine = codes == code
+        main = pd.Series(dur[mine & comm]).groupby(sub[rows][mine & comm]).sum().idxmax()
+        target = rows[mine & unknown[rows]]
+        cls[target], sub[target] = S.CLS_COMMUNICATION, main
