@@ -45,8 +45,8 @@ from profkit.flops import kernel_precision
 from profkit.model import RankData, Run, step_spans
 
 # flops: what MFU is computed from (``flops_source`` "trace" or "model formula");
-# trace_flops: counted from the trace's ops; flop_coverage: share of compute-kernel time
-# those ops launched; precision_mix: shares of the counted FLOPs per precision (without
+# trace_flops: counted from the trace's ops; flop_coverage: share of the compute-kernel time
+# that can carry FLOPs those ops launched (analyzers/flopcount.py); precision_mix: shares of the counted FLOPs per precision (without
 # any, of GEMM kernel time); peak_tflops: what MFU is judged against; mfu: NaN unless judged.
 EFFICIENCY_COLUMNS = (RANK, "device", "device_name", "device_model", "steps", "step_time_ns",
                       "flops", "flops_source", "trace_flops", "flop_coverage", "precision_mix",

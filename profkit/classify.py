@@ -214,9 +214,14 @@ def use_rules(rules) -> None:
 def active_rules():
     """The rules in force (see :func:`use_rules`)."""
     if _active is None:
-        from profkit.classify_rules import project_rules
+        from profkit.classify_rules import Rules, project_rules
 
-        use_rules(project_rules(Path.cwd()))
+        try:
+            here = Path.cwd()
+        except OSError:  # the working directory was removed: no project to read
+            use_rules(Rules())
+        else:
+            use_rules(project_rules(here))
     return _active
 
 

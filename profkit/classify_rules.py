@@ -97,8 +97,10 @@ def parse_rules(items: Any, source: str) -> Rules:
 
 
 def _read_toml(path: Path) -> dict:
-    import tomllib
-
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        raise UsageError(f"{path}: classification rules need Python 3.11 or newer") from None
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:

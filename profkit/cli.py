@@ -172,6 +172,10 @@ def _add_load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", help="only these ranks, e.g. 0,2,4-7")
     p.add_argument("--workers", type=int, help="traces parsed at once (default: the CPU count, "
                    "fewer when free memory is short)")
+    _add_classify_option(p)
+
+
+def _add_classify_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--classify", type=Path, metavar="FILE",
                    help="kernel classification rules (TOML: [[rule]] pattern = REGEX, class = "
                    "compute|communication|memcpy|memset, subclass = ...), tried before the "
@@ -240,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("base", help="the run before the change")
     p.add_argument("new", help="the run after the change")
     p.add_argument("--no-cache", action="store_true", help="ignore and do not write the ingest cache")
+    _add_classify_option(p)
     _add_report_options(p)
     p.set_defaults(func=cmd_diff)
 
