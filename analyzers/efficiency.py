@@ -3,20 +3,22 @@
 Per rank, over the profiled steps (``profkit.model.step_times_ns``; without steps, the span
 of GPU work):
 
-- ``efficiency``: achieved TFLOP/s and MFU against the device's dense peak for
-  ``peak_dtype`` (bf16 by default: the tensor-core rate mixed-precision training runs at;
-  fp16 on V100), GPU utilisation (merged kernel time / step time), estimated SM efficiency
-  (time-average of min(sum of blocks-per-SM of running kernels, 1), idle time counting 0),
-  estimated occupancy (duration-weighted ``est. achieved occupancy %``) and the share of
-  GEMM time in tensor-core kernels.
+- ``efficiency``: achieved TFLOP/s and MFU against the device's dense peak for the
+  precisions the GEMMs ran in (``analyzers/flopcount.py``: fp8 GEMMs against the fp8 peak,
+  TF32 ones against TF32's, mixed runs against the FLOP-weighted blend), GPU utilisation
+  (merged kernel time / step time), estimated SM efficiency (time-average of min(sum of
+  blocks-per-SM of running kernels, 1), idle time counting 0), estimated occupancy
+  (duration-weighted ``est. achieved occupancy %``) and the share of GEMM time in
+  tensor-core precisions (tf32, 16-bit, fp8, fp4).
 - ``nvml``: SM clock, throttle reasons, power, energy per step, GPM tensor / DRAM activity
   beside the share of the step in GEMM/attention kernels, peak memory vs capacity.
 
-FLOPs come from CPU ops recorded ``with_flops``. PyTorch gives FLOPs to a few aten ops
-(mm, addmm, bmm, baddbmm, conv, mul, add) and some of those can nest inside one another
-(a conv op inside a conv op): only the outermost op carrying FLOPs on each thread counts, so
-nothing is counted twice. Traces written by recent PyTorch (2.11 here) carry no FLOPs even
-with ``with_flops=True``; pass ``flops_per_step`` (a model formula) to get MFU then.
+FLOPs are the trace's own counts or those of ops with a formula (``profkit.flops``: matmul,
+convolution, attention), outermost op per thread. MFU is judged only where those ops
+launched enough of the compute-kernel time (``Thresholds.min_flop_coverage_frac``), or when
+the model's FLOPs per step are given (``Thresholds.flops_per_step``); ``peak_tflops``
+replaces the device table's peak. The map reports each rank's facts (counted FLOPs,
+coverage, precision mix, device peak); :func:`combine_efficiency` applies the options.
 
 NVML samples describe the period ending at their timestamp (utilisation, GPM, averaged
 power), so a metric's samples from the first step's start to one sampling interval after
@@ -28,22 +30,27 @@ so for short windows that lags the load (zoo/compute: 130 W while GEMMs ran).
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 from profkit.analyzers.devices import DEVICES, DevicePeak, device_info, match_device
 from profkit.analyzers.findings import Finding, Result
+from profkit.analyzers.flopcount import count_flops, kernel_time_mix, name_values
 from profkit.analyzers.kernels import no_gpu_result
-from profkit.analyzers.tables import RANK, empty, name_mask, plain
-from profkit.analyzers.thresholds import DEFAULT, Thresholds
+from profkit.analyzers.tables import RANK, empty, plain, rank_ranges
+from profkit.analyzers.thresholds import DEFAULT, Thresholds, with_mfu_options
 
 from profkit import intervals as iv
 from profkit import schema as S
+from profkit.flops import kernel_precision
 from profkit.model import RankData, Run, step_spans
 
+# flops: what MFU is computed from (``flops_source`` "trace" or "model formula");
+# trace_flops: counted from the trace's ops; flop_coverage: share of the compute-kernel time
+# that can carry FLOPs those ops launched (analyzers/flopcount.py); precision_mix: shares of the counted FLOPs per precision (without
+# any, of GEMM kernel time); peak_tflops: what MFU is judged against; mfu: NaN unless judged.
 EFFICIENCY_COLUMNS = (RANK, "device", "device_name", "device_model", "steps", "step_time_ns",
-                      "flops", "flops_source", "achieved_tflops", "peak_tflops", "mfu",
+                      "flops", "flops_source", "trace_flops", "flop_coverage", "precision_mix",
+                      "achieved_tflops", "peak_tflops", "mfu",
                       "gpu_util", "sm_efficiency", "occupancy_pct", "gemm_time_ns",
                       "tensor_core_gemm_frac", "fp32_gemm_ns")
 NVML_COLUMNS = (RANK, "device", "sm_clock_mean_mhz", "sm_clock_min_mhz", "clock_samples",
@@ -58,13 +65,9 @@ THROTTLE_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
                     0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake",
                     0x200: "board_limit", 0x400: "reliability"}
 THROTTLE_MASK = sum(THROTTLE_REASONS)
-# Tensor-core / matrix-core GEMM kernels: cuBLAS/CUTLASS (xmma, wgmma, hmma, tensorop,
-# nvjet, h884/s1688/s16816 instruction shapes), low-precision types, AMD MFMA (Tensile
-# "MI16x16x1", mfma). fp32 SIMT GEMMs: sgemm, gemmSN, f32f32.
-TENSOR_CORE_RE = re.compile(r"xmma|wgmma|hmma|tensorop|nvjet|[hsi]\d{3,5}gemm|mfma|_mi\d+x\d+|"
-                            r"tf32|bf16|f16|fp16|half", re.IGNORECASE)
-FP32_GEMM_RE = re.compile(r"sgemm|gemmsn|f32f32|fp32", re.IGNORECASE)
+TENSOR_CORE_PRECISIONS = ("tf32", "bf16", "fp8", "fp4")  # fp32 GEMMs run on SIMT / vector
 MATMUL_SUBCLASSES = ("gemm", "attention")
+DEFAULT_PRECISION = "bf16"  # what mixed-precision training runs at, when nothing says
 
 
 def step_windows(rd: RankData) -> tuple[np.ndarray, np.ndarray]:
@@ -93,19 +96,6 @@ def rank_device(rd: RankData) -> int:
     return int(dev.mode().iloc[0]) if len(dev) else 0
 
 
-def outer_flops(rd: RankData) -> float:
-    """Sum of FLOPs of the outermost FLOP-carrying CPU ops in the steps (see module doc)."""
-    ops = rd.events[(rd.events[S.KIND] == S.KIND_CPU_OP) & (rd.events[S.FLOPS] > 0)]
-    ops = ops[ops[S.STEP] >= 0] if len(rd.steps) else ops
-    if ops.empty:
-        return 0.0
-    ops = ops.assign(end=ops[S.TS_NS] + ops[S.DUR_NS]).sort_values(
-        [S.PID, S.TID, S.TS_NS, S.DUR_NS], ascending=[True, True, True, False])
-    reach = ops.groupby([S.PID, S.TID])["end"].cummax()
-    prev_reach = reach.groupby([ops[S.PID], ops[S.TID]]).shift(fill_value=np.iinfo(np.int64).min)
-    return float(ops.loc[ops["end"] > prev_reach, S.FLOPS].sum())  # else inside an earlier op
-
-
 def sm_efficiency(k: pd.DataFrame, window: int) -> float:
     """Time-average over ``window`` ns of min(sum of blocks-per-SM of running kernels, 1)."""
     k = k[np.isfinite(k[S.BLOCKS_PER_SM])]
@@ -120,46 +110,76 @@ def sm_efficiency(k: pd.DataFrame, window: int) -> float:
 
 
 def gemm_precision(k: pd.DataFrame) -> tuple[int, float, int]:
-    """(GEMM kernel ns, share of it in tensor-core kernels, ns in fp32 SIMT GEMMs)."""
+    """(GEMM kernel ns, share of it in tensor-core precisions, ns in fp32 GEMMs)."""
     g = k[k[S.SUBCLASS] == "gemm"]
     total = int(g[S.DUR_NS].sum())
-    tc = name_mask(g[S.NAME], TENSOR_CORE_RE)
-    fp32 = name_mask(g[S.NAME], FP32_GEMM_RE) & ~tc
-    frac = g[S.DUR_NS][tc].sum() / total if total else np.nan
-    return total, float(frac), int(g[S.DUR_NS][fp32].sum())
+    precision = name_values(g[S.NAME], kernel_precision)
+    dur = g[S.DUR_NS].to_numpy()
+    tc = np.isin(precision, TENSOR_CORE_PRECISIONS)
+    frac = dur[tc].sum() / total if total else np.nan
+    return total, float(frac), int(dur[precision == "fp32"].sum())
 
 
-def efficiency_row(rank: int, rd: RankData, run_meta: dict, flops_per_step: float | None,
-                   peak_dtype: str) -> dict:
+def flop_facts(rd: RankData, k: pd.DataFrame, peak: DevicePeak | None,
+               peak_dtype: str | None) -> dict:
+    """Counted FLOPs, their coverage and precision mix, and the device's peak for that mix
+    (``peak_dtype``: judge every FLOP against this precision's peak instead)."""
+    fc = count_flops(rd, k, peak_dtype or DEFAULT_PRECISION)
+    if fc.flops > 0:
+        mix = {peak_dtype: fc.flops} if peak_dtype else fc.by_precision
+        device_peak = peak.flop_weighted_tflops(mix) if peak else np.nan
+    else:  # no FLOPs to weigh: the GEMMs' time says which peaks apply
+        mix = {peak_dtype: 1.0} if peak_dtype else (kernel_time_mix(k)
+                                                     or {DEFAULT_PRECISION: 1.0})
+        device_peak = peak.time_weighted_tflops(mix) if peak else np.nan
+    total = sum(mix.values())
+    text = ",".join(f"{p}:{v / total:.2f}" for p, v in sorted(mix.items(), key=lambda x: -x[1]))
+    return {"trace_flops": fc.flops, "flop_coverage": fc.coverage, "precision_mix": text,
+            "peak_tflops": device_peak}
+
+
+def efficiency_row(rank: int, rd: RankData, run_meta: dict, peak_dtype: str | None) -> dict:
+    """One rank's facts; flops / achieved_tflops / mfu are filled by :func:`judge_mfu`."""
     lo, hi = step_windows(rd)
     window = int((hi - lo).sum())
-    steps = max(len(rd.steps), 1)
     k = window_kernels(rd)
     device = rank_device(rd)
     info = device_info(rd.meta, run_meta, device)
     peak: DevicePeak | None = match_device(info["name"], info["num_sms"], info["mem_bytes"])
-    peak_tflops = getattr(peak, f"{peak_dtype}_tflops") if peak else np.nan
-    if flops_per_step:
-        flops, source = flops_per_step * steps, "model formula"
-    else:
-        flops = outer_flops(rd)
-        source = "trace" if flops > 0 else ""  # the trace's counts or op shapes
-    achieved = flops / (window * 1e-9) / 1e12 if window and flops else np.nan
     dur = k[S.DUR_NS].to_numpy()
     occ = k[S.OCCUPANCY_PCT].to_numpy(dtype=float)
     has_occ = np.isfinite(occ) & (dur > 0)
     gemm_ns, tc_frac, fp32_ns = gemm_precision(k)
     return {RANK: rank, "device": device, "device_name": info["name"],
             "device_model": peak.key if peak else "", "steps": len(rd.steps),
-            "step_time_ns": window, "flops": flops, "flops_source": source,
-            "achieved_tflops": achieved, "peak_tflops": peak_tflops,
-            "mfu": achieved / peak_tflops if peak_tflops else np.nan,
+            "step_time_ns": window, "flops": np.nan, "flops_source": "",
+            **flop_facts(rd, k, peak, peak_dtype), "achieved_tflops": np.nan, "mfu": np.nan,
             "gpu_util": iv.total(iv.union(k[S.TS_NS], k[S.TS_NS] + k[S.DUR_NS])) / window
             if window else np.nan,
             "sm_efficiency": sm_efficiency(k, window),
             "occupancy_pct": float((occ * dur)[has_occ].sum() / dur[has_occ].sum())
             if has_occ.any() else np.nan,
             "gemm_time_ns": gemm_ns, "tensor_core_gemm_frac": tc_frac, "fp32_gemm_ns": fp32_ns}
+
+
+def judge_mfu(eff: dict, th: Thresholds) -> dict:
+    """The row with the FLOPs MFU is computed from (``th.flops_per_step`` x steps, else the
+    counted ones), achieved TFLOP/s, the peak (``th.peak_tflops`` if given) and MFU, left
+    NaN unless the FLOPs are the model's or cover enough compute time."""
+    row = dict(eff)
+    if th.flops_per_step:
+        row["flops"], row["flops_source"] = th.flops_per_step * max(row["steps"], 1), "model formula"
+    else:
+        row["flops"] = row["trace_flops"]
+        row["flops_source"] = "trace" if row["trace_flops"] > 0 else ""
+    if th.peak_tflops:
+        row["peak_tflops"] = float(th.peak_tflops)
+    window_s = row["step_time_ns"] * 1e-9
+    row["achieved_tflops"] = row["flops"] / window_s / 1e12 if window_s and row["flops"] else np.nan
+    judged = bool(th.flops_per_step) or row["flop_coverage"] >= th.min_flop_coverage_frac
+    row["mfu"] = (row["achieved_tflops"] / row["peak_tflops"]
+                  if judged and row["peak_tflops"] > 0 else np.nan)
+    return row
 
 
 # --- NVML joins ---------------------------------------------------------------------------
@@ -241,10 +261,11 @@ def efficiency_findings(eff: dict, th: Thresholds) -> list[Finding]:
     out, rank = [], eff[RANK]
     ev = {k: plain(v) for k, v in eff.items()}
     if eff["mfu"] < th.low_mfu_frac:
+        peak = "given" if th.peak_tflops else f"{eff['precision_mix']} on {eff['device_model']}"
         out.append(Finding(
             category="mfu", severity="warning", rank=rank, evidence=ev,
             message=f"MFU is {eff['mfu']:.0%}: {eff['achieved_tflops']:.0f} of "
-                    f"{eff['peak_tflops']:.0f} dense TFLOP/s on {eff['device_model']}.",
+                    f"{eff['peak_tflops']:.0f} dense TFLOP/s ({peak}).",
             recommendation="Find where the step goes (breakdown, kernels): raise arithmetic "
                            "intensity (larger batch / sequence, bf16), fuse small ops, "
                            "overlap communication."))
@@ -287,43 +308,71 @@ def nvml_findings(row: dict, th: Thresholds) -> list[Finding]:
     return out
 
 
+def mfu_notes(effs: list[dict], th: Thresholds) -> list[Finding]:
+    """Why MFU was not judged on some ranks: no FLOPs known, too little compute time
+    covered by ops with known FLOPs, or an unknown device (one run-wide finding each)."""
+    missing = [e for e in effs if not np.isfinite(e["mfu"])]
+    none = [e for e in missing if not e["flops"] > 0]
+    low = [e for e in missing if e["flops"] > 0
+           and not (th.flops_per_step or e["flop_coverage"] >= th.min_flop_coverage_frac)]
+    no_peak = [e for e in missing if e not in none and e not in low]
+    model = "Pass the model's FLOPs per step (--flops-per-step / Thresholds.flops_per_step)"
+    out = []
+    if none:
+        out.append(Finding(category="mfu", severity="info", message=(
+            f"MFU not computed on rank(s) {rank_ranges(e[RANK] for e in none)}: no op in the "
+            "trace has a known FLOP count."), recommendation=(
+            f"{model}, or profile with record_shapes=True so profkit counts matmul, "
+            "convolution and attention FLOPs from the op shapes.")))
+    if low:
+        cov = np.nan_to_num([e["flop_coverage"] for e in low])  # NaN: no compute kernels
+        out.append(Finding(category="mfu", severity="info", evidence={
+            "flop_coverage_min": float(cov.min()), "flop_coverage_max": float(cov.max()),
+            "min_flop_coverage_frac": th.min_flop_coverage_frac}, message=(
+            f"MFU not judged on rank(s) {rank_ranges(e[RANK] for e in low)}: ops with known "
+            f"FLOPs launched only {cov.max():.0%} (or less) of the compute-kernel time that "
+            f"can carry FLOPs (below {th.min_flop_coverage_frac:.0%}), so the counted "
+            f"{max(e['achieved_tflops'] for e in low):.1f} TFLOP/s is a lower bound."),
+            recommendation=f"{model} to judge MFU."))
+    if no_peak:
+        out.append(Finding(category="mfu", severity="info", message=(
+            f"MFU not computed on rank(s) {rank_ranges(e[RANK] for e in no_peak)}: the "
+            f"device ({no_peak[0]['device_name'] or 'unnamed'}) is not in the peak table."),
+            recommendation="Pass its dense peak (--peak-tflops / Thresholds.peak_tflops)."))
+    return out
+
+
 def analyze_efficiency(run: Run, thresholds: Thresholds = DEFAULT, *,
-                       flops_per_step: float | None = None,
-                       peak_dtype: str = "bf16") -> Result:
+                       flops_per_step: float | None = None, peak_tflops: float | None = None,
+                       peak_dtype: str | None = None) -> Result:
     """Efficiency and NVML tables per rank (module docstring) with their findings.
 
-    ``flops_per_step``: model FLOPs of one step on one rank (for example 6 x parameters x
-    tokens for a dense transformer), used instead of the trace's with_flops counts.
-    ``peak_dtype``: "bf16" (tensor-core peak, the default) or "fp32"."""
-    rows = [rank_efficiency(r, rd, run.meta, flops_per_step=flops_per_step,
-                            peak_dtype=peak_dtype)
+    ``flops_per_step`` / ``peak_tflops`` replace those of ``thresholds`` (see Thresholds);
+    ``peak_dtype`` ("fp32", "tf32", "bf16", "fp8", "fp4") judges every FLOP against that
+    precision's peak instead of the one each GEMM ran in."""
+    rows = [rank_efficiency(r, rd, run.meta, peak_dtype=peak_dtype)
             for r, rd in sorted(run.ranks.items()) if rd.has_gpu]
-    return combine_efficiency(rows, thresholds)
+    return combine_efficiency(rows, with_mfu_options(thresholds, flops_per_step, peak_tflops))
 
 
 def rank_efficiency(rank: int, rd: RankData, run_meta: dict, *,
-                    flops_per_step: float | None = None,
-                    peak_dtype: str = "bf16") -> tuple[dict, dict | None]:
-    """One GPU rank's efficiency row and NVML row (None without samples)."""
-    eff = efficiency_row(rank, rd, run_meta, flops_per_step, peak_dtype)
+                    peak_dtype: str | None = None) -> tuple[dict, dict | None]:
+    """One GPU rank's efficiency facts and NVML row (None without samples)."""
+    eff = efficiency_row(rank, rd, run_meta, peak_dtype)
     return eff, nvml_row(rank, rd, run_meta, eff)
 
 
 def combine_efficiency(rows: list[tuple[dict, dict | None]],
                        thresholds: Thresholds = DEFAULT) -> Result:
-    """:func:`analyze_efficiency` from the GPU ranks' :func:`rank_efficiency`, in rank order."""
+    """:func:`analyze_efficiency` from the GPU ranks' :func:`rank_efficiency`, in rank order;
+    MFU is judged here, with the thresholds' options."""
     if not rows:
         return no_gpu_result(TABLES, "efficiency analysis")
-    effs = [eff for eff, _ in rows]
+    effs = [judge_mfu(eff, thresholds) for eff, _ in rows]
     nvml = [row for _, row in rows if row is not None]
     findings = [f for eff in effs for f in efficiency_findings(eff, thresholds)]
     findings += [f for row in nvml for f in nvml_findings(row, thresholds)]
-    if not any(eff["flops_source"] for eff in effs):
-        findings.append(Finding(
-            category="mfu", severity="info",
-            message="MFU not computed: the trace has no FLOP counts (torch.profiler "
-                    "with_flops=True writes none in recent PyTorch versions).",
-            recommendation="Pass the model's FLOPs per step (flops_per_step) to get MFU."))
+    findings += mfu_notes(effs, thresholds)
     tables = {"efficiency": pd.DataFrame(effs, columns=list(EFFICIENCY_COLUMNS)),
               "nvml": pd.DataFrame(nvml, columns=list(NVML_COLUMNS)) if nvml
               else empty(NVML_COLUMNS)}

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profkit import datacodec, discover, loader
+from profkit import classify, datacodec, discover, loader
 from profkit.errors import UsageError
 from profkit.model import SkippedFile, clock_offset_ns
 
@@ -44,6 +44,7 @@ class FileTask:
     use_cache: bool = True
     thresholds: Any = None
     options: Any = None  # AnalysisOptions (step marker, steps)
+    rules: Any = None  # the client's classification rules (profkit.classify_rules.Rules)
 
 
 @datacodec.register
@@ -65,6 +66,8 @@ def summarize_file(task: FileTask) -> FileResult:
 
     from profkit.counters import load_counters
 
+    if task.rules is not None:  # classify as the client does, whatever this worker's folder
+        classify.use_rules(task.rules)
     try:
         res = loader.ingest_file(task.path, task.use_cache)
         if res.error:
@@ -98,19 +101,22 @@ def plan_tasks(folder: Path, meta: dict[str, Any], files: list[Path], use_cache:
         host = (declared.get(str(rank)) or {}).get("host") if rank is not None else None
         mine = [g for g in gpus if g.get("host") in (None, host)] if host else gpus
         tasks.append(FileTask(str(path), str(folder), {"gpus": mine, "clock_offsets_ns": offsets},
-                              use_cache, thresholds, options))
+                              use_cache, thresholds, options=options,
+                              rules=classify.active_rules()))
     return tasks
 
 
 def analyze_run(path: str | Path, *, scheduler: Any = None, workers: int | None = None,
                 cache: bool = True, strict: bool = False, ranks: list[int] | None = None,
                 thresholds=None, options=None,
-                progress: Callable[[int, int], None] | None = None):
+                progress: Callable[[int, int], None] | None = None,
+                flops_per_step: float | None = None, peak_tflops: float | None = None):
     """Analyze the run at ``path`` by map (per file) and reduce (see module doc);
-    ``options``: an :class:`~profkit.analyzers.options.AnalysisOptions`."""
-    from profkit.analyzers.thresholds import DEFAULT
+    ``options``: an :class:`~profkit.analyzers.options.AnalysisOptions`;
+    ``flops_per_step`` / ``peak_tflops`` replace those of ``thresholds`` (MFU options)."""
+    from profkit.analyzers.thresholds import with_mfu_options
 
-    thresholds = thresholds or DEFAULT
+    thresholds = with_mfu_options(thresholds, flops_per_step, peak_tflops)
     root, folder, meta, files, skipped = loader.open_run(path)
     tasks = plan_tasks(folder, meta, files, cache, thresholds, options)
     results = list(_run_map(tasks, scheduler, workers, progress))

@@ -5,7 +5,7 @@ Numbers are fractions of step time unless the name says otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +44,19 @@ class Thresholds:
     """A sequence of short kernels repeated at least this many times is a fusion candidate."""
     low_mfu_frac: float = 0.20
     """MFU below this is flagged (well-tuned bf16 LLM training reaches ~0.35-0.55)."""
+    min_flop_coverage_frac: float = 0.50
+    """MFU is judged only when ops with known FLOPs launched at least this share of the
+    compute-kernel time that may carry FLOPs (analyzers/flopcount.py); below it the counted
+    FLOP/s are only a lower bound. Seen: 0.7-1.0 on eager training and inference traces
+    recorded with shapes (samples/runs, ResNets, Qwen, BERT), 0.3-0.4 with fbgemm custom
+    ops, 0-0.1 on CUDA-graph replays and custom-op MoE models."""
+    flops_per_step: float | None = None
+    """Model FLOPs of one step on one rank (e.g. 6 x parameters x tokens for a dense
+    transformer), used instead of the FLOPs counted from the trace; MFU is then judged
+    whatever the coverage."""
+    peak_tflops: float | None = None
+    """Dense peak TFLOP/s of one device to judge MFU against, instead of the device table's
+    peak for the precisions the GEMMs ran in (analyzers/devices.py)."""
     straggler_max_p_value: float = 0.01
     """A rank is a straggler when it arrives last so often that chance (each of a collective's
     n ranks last with probability 1/n) explains it with probability below this..."""
@@ -77,3 +90,11 @@ class Thresholds:
 
 
 DEFAULT = Thresholds()
+
+
+def with_mfu_options(thresholds: Thresholds | None, flops_per_step: float | None = None,
+                     peak_tflops: float | None = None) -> Thresholds:
+    """``thresholds`` (default: DEFAULT) with the MFU options that are given replaced."""
+    options = {k: v for k, v in (("flops_per_step", flops_per_step),
+                                 ("peak_tflops", peak_tflops)) if v is not None}
+    return replace(thresholds or DEFAULT, **options)

@@ -17,7 +17,7 @@ import pandas as pd
 from profkit import classify
 from profkit import schema as S
 from profkit.columns import ids_to_int, to_float, to_int, us_to_ns
-from profkit.flops import FLOP_OPS, flops_from_shapes
+from profkit.flops import FLOP_OPS, PRECISIONS, ConvLinks, dtype_precision, flops_from_shapes
 from profkit.tracefile import Args, Event, Trace
 
 EMPTY_ARGS = Args()
@@ -68,6 +68,7 @@ class Accumulator:
         self.parts: dict[str, list[np.ndarray]] = {}
         self.coll_args = SparseArgs()
         self.metadata: list[Event] = []
+        self.conv_links = ConvLinks()
         self.rows = 0
 
     def add(self, batch: list[Event]) -> None:
@@ -91,12 +92,38 @@ class Accumulator:
             rows = np.arange(len(xs)) if kinds is None else np.flatnonzero(np.isin(kind, kinds))
             values = _read_arg(args, rows, attr)
             if column == S.FLOPS:
-                _add_shape_flops(values, xs, args)
+                self._add_shape_flops(values, xs, args)
             self._put(column, values)
         for i, a in enumerate(args):
             if a.collective is not None or a.in_nelems is not None:
                 self.coll_args[self.rows + i] = a
         self.rows += len(xs)
+
+    def _add_shape_flops(self, flops: np.ndarray, xs: list[Event], args: list[Args]) -> None:
+        """FLOPs of matmul / conv / attention ops from their shapes where the trace has
+        none, and the precision of their inputs (profkit.flops)."""
+        precision = np.zeros(len(xs), dtype=np.int8)  # 0: unknown, else 1 + PRECISIONS index
+        for i, e in enumerate(xs):
+            if not len(args[i].input_dims) or not self.conv_links.wants(e.name):
+                continue
+            dims, concrete = _json(args[i].input_dims), _json(args[i].concrete_inputs)
+            if np.isnan(flops[i]):
+                flops[i] = flops_from_shapes(e.name, dims, concrete)
+            self.conv_links.note(self.rows + i, e.name, dims, concrete, args[i].seq_number,
+                                 flops[i])
+            if e.name in FLOP_OPS:
+                found = dtype_precision(_json(args[i].input_types))
+                precision[i] = PRECISIONS.index(found) + 1 if found else 0
+        self._put(S.FLOPS_DTYPE, precision)
+
+    def _resolve_conv_links(self) -> None:
+        """FLOPs that needed a later event (profkit.flops.ConvLinks), on the unsorted rows."""
+        flops = self._take(S.FLOPS)
+        ts_us = np.concatenate(self.parts.get("ts_us", [np.empty(0)]))
+        end_us = ts_us + np.concatenate(self.parts.get(S.DUR_NS, [np.empty(0)])) / 1000
+        tid = np.concatenate(self.parts.get(S.TID, [np.empty(0, np.int64)]))
+        self.conv_links.resolve(flops, ts_us, end_us, tid)
+        self.parts[S.FLOPS] = [flops]
 
     def _extend_kinds(self) -> None:
         new = list(self.cats.index)[len(self.cat_kind):]
@@ -109,6 +136,7 @@ class Accumulator:
         """The events table, sorted by start time (ts on the epoch clock; stream and device
         set on GPU rows). Consumes the collected parts; ``coll_args`` is re-keyed to the
         sorted rows."""
+        self._resolve_conv_links()
         ts_us = self._take("ts_us")
         order = np.argsort(ts_us, kind="stable")
         self._rekey_args(order)
@@ -132,6 +160,8 @@ class Accumulator:
             ev[name] = np.where(is_gpu, values, -1).astype(np.int64)
         for name in (S.BLOCKS_PER_SM, S.OCCUPANCY_PCT, S.FLOPS, S.BYTES):
             ev[name] = self._take(name, order)
+        ev[S.FLOPS_DTYPE] = pd.Categorical.from_codes(
+            self._take(S.FLOPS_DTYPE, order).astype(np.int8), categories=("",) + PRECISIONS)
         return ev
 
     def _take(self, column: str, order: np.ndarray | None = None) -> np.ndarray:
@@ -156,15 +186,14 @@ def _read_arg(args: list[Args], rows: np.ndarray, attr: str) -> np.ndarray:
     return out
 
 
-def _add_shape_flops(flops: np.ndarray, xs: list[Event], args: list[Args]) -> None:
-    """FLOPs of matmul / attention ops from their input shapes where the trace has none."""
-    for i, e in enumerate(xs):
-        if e.name in FLOP_OPS and len(args[i].input_dims) and np.isnan(flops[i]):
-            try:
-                dims = orjson.loads(bytes(args[i].input_dims))
-            except orjson.JSONDecodeError:
-                continue
-            flops[i] = flops_from_shapes(e.name, dims)
+def _json(raw) -> object:
+    """A raw JSON argument decoded, None when absent or not JSON."""
+    if not len(raw):
+        return None
+    try:
+        return orjson.loads(bytes(raw))
+    except orjson.JSONDecodeError:
+        return None
 
 
 def accumulate(trace: Trace) -> Accumulator:

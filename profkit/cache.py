@@ -18,6 +18,7 @@ import pandas as pd
 
 from profkit import schema as S
 from profkit.atomic import atomic_open, write_bytes_atomic
+from profkit.classify import rules_fingerprint
 from profkit.discover import run_folder
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ TABLES = ("events", "collectives", "steps")
 
 def cache_key(trace: Path) -> str:
     st = trace.stat()
-    text = f"{trace.resolve()}|{st.st_size}|{st.st_mtime_ns}|v{S.TABLES_VERSION}"
+    text = f"{trace.resolve()}|{st.st_size}|{st.st_mtime_ns}|v{S.TABLES_VERSION}{rules_fingerprint()}"
     return hashlib.sha1(text.encode()).hexdigest()[:20]
 
 

@@ -2,11 +2,28 @@
 
 Functions here take arrays of *unique* strings and return arrays of labels; ingest maps
 them back onto rows through categorical codes, so no regex ever runs per event.
+
+GPU kernels are classified from the strongest evidence available (ingest applies the
+evidence that needs the whole trace, ``profkit/comm_evidence.py``):
+
+1. a user rule (``--classify FILE`` or ``[tool.profkit.classify]`` in the project's
+   pyproject.toml; ``profkit/classify_rules.py``): final, the user knows their kernels;
+2. collective arguments on the kernel (Kineto copies them onto collective kernels only);
+3. the kernel name: a known communication family, or a known compute family (GEMM,
+   attention, conv, reduction, elementwise);
+4. for kernels whose name says nothing: launched by a communication CPU op or inside a CPU
+   range / annotation named dispatch, combine, all_reduce, all_to_all, ... ; or running on
+   a stream whose other work is communication.
+
+When a known compute name and a communication range disagree (a gating GEMM launched inside
+"dispatch(F)"), the name wins: a range is coarse, a kernel name says what ran.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,15 +51,23 @@ _CAT_KIND = {
     "sync": S.KIND_SYNC,
 }
 
-# Communication kernels by name, for traces whose kernels lack the collective args.
-# NCCL (ncclKernel_* before 2.19, ncclDevKernel_* after), RCCL, MSCCL, DeepEP, NVSHMEM,
-# and the custom all-reduce kernels of inference engines (vLLM, SGLang, TensorRT-LLM).
-COMM_KERNEL_RE = re.compile(
-    r"nccl|rccl|msccl|deep_?ep|nvshmem|cross_device_reduce|custom_?all_?reduce|"
-    r"one_?shot_?all_?reduce|two_?shot_?all_?reduce|all_?reduce_?kernel|allgather_?kernel|"
-    r"reduce_?scatter_?kernel|alltoall_?kernel|multimem",
-    re.IGNORECASE,
-)
+# Communication kernel families by name, for kernels that lack the collective args.
+COMM_KERNEL_RE = re.compile("|".join((
+    # NCCL (ncclKernel_* before 2.19, ncclDevKernel_* since), RCCL (ncclDevKernel_Generic on
+    # ROCm, no collective in the name), MSCCL and MSCCL++ (mscclpp)
+    r"nccl|rccl|msccl",
+    # DeepEP: deep_ep::{intranode,internode,internode_ll}::{dispatch,combine,notify_dispatch,
+    # cached_notify,...}; DeepSeek's own build names the namespace dpsk::ep
+    r"deep_?ep|dpsk::ep::(?:intranode|internode|low_latency)",
+    r"nvshmem",  # NVSHMEM device kernels (nvshmem*, nvshmemi_*)
+    r"\bucc_|ucc::",  # UCC (ucc_tl_cuda_*, ucc_ec_*)
+    # vLLM / SGLang custom all-reduce (cross_device_reduce_1stage / 2stage), AMD QuickReduce
+    r"cross_device_reduce|custom_?all_?reduce|quick_?reduce",
+    # torch symmetric memory (one_shot / two_shot / multimem all-reduce), TensorRT-LLM /
+    # FlashInfer all-reduce fusion, generic collective kernels
+    r"one_?shot_?all_?reduce|two_?shot_?all_?reduce|multimem|all_?reduce_?(?:kernel|fusion)",
+    r"allgather_?kernel|reduce_?scatter_?kernel|alltoall_?kernel",
+)), re.IGNORECASE)
 
 # CPU-side communication ops: their GPU work is communication even with a generic name.
 COMM_OP_RE = re.compile(r"^(?:nccl:|gloo:|c10d::|record_param_comms$|c10d_functional::)")
@@ -65,16 +90,17 @@ _COMPUTE_RULES = (
         "elementwise",
         r"elementwise|vectorized|unrolled|pointwise|triton_poi|copy|fill|index|cat_?array|"
         r"gather|scatter|where|masked|activation|gelu|relu|silu|dropout|embedding|"
-        r"distribution|rope|rotary",
+        r"distribution|rope|rotary|_cast|cast_|quant",
     ),
 )
 _COMPUTE_RES = tuple((label, re.compile(rx, re.IGNORECASE)) for label, rx in _COMPUTE_RULES)
 
 _COLL_RULES = (
-    ("all_reduce", r"all_?reduce"),
+    ("all_reduce", r"all_?reduce|cross_device_reduce|quick_?reduce"),
     ("reduce_scatter", r"reduce_?scatter"),
     ("all_gather", r"all_?gather"),
-    ("all_to_all", r"all_?to_?all"),
+    # DeepEP's dispatch / combine (and their notify kernels) exchange tokens all-to-all
+    ("all_to_all", r"all_?to_?all|dispatch|combine|notify"),
     ("broadcast", r"broadcast|bcast"),
     ("send_recv", r"send|recv|p2p|batch_isend_irecv"),
     ("barrier", r"barrier"),
@@ -117,17 +143,33 @@ def memcpy_direction(name: str, kind_arg: object = None) -> str:
     return "other"
 
 
-def classify_gpu_names(kinds: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(class, subclass) for unique (kind, name) pairs of GPU events.
+# How sure a GPU event's class is (GpuClasses.strength): evidence may only change weaker ones.
+UNKNOWN, NAMED, RULED = 0, 1, 2
 
-    Kernels are communication when their name says so (the caller upgrades kernels whose
-    args or launching CPU op say so); everything else is compute with a sub-class.
-    """
+
+class GpuClasses(NamedTuple):
+    classes: np.ndarray
+    subclasses: np.ndarray
+    strength: np.ndarray  # UNKNOWN: compute/"other" by default; NAMED; RULED (user rule)
+
+
+def classify_gpu_names(kinds: np.ndarray, names: np.ndarray, rules=None) -> GpuClasses:
+    """(class, subclass, strength) for unique (kind, name) pairs of GPU events.
+
+    Kernels: a user rule (``rules``, default :func:`active_rules`) first, then the name; a
+    kernel whose name says nothing is compute/"other" with strength UNKNOWN, for ingest's
+    evidence to upgrade (module doc)."""
+    rules = active_rules() if rules is None else rules
     classes = np.empty(len(names), dtype=object)
     subs = np.empty(len(names), dtype=object)
+    strength = np.full(len(names), NAMED, dtype=np.int8)
     for i, (kind, name) in enumerate(zip(kinds, names)):
         name = str(name)
-        if kind == S.KIND_MEMCPY:
+        rule = rules.match(name) if kind == S.KIND_KERNEL else None
+        if rule is not None:
+            classes[i], subs[i] = rule.cls, rule.subclass or guess_subclass(rule.cls, name)
+            strength[i] = RULED
+        elif kind == S.KIND_MEMCPY:
             classes[i], subs[i] = S.CLS_MEMCPY, memcpy_direction(name)
         elif kind == S.KIND_MEMSET:
             classes[i], subs[i] = S.CLS_MEMSET, "memset"
@@ -137,4 +179,53 @@ def classify_gpu_names(kinds: np.ndarray, names: np.ndarray) -> tuple[np.ndarray
             classes[i], subs[i] = S.CLS_COMMUNICATION, collective_kind(name)
         else:
             classes[i], subs[i] = S.CLS_COMPUTE, compute_subclass(name)
-    return classes, subs
+            strength[i] = UNKNOWN if subs[i] == "other" else NAMED
+    return GpuClasses(classes, subs, strength)
+
+
+def guess_subclass(cls: str, name: str) -> str:
+    """The sub-class a kernel of class ``cls`` gets from its name."""
+    if cls == S.CLS_COMMUNICATION:
+        return collective_kind(name)
+    if cls == S.CLS_MEMCPY:
+        return memcpy_direction(name)
+    return "memset" if cls == S.CLS_MEMSET else compute_subclass(name)
+
+
+# Sub-classes each class may take (user rules are checked against them).
+SUBCLASSES = {
+    S.CLS_COMPUTE: tuple(label for label, _ in _COMPUTE_RULES) + ("other",),
+    S.CLS_COMMUNICATION: tuple(dict.fromkeys(label for label, _ in _COLL_RULES)) + ("other",),
+    S.CLS_MEMCPY: _MEMCPY_DIRECTIONS + ("other",),
+    S.CLS_MEMSET: ("memset",),
+}
+
+# --- the user rules in force ---------------------------------------------------------------
+_active = None  # Rules; None: not chosen yet, the current project's (read on first use)
+
+
+def use_rules(rules) -> None:
+    """Classify with these :class:`~profkit.classify_rules.Rules` from now on in this process
+    (None: the rules of the project found from the working directory, read on first use)."""
+    global _active
+    _active = rules
+
+
+def active_rules():
+    """The rules in force (see :func:`use_rules`)."""
+    if _active is None:
+        from profkit.classify_rules import Rules, project_rules
+
+        try:
+            here = Path.cwd()
+        except OSError:  # the working directory was removed: no project to read
+            use_rules(Rules())
+        else:
+            use_rules(project_rules(here))
+    return _active
+
+
+def rules_fingerprint() -> str:
+    """Short digest of the rules in force ("" without rules), for cache keys: tables
+    classified under other rules are not reused."""
+    return active_rules().fingerprint

@@ -82,20 +82,22 @@ def _cached_analysis(args):
     """The analysis of args.run: from the result cache when no file of the run changed,
     else mapped per rank on the chosen executor and reduced."""
     import profkit.analyzers
-    from profkit import __version__, cache
+    from profkit import __version__, cache, classify
     from profkit.analyzers.executor import analyze_run
 
     options = _analysis_options(args)
     code = cache.run_fingerprint(Path(profkit.analyzers.__file__).parent)  # any code change
-    key = cache.run_fingerprint(Path(args.run),
-                                f"analyze|{__version__}|{code}|{args.ranks}|{options.key()}")
+    key_text = (f"{args.ranks}|{args.flops_per_step}|{args.peak_tflops}|"
+                f"{classify.rules_fingerprint()}|{options.key()}")
+    key = cache.run_fingerprint(Path(args.run), f"analyze|{__version__}|{code}|{key_text}")
     if not args.no_cache and Path(args.run).exists():
         cached = cache.load_result(Path(args.run), key)
         if cached is not None:
             return cached
     analysis = analyze_run(args.run, scheduler=args.scheduler, workers=args.workers,
                            cache=not args.no_cache, strict=args.strict,
-                           ranks=parse_ranks(args.ranks), options=options, progress=_progress)
+                           ranks=parse_ranks(args.ranks), options=options, progress=_progress,
+                           flops_per_step=args.flops_per_step, peak_tflops=args.peak_tflops)
     if not args.no_cache:
         cache.store_result(Path(args.run), key, analysis)
     return analysis
@@ -183,6 +185,24 @@ def _add_load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", help="only these ranks, e.g. 0,2,4-7")
     p.add_argument("--workers", type=int, help="traces parsed at once (default: the CPU count, "
                    "fewer when free memory is short)")
+    _add_classify_option(p)
+
+
+def _add_classify_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--classify", type=Path, metavar="FILE",
+                   help="kernel classification rules (TOML: [[rule]] pattern = REGEX, class = "
+                   "compute|communication|memcpy|memset, subclass = ...), tried before the "
+                   "built-in ones and [tool.profkit.classify] of the project's pyproject.toml")
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
 
 
 def _add_report_options(p: argparse.ArgumentParser) -> None:
@@ -229,6 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "(tcp://host:8786), or 'local' for a LocalCluster of --workers processes; "
                    "needs pip install 'profkit[cluster]' and the run on storage every worker "
                    "reads (default: a local process pool)")
+    p.add_argument("--flops-per-step", type=_positive, metavar="FLOP",
+                   help="the model's FLOPs of one step on one rank (e.g. 6 x parameters x "
+                   "tokens): MFU from these instead of the FLOPs counted from the trace")
+    p.add_argument("--peak-tflops", type=_positive, metavar="TFLOPS",
+                   help="dense peak TFLOP/s of one device to judge MFU against (default: the "
+                   "device's datasheet peak for the precisions the GEMMs ran in)")
     _add_report_options(p)
     p.set_defaults(func=cmd_analyze)
 
@@ -238,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("base", help="the run before the change")
     p.add_argument("new", help="the run after the change")
     p.add_argument("--no-cache", action="store_true", help="ignore and do not write the ingest cache")
+    _add_classify_option(p)
     _add_report_options(p)
     p.set_defaults(func=cmd_diff)
 
@@ -260,12 +287,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _use_rules(args) -> None:
+    """Classify with --classify FILE's rules, then the project's (read now, so that a bad
+    rule stops the command before any trace is read)."""
+    from profkit import classify
+    from profkit.classify_rules import load_rules
+
+    classify.use_rules(load_rules(getattr(args, "classify", None), Path.cwd()))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="profkit: %(message)s")
     try:
+        if hasattr(args, "classify"):
+            _use_rules(args)
         return args.func(args)
     except ProfkitError as exc:
         print(f"profkit: error: {exc}", file=sys.stderr)
@@ -273,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("profkit: interrupted", file=sys.stderr)
         return 130
+    finally:
+        from profkit import classify
+
+        classify.use_rules(None)  # main() may run again in this process (tests, notebooks)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,10 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from profkit import classify
+from profkit import classify, comm_evidence
 from profkit import schema as S
 from profkit.accumulate import SparseArgs, accumulate
 from profkit.collectives import build_collectives
-from profkit.columns import category_mask
 from profkit.tracefile import Trace
 
 STEP_PREFIX = "ProfilerStep#"
@@ -44,9 +43,12 @@ def build_tables(trace: Trace) -> Tables:
 
 
 def _classify_gpu(ev: pd.DataFrame, is_gpu: np.ndarray, args: SparseArgs) -> None:
+    """Class of GPU events by name and user rules (classify), then by the evidence around
+    them (comm_evidence)."""
     n = len(ev)
     cls = np.full(n, "", dtype=object)
     sub = np.full(n, "", dtype=object)
+    strength = np.full(n, classify.NAMED, dtype=np.int8)
     if is_gpu.any():
         kind_codes = ev[S.KIND].cat.codes.to_numpy()[is_gpu].astype(np.int64)
         name_codes = ev[S.NAME].cat.codes.to_numpy()[is_gpu].astype(np.int64)
@@ -54,30 +56,13 @@ def _classify_gpu(ev: pd.DataFrame, is_gpu: np.ndarray, args: SparseArgs) -> Non
         uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         kinds = np.asarray(ev[S.KIND].cat.categories, dtype=object)[kind_codes[first]]
         names = np.asarray(ev[S.NAME].cat.categories, dtype=object)[name_codes[first]]
-        c, s = classify.classify_gpu_names(kinds, names)
-        cls[is_gpu] = c[inverse]
-        sub[is_gpu] = s[inverse]
-        _upgrade_comm_kernels(ev, is_gpu, args, cls, sub)
+        named = classify.classify_gpu_names(kinds, names)
+        cls[is_gpu] = named.classes[inverse]
+        sub[is_gpu] = named.subclasses[inverse]
+        strength[is_gpu] = named.strength[inverse]
+        comm_evidence.upgrade(ev, is_gpu, args, cls, sub, strength)
     ev[S.CLASS] = pd.Categorical(cls)
     ev[S.SUBCLASS] = pd.Categorical(sub)
-
-
-def _upgrade_comm_kernels(ev, is_gpu, args, cls, sub) -> None:
-    """Kernels carrying collective args, or launched by a communication CPU op, are
-    communication even when their name is not a known communication kernel."""
-    kernel = is_gpu & (ev[S.KIND] == S.KIND_KERNEL).to_numpy()
-    idx = np.flatnonzero(kernel)
-    named = [(i, a.collective) for i, a in args.items() if kernel[i] and a.collective is not None]
-    for i, collective in named:
-        cls[i], sub[i] = S.CLS_COMMUNICATION, classify.collective_kind(collective)
-    comm_ops = ~is_gpu & category_mask(ev[S.NAME], classify.COMM_OP_RE.pattern)
-    if not comm_ops.any():
-        return
-    ext = ev[S.EXTERNAL_ID].to_numpy()
-    comm_ids = np.setdiff1d(np.unique(ext[comm_ops]), [-1])
-    unknown = idx[(cls[idx] == S.CLS_COMPUTE) & (sub[idx] == "other")]
-    launched = unknown[np.isin(ext[unknown], comm_ids)]
-    cls[launched], sub[launched] = S.CLS_COMMUNICATION, "other"
 
 
 def step_table(ev: pd.DataFrame) -> pd.DataFrame:

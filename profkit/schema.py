@@ -8,7 +8,7 @@ distinct values are pandas categoricals.
 from __future__ import annotations
 
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 3
+TABLES_VERSION = 4
 
 # --- events: one row per complete ('X') event of one rank ------------------------------
 TS_NS = "ts_ns"  # start, epoch ns on the aligned clock
@@ -29,10 +29,12 @@ BLOCKS_PER_SM = "blocks_per_sm"  # kernels only, NaN otherwise
 OCCUPANCY_PCT = "occupancy_pct"  # kernels: 'est. achieved occupancy %', NaN otherwise
 FLOPS = "flops"  # CPU ops: the trace's count, else from input shapes (profkit.flops); NaN otherwise
 BYTES = "bytes"  # memcpy / memset bytes, NaN otherwise
+FLOPS_DTYPE = "flops_dtype"  # CPU ops with a FLOP formula: precision of their inputs
+# (profkit.flops.PRECISIONS), "" when unknown or not such an op (categorical)
 
 EVENT_COLUMNS = (
     TS_NS, DUR_NS, NAME, CAT, KIND, CLASS, SUBCLASS, PID, TID, STREAM, DEVICE,
-    CORRELATION, EXTERNAL_ID, STEP, BLOCKS_PER_SM, OCCUPANCY_PCT, FLOPS, BYTES,
+    CORRELATION, EXTERNAL_ID, STEP, BLOCKS_PER_SM, OCCUPANCY_PCT, FLOPS, BYTES, FLOPS_DTYPE,
 )
 
 # Normalised event kinds.

@@ -38,6 +38,10 @@ class Args(msgspec.Struct, gc=False):
     flops: Any = None
     # Raw JSON, parsed only for the few ops whose FLOPs come from shapes (empty if absent).
     input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw,
+                                                 name="Concrete Inputs")
+    seq_number: Any = msgspec.field(default=None, name="Sequence number")  # fwd op <-> backward node
     bytes: Any = None
     kind: Any = None  # AMD memcpy direction ("DtoD") or kernel dispatch kind
     collective: Any = msgspec.field(default=None, name="Collective name")

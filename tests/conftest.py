@@ -6,6 +6,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PROFKIT_SHARED", REPO.parent / "shared"))
 CORPUS = SHARED / "corpus"
+# Public traces gathered beside the repository (DeepSeek, ResNet-50, vLLM, SGLang, ...)
+PUBLIC_CORPUS = Path(os.environ.get("PROFKIT_PUBLIC_CORPUS", REPO.parent / "corpus-public"))
 
 
 @pytest.fixture(autouse=True)

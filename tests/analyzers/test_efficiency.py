@@ -4,10 +4,12 @@ number is worked out below, on the runs captured on 2x H200 (samples/runs) and t
 import json
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pytest
 from profkit.analyzers.devices import DEVICES, match_device
 from profkit.analyzers.efficiency import TABLES, analyze_efficiency
+from profkit.analyzers.thresholds import Thresholds
 
 from profkit import schema as S
 from profkit.loader import load_run
@@ -196,3 +198,87 @@ def test_corpus_traces(path):
     else:
         assert all(t.empty for t in res.tables.values())
         assert [(f.category, f.severity) for f in res.findings] == [("coverage", "info")]
+
+
+# --- FLOP coverage, precision-aware peaks, options ------------------------------------------
+MM_DIMS = {"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["c10::BFloat16"] * 2}
+MM_FLOPS = 2 * 1024**3  # 2MNK
+
+
+def mm_step(*gemms, uncovered=None):
+    """One step [0, 100) us; per GEMM kernel name an aten::mm of MM_FLOPS on the CPU at
+    [10k, 10k + 8) launching it at 10k + 2, the kernel at [20k + 20, 20k + 35). ``uncovered``:
+    one more GEMM kernel, 40 us, launched outside any op."""
+    events = [step(1, 0.0, 100.0)]
+    for i, name in enumerate(gemms):
+        events += [x("aten::mm", "cpu_op", 10.0 * i, 8.0, **MM_DIMS),
+                   launch(10.0 * i + 2, 1.0, i + 1),
+                   kernel(name, 20.0 * i + 20, 15.0, i + 1)]
+    if uncovered:
+        events += [launch(90.0, 1.0, 99), kernel(uncovered, 50.0, 40.0, 99)]
+    return events
+
+
+def test_mfu_against_the_peak_of_the_precision_each_gemm_ran_in(tmp_path):
+    """H100 SXM dense peaks: bf16 989.4, fp8 1978.9 TFLOP/s. One bf16 and one fp8 GEMM of F
+    each in 100 us: 2F / 100 us = 42.95 TFLOP/s against the blend 2F / (F/989.4 + F/1978.9)
+    = 1319.2 TFLOP/s."""
+    res = analyze_efficiency(load(tmp_path, mm_step("sm90_xmma_gemm_bf16bf16_bf16f32_f32",
+                                                    "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32")))
+    row = res.tables["efficiency"].iloc[0]
+    achieved = 2 * MM_FLOPS / 100e-6 / 1e12
+    blend = 2 / (1 / 989.4 + 1 / 1978.9)
+    assert row["achieved_tflops"] == pytest.approx(achieved)
+    assert row["peak_tflops"] == pytest.approx(blend)
+    assert row["mfu"] == pytest.approx(achieved / blend)
+    assert row["precision_mix"] == "bf16:0.50,fp8:0.50" and row["flop_coverage"] == 1.0
+
+
+def test_block_scaled_fp4_gemms_are_tensor_core_not_fp32(tmp_path):
+    """bmm_MxE4m3_MxE2m1..._Fp32 accumulates in fp32 but multiplies fp8 x fp4 on tensor
+    cores: judged against the fp8 peak, and no "no tensor cores" finding."""
+    res = analyze_efficiency(load(tmp_path, mm_step("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16")))
+    row = res.tables["efficiency"].iloc[0]
+    assert row["tensor_core_gemm_frac"] == 1.0 and row["fp32_gemm_ns"] == 0
+    assert row["peak_tflops"] == pytest.approx(DEVICES["H100 SXM"].fp8_tflops)
+    assert "precision" not in [f.category for f in res.findings]
+
+
+def test_low_flop_coverage_is_not_judged(tmp_path):
+    """The covered GEMM runs 15 us, a GEMM no op with a formula launched runs 40 us: coverage
+    15 / 55 = 27% < 50%, so no MFU and no "MFU is 0%" warning, an info finding instead."""
+    events = mm_step("sm90_xmma_gemm_bf16bf16_bf16f32_f32", uncovered="custom_gemm_kernel")
+    res = analyze_efficiency(load(tmp_path, events))
+    row = res.tables["efficiency"].iloc[0]
+    assert row["flop_coverage"] == pytest.approx(15 / 55)
+    assert np.isnan(row["mfu"]) and row["achieved_tflops"] > 0
+    notes = [f for f in res.findings if f.category == "mfu"]
+    assert [f.severity for f in notes] == ["info"] and "not judged" in notes[0].message
+    # the model's FLOPs per step make it judgeable; --peak-tflops replaces the table's peak
+    opts = analyze_efficiency(load(tmp_path, events), Thresholds(flops_per_step=5e9,
+                                                                 peak_tflops=100.0))
+    row = opts.tables["efficiency"].iloc[0]
+    assert row["flops_source"] == "model formula" and row["peak_tflops"] == 100.0
+    assert row["mfu"] == pytest.approx(5e9 / 100e-6 / 1e12 / 100.0)  # 50 of 100 TFLOP/s
+
+
+def test_analyze_takes_flops_per_step_and_peak_through_thresholds(tmp_path):
+    from profkit.analyzers.analyze import analyze
+
+    run = load(tmp_path, mm_step("sm90_xmma_gemm_bf16bf16_bf16f32_f32"))
+    eff = analyze(run, Thresholds(flops_per_step=1e9, peak_tflops=20.0)).table("efficiency")
+    assert eff.iloc[0]["mfu"] == pytest.approx(1e9 / 100e-6 / 1e12 / 20.0)
+
+
+@pytest.mark.skipif(not CORPUS_FILES, reason=f"corpus not found at {CORPUS}")
+def test_corpus_b200_block_scaled_gemms_and_vllm_graph_replay():
+    """B200 eager trace (vLLM, MXFP4 MoE): its block-scaled bmm kernels were counted as fp32
+    SIMT GEMMs. vLLM decode replayed from CUDA graphs: no kernel links back to an op, so
+    MFU is not judged (it read 0% before)."""
+    b200 = analyze_efficiency(load_run(CORPUS / "tracelens" / "b200" / "eager_trace.json.gz",
+                                       cache=False)).tables["efficiency"].iloc[0]
+    assert b200["fp32_gemm_ns"] == 0 and b200["tensor_core_gemm_frac"] == 1.0
+    vllm = next((CORPUS / "tracelens" / "inference").rglob("*.json.gz"))
+    res = analyze_efficiency(load_run(vllm, cache=False))
+    assert np.isnan(res.tables["efficiency"].iloc[0]["mfu"])
+    assert not [f for f in res.findings if f.category == "mfu" and f.severity == "warning"]
