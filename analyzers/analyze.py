@@ -84,8 +84,13 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
 
 
 def analyze(run: Run, thresholds: Thresholds = DEFAULT,
-            options: AnalysisOptions = DEFAULT_OPTIONS) -> Analysis:
-    """Analyze ``run``: every rank summarised (:func:`summarize_rank`), then combined."""
+            options: AnalysisOptions = DEFAULT_OPTIONS, *,
+            flops_per_step: float | None = None, peak_tflops: float | None = None) -> Analysis:
+    """Analyze ``run``: every rank summarised (:func:`summarize_rank`), then combined.
+    ``flops_per_step`` / ``peak_tflops`` replace those of ``thresholds`` (MFU options)."""
+    from profkit.analyzers.thresholds import with_mfu_options
+
+    thresholds = with_mfu_options(thresholds, flops_per_step, peak_tflops)
     summaries = [summarize_rank(run.ranks[r], run.meta, thresholds, options)
                  for r in run.rank_ids]
     return combine(RunHeader.of(run), summaries, thresholds)
