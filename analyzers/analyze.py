@@ -102,6 +102,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     info = {"path": header.path, "world_size": world_size(header.meta, ranks),
             "ranks_analyzed": ranks,
             "skipped_files": list(header.skipped), "notes": list(header.notes),
+            "rank_files": header.meta.get("rank_files") or {},
             "status": header.meta.get("status")}
     return Analysis(info, run_verdict(tables["step_breakdown"], straggler_rows), tables,
                     findings, straggler_rows)

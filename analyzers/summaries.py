@@ -23,9 +23,11 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 from profkit import datacodec
 from profkit.model import RankData
 
-# Header facts the reduce reads (devices for peaks and link speeds, host for clocks/links).
-META_KEYS = ("source", "host", "devices", "base_time_ns", "trace_id", "profkit_run_id",
-             "raw_event_count")
+# Header facts the reduce reads (devices for peaks and link speeds, host for clocks/links;
+# run id, host, pid, time span, steps and trace id to tell a rank's files from a stranger's,
+# see profkit.rankfiles; sources: the files a rank was read from).
+META_KEYS = ("source", "sources", "host", "devices", "base_time_ns", "trace_id",
+             "profkit_run_id", "raw_event_count", "pid", "span_ns", "step_range")
 DISTRIBUTED_KEYS = ("rank", "world_size", "backend", "nccl_version")
 
 
@@ -71,16 +73,21 @@ def _relabel(value: Any, rank: int) -> None:
             _relabel(v, rank)
 
 
+def trim_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """The header facts of a trace that travel with its summary (META_KEYS)."""
+    dist = meta.get("distributed") or {}
+    out = {k: meta.get(k) for k in META_KEYS}
+    out["distributed"] = {k: dist[k] for k in DISTRIBUTED_KEYS if k in dist}
+    return out
+
+
 def summarize_rank(data: RankData, run_meta: dict[str, Any],
                    thresholds: Thresholds = DEFAULT) -> RankSummary:
     """Reduce one rank to its summary. ``run_meta``: run.json's facts (its ``gpus`` list is
     read for device names when the trace header lacks them)."""
     gpu = data.has_gpu
-    dist = data.meta.get("distributed") or {}
-    meta = {k: data.meta.get(k) for k in META_KEYS}
-    meta["distributed"] = {k: dist[k] for k in DISTRIBUTED_KEYS if k in dist}
     return RankSummary(
-        rank=data.rank, meta=meta, rank_source=data.rank_source, has_gpu=gpu,
+        rank=data.rank, meta=trim_meta(data.meta), rank_source=data.rank_source, has_gpu=gpu,
         breakdown=breakdown.rank_parts(data),
         collectives=comms.rank_collectives(data),
         step_stats=stragglers.rank_step_stats(data),
