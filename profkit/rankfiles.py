@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from profkit import discover
@@ -56,11 +57,14 @@ def trace_facts(events: pd.DataFrame, steps: pd.DataFrame) -> dict[str, Any]:
     """Evidence of where a trace comes from: ``pid`` (the process its CPU events were
     recorded in), ``span_ns`` ([first event start, last event end], the trace's own clock)
     and ``step_range`` ([first, last] ProfilerStep number); None where the trace lacks it."""
-    pids = events.loc[events[S.KIND].isin(PROCESS_KINDS).to_numpy(), S.PID]
-    pids = pids[pids > 0]
-    ends = events[S.TS_NS] + events[S.DUR_NS]
-    return {"pid": int(pids.value_counts().idxmax()) if len(pids) else None,
-            "span_ns": [int(events[S.TS_NS].min()), int(ends.max())] if len(events) else None,
+    kinds = events[S.KIND].cat
+    wanted = np.append(np.isin(kinds.categories, PROCESS_KINDS), False)  # code -1: no kind
+    pids = events[S.PID].to_numpy()[wanted[kinds.codes.to_numpy()]]
+    values, counts = np.unique(pids[pids > 0], return_counts=True)
+    ts = events[S.TS_NS].to_numpy()
+    return {"pid": int(values[counts.argmax()]) if len(values) else None,
+            "span_ns": [int(ts.min()), int((ts + events[S.DUR_NS].to_numpy()).max())]
+            if len(ts) else None,
             "step_range": [int(steps[S.STEP].min()), int(steps[S.STEP].max())]
             if len(steps) else None}
 

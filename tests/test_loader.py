@@ -416,3 +416,16 @@ def test_a_real_capture_with_repeating_cycles_is_read_whole(tmp_path):
     assert [p.split("/")[-1] for p in run.meta["rank_files"]["0"]] == [
         "rank0.pt.trace.json.gz", "rank0.cycle1.pt.trace.json.gz", "rank0.cycle2.pt.trace.json.gz"]
     assert run.skipped == []
+
+
+def test_a_conflict_on_a_rank_left_out_with_ranks_does_not_stop_the_load(tmp_path):
+    # Two processes (pids 100 and 200) both claim rank 1 over the same time as rank 0.
+    write_trace(tmp_path / "rank0.json", trace_doc(rank=0))
+    write_trace(tmp_path / "rank1.json", trace_doc(rank=1))
+    other = trace_doc(rank=1)
+    for e in other["traceEvents"]:
+        e["pid"] = 200 if e.get("pid") == 100 else e.get("pid")
+    write_trace(tmp_path / "rank1.b.json", other)
+    with pytest.raises(RunConflictError, match="rank 1 is claimed by 2 traces"):
+        load_run(tmp_path)
+    assert load_run(tmp_path, ranks=[0]).rank_ids == [0]

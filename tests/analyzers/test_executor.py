@@ -177,3 +177,15 @@ def test_a_stranger_grouped_with_a_rank_by_name_is_told_apart_in_the_reduce(tmp_
     [skip] = mapped.run["skipped_files"]
     assert skip["path"] == str(tmp_path / "rank1.000001.pt.trace.json.gz")
     assert "do not overlap the other ranks' time" in skip["reason"]
+
+
+def test_a_task_result_with_its_files_round_trips_as_data():
+    from profkit.analyzers.executor import FileResult
+
+    from profkit import datacodec
+
+    res = FileResult("a.json", parts=[FileResult("a.json", {"pid": 7, "span_ns": [1, 2]}),
+                                      FileResult("b.json", error="empty file")])
+    back = datacodec.decode(datacodec.encode(res))
+    assert back == res and back.covers() == frozenset()
+    assert [r.path for r in back.records()] == ["a.json", "b.json"]
