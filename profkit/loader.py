@@ -267,7 +267,8 @@ def rank_data(files: list[Ingested] | Ingested, rank: int, source: str) -> RankD
                   for name in ("events", "collectives", "steps")}
         spans = [f.meta["span_ns"] for f in files if f.meta.get("span_ns")]
         meta["span_ns"] = [spans[0][0], max(s[1] for s in spans)] if spans else None
-        meta["step_range"] = rankfiles.trace_facts(tables["events"], tables["steps"])["step_range"]
+        numbers = tables["steps"][S.STEP]
+        meta["step_range"] = [int(numbers.min()), int(numbers.max())] if len(numbers) else None
     return RankData(rank, first.path, tables["events"], tables["collectives"], tables["steps"],
                     meta=meta, rank_source=source)
 
