@@ -153,6 +153,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     info = {"path": header.path, "world_size": world_size(header.meta, ranks),
             "ranks_analyzed": ranks,
             "skipped_files": list(header.skipped), "notes": notes,
+            "rank_files": header.meta.get("rank_files") or {},
             "status": header.meta.get("status"), "steps": steps}
     return Analysis(info, verdict, tables, findings, straggler_rows)
 

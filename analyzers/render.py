@@ -104,6 +104,7 @@ def to_text(a: Analysis) -> str:
         lines.append(f"- [{f.severity}] {f.message}{also}")
         lines.append(f"    evidence: {_evidence(f.evidence)}")
         lines.append(f"    do: {f.recommendation}")
+    lines += [f"note: {n}" for n in a.run.get("notes", [])]
     for s in a.run["skipped_files"]:
         lines.append(f"skipped: {s['path']}: {s['reason']}")
     return "\n".join(lines) + "\n"

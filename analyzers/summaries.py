@@ -25,9 +25,11 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 from profkit import datacodec
 from profkit.model import RankData
 
-# Header facts the reduce reads (devices for peaks and link speeds, host for clocks/links).
-META_KEYS = ("source", "host", "devices", "base_time_ns", "trace_id", "profkit_run_id",
-             "raw_event_count")
+# Header facts the reduce reads (devices for peaks and link speeds, host for clocks/links;
+# run id, host, pid, time span, steps and trace id to tell a rank's files from a stranger's,
+# see profkit.rankfiles; sources: the files a rank was read from).
+META_KEYS = ("source", "sources", "host", "devices", "base_time_ns", "trace_id",
+             "profkit_run_id", "raw_event_count", "pid", "span_ns", "step_range")
 DISTRIBUTED_KEYS = ("rank", "world_size", "backend", "nccl_version")
 
 
@@ -86,6 +88,14 @@ def step_source(data: RankData, opts: AnalysisOptions) -> dict[str, Any]:
             "candidates": [list(c) for c in marker_candidates(data.events)]}
 
 
+def trim_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """The header facts of a trace that travel with its summary (META_KEYS)."""
+    dist = meta.get("distributed") or {}
+    out = {k: meta.get(k) for k in META_KEYS}
+    out["distributed"] = {k: dist[k] for k in DISTRIBUTED_KEYS if k in dist}
+    return out
+
+
 def summarize_rank(data: RankData, run_meta: dict[str, Any],
                    thresholds: Thresholds = DEFAULT,
                    opts: AnalysisOptions = DEFAULT_OPTIONS) -> RankSummary:
@@ -93,13 +103,10 @@ def summarize_rank(data: RankData, run_meta: dict[str, Any],
     read for device names when the trace header lacks them)."""
     steps_info = step_source(data, opts)
     gpu = data.has_gpu
-    dist = data.meta.get("distributed") or {}
-    meta = {k: data.meta.get(k) for k in META_KEYS}
-    meta["distributed"] = {k: dist[k] for k in DISTRIBUTED_KEYS if k in dist}
     parts = breakdown.rank_parts(data, opts, thresholds)
     parts["steps_info"] = steps_info
     return RankSummary(
-        rank=data.rank, meta=meta, rank_source=data.rank_source, has_gpu=gpu,
+        rank=data.rank, meta=trim_meta(data.meta), rank_source=data.rank_source, has_gpu=gpu,
         breakdown=parts,
         collectives=comms.rank_collectives(data),
         step_stats=stragglers.rank_step_stats(data),

@@ -9,6 +9,7 @@ import pandas as pd
 
 from profkit import schema as S
 from profkit.model import RankData, step_times_ns
+from profkit.rankfiles import rank_ranges  # noqa: F401  (one rank-list format for core and analyzers)
 
 RANK = "rank"
 
@@ -52,17 +53,3 @@ def empty(columns: tuple[str, ...]) -> pd.DataFrame:
 
 def plain(v):
     return v.item() if isinstance(v, np.generic) else v
-
-
-
-
-def rank_ranges(ranks) -> str:
-    """Ranks as a compact string: [0, 1, 2, 3, 5] -> "0-3,5"."""
-    ranks = sorted(set(int(r) for r in ranks))
-    parts, start = [], None
-    for i, r in enumerate(ranks):
-        start = r if start is None else start
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            parts.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ",".join(parts)

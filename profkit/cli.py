@@ -39,6 +39,12 @@ def parse_span(text: str | None, option: str) -> tuple[float, float] | None:
         raise UsageError(f"{option} {text!r}: expected START:END") from None
 
 
+def _cycle(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a cycle number 0, 1, 2, ...")
+    return int(text)
+
+
 def _progress(done: int, total: int) -> None:
     if sys.stderr.isatty() and total > 1:
         bar = "#" * int(30 * done / total)
@@ -50,7 +56,8 @@ def _load(args):
     from profkit.loader import load_run
 
     return load_run(args.run, cache=not args.no_cache, strict=args.strict, workers=args.workers,
-                    ranks=parse_ranks(getattr(args, "ranks", None)), progress=_progress)
+                    ranks=parse_ranks(getattr(args, "ranks", None)), cycle=args.cycle,
+                    progress=_progress)
 
 
 def cmd_merge(args) -> int:
@@ -81,13 +88,15 @@ def cmd_summary(args) -> int:
 def _cached_analysis(args):
     """The analysis of args.run: from the result cache when no file of the run changed,
     else mapped per rank on the chosen executor and reduced."""
+    import profkit
     import profkit.analyzers
     from profkit import __version__, cache, classify
     from profkit.analyzers.executor import analyze_run
 
     options = _analysis_options(args)
-    code = cache.run_fingerprint(Path(profkit.analyzers.__file__).parent)  # any code change
-    key_text = (f"{args.ranks}|{args.flops_per_step}|{args.peak_tflops}|"
+    code = "|".join(cache.run_fingerprint(Path(pkg.__file__).parent)  # any code change
+                    for pkg in (profkit, profkit.analyzers))
+    key_text = (f"{args.ranks}|{args.cycle}|{args.flops_per_step}|{args.peak_tflops}|"
                 f"{classify.rules_fingerprint()}|{options.key()}")
     key = cache.run_fingerprint(Path(args.run), f"analyze|{__version__}|{code}|{key_text}")
     if not args.no_cache and Path(args.run).exists():
@@ -96,8 +105,9 @@ def _cached_analysis(args):
             return cached
     analysis = analyze_run(args.run, scheduler=args.scheduler, workers=args.workers,
                            cache=not args.no_cache, strict=args.strict,
-                           ranks=parse_ranks(args.ranks), options=options, progress=_progress,
-                           flops_per_step=args.flops_per_step, peak_tflops=args.peak_tflops)
+                           ranks=parse_ranks(args.ranks), cycle=args.cycle, options=options,
+                           progress=_progress, flops_per_step=args.flops_per_step,
+                           peak_tflops=args.peak_tflops)
     if not args.no_cache:
         cache.store_result(Path(args.run), key, analysis)
     return analysis
@@ -183,6 +193,10 @@ def _add_load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true",
                    help="fail on duplicate ranks or traces from another run instead of skipping them")
     p.add_argument("--ranks", help="only these ranks, e.g. 0,2,4-7")
+    p.add_argument("--cycle", type=_cycle, metavar="K",
+                   help="only profiler cycle K of each rank (0 is the first; by default every "
+                   "cycle is read, as steps of its rank), or on-demand capture K of a folder "
+                   "of captures")
     p.add_argument("--workers", type=int, help="traces parsed at once (default: the CPU count, "
                    "fewer when free memory is short)")
     _add_classify_option(p)

@@ -1,20 +1,36 @@
-"""Finding the trace files of a run and the rank of each."""
+"""Finding the trace files of a run and the rank each one claims.
+
+The walk reads only names and ``stat`` results; it never opens a file. Each folder is
+searched once (by device and inode, so a symbolic link back to a folder already searched
+cannot loop), each file is listed once (a second name of the same file is noted, not read
+twice), and anything that is not a regular file (a FIFO, whose opening would block for ever,
+a socket, a device, a broken link) is named in the skipped list instead of being read.
+"""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from profkit.atomic import TMP_PREFIX
 from profkit.model import SkippedFile
 
 RUN_JSON = "run.json"
 TRACE_SUFFIXES = (".json", ".json.gz")
-# Folders a profkit run directory keeps non-trace data in (``analysis``: the in-job report
-# of ``profile(summarize=True)``), and the cache.
+# Folders a profkit run directory keeps non-trace data in (``profkit-report``: the in-job
+# report of ``profile(summarize=True)``), and the cache.
 QUIET_DIRS = {"nvml", "nccl", "ranks", "profkit-report", ".profkit", "__pycache__"}
-CAPTURE_PREFIX = "capture-"  # on-demand captures: complete run directories of their own
 MAX_DEPTH = 3
 _RANK_RE = re.compile(r"(?:^|[^a-z])rank[-_.]?(\d+)", re.IGNORECASE)
+# On-demand captures (collectors/profile.py CAPTURE_DIR): complete run directories of their own.
+CAPTURE_RE = re.compile(r"^capture-(\d+)-")
+# What profkit itself names a rank's traces (collectors/session.py TRACE_NAME, TRACE_CYCLE_NAME).
+_PROFKIT_NAME_RE = re.compile(r"^rank(\d+)(?:\.cycle(\d+))?\.pt\.trace\.json(?:\.gz)?$")
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+            (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
 
 def run_folder(root: Path) -> Path:
@@ -35,36 +51,114 @@ def rank_from_name(path: str | Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def profkit_name(path: str | Path) -> tuple[int, int] | None:
+    """(rank, cycle) of a file named the way ``profkit.profile`` names traces
+    (``rank3.pt.trace.json.gz`` is cycle 0, ``rank3.cycle2.pt.trace.json.gz`` cycle 2)."""
+    match = _PROFKIT_NAME_RE.match(Path(path).name)
+    return (int(match.group(1)), int(match.group(2) or 0)) if match else None
+
+
+def capture_number(path: Path) -> int | None:
+    """k of an on-demand capture folder ``capture-{k}-{stamp}``; None for other names."""
+    match = CAPTURE_RE.match(path.name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass
+class Found:
+    """What a walk found: trace files, other entries skipped with a reason, capture folders."""
+
+    traces: list[Path] = field(default_factory=list)
+    skipped: list[SkippedFile] = field(default_factory=list)
+    captures: list[Path] = field(default_factory=list)
+    seen: dict[tuple[int, int], Path] = field(default_factory=dict)  # (dev, inode) -> first path
+
+
 def find_trace_files(path: Path) -> tuple[list[Path], list[SkippedFile]]:
     """Trace files under ``path`` (a file, or a folder searched a few levels deep) and the
-    other files found there, which are skipped with a note."""
-    if path.is_file():
-        return [path], []
-    traces: list[Path] = []
-    skipped: list[SkippedFile] = []
-    for item in _walk(path, 0):
-        if item.is_dir():
-            skipped.append(SkippedFile(str(item), "on-demand capture: a run of its own, load it separately"))
-        elif is_trace_name(item):
-            traces.append(item)
-        elif item.name != RUN_JSON and not item.name.startswith("."):
-            skipped.append(SkippedFile(str(item), "not a trace file (expected .json or .json.gz)"))
-    return sorted(traces, key=_natural_key), skipped
+    other entries found there, skipped with a note. On-demand capture folders are listed as
+    skipped (see :func:`walk` to get them apart)."""
+    found = walk(path)
+    skipped = found.skipped + [SkippedFile(str(c), _capture_reason(c)) for c in found.captures]
+    return found.traces, skipped
 
 
-def _walk(folder: Path, depth: int):
+def walk(path: Path) -> Found:
+    """The trace files, skipped entries and capture folders under ``path``."""
+    path = Path(path)
+    found = Found()
+    if not path.is_dir():
+        found.traces.append(path)
+        return found
+    st = os.stat(path)
+    found.seen[(st.st_dev, st.st_ino)] = path
+    _walk(path, 0, found)
+    found.traces.sort(key=_natural_key)
+    found.captures.sort(key=lambda p: (capture_number(p), p.name))
+    return found
+
+
+def _walk(folder: Path, depth: int, found: Found) -> None:
     try:
-        entries = sorted(folder.iterdir())
-    except OSError:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as exc:
+        found.skipped.append(SkippedFile(str(folder), f"cannot list this folder: {exc.strerror}"))
         return
     for entry in entries:
-        if entry.is_dir() and entry.name.startswith(CAPTURE_PREFIX) and (entry / RUN_JSON).exists():
-            yield entry
-        elif entry.is_dir():
-            if depth + 1 < MAX_DEPTH and entry.name not in QUIET_DIRS and not entry.name.startswith("."):
-                yield from _walk(entry, depth + 1)
-        elif entry.is_file() and entry.parent.name not in QUIET_DIRS:
-            yield entry
+        item = Path(entry.path)
+        st, problem = _stat(item)
+        if problem:
+            found.skipped.append(SkippedFile(str(item), problem))
+        elif stat.S_ISDIR(st.st_mode):
+            _enter(item, st, depth, found)
+        elif stat.S_ISREG(st.st_mode):
+            _add_file(item, st, found)
+        else:
+            kind = next((what for test, what in _SPECIAL if test(st.st_mode)), "not a regular file")
+            found.skipped.append(SkippedFile(str(item), f"{kind}, not a trace file: not opened"))
+
+
+def _stat(item: Path) -> tuple[os.stat_result | None, str | None]:
+    """The entry's stat through symbolic links, or why there is none."""
+    try:
+        return os.stat(item), None
+    except OSError as exc:
+        if item.is_symlink():
+            return None, f"a broken symbolic link (to {os.readlink(item)}: {exc.strerror})"
+        return None, f"cannot read: {exc.strerror}"
+
+
+def _enter(item: Path, st: os.stat_result, depth: int, found: Found) -> None:
+    if capture_number(item) is not None:
+        found.captures.append(item)
+        return
+    if item.name in QUIET_DIRS or item.name.startswith(".") or depth + 1 >= MAX_DEPTH:
+        return
+    first = found.seen.setdefault((st.st_dev, st.st_ino), item)
+    if first != item:  # a link to a folder already searched (possibly an ancestor: a loop)
+        found.skipped.append(SkippedFile(str(item), f"the same folder as {first}, already searched"))
+        return
+    _walk(item, depth + 1, found)
+
+
+def _add_file(item: Path, st: os.stat_result, found: Found) -> None:
+    name = item.name
+    if item.parent.name in QUIET_DIRS or name.startswith(TMP_PREFIX):
+        return  # a profkit data folder, or a file still being written
+    if not is_trace_name(item):
+        if name != RUN_JSON and not name.startswith("."):
+            found.skipped.append(SkippedFile(str(item), "not a trace file (expected .json or .json.gz)"))
+        return
+    first = found.seen.setdefault((st.st_dev, st.st_ino), item)
+    if first != item:
+        found.skipped.append(SkippedFile(str(item), f"the same file as {first}, read once"))
+        return
+    found.traces.append(item)
+
+
+def _capture_reason(folder: Path) -> str:
+    return (f"on-demand capture {capture_number(folder)}: a run of its own "
+            f"(read it with: profkit analyze {folder})")
 
 
 def _natural_key(path: Path) -> list:

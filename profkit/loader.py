@@ -2,13 +2,14 @@
 
 Each trace is ingested independently (in parallel processes when there are several large
 ones); a file that cannot be read is skipped with its reason and never stops the others.
+Which files are which rank's (its profiler cycles together, strangers set aside) is decided
+by :mod:`profkit.rankfiles`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -17,11 +18,14 @@ from typing import Any
 
 import orjson
 import pandas as pd
+from pandas.api.types import union_categoricals
 
-from profkit import cache, discover, ingest, tracefile
+from profkit import cache, discover, ingest, rankfiles, tracefile
+from profkit import schema as S
 from profkit.counters import load_counters
-from profkit.errors import NoTracesError, RunConflictError, TraceError, UsageError
+from profkit.errors import NoTracesError, TraceError, UsageError
 from profkit.model import RankData, Run, SkippedFile
+from profkit.rankfiles import RankFiles
 
 log = logging.getLogger(__name__)
 PARALLEL_MIN_BYTES = 16 << 20  # below this, process start-up costs more than it saves
@@ -29,6 +33,7 @@ PARALLEL_MIN_BYTES = 16 << 20  # below this, process start-up costs more than it
 # see BENCHMARKS.md); used to run no more workers at once than the free memory can hold.
 INGEST_BYTES_PER_JSON_BYTE = 2.5
 GZIP_EXPANSION = 12  # typical JSON bytes per gzip byte of a Kineto trace
+MERGED_OUTPUT = "a merged trace written by profkit merge, not one rank's trace"
 
 
 def memory_safe_workers(sizes: list[int], wanted: int, free_bytes: int | None = None) -> int:
@@ -80,9 +85,11 @@ def ingest_file(path: str, use_cache: bool = True) -> Ingested:
     if use_cache:
         hit = cache.load(trace_path)
         if hit is not None:
-            return Ingested(path, hit[0], hit[1])
+            return _with_facts(Ingested(path, hit[0], hit[1]))
     try:
         trace = tracefile.load(trace_path)
+        if isinstance(trace.header.profkit, dict):  # merge's own mark (profkit.merge)
+            return Ingested(path, error=MERGED_OUTPUT)
         events, collectives, steps, metadata = ingest.build_tables(trace)
     except TraceError as exc:
         return Ingested(path, error=exc.problem)
@@ -92,7 +99,14 @@ def ingest_file(path: str, use_cache: bool = True) -> Ingested:
     meta = trace_meta(trace_path, trace.header, metadata, len(trace))
     if use_cache:
         cache.store(trace_path, tables, meta)
-    return Ingested(path, tables, meta)
+    return _with_facts(Ingested(path, tables, meta))
+
+
+def _with_facts(res: Ingested) -> Ingested:
+    """The evidence of where the trace comes from (its process, time span, steps) added to
+    its meta, for telling a rank's files from a stranger's (profkit.rankfiles)."""
+    res.meta = {**res.meta, **rankfiles.trace_facts(res.tables["events"], res.tables["steps"])}
+    return res
 
 
 def _ingest_all(files: list[Path], use_cache: bool, workers: int | None,
@@ -113,7 +127,7 @@ def _ingest_all(files: list[Path], use_cache: bool, workers: int | None,
     for i, f in enumerate(files):
         hit = cache.load(f) if use_cache else None
         if hit is not None:
-            finish(i, Ingested(str(f), hit[0], hit[1]))
+            finish(i, _with_facts(Ingested(str(f), hit[0], hit[1])))
         else:
             misses.append(i)
     sizes = [_json_bytes(files[i]) for i in misses]
@@ -148,22 +162,48 @@ def read_run_json(folder: Path) -> dict[str, Any]:
 
 
 def load_run(path: str | Path, *, cache: bool = True, workers: int | None = None,
-             strict: bool = False, ranks: list[int] | None = None,
+             strict: bool = False, ranks: list[int] | None = None, cycle: int | None = None,
              progress: Callable[[int, int], None] | None = None) -> Run:
-    """Load a run. ``ranks`` keeps only those ranks; ``strict`` raises on duplicate ranks or
-    traces from different runs instead of skipping them with a note."""
+    """Load a run. ``ranks`` keeps only those ranks; ``cycle`` reads only that profiler
+    cycle of each rank (or that on-demand capture of a folder of captures); ``strict``
+    raises on duplicate ranks or traces from different runs instead of skipping them with a
+    note. Which files each rank was read from: ``run.meta["rank_files"]`` and the notes."""
+    path, cycle = pick_capture(path, cycle)
     root, folder, meta, files, skipped = open_run(path)
     results = _ingest_all(files, cache, workers, progress)
     notes: list[str] = []
-    chosen = choose_ranks(root, results, meta, skipped, notes, strict, ranks)
-    datas = {r: rank_data(res, r, source) for r, (res, source) in chosen.items()}
-    run_meta = complete_meta(meta, {r: d.meta for r, d in datas.items()}, folder)
-    run = Run(str(root), run_meta, datas, skipped, notes)
+    chosen = choose_ranks(root, results, meta, skipped, notes, strict, ranks, cycle)
+    del results
+    datas = {}
+    for rank, rf in chosen.items():
+        datas[rank] = rank_data(rf.files, rank, rf.source)
+        for res in rf.files:  # keep only the joined tables of a rank read from several files
+            res.tables = None
+    run = Run(str(root), complete_meta(meta, chosen, folder), datas, skipped, notes)
     _attach_counters(run, folder)
     _attach_nccl(run, folder)
     for rank, data in run.ranks.items():
         align_clock(data, run.clock_offset_ns(rank))
     return run
+
+
+def pick_capture(path: str | Path, cycle: int | None) -> tuple[Path, int | None]:
+    """(path, cycle) to open. A folder holding only on-demand captures (``capture-{k}-*``,
+    each a complete run directory of its own, taken at its own moment of the job) opens
+    capture ``cycle``; without ``cycle`` that is a :class:`UsageError` listing them."""
+    root = Path(path)
+    found = discover.walk(root) if root.is_dir() else None
+    if found is None or found.traces or not found.captures:
+        return root, cycle
+    by_number = {discover.capture_number(c): c for c in found.captures}
+    listing = ", ".join(c.name for c in found.captures)
+    if cycle is None:
+        raise UsageError(
+            f"{root} holds only on-demand captures, each a run of its own: {listing}. Read "
+            f"one: profkit analyze {found.captures[-1]}, or pass --cycle K for capture-K-*")
+    if cycle not in by_number:
+        raise UsageError(f"{root}: no on-demand capture {cycle} (it holds {listing})")
+    return by_number[cycle], None
 
 
 def open_run(path: str | Path) -> tuple[Path, Path, dict[str, Any], list[Path], list[SkippedFile]]:
@@ -172,6 +212,8 @@ def open_run(path: str | Path) -> tuple[Path, Path, dict[str, Any], list[Path], 
     root = Path(path)
     if not root.exists():
         raise UsageError(f"{root}: no such file or folder")
+    if not (root.is_dir() or root.is_file()):
+        raise UsageError(f"{root}: not a regular file or folder (a FIFO or a device?): not opened")
     folder = discover.run_folder(root)
     meta = read_run_json(folder) if root.is_dir() else {}
     files, skipped = discover.find_trace_files(root)
@@ -181,90 +223,74 @@ def open_run(path: str | Path) -> tuple[Path, Path, dict[str, Any], list[Path], 
 
 
 def choose_ranks(root: Path, results: list, meta: dict, skipped: list[SkippedFile],
-                 notes: list[str], strict: bool, ranks: list[int] | None) -> dict[int, tuple]:
-    """{rank: (result, rank source)} for the results in file order (anything with ``path``,
-    ``meta`` and ``error``): unreadable files, foreign traces and duplicate ranks skipped,
-    unranked files numbered, only ``ranks`` kept when given; raises when no rank is left."""
+                 notes: list[str], strict: bool, ranks: list[int] | None,
+                 cycle: int | None = None) -> dict[int, RankFiles]:
+    """{rank: its files} for the results in file order (anything with ``path``, ``meta``
+    and ``error``): unreadable files, foreign traces and duplicates skipped, each rank's
+    profiler cycles kept together (see :mod:`profkit.rankfiles`), unranked files numbered,
+    only ``ranks`` and profiler cycle ``cycle`` kept when given; raises when no rank is
+    left, or when the files claiming a rank cannot be told apart."""
     good = []
     for res in results:
         if res.error:
             skipped.append(SkippedFile(res.path, res.error))
         else:
             good.append(res)
-    chosen = _assign_ranks(good, meta, skipped, notes, strict)
-    if ranks is not None:
-        chosen = {r: c for r, c in chosen.items() if r in set(ranks)}
+    wanted = None if ranks is None else set(ranks)
+    chosen = rankfiles.assign(good, meta, skipped, notes, strict, wanted)
+    if wanted is not None:
+        chosen = {r: c for r, c in chosen.items() if r in wanted}
+    if chosen and cycle is not None:
+        chosen = rankfiles.select_cycle(chosen, cycle, notes)
+        if not chosen:
+            raise NoTracesError(f"{root}: no rank has profiler cycle {cycle} ({notes[-1]})")
+    notes.extend(rankfiles.cycle_notes(chosen, cycle))
     if not chosen:
         detail = "; ".join(f"{s.path}: {s.reason}" for s in skipped) or "nothing readable"
         raise NoTracesError(f"{root}: no readable trace ({detail})")
     return chosen
 
 
-def _assign_ranks(results: list, meta: dict, skipped: list[SkippedFile],
-                  notes: list[str], strict: bool) -> dict[int, tuple]:
-    results = _drop_foreign(results, meta, skipped, notes, strict)
-    chosen: dict[int, tuple] = {}
-    unranked: list = []
-    for res in results:
-        rank, source = rank_of(res)
-        if rank is None:
-            unranked.append(res)
-            continue
-        if rank in chosen:
-            msg = f"duplicate rank {rank} (already read from {chosen[rank][0].path})"
-            if strict:
-                raise RunConflictError(f"{res.path}: {msg}")
-            skipped.append(SkippedFile(res.path, msg))
-            continue
-        chosen[rank] = (res, source)
-    for res in unranked:
-        rank = next(r for r in range(len(chosen) + len(unranked) + 1) if r not in chosen)
-        notes.append(f"{res.path}: no rank in the trace or its name; using rank {rank} by file order")
-        log.info(notes[-1])
-        chosen[rank] = (res, "file order")
-    return dict(sorted(chosen.items()))
+def rank_data(files: list[Ingested] | Ingested, rank: int, source: str) -> RankData:
+    """One rank's data: its trace's tables, or those of its profiler cycles joined in time
+    order (ProfilerStep numbers kept, shifted only where cycles repeat them:
+    :func:`profkit.rankfiles.step_offsets`). ``meta["sources"]``: the files, in order."""
+    files = files if isinstance(files, list) else [files]
+    first = files[0]
+    meta = {**first.meta, "sources": [f.path for f in files]}
+    if len(files) == 1:
+        tables = first.tables
+    else:
+        offsets = rankfiles.step_offsets([f.meta for f in files])
+        tables = {name: join_frames([shift_steps(f.tables[name], off)
+                                     for f, off in zip(files, offsets)])
+                  for name in ("events", "collectives", "steps")}
+        spans = [f.meta["span_ns"] for f in files if f.meta.get("span_ns")]
+        meta["span_ns"] = [spans[0][0], max(s[1] for s in spans)] if spans else None
+        numbers = tables["steps"][S.STEP]
+        meta["step_range"] = [int(numbers.min()), int(numbers.max())] if len(numbers) else None
+    return RankData(rank, first.path, tables["events"], tables["collectives"], tables["steps"],
+                    meta=meta, rank_source=source)
 
 
-def rank_of(res: Ingested) -> tuple[int | None, str]:
-    rank = res.meta.get("distributed", {}).get("rank")
-    if isinstance(rank, int) and rank >= 0:
-        return rank, "distributedInfo"
-    rank = discover.rank_from_name(res.path)
-    return (rank, "file name") if rank is not None else (None, "")
+def shift_steps(frame: pd.DataFrame, offset: int) -> pd.DataFrame:
+    """``frame`` with its step numbers (those >= 0) moved up by ``offset``."""
+    if not offset:
+        return frame
+    out = frame.copy()
+    out[S.STEP] = out[S.STEP].where(out[S.STEP] < 0, out[S.STEP] + offset)
+    return out
 
 
-def rank_data(res: Ingested, rank: int, source: str) -> RankData:
-    t = res.tables
-    return RankData(rank, res.path, t["events"], t["collectives"], t["steps"],
-                    meta=res.meta, rank_source=source)
-
-
-def _drop_foreign(results: list[Ingested], meta: dict, skipped: list[SkippedFile],
-                  notes: list[str], strict: bool) -> list[Ingested]:
-    """Skip traces that cannot belong to the same run as the majority: another profkit
-    run id, or another world size."""
-    def world(res: Ingested):
-        return res.meta.get("distributed", {}).get("world_size")
-
-    run_id = meta.get("run_id")
-    sizes = Counter(w for w in map(world, results) if isinstance(w, int))
-    expected = meta.get("world_size") or (sizes.most_common(1)[0][0] if sizes else None)
-    kept = []
-    for res in results:
-        theirs = res.meta.get("profkit_run_id")
-        reason = None
-        if run_id and theirs and theirs != run_id:
-            reason = f"from another run (run id {theirs}, this run is {run_id})"
-        elif expected and isinstance(world(res), int) and world(res) != expected:
-            reason = f"from another run (world size {world(res)}, the run has {expected})"
-        if reason is None:
-            kept.append(res)
-        elif strict:
-            raise RunConflictError(f"{res.path}: {reason}")
-        else:
-            skipped.append(SkippedFile(res.path, reason))
-            notes.append(f"{res.path}: skipped, {reason}")
-    return kept
+def join_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Tables of one rank's cycles as one, sorted by start time; a categorical column stays
+    categorical (the union of the cycles' categories)."""
+    out = pd.concat(frames, ignore_index=True)
+    for col in frames[0].columns:
+        lost = not isinstance(out[col].dtype, pd.CategoricalDtype)
+        if lost and all(isinstance(f[col].dtype, pd.CategoricalDtype) for f in frames):
+            out[col] = union_categoricals([f[col] for f in frames])
+    return out.sort_values(S.TS_NS, kind="stable").reset_index(drop=True)
 
 
 def read_rank_status(folder: Path) -> dict[int, dict]:
@@ -281,9 +307,11 @@ def read_rank_status(folder: Path) -> dict[int, dict]:
     return out
 
 
-def complete_meta(meta: dict, rank_metas: dict[int, dict], folder: Path) -> dict[str, Any]:
-    """run.json's facts, completed from the traces; a run is failed if any rank says so."""
-    out = dict(meta)
+def complete_meta(meta: dict, chosen: dict[int, RankFiles], folder: Path) -> dict[str, Any]:
+    """run.json's facts, completed from the traces; a run is failed if any rank says so.
+    ``rank_files``: the files each rank was read from."""
+    rank_metas = {r: rf.files[0].meta for r, rf in chosen.items()}
+    out = dict(meta, rank_files={str(r): rf.paths for r, rf in chosen.items()})
     status = read_rank_status(folder) if meta else {}
     if status:
         out["rank_status"] = {str(r): s.get("status") for r, s in status.items()}

@@ -31,6 +31,7 @@ PIDS_PER_RANK = 1000  # remapped pid = rank * PIDS_PER_RANK + local index
 FLOW_ID_STRIDE = 1 << 40  # remapped flow id = rank * stride + id
 CHUNK_EVENTS = 20000
 NS_PER_S = 1_000_000_000
+MERGED_SCHEMA = "profkit.merged/1"
 
 
 class MEvent(msgspec.Struct, omit_defaults=True, gc=False):
@@ -115,7 +116,10 @@ def merge_run(run: Run, output: str | Path, *, ranks: list[int] | None = None,
 
 
 def _summary(run: Run, report: MergeReport) -> dict:
+    """The top-level ``profkit`` key: it also marks the file as profkit's own output, which
+    the loader then skips instead of reading it as a rank (profkit.loader.MERGED_OUTPUT)."""
     return {
+        "schema": MERGED_SCHEMA,
         "world_size": run.world_size,
         "ranks": report.ranks,
         "skipped_files": [s.as_dict() for s in report.skipped],
@@ -129,19 +133,28 @@ def _common_base_ns(run: Run, ranks: list[int]) -> int:
 
 
 def _rank_chunks(run: Run, data: RankData, base_ns: int, window: Window):
-    """(event count, encoded JSON without brackets) chunks of one rank's events, counters
-    and metadata; events are decoded one batch at a time."""
-    trace = tracefile.load(data.path)
-    shift_us = (int(trace.header.baseTimeNanoseconds or 0) - run.clock_offset_ns(data.rank)
-                - base_ns) / 1000.0
+    """(event count, encoded JSON without brackets) chunks of one rank's events (of each of
+    its files: its profiler cycles), counters and metadata; events are decoded one batch at
+    a time."""
     pids = _PidMap(data, run.meta.get("ranks", {}).get(str(data.rank), {}).get("host"))
+    for path in data.meta.get("sources") or [data.path]:
+        yield from _file_chunks(run, data.rank, path, pids, base_ns, window)
+    tail = _counter_events(data, pids, base_ns, window) + pids.metadata_events()
+    if tail:
+        yield len(tail), _ENCODER.encode(tail)[1:-1]
+
+
+def _file_chunks(run: Run, rank: int, path: str, pids: _PidMap, base_ns: int, window: Window):
+    trace = tracefile.load(path)
+    shift_us = (int(trace.header.baseTimeNanoseconds or 0) - run.clock_offset_ns(rank)
+                - base_ns) / 1000.0
     lo, hi = _window_us(window, base_ns)
-    rank_offset = data.rank * FLOW_ID_STRIDE
+    rank_offset = rank * FLOW_ID_STRIDE
     for blob in trace.raw_batches(CHUNK_EVENTS):
         try:
             events = _DECODER.decode(blob)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise TraceError(data.path, f"cannot be merged ({exc})") from None
+            raise TraceError(path, f"cannot be merged ({exc})") from None
         kept = []
         for ev in events:
             if ev.ph == "M" and _meta_name(ev) in _PROCESS_META:
@@ -159,9 +172,6 @@ def _rank_chunks(run: Run, data: RankData, base_ns: int, window: Window):
             kept.append(ev)
         if kept:
             yield len(kept), _ENCODER.encode(kept)[1:-1]
-    tail = _counter_events(data, pids, base_ns, window) + pids.metadata_events()
-    if tail:
-        yield len(tail), _ENCODER.encode(tail)[1:-1]
 
 
 def _meta_name(ev: MEvent) -> str:

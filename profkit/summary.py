@@ -16,8 +16,8 @@ from profkit.model import RankData, Run, step_spans, step_times_ns
 
 def rank_summary(data: RankData) -> dict:
     """Counts and GPU time of one rank. Window: the profiled steps (CPU ranges joined with
-    the GPU work they launched) when the trace has them, else first GPU start to last GPU
-    end. Times in ms."""
+    the GPU work they launched; the time between profiler cycles is not in it) when the
+    trace has them, else first GPU start to last GPU end. Times in ms."""
     ev = data.events
     gpu = ev[ev[S.KIND].isin(S.GPU_KINDS)]
     row = {
@@ -29,25 +29,25 @@ def rank_summary(data: RankData) -> dict:
     }
     times = step_times_ns(data.steps)
     row["step_ms_median"] = float(np.median(times) / 1e6) if len(times) else np.nan
-    lo, hi = _window(data, gpu)
-    row["window_ms"] = (hi - lo) / 1e6 if hi > lo else 0.0
-    busy = intervals.union(gpu[S.TS_NS], gpu[S.TS_NS] + gpu[S.DUR_NS])
-    busy = intervals.clip(busy, lo, hi)
-    row["gpu_busy_pct"] = 100.0 * intervals.total(busy) / (hi - lo) if hi > lo else np.nan
+    window = _window(data, gpu)
+    window_ns = intervals.total(window)
+    row["window_ms"] = window_ns / 1e6
+    busy = intervals.intersect(intervals.union(gpu[S.TS_NS], gpu[S.TS_NS] + gpu[S.DUR_NS]), window)
+    row["gpu_busy_pct"] = 100.0 * intervals.total(busy) / window_ns if window_ns else np.nan
     for cls in S.CLASSES:
         part = gpu[gpu[S.CLASS] == cls]
-        iv = intervals.clip(intervals.union(part[S.TS_NS], part[S.TS_NS] + part[S.DUR_NS]), lo, hi)
+        iv = intervals.intersect(intervals.union(part[S.TS_NS], part[S.TS_NS] + part[S.DUR_NS]),
+                                 window)
         row[f"{cls}_ms"] = intervals.total(iv) / 1e6
     return row
 
 
-def _window(data: RankData, gpu: pd.DataFrame) -> tuple[int, int]:
+def _window(data: RankData, gpu: pd.DataFrame) -> intervals.Intervals:
     if len(data.steps):
-        starts, ends = step_spans(data.steps)
-        return int(starts.min()), int(ends.max())
+        return intervals.union(*step_spans(data.steps))
     if len(gpu):
-        return int(gpu[S.TS_NS].min()), int((gpu[S.TS_NS] + gpu[S.DUR_NS]).max())
-    return 0, 0
+        return intervals.union([gpu[S.TS_NS].min()], [(gpu[S.TS_NS] + gpu[S.DUR_NS]).max()])
+    return intervals.union([], [])
 
 
 def run_summary(run: Run) -> pd.DataFrame:

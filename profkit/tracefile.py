@@ -81,6 +81,7 @@ class Header(msgspec.Struct, gc=False):
     host_name: Any = None
     hostname: Any = None
     profkit_run_id: Any = None
+    profkit: Any = None  # the summary profkit merge writes into its output (not a rank's trace)
 
 
 class _RawDoc(Header, gc=False):

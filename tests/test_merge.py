@@ -117,3 +117,19 @@ def test_counters_become_tracks_beside_the_gpu(tmp_path):
                         "ts": 100.0, "args": {"sm_clock_mhz": 1980.0}}]
     gpu_pids = {e["pid"] for e in events if e.get("cat") == "kernel"}
     assert counter[0]["pid"] in gpu_pids
+
+
+def test_merge_writes_every_profiler_cycle_of_a_rank(tmp_path):
+    from tests.realruns import RUNS, copy_run, write_profkit_cycles
+
+    run = copy_run("zoo/straggler", tmp_path / "run")
+    write_profkit_cycles(run, [2, 3])
+    out = tmp_path / "merged.json"
+    merge_run(load_run(run), out)
+    merged = read(out)
+    whole = [read(RUNS / "zoo" / "straggler" / "traces" / f"rank{r}.pt.trace.json.gz") for r in (0, 1)]
+    assert sum(e["ph"] == "X" for e in merged["traceEvents"]) == \
+        sum(e.get("ph") == "X" for doc in whole for e in doc["traceEvents"])
+    steps = {e["name"] for e in merged["traceEvents"] if str(e.get("name")).startswith("ProfilerStep#")}
+    assert steps == {"ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"}
+    assert merged["profkit"]["schema"] == "profkit.merged/1"

@@ -1,16 +1,19 @@
 """The map/reduce analysis: every executor gives the report the in-process analysis gives."""
 
+import shutil
 from pathlib import Path
 
 import orjson
 import pandas as pd
 import pytest
 from profkit.analyzers.analyze import analyze
-from profkit.analyzers.executor import analyze_run
+from profkit.analyzers.executor import analyze_run, plan_tasks, reduce_results, summarize_file
 from profkit.analyzers.render import to_json
 
+from profkit import loader
 from profkit.loader import load_run
 from profkit.synthetic import make_run
+from tests.realruns import copy_run, read_doc, split_cycles, write_doc, write_profkit_cycles
 
 REPO = Path(__file__).resolve().parents[2]
 RUNS = REPO / "samples" / "runs"
@@ -116,3 +119,73 @@ def test_unreachable_scheduler_is_a_clear_error(synthetic, capsys, monkeypatch):
     code = main(["analyze", str(synthetic), "--scheduler", "tcp://127.0.0.1:9", "--no-cache"])
     assert code != 0
     assert "Dask scheduler at tcp://127.0.0.1:9" in capsys.readouterr().err
+
+
+# --- a rank's files: profiler cycles and strangers through the map and the reduce ----------
+
+STRAGGLER = RUNS / "zoo" / "straggler"
+STRANGER = RUNS / "zoo" / "balanced" / "traces" / "rank1.pt.trace.json.gz"  # pid 1135, later
+
+
+def test_profiler_cycles_are_one_task_per_rank_and_match_the_loader(tmp_path):
+    run = copy_run("zoo/straggler", tmp_path / "run")
+    write_profkit_cycles(run, [2, 3])
+    _, folder, meta, files, _ = loader.open_run(run)
+    tasks = plan_tasks(folder, meta, files, True, None)
+    assert [sorted(Path(p).name for p in t.files) for t in tasks] == [
+        ["rank0.cycle1.pt.trace.json.gz", "rank0.pt.trace.json.gz"],
+        ["rank1.cycle1.pt.trace.json.gz", "rank1.pt.trace.json.gz"]]
+    whole = analyze(load_run(run))
+    assert whole.run["notes"] == ["rank 0-1: 2 profiler cycles read as steps 2-4"]
+    assert_same(analyze_run(run, workers=2), whole)  # a local process pool
+    assert_same(analyze_run(run, workers=1, cycle=1), analyze(load_run(run, cycle=1)))
+
+
+def test_cycles_the_names_do_not_group_are_summarised_together_after_the_reduce(tmp_path):
+    # Renamed stock traces: nothing in the names ties a rank's two cycles together, so the
+    # map reads each file alone and the reduce asks for each rank's files once more.
+    for rank in (0, 1):
+        doc = read_doc(STRAGGLER / "traces" / f"rank{rank}.pt.trace.json.gz")
+        for k, cycle in enumerate(split_cycles(doc, [2, 3])):
+            write_doc(tmp_path / f"{'ab'[k]}{rank}.json.gz", cycle)
+    root, folder, meta, files, skipped = loader.open_run(tmp_path)
+    asked = []
+
+    def remap(tasks):
+        asked.extend(sorted(Path(p).name for p in t.files) for t in tasks)
+        return [summarize_file(t) for t in tasks]
+
+    results = [summarize_file(t) for t in plan_tasks(folder, meta, files, True, None)]
+    assert len(results) == 4 and all(r.meta["pid"] in (1058, 1059) for r in results)
+    mapped = reduce_results(root, meta, files, skipped, results, remap=remap)
+    assert asked == [["a0.json.gz", "b0.json.gz"], ["a1.json.gz", "b1.json.gz"]]
+    assert_same(mapped, analyze(load_run(tmp_path)))
+    assert mapped.run["ranks_analyzed"] == [0, 1] and mapped.run["skipped_files"] == []
+
+
+def test_a_stranger_grouped_with_a_rank_by_name_is_told_apart_in_the_reduce(tmp_path):
+    # tensorboard_trace_handler names ({worker}.{ns}): the stranger's name puts it in rank
+    # 1's task; its process and time set it apart, and rank 1 is summarised on its own.
+    for rank in (0, 1):
+        shutil.copy(STRAGGLER / "traces" / f"rank{rank}.pt.trace.json.gz",
+                    tmp_path / f"rank{rank}.1795306995441251087.pt.trace.json.gz")
+    clean = analyze(load_run(tmp_path))
+    shutil.copy(STRANGER, tmp_path / "rank1.000001.pt.trace.json.gz")
+    mapped = analyze_run(tmp_path, workers=1)
+    assert_same(mapped, analyze(load_run(tmp_path)))
+    assert mapped.verdict == clean.verdict
+    [skip] = mapped.run["skipped_files"]
+    assert skip["path"] == str(tmp_path / "rank1.000001.pt.trace.json.gz")
+    assert "do not overlap the other ranks' time" in skip["reason"]
+
+
+def test_a_task_result_with_its_files_round_trips_as_data():
+    from profkit.analyzers.executor import FileResult
+
+    from profkit import datacodec
+
+    res = FileResult("a.json", parts=[FileResult("a.json", {"pid": 7, "span_ns": [1, 2]}),
+                                      FileResult("b.json", error="empty file")])
+    back = datacodec.decode(datacodec.encode(res))
+    assert back == res and back.covers() == frozenset()
+    assert [r.path for r in back.records()] == ["a.json", "b.json"]
