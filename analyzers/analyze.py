@@ -102,7 +102,8 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     info = {"path": header.path, "world_size": world_size(header.meta, ranks),
             "ranks_analyzed": ranks,
             "skipped_files": list(header.skipped), "notes": list(header.notes),
-            "status": header.meta.get("status")}
+            "status": header.meta.get("status"),
+            "rank_errors": dict(header.meta.get("rank_errors") or {})}
     return Analysis(info, run_verdict(tables["step_breakdown"], straggler_rows), tables,
                     findings, straggler_rows)
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from profkit import cache, discover, ingest, tracefile
 from profkit.counters import load_counters
-from profkit.errors import NoTracesError, RunConflictError, TraceError, UsageError
+from profkit.errors import NoTracesError, RunConflictError, TraceError, UsageError, error_text
 from profkit.model import RankData, Run, SkippedFile
 
 log = logging.getLogger(__name__)
@@ -291,6 +291,10 @@ def complete_meta(meta: dict, rank_metas: dict[int, dict], folder: Path) -> dict
         if failed:
             out["status"] = "failed"
             out.setdefault("failed_ranks", sorted(failed))
+            # why each rank failed, for the report's status line (the caller's reasons win)
+            out["rank_errors"] = {**{str(r): error_text(s.get("error"))
+                                     for r, s in sorted(failed.items())},
+                                  **(meta.get("rank_errors") or {})}
     if not out.get("world_size"):
         sizes = [m.get("distributed", {}).get("world_size") for m in rank_metas.values()]
         sizes = [s for s in sizes if isinstance(s, int)]
