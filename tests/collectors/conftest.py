@@ -3,6 +3,7 @@ of real 2-process torchrun jobs."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -140,14 +141,27 @@ def run_torchrun(script: Path, *args: str, env: dict[str, str] | None = None,
            *map(str, args)]
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True)
     try:
         out, err = proc.communicate(timeout=timeout_s)
         return SimpleNamespace(returncode=proc.returncode, stdout=out, stderr=err)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers: one session
-        out, err = proc.communicate()
+        # torchrun starts each worker in a session of its own: kill them by pid, found
+        # before torchrun dies (they would hold the output pipes open for ever)
+        for pid in [*descendants(proc.pid), proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
         return SimpleNamespace(returncode=None, stdout=out, stderr=err)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (Linux /proc; any of its threads may have started one)."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            children += [int(c) for c in (task / "children").read_text().split()]
+    return children + [d for c in children for d in descendants(c)]
 
 
 @pytest.fixture(scope="session")
