@@ -112,23 +112,24 @@ def _summarize_job(session: Any) -> Path | None:
         raise CollectorError("torch.distributed was not initialised when the capture "
                              "started: no key-value store to hand the summaries to rank 0")
     timeout_s = summary_timeout_s()
-    with kv.bounded(session.store, timeout_s) as store:
-        if failed:  # tell rank 0 and let the exception go on; rank 0 itself just stops
-            if info.rank != 0:
-                _put(store, session, kv.failed_value(error_text(session.error)))
-            return None
+    if failed:  # tell rank 0 and let the exception go on; rank 0 itself just stops
         if info.rank != 0:
-            _put(store, session, encoded(own_result(session)))
-            return None
-        mine = own_result(session)
+            _put(session, kv.failed_value(error_text(session.error)), timeout_s)
+        return None
+    mine = own_result(session)
+    if info.rank != 0:
+        _put(session, encoded(mine), timeout_s)
+        return None
+    with kv.bounded(session.store, timeout_s) as store:
         arrivals = kv.collect(store, session.run_id, range(1, info.world_size), timeout_s,
                               failed_on_disk=functools.partial(
                                   failed_on_disk, Path(session.dir), session.run_id))
     return _write_report(Path(session.dir), mine, arrivals, timeout_s)
 
 
-def _put(store: Any, session: Any, value: bytes) -> None:
-    kv.put(store, session.run_id, session.info.rank, value)
+def _put(session: Any, value: bytes, timeout_s: float) -> None:
+    with kv.bounded(session.store, timeout_s) as store:
+        kv.put(store, session.run_id, session.info.rank, value)
     log.debug("profkit: rank %d put its summary (%d bytes)", session.info.rank, len(value))
 
 
