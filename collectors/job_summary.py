@@ -36,9 +36,11 @@ report). Its limits:
   summary is reported as never answered, and its late value stays in the store until the
   job ends. A rank ended by a signal, when the run directory is not shared with rank 0,
   is only known to be missing after the bound.
-- values wait in the store's memory until rank 0 reads (and deletes) them: 60-160 KB per
-  rank for the bundled runs, so about 160 MB for a thousand ranks, held by the store
-  server (under torchrun the agent on the master node).
+- values wait in the store's memory until rank 0 reads (and deletes) them: 40-100 KiB per
+  rank for the bundled runs, so about 100 MB for a thousand ranks, held by the store
+  server (under torchrun the agent on the master node); over 4 MiB a value goes in parts,
+  over 256 MiB it is replaced by an error (see :mod:`~profkit.collectors.summary_store`).
+- a SIGTERM while rank 0 waits (torchrun stopping the job) ends it without a report.
 - a process group made without torchrun has its store served by rank 0's process: when
   rank 0 has already exited, the others' values are lost (logged as a warning).
 - with ``WORLD_SIZE`` > 1 but no process group at capture start there is no store: no
