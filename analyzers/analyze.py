@@ -154,7 +154,8 @@ def combine(header: RunHeader, summaries: list[RankSummary],
             "ranks_analyzed": ranks,
             "skipped_files": list(header.skipped), "notes": notes,
             "rank_files": header.meta.get("rank_files") or {},
-            "status": header.meta.get("status"), "steps": steps}
+            "status": header.meta.get("status"), "steps": steps,
+            "rank_errors": dict(header.meta.get("rank_errors") or {})}
     return Analysis(info, verdict, tables, findings, straggler_rows)
 
 

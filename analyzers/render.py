@@ -14,6 +14,7 @@ from profkit.analyzers.tables import rank_ranges
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 MAX_RANK_ROWS = 16  # larger runs get a per-part distribution instead of a row per rank
+MAX_STATUS_RANKS = 3  # the status line names this many failed ranks, then counts the rest
 
 
 def clean_json(value: Any) -> Any:
@@ -86,8 +87,34 @@ def grouped_findings(a: Analysis) -> list[tuple[Any, str]]:
     return [(fs[0], rank_ranges(f.rank for f in fs[1:])) for fs in groups.values()]
 
 
+def status_line(run: dict[str, Any]) -> str | None:
+    """``failed (rank 1: RuntimeError: boom)`` when the run did not end well, else None:
+    the first thing a reader of a failed run's report must see."""
+    status = run.get("status")
+    if status in (None, "ok"):
+        return None
+    errors = sorted((run.get("rank_errors") or {}).items(), key=lambda kv: _rank_key(kv[0]))
+    shown = [f"rank {r}: {_clip(why)}" for r, why in errors[:MAX_STATUS_RANKS]]
+    if len(errors) > MAX_STATUS_RANKS:
+        shown.append(f"{len(errors) - MAX_STATUS_RANKS} more rank(s)")
+    return f"{status} ({'; '.join(shown)})" if shown else str(status)
+
+
+def _rank_key(rank: Any) -> tuple[int, str]:
+    return (int(rank), "") if str(rank).isdigit() else (1 << 62, str(rank))
+
+
+def _clip(text: Any, limit: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def to_text(a: Analysis) -> str:
-    lines = [f"profkit analysis of {a.run['path']}", "", f"VERDICT: {a.verdict['summary']}"]
+    lines = [f"profkit analysis of {a.run['path']}"]
+    status = status_line(a.run)
+    if status:
+        lines.append(f"RUN STATUS: {status}")
+    lines += ["", f"VERDICT: {a.verdict['summary']}"]
     lines += [f"note: {n}" for n in a.run.get("notes", [])] + [""]
     table = _rank_table(a)
     if not table.empty:
@@ -104,7 +131,6 @@ def to_text(a: Analysis) -> str:
         lines.append(f"- [{f.severity}] {f.message}{also}")
         lines.append(f"    evidence: {_evidence(f.evidence)}")
         lines.append(f"    do: {f.recommendation}")
-    lines += [f"note: {n}" for n in a.run.get("notes", [])]
     for s in a.run["skipped_files"]:
         lines.append(f"skipped: {s['path']}: {s['reason']}")
     return "\n".join(lines) + "\n"
@@ -127,7 +153,11 @@ def markdown_table(table: pd.DataFrame) -> list[str]:
 
 
 def to_markdown(a: Analysis) -> str:
-    lines = [f"## profkit analysis: `{a.run['path']}`", "", f"**Verdict:** {a.verdict['summary']}", ""]
+    lines = [f"## profkit analysis: `{a.run['path']}`", ""]
+    status = status_line(a.run)
+    if status:
+        lines += [f"**Run status:** {status}", ""]
+    lines += [f"**Verdict:** {a.verdict['summary']}", ""]
     lines += [f"- {n}" for n in a.run.get("notes", [])] + ([""] if a.run.get("notes") else [])
     table = _rank_table(a)
     if not table.empty:

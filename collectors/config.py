@@ -41,8 +41,9 @@ class ProfileConfig:
     summarize: bool = False
     """At exit, each rank reduces its own trace to a summary and rank 0 writes the run's
     analysis (``profkit-report/report.json``, ``profkit-report/report.txt``) into the run directory: a
-    cross-rank report the moment the job ends, without moving traces. Only for a capture
-    without a trigger; see :mod:`profkit.collectors.job_summary`."""
+    cross-rank report the moment the job ends, without moving traces. A rank that failed
+    never waits for the others; rank 0 waits at most ``$PROFKIT_SUMMARY_TIMEOUT_S`` seconds
+    (300). Only for a capture without a trigger; see :mod:`profkit.collectors.job_summary`."""
     torch_profiler_kwargs: dict[str, Any] = field(default_factory=dict)
     """Passed through to ``torch.profiler.profile``."""
 

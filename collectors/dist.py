@@ -3,7 +3,9 @@
 Collectives run on a dedicated gloo "control" group when the default group uses another
 backend, so that they never touch the GPU stream (no device sync) and work on CPU too.
 They are only called where every rank is known to be present: at capture start and at
-the agreed trigger check points, never at exit (a failing rank must not hang the others).
+the agreed trigger check points, never at exit (a failing rank must not hang the others;
+the in-job summary goes through the job's key-value store instead, see
+:mod:`profkit.collectors.summary_store`).
 """
 
 from __future__ import annotations
@@ -113,6 +115,23 @@ def control_group() -> Any:
             log.warning("profkit: cannot create a gloo control group; using the default group")
             _control_group = dist.group.WORLD
     return _control_group
+
+
+def default_store() -> Any:
+    """The default process group's key-value store (under torchrun, the job's rendezvous
+    TCPStore), or None when torch.distributed is not initialised. Taken at capture start:
+    the store object keeps working after the user destroys the process group, so the
+    in-job summary can still reach the other ranks through it."""
+    if not dist_ready():
+        return None
+    from torch.distributed import distributed_c10d
+
+    try:
+        return distributed_c10d._get_default_store()  # no public accessor in torch 2.x
+    except Exception:  # noqa: BLE001 - the summary is optional; the capture is not
+        log.warning("profkit: the process group's key-value store is not reachable; "
+                    "no in-job summary for this run", exc_info=True)
+        return None
 
 
 def _tensor_device(group: Any) -> Any:

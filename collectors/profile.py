@@ -74,11 +74,12 @@ class Profile:
     def _finish(self, exc: BaseException | None, error: dict[str, str] | None = None,
                 summarize: bool = False) -> None:
         """Stop the current capture. ``summarize``: at ``__exit__`` (never in a signal
-        handler), write the in-job report when the config asks for it; every rank of a
-        capture without a trigger takes part, whether the user's code raised or not."""
+        handler), write the in-job report when the config asks for it (a rank whose capture
+        failed only tells rank 0 so, see :mod:`~profkit.collectors.job_summary`)."""
         session, self.session = self.session, None
         if session is not None:
-            session.stop(exc, error)
+            with self._term.held():  # a SIGTERM now would leave no status on disk
+                session.stop(exc, error)
             if summarize and self.config.summarize and self.trigger is None:
                 job_summary.summarize_job(session)  # never raises
 

@@ -53,6 +53,8 @@ class CaptureSession:
         self.error: dict[str, str] | None = None  # the final run.json ``error``, set by stop()
         # run.json's gpus and clock offsets, known on every rank (run.json is on rank 0's disk)
         self.run_facts: dict[str, Any] = {}
+        # the job's key-value store, for the in-job summary (taken at start: see dist.py)
+        self.store: Any = None
 
     # ---- start -------------------------------------------------------------------------
     def start(self) -> CaptureSession:
@@ -67,6 +69,8 @@ class CaptureSession:
         offsets = pdist.measure_clock_offsets()
         self.run_facts = {"gpus": runmeta.merge_gpus([rep["gpus"] for rep in gathered]),
                           "clock_offsets_ns": offsets}
+        if self.config.summarize:
+            self.store = pdist.default_store()
         if self.info.rank == 0:
             self._write_initial_run_json(gathered, offsets)
         self._start_sampler(nvml)

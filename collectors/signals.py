@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,8 @@ class TermHandler:
     def __init__(self, on_term: Callable[[int], None], signums: tuple[int, ...] = TERM_SIGNALS):
         self.on_term, self.signums = on_term, signums
         self._prev: dict[int, Any] = {}
+        self._holding = 0  # depth of held() blocks
+        self._pending: int | None = None  # a signal that came while held
 
     def install(self) -> bool:
         if threading.current_thread() is not threading.main_thread():
@@ -38,7 +41,28 @@ class TermHandler:
                 log.debug("cannot restore handler of signal %s", s, exc_info=True)
         self._prev.clear()
 
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Inside, a signal waits until the block ends, then is handled as usual. For the
+        saving of a capture already under way: the handler runs on this same thread, so it
+        could not let that saving finish, and a process that dies half-way through it
+        leaves no status on disk (torchrun's SIGTERM to the other ranks comes right when
+        they are saving after a peer failed)."""
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+            if not self._holding and self._pending is not None:
+                signum, self._pending = self._pending, None
+                self._handle(signum, None)
+
     def _handle(self, signum: int, frame: Any) -> None:
+        if self._holding:
+            log.warning("profkit: signal %s while saving the capture; handled once saved",
+                        signum)
+            self._pending = signum
+            return
         prev = self._prev.get(signum, signal.SIG_DFL)
         try:
             self.on_term(signum)

@@ -37,3 +37,13 @@ class RunConflictError(ProfkitError):
     """Traces that cannot belong together (duplicate ranks, different runs) under --strict."""
 
     exit_code = 5
+
+
+def error_text(record: object) -> str:
+    """A recorded error (the ``{"type", "message"}`` of run.json and ``ranks/rank{R}.json``)
+    as one line, ``"RuntimeError: boom"``; the capture side writes these records and both
+    it and the reader describe them this same way."""
+    if not isinstance(record, dict):
+        return "unknown error"
+    parts = [str(record[k]) for k in ("type", "message") if record.get(k)]
+    return ": ".join(parts) or "unknown error"

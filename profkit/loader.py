@@ -23,7 +23,7 @@ from pandas.api.types import union_categoricals
 from profkit import cache, discover, ingest, rankfiles, tracefile
 from profkit import schema as S
 from profkit.counters import load_counters
-from profkit.errors import NoTracesError, TraceError, UsageError
+from profkit.errors import NoTracesError, TraceError, UsageError, error_text
 from profkit.model import RankData, Run, SkippedFile
 from profkit.rankfiles import RankFiles
 
@@ -319,6 +319,10 @@ def complete_meta(meta: dict, chosen: dict[int, RankFiles], folder: Path) -> dic
         if failed:
             out["status"] = "failed"
             out.setdefault("failed_ranks", sorted(failed))
+            # why each rank failed, for the report's status line (the caller's reasons win)
+            out["rank_errors"] = {**{str(r): error_text(s.get("error"))
+                                     for r, s in sorted(failed.items())},
+                                  **(meta.get("rank_errors") or {})}
     if not out.get("world_size"):
         sizes = [m.get("distributed", {}).get("world_size") for m in rank_metas.values()]
         sizes = [s for s in sizes if isinstance(s, int)]

@@ -1,9 +1,16 @@
-"""Shared fixtures of the collectors tests: a fake NVML module and a fake clock."""
+"""Shared fixtures of the collectors tests: a fake NVML module, a fake clock and a runner
+of real 2-process torchrun jobs."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -116,3 +123,47 @@ def event_names(trace: dict) -> set[str]:
 @pytest.fixture
 def trace_reader():
     return SimpleNamespace(read=read_trace, names=event_names)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_torchrun(script: Path, *args: str, env: dict[str, str] | None = None,
+                 timeout_s: float = 120) -> SimpleNamespace:
+    """Run ``script`` on 2 local ranks under torchrun. Returns ``returncode`` (None when the
+    job outlived ``timeout_s``: then it and every worker are killed, never left behind),
+    ``stdout`` and ``stderr``."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script),
+           *map(str, args)]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        return SimpleNamespace(returncode=proc.returncode, stdout=out, stderr=err)
+    except subprocess.TimeoutExpired:
+        # torchrun starts each worker in a session of its own: kill them by pid, found
+        # before torchrun dies (they would hold the output pipes open for ever)
+        for pid in [*descendants(proc.pid), proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+        return SimpleNamespace(returncode=None, stdout=out, stderr=err)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (Linux /proc; any of its threads may have started one)."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            children += [int(c) for c in (task / "children").read_text().split()]
+    return children + [d for c in children for d in descendants(c)]
+
+
+@pytest.fixture(scope="session")
+def torchrun():
+    return run_torchrun

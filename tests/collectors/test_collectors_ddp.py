@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -55,20 +51,10 @@ JOB = textwrap.dedent("""
 """)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_two_rank_gloo_ddp(tmp_path, trace_reader):
+def test_two_rank_gloo_ddp(tmp_path, trace_reader, torchrun):
     script = tmp_path / "job.py"
     script.write_text(JOB)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script),
-           str(tmp_path)]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    r = torchrun(script, tmp_path, timeout_s=120)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
     train = tmp_path / "train"

@@ -12,7 +12,7 @@ import time
 import pytest
 
 JOB = textwrap.dedent("""
-    import signal, sys, time, torch
+    import os, signal, sys, time, torch
     from pathlib import Path
     from profkit.collectors import profile
     out, mode = Path(sys.argv[1]), sys.argv[2]
@@ -21,13 +21,18 @@ JOB = textwrap.dedent("""
             (out / "prev_called").write_text(str(signum))
             sys.exit(3)
         signal.signal(signal.SIGTERM, prev)
+    extra = {}
+    if mode == "while_saving":  # the trace is saved at exit; SIGTERM comes right then
+        extra["on_trace_ready"] = lambda prof: os.kill(os.getpid(), signal.SIGTERM)
     model = torch.nn.Linear(8, 8)
-    with profile(out / "run", wait=0, warmup=0, active=1000, nvml=False) as p:
+    with profile(out / "run", wait=0, warmup=0, active=1000, nvml=False, **extra) as p:
         for i in range(100000):
             model(torch.randn(2, 8)).sum().backward()
             p.step()
             if i == 3:
                 (out / "ready").write_text("1")
+                if mode == "while_saving":
+                    raise RuntimeError("lost a peer")
             time.sleep(0.01)
 """)
 
@@ -51,3 +56,21 @@ def test_sigterm_saves_capture(tmp_path, trace_reader, mode, rc):
     assert {"ProfilerStep#0", "ProfilerStep#3"} <= trace_reader.names(trace)
     if mode == "chain":
         assert (tmp_path / "prev_called").read_text() == str(int(signal.SIGTERM))
+
+
+def test_sigterm_while_saving_waits_until_the_status_is_on_disk(tmp_path, trace_reader):
+    """As on a rank that failed after losing a peer, when torchrun's SIGTERM arrives while
+    it saves: the signal still ends the process, once the status is written."""
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path), "while_saving"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr[-2000:]
+    status = json.loads((tmp_path / "run" / "ranks" / "rank0.json").read_text())
+    assert status["status"] == "failed"
+    assert status["error"] == {"type": "RuntimeError", "message": "lost a peer"}
+    doc = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert doc["status"] == "failed" and doc["error"] == status["error"]
+    trace = trace_reader.read(tmp_path / "run" / "traces" / "rank0.pt.trace.json.gz")
+    assert "ProfilerStep#3" in trace_reader.names(trace)
+    assert "while saving the capture; handled once saved" in proc.stderr

@@ -1,18 +1,15 @@
 """profile(summarize=True): the run's analysis written by rank 0 when the capture ends.
 
-The distributed cases run real 2-process gloo jobs on CPU under torchrun, as
-test_collectors_ddp.py does; the single-process cases run here.
+The distributed cases run one real 2-process gloo job on CPU under torchrun, which goes
+through several captures in turn (the summary uses no collective, so the job's process
+group stays usable after each); the single-process cases run here. Jobs where a rank
+fails for good are in test_failing_rank.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import textwrap
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -24,77 +21,104 @@ from profkit.collectors import job_summary, profile
 from profkit.discover import find_trace_files
 from profkit.loader import load_run
 
+RANK0_LATE_S = 3  # rank 0 goes on this long after rank 1 raised ("raise")
+RANK1_LATE_S = 4  # rank 1 reaches the end of "late" this long after rank 0
+LATE_TIMEOUT_S = 1  # PROFKIT_SUMMARY_TIMEOUT_S of "late"
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-# mode: "ok" (DDP training), "raise" (rank 1 raises inside the context after training),
-# "late" (rank 1 reaches the end of the context only after the others gave up waiting).
+# One job, four captures in turn: "ok" (DDP training), "raise" (rank 1 raises at step 3
+# of steps without collectives; rank 0 goes on for RANK0_LATE_S), "late" (rank 1 reaches
+# the end RANK1_LATE_S after rank 0, which waits LATE_TIMEOUT_S) and "destroyed" (the user
+# destroys the process group inside the context). Each rank writes its timings.
 JOB = textwrap.dedent("""
-    import os, sys, time, torch, torch.distributed as dist
+    import json, os, sys, time, torch, torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     from profkit.collectors import profile
 
-    out, mode = sys.argv[1], sys.argv[2]
+    out, rank0_late_s, rank1_late_s, late_timeout_s = sys.argv[1], *map(float, sys.argv[2:])
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
-                                    torch.nn.Linear(64, 8)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    times = {}
+
+    def capture(name, timeout_s=60):
+        os.environ["PROFKIT_SUMMARY_TIMEOUT_S"] = str(timeout_s)
+        return profile(f"{out}/{name}", wait=1, warmup=1, active=2, nvml=False,
+                       summarize=True)
+
+    def train(p, model, steps):
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(steps):
+            model(torch.randn(16, 32)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            p.step()
+
+    def ddp():
+        return DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                       torch.nn.Linear(64, 8)))
+
+    with capture("ok") as p:
+        train(p, ddp(), 4)
+
     err = RuntimeError(f"boom on rank {rank}")
-    t0 = time.monotonic()
     try:
-        with profile(out + "/run", wait=1, warmup=1, active=2, nvml=False,
-                     summarize=True) as p:
-            for _ in range(4):
-                model(torch.randn(16, 32)).pow(2).mean().backward()
-                opt.step()
-                opt.zero_grad()
-                p.step()
-            if mode == "raise" and rank == 1:
+        with capture("raise") as p:
+            train(p, torch.nn.Linear(32, 8), 3)  # no collective in these steps
+            if rank == 1:
+                times["raised"] = time.monotonic()
                 raise err
-            if mode == "late" and rank == 1:
-                time.sleep(6)
-    except BaseException as e:
-        with open(f"{out}/rank{rank}.raised", "w") as f:
-            f.write(f"{type(e).__name__}|{e}|{e is err}")
-    with open(f"{out}/rank{rank}.done", "w") as f:
-        f.write(str(time.monotonic() - t0))
+            train(p, torch.nn.Linear(32, 8), 1)
+            time.sleep(rank0_late_s)
+    except RuntimeError as e:
+        times["caught"], times["same_error"] = time.monotonic(), e is err
+
+    with capture("late", timeout_s=late_timeout_s) as p:
+        train(p, torch.nn.Linear(32, 8), 4)
+        if rank == 1:
+            time.sleep(rank1_late_s)
+        times["late_exit"] = time.monotonic()
+    times["late_left"] = time.monotonic()
+
+    with capture("destroyed") as p:
+        train(p, ddp(), 4)
+        dist.destroy_process_group()
+
+    with open(f"{out}/times{rank}.json", "w") as f:
+        json.dump(times, f)
     sys.stdout.flush(); sys.stderr.flush()
     os._exit(0)  # skip teardown (see test_collectors_ddp.py)
 """)
 
 
-def run_job(tmp_path, mode, timeout_s=None):
-    script = tmp_path / "job.py"
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, torchrun):
+    """The four captures' run folders, each rank's timings and the job's output."""
+    out = tmp_path_factory.mktemp("job")
+    script = out / "job.py"
     script.write_text(JOB)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if timeout_s is not None:
-        env[job_summary.TIMEOUT_ENV] = str(timeout_s)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script),
-           str(tmp_path), mode]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    r = torchrun(script, out, RANK0_LATE_S, RANK1_LATE_S, LATE_TIMEOUT_S, timeout_s=150)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return tmp_path / "run", r
+    times = [json.loads((out / f"times{rank}.json").read_text()) for rank in (0, 1)]
+    return SimpleNamespace(out=out, times=times, stderr=r.stderr)
 
 
 def report(run_dir):
     return json.loads((run_dir / "profkit-report" / "report.json").read_bytes())
 
 
-def test_two_rank_job_writes_the_runs_analysis(tmp_path):
-    run_dir, _ = run_job(tmp_path, "ok")
+def report_text(run_dir):
+    return (run_dir / "profkit-report" / "report.txt").read_text()
+
+
+def test_two_rank_job_writes_the_runs_analysis(job):
+    run_dir = job.out / "ok"
     doc = report(run_dir)
     assert doc["schema"] == "profkit.analysis/1"
     assert doc["run"]["world_size"] == 2 and doc["run"]["ranks_analyzed"] == [0, 1]
     assert doc["run"]["status"] == "ok" and doc["run"]["skipped_files"] == []
     assert doc["ranks"] == []  # per-rank step breakdowns need GPU events; this job is CPU
-    text = (run_dir / "profkit-report" / "report.txt").read_text()
-    assert text.startswith(f"profkit analysis of {run_dir}") and "VERDICT:" in text
+    text = report_text(run_dir)
+    assert text.startswith(f"profkit analysis of {run_dir}\n\nVERDICT:")  # no status line
 
     # the same analysis as the library's map-reduce over the trace files, afterwards
     assert doc == json.loads(json.dumps(to_json(analyze_run(run_dir, workers=1, cache=False))))
@@ -105,34 +129,54 @@ def test_two_rank_job_writes_the_runs_analysis(tmp_path):
     assert load_run(run_dir, cache=False).skipped == []
 
 
-def test_a_rank_that_raises_is_reported_failed_and_nobody_hangs(tmp_path):
-    started = time.monotonic()
-    run_dir, _ = run_job(tmp_path, "raise")
-    assert time.monotonic() - started < 45
-    # the user's exception reached the user's code, the same object, on rank 1 only
-    assert (tmp_path / "rank1.raised").read_text() == "RuntimeError|boom on rank 1|True"
-    assert not (tmp_path / "rank0.raised").exists()
-    assert (tmp_path / "rank0.done").exists() and (tmp_path / "rank1.done").exists()
+def test_a_rank_that_raises_leaves_at_once_and_is_reported_failed(job):
+    rank0, rank1 = job.times
+    # the user's exception reached the user's code, the same object, on rank 1 only, and
+    # without waiting for rank 0 (which went on RANK0_LATE_S longer)
+    assert rank1["same_error"] is True and "caught" not in rank0
+    assert rank1["caught"] - rank1["raised"] < RANK0_LATE_S / 2
 
+    run_dir = job.out / "raise"
+    statuses = [json.loads((run_dir / "ranks" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [s["status"] for s in statuses] == ["ok", "failed"]
+    assert statuses[1]["error"]["type"] == "RuntimeError"
     # rank 0 wrote the report: rank 1's trace skipped with its failure, the run failed
     doc = report(run_dir)
     assert doc["run"]["status"] == "failed" and doc["run"]["world_size"] == 2
     assert doc["run"]["ranks_analyzed"] == [0]
+    assert doc["run"]["rank_errors"] == {"1": "RuntimeError: boom on rank 1"}
     ((skip),) = doc["run"]["skipped_files"]
     assert skip["path"].endswith("traces/rank1.pt.trace.json.gz")
     assert skip["reason"] == "rank 1 failed: RuntimeError: boom on rank 1"
-    assert "skipped:" in (run_dir / "profkit-report" / "report.txt").read_text()
+    lines = report_text(run_dir).splitlines()
+    assert lines[1] == "RUN STATUS: failed (rank 1: RuntimeError: boom on rank 1)"
+    assert f"skipped: {skip['path']}: {skip['reason']}" in lines
 
 
-def test_a_rank_that_never_arrives_costs_only_the_report(tmp_path):
-    started = time.monotonic()
-    run_dir, r = run_job(tmp_path, "late", timeout_s=2)
-    assert time.monotonic() - started < 45
-    assert not (run_dir / "profkit-report").exists()
-    assert "no in-job summary" in r.stderr
-    # rank 0 gave up after about the timeout instead of waiting for rank 1's 6 s
-    assert float((tmp_path / "rank0.done").read_text()) < 5.5
+def test_a_rank_that_never_answers_costs_only_its_part_of_the_report(job):
+    rank0, rank1 = job.times
+    # rank 0 gave up after about the timeout instead of waiting for rank 1's 4 s
+    assert rank0["late_left"] - rank0["late_exit"] < RANK1_LATE_S - 1
+    assert rank0["late_left"] - rank0["late_exit"] >= LATE_TIMEOUT_S
+    assert rank1["late_left"] - rank1["late_exit"] < RANK1_LATE_S - 1  # nobody waits for 0
+
+    run_dir = job.out / "late"
+    doc = report(run_dir)
+    assert doc["run"]["status"] == "incomplete" and doc["run"]["ranks_analyzed"] == [0]
+    why = f"sent no summary within {LATE_TIMEOUT_S:g} s (still running, hung or killed)"
+    assert doc["run"]["rank_errors"] == {"1": why}
+    assert [s["reason"] for s in doc["run"]["skipped_files"]] == [f"rank 1 {why}"]
+    assert report_text(run_dir).splitlines()[1] == f"RUN STATUS: incomplete (rank 1: {why})"
+    # both ranks ended well: their own statuses say so
     assert json.loads((run_dir / "run.json").read_text())["status"] == "ok"
+    assert json.loads((run_dir / "ranks" / "rank1.json").read_text())["status"] == "ok"
+
+
+def test_the_summary_works_after_the_process_group_was_destroyed(job):
+    doc = report(job.out / "destroyed")
+    assert doc["run"]["status"] == "ok" and doc["run"]["ranks_analyzed"] == [0, 1]
+    assert doc["run"]["skipped_files"] == []
+    assert "no in-job summary" not in job.stderr
 
 
 def train(p, steps):
