@@ -74,11 +74,23 @@ def steps_report(steps: pd.DataFrame, infos: dict[int, dict]) -> dict[str, dict]
     return out
 
 
+def steps_line(report: dict[str, dict]) -> str:
+    """One line saying which steps the verdict used, per group of ranks alike."""
+    by_text: dict[str, list[int]] = {}
+    for rank, r in report.items():
+        text = f"{len(r['used'])} of {r['recorded']} ({_span(r['used'])})"
+        by_text.setdefault(text, []).append(int(rank))
+    return "; ".join(f"rank {rank_ranges(ranks)}: {text}" for text, ranks in by_text.items())
+
+
 def step_notes(report: dict[str, dict], one_offs: pd.DataFrame) -> list[str]:
-    """Plain lines for the report: steps used and why, missing step markers, one-off calls."""
+    """Lines for the report's notes when the steps need a word: steps left out and why,
+    steps from a marker, no step ranges at all, one-off calls cut out."""
     notes = []
     by_text: dict[str, list[int]] = {}
     for rank, r in report.items():
+        if r["source"] == "ProfilerStep#" and not r["excluded"]:
+            continue
         if r["source"] == "none":
             hint = (f" (repeating annotations that could mark steps: "
                     f"{', '.join(f'{n} x{c}' for n, c in r['candidates'])})" if r["candidates"] else "")

@@ -152,8 +152,8 @@ def task_for(folder: Path, meta: dict[str, Any], files: list, use_cache: bool,
     run_meta = {"gpus": mine, "clock_offsets_ns": meta.get("clock_offsets_ns") or {}}
     paths = [str(f) for f in files]
     return FileTask(paths[0], str(folder), run_meta, use_cache, thresholds,
-                    paths if len(paths) > 1 else [], options=options,
-                    rules=classify.active_rules())
+                    options=options, rules=classify.active_rules(),
+                    paths=paths if len(paths) > 1 else [])
 
 
 def _cycle_key(path: Path) -> tuple:

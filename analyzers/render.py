@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.analyze import SCHEMA, Analysis
 from profkit.analyzers.breakdown import PARTS
+from profkit.analyzers.diagnosis import steps_line
 from profkit.analyzers.tables import rank_ranges
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -115,6 +116,8 @@ def to_text(a: Analysis) -> str:
     if status:
         lines.append(f"RUN STATUS: {status}")
     lines += ["", f"VERDICT: {a.verdict['summary']}"]
+    if a.run.get("steps"):
+        lines.append(f"steps used: {steps_line(a.run['steps'])}")
     lines += [f"note: {n}" for n in a.run.get("notes", [])] + [""]
     table = _rank_table(a)
     if not table.empty:
@@ -158,6 +161,8 @@ def to_markdown(a: Analysis) -> str:
     if status:
         lines += [f"**Run status:** {status}", ""]
     lines += [f"**Verdict:** {a.verdict['summary']}", ""]
+    if a.run.get("steps"):
+        lines += [f"Steps used: {steps_line(a.run['steps'])}", ""]
     lines += [f"- {n}" for n in a.run.get("notes", [])] + ([""] if a.run.get("notes") else [])
     table = _rank_table(a)
     if not table.empty:
