@@ -3,6 +3,7 @@
 The cache lives in ``<run dir>/.profkit/cache`` when that folder is writable, else in
 ``$PROFKIT_CACHE_DIR`` or ``~/.cache/profkit``. Each entry is written to temporary names
 and committed by renaming its ``.meta.json`` last, so a half-written entry is never read.
+Temporaries that killed writers left are removed once per process.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import orjson
 import pandas as pd
 
 from profkit import schema as S
-from profkit.atomic import atomic_open, write_bytes_atomic
+from profkit.atomic import TMP_PREFIX, atomic_open, sweep_stale, write_bytes_atomic
 from profkit.discover import run_folder
+from profkit.errors import ProfkitError
 
 log = logging.getLogger(__name__)
 TABLES = ("events", "collectives", "steps")
+_swept: set[Path] = set()  # cache folders this process already cleaned
 
 
 def cache_key(trace: Path) -> str:
@@ -38,9 +41,12 @@ def cache_dir_for(trace: Path) -> Path:
 def _folder_for(run_dir: Path) -> Path:
     """``run_dir/.profkit/cache`` when writable, else the user's cache folder."""
     local = run_dir / ".profkit" / "cache"
-    if _writable(local):
-        return local
-    return Path(os.environ.get("PROFKIT_CACHE_DIR") or Path.home() / ".cache" / "profkit")
+    folder = local if _writable(local) else \
+        Path(os.environ.get("PROFKIT_CACHE_DIR") or Path.home() / ".cache" / "profkit")
+    if folder not in _swept:  # once, not per entry: a large run's cache holds many files
+        _swept.add(folder)
+        sweep_stale(folder)
+    return folder
 
 
 def _writable(folder: Path) -> bool:
@@ -75,19 +81,21 @@ def store(trace: Path, tables: dict[str, pd.DataFrame], meta: dict) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for name in TABLES:
             target = folder / f"{key}.{name}.parquet"
-            with atomic_open(target) as fh:
+            with atomic_open(target, sweep=False) as fh:
                 tables[name].to_parquet(fh, index=False)
-        write_bytes_atomic(folder / f"{key}.meta.json", orjson.dumps(meta, default=str))
-    except (OSError, ValueError, TypeError) as exc:
+        write_bytes_atomic(folder / f"{key}.meta.json", orjson.dumps(meta, default=str), sweep=False)
+    except (OSError, ProfkitError, ValueError, TypeError) as exc:
         log.warning("could not cache %s: %s", trace, exc)
 
 
 def run_fingerprint(path: Path, extra: str = "") -> str:
     """A key that changes whenever any file of the run changes (path, size, mtime of every
-    file under it, the cache folder excluded), plus ``extra`` (versions, options)."""
+    file under it, the cache folder and files being written excluded), plus ``extra``
+    (versions, options)."""
     path = Path(path).resolve()
     files = [path] if path.is_file() else sorted(
-        p for p in path.rglob("*") if p.is_file() and ".profkit" not in p.relative_to(path).parts)
+        p for p in path.rglob("*") if p.is_file() and not p.name.startswith(TMP_PREFIX)
+        and ".profkit" not in p.relative_to(path).parts)
     h = hashlib.sha1(f"{path}|v{S.TABLES_VERSION}|{extra}".encode())
     for f in files:
         st = f.stat()
@@ -114,6 +122,6 @@ def store_result(path: Path, key: str, result) -> None:
     try:
         folder = _results_dir(path)
         folder.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(folder / f"result-{key}.pkl", pickle.dumps(result, protocol=5))
-    except (OSError, pickle.PicklingError, TypeError) as exc:
+        write_bytes_atomic(folder / f"result-{key}.pkl", pickle.dumps(result, protocol=5), sweep=False)
+    except (OSError, ProfkitError, pickle.PicklingError, TypeError) as exc:
         log.warning("could not cache the analysis of %s: %s", path, exc)

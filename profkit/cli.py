@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
 from profkit import __version__
-from profkit.errors import ProfkitError, UsageError
+from profkit.errors import OutputError, ProfkitError, UsageError
 
 log = logging.getLogger("profkit")
 
@@ -136,8 +137,14 @@ def _emit(data: bytes, output: Path | None, summary: str) -> None:
 
         write_bytes_atomic(output, data)
         print(f"wrote {output}: {summary}")
-    else:
+        return
+    try:
         sys.stdout.write(data.decode())
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # the reader went away: main() ends quietly
+    except OSError as exc:
+        raise OutputError("standard output", exc) from exc
 
 
 def cmd_launch(args) -> int:
@@ -250,6 +257,15 @@ def main(argv: list[str] | None = None) -> int:
     except ProfkitError as exc:
         print(f"profkit: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        # stdout's reader (| head) closed it; point stdout at /dev/null so that the flush at
+        # exit does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports it
+    except OSError as exc:  # one line naming the file, never a traceback
+        print(f"profkit: error: {exc.strerror or exc}"
+              f"{f': {exc.filename}' if exc.filename else ''}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("profkit: interrupted", file=sys.stderr)
         return 130

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from profkit.atomic import TMP_PREFIX
 from profkit.model import SkippedFile
 
 RUN_JSON = "run.json"
@@ -25,7 +26,8 @@ def run_folder(root: Path) -> Path:
 
 def is_trace_name(path: Path) -> bool:
     name = path.name.lower()
-    return name.endswith(TRACE_SUFFIXES) and name != RUN_JSON
+    # ``.tmp-`` names are files still being written (or left by a killed writer)
+    return name.endswith(TRACE_SUFFIXES) and name != RUN_JSON and not name.startswith(TMP_PREFIX)
 
 
 def rank_from_name(path: str | Path) -> int | None:
