@@ -84,13 +84,15 @@ def _cached_analysis(args):
     else mapped per rank on the chosen executor and reduced."""
     import profkit.analyzers
     from profkit import __version__, cache
+    from profkit.analyzers.analyze import Analysis
     from profkit.analyzers.executor import analyze_run
 
     code = cache.run_fingerprint(Path(profkit.analyzers.__file__).parent)  # any code change
     key = cache.run_fingerprint(Path(args.run), f"analyze|{__version__}|{code}|{args.ranks}")
     if not args.no_cache and Path(args.run).exists():
-        cached = cache.load_result(Path(args.run), key)
-        if cached is not None:
+        cached = cache.load_result(Path(args.run), key, Analysis)
+        if cached is not None and _renders(cached, args.format):
+            log.debug("analysis of %s from the result cache", args.run)
             return cached
     analysis = analyze_run(args.run, scheduler=args.scheduler, workers=args.workers,
                            cache=not args.no_cache, strict=args.strict,
@@ -100,17 +102,31 @@ def _cached_analysis(args):
     return analysis
 
 
-def cmd_analyze(args) -> int:
+def _renders(analysis, fmt: str) -> bool:
+    """Whether a cached analysis renders: it decoded as data, but it lies in a folder others
+    may write, so one that does not render is a cache miss, never an error."""
+    try:
+        _render_analysis(analysis, fmt)
+        str(analysis.verdict["summary"])
+    except Exception as exc:  # noqa: BLE001 - any fault of the entry is a miss
+        log.debug("cached analysis of this run does not render, analysing again: %r", exc)
+        return False
+    return True
+
+
+def _render_analysis(analysis, fmt: str) -> bytes:
     import orjson
 
     from profkit.analyzers.render import to_json, to_markdown, to_text
 
+    if fmt == "json":
+        return orjson.dumps(to_json(analysis), option=orjson.OPT_INDENT_2) + b"\n"
+    return (to_markdown if fmt == "markdown" else to_text)(analysis).encode()
+
+
+def cmd_analyze(args) -> int:
     analysis = _cached_analysis(args)
-    if args.format == "json":
-        data = orjson.dumps(to_json(analysis), option=orjson.OPT_INDENT_2) + b"\n"
-    else:
-        data = (to_markdown if args.format == "markdown" else to_text)(analysis).encode()
-    _emit(data, args.output, analysis.verdict["summary"])
+    _emit(_render_analysis(analysis, args.format), args.output, analysis.verdict["summary"])
     return 0
 
 
