@@ -57,14 +57,17 @@ def run_to_end(argv: list[str]) -> float:
     return time.monotonic() - start
 
 
-def kill_at(argv: list[str], after_s: float) -> None:
-    """Start ``argv`` and SIGKILL it (and anything it started) ``after_s`` seconds later."""
+def kill_when(argv: list[str], due, timeout_s: float = 300) -> None:
+    """Start ``argv`` and SIGKILL it (and anything it started) as soon as ``due()`` says so;
+    ``due`` is asked every millisecond until the command ends."""
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    try:
-        proc.wait(timeout=after_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        if due():
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.001)
     proc.wait()  # reaped: as after a real kill, its process id is gone
 
 
@@ -98,20 +101,39 @@ def temporaries(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob(".tmp-*"))
 
 
-def kill_and_rerun(clean: Clean, name: str, moments: int, twice: bool = False) -> None:
-    cmd, (expected, seconds) = COMMANDS[name], clean.outputs[name]
+def moments(clean: Clean, name: str, random_count: int) -> list[tuple[str, object]]:
+    """(what, due) pairs: ``random_count`` random moments, one in each equal slice of the clean
+    run's duration past its first fifth (Python starting up), then the moments a temporary
+    first appears in the cache and beside the output: a kill in the middle of a write."""
+    seconds = clean.outputs[name][1]
     rng = random.Random(f"{SEED}-{name}")
+    out = []
+    for i in range(random_count):
+        lo, hi = 0.2 + 0.8 * i / random_count, 0.2 + 0.8 * (i + 1) / random_count
+        after_s = seconds * rng.uniform(lo, hi)
+        out.append((f"after {after_s:.2f}s of {seconds:.2f}s", after_s))
+    for folder in (clean.root / "run" / ".profkit" / "cache", clean.root / "out"):
+        out.append((f"while writing in {folder.name}/", folder))
+    return out
+
+
+def _due(when):
+    """``due()`` for a delay in seconds, or for a folder: a temporary is in it."""
+    if isinstance(when, float):
+        start = time.monotonic()
+        return lambda: time.monotonic() - start >= when
+    return lambda: any(n.startswith(".tmp-") for n in os.listdir(when)) if when.exists() else False
+
+
+def kill_and_rerun(clean: Clean, name: str, random_count: int, twice: bool = False) -> None:
+    cmd, expected = COMMANDS[name], clean.outputs[name][0]
     run, out = clean.root / "run", clean.root / "out"
     target = out / cmd.output
-    for i in range(moments):
-        # one moment in each of ``moments`` equal slices of the clean run's duration, past the
-        # first fifth (Python starting up)
-        lo, hi = 0.2 + 0.8 * i / moments, 0.2 + 0.8 * (i + 1) / moments
-        after_s = seconds * rng.uniform(lo, hi)
-        where = f"{name} killed after {after_s:.2f}s of {seconds:.2f}s (PROFKIT_FAULT_SEED={SEED})"
+    for what, when in moments(clean, name, random_count):
+        where = f"{name} killed {what} (PROFKIT_FAULT_SEED={SEED})"
         shutil.rmtree(run / ".profkit", ignore_errors=True)  # every killed run starts cold
         target.unlink(missing_ok=True)
-        kill_at(cmd.argv(run, out), after_s)
+        kill_when(cmd.argv(run, out), _due(when))
         if target.exists():  # finished, or renamed into place before the kill: never half
             assert content(target) == expected, where
         for _ in range(2 if twice else 1):  # the second run reads what the first cached
@@ -122,10 +144,10 @@ def kill_and_rerun(clean: Clean, name: str, moments: int, twice: bool = False) -
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_killed_command_leaves_nothing_wrong(clean, name):
-    kill_and_rerun(clean(QUICK), name, moments=3)
+    kill_and_rerun(clean(QUICK), name, random_count=2)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_killed_command_leaves_nothing_wrong_many_moments(clean, name):
-    kill_and_rerun(clean(FULL), name, moments=15, twice=True)
+    kill_and_rerun(clean(FULL), name, random_count=15, twice=True)

@@ -143,6 +143,8 @@ def test_entries_that_do_not_render_are_analysed_again(cached, entry, caplog):
     for forged in (_analysis_with(verdict=["not", "a dict"]),
                    _analysis_with(tables={"rank_breakdown": 3})):
         entry.write_bytes(datacodec.encode(forged))
+        key = entry.name[len("result-"):-len(".data")]
+        assert cache.load_result(cached.run, key, Analysis) == forged  # decodes: only rendering tells
         caplog.clear()
         assert analyze_cli(cached.run) == cached.report
         assert not served_from_cache(caplog)
