@@ -89,6 +89,24 @@ def test_cli_outputs_and_cache_get_the_umask_mode(tmp_path, mask, expected):
         assert mode(path) == expected, path
 
 
+@pytest.mark.parametrize("mask, expected", [(0o022, 0o644), (0o027, 0o640)])
+def test_capture_files_get_the_umask_mode(tmp_path, umask, mask, expected):
+    torch = pytest.importorskip("torch")
+    from profkit.collectors import profile
+
+    umask(mask)
+    model = torch.nn.Linear(8, 8)
+    with profile(tmp_path / "run", wait=0, warmup=0, active=2, nvml=False) as prof:
+        for _ in range(3):
+            model(torch.randn(2, 8)).sum().backward()
+            prof.step()
+    files = sorted(p for p in (tmp_path / "run").rglob("*") if p.is_file())
+    names = {str(p.relative_to(tmp_path / "run")) for p in files}
+    assert {"run.json", "ranks/rank0.json", "traces/rank0.pt.trace.json.gz"} <= names
+    assert {str(p.relative_to(tmp_path)): mode(p) for p in files} == \
+        {str(p.relative_to(tmp_path)): expected for p in files}
+
+
 # ---- a failed write ---------------------------------------------------------------------
 
 class _FullDisk(io.FileIO):
