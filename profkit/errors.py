@@ -55,4 +55,3 @@ class OutputError(ProfkitError):
             problem += f" ({cause.filename})"  # a parent folder, say, rather than the file
         super().__init__(f"cannot write {path}: {problem}")
         self.path = str(path)
-        self.errno = cause.errno
