@@ -139,7 +139,8 @@ def atomic_open(dest: str | os.PathLike, *, sweep: bool = True) -> Iterator[Bina
             tmp.unlink()
         # Errors of writes, flushes and the rename carry no file name or the temporary's;
         # an error opening some input inside the block names that input and stays as it is.
-        if isinstance(exc, OSError) and exc.filename in (None, str(tmp)):
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError) \
+                and exc.filename in (None, str(tmp)):
             raise OutputError(dest, exc) from exc
         raise
 

@@ -23,7 +23,6 @@ from profkit import datacodec
 from profkit import schema as S
 from profkit.atomic import TMP_PREFIX, atomic_open, sweep_stale, write_bytes_atomic
 from profkit.discover import run_folder
-from profkit.errors import ProfkitError
 
 log = logging.getLogger(__name__)
 RESULT_NAME = "result-{key}.data"
@@ -88,7 +87,7 @@ def store(trace: Path, tables: dict[str, pd.DataFrame], meta: dict) -> None:
             with atomic_open(target, sweep=False) as fh:
                 tables[name].to_parquet(fh, index=False)
         write_bytes_atomic(folder / f"{key}.meta.json", orjson.dumps(meta, default=str), sweep=False)
-    except (OSError, ProfkitError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError) as exc:
         log.warning("could not cache %s: %s", trace, exc)
 
 
@@ -139,5 +138,5 @@ def store_result(path: Path, key: str, result) -> None:
         folder = _results_dir(path)
         data = datacodec.encode(result)
         write_bytes_atomic(folder / RESULT_NAME.format(key=key), data, sweep=False)
-    except (OSError, ProfkitError, datacodec.CodecError) as exc:
+    except (OSError, datacodec.CodecError) as exc:
         log.warning("could not cache the analysis of %s: %s", path, exc)

@@ -41,9 +41,10 @@ class RunConflictError(ProfkitError):
     exit_code = 5
 
 
-class OutputError(ProfkitError):
+class OutputError(ProfkitError, OSError):
     """An output cannot be written: no space left, no permission, a read-only folder, a
-    folder where the file should go. Nothing was left behind."""
+    folder where the file should go. Nothing was left behind. Also an OSError (with the
+    cause's ``errno``), so that callers which catch OSError around a write still do."""
 
     exit_code = 6
 
@@ -55,3 +56,4 @@ class OutputError(ProfkitError):
             problem += f" ({cause.filename})"  # a parent folder, say, rather than the file
         super().__init__(f"cannot write {path}: {problem}")
         self.path = str(path)
+        self.errno = cause.errno  # not strerror: str() stays the message above
