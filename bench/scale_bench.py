@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import resource
 import subprocess
 import sys
@@ -71,6 +70,8 @@ def one(run: str, executor: str, workers: int) -> dict:
     """Analyse ``run`` in this process with ``executor``; phases timed separately."""
     from profkit.analyzers import executor as ex
 
+    from profkit import datacodec
+
     peak = [0]
     stop = threading.Event()
 
@@ -107,7 +108,7 @@ def one(run: str, executor: str, workers: int) -> dict:
     return {
         "ranks": len(analysis.run["ranks_analyzed"]), "executor": executor,
         "startup_s": t_up - t0, "map_s": t_map - t_up, "reduce_s": t_reduce - t_map,
-        "summary_mb": sum(len(pickle.dumps(r.summary)) for r in results) / 1e6,
+        "summary_mb": sum(len(datacodec.encode(r.summary)) for r in results) / 1e6,
         "tree_peak_mb": peak[0] / 2**20,
         "driver_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "straggler_ok": [s["rank"] for s in analysis.stragglers] == [planted["straggler"]],

@@ -1,7 +1,9 @@
 """Atomic file writes (temp name in the same folder + rename) and output-dir checks.
 
 A reader of the run directory never sees half a file: every writer here goes through a
-temporary name that starts with ``.tmp-`` and is renamed into place.
+temporary name that starts with ``.tmp-`` and is renamed into place (see
+:mod:`profkit.atomic`, which also removes what killed writers left behind). Files are
+created with the umask's mode, as ``open()`` creates them.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from typing import Any
 
 from profkit.collectors.errors import OutputDirError
 
-from profkit.atomic import TMP_PREFIX, atomic_open, write_bytes_atomic
+from profkit.atomic import TMP_PREFIX, atomic_open, sweep_stale, tmp_name, write_bytes_atomic
 
-__all__ = ["TMP_PREFIX", "check_output_dir", "gzip_file_atomic", "tmp_name",
+__all__ = ["TMP_PREFIX", "check_output_dir", "gzip_file_atomic", "sweep_run_dir", "tmp_name",
            "write_bytes_atomic", "write_json_atomic"]
 
 # Below this much free space the capture refuses to start (bytes).
@@ -31,19 +33,28 @@ def write_json_atomic(dest: str | os.PathLike, obj: Any) -> Path:
 
 
 def gzip_file_atomic(src: str | os.PathLike, dest: str | os.PathLike) -> Path:
-    """Gzip ``src`` into ``dest`` atomically and delete ``src``."""
+    """Gzip ``src`` into ``dest`` atomically and delete ``src``, also when that fails: ``src``
+    is a temporary that no reader takes, and on a full disk its space is needed."""
     src, dest = Path(src), Path(dest)
-    with atomic_open(dest) as raw, open(src, "rb") as fin, \
-            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3) as fout:
-        shutil.copyfileobj(fin, fout, 1 << 20)
-    src.unlink(missing_ok=True)
+    try:
+        with atomic_open(dest) as raw, open(src, "rb") as fin, \
+                gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3) as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+    finally:
+        src.unlink(missing_ok=True)
     return dest
 
 
-def tmp_name(dest: str | os.PathLike, suffix: str = "") -> Path:
-    """A temporary name beside ``dest`` for writers that need a path (not a file object)."""
-    dest = Path(dest)
-    return dest.parent / f"{TMP_PREFIX}{dest.name}.{os.getpid()}{suffix}"
+def sweep_run_dir(path: str | os.PathLike) -> int:
+    """Remove temporaries that killed writers left in a run directory and its folders
+    (``traces/``, ``nvml/``, ...; see :func:`profkit.atomic.is_stale`); returns how many."""
+    path = Path(path)
+    removed = sweep_stale(path)
+    try:
+        folders = [e.path for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return removed
+    return removed + sum(sweep_stale(folder) for folder in folders)
 
 
 def check_output_dir(path: str | os.PathLike, min_free_bytes: int = DEFAULT_MIN_FREE_BYTES) -> Path:
@@ -58,7 +69,8 @@ def check_output_dir(path: str | os.PathLike, min_free_bytes: int = DEFAULT_MIN_
         raise OutputDirError(str(path), f"cannot create run directory ({e.strerror or e})") from e
     if not path.is_dir():
         raise OutputDirError(str(path), "exists and is not a directory")
-    probe = path / f"{TMP_PREFIX}probe.{os.getpid()}"
+    sweep_run_dir(path)
+    probe = tmp_name(path / "probe")
     try:
         probe.write_bytes(b"")
         probe.unlink()

@@ -1,45 +1,176 @@
-"""Writing files so that readers never see half of one: a temporary name beside the target
-(starting with ``.tmp-``, which readers skip), then an atomic rename."""
+"""Writing files so that readers never see half of one, and cleaning up after writers that
+died.
+
+Every file is written to a temporary name beside its target, ``.tmp-<name>.<owner>.<random>``
+(readers skip names starting with ``.tmp-``), and renamed into place. ``<owner>`` is
+``<pid>-<machine>``: the writer's process id and a tag of the machine and pid namespace it
+runs in, so that a later writer can tell an orphan (left by a process that was killed) from a
+temporary that a live process is still writing. Files are created as ``open()`` creates them:
+mode 0666 less the umask, or the mode of the file they replace.
+
+A failure to write (no space, no permission, a folder in the way) raises
+:class:`~profkit.errors.OutputError` naming the target; the temporary is removed and an
+existing target is left as it was.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
+import hashlib
+import logging
 import os
-import tempfile
+import re
+import secrets
+import socket
+import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from profkit.errors import OutputError
+
+log = logging.getLogger(__name__)
+
 TMP_PREFIX = ".tmp-"
+# A temporary whose writer cannot be checked (another machine, or an older naming) counts as
+# abandoned once nobody has written to it for this long: every profkit writer touches its
+# temporary far more often than that while it works.
+STALE_AFTER_S = 600.0
+_FILE_MODE = 0o666  # what open() asks for; the kernel applies the umask
+_OWNED_RE = re.compile(r"\.(\d+)-([0-9a-f]{8})\.[0-9a-f]{8}(?:\.[A-Za-z0-9]+)?$")
+_MKSTEMP_RE = re.compile(r"\.[a-z0-9_]{8}$")  # the names tempfile.mkstemp gave before
 
 
-def tmp_path(dest: Path) -> Path:
-    """A fresh, unique temporary file beside ``dest``."""
-    fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{dest.name}.", dir=dest.parent)
-    os.close(fd)
-    return Path(name)
+@functools.cache
+def machine_tag() -> str:
+    """Eight hex digits naming this machine, boot and pid namespace: where a process id in a
+    temporary's name can be checked with :func:`os.kill`."""
+    parts = [socket.gethostname()]
+    with contextlib.suppress(OSError):  # Linux; elsewhere the host name alone
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+    with contextlib.suppress(OSError):  # containers sharing a host name have their own
+        parts.append(os.readlink("/proc/self/ns/pid"))
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:8]
+
+
+def tmp_name(dest: str | os.PathLike, suffix: str = "") -> Path:
+    """A fresh temporary name beside ``dest`` (not created), owned by this process."""
+    dest = Path(dest)
+    owner = f"{os.getpid()}-{machine_tag()}"
+    return dest.parent / f"{TMP_PREFIX}{dest.name}.{owner}.{secrets.token_hex(4)}{suffix}"
+
+
+def is_stale(path: Path, now_s: float | None = None) -> bool:
+    """Whether ``path``, a temporary of profkit's naming, was abandoned by its writer: the
+    process named in it is gone (same machine), or it has not been written for
+    :data:`STALE_AFTER_S` (another machine, older naming). Anything else is kept."""
+    name = path.name
+    if not name.startswith(TMP_PREFIX):
+        return False
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    owned = _OWNED_RE.search(name)
+    if owned and owned.group(2) == machine_tag():
+        return not _pid_alive(int(owned.group(1)))
+    if owned or _MKSTEMP_RE.search(name):
+        return (now_s or time.time()) - st.st_mtime > STALE_AFTER_S
+    return False  # not a name profkit writes
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    except (OverflowError, ValueError):
+        return False  # no process can have this id
+    return True
+
+
+def sweep_stale(folder: str | os.PathLike, target: str | None = None) -> int:
+    """Remove abandoned temporaries in ``folder`` (only those of ``target`` when given);
+    returns how many. Never raises: cleaning up is a courtesy, not part of the write."""
+    prefix = f"{TMP_PREFIX}{target}." if target else TMP_PREFIX
+    removed = 0
+    now_s = time.time()
+    try:
+        with os.scandir(folder) as entries:
+            names = [e.name for e in entries if e.name.startswith(prefix)]
+    except OSError:
+        return 0
+    for name in names:
+        path = Path(folder) / name
+        if is_stale(path, now_s):
+            try:
+                path.unlink()
+                removed += 1
+                log.debug("removed abandoned temporary %s", path)
+            except OSError as exc:
+                log.debug("could not remove abandoned temporary %s: %s", path, exc)
+    return removed
 
 
 @contextlib.contextmanager
-def atomic_open(dest: str | os.PathLike) -> Iterator[BinaryIO]:
+def atomic_open(dest: str | os.PathLike, *, sweep: bool = True) -> Iterator[BinaryIO]:
     """A binary file to write; on success it replaces ``dest``, on any exception it is
-    removed and ``dest`` is left as it was."""
+    removed and ``dest`` is left as it was. ``sweep`` first removes abandoned temporaries of
+    ``dest`` (writers of many files in one folder sweep the folder once instead)."""
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_path(dest)
+    fd, tmp = _create(dest, sweep)
     try:
-        with open(tmp, "wb") as fh:
+        with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, dest)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        # Errors of writes, flushes and the rename carry no file name or the temporary's;
+        # an error opening some input inside the block names that input and stays as it is.
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError) \
+                and exc.filename in (None, str(tmp)):
+            raise OutputError(dest, exc) from exc
         raise
 
 
-def write_bytes_atomic(dest: str | os.PathLike, data: bytes) -> Path:
-    with atomic_open(dest) as fh:
+def _create(dest: Path, sweep: bool) -> tuple[int, Path]:
+    """Open a new temporary for ``dest``, failing before any work is done when ``dest``
+    cannot be written."""
+    try:
+        if dest.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(dest))
+        if dest.parent.exists() and not dest.parent.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(dest.parent))
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if sweep:
+            sweep_stale(dest.parent, dest.name)
+        try:  # replacing a file keeps its mode, as writing it with open() would
+            mode = stat.S_IMODE(dest.stat().st_mode)
+        except FileNotFoundError:
+            mode = None
+        tmp = tmp_name(dest)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
+    except OSError as exc:
+        raise OutputError(dest, exc) from exc
+    if mode is not None:
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, mode)
+    return fd, tmp
+
+
+def write_bytes_atomic(dest: str | os.PathLike, data: bytes, *, sweep: bool = True) -> Path:
+    with atomic_open(dest, sweep=sweep) as fh:
         fh.write(data)
     return Path(dest)

@@ -1,8 +1,12 @@
-"""Parquet cache of ingested tables, keyed by the trace's path, size and mtime.
+"""Parquet cache of ingested tables, keyed by the trace's path, size and mtime, and the
+analysis result cache, keyed by every file of the run.
 
 The cache lives in ``<run dir>/.profkit/cache`` when that folder is writable, else in
 ``$PROFKIT_CACHE_DIR`` or ``~/.cache/profkit``. Each entry is written to temporary names
 and committed by renaming its ``.meta.json`` last, so a half-written entry is never read.
+The folder may sit on shared storage that others can write, so everything in it is read as
+data (Parquet, JSON, :mod:`profkit.datacodec`), never unpickled, and an entry that does not
+decode is a miss. Temporaries that killed writers left are removed once per process.
 """
 
 from __future__ import annotations
@@ -10,19 +14,21 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import pickle
 from pathlib import Path
 
 import orjson
 import pandas as pd
 
+from profkit import datacodec
 from profkit import schema as S
-from profkit.atomic import atomic_open, write_bytes_atomic
+from profkit.atomic import TMP_PREFIX, atomic_open, sweep_stale, write_bytes_atomic
 from profkit.classify import rules_fingerprint
 from profkit.discover import run_folder
 
 log = logging.getLogger(__name__)
+RESULT_NAME = "result-{key}.data"
 TABLES = ("events", "collectives", "steps")
+_swept: set[Path] = set()  # cache folders this process already cleaned
 
 
 def cache_key(trace: Path) -> str:
@@ -39,9 +45,12 @@ def cache_dir_for(trace: Path) -> Path:
 def _folder_for(run_dir: Path) -> Path:
     """``run_dir/.profkit/cache`` when writable, else the user's cache folder."""
     local = run_dir / ".profkit" / "cache"
-    if _writable(local):
-        return local
-    return Path(os.environ.get("PROFKIT_CACHE_DIR") or Path.home() / ".cache" / "profkit")
+    folder = local if _writable(local) else \
+        Path(os.environ.get("PROFKIT_CACHE_DIR") or Path.home() / ".cache" / "profkit")
+    if folder not in _swept:  # once, not per entry: a large run's cache holds many files
+        _swept.add(folder)
+        sweep_stale(folder)
+    return folder
 
 
 def _writable(folder: Path) -> bool:
@@ -76,19 +85,21 @@ def store(trace: Path, tables: dict[str, pd.DataFrame], meta: dict) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for name in TABLES:
             target = folder / f"{key}.{name}.parquet"
-            with atomic_open(target) as fh:
+            with atomic_open(target, sweep=False) as fh:
                 tables[name].to_parquet(fh, index=False)
-        write_bytes_atomic(folder / f"{key}.meta.json", orjson.dumps(meta, default=str))
+        write_bytes_atomic(folder / f"{key}.meta.json", orjson.dumps(meta, default=str), sweep=False)
     except (OSError, ValueError, TypeError) as exc:
         log.warning("could not cache %s: %s", trace, exc)
 
 
 def run_fingerprint(path: Path, extra: str = "") -> str:
     """A key that changes whenever any file of the run changes (path, size, mtime of every
-    file under it, the cache folder excluded), plus ``extra`` (versions, options)."""
+    file under it, the cache folder and files being written excluded), plus ``extra``
+    (versions, options)."""
     path = Path(path).resolve()
     files = [path] if path.is_file() else sorted(
-        p for p in path.rglob("*") if p.is_file() and ".profkit" not in p.relative_to(path).parts)
+        p for p in path.rglob("*") if p.is_file() and not p.name.startswith(TMP_PREFIX)
+        and ".profkit" not in p.relative_to(path).parts)
     h = hashlib.sha1(f"{path}|v{S.TABLES_VERSION}|{extra}".encode())
     for f in files:
         st = f.stat()
@@ -100,21 +111,33 @@ def _results_dir(path: Path) -> Path:
     return _folder_for(run_folder(Path(path)))
 
 
-def load_result(path: Path, key: str):
-    """A result cached for this run under ``key`` (pickled by :func:`store_result`), or None.
-    The cache holds only what profkit itself wrote, in the user's own folders."""
-    target = _results_dir(path) / f"result-{key}.pkl"
+def load_result(path: Path, key: str, expect: type):
+    """The result of type ``expect`` cached for this run under ``key``, or None. Whatever
+    the file holds is decoded as data (:mod:`profkit.datacodec`), so a forged entry cannot
+    run code; one that is corrupt, forged or of another type is a miss."""
+    target = _results_dir(path) / RESULT_NAME.format(key=key)
     try:
-        with open(target, "rb") as fh:
-            return pickle.load(fh)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        data = target.read_bytes()
+    except OSError:
         return None
+    try:
+        result = datacodec.decode(data)
+    except Exception as exc:  # noqa: BLE001 - bytes anyone may have written: never an error
+        log.debug("cached result %s unusable, analysing again: %s", target, exc)
+        return None
+    if not isinstance(result, expect):
+        log.debug("cached result %s holds a %s, not a %s: analysing again", target,
+                  type(result).__name__, expect.__name__)
+        return None
+    return result
 
 
 def store_result(path: Path, key: str, result) -> None:
+    """Cache ``result`` (a value :func:`datacodec.encode` takes) for this run under ``key``;
+    failures only cost the next run its speed."""
     try:
         folder = _results_dir(path)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(folder / f"result-{key}.pkl", pickle.dumps(result, protocol=5))
-    except (OSError, pickle.PicklingError, TypeError) as exc:
+        data = datacodec.encode(result)
+        write_bytes_atomic(folder / RESULT_NAME.format(key=key), data, sweep=False)
+    except (OSError, datacodec.CodecError) as exc:
         log.warning("could not cache the analysis of %s: %s", path, exc)

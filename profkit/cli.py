@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
 from profkit import __version__
-from profkit.errors import ProfkitError, UsageError
+from profkit.errors import OutputError, ProfkitError, UsageError
 
 log = logging.getLogger("profkit")
 
@@ -91,6 +92,7 @@ def _cached_analysis(args):
     import profkit
     import profkit.analyzers
     from profkit import __version__, cache, classify
+    from profkit.analyzers.analyze import Analysis
     from profkit.analyzers.executor import analyze_run
 
     options = _analysis_options(args)
@@ -100,8 +102,9 @@ def _cached_analysis(args):
                 f"{classify.rules_fingerprint()}|{options.key()}")
     key = cache.run_fingerprint(Path(args.run), f"analyze|{__version__}|{code}|{key_text}")
     if not args.no_cache and Path(args.run).exists():
-        cached = cache.load_result(Path(args.run), key)
-        if cached is not None:
+        cached = cache.load_result(Path(args.run), key, Analysis)
+        if cached is not None and _renders(cached, args.format):
+            log.debug("analysis of %s from the result cache", args.run)
             return cached
     analysis = analyze_run(args.run, scheduler=args.scheduler, workers=args.workers,
                            cache=not args.no_cache, strict=args.strict,
@@ -124,17 +127,31 @@ def _analysis_options(args):
     return AnalysisOptions(step_marker=getattr(args, "step_marker", None), steps=steps)
 
 
-def cmd_analyze(args) -> int:
+def _renders(analysis, fmt: str) -> bool:
+    """Whether a cached analysis renders: it decoded as data, but it lies in a folder others
+    may write, so one that does not render is a cache miss, never an error."""
+    try:
+        _render_analysis(analysis, fmt)
+        str(analysis.verdict["summary"])
+    except Exception as exc:  # noqa: BLE001 - any fault of the entry is a miss
+        log.debug("cached analysis of this run does not render, analysing again: %r", exc)
+        return False
+    return True
+
+
+def _render_analysis(analysis, fmt: str) -> bytes:
     import orjson
 
     from profkit.analyzers.render import to_json, to_markdown, to_text
 
+    if fmt == "json":
+        return orjson.dumps(to_json(analysis), option=orjson.OPT_INDENT_2) + b"\n"
+    return (to_markdown if fmt == "markdown" else to_text)(analysis).encode()
+
+
+def cmd_analyze(args) -> int:
     analysis = _cached_analysis(args)
-    if args.format == "json":
-        data = orjson.dumps(to_json(analysis), option=orjson.OPT_INDENT_2) + b"\n"
-    else:
-        data = (to_markdown if args.format == "markdown" else to_text)(analysis).encode()
-    _emit(data, args.output, analysis.verdict["summary"])
+    _emit(_render_analysis(analysis, args.format), args.output, analysis.verdict["summary"])
     return 0
 
 
@@ -161,8 +178,14 @@ def _emit(data: bytes, output: Path | None, summary: str) -> None:
 
         write_bytes_atomic(output, data)
         print(f"wrote {output}: {summary}")
-    else:
+        return
+    try:
         sys.stdout.write(data.decode())
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # the reader went away: main() ends quietly
+    except OSError as exc:
+        raise OutputError("standard output", exc) from exc
 
 
 def cmd_launch(args) -> int:
@@ -322,6 +345,15 @@ def main(argv: list[str] | None = None) -> int:
     except ProfkitError as exc:
         print(f"profkit: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        # stdout's reader (| head) closed it; point stdout at /dev/null so that the flush at
+        # exit does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports it
+    except OSError as exc:  # one line naming the file, never a traceback
+        print(f"profkit: error: {exc.strerror or exc}"
+              f"{f': {exc.filename}' if exc.filename else ''}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("profkit: interrupted", file=sys.stderr)
         return 130

@@ -137,8 +137,12 @@ def _read_table(frame: memoryview) -> pd.DataFrame:
 
     try:
         with pa.ipc.open_stream(pa.py_buffer(frame)) as reader:
-            return reader.read_all().to_pandas()
-    except (pa.ArrowException, ValueError, TypeError, KeyError) as exc:
+            table = reader.read_all()
+        # The IPC reader checks the metadata only; offsets and lengths inside the buffers of
+        # damaged or forged bytes would be read out of bounds (a crash) without this.
+        table.validate(full=True)
+        return table.to_pandas()
+    except (pa.ArrowException, OSError, ValueError, TypeError, KeyError) as exc:
         raise CodecError(f"bad table frame ({exc})") from None
 
 

@@ -41,7 +41,8 @@ def run_folder(root: Path) -> Path:
 
 def is_trace_name(path: Path) -> bool:
     name = path.name.lower()
-    return name.endswith(TRACE_SUFFIXES) and name != RUN_JSON
+    # ``.tmp-`` names are files still being written (or left by a killed writer)
+    return name.endswith(TRACE_SUFFIXES) and name != RUN_JSON and not name.startswith(TMP_PREFIX)
 
 
 def rank_from_name(path: str | Path) -> int | None:

@@ -3,6 +3,8 @@ these to exit codes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class ProfkitError(Exception):
     """Base of every error profkit raises on purpose."""
@@ -47,3 +49,21 @@ def error_text(record: object) -> str:
         return "unknown error"
     parts = [str(record[k]) for k in ("type", "message") if record.get(k)]
     return ": ".join(parts) or "unknown error"
+
+
+class OutputError(ProfkitError, OSError):
+    """An output cannot be written: no space left, no permission, a read-only folder, a
+    folder where the file should go. Nothing was left behind. Also an OSError (with the
+    cause's ``errno``), so that callers which catch OSError around a write still do."""
+
+    exit_code = 6
+
+    def __init__(self, path: object, cause: OSError):
+        problem = cause.strerror or str(cause)
+        problem = problem[:1].lower() + problem[1:]
+        if cause.filename and str(cause.filename) != str(path) \
+                and not Path(str(cause.filename)).name.startswith(".tmp-"):
+            problem += f" ({cause.filename})"  # a parent folder, say, rather than the file
+        super().__init__(f"cannot write {path}: {problem}")
+        self.path = str(path)
+        self.errno = cause.errno  # not strerror: str() stays the message above

@@ -68,7 +68,7 @@ def test_analyze_result_cache_follows_the_run(tmp_path):
     write_trace(tmp_path / "run" / "rank0.json", trace_doc(rank=0, world_size=2))
     first = run_cli("analyze", tmp_path / "run", "--format", "json")
     assert first.returncode == 0, first.stderr
-    assert list((tmp_path / "run" / ".profkit" / "cache").glob("result-*.pkl"))
+    assert list((tmp_path / "run" / ".profkit" / "cache").glob("result-*.data"))
     key = cache.run_fingerprint(tmp_path / "run")
     write_trace(tmp_path / "run" / "rank1.json", trace_doc(rank=1, world_size=2))
     assert cache.run_fingerprint(tmp_path / "run") != key  # a new file changes the key
