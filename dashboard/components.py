@@ -99,12 +99,16 @@ def _inside(path: str, root: str | None) -> str:
 
 
 def attempt(what: str, build, fallback):
-    """``build()``, or ``fallback(cause)`` when it fails (logged as one line; the traceback
-    only at debug level, since a malformed trace is not a bug of the dashboard)."""
+    """``build()``, or ``fallback(cause)`` when it fails. A ProfkitError (a run that cannot
+    be read, logged where it was found) is passed on as its message; anything else is
+    logged as one line, the traceback only at debug level, since a malformed trace is not
+    a bug of the dashboard."""
     try:
         return build()
     except PreventUpdate:
         raise
+    except ProfkitError as exc:
+        return fallback(str(exc))
     except Exception as exc:  # an error boundary: whatever it is, it costs this part only
         why = describe(exc)
         log.warning("%s could not be drawn: %s", what, why)
