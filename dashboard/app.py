@@ -2,7 +2,8 @@
 
 Offline and local by design: every asset is served by the app itself (no CDN, no external
 stylesheet), the server binds 127.0.0.1 unless told otherwise, debug is off, there is no
-upload component and request bodies are capped, and run data is reached only through
+upload component and request bodies are capped, callback requests the page would never
+send get a 4xx (:mod:`profkit.dashboard.guard`), and run data is reached only through
 opaque keys of the :class:`RunRegistry`.
 """
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import dash
 from dash import Dash, dcc, html
-from profkit.dashboard import components, ids
+from profkit.dashboard import components, guard, ids
 from profkit.dashboard.registry import RunRegistry
 from profkit.dashboard.results import ResultCache
 
@@ -62,6 +63,7 @@ def create_app(runs: list[Path], roots: list[Path]) -> Dash:
                title="profkit", update_title=None, suppress_callback_exceptions=True,
                compress=False)
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
+    guard.install(app)
     _import_analysis_code()
     results = ResultCache(RunRegistry(runs, roots))
     for page in _pages():

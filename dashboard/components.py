@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import math
+from pathlib import Path
 from urllib.parse import quote
 
 import dash
 import pandas as pd
 from dash import dash_table, dcc, html
 from dash.exceptions import PreventUpdate
+from plotly.io.json import to_json_plotly
 from profkit.dashboard import ids
 from profkit.dashboard.figures import CLASS_COLORS
+from profkit.dashboard.loading import describe
+from profkit.dashboard.results import UnknownRun
+
+from profkit.errors import ProfkitError
+
+log = logging.getLogger(__name__)
 
 RUN_TABS = (("", "Overview"), ("timeline", "Timeline"), ("kernels", "Kernels & ops"),
             ("comms", "Communication"), ("counters", "Counters"))
@@ -31,18 +40,93 @@ def register_run_page(module: str, results, layout, *, tab: str, name: str, titl
                       order: int) -> None:
     """Register one of a run's tab pages at ``/run/<run_key>/<tab>`` (``tab`` "" is the
     overview); ``layout(results, run_key, **query)`` builds it."""
+    # The query string is not passed on: its names are the user's (``?results=``).
     dash.register_page(module, path_template="/run/<run_key>" + (f"/{tab}" if tab else ""),
                        name=name, title=f"profkit: {title}", order=order,
-                       layout=lambda run_key="", **q: layout(results, run_key, **q))
+                       layout=lambda run_key="", **_query: layout(results, run_key))
 
 
-def stored_run(results, store: dict | None) -> str:
+def stored_run(results, store) -> str:
     """The run key a page's ``RUN_STORE`` holds; stops the callback (PreventUpdate) when it
     names no run the dashboard knows."""
-    key = (store or {}).get("run")
+    key = store.get("run") if isinstance(store, dict) else None
     if results.registry.get(key) is None:
         raise PreventUpdate
     return key
+
+
+def run_page(results, run_key, tab: str, body) -> html.Div:
+    """One of a run's pages: its tabs, the note on skipped files, then ``body(run,
+    analysis)``'s panels. "Not found" for a key that names no run (never a file); the reason
+    when nothing of the run can be shown."""
+    entry = results.registry.get(run_key)
+    if entry is None:
+        return not_found(run_key)
+    head = run_tabs(entry.key, entry.label, tab)
+    try:
+        run, analysis = results.loaded(entry.key)
+    except UnknownRun:  # gone in a rescan since
+        return not_found(run_key)
+    except (ProfkitError, OSError) as exc:
+        return html.Div([head, error_card(str(exc))])
+    panels = attempt("this page", lambda: body(run, analysis),
+                     lambda why: [error_card(f"this page could not be drawn: {why}")])
+    return html.Div([head, panel("run note", lambda: run_note(analysis.run)), *panels,
+                     dcc.Store(id=ids.RUN_STORE, data={"run": entry.key})])
+
+
+def run_note(info: dict) -> html.Div | None:
+    """The files that were skipped, each with its reason, and how many ranks were analysed:
+    on every page of a run that lost a file or a rank; nothing for a complete run."""
+    skipped = info.get("skipped_files") or []
+    ranks, world = len(info.get("ranks_analyzed") or []), info.get("world_size") or 0
+    if not skipped and ranks >= world:
+        return None
+    items = [html.Li([html.Code(_inside(s["path"], info.get("path"))), f": {s['reason']}"])
+             for s in skipped]
+    return html.Div(id=ids.RUN_NOTE, className="card note", children=[
+        html.Strong(f"ranks analysed {ranks} of world size {world}"),
+        html.Div(f"{len(items)} file(s) skipped:", className="muted") if items else None,
+        html.Ul(items) if items else None])
+
+
+def _inside(path: str, root: str | None) -> str:
+    """``path`` relative to the run folder when it lies inside it."""
+    try:
+        return str(Path(path).relative_to(root)) if root else path
+    except ValueError:
+        return path
+
+
+def attempt(what: str, build, fallback):
+    """``build()``, or ``fallback(cause)`` when it fails. A ProfkitError (a run that cannot
+    be read, logged where it was found) is passed on as its message; anything else is
+    logged as one line, the traceback only at debug level, since a malformed trace is not
+    a bug of the dashboard."""
+    try:
+        return build()
+    except PreventUpdate:
+        raise
+    except ProfkitError as exc:
+        return fallback(str(exc))
+    except Exception as exc:  # an error boundary: whatever it is, it costs this part only
+        why = describe(exc)
+        log.warning("%s could not be drawn: %s", what, why)
+        log.debug("%s could not be drawn", what, exc_info=True)
+        return fallback(why)
+
+
+def panel(what: str, build):
+    """``build()``'s component, or a short card saying ``what`` could not be drawn and why,
+    so that one failing panel leaves the others standing. The component is serialised here
+    as well: a value JSON cannot carry fails in its panel, not in the page's response."""
+    def checked():
+        component = build()
+        to_json_plotly(component)
+        return component
+
+    return attempt(what, checked, lambda why: html.Section(className="card panel-error", children=[
+        html.H2(what), html.P(f"could not be drawn: {why}", className="error")]))
 
 
 def header() -> html.Header:
@@ -81,21 +165,6 @@ def legend(colors: dict[str, str]) -> html.Div:
     """Colour chips for figures whose traces draw no legend (heatmap lanes)."""
     return html.Div([html.Span([html.I(className="dot", style={"backgroundColor": c}), name],
                                className="chip") for name, c in colors.items()], className="chips")
-
-
-def guarded(run_key: str, build) -> html.Div:
-    """``build()``'s page for a known run; "not found" for a key that resolves to no run
-    (never a file), an error card when the run cannot be read."""
-    from profkit.dashboard.results import UnknownRun
-
-    from profkit.errors import ProfkitError
-
-    try:
-        return build()
-    except UnknownRun:
-        return not_found(run_key)
-    except (ProfkitError, OSError, ValueError) as exc:
-        return error_card(str(exc))
 
 
 def not_found(what: str) -> html.Div:

@@ -12,6 +12,7 @@ RUNS_KEYS = "runs-keys"
 # shared by the run pages
 RUN_STORE = "run-store"  # {"run": key}: the page's run, never data
 NOT_FOUND = "not-found"
+RUN_NOTE = "run-note"  # skipped files and "ranks analysed N of world size M"
 
 # overview
 VERDICT = "verdict"

@@ -5,7 +5,7 @@ that collective."""
 from __future__ import annotations
 
 import pandas as pd
-from dash import Input, Output, State, dcc, html
+from dash import Input, Output, State, html
 from dash.exceptions import PreventUpdate
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
@@ -43,26 +43,33 @@ def collective_detail(a, key: str | None) -> html.Div:
     return html.Div([html.H3(key), C.kv_list(facts)])
 
 
-def layout(results, run_key: str = "", **_query) -> html.Div:
-    return C.guarded(run_key, lambda: _page(results, run_key))
+def layout(results, run_key: str = "") -> html.Div:
+    return C.run_page(results, run_key, "comms", body)
 
 
-def _page(results, run_key: str) -> html.Div:
-    entry = results.entry(run_key)
-    a = results.analysis(run_key)
-    origin = base_ns(results.run(run_key))
+def body(run, a) -> list:
     coll = a.table("collectives")
-    return html.Div([
-        C.run_tabs(run_key, entry.label, "comms"),
+    return [
         html.Div(className="grid two", children=[
-            C.card(None, C.graph(ids.C_WAITS, F.wait_heatmap(a.table("collective_waits"), coll)),
-                   html.Div(collective_detail(a, None), id=ids.C_DETAIL)),
-            C.card(None, C.graph(ids.C_SKEW, F.skew_scatter(coll, origin))),
+            C.panel("Waits per rank and collective", lambda: C.card(
+                None, C.graph(ids.C_WAITS, F.wait_heatmap(a.table("collective_waits"), coll)),
+                html.Div(collective_detail(a, None), id=ids.C_DETAIL))),
+            C.panel("Arrival skew", lambda: C.card(
+                None, C.graph(ids.C_SKEW, F.skew_scatter(coll, base_ns(run))))),
         ]),
-        C.card("Collectives", C.data_table(ids.C_TABLE, collective_rows(coll))),
-        C.card("Stragglers", C.data_table(ids.C_STRAGGLERS, straggler_rows(a.table("stragglers")))),
-        dcc.Store(id=ids.RUN_STORE, data={"run": run_key}),
-    ])
+        C.panel("Collectives", lambda: C.card(
+            "Collectives", C.data_table(ids.C_TABLE, collective_rows(coll)))),
+        C.panel("Stragglers", lambda: C.card("Stragglers", C.data_table(
+            ids.C_STRAGGLERS, straggler_rows(a.table("stragglers"))))),
+    ]
+
+
+def clicked_collective(click) -> str | None:
+    """The collective key a click on the wait heatmap carries; None for anything else."""
+    points = click.get("points") if isinstance(click, dict) else None
+    point = points[0] if isinstance(points, list) and points else None
+    key = point.get("customdata") if isinstance(point, dict) else None
+    return key if isinstance(key, str) else None
 
 
 def register(app, results) -> None:
@@ -73,7 +80,7 @@ def register(app, results) -> None:
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)
     def show_collective(click, store):
         key = C.stored_run(results, store)
-        points = (click or {}).get("points") or []
-        if not points:
+        collective = clicked_collective(click)
+        if collective is None:
             raise PreventUpdate
-        return collective_detail(results.analysis(key), points[0].get("customdata"))
+        return collective_detail(results.analysis(key), collective)

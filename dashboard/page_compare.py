@@ -11,8 +11,6 @@ from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
 
-from profkit.errors import ProfkitError
-
 VERDICT_KINDS = {"improved": "improved", "regressed": "regressed", "unchanged": "unchanged"}
 
 
@@ -24,14 +22,17 @@ def delta_rows(table: pd.DataFrame, what: str) -> list[dict]:
 
 
 def diff_view(results, base: str | None, new: str | None) -> tuple:
-    """(verdict children, parts figure, kernel rows, op rows) for two run keys."""
+    """(verdict children, parts figure, kernel rows, op rows) for two run keys; the reason
+    in place of the verdict when a run cannot be read or compared."""
     if results.registry.get(base) is None or results.registry.get(new) is None:
         msg = html.P("Pick two runs.", className="muted")
         return msg, F.empty_figure("pick two runs"), [], []
-    try:
-        d = results.diff(base, new)
-    except (ProfkitError, OSError, ValueError) as exc:
-        return html.Pre(str(exc), className="error"), F.empty_figure("no diff"), [], []
+    return C.attempt("the diff", lambda: _diff_parts(results.diff(base, new)),
+                     lambda why: (html.Pre(why, className="error"), F.empty_figure("no diff"),
+                                  [], []))
+
+
+def _diff_parts(d) -> tuple:
     v = d.verdict
     verdict = [C.badge(v.get("verdict"), VERDICT_KINDS.get(v.get("verdict"))),
                html.P(v.get("summary", ""), className="summary")]
@@ -48,7 +49,7 @@ def _table(table_id: str, what: str, rows: list[dict]):
     return table
 
 
-def layout(results, base: str | None = None, new: str | None = None, **_query) -> html.Div:
+def layout(results, base: str | None = None, new: str | None = None) -> html.Div:
     entries = results.registry.entries()
     options = [{"label": e.label, "value": e.key} for e in entries]
     keys = [e.key for e in entries]
@@ -77,7 +78,7 @@ def layout(results, base: str | None = None, new: str | None = None, **_query) -
 
 def register(app, results) -> None:
     dash.register_page(__name__, path="/compare", name="Compare", title="profkit: compare",
-                       order=6, layout=lambda **q: layout(results, **q))
+                       order=6, layout=lambda base=None, new=None, **_q: layout(results, base, new))
 
     @app.callback(Output(ids.CMP_VERDICT, "children"), Output(ids.CMP_PARTS, "figure"),
                   Output(ids.CMP_KERNELS, "data"), Output(ids.CMP_OPS, "data"),

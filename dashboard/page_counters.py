@@ -56,24 +56,24 @@ def figure(run, metrics: list[str]):
                              throttle_periods(counters))
 
 
-def layout(results, run_key: str = "", **_query) -> html.Div:
-    return C.guarded(run_key, lambda: _page(results, run_key))
+def figure_or_error(run, metrics: list[str]):
+    return C.attempt("the counters", lambda: figure(run, metrics),
+                     lambda why: F.empty_figure(f"could not be drawn: {why}"))
 
 
-def _page(results, run_key: str) -> html.Div:
-    entry = results.entry(run_key)
-    run = results.run(run_key)
+def layout(results, run_key: str = "") -> html.Div:
+    return C.run_page(results, run_key, "counters", lambda run, _a: [
+        C.panel("NVML counters", lambda: _counters_card(run))])
+
+
+def _counters_card(run) -> html.Section:
     available = sorted(set(all_counters(run)["metric"]) - {REASONS})
     chosen = [m for m in DEFAULT_METRICS if m in available]
     picker = dcc.Dropdown(id=ids.N_METRICS, options=available, value=chosen, multi=True,
                           placeholder="metrics", className="dropdown wide")
-    return html.Div([
-        C.run_tabs(run_key, entry.label, "counters"),
-        C.card("NVML counters", picker, C.graph(ids.N_GRAPH, figure(run, chosen)),
-               html.P("Steps are shaded blue; periods with a clock-throttle reason are red.",
-                      className="hint")),
-        dcc.Store(id=ids.RUN_STORE, data={"run": run_key}),
-    ])
+    return C.card("NVML counters", picker, C.graph(ids.N_GRAPH, figure_or_error(run, chosen)),
+                  html.P("Steps are shaded blue; periods with a clock-throttle reason are red.",
+                         className="hint"))
 
 
 def register(app, results) -> None:
@@ -84,4 +84,4 @@ def register(app, results) -> None:
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)
     def pick_metrics(metrics, store):
         key = C.stored_run(results, store)
-        return figure(results.run(key), list(metrics or []))
+        return figure_or_error(results.run(key), list(metrics or []))

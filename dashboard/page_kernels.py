@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 from dash import Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
@@ -39,30 +40,36 @@ def launch_rows(launches: pd.DataFrame) -> pd.DataFrame:
     return launches[[c for c in cols if c in launches]].rename(columns=cols)
 
 
-def layout(results, run_key: str = "", **_query) -> html.Div:
-    return C.guarded(run_key, lambda: _page(results, run_key))
+def layout(results, run_key: str = "") -> html.Div:
+    return C.run_page(results, run_key, "kernels", lambda _run, a: body(a))
 
 
-def _page(results, run_key: str) -> html.Div:
-    entry = results.entry(run_key)
-    a = results.analysis(run_key)
+def classes_of(kernels: pd.DataFrame) -> list[str]:
+    return sorted(kernels["cls"].dropna().unique()) if not kernels.empty else []
+
+
+def _kernels_card(a) -> html.Section:
     kernels = a.table("top_kernels")
-    classes = sorted(kernels["cls"].dropna().unique()) if not kernels.empty else []
     picker = dcc.RadioItems(id=ids.K_CLASS, value=ALL, inline=True, className="radio",
                             options=[{"label": "all classes", "value": ALL}] +
-                            [{"label": c, "value": c} for c in classes])
-    return html.Div([
-        C.run_tabs(run_key, entry.label, "kernels"),
-        C.card("Kernels", picker, C.graph(ids.K_CHART, F.kernel_bars(kernels)),
-               C.data_table(ids.K_KERNELS, kernel_rows(kernels),
-                            sort_by=[{"column_id": "total_ms", "direction": "desc"}])),
-        C.card("CPU ops (self time)", C.data_table(ids.K_OPS, op_rows(a.table("top_ops")))),
+                            [{"label": c, "value": c} for c in classes_of(kernels)])
+    return C.card("Kernels", picker, C.graph(ids.K_CHART, F.kernel_bars(kernels)),
+                  C.data_table(ids.K_KERNELS, kernel_rows(kernels),
+                               sort_by=[{"column_id": "total_ms", "direction": "desc"}]))
+
+
+def body(a) -> list:
+    return [
+        C.panel("Kernels", lambda: _kernels_card(a)),
+        C.panel("CPU ops (self time)", lambda: C.card(
+            "CPU ops (self time)", C.data_table(ids.K_OPS, op_rows(a.table("top_ops"))))),
         html.Div(className="grid two", children=[
-            C.card("Short kernels", C.data_table(ids.K_SHORT, a.table("short_kernels"))),
-            C.card("Launches", C.data_table(ids.K_LAUNCHES, launch_rows(a.table("launches")))),
+            C.panel("Short kernels", lambda: C.card(
+                "Short kernels", C.data_table(ids.K_SHORT, a.table("short_kernels")))),
+            C.panel("Launches", lambda: C.card(
+                "Launches", C.data_table(ids.K_LAUNCHES, launch_rows(a.table("launches"))))),
         ]),
-        dcc.Store(id=ids.RUN_STORE, data={"run": run_key}),
-    ])
+    ]
 
 
 def register(app, results) -> None:
@@ -75,6 +82,8 @@ def register(app, results) -> None:
     def pick_class(cls, store):
         key = C.stored_run(results, store)
         kernels = results.analysis(key).table("top_kernels")
+        if cls != ALL and cls not in classes_of(kernels):
+            raise PreventUpdate
         chosen = kernels if cls == ALL else kernels[kernels["cls"] == cls]
         rows = C.data_table("tmp", kernel_rows(kernels, cls)).data
         return F.kernel_bars(chosen), rows

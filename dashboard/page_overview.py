@@ -8,13 +8,14 @@ import re
 
 import dash
 from dash import Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
 from profkit.analyzers.render import sorted_findings
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
 
 SHOWN_FINDINGS = 6  # the rest fold under "more findings"
-_RANK_RE = re.compile(r"rank (\d+)")
+_RANK_RE = re.compile(r"rank (\d{1,9})")  # ranks of real jobs; int() of 5,000 digits raises
 
 
 def verdict_card(a) -> html.Section:
@@ -79,41 +80,43 @@ def default_rank(a) -> int | None:
     return int(ranks["rank"].iloc[0]) if not ranks.empty else None
 
 
-def body(key: str, a) -> list:
+def body(a) -> list:
+    """The overview's panels, each drawn on its own (one that fails leaves the others)."""
     stragglers = [int(s["rank"]) for s in a.stragglers]
     steps = a.table("step_breakdown")
     rank = default_rank(a)
     return [
         html.Div(className="grid two", children=[
-            html.Div([verdict_card(a), straggler_card(a), facts_card(a)]), findings_card(a)]),
+            html.Div([C.panel("Verdict", lambda: verdict_card(a)),
+                      C.panel("Straggler", lambda: straggler_card(a)),
+                      C.panel("Run facts", lambda: facts_card(a))]),
+            C.panel("Evidence & recommendations", lambda: findings_card(a))]),
         html.Div(className="grid two", children=[
-            C.card(None, C.graph(ids.RANK_BARS, F.breakdown_bars(
-                a.table("rank_breakdown"), stragglers, rank)),
-                html.P("Click a rank to see its steps.", className="hint")),
-            C.card(None, C.graph(ids.STEP_HEATMAP, F.step_heatmap(steps))),
+            C.panel("Step breakdown per rank", lambda: C.card(None, C.graph(
+                ids.RANK_BARS, F.breakdown_bars(a.table("rank_breakdown"), stragglers, rank)),
+                html.P("Click a rank to see its steps.", className="hint"))),
+            C.panel("Step time, rank x step",
+                    lambda: C.card(None, C.graph(ids.STEP_HEATMAP, F.step_heatmap(steps)))),
         ]),
-        C.card(None, C.graph(ids.RANK_DETAIL, F.rank_steps_bars(steps, rank)
-                             if rank is not None else F.empty_figure("no ranks"))),
+        C.panel("Steps of one rank", lambda: C.card(None, C.graph(
+            ids.RANK_DETAIL, F.rank_steps_bars(steps, rank) if rank is not None
+            else F.empty_figure("no ranks")))),
         dcc.Store(id=ids.SELECTED_RANK, data=rank),
-        dcc.Store(id=ids.RUN_STORE, data={"run": key}),
     ]
 
 
-def layout(results, run_key: str = "", **_query) -> html.Div:
-    return C.guarded(run_key, lambda: _page(results, run_key))
+def layout(results, run_key: str = "") -> html.Div:
+    return C.run_page(results, run_key, "", lambda _run, a: body(a))
 
 
-def _page(results, run_key: str) -> html.Div:
-    entry = results.entry(run_key)
-    a = results.analysis(run_key)
-    return html.Div([C.run_tabs(run_key, entry.label, ""), *body(run_key, a)])
-
-
-def clicked_rank(click: dict | None) -> int | None:
-    """The rank a click on a rank bar ("rank N" on x) or heatmap cell (on y) points at."""
-    for point in (click or {}).get("points", []):
+def clicked_rank(click) -> int | None:
+    """The rank a click on a rank bar ("rank N" on x) or heatmap cell (on y) points at;
+    None for anything else."""
+    points = click.get("points") if isinstance(click, dict) else None
+    for point in points if isinstance(points, list) else []:
         for axis in ("x", "y"):
-            m = _RANK_RE.fullmatch(str(point.get(axis, "")))
+            label = point.get(axis) if isinstance(point, dict) else None
+            m = _RANK_RE.fullmatch(label) if isinstance(label, str) else None
             if m:
                 return int(m.group(1))
     return None
@@ -136,7 +139,11 @@ def register(app, results) -> None:
                   prevent_initial_call=True)
     def show_rank(rank, store):
         key = C.stored_run(results, store)
-        a = results.analysis(key)
+        run, a = results.loaded(key)
+        if rank not in run.rank_ids:
+            raise PreventUpdate
         stragglers = [int(s["rank"]) for s in a.stragglers]
-        return (F.rank_steps_bars(a.table("step_breakdown"), rank),
-                F.breakdown_bars(a.table("rank_breakdown"), stragglers, rank))
+        return C.attempt(f"rank {rank}'s steps", lambda: (
+            F.rank_steps_bars(a.table("step_breakdown"), rank),
+            F.breakdown_bars(a.table("rank_breakdown"), stragglers, rank)),
+            lambda why: (F.empty_figure(f"could not be drawn: {why}"), dash.no_update))

@@ -65,29 +65,36 @@ def _row(entry, analysis, facts: dict | None, error: str | None = None) -> html.
     return html.Tr([html.Td(c) for c in cells], **{"data-run": entry.key})
 
 
-def _table(results, compute: bool) -> tuple[html.Table, list[str]]:
+def _row_for(results, entry, compute: bool) -> tuple[html.Tr, bool]:
+    """The table row of one run (its analysis computed when ``compute``, else only if
+    cached), and whether that analysis is still to be computed."""
+    try:
+        analysis = results.analysis(entry.key) if compute else results.peek_analysis(entry.key)
+    except (ProfkitError, OSError) as exc:
+        return _row(entry, None, None, f"unreadable: {exc}"), False
+    if analysis is None:
+        return _row(entry, None, None), not compute
+    return C.attempt(f"the row of {entry.label}",
+                     lambda: _row(entry, analysis, run_facts(results.run(entry.key))),
+                     lambda why: _row(entry, None, None, f"unreadable: {why}")), False
+
+
+def _table(results, compute: set[str]) -> tuple[html.Table, list[str]]:
+    """The runs table, analysing the runs whose keys are in ``compute``, and the keys of
+    the runs still not analysed."""
     rows, pending = [], []
     for entry in results.registry.entries():
-        analysis = facts = error = None
-        try:
-            if compute:
-                analysis = results.analysis(entry.key)
-            else:
-                analysis = results.peek("analysis", entry.key)
-            run = results.run(entry.key) if analysis is not None else None
-            facts = run_facts(run) if run is not None else None
-        except (ProfkitError, OSError, ValueError) as exc:
-            error = f"unreadable: {exc}"
-        if analysis is None and error is None:
+        row, later = _row_for(results, entry, entry.key in compute)
+        rows.append(row)
+        if later:
             pending.append(entry.key)
-        rows.append(_row(entry, analysis, facts, error))
     head = html.Thead(html.Tr([html.Th(c) for c in COLUMNS]))
     return html.Table([head, html.Tbody(rows)], className="table runs"), pending
 
 
-def layout(results, **_query) -> html.Div:
+def layout(results) -> html.Div:
     results.registry.rescan()
-    table, pending = _table(results, compute=False)
+    table, pending = _table(results, compute=set())
     body = table if results.registry.entries() else html.P(
         "No runs found. Start with `profkit dashboard RUN` or `--root DIR`.", className="muted")
     return html.Div([
@@ -103,10 +110,12 @@ def layout(results, **_query) -> html.Div:
 
 def register(app, results) -> None:
     dash.register_page(__name__, path="/", name="Runs", title="profkit: runs", order=0,
-                       layout=lambda **q: layout(results, **q))
+                       layout=lambda **_query: layout(results))
 
     @app.callback(Output(ids.RUNS_TABLE, "children"), Input(ids.RUNS_KEYS, "data"))
     def fill_pending(pending):
-        if not pending:
+        # only the runs the page is waiting for: a request cannot make every run analysed
+        wanted = {k for k in pending or [] if results.registry.get(k) is not None}
+        if not wanted:
             return dash.no_update
-        return _table(results, compute=True)[0]
+        return _table(results, compute=wanted)[0]

@@ -49,15 +49,24 @@ def view_figure(results, key: str, rank: int, window) -> tuple:
     return F.timeline_figure(view, f"rank {rank}"), info
 
 
-def layout(results, run_key: str = "", **_query) -> html.Div:
-    return C.guarded(run_key, lambda: _page(results, run_key))
+def figure_or_error(results, key: str, rank: int, window) -> tuple:
+    """:func:`view_figure`, or an empty figure and the reason when the rank cannot be drawn
+    (the rank picker stays usable)."""
+    return C.attempt(f"rank {rank}'s timeline", lambda: view_figure(results, key, rank, window),
+                     lambda why: (F.empty_figure(f"could not be drawn: {why}"), why))
 
 
-def _page(results, run_key: str) -> html.Div:
-    entry = results.entry(run_key)
-    run = results.run(run_key)
+def layout(results, run_key: str = "") -> html.Div:
+    return C.run_page(results, run_key, "timeline", lambda run, _a: body(results, run_key, run))
+
+
+def body(results, run_key: str, run) -> list:
+    return [C.panel("Timeline", lambda: _timeline_card(results, run_key, run))]
+
+
+def _timeline_card(results, run_key: str, run) -> html.Section:
     rank = run.rank_ids[0]
-    fig, info = view_figure(results, run_key, rank, None)
+    fig, info = figure_or_error(results, run_key, rank, None)
     controls = html.Div(className="controls", children=[
         html.Label(["rank", dcc.Dropdown(id=ids.TL_RANK, options=[
             {"label": f"rank {r}", "value": r} for r in run.rank_ids], value=rank,
@@ -66,12 +75,8 @@ def _page(results, run_key: str) -> html.Div:
         html.Button("Download merged Perfetto trace", id=ids.TL_DOWNLOAD_BTN, className="button"),
         dcc.Download(id=ids.TL_DOWNLOAD),
     ])
-    return html.Div([
-        C.run_tabs(run_key, entry.label, "timeline"),
-        C.card(None, controls, C.legend(LEGEND), dcc.Loading(C.graph(ids.TL_GRAPH, fig),
-                                                             type="dot")),
-        dcc.Store(id=ids.RUN_STORE, data={"run": run_key}),
-    ])
+    return C.card(None, controls, C.legend(LEGEND),
+                  dcc.Loading(C.graph(ids.TL_GRAPH, fig), type="dot"))
 
 
 def register(app, results) -> None:
@@ -83,14 +88,14 @@ def register(app, results) -> None:
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)
     def requery(rank, relayout, store):
         key = C.stored_run(results, store)
-        if rank is None:
+        if rank not in results.run(key).rank_ids:
             raise PreventUpdate
         window = None
         if dash.ctx.triggered_id == ids.TL_GRAPH:
             window = T.parse_window(relayout)
             if window == "keep":
                 raise PreventUpdate
-        return view_figure(results, key, int(rank), window)
+        return figure_or_error(results, key, rank, window)
 
     @app.callback(Output(ids.TL_DOWNLOAD, "data"), Input(ids.TL_DOWNLOAD_BTN, "n_clicks"),
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)

@@ -1,6 +1,8 @@
 """Server-side results: loaded runs, analyses and diffs, cached in memory keyed by run key
 and the fingerprint of the run's files (so a changed run is re-read, an unchanged one never).
-The browser holds only keys and selections."""
+A run is read with :func:`~profkit.dashboard.loading.load`: a rank that breaks the analysis
+is set aside, and a run that cannot be read is cached as its error. The browser holds only
+keys and selections."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from profkit.dashboard import loading
 from profkit.dashboard.registry import RunEntry, RunRegistry
 
 from profkit import cache
@@ -69,17 +72,27 @@ class ResultCache:
     def fingerprint(self, key: str) -> str:
         return cache.run_fingerprint(self.entry(key).path)
 
-    def run(self, key: str):
-        from profkit.loader import load_run
-
+    def loaded(self, key: str) -> tuple:
+        """``(run, analysis)`` of the run under ``key``: the run as the dashboard shows it
+        (ranks whose analysis failed listed in ``run.skipped``) and its analysis. Raises
+        :class:`~profkit.dashboard.loading.RunReadError` when nothing of it can be shown."""
         entry = self.entry(key)
-        return self.get_or_compute(("run", key, self.fingerprint(key)), lambda: load_run(entry.path))
+        value = self.get_or_compute(("run", key, self.fingerprint(key)),
+                                    lambda: loading.load(entry.path))
+        if isinstance(value, loading.RunReadError):
+            raise loading.RunReadError(str(value))  # a fresh one: no traceback piles up
+        return value
+
+    def peek_analysis(self, key: str):
+        """The run's analysis if it is cached (None while it is not, or when it failed)."""
+        value = self.peek("run", key)
+        return None if value is None or isinstance(value, Exception) else value[1]
+
+    def run(self, key: str):
+        return self.loaded(key)[0]
 
     def analysis(self, key: str):
-        from profkit.analyzers.analyze import analyze
-
-        fp = self.fingerprint(key)
-        return self.get_or_compute(("analysis", key, fp), lambda: analyze(self.run(key)))
+        return self.loaded(key)[1]
 
     def diff(self, base: str, new: str):
         from profkit.analyzers.diff import diff_runs

@@ -6,6 +6,7 @@ out.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -150,6 +151,8 @@ def parse_window(relayout: dict | None) -> tuple[float, float] | None | str:
     if lo is None or hi is None:
         return "keep"
     try:
-        return float(lo), float(hi)
-    except (TypeError, ValueError):
+        lo, hi = float(lo), float(hi)
+    except (TypeError, ValueError, OverflowError):
         return "keep"
+    # NaN, infinite or overflowing widths cannot be binned: not a window a zoom asks for
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) and math.isfinite(hi - lo) else "keep"

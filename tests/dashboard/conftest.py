@@ -1,7 +1,11 @@
-"""A dashboard server over the bundled sample runs, and a headless chromium, shared by the
-browser tests. Both skip cleanly when chromium or playwright is absent."""
+"""A dashboard server over the bundled sample runs (plus copies of one of them with a bad
+rank), and a headless chromium, shared by the browser tests. Both skip cleanly when chromium
+or playwright is absent."""
 
+import gzip
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,6 +19,8 @@ CHROMIUM = Path(os.environ.get("PROFKIT_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]
 REPO = Path(__file__).resolve().parents[2]
+STRAGGLER = REPO / "samples" / "runs" / "zoo" / "straggler"
+BAD_TRACE = "traces/rank1.pt.trace.json.gz"  # the file each bad run spoils
 
 
 def free_port() -> int:
@@ -23,11 +29,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+def wait_for(url: str, proc: subprocess.Popen, log_path: Path, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"dashboard exited: {proc.stderr.read().decode()[-2000:]}")
+            raise RuntimeError(f"dashboard exited: {log_path.read_text()[-2000:]}")
         try:
             urllib.request.urlopen(url, timeout=2).read()
             return
@@ -36,15 +42,53 @@ def wait_for(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
     raise TimeoutError(f"{url} did not answer in {timeout} s")
 
 
+def _truncate(doc_bytes: bytes) -> bytes:
+    return doc_bytes[: len(doc_bytes) // 2]  # what a profiler killed mid-write leaves
+
+
+def _list_as_cat(doc_bytes: bytes) -> bytes:
+    doc = json.loads(doc_bytes)
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    kernel["cat"] = ["kernel"]  # a list where a string belongs
+    return json.dumps(doc).encode()
+
+
+BAD_RUNS = {"straggler-truncated": _truncate, "straggler-list-cat": _list_as_cat}
+
+
+def spoiled_copy(folder: Path, spoil) -> Path:
+    """A copy of zoo/straggler (2 ranks) in ``folder`` whose rank 1 trace is ``spoil``ed."""
+    shutil.copytree(STRAGGLER, folder, ignore=shutil.ignore_patterns(".profkit"))
+    trace = folder / BAD_TRACE
+    trace.write_bytes(gzip.compress(spoil(gzip.decompress(trace.read_bytes()))))
+    return folder
+
+
 @pytest.fixture(scope="session")
-def server():
-    """Base URL of `profkit dashboard` (the bundled sample runs) on a free local port."""
+def bad_runs(tmp_path_factory) -> dict[str, Path]:
+    """The :data:`BAD_RUNS`, served by the session's dashboard."""
+    root = tmp_path_factory.mktemp("bad-runs")
+    return {name: spoiled_copy(root / name, spoil) for name, spoil in BAD_RUNS.items()}
+
+
+@pytest.fixture(scope="session")
+def server_log(tmp_path_factory) -> Path:
+    """The session server's stderr: its log, tracebacks included."""
+    return tmp_path_factory.mktemp("server") / "stderr.log"
+
+
+@pytest.fixture(scope="session")
+def server(bad_runs, server_log):
+    """Base URL of `profkit dashboard` (the bundled sample runs and the bad runs) on a free
+    local port."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", "--port", str(port)],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cmd = [sys.executable, "-m", "profkit", "dashboard", "--port", str(port),
+           *map(str, bad_runs.values()), "--root", str(REPO / "samples" / "runs")]
+    with server_log.open("wb") as log_file:  # a file, not a pipe nobody drains
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log_file)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(url + "/", proc)
+        wait_for(url + "/", proc, server_log)
         yield url
     finally:
         proc.terminate()

@@ -72,6 +72,12 @@ def test_counters_kept_near_the_window_only():
     ({"xaxis.autorange": True}, None),
     ({"yaxis.range[0]": 1, "yaxis.range[1]": 2}, "keep"),
     (None, "keep"),
+    # no window can be binned from these: NaN, infinite, or a width beyond float range
+    ({"xaxis.range[0]": "nan", "xaxis.range[1]": 2}, "keep"),
+    ({"xaxis.range[0]": 0, "xaxis.range[1]": float("inf")}, "keep"),
+    ({"xaxis.range[0]": -1e308, "xaxis.range[1]": 1e308}, "keep"),
+    ({"xaxis.range[0]": 10**400, "xaxis.range[1]": 1}, "keep"),
+    ({"xaxis.range[0]": [1], "xaxis.range[1]": 2}, "keep"),
 ])
 def test_parse_window(relayout, expected):
     assert T.parse_window(relayout) == expected
