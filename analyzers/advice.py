@@ -69,7 +69,7 @@ def breakdown_findings(ranks: pd.DataFrame, th: Thresholds,
     findings = []
     for row in ranks.itertuples(index=False):
         for part, (attr, meaning, recommendation) in ADVICE.items():
-            frac, threshold = float(getattr(row, part)), float(getattr(th, attr))
+            frac, threshold = _fraction(row, part), float(getattr(th, attr))
             if frac < threshold:
                 continue
             evidence = {"fraction": round(frac, 4), "threshold": threshold,
@@ -95,6 +95,14 @@ def breakdown_findings(ranks: pd.DataFrame, th: Thresholds,
                 recommendation="Make the kernels cheaper: bf16/fp8 tensor cores, fused kernels "
                                "(torch.compile), FlashAttention; check MFU in the efficiency table."))
     return findings
+
+
+def _fraction(row, part: str) -> float:
+    """A part's share of the step; for communication only its transfer share (waiting for a
+    late peer is the straggler's, judged there)."""
+    if part == "communication" and hasattr(row, "communication_transfer"):
+        return float(row.communication_transfer)
+    return float(getattr(row, part))
 
 
 def _part_evidence(part: str, rank: int, steps: pd.DataFrame | None,

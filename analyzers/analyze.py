@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.advice import breakdown_findings
 from profkit.analyzers.breakdown import PARTS, VERDICT_CLASSES, combine_breakdown
+from profkit.analyzers.consolidate import consolidate
 from profkit.analyzers.findings import Finding
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.summaries import RankSummary, summarize_rank
@@ -143,6 +144,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
         {int(r): len(v["used"]) for r, v in steps.items()})
     findings += [f for r in results[1:] for f in r.findings]
     findings = _drop_unsupported(findings, unusable, {s.rank for s in gpu})
+    findings = consolidate(findings, tables, verdict)
     if not gpu and not unusable:
         findings.append(Finding(category="input", severity="info", message=(
             "no GPU events in this run: the breakdown, kernels and efficiency cannot be computed"),

@@ -269,12 +269,6 @@ def efficiency_findings(eff: dict, th: Thresholds) -> list[Finding]:
             recommendation="Find where the step goes (breakdown, kernels): raise arithmetic "
                            "intensity (larger batch / sequence, bf16), fuse small ops, "
                            "overlap communication."))
-    if eff["gpu_util"] < th.gpu_util_low_frac:
-        out.append(Finding(
-            category="gpu_utilization", severity="warning", rank=rank, evidence=ev,
-            message=f"Kernels keep the GPU busy only {eff['gpu_util']:.0%} of the step.",
-            recommendation="Increase the batch size (or micro-batches per step) so each step "
-                           "gives the GPU more work; then remove host-side stalls."))
     if eff["gemm_time_ns"] and eff["tensor_core_gemm_frac"] == 0 and eff["fp32_gemm_ns"]:
         out.append(Finding(
             category="precision", severity="warning", rank=rank, evidence=ev,

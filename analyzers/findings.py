@@ -18,6 +18,12 @@ class Finding:
     """One observation with its evidence and what to change. ``rank``/``step`` are None for
     run-wide findings. ``evidence`` holds plain numbers and strings (JSON-ready)."""
 
+    def with_saving(self, ms_per_step: float, fraction: float) -> Finding:
+        from dataclasses import replace
+
+        return replace(self, estimated_saving={"ms_per_step": round(float(ms_per_step), 3),
+                                               "fraction": round(float(fraction), 4)})
+
     category: str
     severity: str
     message: str
@@ -25,6 +31,9 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
     rank: int | None = None
     step: int | None = None
+    estimated_saving: dict[str, float] | None = None
+    """What removing this cause would save: ``{"ms_per_step": x, "fraction": f}`` (f of the
+    step time of the rank, or of the others for a straggler); None when not estimated."""
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

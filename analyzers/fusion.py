@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 from profkit.analyzers.findings import Finding
-from profkit.analyzers.tables import RANK, empty, kernels_of
+from profkit.analyzers.tables import RANK, empty, kernels_of, name_mask
 from profkit.analyzers.thresholds import Thresholds
 
 from profkit import schema as S
@@ -18,8 +18,11 @@ SEQUENCE_SEP = " -> "
 
 
 def rank_ngrams(rd: RankData, short_ns: int, n: int = 3) -> pd.DataFrame:
-    """Counts of n consecutive short kernels on one stream, by their names."""
-    k = kernels_of(rd).sort_values([S.STREAM, S.TS_NS], kind="stable")
+    """Counts of n consecutive short kernels on one stream, by their names, among the kernels
+    a compiler could fuse (elementwise and reductions; not library sorts, scans or GEMMs)."""
+    k = kernels_of(rd)
+    k = k[k[S.SUBCLASS].isin(FUSABLE_SUBCLASSES).to_numpy() & ~name_mask(k[S.NAME], NOT_FUSABLE_RE)]
+    k = k.sort_values([S.STREAM, S.TS_NS], kind="stable")
     m = len(k) - n + 1
     if m <= 0:
         return pd.DataFrame(columns=["sequence", "count", "total_ns"])
@@ -37,6 +40,11 @@ def rank_ngrams(rd: RankData, short_ns: int, n: int = 3) -> pd.DataFrame:
     sums = np.bincount(inverse.ravel(), weights=total, minlength=len(uniq))
     seq = [SEQUENCE_SEP.join(names[row]) for row in uniq]
     return pd.DataFrame({"sequence": seq, "count": count, "total_ns": sums.astype(np.int64)})
+
+
+FUSABLE_SUBCLASSES = ("elementwise", "reduction")
+NOT_FUSABLE_RE = re.compile(r"sort|radix|cub::|scan|topk|unique|nonzero|embedding_bag",
+                            re.IGNORECASE)
 
 
 def fusion_candidates(grams: list[pd.DataFrame], n_steps: int, top_n: int,
@@ -63,8 +71,8 @@ def fusion_findings(fusion: pd.DataFrame, th: Thresholds) -> list[Finding]:
         category="fusion", severity="info",
         message=f"Short kernels repeat in fixed sequences, the most frequent: {lines}.",
         recommendation="Fuse them: torch.compile generates one kernel for chains of "
-                       "elementwise ops; use fused implementations (fused=True / foreach "
-                       "optimizers, fused norms and attention) where they exist.",
+                       "elementwise ops and reductions; use fused implementations (fused=True "
+                       "/ foreach optimizers, fused norms) where they exist.",
         evidence={"sequences": top["sequence"].tolist(),
                   "counts": [int(c) for c in top["count"]]})]
 

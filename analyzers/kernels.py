@@ -48,6 +48,7 @@ QUEUE_COLUMNS = (RANK, S.STREAM, "gpu_ops", "max_depth", "mean_depth")
 # Runtime / driver calls that enqueue GPU work (CUDA, HIP, driver API).
 LAUNCH_RE = re.compile(r"launch|memcpy|memset", re.IGNORECASE)
 GRAPH_LAUNCH_RE = re.compile(r"graphlaunch", re.IGNORECASE)
+COPY_CALL_RE = re.compile(r"memcpy", re.IGNORECASE)
 # Calls whose duration is waiting for the GPU, not overhead: left to the host-sync analysis.
 SYNC_CALL_RE = re.compile(r"synchronize|^(?:cuda|hip|cu)Memcpy(?:DtoH)?$|EventQuery|StreamQuery",
                           re.IGNORECASE)
@@ -190,15 +191,18 @@ def launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
 
 def slow_calls(rd: RankData, th: Thresholds) -> pd.DataFrame:
-    """Runtime/driver calls in the steps above slow_runtime_call_ns, synchronisations aside."""
+    """Runtime/driver calls in the steps above slow_runtime_call_ns, synchronisations and
+    copies aside (a copy that blocks is host_sync's, an async one is a launch)."""
     rt = in_steps(rd.events[rd.events[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER))], rd)
     return rt[(rt[S.DUR_NS] > th.slow_runtime_call_ns).to_numpy()
-              & ~name_mask(rt[S.NAME], SYNC_CALL_RE)]
+              & ~name_mask(rt[S.NAME], SYNC_CALL_RE) & ~name_mask(rt[S.NAME], COPY_CALL_RE)]
 
 
 def launch_row(rank: int, rd: RankData, joined: tuple, th: Thresholds) -> dict:
     launches, _, delays = joined
     launches_in, delays = in_steps(launches, rd), in_steps(delays, rd)
+    # Copy calls are not launch overhead: a blocking one waits for its copy (host_sync).
+    launches_in = launches_in[~name_mask(launches_in[S.NAME], COPY_CALL_RE)]
     graph = name_mask(launches_in[S.NAME], GRAPH_LAUNCH_RE)
     slow = slow_calls(rd, th)
     graph_corr = launches_in[S.CORRELATION][graph]
@@ -272,7 +276,7 @@ def launch_findings(short: pd.DataFrame, launches: pd.DataFrame,
             " CUDA graphs are already in use: capture more of the step."
             if lc["graph_launches"] else "")
         out.append(Finding(
-            category="cpu_launch", severity="warning" if starved else "info",
+            category="launch", severity="warning" if starved else "info",
             rank=int(s[RANK]), message=message, recommendation=LAUNCH_ADVICE,
             evidence={k: plain(v) for k, v in {**s, **lc}.items()}))
     return out
@@ -295,7 +299,7 @@ def slow_call_findings(rank: int, rd: RankData, lc: dict, th: Thresholds) -> lis
     listed = ", ".join(f"{n} x{int(c)} ({t / 1e3:.0f} us)" for n, (c, t) in names.iterrows())
     serious = frac > th.launch_api_frac and lc["max_queue_depth"] < QUEUE_FULL_DEPTH
     return [Finding(
-        category="cpu_launch", severity="warning" if serious else "info", rank=rank,
+        category="runtime_calls", severity="warning" if serious else "info", rank=rank,
         message=f"{lc['slow_runtime_calls']} runtime calls took over "
                 f"{th.slow_runtime_call_ns / 1e3:g} us ({frac:.1%} of the step): {listed}."
                 + queue_note(lc),

@@ -52,8 +52,9 @@ def to_json(a: Analysis) -> dict[str, Any]:
 
 
 def sorted_findings(a: Analysis) -> list:
-    return sorted(a.findings, key=lambda f: (SEVERITY_ORDER[f.severity],
-                                             -1 if f.rank is None else f.rank, f.category))
+    """The findings in the analysis' order: the verdict's cause first, then by estimated
+    saving (analyzers/consolidate.py)."""
+    return list(a.findings)
 
 
 def _rank_table(a: Analysis) -> pd.DataFrame:
@@ -131,12 +132,21 @@ def to_text(a: Analysis) -> str:
         lines += ["", "Findings and what to change:"]
     for f, others in findings:
         also = f" (similar on ranks {others})" if others else ""
-        lines.append(f"- [{f.severity}] {f.message}{also}")
+        lines.append(f"- [{f.severity}] {f.message}{also}{saving_text(f)}")
         lines.append(f"    evidence: {_evidence(f.evidence)}")
         lines.append(f"    do: {f.recommendation}")
     for s in a.run["skipped_files"]:
         lines.append(f"skipped: {s['path']}: {s['reason']}")
     return "\n".join(lines) + "\n"
+
+
+def saving_text(f) -> str:
+    """'; could save ~1.47 ms/step (14%)' for a finding with an estimated saving."""
+    s = f.estimated_saving or {}
+    ms, frac = s.get("ms_per_step"), s.get("fraction")
+    if ms is None or frac is None or not math.isfinite(ms) or not math.isfinite(frac):
+        return ""
+    return f"; could save ~{ms:.2f} ms/step ({frac:.0%})"
 
 
 def _evidence(evidence: dict) -> str:
@@ -175,5 +185,5 @@ def to_markdown(a: Analysis) -> str:
                   "|---|---|---|---|"]
     for f, others in findings:
         rank = "run" if f.rank is None else ",".join(filter(None, [str(f.rank), others]))
-        lines.append(f"| {f.severity} | {rank} | {f.message} | {f.recommendation} |")
+        lines.append(f"| {f.severity} | {rank} | {f.message}{saving_text(f)} | {f.recommendation} |")
     return "\n".join(lines) + "\n"
