@@ -38,6 +38,14 @@ ADVICE = {
         "Cut launch overhead: CUDA graphs (torch.compile(mode='reduce-overhead') or "
         "torch.cuda.graphs), fuse small ops with torch.compile, or a larger batch per launch.",
     ),
+    "idle_other": (
+        "held_work_frac",
+        "launched work was held back on the GPU",
+        "The work was queued but did not start: it waited on another stream or an event "
+        "(cudaStreamWaitEvent, a dependency on a collective or a copy on another stream, "
+        "another process sharing the GPU). Look at the timeline just before these gaps: the "
+        "stream that the held work waits for, and what the host was doing to feed it.",
+    ),
     "memcpy": (
         "transfer_frac",
         "the GPU is busy copying memory",

@@ -20,9 +20,9 @@ SEQUENCE_SEP = " -> "
 def rank_ngrams(rd: RankData, short_ns: int, n: int = 3) -> pd.DataFrame:
     """Counts of n consecutive short kernels on one stream, by their names, among the kernels
     a compiler could fuse (elementwise and reductions; not library sorts, scans or GEMMs)."""
-    k = kernels_of(rd)
-    k = k[k[S.SUBCLASS].isin(FUSABLE_SUBCLASSES).to_numpy() & ~name_mask(k[S.NAME], NOT_FUSABLE_RE)]
-    k = k.sort_values([S.STREAM, S.TS_NS], kind="stable")
+    k = kernels_of(rd).sort_values([S.STREAM, S.TS_NS], kind="stable")
+    fusable = k[S.SUBCLASS].isin(FUSABLE_SUBCLASSES).to_numpy() & ~name_mask(k[S.NAME],
+                                                                             NOT_FUSABLE_RE)
     m = len(k) - n + 1
     if m <= 0:
         return pd.DataFrame(columns=["sequence", "count", "total_ns"])
@@ -31,7 +31,7 @@ def rank_ngrams(rd: RankData, short_ns: int, n: int = 3) -> pd.DataFrame:
     stream, dur = k[S.STREAM].to_numpy(), k[S.DUR_NS].to_numpy()
     ok = np.ones(m, dtype=bool)
     for i in range(n):
-        ok &= (dur[i:i + m] < short_ns) & (stream[i:i + m] == stream[:m])
+        ok &= (dur[i:i + m] < short_ns) & (stream[i:i + m] == stream[:m]) & fusable[i:i + m]
     grams = np.stack([codes[i:i + m] for i in range(n)], axis=1)[ok]
     total = sum(dur[i:i + m] for i in range(n))[ok]
     if len(grams) == 0:

@@ -22,6 +22,9 @@ class Thresholds:
     transfer_frac: float = 0.10
     """GPU time in memory copies (not hidden under compute) above this share: move fewer
     bytes, overlap copies (the TensorBoard plugin's 10% for exposed communication)."""
+    held_work_frac: float = 0.15
+    """GPU idle while launched work waits (on a stream, an event) above this share: look at
+    the dependencies (as cpu_launch_frac, the GPU waits on something other than compute)."""
     gpu_util_low_frac: float = 0.50
     """GPU busy below this share of the step: larger batch (TensorBoard plugin)."""
     short_kernel_ns: int = 10_000

@@ -180,10 +180,13 @@ def test_ddp_run_nvml_joins():
     assert (res.tables["efficiency"]["gpu_util"] > 0.9).all()
 
 
-def test_cpu_launch_run_has_low_utilisation():
+def test_cpu_launch_run_has_low_utilisation_but_no_batch_size_advice():
+    """Low GPU utilisation is the complement of the idle parts, which have findings of their
+    own with the right advice; a blanket "increase the batch size" makes a data-loading or
+    host-sync bound job worse, so it is no finding."""
     res = analyze_efficiency(load_run(RUNS / "zoo" / "cpu_launch"))
     assert res.tables["efficiency"].iloc[0]["gpu_util"] < 0.2
-    assert "gpu_utilization" in [f.category for f in res.findings]
+    assert not [f for f in res.findings if "batch size" in f.recommendation]
 
 
 @pytest.mark.skipif(not CORPUS_FILES, reason=f"corpus not found at {CORPUS}")

@@ -29,7 +29,7 @@ def timeline():
     """
     ev = [step(1, 0.0, 200.0), step(2, 200.0, 200.0)]
     for base, corr in ((0.0, 1), (200.0, 5)):
-        for i, name in enumerate(("ew_a", "ew_b", "ew_c")):
+        for i, name in enumerate(("elementwise_a", "elementwise_b", "elementwise_c")):
             ev.append(launch(base + 10 + 6 * i, 4.0, corr + i))
             ev.append(kernel(name, base + 20 + 6 * i, 5.0, corr + i))
     ev += [
@@ -93,7 +93,7 @@ def test_top_kernels_and_ops(run):
     assert list(top.index[:1]) == ["gemm_x"]
     assert top.loc["gemm_x", "share"] == pytest.approx(50 / 120)
     assert top.loc["gemm_x", "subcls"] == "gemm"
-    assert top.loc["ew_a", "count"] == 2 and top.loc["ew_a", "mean_ns"] == 5 * US
+    assert top.loc["elementwise_a", "count"] == 2 and top.loc["elementwise_a", "mean_ns"] == 5 * US
     ops = res.tables["top_ops"]
     assert list(ops["name"]) == ["aten::linear", "aten::add", "aten::mm"]  # by self time
     by = ops.set_index("name")
@@ -106,11 +106,31 @@ def test_top_kernels_and_ops(run):
 def test_fusion_candidates(run):
     res = analyze_kernels(run, Thresholds(fusion_min_count=2))
     fusion = res.tables["fusion_candidates"]
-    assert list(fusion["sequence"]) == ["ew_a -> ew_b -> ew_c"]  # the only all-short 3-gram
+    # the only all-short 3-gram
+    assert list(fusion["sequence"]) == ["elementwise_a -> elementwise_b -> elementwise_c"]
     assert fusion.iloc[0]["count"] == 2 and fusion.iloc[0]["per_step"] == 1.0
     assert fusion.iloc[0]["total_ns"] == 30 * US
     assert [f.category for f in res.findings if f.category == "fusion"] == ["fusion"]
     assert not [f for f in analyze_kernels(run).findings if f.category == "fusion"]
+
+
+def test_library_sorts_and_gemms_are_never_fusion_candidates(tmp_path):
+    """Three passes of a library radix sort repeat as often as any elementwise chain, but no
+    compiler fuses them; nor GEMMs."""
+    ev = [step(1, 0.0, 1000.0)]
+    names = ("void cub::DeviceRadixSortOnesweepKernel<...>", "void cub::DeviceRadixSortHistogramKernel",
+             "sm90_xmma_gemm_bf16", "vectorized_elementwise_kernel<4, add>",
+             "vectorized_elementwise_kernel<4, mul>", "reduce_kernel<512, sum>")
+    t, corr = 10.0, 1
+    for _ in range(12):
+        for name in names:
+            ev += [launch(t - 5, 2.0, corr), kernel(name, t, 3.0, corr)]
+            t, corr = t + 6, corr + 1
+    path = write_trace(tmp_path / "rank0.json", trace_doc(rank=0, world_size=1, events=ev))
+    fusion = analyze_kernels(load_run(path, cache=False)).tables["fusion_candidates"]
+    assert len(fusion) and not fusion["sequence"].str.contains("Radix|gemm").any()
+    assert "vectorized_elementwise_kernel<4, add> -> vectorized_elementwise_kernel<4, mul> -> " \
+           "reduce_kernel<512, sum>" in set(fusion["sequence"])
 
 
 def test_findings_on_the_hand_built_run(run, monkeypatch):
@@ -132,7 +152,7 @@ def test_cpu_launch_run_is_launch_bound():
     launches = res.tables["launches"].iloc[0]
     assert launches["launch_calls"] == 6000 and launches["launch_median_ns"] < 10 * US
     assert launches["delay_median_ns"] < 10 * US  # the GPU waits for each launch
-    bound = [f for f in res.findings if f.category == "cpu_launch" and f.severity == "warning"]
+    bound = [f for f in res.findings if f.category == "launch" and f.severity == "warning"]
     assert len(bound) == 1 and "launch-bound" in bound[0].message
     assert res.tables["fusion_candidates"].iloc[0]["per_step"] > 900  # mul_, add_ alternate
 
