@@ -78,7 +78,8 @@ def steps_line(report: dict[str, dict]) -> str:
     """One line saying which steps the verdict used, per group of ranks alike."""
     by_text: dict[str, list[int]] = {}
     for rank, r in report.items():
-        text = f"{len(r['used'])} of {r['recorded']} ({_span(r['used'])})"
+        text = (f"{len(r['used'])} of {r['recorded']} ({_span(r['used'])})" if r["recorded"]
+                else "one window (the trace has no step ranges)")
         by_text.setdefault(text, []).append(int(rank))
     return "; ".join(f"rank {rank_ranges(ranks)}: {text}" for text, ranks in by_text.items())
 

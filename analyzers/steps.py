@@ -160,13 +160,19 @@ def _outliers(step_ns: np.ndarray, candidates: np.ndarray, tolerance: float,
         reasons[i] = f"{where}: {ratio[k]:.1f}x the median step"
 
 
+WAITING_CALL_RE = r"(?i)memcpy|synchron|sync$|wait|query"
+
+
 def one_off_spans(events: pd.DataFrame, lo: int, hi: int, min_ns: int = 10_000_000,
                   factor: float = 50.0, share: float = 0.05) -> pd.DataFrame:
     """Host runtime/driver calls that took at least ``min_ns``, ``factor`` times the median
     of their own name and ``share`` of the window [lo, hi): one-off events (lazy module
-    loading, JIT, first-call set-up) rather than the workload's behaviour."""
+    loading, JIT, first-call set-up) rather than the workload's behaviour. Calls that wait
+    for the GPU (copies, synchronisations, event waits) are never one-offs: their length is
+    the work they wait for."""
     host = events[events[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER)).to_numpy()
                   & (events[S.DUR_NS] >= min_ns).to_numpy()]
+    host = host[~category_mask(host[S.NAME], WAITING_CALL_RE)]
     if host.empty:
         return host
     med = events[events[S.NAME].isin(host[S.NAME].unique())].groupby(
