@@ -60,7 +60,7 @@ def profkit_buckets(run_dir: Path) -> dict[int, dict]:
     for rank, g in steps.groupby("rank"):
         g = g[g["step"] < g["step"].max()] if g["step"].nunique() > 1 else g  # HTA drops the last
         total = g["step_ns"].sum()
-        copy = g["host_sync_copy_ns"].sum()
+        copy = g["blocking_copy_ns"].sum()
         non_compute = g["communication"].sum() + g["memcpy"].sum() + copy
         comm_total = g["communication"].sum() + g["comm_overlap_ns"].sum()
         out[int(rank)] = {"total_us": total / 1e3, "compute": g["compute"].sum() / total,

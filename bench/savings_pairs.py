@@ -28,8 +28,8 @@ def pair_rows(pairs_dir: Path) -> list[dict]:
     rows = []
     for pair in sorted(p for p in pairs_dir.iterdir() if (p / "PAIR.json").is_file()):
         spec = orjson.loads((pair / "PAIR.json").read_bytes())
-        before = analyze_run(pair / "before", cache=False, workers=1)
-        after = analyze_run(pair / "after", cache=False, workers=1)
+        before = analyze_run(pair / spec.get("before", "before"), cache=False, workers=1)
+        after = analyze_run(pair / spec.get("after", "after"), cache=False, workers=1)
         step_b = _step_ms(before)
         step_a = _step_ms(after)
         cause = spec["cause"]
