@@ -14,20 +14,22 @@ import time
 import common
 import torch
 
-# Same model shape as train_gpt's FULL (4 layers, width 1024) with 16 x 512 tokens per rank:
-# about 30 ms per training step on an H200 in bf16, in the range of the other samples.
-FULL = dict(batch=16, seq=512, layers=4, dim=1024, heads=16, vocab=8192)
+# The model shape of train_gpt's FULL (4 layers, width 1024, 512 tokens); each sample sets
+# the batch that gives about 30 ms per step in bf16 (measured on one H100).
+FULL = dict(seq=512, layers=4, dim=1024, heads=16, vocab=8192)
 TINY = dict(batch=2, seq=32, layers=1, dim=32, heads=2, vocab=256)
 
 
-def parse_args(description: str, script: str, argv: list[str] | None) -> argparse.Namespace:
+def parse_args(description: str, script: str, argv: list[str] | None,
+               batch: int) -> argparse.Namespace:
+    """Options of a framework sample; ``batch``: its full-size sequences per rank."""
     p = argparse.ArgumentParser(description=description)
     common.add_common_args(p, profiler="profkit", steps=12)
     p.add_argument("--batch", type=int, help="sequences per rank and optimizer step")
     p.add_argument("--seq", type=int, help="tokens per sequence")
     for name in ("layers", "dim", "heads", "vocab"):
         p.add_argument(f"--{name}", type=int)
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
+    args = common.resolve_sizes(p.parse_args(argv), {**FULL, "batch": batch}, TINY)
     if args.profiler == "torch":
         p.error("the framework samples profile through the profkit callback: "
                 "--profiler profkit or none")
