@@ -11,7 +11,8 @@
 #   hf_trainer/               profkit run directory (run.json, traces/, nvml/, nccl/, ranks/)
 #   lightning_train/          the same for Lightning
 #   hf_trainer_none.log ...   (in logs/) the unprofiled runs' output: median step time
-#   <run>/analysis.txt        `profkit analyze` of each run
+#   <run>.analysis.txt        `profkit analyze` of each run (beside it: a file in a run
+#                             directory would be read as a foreign trace)
 #   logs/, SUMMARY.txt, FAILURES.txt, SIZES.txt   as capture_h200.sh
 # Knobs as capture_h200.sh: PYTHON, NPROC (default 2), TIMEOUT_S, SAMPLE_ARGS
 # ("--tiny --device cpu" for a CPU dry run).
@@ -43,8 +44,8 @@ for name in hf_trainer lightning_train; do
     run "$name" "$OUT/$name" 1 "${TORCHRUN[@]}" --nproc_per_node "$NPROC" "$S/$name.py" \
       --profiler profkit --out "$OUT/$name"
     if [ -f "$OUT/$name/run.json" ]; then
-      "$PY" -m profkit analyze "$OUT/$name" > "$OUT/$name/analysis.txt" 2>&1 \
-        || echo "$name: profkit analyze failed (see $name/analysis.txt)" >> "$OUT/FAILURES.txt"
+      "$PY" -m profkit analyze "$OUT/$name" > "$OUT/$name.analysis.txt" 2>&1 \
+        || echo "$name: profkit analyze failed (see $name.analysis.txt)" >> "$OUT/FAILURES.txt"
     fi
   else
     echo "$name skipped: profkit.collectors not importable" >> "$OUT/FAILURES.txt"
