@@ -7,8 +7,11 @@
 Prints one table row per mode: idle (every metric at --hz) and active (--hz plus the fast
 metrics at each --active-hz), with the metrics each kind of row reads, the CPU time of the
 process as a % of one core (the main thread sleeps, so nearly all of it is the sampler's),
-the samples per second achieved, and how many readings of the fast-changing counters were
-usable (GPM values, per-link NVLink rates). Then the cost of each NVML call on its own.
+the samples per second achieved, how many GPM and NVLink readings were finite, and how
+often the SM clock and instantaneous power actually changed between readings (a value the
+driver refreshes slowly repeats). The mode is fixed per row, so the recording start/stop
+rows with the costly counters (energy, NVLink links) appear once at most: their cost is
+in the per-read table that follows.
 """
 
 from __future__ import annotations
@@ -115,7 +118,9 @@ def call_costs(nvml, gpu: int, repeats: int = 200) -> list[str]:
     calls["energy_mj"] = lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h)
     if reader.fields.request:
         n = len(reader.fields.request)
-        calls[f"field values ({n} entries: power + NVLink links)"] = \
+        calls["field values: power (every row)"] = \
+            lambda: nvml.nvmlDeviceGetFieldValues(h, reader.fields.request[:1])
+        calls[f"field values: power + {n - 1} NVLink counters (recording start/stop rows)"] = \
             lambda: nvml.nvmlDeviceGetFieldValues(h, reader.fields.request)
     clock = {"ns": time.time_ns()}
 
@@ -130,6 +135,8 @@ def call_costs(nvml, gpu: int, repeats: int = 200) -> list[str]:
         calls["GPM sample + metrics get"] = lambda: (
             clock.__setitem__("ns", clock["ns"] + 100_000_000), reader.gpm.read(clock["ns"]))
     calls["full reading, every 100 ms"] = reading(100_000_000, False)
+    calls["full reading with the costly counters (start/stop rows)"] = \
+        lambda: reader.read(clock["ns"], counters=True)
     calls["fast reading, every 5 ms"] = reading(5_000_000, True)
     lines = ["| NVML read | median us | min us |", "|---|---|---|"]
     for name, fn in calls.items():

@@ -4,11 +4,12 @@ Files: ``nvml/rank{R}.{C}.npz`` (see docs/run-directory.md), each written via a 
 and a rename, every ``chunk_s`` seconds of samples and at stop, so a crash loses at most
 one chunk. Timestamps are ``time.time_ns()`` (epoch ns, the clock Kineto uses).
 
-Two rates: every metric at ``hz`` (10 Hz: well under 1% of a core), and while the torch
-profiler records, the cheap per-step metrics (SM clock, clock-event reasons, instantaneous
-power, per-link NVLink throughput) at ``active_hz`` in between, so that a ~30 ms profiled
-step gets several samples. Idle, the thread wakes every ``WATCH_S`` to notice the profiler
-starting within a step.
+Two rates: the metrics at ``hz`` (10 Hz: under 1% of a core), and while the torch profiler
+records, the cheap ones that can change within a step (SM clock, clock-event reasons,
+instantaneous power, GPM when due) at ``active_hz`` in between, so that a ~30 ms profiled
+step gets several samples. The costly cumulative counters (energy, per-link NVLink bytes)
+are read where recording starts and stops, and energy every 5 s. Idle, the thread wakes
+every ``WATCH_S`` to notice the profiler starting within a step.
 """
 
 from __future__ import annotations
@@ -144,13 +145,13 @@ class NvmlSampler:
         return True
 
     def sample_once(self, fast: bool = False, now: int | None = None,
-                    energy: bool = False) -> None:
+                    counters: bool = False) -> None:
         """Append one row per GPU (and, for a full sample, any DCGM rows that are due).
-        ``fast``: only the fast metrics, the other columns NaN; ``energy``: read the energy
-        counter now (a full sample only)."""
+        ``fast``: only the fast metrics, the other columns NaN; ``counters``: read the
+        costly cumulative counters (energy, NVLink links) now (a full sample only)."""
         now = self.clock() if now is None else now
         for r in self.readers:
-            row = r.read(now, fast=fast, energy=energy)
+            row = r.read(now, fast=fast, counters=counters)
             self._rows.append((now, r.index, SOURCE_NVML, *(row.get(c, np.nan)
                                                             for c in self.columns)))
         if self.dcgm is not None and not fast:
@@ -160,9 +161,10 @@ class NvmlSampler:
 
     def tick(self) -> float:
         """One step of the sampling loop: a full sample when one is due or the profiler
-        just started or stopped recording (with an energy reading, so the recording's energy
-        is a difference), else a fast one while it records (nothing when idle); then a
-        chunk if due. Returns the seconds to wait before the next tick."""
+        just started or stopped recording (with the costly counters, energy and NVLink
+        bytes, so the recording's energy and link traffic are differences), else a fast one
+        while it records (nothing when idle); then a chunk if due. Returns the seconds to
+        wait before the next tick."""
         now = self.clock()
         active = self.active_period is not None and self.is_active()
         edge, self._was_active = active != self._was_active, active
@@ -171,7 +173,7 @@ class NvmlSampler:
         slack_ns = int((self.active_period if active else WATCH_S) * 5e8)
         if edge or self._last_full_ns is None or now - self._last_full_ns >= period_ns - slack_ns:
             self._last_full_ns = now
-            self.sample_once(now=now, energy=edge)
+            self.sample_once(now=now, counters=edge)
         elif active:
             self.sample_once(fast=True, now=now)
         self.maybe_flush()

@@ -5,9 +5,11 @@ per-link NVLink throughput) and GPM on Hopper and newer.
 functions and constants, so tests can pass a fake. Every call is checked on its own: a
 failing reading becomes NaN and the others go on.
 
-A *full* reading takes every column; a *fast* one (taken many times per step while the
-torch profiler records) only what is cheap and changes within a step: the SM clock, the
-clock-event reasons, the field values, and GPM when its interval allows.
+A *full* reading takes every column but the costly counters; a *fast* one (taken many
+times per step while the torch profiler records) only what is cheap and can change within
+a step: the SM clock, the clock-event reasons, the instantaneous power, and GPM when its
+interval allows. The costly cumulative counters (energy, per-link NVLink bytes) are read
+when asked (``counters=True``) and energy also every ENERGY_MIN_INTERVAL_NS.
 """
 
 from __future__ import annotations
@@ -91,20 +93,22 @@ class GpuReader:
         self.fields = FieldReader(nvml, self.handle)
         self.gpm = _Gpm(nvml, self.handle)
 
-    def read(self, now_ns: int, fast: bool = False, energy: bool = False) -> dict[str, float]:
+    def read(self, now_ns: int, fast: bool = False, counters: bool = False
+             ) -> dict[str, float]:
         """One row: every base column (NaN where the call failed; ``energy_mj`` NaN between
-        its reads every ENERGY_MIN_INTERVAL_NS, or now if ``energy``), the field columns,
-        and the GPM columns (NaN until two GPM samples far enough apart exist). ``fast``:
-        only the FAST_COLUMNS, fields and GPM; the caller fills the rest with NaN."""
+        its reads every ENERGY_MIN_INTERVAL_NS), the field columns (the NVLink links only
+        with ``counters``, which reads the energy too), and the GPM columns (NaN until two
+        GPM samples far enough apart exist). ``fast``: only the FAST_COLUMNS, the power
+        field and GPM; the caller fills the rest with NaN."""
         row = {} if fast else self._util()
         if not fast:
-            row["energy_mj"] = self._energy(now_ns, energy)
+            row["energy_mj"] = self._energy(now_ns, counters)
         for col, fn in (self._fast_readers if fast else self._readers).items():
             try:
                 row[col] = float(fn(self.handle))
             except Exception:  # noqa: BLE001 - NVMLError, not supported, fake failures
                 row[col] = NAN
-        row.update(self.fields.read(now_ns))
+        row.update(self.fields.read(now_ns, links=counters and not fast))
         if self.gpm.supported:
             row.update(self.gpm.read(now_ns))
         return row

@@ -38,7 +38,8 @@ def rows(sampler):
 
 
 @pytest.fixture
-def setup(tmp_path, fake_nvml, fake_fields):
+def setup(tmp_path, fake_nvml, fake_fields, monkeypatch):
+    monkeypatch.setenv("PROFKIT_NVML_NVLINK_LINKS", "1")  # per-link counters are opt-in
     state = {"active": False}
     clock = Clock()
     sampler = NvmlSampler(tmp_path, 0, [0], hz=10, active_hz=200, clock=clock,
@@ -103,34 +104,55 @@ def test_field_columns_and_units(setup):
     sampler, clock, state = setup
     assert sampler.columns == BASE_COLUMNS + ("power_instant_w", *LINKS)  # link 2: no answer
     state["active"] = True
-    drive(sampler, clock, 20)
+    drive(sampler, clock, 20)  # the start row, then fast rows at 5, 10, 15 ms
+    state["active"] = False
+    drive(sampler, clock, 21)  # the stop row
     d = rows(sampler)
     assert set(d) == {"ts_ns", "gpu", "source", *sampler.columns}
     assert all(d[c].dtype == np.float64 for c in sampler.columns)
-    assert d["power_instant_w"].tolist() == [400.0] * 4  # 400000 mW
-    # link L sends 1024 * (L + 1) KiB per 5 ms reading: (L + 1) MiB / 5 ms
-    assert math.isnan(d["nvlink_l0_tx_mibps"][0])  # no earlier counter reading
-    assert d["nvlink_l0_tx_mibps"][1:].tolist() == [200.0] * 3
-    assert d["nvlink_l1_tx_mibps"][1:].tolist() == [400.0] * 3
-    assert d["nvlink_l1_rx_mibps"][1:].tolist() == [200.0] * 3
+    assert d["power_instant_w"].tolist() == [400.0] * 5  # 400000 mW, in every row
+    # the links' costly counters are read at the start and stop rows only: the stop row has
+    # each link's mean rate over the recording, and link L sends 1024 * (L + 1) KiB per
+    # 5 ms of the fake's clock, (L + 1) MiB / 5 ms
+    for column, rate in zip(LINKS, (200.0, 100.0, 400.0, 200.0)):
+        assert np.isnan(d[column][:4]).all() and d[column][4] == rate
 
 
 def test_field_entries_are_checked_one_by_one(fake_nvml, fake_fields):
     fields = fake_fields(links=2, broken=None)
-    reader = FieldReader(fake_nvml(fields=fields), ("handle", 0))
-    reader.read(T0)
+    reader = FieldReader(fake_nvml(fields=fields), ("handle", 0), links=True)
+    reader.read(T0, links=True)
     fields.fail_next = {(186, 0), (138, 1)}
-    out = reader.read(T0)
+    out = reader.read(T0, links=True)
     assert math.isnan(out["power_instant_w"]) and math.isnan(out["nvlink_l1_tx_mibps"])
     assert out["nvlink_l0_tx_mibps"] == 200.0 and out["nvlink_l1_rx_mibps"] == 200.0
 
 
+def test_links_are_read_only_when_asked(fake_nvml, fake_fields):
+    fields = fake_fields(links=2, broken=None)
+    reader = FieldReader(fake_nvml(fields=fields), ("handle", 0), links=True)
+    calls = []
+    fields_call = fields.__call__
+    reader.nvml.nvmlDeviceGetFieldValues = lambda h, req: calls.append(len(req)) or fields_call(h, req)
+    out = reader.read(T0)
+    assert calls == [1] and out["power_instant_w"] == 400.0
+    assert all(math.isnan(out[c]) for c in LINKS)
+    reader.read(T0, links=True)
+    assert calls == [1, 5]
+
+
 def test_cached_counter_gives_no_rate(fake_nvml, fake_fields):
     fields = fake_fields(links=1, broken=None, dt_us=0)  # same timestamp every call
-    reader = FieldReader(fake_nvml(fields=fields), ("handle", 0))
+    reader = FieldReader(fake_nvml(fields=fields), ("handle", 0), links=True)
     for _ in range(3):
-        out = reader.read(T0)
+        out = reader.read(T0, links=True)
     assert math.isnan(out["nvlink_l0_tx_mibps"]) and out["power_instant_w"] == 400.0
+
+
+def test_links_are_off_unless_asked_for(fake_nvml, fake_fields, monkeypatch):
+    monkeypatch.delenv("PROFKIT_NVML_NVLINK_LINKS", raising=False)
+    assert FieldReader(fake_nvml(fields=fake_fields()), ("handle", 0)).columns == [
+        "power_instant_w"]
 
 
 def test_no_field_columns_without_the_call(fake_nvml):
