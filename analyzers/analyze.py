@@ -35,6 +35,12 @@ class Analysis:
     def table(self, name: str) -> pd.DataFrame:
         return self.tables.get(name, pd.DataFrame())
 
+    def _repr_html_(self) -> str:
+        """Notebook display: verdict, breakdown chart, findings (see analyzers/html.py)."""
+        from profkit.analyzers.html import analysis_html
+
+        return analysis_html(self)
+
 
 @dataclass
 class RunHeader:

@@ -32,6 +32,12 @@ class Diff:
     verdict: dict[str, Any]
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
+    def _repr_html_(self) -> str:
+        """Notebook display: verdict, per-part change, kernels and ops (analyzers/html.py)."""
+        from profkit.analyzers.html import diff_html
+
+        return diff_html(self)
+
 
 def step_noise(base_ns: np.ndarray, new_ns: np.ndarray) -> float:
     """Standard error of the difference of the mean step times, relative to the base median

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from profkit.collectors.errors import CollectorError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,3 +62,75 @@ class ProfileConfig:
         d["nvml"] = bool(self.nvml)
         d["torch_profiler_kwargs"] = {k: repr(v) for k, v in self.torch_profiler_kwargs.items()}
         return d
+
+
+# How far a user's schedule is probed: a schedule still cycling at this step is read as
+# "repeat until the context exits" (repeat=0).
+SCHEDULE_PROBE_STEPS = 20_000
+
+
+def schedule_params(schedule: Callable[[int], Any]) -> dict[str, int]:
+    """``wait``, ``warmup``, ``active`` and ``repeat`` of a ``torch.profiler.schedule(...)``
+    (or any step -> ProfilerAction callable of that shape), found by evaluating it step by
+    step and checked step for step against the schedule they describe. ``skip_first`` is
+    folded into ``wait`` when the schedule records one cycle (the same steps); with more
+    cycles it cannot be expressed and is refused with a CollectorError, as is any
+    other shape."""
+    names = [getattr(a, "name", str(a)) for a in map(schedule, range(SCHEDULE_PROBE_STEPS))]
+    cycles = _cycles(names)
+    if not cycles:
+        raise CollectorError(f"profile(schedule=...): the schedule saves no trace in its first "
+                             f"{SCHEDULE_PROBE_STEPS} steps (no RECORD_AND_SAVE)")
+    start, warmup, active = cycles[0]
+    wait, repeat = start, 1
+    if len(cycles) > 1:
+        wait = cycles[1][0] - (start + warmup + active)
+        cycle = wait + warmup + active
+        # another whole cycle would still fit before the probe's end: the schedule stopped
+        repeat = len(cycles) if cycles[-1][0] + 2 * cycle <= SCHEDULE_PROBE_STEPS else 0
+    params = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat}
+    skip_first = start - wait
+    if skip_first < 0 or _schedule_names(**params, skip_first=skip_first, n=len(names)) != names:
+        raise CollectorError("profile(schedule=...): the schedule is not of the "
+                             "torch.profiler.schedule(wait, warmup, active, repeat) shape")
+    if skip_first:
+        raise CollectorError(
+            f"profile(schedule=...): skip_first={skip_first} with more than one cycle "
+            "cannot be expressed; fold it into wait with repeat=1, or skip the steps "
+            "before entering profile()")
+    return params
+
+
+def _cycles(names: list[str]) -> list[tuple[int, int, int]]:
+    """(first step, warmup steps, active steps) of each complete cycle in ``names``."""
+    cycles, i, n = [], 0, len(names)
+    while i < n:
+        if names[i] == "NONE":
+            i += 1
+            continue
+        start = i
+        while i < n and names[i] == "WARMUP":
+            i += 1
+        record = i
+        while i < n and names[i] == "RECORD":
+            i += 1
+        if i == n:
+            break  # cut by the probe's end
+        if names[i] != "RECORD_AND_SAVE":
+            raise CollectorError(f"profile(schedule=...): unexpected {names[i]} at step {i}")
+        i += 1
+        cycles.append((start, record - start, i - record))
+    return cycles
+
+
+def _schedule_names(*, wait: int, warmup: int, active: int, repeat: int, skip_first: int,
+                    n: int) -> list[str]:
+    """The action names of torch.profiler.schedule(...) for steps 0..n-1 (what torch
+    documents for it), to check a probed schedule against."""
+    cycle, out = wait + warmup + active, ["NONE"] * min(skip_first, n)
+    for step in range(n - len(out)):
+        k, m = divmod(step, cycle)
+        out.append("NONE" if (repeat and k >= repeat) or m < wait
+                   else "WARMUP" if m < wait + warmup
+                   else "RECORD" if m < cycle - 1 else "RECORD_AND_SAVE")
+    return out

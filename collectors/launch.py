@@ -1,4 +1,5 @@
-"""``python -m profkit.collectors.launch --run-dir DIR -- torchrun ...``.
+"""``profkit launch --run-dir DIR -- torchrun ...`` (also ``python -m
+profkit.collectors.launch``).
 
 Runs a command with NCCL debug logging, the PyTorch NCCL flight recorder and the profkit
 run directory configured in its environment; returns the command's exit code.
@@ -44,26 +45,34 @@ def launch_env(run_dir: str | os.PathLike, command: Sequence[str],
     return env
 
 
+RUN_DIR_HELP = "run directory (created if missing); the job's profile() calls default to it"
+COMMAND_HELP = "the command, after '--' (e.g. -- torchrun --nproc_per_node 8 train.py)"
+DESCRIPTION = ("Run a training/inference command with NCCL logging and the flight recorder "
+               "writing into a profkit run directory ($PROFKIT_RUN_DIR in the job).")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="profkit launch",
-        description="Run a training/inference command with NCCL logging and the flight "
-                    "recorder writing into a profkit run directory.")
-    p.add_argument("--run-dir", required=True, help="run directory (created if missing)")
-    p.add_argument("command", nargs=argparse.REMAINDER,
-                   help="the command, after '--' (e.g. -- torchrun --nproc_per_node 8 train.py)")
+    p = argparse.ArgumentParser(prog="profkit launch", description=DESCRIPTION)
+    p.add_argument("--run-dir", required=True, help=RUN_DIR_HELP)
+    p.add_argument("command", nargs=argparse.REMAINDER, help=COMMAND_HELP)
     return p
 
 
 def launch_main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the child's exit code (128+N when killed by signal N)."""
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    command = list(args.command)
+    return launch(args.run_dir, args.command)
+
+
+def launch(run_dir: str | os.PathLike, command: Sequence[str]) -> int:
+    """Run ``command`` (a leading ``--`` is dropped) with the launch environment for
+    ``run_dir``; the child's exit code (128+N when killed by signal N)."""
+    command = list(command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise CollectorError("profkit launch: no command given after '--'")
-    run_dir = check_output_dir(args.run_dir, min_free_bytes=0)
+    run_dir = check_output_dir(run_dir, min_free_bytes=0)
     (run_dir / NCCL_DIR).mkdir(exist_ok=True)
     env = launch_env(run_dir, command)
     try:

@@ -1,8 +1,15 @@
-"""Read one NVML sample of one GPU: device metrics plus GPM on Hopper and newer.
+"""Read one NVML sample of one GPU: device metrics, field values (instantaneous power,
+per-link NVLink throughput) and GPM on Hopper and newer.
 
 ``nvml`` is the ``pynvml`` module (package ``nvidia-ml-py``) or any object with the same
 functions and constants, so tests can pass a fake. Every call is checked on its own: a
 failing reading becomes NaN and the others go on.
+
+A *full* reading takes every column but the costly counters; a *fast* one (taken many
+times per step while the torch profiler records) only what is cheap and can change within
+a step: the SM clock, the clock-event reasons, the instantaneous power, and GPM when its
+interval allows. The costly cumulative counters (energy, per-link NVLink bytes) are read
+when asked (``counters=True``) and energy also every ENERGY_MIN_INTERVAL_NS.
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ import logging
 import math
 from collections.abc import Callable
 from typing import Any
+
+from profkit.collectors.nvml_fields import FieldReader
 
 log = logging.getLogger(__name__)
 NAN = math.nan
@@ -29,11 +38,19 @@ GPM_METRICS = {
     "nvlink_tx_mibps": ("NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", 61),
 }
 GPM_COLUMNS = tuple(GPM_METRICS)
-# The energy counter costs ~3.4 ms of CPU per read (H100, driver 580) against ~20-200 us
-# for the others; it is cumulative, so reading it once a second loses nothing.
-ENERGY_MIN_INTERVAL_NS = 1_000_000_000
-# NVML wants two GPM samples at least ~100 ms apart; a little slack for 10 Hz jitter.
+# The energy counter costs ~3 ms of CPU per read (H100, driver 580) against ~1-10 us for
+# the others: at 1 Hz it alone was a third of the sampler's idle cost. It is cumulative, so
+# reading it every 5 s, and at the start and end of each profiler recording (the sampler
+# asks for those), loses nothing a step-level analysis can use.
+ENERGY_MIN_INTERVAL_NS = 5_000_000_000
+# NVML's GPM docs: the two samples of a metrics read should be more than 100 ms apart ("due
+# to the internal sample refresh rate"); closer samples give zeros or stale values. A little
+# slack for 10 Hz jitter. GPM therefore cannot resolve a ~30 ms step.
 GPM_MIN_INTERVAL_NS = 90_000_000
+# Read by fast readings: cheap calls (~1-2 us) whose value can change within a step.
+# Utilisation (a 1/6 s to 1 s window, ~190 us a call), memory, temperature and energy
+# are left to the full readings.
+FAST_COLUMNS = ("sm_clock_mhz", "clocks_event_reasons")
 
 
 def _readers(nvml: Any) -> dict[str, Callable[[Any], float]]:
@@ -71,20 +88,27 @@ class GpuReader:
         except Exception:  # noqa: BLE001
             self.index = gpu if isinstance(gpu, int) else -1
         self._readers = _readers(nvml)
+        self._fast_readers = {c: self._readers[c] for c in FAST_COLUMNS}
         self._energy_ns = -(2**62)
+        self.fields = FieldReader(nvml, self.handle)
         self.gpm = _Gpm(nvml, self.handle)
 
-    def read(self, now_ns: int) -> dict[str, float]:
+    def read(self, now_ns: int, fast: bool = False, counters: bool = False
+             ) -> dict[str, float]:
         """One row: every base column (NaN where the call failed; ``energy_mj`` NaN between
-        its once-a-second reads) and the GPM columns (NaN until two GPM samples far enough
-        apart exist)."""
-        row = self._util()
-        row["energy_mj"] = self._energy(now_ns)
-        for col, fn in self._readers.items():
+        its reads every ENERGY_MIN_INTERVAL_NS), the field columns (the NVLink links only
+        with ``counters``, which reads the energy too), and the GPM columns (NaN until two
+        GPM samples far enough apart exist). ``fast``: only the FAST_COLUMNS, the power
+        field and GPM; the caller fills the rest with NaN."""
+        row = {} if fast else self._util()
+        if not fast:
+            row["energy_mj"] = self._energy(now_ns, counters)
+        for col, fn in (self._fast_readers if fast else self._readers).items():
             try:
                 row[col] = float(fn(self.handle))
             except Exception:  # noqa: BLE001 - NVMLError, not supported, fake failures
                 row[col] = NAN
+        row.update(self.fields.read(now_ns, links=counters and not fast))
         if self.gpm.supported:
             row.update(self.gpm.read(now_ns))
         return row
@@ -96,8 +120,8 @@ class GpuReader:
         except Exception:  # noqa: BLE001
             return {"gpu_util_pct": NAN, "mem_util_pct": NAN}
 
-    def _energy(self, now_ns: int) -> float:
-        if now_ns - self._energy_ns < ENERGY_MIN_INTERVAL_NS:
+    def _energy(self, now_ns: int, due: bool) -> float:
+        if not due and now_ns - self._energy_ns < ENERGY_MIN_INTERVAL_NS:
             return NAN
         self._energy_ns = now_ns
         try:

@@ -13,7 +13,7 @@ from typing import Any
 
 from profkit.collectors import dist as pdist
 from profkit.collectors import job_summary
-from profkit.collectors.config import ProfileConfig
+from profkit.collectors.config import ProfileConfig, schedule_params
 from profkit.collectors.errors import CollectorError
 from profkit.collectors.session import CaptureSession
 from profkit.collectors.signals import TermHandler, signal_error
@@ -137,12 +137,18 @@ def profile(out_dir: str | os.PathLike | None = None, *, wait: int = 1, warmup: 
             profile_memory: bool = True, with_flops: bool = True, with_stack: bool = False,
             nvml: Any = True, nvml_hz: float = 10.0, trigger: Any = None,
             steps_on_trigger: int | None = None, summarize: bool = False,
+            schedule: Callable[[int], Any] | None = None,
             **torch_profiler_kwargs: Any) -> Profile:
     """Profile a PyTorch job into the run directory ``out_dir`` (default
     ``$PROFKIT_RUN_DIR``). Call ``.step()`` once per step. See :class:`ProfileConfig` for
     the options; extra keyword arguments named like its fields (``nvml_gpus``,
     ``nvml_chunk_s``, ``dcgm_url``, ``trigger_every``, ``min_free_bytes``) set them, the
-    rest go to ``torch.profiler.profile``."""
+    rest go to ``torch.profiler.profile``. As with ``torch.profiler.profile``,
+    ``schedule=torch.profiler.schedule(...)`` may replace wait/warmup/active/repeat
+    (see :func:`schedule_params`) and a user ``on_trace_ready`` is called after each
+    trace is saved."""
+    if schedule is not None:
+        wait, warmup, active, repeat = schedule_params(schedule).values()
     if out_dir is None:
         out_dir = os.environ.get(RUN_DIR_ENV)
         if not out_dir:

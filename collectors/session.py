@@ -24,6 +24,7 @@ from profkit.collectors.config import ProfileConfig
 from profkit.collectors.errors import CollectorError, OutputDirError
 from profkit.collectors.flight import dump_flight_recorder
 from profkit.collectors.nvml import NvmlSampler, init_nvml, load_nvml
+from profkit.collectors.saved_trace import SavedTraceView
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ class CaptureSession:
         prof.export_chrome_trace(str(tmp))
         self.traces.append(gzip_file_atomic(tmp, dest))
         if user_ready is not None:
-            user_ready(prof)
+            user_ready(SavedTraceView(prof, dest))  # Kineto saves a trace only once
 
     # ---- step / stop -------------------------------------------------------------------
     def step(self) -> None:

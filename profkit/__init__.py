@@ -10,6 +10,8 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "load_run": ("profkit.loader", "load_run"),
+    "analyze": ("profkit.analyzers.api", "analyze"),
+    "diff": ("profkit.analyzers.api", "diff"),
     "Run": ("profkit.model", "Run"),
     "RankData": ("profkit.model", "RankData"),
     "ProfkitError": ("profkit.errors", "ProfkitError"),
@@ -27,6 +29,10 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(module), attr)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
 
 
 __all__ = ["__version__", *_LAZY]

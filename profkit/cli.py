@@ -189,9 +189,9 @@ def _emit(data: bytes, output: Path | None, summary: str) -> None:
 
 
 def cmd_launch(args) -> int:
-    from profkit.collectors.launch import launch_main
+    from profkit.collectors.launch import launch
 
-    return launch_main(args.rest)
+    return launch(args.run_dir, args.command)
 
 
 def cmd_dashboard(args) -> int:
@@ -316,10 +316,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8050, help="port (default: 8050)")
     p.set_defaults(func=cmd_dashboard)
 
+    # The options are declared here, not in the launch module, so that `profkit --help`
+    # imports no capture code; tests/collectors/test_launch_cli.py checks they agree.
     p = sub.add_parser("launch", help="run a command with NCCL logging and flight recorder on",
                        description="profkit launch --run-dir DIR -- torchrun ... : sets NCCL_DEBUG, "
-                       "NCCL_DEBUG_FILE and the flight recorder for the child, then collects them.")
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="--run-dir DIR -- COMMAND ...")
+                       "NCCL_DEBUG_FILE, the flight recorder and PROFKIT_RUN_DIR for the command; "
+                       "exits with its exit code.")
+    p.add_argument("--run-dir", required=True, type=Path,
+                   help="run directory (created if missing); the job's profile() calls default to it")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="the command, after '--' (e.g. -- torchrun --nproc_per_node 8 train.py)")
     p.set_defaults(func=cmd_launch)
     return parser
 

@@ -26,17 +26,24 @@ class FakeNvml:
     """The subset of pynvml the sampler calls, with fixed readings.
 
     ``fail``: function names that raise; ``gpm``: report GPM support; metric 60 (NVLink RX)
-    reports NOT_SUPPORTED inside a successful nvmlGpmMetricsGet."""
+    reports NOT_SUPPORTED inside a successful nvmlGpmMetricsGet. ``fields``: answer
+    nvmlDeviceGetFieldValues (see :class:`FakeFields`)."""
 
     NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU, NVML_SUCCESS = 1, 2, 0, 0
+    NVML_FI_DEV_NVLINK_LINK_COUNT, NVML_FI_DEV_POWER_INSTANT = 91, 186
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 138, 139
+    NVML_NVLINK_MAX_LINKS = 18
     NVML_GPM_METRICS_GET_VERSION = 1
     NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_SM_OCCUPANCY = 2, 3
     NVML_GPM_METRIC_ANY_TENSOR_UTIL, NVML_GPM_METRIC_DRAM_BW_UTIL = 5, 10
     NVML_GPM_METRIC_PCIE_TX_PER_SEC, NVML_GPM_METRIC_PCIE_RX_PER_SEC = 20, 21
     NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 60, 61
 
-    def __init__(self, *, gpm: bool = False, fail: tuple[str, ...] = ()):
+    def __init__(self, *, gpm: bool = False, fail: tuple[str, ...] = (),
+                 fields: FakeFields | None = None):
         self.gpm, self.energy_mj, self.calls = gpm, 1_000_000, []
+        if fields is not None:
+            self.nvmlDeviceGetFieldValues = fields
         for name in fail:
             setattr(self, name, self._raiser(name))
 
@@ -82,6 +89,37 @@ class FakeNvml:
         return mg
 
 
+class FakeFields:
+    """nvmlDeviceGetFieldValues of a GPU with ``links`` NVLink links; link ``broken`` answers
+    NOT_SUPPORTED. Each call is ``dt_us`` later than the last (``dt_us=0``: a cached value);
+    link L's TX counter grows by 1024 * (L + 1) KiB a call and RX by half that;
+    instantaneous power is 400 W (400000 mW)."""
+
+    def __init__(self, links: int = 3, broken: int | None = 2, dt_us: int = 5_000):
+        self.links, self.broken, self.dt_us = links, broken, dt_us
+        self.t_us, self.calls, self.fail_next = 1_700_000_000_000_000, 0, set()
+
+    def __call__(self, handle, requests):
+        self.t_us += self.dt_us
+        self.calls += 1
+        return [self._entry(fid, scope) for fid, scope in requests]
+
+    def _entry(self, fid, scope):
+        ret, value = 0, 0
+        if fid == 91:
+            value = self.links
+        elif fid == 186:
+            value = 400_000
+        elif fid in (138, 139) and scope < self.links and scope != self.broken:
+            value = 1024 * (scope + 1) * self.calls // (1 if fid == 138 else 2)
+        else:
+            ret = 3  # NVML_ERROR_NOT_SUPPORTED
+        if (fid, scope) in self.fail_next:
+            ret = 999
+        return SimpleNamespace(fieldId=fid, scopeId=scope, timestamp=self.t_us, latencyUsec=0,
+                               valueType=3, nvmlReturn=ret, value=SimpleNamespace(ullVal=value))
+
+
 class FakeClock:
     """Epoch-ns clock that advances by ``step_ns`` on every read."""
 
@@ -101,6 +139,11 @@ def fake_nvml():
 @pytest.fixture
 def fake_clock():
     return FakeClock
+
+
+@pytest.fixture
+def fake_fields():
+    return FakeFields
 
 
 @pytest.fixture(autouse=True)

@@ -43,17 +43,17 @@ def test_columns_units_and_chunk_file(tmp_path, fake_nvml, fake_clock):
     assert d["gpu_util_pct"][0] == 75 and d["mem_util_pct"][0] == 30
     assert d["clocks_event_reasons"][0] == 4
     assert d["energy_mj"][0] == 1_035_000
-    assert np.isnan(d["energy_mj"][1:]).all()  # the costly energy counter: once a second
+    assert np.isnan(d["energy_mj"][1:]).all()  # the costly energy counter: every 5 s
     assert all(d[c].dtype == np.float64 for c in BASE_COLUMNS)
     assert not [p for p in (tmp_path / "nvml").iterdir() if p.name.startswith(".tmp-")]
 
 
-def test_energy_read_once_a_second(tmp_path, fake_nvml, fake_clock):
+def test_energy_read_every_5_s(tmp_path, fake_nvml, fake_clock):
     s = make(tmp_path, fake_nvml(), fake_clock(step_ns=100_000_000))
-    for _ in range(25):
+    for _ in range(60):
         s.sample_once()
     e = np.load(s.flush())["energy_mj"]
-    assert np.flatnonzero(np.isfinite(e)).tolist() == [0, 10, 20]
+    assert np.flatnonzero(np.isfinite(e)).tolist() == [0, 50]
     assert np.all(np.diff(e[np.isfinite(e)]) == 35_000)
 
 

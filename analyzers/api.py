@@ -1,0 +1,30 @@
+"""``profkit.analyze`` and ``profkit.diff``: the analysis of a run, and the comparison of two,
+for runs given as :class:`profkit.model.Run` objects or as paths (a run directory, a folder
+of torch.profiler traces, or one trace file), loaded with :func:`profkit.loader.load_run`."""
+
+from __future__ import annotations
+
+import os
+
+from profkit.analyzers.analyze import Analysis
+from profkit.analyzers.analyze import analyze as analyze_run
+from profkit.analyzers.diff import Diff, diff_runs
+
+from profkit.loader import load_run
+from profkit.model import Run
+
+RunLike = Run | str | os.PathLike
+
+
+def _run(run: RunLike) -> Run:
+    return run if isinstance(run, Run) else load_run(run)
+
+
+def analyze(run: RunLike) -> Analysis:
+    """The verdict, tables and findings of ``run`` (shown as HTML in a notebook)."""
+    return analyze_run(_run(run))
+
+
+def diff(base: RunLike, new: RunLike) -> Diff:
+    """Did the change from ``base`` to ``new`` help? (shown as HTML in a notebook)."""
+    return diff_runs(_run(base), _run(new))
