@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"
 ZOO = SAMPLES / "zoo"
 ZOO_SCRIPTS = ("compute", "communication", "cpu_launch", "data_loading", "host_sync",
-               "straggler", "balanced")
+               "round_trip", "transfer", "straggler", "balanced")
+GPU_ONLY_ZOO_SCRIPTS = ("graph_capture",)  # CUDA graphs: no CPU run
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone",
             "--nproc_per_node", "2")
 
@@ -179,13 +180,25 @@ def test_zoo_straggler_two_ranks_only_slow_rank_does_extra_work(tmp_path: Path) 
 
 
 # ---------------------------------------------------------------------------- capture script
-def test_capture_script_keeps_nvls_off_and_parses() -> None:
-    script = SAMPLES / "capture_h200.sh"
+CAPTURE_SCRIPTS = ("capture_h200.sh", "capture_diagnosis.sh", "capture_frameworks.sh")
+
+
+@pytest.mark.parametrize("name", CAPTURE_SCRIPTS)
+def test_capture_scripts_keep_nvls_off_and_parse(name: str) -> None:
+    """Every capture script sources capture_lib.sh, which exports the variables that keep
+    NVLink multicast off on the lent machines (a program using it can take a shared host's
+    GPUs out of service)."""
+    script = SAMPLES / name
     subprocess.run(["bash", "-n", str(script)], check=True)
-    text = script.read_text()
-    exports = [ln for ln in text.splitlines() if ln.startswith("export ")]
+    assert 'source "$(dirname "${BASH_SOURCE[0]}")/capture_lib.sh"' in script.read_text()
+    lib = (SAMPLES / "capture_lib.sh").read_text()
+    exports = [ln for ln in lib.splitlines() if ln.startswith("export ")]
     for var in ("NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1",
                 "NVSHMEM_DISABLE_NVLS=1"):
         assert any(var in ln for ln in exports), f"{var} is not exported"
-    for name in ZOO_SCRIPTS:
+
+
+def test_every_zoo_script_is_captured() -> None:
+    text = "".join((SAMPLES / n).read_text() for n in CAPTURE_SCRIPTS)
+    for name in ZOO_SCRIPTS + GPU_ONLY_ZOO_SCRIPTS:
         assert f"{name}" in text, f"zoo script {name} is not captured"
