@@ -88,6 +88,8 @@ class FileResult:
 
 def summarize_file(task: FileTask) -> FileResult:
     """The map: one rank's trace file(s) -> its summary. Never raises for a bad file."""
+    if task.rules is not None:  # classify as the client does, whatever this worker's folder
+        classify.use_rules(task.rules)
     try:
         return _summarize(task, [loader.ingest_file(p, task.use_cache) for p in task.files])
     except MemoryError:
