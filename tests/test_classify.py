@@ -251,8 +251,10 @@ def test_cli_mfu_options(tmp_path):
     """--flops-per-step 2e9 in the 100 us step: 20 TFLOP/s, of --peak-tflops 1000: MFU 2%."""
     from profkit.cli import main
 
+    # compute-bound (a GEMM fills 95 of the 100 us step): MFU advice is given only there
+    busy = [step(1, 0.0, 100.0), launch(1.0, 1.0, 1), kernel("my_tile_kernel", 5.0, 95.0, 1)]
     path = write_trace(tmp_path / "run" / "rank0.json", trace_doc(rank=0, world_size=1,
-                                                                  events=MY_KERNELS))
+                                                                  events=busy))
     out = tmp_path / "a.json"
     assert main(["analyze", str(path.parent), "--flops-per-step", "2e9", "--peak-tflops",
                  "1000", "--format", "json", "-o", str(out)]) == 0
