@@ -4,6 +4,8 @@ removed, inference vs training, A100 vs V100, a planted straggler)."""
 
 import itertools
 import json
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -202,6 +204,21 @@ def test_steps_option_applies_to_both_sides():
     d = diff(PUBLIC / "resnet50_nw0", PUBLIC / "resnet50_nw4", steps=(6, 8))
     assert (d.verdict["base_steps"], d.verdict["new_steps"]) == (3, 3)
     assert not d.verdict["tested"] and d.verdict["verdict"] == "improved"  # -29%, no overlap
+
+
+def test_cli_diff_json_with_analyze_options(tmp_path):
+    out = tmp_path / "d.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "profkit", "diff", PUBLIC / "resnet50_nw0", PUBLIC / "resnet50_nw4",
+         "--ranks", "0", "--workers", "1", "--steps", "6:9", "--no-cache", "--format", "json",
+         "-o", out], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "profkit.diff/2" and doc["verdict"]["verdict"] == "improved"
+    assert (doc["verdict"]["base_steps"], doc["verdict"]["new_steps"]) == (4, 4)
+    assert doc["verdict"]["tested"] and "headline" not in doc["verdict"]
+    assert {"part", "base_ms", "new_ms", "delta_ms"} <= set(doc["diff_parts"][0])
+    assert proc.stdout.startswith(f"wrote {out}: improved: median step")
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="corpus not found")
