@@ -68,17 +68,19 @@ def _tested(change: float, shift: stats.Shift, base_ns: float, th: Thresholds) -
 
 
 def _untested(change: float, base: np.ndarray, new: np.ndarray, th: Thresholds) -> tuple[str, str, dict]:
-    """Too few steps for an interval: a change is called only when it exceeds the spread
-    that steady steps may have and the two runs' steps do not overlap."""
+    """Too few steps for an interval: a change is called only when the step is at least
+    1 + bar times slower or faster (the band the step selection accepts as steady, and as
+    it, the same either way) and the two runs' steps do not overlap."""
     bar = th.diff_untested_min_change_frac
+    ratio = 1.0 + change
     below, above = new.max() < base.min(), new.min() > base.max()
-    verdict = ("improved" if change <= -bar and below else
-               "regressed" if change >= bar and above else "unchanged")
+    verdict = ("improved" if ratio <= 1 / (1 + bar) and below else
+               "regressed" if ratio >= 1 + bar and above else "unchanged")
     how = (f"cannot estimate the noise from {len(base)} and {len(new)} steady step(s), an "
-           f"interval needs {stats.min_steps(th.diff_confidence)} per side: changes under "
-           f"{bar:.0%} count as unchanged")
-    if verdict == "unchanged" and abs(change) >= bar:
-        how += " and so do runs whose steps overlap"
+           f"interval needs {stats.min_steps(th.diff_confidence)} per side: steps less than "
+           f"{1 + bar:.2f}x slower or faster count as unchanged")
+    if verdict == "unchanged" and not 1 / (1 + bar) < ratio < 1 + bar:
+        how += ", and so do runs whose steps overlap"
     return verdict, how, {"tested": False, "interval_frac": None, "coverage": None,
                           "noise_frac": None, "threshold_frac": bar}
 

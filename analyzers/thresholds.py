@@ -91,9 +91,10 @@ class Thresholds:
     only when the interval excludes zero."""
     diff_untested_min_change_frac: float = 0.25
     """profkit diff: with too few steady steps for that interval (3 and 3, say), a change is
-    called only when it is at least this large and the two sides' steps do not overlap: as
-    large as the step-to-step spread the step selection accepts as steady
-    (step_outlier_frac), so spread alone cannot explain it."""
+    called only when the step is at least 1 + this times slower (or faster) and the two
+    sides' steps do not overlap: as large as the step-to-step spread the step selection
+    accepts as steady (step_outlier_frac, measured the same way), so spread alone cannot
+    explain it."""
     diff_min_mix_overlap_frac: float = 0.20
     """profkit diff: two runs are different workloads (no verdict) when both the share of
     kernel time in kernels both ran and the overlap of their CPU op calls per step are below
