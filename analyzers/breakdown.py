@@ -26,6 +26,7 @@ from profkit.analyzers.steps import (
     one_off_spans,
     step_windows,
 )
+from profkit.analyzers.stepwork import USED_WORK_TABLES, used_step_work
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals as iv
@@ -123,7 +124,8 @@ def rank_parts(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
             "one_off_calls": pd.DataFrame({"rank": data.rank, "name": slow[S.NAME].astype(str),
                                            S.TS_NS: slow[S.TS_NS], S.DUR_NS: slow[S.DUR_NS]},
                                           columns=list(ONE_OFF_COLUMNS)),
-            "health": rank_health(data.events)}
+            "health": rank_health(data.events),
+            **used_step_work(data, steps)}
 
 
 def analyze_breakdown(run: Run, opts: AnalysisOptions = DEFAULT_OPTIONS,
@@ -132,7 +134,8 @@ def analyze_breakdown(run: Run, opts: AnalysisOptions = DEFAULT_OPTIONS,
     used, steps recorded, step_time_ms median of the used steps, one fraction column per
     part, comm_overlap_frac, primary), ``stream_breakdown`` (rank, stream, ns per class, ops,
     busy_ns), ``compute_subclasses`` (rank, subcls, kernel_ns, kernels, share), ``idle_code``
-    (rank, part, code, idle_ns) and ``one_off_calls`` (rank, name, ts_ns, dur_ns)."""
+    (rank, part, code, idle_ns), ``one_off_calls`` (rank, name, ts_ns, dur_ns), and what
+    the used steps ran (``used_step_kernels``, ``used_step_ops``: :mod:`.stepwork`)."""
     return combine_breakdown([rank_parts(d, opts, th) for d in run.ranks.values()])
 
 
@@ -159,7 +162,8 @@ def combine_breakdown(parts: list[dict]) -> Result:
                      "comm_overlap_frac": float(used[OVERLAP].sum()) / comm if comm else np.nan,
                      "primary": primary})
     tables = {"step_breakdown": steps, "rank_breakdown": pd.DataFrame(rows, columns=list(RANK_COLUMNS))}
-    for name in ("stream_breakdown", "compute_subclasses", "idle_code", "one_off_calls"):
+    for name in ("stream_breakdown", "compute_subclasses", "idle_code", "one_off_calls",
+                 *USED_WORK_TABLES):
         frames = [p[name] for p in parts if p.get(name) is not None and len(p[name])]
         tables[name] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return Result(tables=tables)

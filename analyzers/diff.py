@@ -1,28 +1,38 @@
 """``profkit diff BASE NEW``: did the change help?
 
-Step time before and after, with a noise estimate from the step-to-step spread; the change
-attributed to the breakdown parts, to kernels and to CPU ops (time per step, so runs that
-profiled different numbers of steps compare fairly); a verdict improved / regressed /
-unchanged.
+Built on two analyses (``analyze_run``, so ``--ranks``, ``--steps`` and the result cache work
+as for ``profkit analyze``) and on their *used* steps: the steady steps each verdict reads,
+without the first/last recorded and one-off steps. One sample per step (the median over the
+ranks that used it: synchronised ranks are one measurement, not several); the change is the
+Hodges-Lehmann shift with its Mann-Whitney interval (:mod:`.stats`), called only when the
+interval excludes zero. With too few steps for the interval the noise is not made up: the
+report says it cannot be estimated and calls only changes beyond the steady-step spread.
+Another workload gets no verdict, another GPU or world size a warning (:mod:`.comparable`).
+The change is attributed per step (and rank) to breakdown parts, kernels and CPU ops.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.breakdown import PARTS, analyze_breakdown
+from profkit.analyzers import stats
+from profkit.analyzers.analyze import Analysis, analyze, part_name
+from profkit.analyzers.breakdown import PARTS
+from profkit.analyzers.comparable import comparability, per_name, used_rank_steps
+from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.render import clean_json, markdown_table
+from profkit.analyzers.steps import USED
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import schema as S
 from profkit.model import Run
 
-DIFF_SCHEMA = "profkit.diff/1"
+DIFF_SCHEMA = "profkit.diff/2"
 TOP = 15
+NOT_COMPARABLE = "not comparable"
 
 
 @dataclass
@@ -39,78 +49,177 @@ class Diff:
         return diff_html(self)
 
 
-def step_noise(base_ns: np.ndarray, new_ns: np.ndarray) -> float:
-    """Standard error of the difference of the mean step times, relative to the base median
-    (0 when either side has a single step: no spread to estimate from)."""
-    if len(base_ns) < 2 or len(new_ns) < 2:
-        return 0.0
-    se = math.sqrt(np.var(base_ns, ddof=1) / len(base_ns) + np.var(new_ns, ddof=1) / len(new_ns))
-    return se / float(np.median(base_ns))
+def step_samples(analysis: Analysis) -> np.ndarray:
+    """Step times (ns) of the used steps, one per step: the median over its ranks."""
+    steps = analysis.table("step_breakdown")
+    if steps.empty:
+        return np.array([], float)
+    used = steps[steps[USED].astype(bool)]
+    return used.groupby(S.STEP)["step_ns"].median().to_numpy(float)
 
 
-def diff_verdict(base_ns: np.ndarray, new_ns: np.ndarray, th: Thresholds) -> dict[str, Any]:
-    base_ms, new_ms = float(np.median(base_ns)) / 1e6, float(np.median(new_ns)) / 1e6
-    change = new_ms / base_ms - 1.0
-    noise = step_noise(base_ns, new_ns)
-    bar = max(th.diff_min_change_frac, th.diff_noise_sigmas * noise)
-    verdict = "improved" if change <= -bar else "regressed" if change >= bar else "unchanged"
-    summary = (f"{verdict}: median step {base_ms:.3f} -> {new_ms:.3f} ms ({change:+.1%}; "
-               f"noise +/-{noise:.1%}, changes under {bar:.1%} count as unchanged)")
-    return {"verdict": verdict, "summary": summary, "base_step_ms": base_ms, "new_step_ms": new_ms,
-            "change_frac": change, "noise_frac": noise, "threshold_frac": bar,
+def _tested(change: float, shift: stats.Shift, base_ns: float, th: Thresholds) -> tuple[str, str, dict]:
+    lo, hi = shift.low / base_ns, shift.high / base_ns
+    floor = th.diff_min_change_frac
+    verdict = ("improved" if hi < 0 and change <= -floor else
+               "regressed" if lo > 0 and change >= floor else "unchanged")
+    how = (f"{th.diff_confidence:.0%} interval {lo:+.1%} to {hi:+.1%} from "
+           f"{shift.n_base} and {shift.n_new} steady steps")
+    if verdict == "unchanged" and lo <= 0 <= hi:
+        how += ": no change beyond the noise"
+    elif verdict == "unchanged":
+        how += f": under the {floor:.0%} that counts"
+    return verdict, how, {"tested": True, "interval_frac": [lo, hi], "coverage": shift.confidence,
+                          "noise_frac": (hi - lo) / 2, "threshold_frac": floor}
+
+
+def _untested(change: float, base: np.ndarray, new: np.ndarray, th: Thresholds) -> tuple[str, str, dict]:
+    """Too few steps for an interval: a change is called only when the step is at least
+    1 + bar times slower or faster (the band the step selection accepts as steady, and as
+    it, the same either way) and the two runs' steps do not overlap."""
+    bar = th.diff_untested_min_change_frac
+    ratio = 1.0 + change
+    below, above = new.max() < base.min(), new.min() > base.max()
+    verdict = ("improved" if ratio <= 1 / (1 + bar) and below else
+               "regressed" if ratio >= 1 + bar and above else "unchanged")
+    how = (f"cannot estimate the noise from {len(base)} and {len(new)} steady step(s), an "
+           f"interval needs {stats.min_steps(th.diff_confidence)} per side: steps less than "
+           f"{1 + bar:.2f}x slower or faster count as unchanged")
+    if verdict == "unchanged" and not 1 / (1 + bar) < ratio < 1 + bar:
+        how += ", and so do runs whose steps overlap"
+    return verdict, how, {"tested": False, "interval_frac": None, "coverage": None,
+                          "noise_frac": None, "threshold_frac": bar}
+
+
+def step_verdict(base_ns: np.ndarray, new_ns: np.ndarray, th: Thresholds = DEFAULT) -> dict[str, Any]:
+    """Improved / regressed / unchanged from one step time per used step on each side."""
+    base_ns, new_ns = np.asarray(base_ns, float), np.asarray(new_ns, float)
+    base_med, new_med = float(np.median(base_ns)), float(np.median(new_ns))
+    change = new_med / base_med - 1.0
+    shift = stats.shift_interval(base_ns, new_ns, th.diff_confidence)
+    verdict, how, detail = (_tested(change, shift, base_med, th) if shift is not None
+                            else _untested(change, base_ns, new_ns, th))
+    headline = (f"{verdict}: median step {base_med / 1e6:.3f} -> {new_med / 1e6:.3f} ms "
+                f"({change:+.1%}; {how})")
+    return {"verdict": verdict, "summary": headline, "headline": headline,
+            "base_step_ms": base_med / 1e6, "new_step_ms": new_med / 1e6, "change_frac": change,
+            "confidence": th.diff_confidence, **detail,
             "base_steps": int(len(base_ns)), "new_steps": int(len(new_ns))}
 
 
-def _per_step(frame: pd.DataFrame, key: str, n_steps: int) -> pd.Series:
-    """Total duration (ns) of each value of ``key`` per rank-step."""
-    return frame.groupby(key, observed=True)[S.DUR_NS].sum() / max(n_steps, 1)
+def _judged(verdict: dict[str, Any], base: Analysis, new: Analysis, th: Thresholds) -> dict:
+    """The step verdict with what stops or qualifies it: another workload (no verdict),
+    another GPU or world size (warnings), and what changed besides the step time."""
+    comp = comparability(base, new, th)
+    if comp.reasons:
+        verdict["verdict"] = NOT_COMPARABLE
+        verdict["headline"] = (f"{NOT_COMPARABLE}: {'; '.join(comp.reasons)} (median step "
+                               f"{verdict['base_step_ms']:.3f} -> {verdict['new_step_ms']:.3f} "
+                               f"ms, {verdict['change_frac']:+.1%}, not judged)")
+    verdict["summary"] = verdict["headline"] + "".join(f"; WARNING: {w}" for w in comp.warnings)
+    verdict.update(reasons=comp.reasons, warnings=comp.warnings,
+                   changes=straggler_changes(base, new) + bottleneck_change(base, new),
+                   evidence=comp.evidence)
+    return verdict
+
+
+def straggler_changes(base: Analysis, new: Analysis) -> list[str]:
+    """Stragglers that appeared, went away or stayed, with what they cost the others."""
+    def cost(s: dict) -> float:
+        return s["evidence"]["others_wait_ms_per_step"]
+
+    b = {s["rank"]: s for s in base.stragglers}
+    n = {s["rank"]: s for s in new.stragglers}
+    out = [f"rank {r} became a straggler: the others lose {cost(n[r]):.2f} ms per step "
+           "waiting for it" for r in sorted(n.keys() - b.keys())]
+    out += [f"rank {r} is no longer a straggler (the others lost {cost(b[r]):.2f} ms per "
+            "step waiting for it)" for r in sorted(b.keys() - n.keys())]
+    out += [f"rank {r} is still a straggler: the others' wait for it {cost(b[r]):.2f} -> "
+            f"{cost(n[r]):.2f} ms per step" for r in sorted(b.keys() & n.keys())]
+    return out
+
+
+def bottleneck_change(base: Analysis, new: Analysis) -> list[str]:
+    was, now = base.verdict.get("primary"), new.verdict.get("primary")
+    if was is None or now is None or was == now:
+        return []
+    return [f"the bottleneck moved: {part_name(was)} bound -> {part_name(now)} bound"]
 
 
 def _delta_table(base: pd.Series, new: pd.Series, label: str) -> pd.DataFrame:
     table = pd.DataFrame({"base_ms": base / 1e6, "new_ms": new / 1e6}).fillna(0.0)
     table["delta_ms"] = table["new_ms"] - table["base_ms"]
     table.index.name = label
-    order = table["delta_ms"].abs().sort_values(ascending=False).index
+    order = table["delta_ms"].abs().sort_values(ascending=False, kind="stable").index
     return table.loc[order].head(TOP).reset_index()
 
 
-def _in_steps(run: Run, kinds: tuple[str, ...]) -> pd.DataFrame:
-    frames = [d.events[d.events[S.KIND].isin(kinds) & (d.events[S.STEP] >= 0)]
-              for d in run.ranks.values()]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+def _used_parts(analysis: Analysis) -> pd.Series:
+    steps = analysis.table("step_breakdown")
+    return steps.loc[steps[USED].astype(bool), list(PARTS)].mean()
 
 
-def diff_runs(base: Run, new: Run, thresholds: Thresholds = DEFAULT) -> Diff:
-    b_steps = analyze_breakdown(base).tables["step_breakdown"]
-    n_steps = analyze_breakdown(new).tables["step_breakdown"]
-    if b_steps.empty or n_steps.empty:
-        verdict = {"verdict": None, "summary": "a run has no GPU steps: nothing to compare"}
-        return Diff(base.path, new.path, verdict)
-    verdict = diff_verdict(b_steps["step_ns"].to_numpy(), n_steps["step_ns"].to_numpy(), thresholds)
-    parts = _delta_table(b_steps[list(PARTS)].mean(), n_steps[list(PARTS)].mean(), "part")
-    tables = {"diff_parts": parts}
-    for name, kinds in (("diff_kernels", S.GPU_KINDS), ("diff_ops", (S.KIND_CPU_OP,))):
-        b, n = _in_steps(base, kinds), _in_steps(new, kinds)
-        if not b.empty or not n.empty:
-            tables[name] = _delta_table(_per_step(b, S.NAME, len(b_steps)) if len(b) else pd.Series(),
-                                        _per_step(n, S.NAME, len(n_steps)) if len(n) else pd.Series(),
-                                        "name")
-    return Diff(base.path, new.path, verdict, tables)
+def _per_step(analysis: Analysis, table: str, column: str) -> pd.Series:
+    return per_name(analysis, table, column) / max(used_rank_steps(analysis), 1)
+
+
+def attribution(base: Analysis, new: Analysis) -> dict[str, pd.DataFrame]:
+    """Where the time per used rank-step changed: ``diff_parts`` (breakdown parts),
+    ``diff_kernels`` (GPU ops) and ``diff_ops`` (CPU ops, self time); ms, largest first."""
+    tables = {"diff_parts": _delta_table(_used_parts(base), _used_parts(new), "part")}
+    for name, source, column in (("diff_kernels", "used_step_kernels", "total_ns"),
+                                 ("diff_ops", "used_step_ops", "self_ns")):
+        b, n = _per_step(base, source, column), _per_step(new, source, column)
+        if len(b) or len(n):
+            tables[name] = _delta_table(b, n, "name")
+    return tables
+
+
+def diff_analyses(base: Analysis, new: Analysis, thresholds: Thresholds = DEFAULT) -> Diff:
+    """Compare two analyses (module doc)."""
+    paths = str(base.run.get("path")), str(new.run.get("path"))
+    samples = step_samples(base), step_samples(new)
+    empty = [p for p, s in zip(paths, samples) if not len(s)]
+    if empty:
+        summary = f"no steady GPU steps in {' and '.join(empty)}: nothing to compare"
+        return Diff(*paths, {"verdict": None, "summary": summary, "headline": summary,
+                             "reasons": [], "warnings": [], "changes": []})
+    verdict = _judged(step_verdict(*samples, thresholds), base, new, thresholds)
+    return Diff(*paths, verdict, attribution(base, new))
+
+
+def diff_runs(base: Run, new: Run, thresholds: Thresholds = DEFAULT,
+              options: AnalysisOptions = DEFAULT_OPTIONS) -> Diff:
+    """:func:`diff_analyses` of two loaded runs, each analysed here."""
+    return diff_analyses(analyze(base, thresholds, options), analyze(new, thresholds, options),
+                         thresholds)
 
 
 def diff_to_json(d: Diff) -> dict[str, Any]:
-    return clean_json({"schema": DIFF_SCHEMA, "base": d.base, "new": d.new, "verdict": d.verdict,
-                   **{k: t.to_dict("records") for k, t in d.tables.items()}})
+    verdict = {k: v for k, v in d.verdict.items() if k != "headline"}
+    return clean_json({"schema": DIFF_SCHEMA, "base": d.base, "new": d.new, "verdict": verdict,
+                       **{k: t.to_dict("records") for k, t in d.tables.items()}})
+
+
+TITLES = {"diff_parts": "Where the step time changed (ms per step and rank, used steps)",
+          "diff_kernels": "GPU ops that changed most (ms per step and rank)",
+          "diff_ops": "CPU ops that changed most (self ms per step and rank)"}
+
+
+def _head_lines(d: Diff, markdown: bool) -> list[str]:
+    v = d.verdict
+    lines = [f"{'**Verdict:** ' if markdown else 'VERDICT: '}{v['headline']}"]
+    lines += [f"{'> **Warning:** ' if markdown else 'WARNING: '}{w}" for w in v["warnings"]]
+    if v["changes"]:
+        lines += ["", "Also changed:" if not markdown else "**Also changed:**"]
+        lines += [f"- {c}" for c in v["changes"]]
+    return lines
 
 
 def diff_to_text(d: Diff, markdown: bool = False) -> str:
     head = f"profkit diff: {d.base} -> {d.new}"
-    lines = [f"## {head}" if markdown else head, "",
-             f"{'**Verdict:** ' if markdown else 'VERDICT: '}{d.verdict['summary']}", ""]
-    titles = {"diff_parts": "Where the step time changed (ms per step, mean over rank-steps)",
-              "diff_kernels": "Kernels that changed most (ms per step and rank)",
-              "diff_ops": "CPU ops that changed most (inclusive ms per step and rank)"}
-    for name, title in titles.items():
+    lines = [f"## {head}" if markdown else head, "", *_head_lines(d, markdown), ""]
+    for name, title in TITLES.items():
         table = d.tables.get(name)
         if table is None or table.empty:
             continue

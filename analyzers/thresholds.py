@@ -88,9 +88,23 @@ class Thresholds:
     the labelled runs vary by a few percent."""
     diff_min_change_frac: float = 0.02
     """profkit diff: a step-time change smaller than this is 'unchanged' however quiet the runs."""
-    diff_noise_sigmas: float = 2.0
-    """profkit diff: ...and so is one within this many standard errors of the step-time spread."""
-
+    diff_confidence: float = 0.95
+    """profkit diff: confidence of the interval of the step-time change (Hodges-Lehmann shift
+    with its Mann-Whitney interval over the steady steps of each side); a change is called
+    only when the interval excludes zero."""
+    diff_untested_min_change_frac: float = 0.25
+    """profkit diff: with too few steady steps for that interval (3 and 3, say), a change is
+    called only when the step is at least 1 + this times slower (or faster) and the two
+    sides' steps do not overlap: as large as the step-to-step spread the step selection
+    accepts as steady (step_outlier_frac, measured the same way), so spread alone cannot
+    explain it."""
+    diff_min_mix_overlap_frac: float = 0.20
+    """profkit diff: two runs are different workloads (no verdict) when both the share of
+    kernel time in kernels both ran and the overlap of their CPU op calls per step are below
+    this. Seen: 0.8-1.0 between captures of one workload (0.33 of op calls after removing
+    50 .item() syncs per step, kernels 0.83), 0.43-0.53 for one model on A100 vs V100,
+    0.5-0.7 for DDP vs FSDP; 0.00-0.13 between different samples (inference vs training,
+    matmuls vs a copy loop)."""
 
 DEFAULT = Thresholds()
 

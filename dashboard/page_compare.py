@@ -1,17 +1,27 @@
-"""Compare: pick two runs, see whether the change helped: the diff verdict, step time by part
-(base vs new) and the kernels and ops that moved most."""
+"""Compare: pick two runs, see whether the change helped: the diff verdict (the same as
+``profkit diff``: improved, regressed, unchanged, or not comparable, with its warnings),
+step time by part (base vs new) and the kernels and ops that moved most.
+
+No pair is picked for the user. The URL carries the pair (``/compare?base=KEY&new=KEY``) and
+follows the dropdowns, so a link reproduces the view: picking a run changes the URL, and
+the page is drawn from the URL.
+"""
 
 from __future__ import annotations
+
+from urllib.parse import urlencode
 
 import dash
 import pandas as pd
 from dash import Input, Output, dcc, html
-from dash.exceptions import PreventUpdate
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
 
-VERDICT_KINDS = {"improved": "improved", "regressed": "regressed", "unchanged": "unchanged"}
+# verdict -> badge style (a class name: no spaces)
+VERDICT_KINDS = {"improved": "improved", "regressed": "regressed", "unchanged": "unchanged",
+                 "not comparable": "not-comparable"}
+PICK = "Pick the run before the change (base) and the run after it (new)."
 
 
 def delta_rows(table: pd.DataFrame, what: str) -> list[dict]:
@@ -21,22 +31,34 @@ def delta_rows(table: pd.DataFrame, what: str) -> list[dict]:
     return t.to_dict("records")
 
 
+def compare_search(base: str | None, new: str | None) -> str:
+    """The URL query of a pair (either may be unset)."""
+    query = urlencode({k: v for k, v in (("base", base), ("new", new)) if v})
+    return f"?{query}" if query else ""
+
+
 def diff_view(results, base: str | None, new: str | None) -> tuple:
     """(verdict children, parts figure, kernel rows, op rows) for two run keys; the reason
     in place of the verdict when a run cannot be read or compared."""
     if results.registry.get(base) is None or results.registry.get(new) is None:
-        msg = html.P("Pick two runs.", className="muted")
-        return msg, F.empty_figure("pick two runs"), [], []
+        return html.P(PICK, className="muted"), F.empty_figure("pick two runs"), [], []
     return C.attempt("the diff", lambda: _diff_parts(results.diff(base, new)),
                      lambda why: (html.Pre(why, className="error"), F.empty_figure("no diff"),
                                   [], []))
 
 
+def _notes(items: list[str], class_name: str) -> html.Ul | None:
+    return html.Ul([html.Li(t) for t in items], className=class_name) if items else None
+
+
 def _diff_parts(d) -> tuple:
     v = d.verdict
     verdict = [C.badge(v.get("verdict"), VERDICT_KINDS.get(v.get("verdict"))),
-               html.P(v.get("summary", ""), className="summary")]
-    return (verdict, F.diff_parts_bars(d.tables.get("diff_parts", pd.DataFrame())),
+               html.P(v.get("headline", v.get("summary", "")), className="summary"),
+               _notes([f"warning: {w}" for w in v.get("warnings", [])], "diff-warnings"),
+               _notes(v.get("changes", []), "diff-changes")]
+    return ([c for c in verdict if c is not None],
+            F.diff_parts_bars(d.tables.get("diff_parts", pd.DataFrame())),
             delta_rows(d.tables.get("diff_kernels", pd.DataFrame()), "kernel"),
             delta_rows(d.tables.get("diff_ops", pd.DataFrame()), "op"))
 
@@ -49,19 +71,23 @@ def _table(table_id: str, what: str, rows: list[dict]):
     return table
 
 
+def _picker(label: str, picker_id: str, options: list[dict], value: str | None,
+            placeholder: str) -> html.Label:
+    return html.Label([label, dcc.Dropdown(id=picker_id, options=options, value=value,
+                                           placeholder=placeholder, className="dropdown wide")])
+
+
 def layout(results, base: str | None = None, new: str | None = None) -> html.Div:
     entries = results.registry.entries()
     options = [{"label": e.label, "value": e.key} for e in entries]
-    keys = [e.key for e in entries]
-    base = base if base in keys else (keys[0] if keys else None)
-    new = new if new in keys else (keys[1] if len(keys) > 1 else base)
+    keys = {e.key for e in entries}
+    # never a default pair; a query may repeat a name (a list) or name no run
+    base, new = (k if isinstance(k, str) and k in keys else None for k in (base, new))
     verdict, parts, kernels, ops = diff_view(results, base, new)
     pickers = html.Div(className="controls", children=[
-        html.Label(["base", dcc.Dropdown(id=ids.CMP_BASE, options=options, value=base,
-                                         clearable=False, className="dropdown wide")]),
+        _picker("base", ids.CMP_BASE, options, base, "the run before the change"),
         html.Span("→", className="arrow"),
-        html.Label(["new", dcc.Dropdown(id=ids.CMP_NEW, options=options, value=new,
-                                        clearable=False, className="dropdown wide")]),
+        _picker("new", ids.CMP_NEW, options, new, "the run after the change"),
     ])
     return html.Div([
         html.Div(className="pagehead", children=[html.H1("Compare runs"), pickers]),
@@ -80,11 +106,8 @@ def register(app, results) -> None:
     dash.register_page(__name__, path="/compare", name="Compare", title="profkit: compare",
                        order=6, layout=lambda base=None, new=None, **_q: layout(results, base, new))
 
-    @app.callback(Output(ids.CMP_VERDICT, "children"), Output(ids.CMP_PARTS, "figure"),
-                  Output(ids.CMP_KERNELS, "data"), Output(ids.CMP_OPS, "data"),
-                  Input(ids.CMP_BASE, "value"), Input(ids.CMP_NEW, "value"),
-                  prevent_initial_call=True)
-    def compare(base, new):
-        if not base or not new:
-            raise PreventUpdate
-        return diff_view(results, base, new)
+    @app.callback(Output(ids.URL, "search"), Input(ids.CMP_BASE, "value"),
+                  Input(ids.CMP_NEW, "value"), prevent_initial_call=True)
+    def follow(base, new):
+        """The URL follows the dropdowns; the page is then drawn from the URL."""
+        return compare_search(*(k if results.registry.get(k) else None for k in (base, new)))

@@ -95,10 +95,12 @@ class ResultCache:
         return self.loaded(key)[1]
 
     def diff(self, base: str, new: str):
-        from profkit.analyzers.diff import diff_runs
+        """``profkit diff`` of two runs, from their cached analyses."""
+        from profkit.analyzers.diff import diff_analyses
 
         ck = ("diff", base, self.fingerprint(base), new, self.fingerprint(new))
-        return self.get_or_compute(ck, lambda: diff_runs(self.run(base), self.run(new)))
+        return self.get_or_compute(ck, lambda: diff_analyses(self.analysis(base),
+                                                             self.analysis(new)))
 
     def merged_trace(self, key: str) -> tuple[str, bytes]:
         """(file name, gzip bytes) of the run's merged Perfetto trace, via a temp file."""

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from profkit.errors import UsageError
+from profkit.projectconf import find_pyproject, profkit_table, read_toml
 
 log = logging.getLogger(__name__)
 _KEYS = {"pattern", "class", "subclass"}
@@ -97,21 +98,13 @@ def parse_rules(items: Any, source: str) -> Rules:
 
 
 def _read_toml(path: Path) -> dict:
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        raise UsageError(f"{path}: classification rules need Python 3.11 or newer") from None
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the rules file ({exc.strerror or exc})") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not valid TOML ({exc})") from None
+    return read_toml(path, "the rules file", "classification rules")
 
 
 def _project_table(doc: dict) -> Any:
     """``[tool.profkit.classify]``'s rule list, None when the document has no such table."""
-    table = doc.get("tool", {}).get("profkit", {}).get("classify")
+    table = profkit_table(doc)
+    table = table.get("classify") if isinstance(table, dict) else None
     return None if table is None else table.get("rule") if isinstance(table, dict) else table
 
 
@@ -126,17 +119,16 @@ def load_file(path: Path) -> Rules:
 def project_rules(start: Path) -> Rules:
     """Rules under [tool.profkit.classify] in the first pyproject.toml found from ``start``
     upward; none when that file has no such table."""
-    for folder in (start, *start.parents):
-        path = folder / "pyproject.toml"
-        if path.is_file():
-            try:
-                doc = _read_toml(path)
-            except UsageError as exc:  # someone else's broken file: not profkit's to refuse
-                log.warning("ignoring %s", exc)
-                return Rules()
-            items = _project_table(doc)
-            return Rules() if items is None else parse_rules(items, f"{path} [tool.profkit.classify]")
-    return Rules()
+    path = find_pyproject(start)
+    if path is None:
+        return Rules()
+    try:
+        doc = _read_toml(path)
+    except UsageError as exc:  # someone else's broken file: not profkit's to refuse
+        log.warning("ignoring %s", exc)
+        return Rules()
+    items = _project_table(doc)
+    return Rules() if items is None else parse_rules(items, f"{path} [tool.profkit.classify]")
 
 
 def load_rules(path: Path | None, cwd: Path) -> Rules:

@@ -86,33 +86,46 @@ def cmd_summary(args) -> int:
     return 0
 
 
-def _cached_analysis(args):
-    """The analysis of args.run: from the result cache when no file of the run changed,
-    else mapped per rank on the chosen executor and reduced."""
+def _thresholds(args):
+    """The thresholds in force: the defaults, the project's [tool.profkit], the --config
+    file, then explicit options (read before any trace, so a bad file stops the command)."""
+    from profkit.analyzers.config import load_thresholds
+    from profkit.analyzers.thresholds import with_mfu_options
+    from profkit.projectconf import working_dir
+
+    th = load_thresholds(getattr(args, "config", None), working_dir())
+    return with_mfu_options(th, getattr(args, "flops_per_step", None),
+                            getattr(args, "peak_tflops", None))
+
+
+def _cached_analysis(args, run: str, thresholds, fmt: str):
+    """The analysis of ``run``: from the result cache when no file of the run changed and
+    it was made with the same options and thresholds, else mapped per rank on the chosen
+    executor and reduced. ``fmt``: the format a cached entry must render in to be used."""
     import profkit
     import profkit.analyzers
     from profkit import __version__, cache, classify
     from profkit.analyzers.analyze import Analysis
+    from profkit.analyzers.config import thresholds_key
     from profkit.analyzers.executor import analyze_run
 
     options = _analysis_options(args)
     code = "|".join(cache.run_fingerprint(Path(pkg.__file__).parent)  # any code change
                     for pkg in (profkit, profkit.analyzers))
-    key_text = (f"{args.ranks}|{args.cycle}|{args.flops_per_step}|{args.peak_tflops}|"
+    key_text = (f"{args.ranks}|{args.cycle}|{thresholds_key(thresholds)}|"
                 f"{classify.rules_fingerprint()}|{options.key()}")
-    key = cache.run_fingerprint(Path(args.run), f"analyze|{__version__}|{code}|{key_text}")
-    if not args.no_cache and Path(args.run).exists():
-        cached = cache.load_result(Path(args.run), key, Analysis)
-        if cached is not None and _renders(cached, args.format):
-            log.debug("analysis of %s from the result cache", args.run)
+    key = cache.run_fingerprint(Path(run), f"analyze|{__version__}|{code}|{key_text}")
+    if not args.no_cache and Path(run).exists():
+        cached = cache.load_result(Path(run), key, Analysis)
+        if cached is not None and _renders(cached, fmt):
+            log.debug("analysis of %s from the result cache", run)
             return cached
-    analysis = analyze_run(args.run, scheduler=args.scheduler, workers=args.workers,
-                           cache=not args.no_cache, strict=args.strict,
+    analysis = analyze_run(run, scheduler=getattr(args, "scheduler", None),
+                           workers=args.workers, cache=not args.no_cache, strict=args.strict,
                            ranks=parse_ranks(args.ranks), cycle=args.cycle, options=options,
-                           progress=_progress, flops_per_step=args.flops_per_step,
-                           peak_tflops=args.peak_tflops)
+                           progress=_progress, thresholds=thresholds)
     if not args.no_cache:
-        cache.store_result(Path(args.run), key, analysis)
+        cache.store_result(Path(run), key, analysis)
     return analysis
 
 
@@ -150,7 +163,7 @@ def _render_analysis(analysis, fmt: str) -> bytes:
 
 
 def cmd_analyze(args) -> int:
-    analysis = _cached_analysis(args)
+    analysis = _cached_analysis(args, args.run, _thresholds(args), args.format)
     _emit(_render_analysis(analysis, args.format), args.output, analysis.verdict["summary"])
     return 0
 
@@ -158,11 +171,11 @@ def cmd_analyze(args) -> int:
 def cmd_diff(args) -> int:
     import orjson
 
-    from profkit.analyzers.diff import diff_runs, diff_to_json, diff_to_text
-    from profkit.loader import load_run
+    from profkit.analyzers.diff import diff_analyses, diff_to_json, diff_to_text
 
-    runs = [load_run(p, cache=not args.no_cache, progress=_progress) for p in (args.base, args.new)]
-    d = diff_runs(*runs)
+    thresholds = _thresholds(args)
+    base, new = (_cached_analysis(args, run, thresholds, "text") for run in (args.base, args.new))
+    d = diff_analyses(base, new, thresholds)
     if args.format == "json":
         data = orjson.dumps(diff_to_json(d), option=orjson.OPT_INDENT_2) + b"\n"
     else:
@@ -212,6 +225,10 @@ def cmd_dashboard(args) -> int:
 
 def _add_load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a profkit run directory, a folder of torch.profiler traces, or one trace file")
+    _add_read_options(p)
+
+
+def _add_read_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="ignore and do not write the ingest cache")
     p.add_argument("--strict", action="store_true",
                    help="fail on duplicate ranks or traces from another run instead of skipping them")
@@ -223,6 +240,26 @@ def _add_load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, help="traces parsed at once (default: the CPU count, "
                    "fewer when free memory is short)")
     _add_classify_option(p)
+
+
+def _add_analysis_options(p: argparse.ArgumentParser) -> None:
+    """What an analysis reads beside the traces: steps, thresholds, executor."""
+    p.add_argument("--step-marker", metavar="NAME",
+                   help="use the host ranges named NAME (a record_function such as train_step "
+                   "or decode; a regex if no range has exactly that name) as the steps, for "
+                   "traces without ProfilerStep# ranges")
+    p.add_argument("--steps", metavar="A:B",
+                   help="use exactly steps A..B (inclusive) for the verdict, instead of leaving "
+                   "out the first/last recorded and one-off steps automatically")
+    p.add_argument("--config", type=Path, metavar="FILE",
+                   help="thresholds to use (TOML: name = value for any field of "
+                   "profkit.analyzers.thresholds.Thresholds); beats [tool.profkit] of the "
+                   "project's pyproject.toml, explicit options beat it")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run the per-rank analysis on a Dask cluster: its scheduler address "
+                   "(tcp://host:8786), or 'local' for a LocalCluster of --workers processes; "
+                   "needs pip install 'profkit[cluster]' and the run on storage every worker "
+                   "reads (default: a local process pool)")
 
 
 def _add_classify_option(p: argparse.ArgumentParser) -> None:
@@ -274,18 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "compute, communication, CPU launch, data loading or host synchronisation, "
                        "who the straggler is, and what to change.")
     _add_load_options(p)
-    p.add_argument("--step-marker", metavar="NAME",
-                   help="use the host ranges named NAME (a record_function such as train_step "
-                   "or decode; a regex if no range has exactly that name) as the steps, for "
-                   "traces without ProfilerStep# ranges")
-    p.add_argument("--steps", metavar="A:B",
-                   help="use exactly steps A..B (inclusive) for the verdict, instead of leaving "
-                   "out the first/last recorded and one-off steps automatically")
-    p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="run the per-rank analysis on a Dask cluster: its scheduler address "
-                   "(tcp://host:8786), or 'local' for a LocalCluster of --workers processes; "
-                   "needs pip install 'profkit[cluster]' and the run on storage every worker "
-                   "reads (default: a local process pool)")
+    _add_analysis_options(p)
     p.add_argument("--flops-per-step", type=_positive, metavar="FLOP",
                    help="the model's FLOPs of one step on one rank (e.g. 6 x parameters x "
                    "tokens): MFU from these instead of the FLOPs counted from the trace")
@@ -296,12 +322,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("diff", help="did my change help? step time before and after, attributed",
-                       description="Compare two runs: step time with a noise estimate, the change "
-                       "attributed to breakdown parts, kernels and ops, and a verdict.")
+                       description="Compare the steady steps of two runs: the step-time "
+                       "change with its confidence interval, a verdict (improved, regressed, "
+                       "unchanged, or not comparable for another workload), warnings for "
+                       "other GPUs or world size, straggler changes, and the change attributed "
+                       "to breakdown parts, kernels and ops per step.")
     p.add_argument("base", help="the run before the change")
     p.add_argument("new", help="the run after the change")
-    p.add_argument("--no-cache", action="store_true", help="ignore and do not write the ingest cache")
-    _add_classify_option(p)
+    _add_read_options(p)
+    _add_analysis_options(p)
     _add_report_options(p)
     p.set_defaults(func=cmd_diff)
 

@@ -1,67 +1,233 @@
+"""profkit diff: the interval and the verdict worked out by hand, then real pairs with a
+known answer (the public ResNet-50 pair, the same workload captured twice, round trips
+removed, inference vs training, A100 vs V100, a planted straggler)."""
+
+import itertools
 import json
 import subprocess
 import sys
+from collections import Counter
 
 import numpy as np
 import pytest
-from profkit.analyzers.diff import diff_runs, diff_to_json, diff_to_text, diff_verdict, step_noise
+from profkit.analyzers import stats
+from profkit.analyzers.diff import diff_analyses, diff_to_json, diff_to_text, step_verdict
+from profkit.analyzers.executor import analyze_run
+from profkit.analyzers.options import AnalysisOptions
 from profkit.analyzers.thresholds import DEFAULT
 
+from profkit import schema as S
 from profkit.loader import load_run
 from tests.conftest import CORPUS, REPO
 
-ZOO = REPO / "samples" / "runs" / "zoo"
+RUNS = REPO / "samples" / "runs"
+ZOO = RUNS / "zoo"
+PAIRS = RUNS / "pairs"
+PUBLIC = REPO / "tests" / "data" / "public"
+HTA = CORPUS / "hta" / "trace_diff"
+_ANALYSES: dict = {}
 
 
-def test_noise_is_the_standard_error_of_the_difference():
-    # var([10, 12]) = 2 on each side: sqrt(2/2 + 2/2) = 1.4142, over the base median 11.
-    assert step_noise(np.array([10.0, 12.0]), np.array([10.0, 12.0])) == pytest.approx(1.41421 / 11, rel=1e-4)
-    assert step_noise(np.array([10.0]), np.array([10.0, 12.0])) == 0.0
+def analysis(path, **options):
+    """analyze_run(path), once per module (no cache on disk)."""
+    key = (str(path), tuple(sorted(options.items())))
+    if key not in _ANALYSES:
+        opts = AnalysisOptions(**options) if options else None
+        _ANALYSES[key] = analyze_run(path, cache=False, workers=1, options=opts)
+    return _ANALYSES[key]
+
+
+def diff(base, new, **options):
+    return diff_analyses(analysis(base, **options), analysis(new, **options))
+
+
+# --- the interval -------------------------------------------------------------------------
+
+def brute_u_cdf(n: int, m: int) -> np.ndarray:
+    """P(U <= u) by listing every placement of n base values among n + m ranks."""
+    counts = Counter()
+    for base_ranks in itertools.combinations(range(n + m), n):
+        # U: pairs (base, new) with the base value above the new one
+        counts[sum(r - i for i, r in enumerate(base_ranks))] += 1
+    total = sum(counts.values())
+    return np.cumsum([counts[u] for u in range(n * m + 1)]) / total
+
+
+@pytest.mark.parametrize("n, m", [(1, 1), (1, 4), (2, 3), (3, 3), (4, 4), (6, 4), (5, 7)])
+def test_mann_whitney_null_distribution_matches_enumeration(n, m):
+    assert np.allclose(stats.u_null_cdf(n, m), brute_u_cdf(n, m), rtol=0, atol=1e-12)
+
+
+def test_hodges_lehmann_interval_by_hand():
+    # 16 differences new - base: 7 x1, 8 x2, 9 x3, 10 x4, 11 x3, 12 x2, 13 x1 -> median 10.
+    # n = m = 4: P(U = 0) = 1/70 <= 0.025 < P(U <= 1) = 2/70, so the 95% interval is cut
+    # at the first smallest and largest difference, with coverage 1 - 2/70.
+    shift = stats.shift_interval(np.array([1, 2, 3, 4.0]), np.array([11, 12, 13, 14.0]), 0.95)
+    assert (shift.estimate, shift.low, shift.high) == (10.0, 7.0, 13.0)
+    assert shift.confidence == pytest.approx(68 / 70)
+
+
+def test_too_few_steps_give_no_interval():
+    # 3 and 3 steps: the most extreme ordering has probability 2/20 = 0.1 > 0.05
+    assert stats.shift_interval(np.array([1, 2, 3.0]), np.array([7, 8, 9.0]), 0.95) is None
+    assert stats.min_steps(0.95) == 4  # 2 / C(8, 4) = 0.029
+    assert stats.min_steps(0.99) == 5  # 2 / C(8, 4) = 0.029 > 0.01, 2 / C(10, 5) = 0.008
+
+
+def test_large_samples_use_the_normal_cut_close_to_the_exact_one():
+    rng = np.random.default_rng(7)
+    base, new = rng.normal(100, 5, 60), rng.normal(97, 5, 60)  # 3600 pairs: normal cut
+    exact = stats.u_null_cdf(60, 60)
+    k = int(np.searchsorted(exact, 0.025, side="right"))  # the exact cut, for comparison
+    diffs = np.sort((new[None, :] - base[:, None]).ravel())
+    shift = stats.shift_interval(base, new, 0.95)
+    assert diffs[k - 2] <= shift.low <= diffs[k] and diffs[-k - 1] <= shift.high <= diffs[-k + 1]
+
+
+# --- the verdict --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("base, new, verdict", [
+    ([100, 101, 99, 100, 102], [90, 91, 89, 90, 92], "improved"),    # every pair -8 to -13
+    ([100, 101, 99, 100], [120, 121, 119, 120], "regressed"),
+    ([100, 101, 99, 100], [101, 100, 100, 102], "unchanged"),        # interval holds 0
+    ([100, 140, 60, 100, 120], [110, 150, 70, 110, 90], "unchanged"),  # +10%, noisy
+    ([100, 100.5, 100, 101], [101.5, 101.6, 101.7, 101.8], "unchanged"),  # +1.4% < 2% floor
+])
+def test_tested_verdicts(base, new, verdict):
+    v = step_verdict(np.array(base) * 1e6, np.array(new) * 1e6, DEFAULT)
+    assert v["verdict"] == verdict and v["tested"]
+    lo, hi = v["interval_frac"]
+    assert lo <= v["change_frac"] <= hi or verdict == "unchanged"
 
 
 @pytest.mark.parametrize("base, new, verdict", [
-    ([100, 101, 99, 100], [90, 91, 89, 90], "improved"),     # -10%, noise ~0.6%
-    ([100, 101, 99, 100], [101, 100, 100, 100], "unchanged"),  # +0.25% < 2% floor
-    ([100, 140, 60, 100], [110, 150, 70, 110], "unchanged"),   # +10% but noise ~23%: 2 sigma ~46%
-    ([100, 101, 99, 100], [120, 121, 119, 120], "regressed"),
+    ([16.6, 16.3, 16.4], [16.8, 17.1, 18.0], "unchanged"),  # 1.04x slower: under 1.25x
+    ([63.0, 63.4, 63.6], [11.3, 11.2, 11.2], "improved"),   # 5.7x faster, no overlap
+    ([100, 50, 100], [60, 60, 101], "unchanged"),           # 1.67x faster but overlapping
+    ([100], [130], "regressed"),                            # 1.30x slower
+    ([100], [110], "unchanged"),                            # 1.10x slower
+    ([100], [79], "improved"),                              # 1.27x faster (-21%)
+    ([100], [81], "unchanged"),                             # 1.23x faster
 ])
-def test_verdict_weighs_the_change_against_the_noise(base, new, verdict):
-    assert diff_verdict(np.array(base) * 1e6, np.array(new) * 1e6, DEFAULT)["verdict"] == verdict
+def test_untested_verdicts_are_conservative_and_say_why(base, new, verdict):
+    v = step_verdict(np.array(base) * 1e6, np.array(new) * 1e6, DEFAULT)
+    assert v["verdict"] == verdict and not v["tested"] and v["noise_frac"] is None
+    assert f"cannot estimate the noise from {len(base)} and {len(new)} steady step(s)" in v["summary"]
+    assert "+/-0.0%" not in v["summary"]
+
+
+# --- real pairs ---------------------------------------------------------------------------
+
+def test_public_resnet50_pair_improved():
+    """DataLoader workers 0 -> 4: steady steps ~175 -> ~125 ms. nw0 keeps all six steps
+    (164-188 ms, within 25% of the median); nw4 leaves out step 5 (182 ms, profiler
+    start-up) and step 9 (163 ms, one-off)."""
+    d = diff(PUBLIC / "resnet50_nw0", PUBLIC / "resnet50_nw4")
+    v = d.verdict
+    assert v["verdict"] == "improved" and v["tested"]
+    assert (v["base_steps"], v["new_steps"]) == (6, 4)
+    assert v["interval_frac"][1] < 0 and v["warnings"] == [] and v["reasons"] == []
+    parts = d.tables["diff_parts"].set_index("part")["delta_ms"]
+    assert parts.idxmin() == "data_loading" and parts["data_loading"] < -50
+    assert "DataLoader" in str(d.tables["diff_ops"]["name"].iloc[0])
+
+
+def test_kernels_are_attributed_per_used_step():
+    """The per-step kernel time of nw4 is over steps 6, 7, 8 and 10 only, as the raw events
+    of those steps add up."""
+    d = diff(PUBLIC / "resnet50_nw0", PUBLIC / "resnet50_nw4")
+    ev = load_run(PUBLIC / "resnet50_nw4", cache=False).ranks[0].events
+    used = ev[ev[S.KIND].isin(S.GPU_KINDS) & ev[S.STEP].isin([6, 7, 8, 10])]
+    per_step_ms = used.groupby(used[S.NAME].astype(str))[S.DUR_NS].sum() / 4 / 1e6
+    table = d.tables["diff_kernels"].set_index("name")
+    for name, row in table.iterrows():
+        assert row["new_ms"] == pytest.approx(per_step_ms.get(name, 0.0))
+
+
+def test_same_workload_captured_twice_is_unchanged():
+    """zoo/compute twice on one H200: 16.94 vs 17.62 ms median by CUDA events (SUMMARY)."""
+    d = diff(PAIRS / "same_compute" / "a", PAIRS / "same_compute" / "b")
+    assert d.verdict["verdict"] == "unchanged" and d.verdict["warnings"] == []
+    assert "cannot estimate the noise from 3 and 3 steady step(s)" in d.verdict["summary"]
+
+
+def test_round_trips_removed_improved():
+    """round_trip.py 63.6 ms -> --no-sync 11.2 ms (SUMMARY); its CPU ops differ (the 50
+    .item() per step are gone) but it is the same work on the GPU."""
+    d = diff(PAIRS / "round_trip" / "before", PAIRS / "round_trip" / "after")
+    v = d.verdict
+    assert v["verdict"] == "improved" and v["reasons"] == [] and v["warnings"] == []
+    assert v["change_frac"] == pytest.approx(11.167 / 63.378 - 1, abs=0.01)
+    assert "the bottleneck moved: cpu launch bound -> compute bound" in v["changes"]
+
+
+def test_inference_vs_training_is_not_comparable():
+    d = diff(RUNS / "infer_kv", ZOO / "compute")
+    v = d.verdict
+    assert v["verdict"] == "not comparable"
+    assert "inference (no backward) vs training (backward ops, optimizer steps)" in v["reasons"]
+    assert v["summary"].startswith("not comparable: ") and "improved" not in v["summary"]
+
+
+@pytest.mark.skipif(not HTA.is_dir(), reason="corpus not found")
+def test_a100_vs_v100_is_judged_with_a_hardware_warning():
+    d = diff(HTA / "control", HTA / "test")
+    v = d.verdict
+    assert "different GPUs: NVIDIA A100-PG509-200 vs Tesla V100-SXM2-16GB" in v["warnings"]
+    assert "different world size: 8 vs 2" in v["warnings"]
+    assert "WARNING: different GPUs" in v["summary"] and "+/-0.0%" not in v["summary"]
+    assert v["tested"] and (v["base_steps"], v["new_steps"]) == (6, 5)
+    text = diff_to_text(d)
+    assert "\nWARNING: different GPUs" in text
+
+
+def test_a_straggler_that_appears_and_goes():
+    """zoo/straggler is zoo/balanced plus extra matmuls on rank 1 before the all_reduce:
+    8.16 -> 10.41 ms, 3 steps each (too few for an interval, but 27% and no overlap)."""
+    d = diff(ZOO / "balanced", ZOO / "straggler")
+    assert d.verdict["verdict"] == "regressed"
+    assert any(c.startswith("rank 1 became a straggler: the others lose") for c in d.verdict["changes"])
+    parts = d.tables["diff_parts"].set_index("part")["delta_ms"]
+    assert parts["compute"] > 0.5 and parts["communication"] > 0.3
+    back = diff(ZOO / "straggler", ZOO / "balanced")  # -21.6%: 1.28x faster, as symmetric
+    assert back.verdict["verdict"] == "improved"
+    assert any(c.startswith("rank 1 is no longer a straggler") for c in back.verdict["changes"])
+    assert "Also changed:\n- rank 1 became a straggler" in diff_to_text(d)
+    assert "**Verdict:** regressed" in diff_to_text(d, markdown=True)
 
 
 def test_a_run_against_itself_is_unchanged():
-    run = load_run(ZOO / "balanced", cache=False)
-    d = diff_runs(run, run)
+    d = diff(ZOO / "balanced", ZOO / "balanced")
     assert d.verdict["verdict"] == "unchanged" and d.verdict["change_frac"] == 0.0
     for table in d.tables.values():
         assert (table["delta_ms"] == 0).all()
 
 
-def test_the_planted_straggler_is_a_regression_in_compute_and_communication():
-    """zoo/straggler is zoo/balanced plus extra matmuls on rank 1 before the all_reduce."""
-    d = diff_runs(load_run(ZOO / "balanced", cache=False), load_run(ZOO / "straggler", cache=False))
-    assert d.verdict["verdict"] == "regressed"
-    parts = d.tables["diff_parts"].set_index("part")["delta_ms"]
-    assert parts["compute"] > 0.5 and parts["communication"] > 0.3
-    top = d.tables["diff_kernels"].head(2)["name"].astype(str)
-    assert any(n.startswith("ncclDevKernel_AllReduce") for n in top)
-    assert "regressed" in diff_to_text(d) and "**Verdict:** regressed" in diff_to_text(d, True)
+def test_steps_option_applies_to_both_sides():
+    d = diff(PUBLIC / "resnet50_nw0", PUBLIC / "resnet50_nw4", steps=(6, 8))
+    assert (d.verdict["base_steps"], d.verdict["new_steps"]) == (3, 3)
+    assert not d.verdict["tested"] and d.verdict["verdict"] == "improved"  # -29%, no overlap
 
 
-def test_cli_diff_json(tmp_path):
+def test_cli_diff_json_with_analyze_options(tmp_path):
     out = tmp_path / "d.json"
-    proc = subprocess.run([sys.executable, "-m", "profkit", "diff", ZOO / "balanced", ZOO / "straggler",
-                           "--format", "json", "-o", out], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "profkit", "diff", PUBLIC / "resnet50_nw0", PUBLIC / "resnet50_nw4",
+         "--ranks", "0", "--workers", "1", "--steps", "6:9", "--no-cache", "--format", "json",
+         "-o", out], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
-    assert doc["schema"] == "profkit.diff/1" and doc["verdict"]["verdict"] == "regressed"
+    assert doc["schema"] == "profkit.diff/2" and doc["verdict"]["verdict"] == "improved"
+    assert (doc["verdict"]["base_steps"], doc["verdict"]["new_steps"]) == (4, 4)
+    assert doc["verdict"]["tested"] and "headline" not in doc["verdict"]
     assert {"part", "base_ms", "new_ms", "delta_ms"} <= set(doc["diff_parts"][0])
+    assert proc.stdout.startswith(f"wrote {out}: improved: median step")
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="corpus not found")
 def test_corpus_diff_pairs_do_not_crash():
     for base, new in (("hta/trace_diff/control", "hta/trace_diff/test"),
                       ("tracelens/h100", "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")):
-        d = diff_runs(load_run(CORPUS / base, cache=False), load_run(CORPUS / new, cache=False))
-        assert d.verdict["verdict"] in ("improved", "regressed", "unchanged")
+        d = diff(CORPUS / base, CORPUS / new)
+        assert d.verdict["verdict"] in ("improved", "regressed", "unchanged", "not comparable")
         json.dumps(diff_to_json(d))

@@ -133,6 +133,45 @@ def test_compare_renders_the_diff(page):
     graph_ready(page, "cmp-parts")
     assert "ncclDevKernel" in page.locator("#cmp-kernels").inner_text()
     assert page.locator("#cmp-ops tbody tr").count() > 2
+    assert "rank 1 became a straggler" in verdict.inner_text()
+
+
+def test_compare_picks_no_pair_and_its_url_follows_the_dropdowns(page):
+    page.goto(f"{page.base}/compare")
+    verdict = page.locator("#cmp-verdict")
+    assert verdict.inner_text().startswith("Pick the run before the change")
+    assert verdict.locator(".badge").count() == 0
+    before, after = KEYS["pairs/round_trip/before"], KEYS["pairs/round_trip/after"]
+    page.locator("#cmp-new").evaluate("el => { el.dataset.drawn = 'before'; }")
+    page.click("#cmp-base")
+    page.get_by_role("option", name="pairs/round_trip/before", exact=True).click()
+    page.wait_for_url(f"**/compare?base={before}")
+    page.wait_for_function(  # the page is drawn again from the URL: a new picker
+        "document.querySelector('#cmp-new') && !document.querySelector('#cmp-new').dataset.drawn")
+    page.click("#cmp-new")
+    page.get_by_role("option", name="pairs/round_trip/after", exact=True).click()
+    page.wait_for_url(f"**/compare?base={before}&new={after}")
+    verdict.locator(".badge").wait_for()
+    assert verdict.locator(".badge").inner_text().lower() == "improved"
+    link = page.url
+    page.goto(page.base + "/")
+    page.goto(link)  # the link reproduces the view
+    page.locator("#cmp-verdict .badge").wait_for()
+    assert "improved: median step 63.378 -> 11.167 ms" in page.locator("#cmp-verdict").inner_text()
+
+
+@pytest.mark.parametrize("base, new, verdict, why", [
+    ("pairs/same_compute/a", "pairs/same_compute/b", "unchanged",
+     "cannot estimate the noise from 3 and 3 steady step(s)"),
+    ("infer_kv", "zoo/compute", "not comparable",
+     "inference (no backward) vs training (backward ops, optimizer steps)"),
+])
+def test_compare_shows_the_diff_verdict_and_its_reasons(page, base, new, verdict, why):
+    page.goto(f"{page.base}/compare?base={KEYS[base]}&new={KEYS[new]}")
+    box = page.locator("#cmp-verdict")
+    box.locator(".badge").wait_for()
+    assert box.locator(".badge").inner_text().lower() == verdict
+    assert why in box.inner_text()
 
 
 @pytest.mark.parametrize("bad", ["not-a-run", "..%2F..%2Fetc%2Fpasswd", "..%2Fpyproject.toml"])
