@@ -130,8 +130,9 @@ def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
         summary = res.summary if res.summary.rank == rank else res.summary.relabel(rank)
         summary.rank_source = source
         summaries.append(summary)
-    run_meta = loader.complete_meta(meta, {r: res.meta for r, (res, _) in chosen.items()},
-                                    discover.run_folder(root))
+    rank_metas = {r: res.meta for r, (res, _) in chosen.items()}
+    run_meta = loader.complete_meta(meta, rank_metas, discover.run_folder(root), skipped)
+    notes += loader.problem_notes(meta, rank_metas)
     header = RunHeader(str(root), run_meta, [s.as_dict() for s in skipped], notes)
     return combine(header, summaries, thresholds or DEFAULT)
 

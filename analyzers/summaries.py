@@ -25,7 +25,7 @@ from profkit.model import RankData
 
 # Header facts the reduce reads (devices for peaks and link speeds, host for clocks/links).
 META_KEYS = ("source", "host", "devices", "base_time_ns", "trace_id", "profkit_run_id",
-             "raw_event_count")
+             "raw_event_count", "problems")
 DISTRIBUTED_KEYS = ("rank", "world_size", "backend", "nccl_version")
 
 
