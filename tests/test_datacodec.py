@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pytest
+from profkit.analyzers.findings import Finding
 
 from profkit import datacodec
-from profkit.analyzers.findings import Finding
 from profkit.datacodec import CodecError
 from profkit.model import SkippedFile
 
