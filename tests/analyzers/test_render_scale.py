@@ -65,3 +65,5 @@ def test_the_tables_a_finding_points_at_stay_short_for_many_ranks(tmp_path, monk
     coll = analysis.table("collectives")
     assert len(shown["Collectives"].table) == len(coll.groupby(["collective", "bytes"]))
     assert shown["Collectives"].table["count"].sum() == len(coll)
+    text = render.to_text(analysis)
+    assert "Efficiency (spread over 8 ranks):" in text and "Collectives (matched" in text
