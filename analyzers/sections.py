@@ -119,18 +119,17 @@ def _safe(pick, values: pd.Series) -> float:
 
 
 def collectives_section(a: Analysis) -> Section | None:
-    """Matched collectives by kind and size: count, median latency and bus bandwidth, and
-    that bandwidth against the link's peak (collective_links)."""
+    """Matched collectives by kind, size and group size: count, median latency and bus
+    bandwidth, and that bandwidth against the link's peak (collective_links)."""
     coll = a.table("collectives")
     if coll.empty:
         return None
     links = a.table("collective_links")
     peak = links.set_index("key")["link_gbps"] if not links.empty else pd.Series(dtype=float)
     coll = coll.assign(link_gbps=coll["key"].map(peak))
-    groups = coll.groupby(["collective", "bytes"], dropna=False).agg(
+    groups = coll.groupby(["collective", "bytes", "group_size"], dropna=False).agg(
         count=("key", "size"), latency_ns=("latency_ns", "median"),
-        busbw_gbps=("busbw_gbps", "median"), link_gbps=("link_gbps", "median"),
-        group_size=("group_size", "max")).reset_index()
+        busbw_gbps=("busbw_gbps", "median"), link_gbps=("link_gbps", "median")).reset_index()
     groups["time_ns"] = groups["count"] * groups["latency_ns"]
     top = groups.sort_values("time_ns", ascending=False, kind="stable").head(TOP_ROWS)
     table = pd.DataFrame({
@@ -141,7 +140,8 @@ def collectives_section(a: Analysis) -> Section | None:
         "link peak": [U.gbps(v) for v in top["link_gbps"]],
         "of link": [U.pct(b / p) if U.finite(p) else U.MISSING
                     for b, p in zip(top["busbw_gbps"], top["link_gbps"])]})
-    notes = [f"{len(coll)} collectives matched across ranks in {len(groups)} kind/size group(s)"]
+    notes = [f"{len(coll)} collectives matched across ranks, in {len(groups)} row(s) of one "
+             "kind, size and group size"]
     if top["link_gbps"].isna().all():
         notes.append("link peak unknown: ranks on several hosts, or a device not in the table")
     return Section("Collectives (matched across ranks, by kind and size)", table, notes)

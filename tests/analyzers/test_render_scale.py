@@ -63,7 +63,8 @@ def test_the_tables_a_finding_points_at_stay_short_for_many_ranks(tmp_path, monk
     assert spread.loc["min", "GPU busy"] == units.pct(eff["gpu_util"].min())
     # one row per collective kind and size, not per process group or rank
     coll = analysis.table("collectives")
-    assert len(shown["Collectives"].table) == len(coll.groupby(["collective", "bytes"]))
+    assert len(shown["Collectives"].table) == len(coll.groupby(["collective", "bytes",
+                                                                 "group_size"]))
     assert shown["Collectives"].table["count"].sum() == len(coll)
     text = render.to_text(analysis)
     assert "Efficiency (spread over 8 ranks):" in text and "Collectives (matched" in text
