@@ -82,7 +82,7 @@ def short_kernel_name(name: str) -> str:
 def short_kernel_names(names: Sequence[str]) -> list[str]:
     """:func:`short_kernel_name` of each name, made distinct: different kernels that read
     alike get the first word of their full name that tells them apart (``[NNT]``,
-    ``[float]``), else a number."""
+    ``[f32]``), else a number."""
     short = [short_kernel_name(n) for n in names]
     groups: dict[str, list[int]] = {}
     for i, s in enumerate(short):
