@@ -255,10 +255,10 @@ ANALYZE_STRICT_HELP = (
 
 def _add_load_options(p: argparse.ArgumentParser, strict_help: str = STRICT_HELP) -> None:
     p.add_argument("run", help="a profkit run directory, a folder of torch.profiler traces, or one trace file")
-    _add_read_options(p)
+    _add_read_options(p, strict_help)
 
 
-def _add_read_options(p: argparse.ArgumentParser) -> None:
+def _add_read_options(p: argparse.ArgumentParser, strict_help: str = STRICT_HELP) -> None:
     p.add_argument("--no-cache", action="store_true", help="ignore and do not write the ingest cache")
     p.add_argument("--strict", action="store_true", help=strict_help)
     p.add_argument("--ranks", help="only these ranks, e.g. 0,2,4-7")
@@ -339,9 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Say per rank and for the run whether the job is bound by "
                        "compute, communication, CPU launch, data loading or host synchronisation, "
                        "who the straggler is, and what to change.")
-    from profkit.analyzers.render import problems
-
-    analysis = _cached_analysis(args, args.run, _thresholds(args), args.format)
+    _add_load_options(p, ANALYZE_STRICT_HELP)
+    _add_analysis_options(p)
     p.add_argument("--flops-per-step", type=_positive, metavar="FLOP",
                    help="the model's FLOPs of one step on one rank (e.g. 6 x parameters x "
                    "tokens): MFU from these instead of the FLOPs counted from the trace")
