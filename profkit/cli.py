@@ -160,6 +160,10 @@ def _render_analysis(analysis, fmt: str) -> bytes:
 
     if fmt == "json":
         return orjson.dumps(to_json(analysis), option=orjson.OPT_INDENT_2) + b"\n"
+    if fmt == "html":
+        from profkit.analyzers.html_page import to_html
+
+        return to_html(analysis).encode()
     return (to_markdown if fmt == "markdown" else to_text)(analysis).encode()
 
 
@@ -198,6 +202,10 @@ def cmd_diff(args) -> int:
     d = diff_analyses(base, new, thresholds)
     if args.format == "json":
         data = orjson.dumps(diff_to_json(d), option=orjson.OPT_INDENT_2) + b"\n"
+    elif args.format == "html":
+        from profkit.analyzers.html_page import diff_page
+
+        data = diff_page(d).encode()
     else:
         data = diff_to_text(d, markdown=args.format == "markdown").encode()
     _emit(data, args.output, d.verdict["summary"])
@@ -309,7 +317,9 @@ def _positive(text: str) -> float:
 
 
 def _add_report_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("--format", choices=("text", "json", "markdown", "html"), default="text",
+                   help="text (a terminal), json (the full contract), markdown (a pull request) "
+                   "or html (one self-contained page, no external URL)")
     p.add_argument("-o", "--output", type=Path, help="write the report here instead of stdout")
 
 

@@ -101,3 +101,21 @@ def test_many_skipped_files_are_counted_not_listed():
     lines = H.skipped_lines(_run(skipped_files=skipped))
     assert len(lines) == H.MAX_SKIPPED_SHOWN + 1
     assert lines[-1] == f"... and {25 - H.MAX_SKIPPED_SHOWN} more (all in --format json)"
+
+
+def test_html_report_is_one_self_contained_page(tmp_path):
+    """--format html: the verdict, findings with their savings and the cited tables, the run's
+    truth first, and no external URL, script or stylesheet link."""
+    import re
+
+    from profkit.cli import main
+
+    out = tmp_path / "report.html"
+    assert main(["analyze", str(REPO / "samples" / "runs" / "zoo" / "straggler"), "--no-cache",
+                 "--format", "html", "-o", str(out)]) == 0
+    page = out.read_text()
+    assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
+    assert "2 of 2 ranks analysed" in page and "rank 1 is a straggler" in page
+    assert "could save ~1.47 ms/step (14%)" in page
+    assert "Top kernels" in page and "Collectives" in page
+    assert not re.search(r"https?://|<script|<link|src=", page)
