@@ -5,6 +5,7 @@ removed, inference vs training, A100 vs V100, a planted straggler)."""
 import itertools
 import json
 import subprocess
+import tomllib
 import sys
 from collections import Counter
 
@@ -238,8 +239,8 @@ def test_diff_calls_every_savings_pair_right():
     launch_sync, where removing the syncs saves 6% of a launch-bound loop and 3 steps per
     side cannot tell that from noise (unchanged)."""
     pairs = REPO / "samples" / "runs" / "pairs"
-    for pair in sorted(p for p in pairs.iterdir() if (p / "PAIR.json").is_file()):
-        spec = json.loads((pair / "PAIR.json").read_text())
+    for pair in sorted(p for p in pairs.iterdir() if (p / "pair.toml").is_file()):
+        spec = tomllib.loads((pair / "pair.toml").read_text())
         runs = [analyze_run(pair / spec.get(side, side), cache=False, workers=1)
                 for side in ("before", "after")]
         d = diff_analyses(*runs)
