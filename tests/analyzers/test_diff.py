@@ -5,12 +5,12 @@ removed, inference vs training, A100 vs V100, a planted straggler)."""
 import itertools
 import json
 import subprocess
-import tomllib
 import sys
 from collections import Counter
 
 import numpy as np
 import pytest
+import tomllib
 from profkit.analyzers import stats
 from profkit.analyzers.diff import diff_analyses, diff_to_json, diff_to_text, step_verdict
 from profkit.analyzers.executor import analyze_run
