@@ -33,15 +33,21 @@ COLUMNS = ("rank", "part", "code", "idle_ns")
 def idle_code(events: pd.DataFrame, by_thread: dict, rank: int) -> pd.DataFrame:
     """Rows (rank, part, code, idle_ns): GPU-idle ns per host part and code label, the
     largest first (at most :data:`TOP` labels per part)."""
-    rows = []
+    parts_by_thread: dict = {}
     for (thread, part), idle in by_thread.items():
-        if len(idle[0]) == 0:
-            continue
+        if len(idle[0]):
+            parts_by_thread.setdefault(thread, {})[part] = idle
+    rows = []
+    for thread, parts in parts_by_thread.items():
         host = events[(events[S.TID] == thread).to_numpy()
                       & events[S.KIND].isin(CODE_KINDS).to_numpy()]
         host = host[~category_mask(host[S.NAME], SKIP_RE)]
-        for code, ns in _attribute(host, idle).items():
-            rows.append((rank, part, code, ns))
+        # one nesting of the thread's ranges serves every part (a range that overlaps only
+        # another part's idle time owns none of this part's)
+        ranges = _Ranges(host, iv.union_of(*parts.values()))
+        for part, idle in parts.items():
+            for code, ns in ranges.attribute(idle).items():
+                rows.append((rank, part, code, ns))
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     if table.empty:
         return table.astype({"rank": "int64", "idle_ns": "int64"})
@@ -50,27 +56,49 @@ def idle_code(events: pd.DataFrame, by_thread: dict, rank: int) -> pd.DataFrame:
     return table.groupby("part", sort=False).head(TOP).reset_index(drop=True)
 
 
-def _attribute(host: pd.DataFrame, idle: iv.Intervals) -> dict[str, int]:
-    """Idle ns by the label of the innermost range covering each idle instant."""
-    start = host[S.TS_NS].to_numpy(np.int64)
-    end = start + host[S.DUR_NS].to_numpy(np.int64)
-    near = _overlapping(start, end, idle)
-    order = near[np.lexsort((-(end[near] - start[near]), start[near]))]
-    seg_start, seg_end, seg_owner, parent = _innermost(start[order], end[order])
-    covered = _cover(idle, seg_end) - _cover(idle, seg_start)
-    names = host[S.NAME].astype(str).to_numpy()[order]
-    kinds = host[S.KIND].astype(str).to_numpy()[order]
-    per_owner = np.bincount(seg_owner, weights=covered, minlength=len(order)) \
-        if len(seg_owner) else np.zeros(0)
-    user_above, outer_above = _ancestors(names, kinds, parent)
-    out: dict[str, int] = {}
-    for owner in np.flatnonzero(per_owner > 0):  # each range labelled once
-        label = _label(int(owner), names, user_above, outer_above)
-        out[label] = out.get(label, 0) + int(per_owner[owner])
-    rest = iv.total(idle) - int(covered.sum())
-    if rest > 0:
-        out[UNRECORDED] = out.get(UNRECORDED, 0) + rest
-    return out
+class _Ranges:
+    """A thread's recorded ranges near idle time, split into innermost-owner segments, each
+    range's label (its name with the user frame or outermost op above it) as a name code."""
+
+    def __init__(self, host: pd.DataFrame, near_idle: iv.Intervals) -> None:
+        start = host[S.TS_NS].to_numpy(np.int64)
+        end = start + host[S.DUR_NS].to_numpy(np.int64)
+        near = _overlapping(start, end, near_idle)
+        order = near[np.lexsort((-(end[near] - start[near]), start[near]))]
+        self.seg_start, self.seg_end, self.seg_owner, parent = _innermost(start[order],
+                                                                          end[order])
+        names = host[S.NAME].astype("category")
+        self.categories = names.cat.categories.astype(str).to_numpy()
+        codes = names.cat.codes.to_numpy()[order]
+        kinds = host[S.KIND].astype(str).to_numpy()[order]
+        is_user_cat = np.array([not _library(c) for c in self.categories], dtype=bool)
+        is_user = (kinds == S.KIND_PYTHON) & is_user_cat[codes]
+        is_op = np.isin(kinds, (S.KIND_CPU_OP, S.KIND_ANNOTATION))
+        user_above, outer_above = _ancestors(is_user, is_op, parent)
+        self.codes = codes
+        # per range: (own name, user frame above, outer op above) as name codes, -1 for none
+        self.user_code = np.where(user_above >= 0, codes[np.maximum(user_above, 0)], -1)
+        self.outer_code = np.where(outer_above >= 0, codes[np.maximum(outer_above, 0)], -1)
+        self.n = len(order)
+
+    def attribute(self, idle: iv.Intervals) -> dict[str, int]:
+        """Idle ns by the label of the innermost range covering each idle instant."""
+        covered = _cover(idle, self.seg_end) - _cover(idle, self.seg_start)
+        per_owner = np.bincount(self.seg_owner, weights=covered, minlength=self.n) \
+            if len(self.seg_owner) else np.zeros(0)
+        owners = np.flatnonzero(per_owner > 0)
+        keys = np.stack([self.codes[owners], self.user_code[owners], self.outer_code[owners]],
+                        axis=1)
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        sums = np.bincount(inverse.ravel(), weights=per_owner[owners], minlength=len(uniq))
+        out: dict[str, int] = {}
+        for (own, user, outer), ns in zip(uniq.tolist(), sums.tolist()):  # each label once
+            label = _label(self.categories, own, user, outer)
+            out[label] = out.get(label, 0) + int(ns)
+        rest = iv.total(idle) - int(covered.sum())
+        if rest > 0:
+            out[UNRECORDED] = out.get(UNRECORDED, 0) + rest
+        return out
 
 
 def _overlapping(start: np.ndarray, end: np.ndarray, idle: iv.Intervals) -> np.ndarray:
@@ -122,29 +150,28 @@ def _cover(idle: iv.Intervals, t: np.ndarray) -> np.ndarray:
     return lengths[np.maximum(k, 0)] * (k >= 0) + inside
 
 
-def _ancestors(names: np.ndarray, kinds: np.ndarray, parent: np.ndarray):
+def _ancestors(is_user: np.ndarray, is_op: np.ndarray, parent: np.ndarray):
     """Per range: the nearest user-code Python frame above it and the outermost CPU op or
     annotation above it (-1 when none), in one pass (a parent comes before its children)."""
     n = len(parent)
     user_above = np.full(n, -1, dtype=np.int64)
     outer_above = np.full(n, -1, dtype=np.int64)
-    is_user = [k == S.KIND_PYTHON and not _library(str(nm)) for k, nm in zip(kinds, names)]
-    is_op = [k in (S.KIND_CPU_OP, S.KIND_ANNOTATION) for k in kinds]
+    user, op = is_user.tolist(), is_op.tolist()
+    ua, oa = user_above.tolist(), outer_above.tolist()
     for i, p in enumerate(parent.tolist()):
         if p >= 0:
-            user_above[i] = p if is_user[p] else user_above[p]
-            outer_above[i] = outer_above[p] if outer_above[p] >= 0 else (p if is_op[p] else -1)
+            ua[i] = p if user[p] else ua[p]
+            oa[i] = oa[p] if oa[p] >= 0 else (p if op[p] else -1)
+    user_above[:], outer_above[:] = ua, oa
     return user_above, outer_above
 
 
-def _label(owner: int, names: np.ndarray, user_above: np.ndarray,
-           outer_above: np.ndarray) -> str:
+def _label(names: np.ndarray, own: int, user: int, outer: int) -> str:
     """The innermost range's name, prefixed by the nearest user-code Python frame above it
-    (with stacks) or else the outermost op above it."""
-    inner = names[owner]
-    if user_above[owner] >= 0:
-        return f"{_short(names[user_above[owner]])} -> {_short(inner)}"
-    outer = outer_above[owner]
+    (with stacks) or else the outermost op above it (name codes; -1: none)."""
+    inner = names[own]
+    if user >= 0:
+        return f"{_short(names[user])} -> {_short(inner)}"
     if outer >= 0 and names[outer] != inner:
         return f"{_short(names[outer])} -> {_short(inner)}"
     return _short(inner)
