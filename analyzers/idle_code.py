@@ -111,33 +111,44 @@ def _overlapping(start: np.ndarray, end: np.ndarray, idle: iv.Intervals) -> np.n
 
 def _innermost(start: np.ndarray, end: np.ndarray):
     """Split time into segments each covered by one innermost range (ranges sorted by start,
-    longer first; properly nested on one thread): (seg_start, seg_end, owner, parent)."""
+    longer first; properly nested on one thread): (seg_start, seg_end, owner, parent).
+    A plain stack walk: the hot loop of the with-stack traces, so locals and no max()."""
     n = len(start)
-    parent = np.full(n, -1, dtype=np.int64)
-    seg_s, seg_e, seg_o = [], [], []
+    parent = [-1] * n
+    seg_s: list[int] = []
+    seg_e: list[int] = []
+    seg_o: list[int] = []
     stack: list[int] = []
-    cursor = 0
     s_list, e_list = start.tolist(), end.tolist()
-    for i in range(n + 1):
-        t = s_list[i] if i < n else None
-        while stack and (t is None or e_list[stack[-1]] <= t):
-            top = stack.pop()
-            if e_list[top] > cursor:
-                seg_s.append(max(cursor, s_list[top]))
-                seg_e.append(e_list[top])
-                seg_o.append(top)
-            cursor = max(cursor, e_list[top])
-        if t is None:
-            break
-        if stack and t > cursor:
-            seg_s.append(cursor)
-            seg_e.append(t)
-            seg_o.append(stack[-1])
-        cursor = max(cursor, t)
-        parent[i] = stack[-1] if stack else -1
+    cursor = 0
+
+    def close(top: int) -> None:  # a range ends: its tail after the cursor is its own
+        nonlocal cursor
+        e = e_list[top]
+        if e > cursor:
+            s = s_list[top]
+            seg_s.append(s if s > cursor else cursor)
+            seg_e.append(e)
+            seg_o.append(top)
+            cursor = e
+
+    for i in range(n):
+        t = s_list[i]
+        while stack and e_list[stack[-1]] <= t:
+            close(stack.pop())
+        if stack:
+            if t > cursor:  # the enclosing range owns the time up to this child
+                seg_s.append(cursor)
+                seg_e.append(t)
+                seg_o.append(stack[-1])
+            parent[i] = stack[-1]
+        if t > cursor:
+            cursor = t
         stack.append(i)
+    while stack:
+        close(stack.pop())
     return (np.array(seg_s, np.int64), np.array(seg_e, np.int64),
-            np.array(seg_o, np.int64), parent)
+            np.array(seg_o, np.int64), np.array(parent, np.int64))
 
 
 def _cover(idle: iv.Intervals, t: np.ndarray) -> np.ndarray:
