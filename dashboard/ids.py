@@ -24,9 +24,12 @@ RANK_DETAIL = "rank-detail"
 SELECTED_RANK = "selected-rank"
 
 # timeline
-TL_RANK = "tl-rank"
+TL_RANKS = "tl-ranks"  # the ranks drawn, in order (the straggler first)
+TL_CPU = "tl-cpu"  # ["cpu"] draws the CPU threads too
 TL_GRAPH = "tl-graph"
 TL_INFO = "tl-info"
+TL_NOTE = "tl-note"  # what the NVML rows can and cannot tell about the window
+TL_WINDOW = "tl-window"  # [t0_ms, t1_ms] drawn, None for every step: kept across rank changes
 TL_DOWNLOAD_BTN = "tl-download-btn"
 TL_DOWNLOAD = "tl-download"
 
