@@ -233,9 +233,13 @@ def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
         summary = res.summary if res.summary.rank == rank else res.summary.relabel(rank)
         summary.rank_source = rf.source
         summaries.append(summary)
-    run_meta = loader.complete_meta(meta, chosen, discover.run_folder(root))
+    run_meta = loader.complete_meta(meta, chosen, discover.run_folder(root), skipped)
+    notes += loader.problem_notes(meta, {r: rf.files[0].meta for r, rf in chosen.items()})
     header = RunHeader(str(root), run_meta, [s.as_dict() for s in skipped], notes)
-    return combine(header, summaries, thresholds)
+    analysis = combine(header, summaries, thresholds)
+    if ranks is not None:  # ranks left out on purpose are not missing (analyzers/header.py)
+        analysis.run["ranks_selected"] = sorted(set(ranks))
+    return analysis
 
 
 def _in_process(tasks: list[FileTask]) -> list[FileResult]:

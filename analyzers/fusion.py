@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 from profkit.analyzers.findings import Finding
+from profkit.analyzers.names import short_kernel_name
 from profkit.analyzers.tables import RANK, empty, kernels_of, name_mask
 from profkit.analyzers.thresholds import Thresholds
 
@@ -77,11 +78,7 @@ def fusion_findings(fusion: pd.DataFrame, th: Thresholds) -> list[Finding]:
                   "counts": [int(c) for c in top["count"]]})]
 
 
-def brief(sequence: str, width: int = 80) -> str:
-    """A sequence with each kernel name shortened for messages: no 'void', no at::native
-    namespaces, no argument list, at most ``width`` characters."""
-    names = [re.sub(r"^void |at::native::|\(anonymous namespace\)::|\(.*\)$", "", n)
-             for n in sequence.split(SEQUENCE_SEP)]
-    return SEQUENCE_SEP.join(n if len(n) <= width else n[:width - 3] + "..." for n in names)
-
-
+def brief(sequence: str) -> str:
+    """A sequence with each kernel name as people read it (analyzers/names.py), for
+    messages; the evidence keeps the full names."""
+    return SEQUENCE_SEP.join(short_kernel_name(n) for n in sequence.split(SEQUENCE_SEP))

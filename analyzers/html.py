@@ -11,6 +11,7 @@ import pandas as pd
 from profkit.analyzers.analyze import Analysis, part_name
 from profkit.analyzers.breakdown import PARTS
 from profkit.analyzers.diff import Diff
+from profkit.analyzers.render_text import saving_text
 
 # One colour per breakdown part (colour-blind-safe palette, Okabe & Ito).
 PART_COLORS = {"compute": "#0072B2", "memcpy": "#56B4E9", "communication": "#E69F00",
@@ -63,8 +64,10 @@ def findings_list(findings: list) -> str:
         color = SEVERITY_COLORS.get(f.severity, "#555")
         todo = (f'<br><span style="color:#333">do: {escape(f.recommendation)}</span>'
                 if f.recommendation else "")
+        saving = saving_text(f).lstrip("; ")
+        saving = f' <b>({escape(saving)})</b>' if saving else ""
         items.append(f'<li><b style="color:{color}">{escape(f.severity)}</b> '
-                     f'{escape(f.message)}{todo}</li>')
+                     f'{escape(f.message)}{saving}{todo}</li>')
     more = (f"<li>... and {len(findings) - MAX_FINDINGS} more (Analysis.findings)</li>"
             if len(findings) > MAX_FINDINGS else "")
     return f"<h4>Findings</h4><ul>{''.join(items)}{more}</ul>"

@@ -27,9 +27,10 @@ from profkit.model import RankData
 
 # Header facts the reduce reads (devices for peaks and link speeds, host for clocks/links;
 # run id, host, pid, time span, steps and trace id to tell a rank's files from a stranger's,
-# see profkit.rankfiles; sources: the files a rank was read from).
+# see profkit.rankfiles; sources: the files a rank was read from; problems: bad values
+# repaired or dropped while reading, one line per file).
 META_KEYS = ("source", "sources", "host", "devices", "base_time_ns", "trace_id",
-             "profkit_run_id", "raw_event_count", "pid", "span_ns", "step_range")
+             "profkit_run_id", "raw_event_count", "pid", "span_ns", "step_range", "problems")
 DISTRIBUTED_KEYS = ("rank", "world_size", "backend", "nccl_version")
 
 

@@ -16,11 +16,13 @@ import pandas as pd
 
 from profkit import classify
 from profkit import schema as S
-from profkit.columns import ids_to_int, to_float, to_int, us_to_ns
+from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns
 from profkit.flops import FLOP_OPS, PRECISIONS, ConvLinks, dtype_precision, flops_from_shapes
 from profkit.tracefile import Args, Event, Trace
+from profkit.validate import MAX_ABS_NS
 
 EMPTY_ARGS = Args()
+MAX_DUR_US = 86_400e6  # one day: longer is no profiled event; clipped to this
 
 
 class SparseArgs(dict):
@@ -62,7 +64,11 @@ _ARG_COLUMNS = (
 class Accumulator:
     """Collects the complete ('X') events of a trace, batch by batch."""
 
-    def __init__(self) -> None:
+    def __init__(self, base_ns: int = 0) -> None:
+        self.base_ns = base_ns
+        # Relative ts (us) that place an event within +-MAX_ABS_NS epoch ns; others are dropped.
+        self.ts_range_us = ((-MAX_ABS_NS - base_ns) / 1000, (MAX_ABS_NS - base_ns) / 1000)
+        self.dropped_ts = self.bad_dur = self.oversized_ids = 0
         self.names, self.cats = Codes(), Codes()
         self.cat_kind: list[str] = []  # kind of each category code
         self.parts: dict[str, list[np.ndarray]] = {}
@@ -75,19 +81,23 @@ class Accumulator:
         self.metadata.extend(e for e in batch if e.ph == "M")
         xs = [e for e in batch if e.ph == "X"]
         ts_us = to_float([e.ts for e in xs])
-        if not np.isfinite(ts_us).all():  # events without a time cannot be placed
-            xs = [e for e, ok in zip(xs, np.isfinite(ts_us)) if ok]
-            ts_us = ts_us[np.isfinite(ts_us)]
+        placed = (ts_us >= self.ts_range_us[0]) & (ts_us <= self.ts_range_us[1])  # False for NaN
+        if not placed.all():  # events without a time on the int64 ns clock cannot be placed
+            self.dropped_ts += int(len(xs) - placed.sum())
+            xs = [e for e, ok in zip(xs, placed) if ok]
+            ts_us = ts_us[placed]
         cat_codes = self.cats.encode([e.cat for e in xs])
         self._extend_kinds()
         kind = np.asarray(self.cat_kind, dtype=object)[cat_codes] if len(xs) else np.empty(0, object)
         args = [e.args or EMPTY_ARGS for e in xs]
         self._put("ts_us", ts_us)
-        self._put(S.DUR_NS, np.rint(np.nan_to_num(to_float([e.dur for e in xs])).clip(0) * 1000))
+        self._put(S.DUR_NS, self._dur_ns(to_float([e.dur for e in xs])))
         self._put(S.NAME, self.names.encode([e.name for e in xs]))
         self._put(S.CAT, cat_codes)
-        self._put(S.PID, ids_to_int([e.pid for e in xs]))
-        self._put(S.TID, ids_to_int([e.tid for e in xs]))
+        for column, ids in ((S.PID, [e.pid for e in xs]), (S.TID, [e.tid for e in xs])):
+            values, oversized = ids_to_int(ids)
+            self._put(column, values)
+            self.oversized_ids += oversized
         for column, attr, kinds in _ARG_COLUMNS:
             rows = np.arange(len(xs)) if kinds is None else np.flatnonzero(np.isin(kind, kinds))
             values = _read_arg(args, rows, attr)
@@ -125,6 +135,26 @@ class Accumulator:
         self.conv_links.resolve(flops, ts_us, end_us, tid)
         self.parts[S.FLOPS] = [flops]
 
+    def _dur_ns(self, dur_us: np.ndarray) -> np.ndarray:
+        """Durations in ns: missing or negative ones are 0, longer than a day clipped (counted)."""
+        sane = (dur_us >= 0) & (dur_us <= MAX_DUR_US)  # False for NaN
+        if not sane.all():
+            self.bad_dur += int(len(dur_us) - sane.sum())
+            dur_us = np.clip(np.nan_to_num(dur_us, nan=0.0), 0, MAX_DUR_US)
+        return np.rint(dur_us * 1000)
+
+    def problems(self) -> list[str]:
+        """What :meth:`add` dropped or repaired, one phrase each."""
+        out = []
+        if self.dropped_ts:
+            out.append(f"{self.dropped_ts} events dropped: ts missing or outside the epoch-ns range")
+        if self.bad_dur:
+            out.append(f"{self.bad_dur} events with dur missing, negative or over a day "
+                       "(set to 0 or clipped to a day)")
+        if self.oversized_ids:
+            out.append(f"{self.oversized_ids} pid/tid values beyond int64 (read as stable ids)")
+        return out
+
     def _extend_kinds(self) -> None:
         new = list(self.cats.index)[len(self.cat_kind):]
         self.cat_kind.extend(classify.kinds_for_categories(np.array(new, dtype=object)))
@@ -132,7 +162,7 @@ class Accumulator:
     def _put(self, column: str, values: np.ndarray) -> None:
         self.parts.setdefault(column, []).append(values)
 
-    def frame(self, base_ns: int) -> pd.DataFrame:
+    def frame(self) -> pd.DataFrame:
         """The events table, sorted by start time (ts on the epoch clock; stream and device
         set on GPU rows). Consumes the collected parts; ``coll_args`` is re-keyed to the
         sorted rows."""
@@ -143,7 +173,7 @@ class Accumulator:
         cats = self.cats.categorical(self._take(S.CAT, order).astype(np.int32))
         kinds = np.asarray(self.cat_kind + [S.KIND_OTHER], dtype=object)
         ev = pd.DataFrame({
-            S.TS_NS: base_ns + us_to_ns(ts_us[order]),
+            S.TS_NS: self.base_ns + us_to_ns(ts_us[order]),
             S.DUR_NS: self._take(S.DUR_NS, order).astype(np.int64),
             S.NAME: self.names.categorical(self._take(S.NAME, order).astype(np.int32)),
             S.CAT: cats,
@@ -156,8 +186,9 @@ class Accumulator:
         is_gpu = ev[S.KIND].isin(S.GPU_KINDS).to_numpy()
         for name, arg, fallback in ((S.STREAM, "stream_arg", S.TID), (S.DEVICE, "device_arg", S.PID)):
             values = self._take(arg, order)
-            values = np.where(np.isfinite(values), values, ev[fallback].to_numpy())
-            ev[name] = np.where(is_gpu, values, -1).astype(np.int64)
+            ok = np.abs(values) <= INT64_SAFE  # False for NaN: absent, or no id
+            ids = np.where(ok, np.where(ok, values, 0).astype(np.int64), ev[fallback].to_numpy())
+            ev[name] = np.where(is_gpu, ids, -1).astype(np.int64)
         for name in (S.BLOCKS_PER_SM, S.OCCUPANCY_PCT, S.FLOPS, S.BYTES):
             ev[name] = self._take(name, order)
         ev[S.FLOPS_DTYPE] = pd.Categorical.from_codes(
@@ -196,10 +227,12 @@ def _json(raw) -> object:
         return None
 
 
-def accumulate(trace: Trace) -> Accumulator:
-    """Every batch of the trace collected; the trace's raw buffers are released after."""
-    acc = Accumulator()
+def accumulate(trace: Trace, base_ns: int = 0) -> Accumulator:
+    """Every batch of the trace collected (relative times on ``base_ns``); the trace's raw
+    buffers are released after and what was dropped or repaired added to its problems."""
+    acc = Accumulator(base_ns)
     for batch in trace.batches():
         acc.add(batch)
     trace.release()
+    trace.problems.extend(acc.problems())
     return acc

@@ -23,10 +23,11 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import socket
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -174,3 +175,80 @@ def write_bytes_atomic(dest: str | os.PathLike, data: bytes, *, sweep: bool = Tr
     with atomic_open(dest, sweep=sweep) as fh:
         fh.write(data)
     return Path(dest)
+
+
+@contextlib.contextmanager
+def atomic_dir(dest: str | os.PathLike, replaces: Callable[[Path], bool]) -> Iterator[Path]:
+    """A new, empty folder to fill; on success it takes the place of ``dest``, on any
+    exception it is removed and ``dest`` is left as it was. An existing ``dest`` is replaced
+    only when it is empty or ``replaces(dest)`` says it is an earlier output of the same
+    kind: a folder of someone's other files is never removed. Abandoned temporary folders of
+    ``dest`` (their writer killed) are removed first."""
+    dest = Path(dest)
+    tmp = tmp_name(dest)
+    try:
+        _check_replaceable(dest, replaces)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _sweep_dirs(dest)
+        tmp.mkdir()
+    except OSError as exc:
+        raise OutputError(dest, exc) from exc
+    try:
+        yield tmp
+        for path in tmp.iterdir():  # on disk before the folder appears under its name
+            with open(path, "rb+") as fh:
+                os.fsync(fh.fileno())
+        _swap_in(tmp, dest)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+            raise OutputError(dest, exc) from exc
+        raise
+
+
+def _check_replaceable(dest: Path, replaces: Callable[[Path], bool]) -> None:
+    if dest.exists() and not dest.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "a file is in the way of the folder", str(dest))
+    if dest.is_dir() and any(dest.iterdir()) and not replaces(dest):
+        raise FileExistsError(errno.EEXIST, "the folder holds other files: not replaced",
+                              str(dest))
+
+
+def _swap_in(tmp: Path, dest: Path) -> None:
+    """Rename ``tmp`` to ``dest``; an existing ``dest`` is moved aside first and removed
+    after, or put back if the rename fails."""
+    if not dest.exists():
+        os.rename(tmp, dest)
+        return
+    old = tmp_name(dest)
+    os.rename(dest, old)
+    try:
+        os.rename(tmp, dest)
+    except OSError:
+        os.rename(old, dest)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _sweep_dirs(dest: Path) -> None:
+    """Remove temporary folders of ``dest`` whose writer is gone: its process has ended (this
+    machine), or nobody wrote into it for :data:`STALE_AFTER_S` (another machine)."""
+    prefix = f"{TMP_PREFIX}{dest.name}."
+    try:
+        with os.scandir(dest.parent) as entries:
+            found = [Path(e.path) for e in entries
+                     if e.name.startswith(prefix) and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for path in found:
+        owned = _OWNED_RE.search(path.name)
+        if owned is None:
+            continue  # not a name profkit writes
+        try:
+            gone = (not _pid_alive(int(owned.group(1))) if owned.group(2) == machine_tag()
+                    else time.time() - path.stat().st_mtime > STALE_AFTER_S)
+        except OSError:
+            continue
+        if gone:
+            shutil.rmtree(path, ignore_errors=True)
+            log.debug("removed abandoned temporary folder %s", path)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from profkit import __version__
-from profkit.errors import OutputError, ProfkitError, UsageError
+from profkit.errors import IncompleteRunError, OutputError, ProfkitError, UsageError
 
 log = logging.getLogger("profkit")
 
@@ -112,7 +112,8 @@ def _cached_analysis(args, run: str, thresholds, fmt: str):
     options = _analysis_options(args)
     code = "|".join(cache.run_fingerprint(Path(pkg.__file__).parent)  # any code change
                     for pkg in (profkit, profkit.analyzers))
-    key_text = (f"{args.ranks}|{args.cycle}|{thresholds_key(thresholds)}|"
+    # --strict loads differently (a conflict between traces is an error, not a skip)
+    key_text = (f"{args.ranks}|{args.cycle}|{thresholds_key(thresholds)}|{args.strict}|"
                 f"{classify.rules_fingerprint()}|{options.key()}")
     key = cache.run_fingerprint(Path(run), f"analyze|{__version__}|{code}|{key_text}")
     if not args.no_cache and Path(run).exists():
@@ -159,13 +160,36 @@ def _render_analysis(analysis, fmt: str) -> bytes:
 
     if fmt == "json":
         return orjson.dumps(to_json(analysis), option=orjson.OPT_INDENT_2) + b"\n"
+    if fmt == "html":
+        from profkit.analyzers.html_page import to_html
+
+        return to_html(analysis).encode()
     return (to_markdown if fmt == "markdown" else to_text)(analysis).encode()
 
 
 def cmd_analyze(args) -> int:
+    from profkit.analyzers.render import problems
+
     analysis = _cached_analysis(args, args.run, _thresholds(args), args.format)
     _emit(_render_analysis(analysis, args.format), args.output, analysis.verdict["summary"])
+    if args.tables:
+        _write_tables(analysis, args.tables, args.tables_format)
+    found = problems(analysis.run)
+    if args.strict and found:
+        raise IncompleteRunError(f"--strict: {'; '.join(found)} (the report was written)")
     return 0
+
+
+def _write_tables(analysis, folder: Path, fmt: str) -> None:
+    """Every table of the analysis into ``folder``, which appears whole or not at all."""
+    from profkit.analyzers.export import is_tables_folder, table_files
+    from profkit.atomic import atomic_dir
+
+    files = table_files(analysis, fmt)
+    with atomic_dir(folder, replaces=is_tables_folder) as tmp:
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+    print(f"wrote {folder}: {len(files) - 1} tables ({fmt}) and index.json", file=sys.stderr)
 
 
 def cmd_diff(args) -> int:
@@ -178,6 +202,10 @@ def cmd_diff(args) -> int:
     d = diff_analyses(base, new, thresholds)
     if args.format == "json":
         data = orjson.dumps(diff_to_json(d), option=orjson.OPT_INDENT_2) + b"\n"
+    elif args.format == "html":
+        from profkit.analyzers.html_page import diff_page
+
+        data = diff_page(d).encode()
     else:
         data = diff_to_text(d, markdown=args.format == "markdown").encode()
     _emit(data, args.output, d.verdict["summary"])
@@ -223,15 +251,24 @@ def cmd_dashboard(args) -> int:
     return 0
 
 
-def _add_load_options(p: argparse.ArgumentParser) -> None:
+STRICT_HELP = "fail on duplicate ranks or traces from another run instead of skipping them"
+ANALYZE_STRICT_HELP = (
+    STRICT_HELP + "; and after writing the report, exit with code 7 when it is not about the "
+    "whole run: the run failed, is incomplete or still running (run.json, ranks/), ranks are "
+    "missing (fewer analysed than the world size, ranks left out with --ranks aside), a file "
+    "that could be a trace (.json, .json.gz) was skipped (not profkit's own merged output or "
+    "a second name of a file already read), or rank numbers were guessed from file order. "
+    "Other notes (cycles joined, steps left out) do not count")
+
+
+def _add_load_options(p: argparse.ArgumentParser, strict_help: str = STRICT_HELP) -> None:
     p.add_argument("run", help="a profkit run directory, a folder of torch.profiler traces, or one trace file")
-    _add_read_options(p)
+    _add_read_options(p, strict_help)
 
 
-def _add_read_options(p: argparse.ArgumentParser) -> None:
+def _add_read_options(p: argparse.ArgumentParser, strict_help: str = STRICT_HELP) -> None:
     p.add_argument("--no-cache", action="store_true", help="ignore and do not write the ingest cache")
-    p.add_argument("--strict", action="store_true",
-                   help="fail on duplicate ranks or traces from another run instead of skipping them")
+    p.add_argument("--strict", action="store_true", help=strict_help)
     p.add_argument("--ranks", help="only these ranks, e.g. 0,2,4-7")
     p.add_argument("--cycle", type=_cycle, metavar="K",
                    help="only profiler cycle K of each rank (0 is the first; by default every "
@@ -280,7 +317,9 @@ def _positive(text: str) -> float:
 
 
 def _add_report_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("--format", choices=("text", "json", "markdown", "html"), default="text",
+                   help="text (a terminal), json (the full contract), markdown (a pull request) "
+                   "or html (one self-contained page, no external URL)")
     p.add_argument("-o", "--output", type=Path, help="write the report here instead of stdout")
 
 
@@ -310,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Say per rank and for the run whether the job is bound by "
                        "compute, communication, CPU launch, data loading or host synchronisation, "
                        "who the straggler is, and what to change.")
-    _add_load_options(p)
+    _add_load_options(p, ANALYZE_STRICT_HELP)
     _add_analysis_options(p)
     p.add_argument("--flops-per-step", type=_positive, metavar="FLOP",
                    help="the model's FLOPs of one step on one rank (e.g. 6 x parameters x "
@@ -319,6 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dense peak TFLOP/s of one device to judge MFU against (default: the "
                    "device's datasheet peak for the precisions the GEMMs ran in)")
     _add_report_options(p)
+    p.add_argument("--tables", type=Path, metavar="DIR",
+                   help="also write every analysis table into DIR, one file per table and an "
+                   "index.json; DIR appears whole or not at all, and replaces only an earlier "
+                   "--tables output or an empty folder")
+    p.add_argument("--tables-format", choices=("csv", "parquet"), default="csv",
+                   help="file format of --tables (default: csv)")
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("diff", help="did my change help? step time before and after, attributed",

@@ -11,7 +11,7 @@ import pandas as pd
 
 from profkit import classify
 from profkit import schema as S
-from profkit.columns import category_mask, to_float, to_int
+from profkit.columns import INT64_SAFE, category_mask, to_float, to_int
 
 RECORD_PARAM_COMMS = "record_param_comms"
 _ARG_COLUMNS = (
@@ -107,7 +107,10 @@ def _finish(t: pd.DataFrame) -> pd.DataFrame:
     t[S.COLL_NAME] = pd.Categorical(coll)
     nelems = np.fmax(t[S.IN_NELEMS].to_numpy(np.float64), t[S.OUT_NELEMS].to_numpy(np.float64))
     size = t[S.DTYPE].map(lambda d: S.DTYPE_BYTES.get(str(d).lower(), np.nan) if d else np.nan)
-    t[S.MSG_BYTES] = nelems * size.to_numpy(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        msg_bytes = nelems * size.to_numpy(np.float64)
+    # A negative or astronomically large element count is no message: its size is unknown.
+    t[S.MSG_BYTES] = np.where((msg_bytes >= 0) & (msg_bytes <= INT64_SAFE), msg_bytes, np.nan)
     for col in (S.PG_NAME, S.PG_DESC, S.PG_RANKS, S.COMMS_ID, S.DTYPE):
         t[col] = pd.Categorical(t[col].astype(object).where(t[col].notna(), "").astype(str))
     for col in (S.GROUP_SIZE, S.SEQ, S.CPU_TS_NS):

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from profkit import schema as S
-from profkit.model import empty_frame
+from profkit.columns import to_int
+from profkit.model import SkippedFile, empty_frame
+from profkit.validate import MAX_ABS_NS
 
 log = logging.getLogger(__name__)
 NVML_DIR = "nvml"
@@ -25,29 +28,72 @@ def counter_files(run_dir: Path, rank: int) -> list[Path]:
     return sorted(files, key=lambda p: int(p.name.split(".")[1]) if p.name.split(".")[1].isdigit() else -1)
 
 
-def read_npz(path: Path) -> pd.DataFrame:
-    """One chunk, long format; an unreadable chunk is logged and skipped."""
+class ChunkError(ValueError):
+    """An NVML chunk that cannot be used, and why."""
+
+
+def _columns(path: Path) -> dict[str, np.ndarray]:
+    """The chunk's columns, checked: equal-length 1-D numeric arrays with a ts_ns column."""
     try:
         with np.load(path, allow_pickle=False) as npz:
             cols = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        log.warning("%s: unreadable NVML chunk skipped (%s)", path, exc)
-        return empty_frame(S.COUNTER_COLUMNS)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise ChunkError(f"unreadable ({exc})") from None
     if "ts_ns" not in cols:
-        log.warning("%s: NVML chunk without ts_ns skipped", path)
-        return empty_frame(S.COUNTER_COLUMNS)
+        raise ChunkError("no ts_ns column")
+    shapes = {k: v.shape for k, v in cols.items()}
+    n = shapes["ts_ns"][0] if len(shapes["ts_ns"]) == 1 else -1
+    bad = sorted(k for k, shape in shapes.items() if shape != (n,))
+    if bad:
+        raise ChunkError("columns are not equal-length 1-D arrays (shapes: "
+                         + ", ".join(f"{k} {shapes[k]}" for k in dict.fromkeys(["ts_ns", *bad]))
+                         + ")")
+    for key in ("ts_ns", "gpu"):
+        if key in cols and cols[key].dtype.kind not in "iuf":
+            raise ChunkError(f"{key} is not numeric ({cols[key].dtype})")
+    return cols
+
+
+def _int_column(values: np.ndarray) -> np.ndarray:
+    """int64 column (-1 where a value is not an integer within +-2**62); integer arrays are
+    taken exactly, not through float64 (epoch ns need all 64 bits)."""
+    if values.dtype.kind not in "iu":
+        return to_int(values)
+    out = values.astype(np.int64)
+    out[(values > MAX_ABS_NS) | (out < -MAX_ABS_NS)] = -1
+    return out
+
+
+def read_npz(path: Path) -> pd.DataFrame:
+    """One chunk, long format; raises :class:`ChunkError` for a chunk that cannot be used.
+    Samples whose time or GPU index is not a valid integer are dropped."""
+    cols = _columns(path)
     n = len(cols["ts_ns"])
-    gpu = cols.get("gpu", np.zeros(n, dtype=np.int64))
-    wide = pd.DataFrame({S.TS_NS: cols["ts_ns"].astype(np.int64), S.DEVICE: gpu.astype(np.int64)})
+    ts = _int_column(cols["ts_ns"])
+    gpu = _int_column(cols.get("gpu", np.zeros(n, dtype=np.int64)))
+    keep = (ts >= 0) & (ts <= MAX_ABS_NS) & (gpu >= 0)
+    if not keep.all():
+        log.warning("%s: %d NVML samples without a valid ts_ns or gpu dropped", path,
+                    len(keep) - int(keep.sum()))
+    wide = pd.DataFrame({S.TS_NS: ts[keep], S.DEVICE: gpu[keep]})
     for key, values in cols.items():
-        if key not in KEY_COLUMNS and len(values) == n and values.dtype.kind in "fiub":
-            wide[key] = values.astype(np.float64)
+        if key not in KEY_COLUMNS and values.dtype.kind in "fiub":
+            wide[key] = values[keep].astype(np.float64)
     long = wide.melt(id_vars=[S.TS_NS, S.DEVICE], var_name=S.METRIC, value_name=S.VALUE)
     return long.dropna(subset=[S.VALUE])
 
 
-def load_counters(run_dir: Path, rank: int) -> pd.DataFrame:
-    frames = [read_npz(p) for p in counter_files(run_dir, rank)]
+def load_counters(run_dir: Path, rank: int, skipped: list[SkippedFile] | None = None) -> pd.DataFrame:
+    """NVML samples of one rank (long format); a chunk that cannot be used is logged and
+    listed in ``skipped`` (never fatal)."""
+    frames = []
+    for path in counter_files(run_dir, rank):
+        try:
+            frames.append(read_npz(path))
+        except ChunkError as exc:
+            log.warning("%s: NVML chunk skipped: %s", path, exc)
+            if skipped is not None:
+                skipped.append(SkippedFile(str(path), f"NVML chunk skipped: {exc}"))
     frames = [f for f in frames if not f.empty]
     if not frames:
         return empty_frame(S.COUNTER_COLUMNS)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from profkit.atomic import TMP_PREFIX
 from profkit.model import SkippedFile
+from profkit.validate import MAX_RANKS
 
 RUN_JSON = "run.json"
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -49,7 +50,8 @@ def rank_from_name(path: str | Path) -> int | None:
     """Rank from a file name such as ``rank3.json``, ``rank-3.json.gz`` or
     ``rank_3.<worker>.pt.trace.json``; None if the name carries none."""
     match = _RANK_RE.search(Path(path).name)
-    return int(match.group(1)) if match else None
+    rank = int(match.group(1)) if match and len(match.group(1)) < 10 else None
+    return rank if rank is not None and rank < MAX_RANKS else None  # else a number, no rank
 
 
 def profkit_name(path: str | Path) -> tuple[int, int] | None:

@@ -41,6 +41,14 @@ class RunConflictError(ProfkitError):
     exit_code = 5
 
 
+class IncompleteRunError(ProfkitError):
+    """``profkit analyze --strict``: the report was written, but it is not about the whole
+    run (the run failed or did not finish, ranks are missing, traces were skipped, or rank
+    numbers were guessed from file order)."""
+
+    exit_code = 7
+
+
 def error_text(record: object) -> str:
     """A recorded error (the ``{"type", "message"}`` of run.json and ``ranks/rank{R}.json``)
     as one line, ``"RuntimeError: boom"``; the capture side writes these records and both

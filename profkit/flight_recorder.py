@@ -4,12 +4,15 @@ A dump is a pickle of ``{"version", "pg_config", "pg_status", "comm_lib_version"
 "nccl_comm_state"?, "entries": [...]}`` as written by
 ``torch._C._distributed_c10d._dump_nccl_trace()`` / ``_dump_fr_trace()`` or by
 ``TORCH_NCCL_DUMP_ON_TIMEOUT`` (file ``{TORCH_FR_DUMP_TEMP_FILE}{rank}``). Only plain
-Python containers are unpickled: any class reference in the data is refused.
+Python containers are unpickled: any class reference in the data is refused. A dump larger
+than :data:`MAX_DUMP_BYTES`, or one that is truncated (a rank killed mid-dump) or claims more
+memory than there is, is refused with a :class:`TraceError` naming it.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import math
 import pickle
 import re
@@ -19,8 +22,16 @@ from typing import Any
 import pandas as pd
 
 from profkit.errors import TraceError
+from profkit.model import SkippedFile, read_each
 
+log = logging.getLogger(__name__)
 FR_GLOB = "flight_recorder_rank*"
+# Dumps hold the last TORCH_NCCL_TRACE_BUFFER_SIZE collectives (a few MB for thousands of
+# entries with stacks); past this a file is no dump, and reading it could exhaust memory.
+MAX_DUMP_BYTES = 256 << 20
+# What a malformed dump (truncated, wrong shapes, absurd sizes) raises while being read.
+_DUMP_ERRORS = (pickle.UnpicklingError, ValueError, EOFError, TypeError, AttributeError,
+                KeyError, IndexError, MemoryError, OverflowError, RecursionError)
 _RANK_IN_NAME = re.compile(r"rank(\d+)(?:\.pkl)?$")
 ENTRY_COLUMNS = (
     "rank", "pg_id", "pg_name", "pg_desc", "record_id", "collective_seq_id", "p2p_seq_id",
@@ -120,18 +131,30 @@ def rank_from_name(name: str) -> int:
     return int(m.group(1)) if m else -1
 
 
-def load_flight_recorder_dir(run_dir: str | Path) -> pd.DataFrame:
+def read_dump(path: Path) -> pd.DataFrame:
+    """The entries of one dump file (:func:`entries_frame`); raises :class:`TraceError`
+    naming the file for one that is too large or cannot be read."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_DUMP_BYTES:
+            raise TraceError(str(path), f"{size:,} bytes is larger than a flight-recorder dump "
+                             f"can be ({MAX_DUMP_BYTES:,}); not read")
+        return parse_flight_recorder(path.read_bytes(), rank_from_name(path.name))
+    except OSError as exc:
+        raise TraceError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    except _DUMP_ERRORS as exc:
+        raise TraceError(str(path), "not a readable flight-recorder dump "
+                         f"({type(exc).__name__}: {exc})") from None
+
+
+def load_flight_recorder_dir(run_dir: str | Path,
+                             skipped: list[SkippedFile] | None = None) -> pd.DataFrame:
     """Entries of every ``nccl/flight_recorder_rank{R}[.pkl]`` dump of a run directory,
-    with a ``file`` column. Raises :class:`TraceError` naming a corrupt dump."""
-    frames = []
-    for path in sorted((Path(run_dir) / "nccl").glob(FR_GLOB)):
-        if not path.is_file() or path.name.startswith(".tmp-"):
-            continue
-        try:
-            df = parse_flight_recorder(path.read_bytes(), rank_from_name(path.name))
-        except (pickle.UnpicklingError, ValueError, EOFError, TypeError) as e:
-            raise TraceError(str(path), f"not a readable flight-recorder dump ({e})") from e
-        frames.append(df.assign(file=path.name))
+    with a ``file`` column. A dump that cannot be read raises :class:`TraceError` naming
+    it, or, when ``skipped`` is given, is logged, listed there and left out."""
+    dumps = [p for p in sorted((Path(run_dir) / "nccl").glob(FR_GLOB))
+             if p.is_file() and not p.name.startswith(".tmp-")]
+    frames = [df.assign(file=path.name) for path, df in read_each(dumps, read_dump, skipped, log)]
     if not frames:
         return entries_frame({}).assign(file=pd.Series(dtype="object"))
     return pd.concat(frames, ignore_index=True)

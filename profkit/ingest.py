@@ -16,9 +16,12 @@ from profkit import classify, comm_evidence
 from profkit import schema as S
 from profkit.accumulate import SparseArgs, accumulate
 from profkit.collectives import build_collectives
+from profkit.header import base_time_ns
 from profkit.tracefile import Trace
+from profkit.validate import Problems
 
 STEP_PREFIX = "ProfilerStep#"
+MAX_STEP = 1 << 53
 
 
 class Tables(NamedTuple):
@@ -29,9 +32,9 @@ class Tables(NamedTuple):
 
 
 def build_tables(trace: Trace) -> Tables:
-    """The tables of one trace."""
-    acc = accumulate(trace)
-    ev = acc.frame(int(trace.header.baseTimeNanoseconds or 0))
+    """The tables of one trace (what was dropped or repaired is added to its problems)."""
+    acc = accumulate(trace, base_time_ns(trace.header.baseTimeNanoseconds, Problems()))
+    ev = acc.frame()
     args = acc.coll_args
     is_gpu = ev[S.KIND].isin(S.GPU_KINDS).to_numpy()
     _classify_gpu(ev, is_gpu, args)
@@ -73,7 +76,9 @@ def step_table(ev: pd.DataFrame) -> pd.DataFrame:
     mask = names.isin(step_names) & ~ev[S.KIND].isin(S.GPU_KINDS + (S.KIND_GPU_ANNOTATION,))
     rows = ev.loc[mask, [S.NAME, S.TS_NS, S.DUR_NS]]
     number = pd.to_numeric(rows[S.NAME].astype(str).str.slice(len(STEP_PREFIX)), errors="coerce")
-    rows = rows.assign(**{S.STEP: number}).dropna(subset=[S.STEP])
+    # A step with no duration holds nothing, and a number past 2**53 is no step count.
+    sane = (number >= 0) & (number <= MAX_STEP) & (rows[S.DUR_NS] > 0)
+    rows = rows.assign(**{S.STEP: number})[sane.to_numpy()]
     rows = rows.sort_values(S.DUR_NS, ascending=False).drop_duplicates(S.STEP)
     rows[S.STEP] = rows[S.STEP].astype(np.int64)
     return rows.sort_values(S.TS_NS)[[S.STEP, S.TS_NS, S.DUR_NS]].reset_index(drop=True)

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from profkit import cache, discover, ingest, rankfiles, tracefile
+from profkit import cache, discover, ingest, rankfiles, runmeta, tracefile
 from profkit import schema as S
 from profkit.counters import load_counters
 from profkit.errors import NoTracesError, TraceError, UsageError, error_text
+from profkit.header import header_facts, process_names
 from profkit.model import RankData, Run, SkippedFile
 from profkit.rankfiles import RankFiles
 
@@ -58,25 +58,14 @@ class Ingested:
     error: str | None = None
 
 
-def trace_meta(path: Path, header: tracefile.Header, metadata: list, count: int) -> dict[str, Any]:
-    """The header facts of one trace that the model keeps (``metadata``: its 'M' events)."""
-    dist = header.distributedInfo if isinstance(header.distributedInfo, dict) else {}
-    names: dict[str, dict] = {}
-    for ev in metadata:
-        if ev.name in ("process_name", "process_labels") and ev.args:
-            entry = names.setdefault(str(ev.pid), {})
-            entry[ev.name] = ev.args.name if ev.name == "process_name" else ev.args.labels
-    return {
-        "source": str(path),
-        "distributed": dist,
-        "devices": header.deviceProperties if isinstance(header.deviceProperties, list) else [],
-        "base_time_ns": header.baseTimeNanoseconds,
-        "host": header.host_name or header.hostname,
-        "trace_id": header.trace_id,
-        "profkit_run_id": header.profkit_run_id,
-        "process_names": names,
-        "raw_event_count": count,
-    }
+def trace_meta(path: Path, trace: tracefile.Trace, metadata: list) -> dict[str, Any]:
+    """The header facts of one trace that the model keeps (``metadata``: its 'M' events),
+    validated; ``problems`` holds one line naming the file and what was repaired, if anything."""
+    problems = trace.all_problems()
+    meta = {"source": str(path), **header_facts(trace.header, problems),
+            "process_names": process_names(metadata, problems), "raw_event_count": len(trace)}
+    meta["problems"] = [problems.line(path)] if problems else []
+    return meta
 
 
 def ingest_file(path: str, use_cache: bool = True) -> Ingested:
@@ -91,12 +80,17 @@ def ingest_file(path: str, use_cache: bool = True) -> Ingested:
         if isinstance(trace.header.profkit, dict):  # merge's own mark (profkit.merge)
             return Ingested(path, error=MERGED_OUTPUT)
         events, collectives, steps, metadata = ingest.build_tables(trace)
+        meta = trace_meta(trace_path, trace, metadata)
     except TraceError as exc:
         return Ingested(path, error=exc.problem)
     except MemoryError:
         return Ingested(path, error="out of memory while reading (try --ranks to load fewer)")
+    except Exception as exc:  # a bug on one file must not lose the other ranks
+        log.exception("%s: could not be read", path)
+        return Ingested(path, error=f"could not be read ({type(exc).__name__}: {exc})")
+    for line in meta["problems"]:
+        log.warning("%s", line)
     tables = {"events": events, "collectives": collectives, "steps": steps}
-    meta = trace_meta(trace_path, trace.header, metadata, len(trace))
     if use_cache:
         cache.store(trace_path, tables, meta)
     return _with_facts(Ingested(path, tables, meta))
@@ -150,15 +144,22 @@ def _json_bytes(path: Path) -> int:
 
 
 def read_run_json(folder: Path) -> dict[str, Any]:
-    path = folder / discover.RUN_JSON
-    if not path.is_file():
-        return {}
-    try:
-        meta = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        log.warning("%s: unreadable run.json (%s); reading the traces alone", path, exc)
-        return {}
-    return meta if isinstance(meta, dict) else {}
+    """run.json's validated facts ({} without one); what was wrong with it is logged and
+    kept as one line in ``problems``."""
+    meta, problems = runmeta.read_run_meta(folder)
+    if problems:
+        line = problems.line(folder / discover.RUN_JSON)
+        log.warning("%s", line)
+        meta["problems"] = [line]
+    return meta
+
+
+def problem_notes(meta: dict[str, Any], rank_metas: dict[int, dict]) -> list[str]:
+    """One note per file whose bad values were repaired or dropped while reading it."""
+    lines = list(meta.get("problems") or [])
+    for rank_meta in rank_metas.values():
+        lines.extend(rank_meta.get("problems") or [])
+    return lines
 
 
 def load_run(path: str | Path, *, cache: bool = True, workers: int | None = None,
@@ -179,7 +180,9 @@ def load_run(path: str | Path, *, cache: bool = True, workers: int | None = None
         datas[rank] = rank_data(rf.files, rank, rf.source)
         for res in rf.files:  # keep only the joined tables of a rank read from several files
             res.tables = None
-    run = Run(str(root), complete_meta(meta, chosen, folder), datas, skipped, notes)
+    rank_metas = {r: d.meta for r, d in datas.items()}
+    run = Run(str(root), complete_meta(meta, chosen, folder, skipped), datas, skipped,
+              notes + problem_notes(meta, rank_metas))
     _attach_counters(run, folder)
     _attach_nccl(run, folder)
     for rank, data in run.ranks.items():
@@ -293,26 +296,30 @@ def join_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return out.sort_values(S.TS_NS, kind="stable").reset_index(drop=True)
 
 
-def read_rank_status(folder: Path) -> dict[int, dict]:
-    """Each rank's own final status (``ranks/rank{R}.json``) in a profkit run directory."""
+def read_rank_status(folder: Path, skipped: list[SkippedFile] | None = None) -> dict[int, dict]:
+    """Each rank's own final status (``ranks/rank{R}.json``) in a profkit run directory; a
+    bad file is logged and listed in ``skipped``."""
     out = {}
-    for path in sorted((folder / "ranks").glob("rank*.json")):
+    for path in sorted((folder / runmeta.RANK_STATUS_DIR).glob("rank*.json")):
         try:
-            status = orjson.loads(path.read_bytes())
-        except (OSError, orjson.JSONDecodeError) as exc:
-            log.warning("%s: unreadable rank status (%s)", path, exc)
+            status = runmeta.read_rank_status_file(path)
+        except (OSError, ValueError) as exc:
+            log.warning("%s: unreadable rank status skipped (%s)", path, exc)
+            if skipped is not None:
+                skipped.append(SkippedFile(str(path), f"unreadable rank status ({exc})"))
             continue
-        if isinstance(status, dict) and isinstance(status.get("rank"), int):
-            out[status["rank"]] = status
+        out[status["rank"]] = status
     return out
 
 
-def complete_meta(meta: dict, chosen: dict[int, RankFiles], folder: Path) -> dict[str, Any]:
+def complete_meta(meta: dict, chosen: dict[int, RankFiles], folder: Path,
+                  skipped: list[SkippedFile] | None = None) -> dict[str, Any]:
     """run.json's facts, completed from the traces; a run is failed if any rank says so.
-    ``rank_files``: the files each rank was read from."""
+    ``rank_files``: the files each rank was read from; bad rank status files are listed in
+    ``skipped``."""
     rank_metas = {r: rf.files[0].meta for r, rf in chosen.items()}
     out = dict(meta, rank_files={str(r): rf.paths for r, rf in chosen.items()})
-    status = read_rank_status(folder) if meta else {}
+    status = read_rank_status(folder, skipped) if meta else {}
     if status:
         out["rank_status"] = {str(r): s.get("status") for r, s in status.items()}
         failed = {r: s for r, s in status.items() if s.get("status") == "failed"}
@@ -334,19 +341,17 @@ def complete_meta(meta: dict, chosen: dict[int, RankFiles], folder: Path) -> dic
 
 def _attach_counters(run: Run, folder: Path) -> None:
     for rank, data in run.ranks.items():
-        data.counters = load_counters(folder, rank)
+        data.counters = load_counters(folder, rank, run.skipped)
 
 
 def _attach_nccl(run: Run, folder: Path) -> None:
-    """NCCL logs and flight-recorder dumps of a profkit run, as tables; never fatal."""
+    """NCCL logs and flight-recorder dumps of a profkit run, as tables; a bad file is
+    listed in ``run.skipped`` and never blocks the traces."""
     if not (folder / "nccl").is_dir():
         return
     from profkit.nccl_logs import load_nccl_dir
 
-    try:
-        run.nccl = load_nccl_dir(folder)
-    except (OSError, ValueError) as exc:
-        run.notes.append(f"{folder / 'nccl'}: NCCL logs not read ({exc})")
+    run.nccl = load_nccl_dir(folder, run.skipped, run.meta.get("ranks") or {})
 
 
 def align_clock(data: RankData, offset: int) -> None:

@@ -11,6 +11,7 @@ file and renamed, so a failed merge leaves nothing half-written.
 from __future__ import annotations
 
 import gzip
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,11 @@ from profkit import schema as S
 from profkit import tracefile
 from profkit.atomic import atomic_open
 from profkit.errors import TraceError, UsageError
+from profkit.header import base_time_ns
 from profkit.model import RankData, Run, SkippedFile
+from profkit.validate import MAX_ABS_NS, Problems
+
+log = logging.getLogger(__name__)
 
 UNSET = msgspec.UNSET
 Raw = msgspec.Raw
@@ -32,6 +37,7 @@ FLOW_ID_STRIDE = 1 << 40  # remapped flow id = rank * stride + id
 CHUNK_EVENTS = 20000
 NS_PER_S = 1_000_000_000
 MERGED_SCHEMA = "profkit.merged/1"
+MAX_REL_US = 2 * MAX_ABS_NS / 1000  # an event within +-2**62 epoch ns, relative to the base
 
 
 class MEvent(msgspec.Struct, omit_defaults=True, gc=False):
@@ -61,6 +67,7 @@ class MEvent(msgspec.Struct, omit_defaults=True, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(list[MEvent])
+_EVENT_DECODER = msgspec.json.Decoder(MEvent)
 _ENCODER = msgspec.json.Encoder()
 _PROCESS_META = {"process_name", "process_labels", "process_sort_index"}
 
@@ -135,8 +142,9 @@ def _common_base_ns(run: Run, ranks: list[int]) -> int:
 def _rank_chunks(run: Run, data: RankData, base_ns: int, window: Window):
     """(event count, encoded JSON without brackets) chunks of one rank's events (of each of
     its files: its profiler cycles), counters and metadata; events are decoded one batch at
-    a time."""
-    pids = _PidMap(data, run.meta.get("ranks", {}).get(str(data.rank), {}).get("host"))
+    a time. Events that cannot be placed (wrong-typed ph/pid/ts/id, or ts off the int64
+    clock) are left out and counted."""
+    pids = _PidMap(data, _declared_host(run, data.rank))
     for path in data.meta.get("sources") or [data.path]:
         yield from _file_chunks(run, data.rank, path, pids, base_ns, window)
     tail = _counter_events(data, pids, base_ns, window) + pids.metadata_events()
@@ -146,15 +154,14 @@ def _rank_chunks(run: Run, data: RankData, base_ns: int, window: Window):
 
 def _file_chunks(run: Run, rank: int, path: str, pids: _PidMap, base_ns: int, window: Window):
     trace = tracefile.load(path)
-    shift_us = (int(trace.header.baseTimeNanoseconds or 0) - run.clock_offset_ns(rank)
-                - base_ns) / 1000.0
+    base_time = base_time_ns(trace.header.baseTimeNanoseconds, Problems())
+    shift_us = (base_time - run.clock_offset_ns(rank) - base_ns) / 1000.0
     lo, hi = _window_us(window, base_ns)
     rank_offset = rank * FLOW_ID_STRIDE
-    for blob in trace.raw_batches(CHUNK_EVENTS):
-        try:
-            events = _DECODER.decode(blob)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise TraceError(path, f"cannot be merged ({exc})") from None
+    dropped = 0
+    for chunk in trace.raw_chunks(CHUNK_EVENTS):
+        events = _decode_events(chunk)
+        dropped += len(chunk) - len(events)
         kept = []
         for ev in events:
             if ev.ph == "M" and _meta_name(ev) in _PROCESS_META:
@@ -162,16 +169,45 @@ def _file_chunks(run: Run, rank: int, path: str, pids: _PidMap, base_ns: int, wi
                 continue
             if isinstance(ev.ts, float):
                 ev.ts += shift_us
+                if not abs(ev.ts) <= MAX_REL_US:  # also NaN
+                    dropped += 1
+                    continue
                 outside = (hi is not None and ev.ts >= hi) or \
                     (lo is not None and ev.ts < lo and ev.ts + _dur(ev) <= lo)
                 if outside and ev.ph != "M":
                     continue
             ev.pid = pids.new_pid(ev.pid)
             if ev.ph in ("s", "f", "t") and isinstance(ev.id, int):
-                ev.id += rank_offset
+                ev.id = ev.id % FLOW_ID_STRIDE + rank_offset  # ids past the stride wrap
             kept.append(ev)
         if kept:
             yield len(kept), _ENCODER.encode(kept)[1:-1]
+    if dropped:
+        log.warning("%s: %d events not merged (a wrong-typed ph, pid, ts or id, or ts off the "
+                    "clock)", path, dropped)
+
+
+def _decode_events(chunk: list[Raw]) -> list[MEvent]:
+    """The chunk's events; event by event when the batch has one the decoder refuses."""
+    try:
+        return _DECODER.decode(tracefile.json_array(chunk))
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    events = []
+    for raw in chunk:
+        try:
+            events.append(_EVENT_DECODER.decode(raw))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+    return events
+
+
+def _declared_host(run: Run, rank: int) -> str | None:
+    """The rank's host as run.json declares it (validated there; guarded for other metas)."""
+    declared = run.meta.get("ranks")
+    entry = declared.get(str(rank)) if isinstance(declared, dict) else None
+    host = entry.get("host") if isinstance(entry, dict) else None
+    return host if isinstance(host, str) else None
 
 
 def _meta_name(ev: MEvent) -> str:
@@ -208,12 +244,16 @@ class _PidMap:
             self.gpu_pid[int(device)] = int(pid)
 
     def note(self, ev: MEvent) -> None:
-        args = orjson.loads(bytes(ev.args)) if ev.args is not UNSET else {}
+        try:
+            args = orjson.loads(bytes(ev.args)) if ev.args is not UNSET else {}
+        except orjson.JSONDecodeError:
+            args = {}
+        args = args if isinstance(args, dict) else {}
         key = str(ev.pid)
-        if "labels" in args:
-            self.labels[key] = str(args["labels"])
-        if "name" in args:
-            self.names[key] = str(args["name"])
+        if isinstance(args.get("labels"), str):
+            self.labels[key] = args["labels"]
+        if isinstance(args.get("name"), str):
+            self.names[key] = args["name"]
 
     def new_pid(self, pid: Any) -> int:
         if pid not in self.mapping:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -10,6 +13,8 @@ import pandas as pd
 
 from profkit import datacodec
 from profkit import schema as S
+from profkit.errors import TraceError
+from profkit.validate import MAX_OFFSET_NS, int_in
 
 
 @datacodec.register
@@ -22,6 +27,23 @@ class SkippedFile:
 
     def as_dict(self) -> dict[str, str]:
         return {"path": self.path, "reason": self.reason}
+
+
+def read_each(paths: Iterable[Path], read: Callable[[Path], Any],
+              skipped: list[SkippedFile] | None, log: logging.Logger) -> Iterator[tuple[Path, Any]]:
+    """(path, read(path)) for each file. A file whose read raises :class:`TraceError` is
+    logged and listed in ``skipped`` (the error is raised when there is no such list), so
+    that one bad sidecar file never stops the others or the traces."""
+    for path in paths:
+        try:
+            result = read(path)
+        except TraceError as exc:
+            if skipped is None:
+                raise
+            log.warning("%s", exc)
+            skipped.append(SkippedFile(exc.path, exc.problem))
+            continue
+        yield path, result
 
 
 @dataclass
@@ -84,15 +106,20 @@ class Run:
 def world_size(meta: dict[str, Any], ranks) -> int:
     """run.json's world size when it declares one, else the highest rank + 1."""
     declared = meta.get("world_size")
-    if isinstance(declared, int) and declared > 0:
+    if isinstance(declared, int) and not isinstance(declared, bool) and declared > 0:
         return declared
     return max(ranks, default=-1) + 1
 
 
 def clock_offset_ns(meta: dict[str, Any], rank: int) -> int:
-    """A rank's clock minus rank 0's from run.json's ``clock_offsets_ns`` (0 if unknown)."""
-    offsets = meta.get("clock_offsets_ns") or {}
-    return int(offsets.get(str(rank), offsets.get(rank, 0)) or 0)
+    """A rank's clock minus rank 0's from run.json's ``clock_offsets_ns`` (0 if unknown or
+    not an integer number of ns within +-2**61; run.json is validated when read, this
+    guards metadata built elsewhere)."""
+    offsets = meta.get("clock_offsets_ns")
+    if not isinstance(offsets, dict):
+        return 0
+    offset = offsets.get(str(rank), offsets.get(rank))
+    return int_in(offset, -MAX_OFFSET_NS, MAX_OFFSET_NS) or 0
 
 
 def step_spans(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -18,12 +18,20 @@ Lines look like ``host:pid:tid [dev] NCCL INFO <message>``. Recognised messages:
 
 from __future__ import annotations
 
-import json
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+
+from profkit.columns import to_int
+from profkit.errors import TraceError
+from profkit.model import SkippedFile, read_each
+from profkit.runmeta import read_run_meta
+
+log = logging.getLogger(__name__)
 
 NCCL_SUBDIR = "nccl"
 PREFIX_COLUMNS = ("host", "pid", "tid", "dev")
@@ -52,7 +60,7 @@ _TRANSPORT = re.compile(r"^Channel (?P<channel>\d+)/(?P<conn>\d+) : (?P<src>\d+)
                         r" via (?P<via>\S+)")
 _TUNING = re.compile(r"^(?P<func>[A-Za-z]+): (?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) "
                      r"proto (?P<proto>\w+)(?: time (?P<time>[-\d.eE+]+))?")
-_COLL = re.compile(r"^(?P<func>[A-Za-z]+): opCount (?P<op_count>[0-9a-fx]+) .*?count (?P<count>\d+)"
+_COLL = re.compile(r"^(?P<func>[A-Za-z]+): opCount (?P<op_count>(?:0x)?[0-9a-f]+) .*?count (?P<count>\d+)"
                    r" datatype (?P<datatype>\d+) op (?P<op>\d+) root (?P<root>-?\d+) "
                    r"comm (?P<comm>0x[0-9a-f]+)(?: \[nranks=(?P<nranks>\d+)\])?")
 _ENV = re.compile(r"^(?P<name>NCCL_\w+) set by environment to (?P<value>.*)$")
@@ -78,7 +86,7 @@ INT_COLUMNS = {"pid", "tid", "rank", "nranks", "cuda_dev", "nvml_dev", "nnodes",
 
 
 def _name(value: str, names: dict[int, str]) -> str:
-    return names.get(int(value), value) if value.isdigit() else value
+    return names.get(int(value), value) if value.isdecimal() else value
 
 
 def _comm(m: re.Match) -> list[tuple[str, dict]]:
@@ -158,7 +166,7 @@ def _frame(table: str, rows: list[dict]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=list(cols))
     for c in cols:
         if c in INT_COLUMNS:
-            df[c] = pd.to_numeric(df[c], errors="coerce").fillna(-1).astype("int64")
+            df[c] = to_int(pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64))
     if "time_us" in df:
         df["time_us"] = df["time_us"].astype("float64")
     return df
@@ -169,28 +177,39 @@ def parse_tuning(text: str) -> pd.DataFrame:
     return parse_nccl_log(text)["tuning"]
 
 
-def _rank_map(run_dir: Path) -> dict[tuple[str, int], int]:
+def _rank_map(declared: dict[str, dict]) -> dict[tuple[str, int], int]:
+    """(host, pid) -> global rank, from run.json's validated ``ranks``."""
+    return {(r["host"], r["pid"]): int(k) for k, r in declared.items()
+            if isinstance(r.get("host"), str) and isinstance(r.get("pid"), int)}
+
+
+def _parse_log_file(path: Path) -> dict[str, pd.DataFrame]:
     try:
-        doc = json.loads((run_dir / "run.json").read_text())
-        return {(r["host"], int(r["pid"])): int(k) for k, r in doc.get("ranks", {}).items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
+        return parse_nccl_log(path.read_text(errors="replace"))
+    except (OSError, ValueError, MemoryError) as exc:
+        raise TraceError(str(path), f"NCCL log not read ({type(exc).__name__}: {exc})") from None
 
 
-def load_nccl_dir(run_dir: str | Path) -> dict[str, pd.DataFrame]:
+def load_nccl_dir(run_dir: str | Path, skipped: list[SkippedFile] | None = None,
+                  ranks: dict[str, dict] | None = None) -> dict[str, pd.DataFrame]:
     """Every NCCL log (``nccl/*.log``) and flight-recorder dump of a run directory.
 
     Returns the tables of :func:`parse_nccl_log` concatenated over files, each with ``file``
     and ``global_rank`` columns (from run.json's host/pid, -1 if unknown; ``rank`` columns
     are ranks within the communicator), plus
-    ``flight_recorder`` (see :mod:`profkit.flight_recorder`)."""
+    ``flight_recorder`` (see :mod:`profkit.flight_recorder`). ``ranks``: run.json's
+    validated ``ranks`` (read here when not given). A file that cannot be read raises
+    :class:`TraceError`, or, when ``skipped`` is given, is logged, listed there and left out."""
     from profkit.flight_recorder import load_flight_recorder_dir
 
     run_dir = Path(run_dir)
-    ranks = _rank_map(run_dir)
+    if ranks is None:
+        ranks = read_run_meta(run_dir)[0].get("ranks", {})
+    by_process = _rank_map(ranks)
     parts: dict[str, list[pd.DataFrame]] = {k: [] for k in TABLE_COLUMNS}
-    for path in sorted((run_dir / NCCL_SUBDIR).glob("*.log")):
-        for table, df in parse_nccl_log(path.read_text(errors="replace")).items():
+    logs = sorted((run_dir / NCCL_SUBDIR).glob("*.log"))
+    for path, tables in read_each(logs, _parse_log_file, skipped, log):
+        for table, df in tables.items():
             if len(df):
                 parts[table].append(df.assign(file=path.name))
     out = {}
@@ -198,8 +217,8 @@ def load_nccl_dir(run_dir: str | Path) -> dict[str, pd.DataFrame]:
         df = (pd.concat(dfs, ignore_index=True) if dfs
               else _frame(table, []).assign(file=pd.Series(dtype="object")))
         df["global_rank"] = pd.Series(
-            [ranks.get((h, int(p)), -1) for h, p in zip(df["host"], df["pid"], strict=True)],
+            [by_process.get((h, int(p)), -1) for h, p in zip(df["host"], df["pid"], strict=True)],
             index=df.index, dtype="int64")
         out[table] = df
-    out["flight_recorder"] = load_flight_recorder_dir(run_dir)
+    out["flight_recorder"] = load_flight_recorder_dir(run_dir, skipped)
     return out

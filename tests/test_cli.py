@@ -75,3 +75,115 @@ def test_analyze_result_cache_follows_the_run(tmp_path):
     second = run_cli("analyze", tmp_path / "run", "--format", "json")
     assert json.loads(first.stdout)["run"]["ranks_analyzed"] == [0]
     assert json.loads(second.stdout)["run"]["ranks_analyzed"] == [0, 1]
+
+
+# --- analyze: --strict and --tables -------------------------------------------------------
+
+def _one_of_eight(tmp_path):
+    """param_dlrm_8rank with only rank 0's trace: 7 of its 8 ranks missing."""
+    import shutil
+
+    from tests.conftest import REPO
+
+    run = tmp_path / "run"
+    run.mkdir()
+    [rank0] = (REPO / "tests" / "data" / "public" / "param_dlrm_8rank").glob("worker0_*")
+    shutil.copy(rank0, run / rank0.name)
+    return run
+
+
+def test_strict_analyze_writes_the_report_then_fails(tmp_path, capsys):
+    run = _one_of_eight(tmp_path)
+    assert main(["analyze", str(run), "--no-cache", "-o", str(tmp_path / "a.txt")]) == 0
+    capsys.readouterr()
+    (tmp_path / "a.txt").unlink()
+    assert main(["analyze", str(run), "--no-cache", "--strict", "-o", str(tmp_path / "a.txt")]) == 7
+    err = capsys.readouterr().err
+    assert "--strict: 7 of 8 ranks missing (1-7)" in err and "the report was written" in err
+    assert (tmp_path / "a.txt").read_text().splitlines()[1] == "1 of 8 ranks analysed: 7 missing (1-7)"
+
+
+def test_strict_analyze_of_a_whole_run_passes(tmp_path, capsys):
+    from tests.realruns import copy_run
+
+    run = copy_run("zoo/balanced", tmp_path / "run")
+    assert main(["analyze", str(run), "--no-cache", "--strict"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "2 of 2 ranks analysed"
+
+
+def test_analyze_help_says_what_strict_counts(capsys):
+    with pytest.raises(SystemExit):
+        main(["analyze", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for words in ("exit with code 7", "ranks are missing", "guessed from file order",
+                  "--tables DIR", "--tables-format {csv,parquet}"):
+        assert words in text
+
+
+def _tables(tmp_path, *extra):
+    from tests.realruns import copy_run
+
+    run = copy_run("zoo/straggler", tmp_path / "run")
+    out = tmp_path / "tables"
+    code = main(["analyze", str(run), "--no-cache", "--format", "json", "-o",
+                 str(tmp_path / "a.json"), "--tables", str(out), *extra])
+    return code, out
+
+
+def test_tables_are_readable_csvs_matching_the_json(tmp_path):
+    import csv
+    import json
+
+    code, out = _tables(tmp_path)
+    assert code == 0
+    doc = json.loads((tmp_path / "a.json").read_text())
+    index = json.loads((out / "index.json").read_text())
+    assert index["schema"] == "profkit.tables/1" and index["format"] == "csv"
+    listed = {t["file"] for t in index["tables"]}
+    assert listed | {"index.json"} == {p.name for p in out.iterdir()}
+    assert {"rank_breakdown.csv", "top_kernels.csv", "efficiency.csv", "collectives.csv",
+            "transfers.csv", "idle_code.csv"} <= listed
+    rows = {t["file"]: list(csv.DictReader((out / t["file"]).open())) for t in index["tables"]
+            if t["columns"]}
+    assert all(len(rows[t["file"]]) == t["rows"] for t in index["tables"] if t["columns"])
+    for rank in doc["ranks"]:
+        [row] = [r for r in rows["rank_breakdown.csv"] if int(r["rank"]) == rank["rank"]]
+        assert float(row["step_time_ms"]) == rank["step_time_ms"]
+        assert {p: float(row[p]) for p in rank["breakdown"]} == rank["breakdown"]
+    kernels = rows["top_kernels.csv"]
+    assert [k["name"] for k in kernels] == [k["name"] for k in doc["top_kernels"]]
+    assert [int(k["total_ns"]) for k in kernels] == [k["total_ns"] for k in doc["top_kernels"]]
+
+
+def test_tables_as_parquet_hold_the_same_numbers(tmp_path):
+    import csv
+
+    import pyarrow.parquet as pq
+
+    code, out = _tables(tmp_path, "--tables-format", "parquet")
+    assert code == 0
+    frame = pq.read_table(out / "rank_breakdown.parquet").to_pandas()
+    code, csv_out = _tables(tmp_path / "again")
+    rows = list(csv.DictReader((csv_out / "rank_breakdown.csv").open()))
+    assert list(frame["compute"]) == [float(r["compute"]) for r in rows]
+
+
+def test_tables_replace_an_earlier_output_and_nothing_else(tmp_path, capsys):
+    code, out = _tables(tmp_path)
+    assert code == 0
+    (out / "stale.csv").write_text("from an earlier run\n")
+    assert _tables(tmp_path / "2", "--tables", str(out))[0] == 0  # the last --tables wins
+    assert not (out / "stale.csv").exists() and (out / "index.json").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    capsys.readouterr()
+    assert _tables(tmp_path / "3", "--tables", str(mine))[0] == 6
+    err = capsys.readouterr().err
+    assert f"cannot write {mine}: the folder holds other files: not replaced" in err
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    in_the_way = tmp_path / "file"
+    in_the_way.write_text("a file")
+    assert _tables(tmp_path / "4", "--tables", str(in_the_way))[0] == 6
+    assert in_the_way.read_text() == "a file"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]

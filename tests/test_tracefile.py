@@ -1,4 +1,5 @@
 import gzip
+import json
 
 import pytest
 
@@ -67,3 +68,63 @@ def test_unexpected_types_fall_back_to_the_lenient_decoder(tmp_path):
     events = tracefile.load(path).events()
     assert [e.name for e in events] == ["k", "ok"]
     assert events[0].ts == 12.5 and events[0].args is None
+
+
+def test_gzip_members_and_zero_padding_read_like_gzip_does(tmp_path):
+    members = gzip.compress(b'{"traceEvents": [') + gzip.compress(b"]}") + b"\0" * 64
+    (tmp_path / "a.json.gz").write_bytes(members)
+    assert tracefile.load(tmp_path / "a.json.gz").count == 0
+    (tmp_path / "b.json.gz").write_bytes(gzip.compress(b'{"traceEvents": []}') + b"junk")
+    assert "gzip" in problem(tmp_path / "b.json.gz")
+
+
+def reference_cut(raw: bytes, max_depth: int) -> bytes:
+    """Byte-by-byte JSON walk: containers opened past ``max_depth`` become 0 (an independent
+    implementation of what jsonrepair.cut_deep_nesting does with arrays)."""
+    out, depth, in_string, escaped = bytearray(raw), 0, False, False
+    for i, c in enumerate(raw):
+        if in_string:
+            escaped, in_string = (not escaped and c == 0x5C), in_string and (escaped or c != 0x22)
+        elif c == 0x22:
+            in_string = True
+        elif c in b"[{":
+            depth += 1
+            if depth == max_depth + 1:
+                out[i] = ord("0")
+                continue
+        elif c in b"]}":
+            depth -= 1
+            if depth == max_depth:
+                out[i] = ord(" ")
+                continue
+        if depth > max_depth:
+            out[i] = ord(" ")
+    return bytes(out)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 64])
+def test_cut_deep_nesting_matches_a_byte_walk(monkeypatch, chunk):
+    from profkit import jsonrepair
+
+    monkeypatch.setattr(jsonrepair, "_CHUNK_BYTES", chunk)
+    doc = (b'{"a": [[["x[\\\\", {"b": "]\\"}"}]]], "c": [1, [2, [3, [4]]]], '
+           b'"d": "\\\\\\"[[[", "e": {"f": {"g": {"h": []}}}}')
+    for depth in (0, 1, 2, 3, 4, 5):
+        cut, n = jsonrepair.cut_deep_nesting(doc, depth)
+        assert cut == (reference_cut(doc, depth) if n else doc)
+        assert json.loads(cut) is not None  # still JSON
+    assert jsonrepair.cut_deep_nesting(doc, 3)[1] == 3  # ["x[\\", ...], [4] and {"h": []}
+
+
+def test_lenient_decode_repairs_what_it_can_and_counts_it(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_bytes(b'{"traceEvents": [{"ph": "X", "name": ["k"], "cat": "kernel", "ts": 1e400,'
+                     b' "dur": 2, "pid": 0, "tid": {"a": 1}}, 7, {"ph": ["X"]},'
+                     b' {"ph": "X", "name": "ok", "ts": 3, "pid": 1, "tid": 1}]}')
+    trace = tracefile.load(path)
+    events = trace.events()
+    assert [e.name for e in events] == [None, "ok"]
+    assert events[0].ts == float("inf") and events[0].tid == "{'a': 1}"
+    problems = trace.all_problems()
+    assert problems == ["2 events dropped (not a JSON object, or ph not text)",
+                        "values of the wrong type ignored in events: name (1), tid (1)"]

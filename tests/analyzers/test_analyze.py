@@ -43,7 +43,7 @@ def test_json_contract_on_the_bundled_run():
 def test_reports_lead_with_the_verdict_and_recommend():
     a = analyze(load_run(RUNS / "zoo" / "data_loading", cache=False))
     text = to_text(a)
-    assert text.splitlines()[2].startswith("VERDICT: data loading bound")
+    assert text.splitlines()[3].startswith("VERDICT: data loading bound")
     assert "num_workers" in text
     md = to_markdown(a)
     assert "**Verdict:** data loading bound" in md and "| severity | rank |" in md

@@ -28,8 +28,9 @@ def with_run(analysis, **run):
 def test_an_ok_run_has_no_status_line(ok_analysis):
     assert ok_analysis.run["status"] == "ok" and ok_analysis.run["rank_errors"] == {}
     lines = render.to_text(ok_analysis).splitlines()
-    assert lines[0] == f"profkit analysis of {BALANCED}" and lines[1] == ""
-    assert lines[2].startswith("VERDICT:")
+    assert lines[0] == f"profkit analysis of {BALANCED}"
+    assert lines[1:4] == ["2 of 2 ranks analysed", "", lines[3]]
+    assert lines[3].startswith("VERDICT:")
     assert "Run status" not in render.to_markdown(ok_analysis)
     # stock traces without run.json have no status at all
     assert render.status_line({"status": None}) is None
@@ -43,7 +44,7 @@ def test_a_failed_run_names_its_ranks_first(ok_analysis):
             + "v" * 145 + "...; rank 7: RuntimeError: other; 1 more rank(s))")
     assert render.to_text(a).splitlines()[1] == line
     md = render.to_markdown(a).splitlines()
-    assert md[2] == "**Run status:** " + line.removeprefix("RUN STATUS: ")
+    assert md[2] == "- **Run status:** " + line.removeprefix("RUN STATUS: ")
 
 
 def test_an_incomplete_run_without_reasons(ok_analysis):

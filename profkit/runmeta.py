@@ -1,0 +1,146 @@
+"""``run.json`` and ``ranks/rank{R}.json`` of a profkit run directory, validated once.
+
+Keys profkit computes with (world size, clock offsets, ranks, GPUs, hosts, times, status)
+are checked and a wrong-typed value is dropped with a note, so that nothing downstream meets
+a string where an int belongs; keys profkit only shows (argv, env, versions, ...) are kept
+as written. See docs/run-directory.md for the layout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from profkit.validate import (
+    MAX_ABS_NS,
+    MAX_OFFSET_NS,
+    MAX_RANKS,
+    Problems,
+    as_dict,
+    as_list,
+    field_int,
+    field_text,
+    int_in,
+    typed_record,
+)
+
+RUN_JSON = "run.json"
+RANK_STATUS_DIR = "ranks"
+INT32_MAX = (1 << 31) - 1
+_INTS = {"world_size": (1, MAX_RANKS), "started_ns": (0, MAX_ABS_NS), "ended_ns": (0, MAX_ABS_NS)}
+_TEXTS = ("schema", "run_id", "status")
+# device -1: a rank without a GPU (the collectors write it for CPU-only processes)
+_RANK_INTS = {"pid": (0, MAX_ABS_NS), "local_rank": (0, MAX_RANKS - 1), "device": (-1, INT32_MAX)}
+_RANK_TEXTS = ("host", "gpu_uuid")
+_GPU_INTS = {"sm_count": (1, INT32_MAX), "memory_bytes": (0, MAX_ABS_NS), "index": (0, INT32_MAX)}
+_GPU_TEXTS = ("name", "uuid", "host")
+
+
+def read_json(path: Path) -> Any:
+    """The JSON document of a small metadata file; raises OSError or ValueError."""
+    return orjson.loads(path.read_bytes())
+
+
+def rank_key(key: Any) -> int | None:
+    """A rank written as an object key ("3"), or None."""
+    if not isinstance(key, str) or not key.isdecimal():
+        return None
+    return int_in(int(key), 0, MAX_RANKS - 1)
+
+
+def clean_run_meta(doc: Any, problems: Problems) -> dict[str, Any]:
+    """run.json's facts with every computed-with key typed (a bad one dropped and noted)."""
+    if not isinstance(doc, dict):
+        problems.bad("run.json", doc, "is not an object (ignored)")
+        return {}
+    out = dict(doc)
+    for key, (lo, hi) in _INTS.items():
+        out[key] = field_int(doc, key, lo, hi, problems)
+    for key in _TEXTS:
+        out[key] = field_text(doc, key, problems)
+    out["hosts"] = _texts(doc.get("hosts"), "hosts", problems)
+    out["gpus"] = _records(as_list(doc.get("gpus"), "gpus", problems), "gpus", _GPU_INTS,
+                           _GPU_TEXTS, problems)
+    out["ranks"] = _rank_map(doc.get("ranks"), problems)
+    out["clock_offsets_ns"] = _offsets(doc.get("clock_offsets_ns"), problems)
+    out["process_groups"] = [g for g in as_list(doc.get("process_groups"), "process_groups",
+                                                 problems) if isinstance(g, dict)]
+    out["error"] = _error(doc.get("error"), problems)
+    return {k: v for k, v in out.items() if k in doc and (v is not None or doc[k] is None)}
+
+
+def _texts(value: Any, label: str, problems: Problems) -> list[str]:
+    items = as_list(value, label, problems)
+    kept = [v for v in items if isinstance(v, str)]
+    if len(kept) < len(items):
+        problems.bad(label, value, f"has {len(items) - len(kept)} entries that are not text (ignored)")
+    return kept
+
+
+def _records(items: list, label: str, ints: dict, texts: tuple, problems: Problems) -> list[dict]:
+    out = [typed_record(item, f"{label}[{i}]", ints, texts, problems) for i, item in enumerate(items)]
+    return [r for r in out if r is not None]
+
+
+def _rank_map(value: Any, problems: Problems) -> dict[str, dict]:
+    out = {}
+    for key, entry in as_dict(value, "ranks", problems).items():
+        record = typed_record(entry, f"ranks[{key!r}]", _RANK_INTS, _RANK_TEXTS, problems)
+        if rank_key(key) is None:
+            problems.bad("ranks key", key, "is not a rank (ignored)")
+        elif record is not None:
+            out[key] = record
+    return out
+
+
+def _offsets(value: Any, problems: Problems) -> dict[str, int]:
+    out = {}
+    for key, offset in as_dict(value, "clock_offsets_ns", problems).items():
+        ns = int_in(offset, -MAX_OFFSET_NS, MAX_OFFSET_NS)
+        if rank_key(key) is None or ns is None:
+            problems.bad(f"clock_offsets_ns[{key!r}]", offset, "is not a rank's offset in ns (ignored)")
+        else:
+            out[key] = ns
+    return out
+
+
+def _error(value: Any, problems: Problems) -> dict[str, str] | None:
+    err = as_dict(value, "error", problems)
+    if not err:
+        return None
+    return {k: str(err.get(k, "")) for k in ("type", "message")}
+
+
+def read_run_meta(folder: Path) -> tuple[dict[str, Any], Problems]:
+    """(run.json's validated facts, what was wrong); ({}, []) without a run.json. An
+    unreadable run.json is one problem and reads as empty (the traces alone are read)."""
+    problems = Problems()
+    path = folder / RUN_JSON
+    if not path.is_file():
+        return {}, problems
+    try:
+        doc = read_json(path)
+    except (OSError, ValueError) as exc:
+        problems.append(f"unreadable ({exc}); reading the traces alone")
+        return {}, problems
+    return clean_run_meta(doc, problems), problems
+
+
+def clean_rank_status(doc: Any) -> dict[str, Any]:
+    """A rank's own status file, checked: raises ValueError saying what is wrong."""
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    rank = int_in(doc.get("rank"), 0, MAX_RANKS - 1)
+    if rank is None:
+        raise ValueError(f"rank {doc.get('rank')!r:.40} is not a rank")
+    status = doc.get("status")
+    if status is not None and not isinstance(status, str):
+        raise ValueError(f"status of type {type(status).__name__} is not text")
+    return {**doc, "rank": rank, "status": status}
+
+
+def read_rank_status_file(path: Path) -> dict[str, Any]:
+    """One ``ranks/rank{R}.json``; raises OSError or ValueError for a bad file."""
+    return clean_rank_status(read_json(path))
