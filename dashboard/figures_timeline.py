@@ -239,7 +239,10 @@ def timeline_figure(view, stragglers=()) -> go.Figure:
     fig = make_subplots(rows=1 + len(metrics), cols=1, shared_xaxes=True,
                         vertical_spacing=min(0.06, 40 / sum(heights)) if metrics else 0.0,
                         row_heights=[h / sum(heights) for h in heights],
-                        subplot_titles=[""] + [counter_title(view, m) for m in metrics])
+                        subplot_titles=[""] + [counter_title(view, m) for m in metrics],
+                        # unvalidated: checking a few hundred step bands and traces property
+                        # by property took most of a zoom's 0.5 s (the tests check the output)
+                        figure=go.Figure(_validate=False))
     if view.mode == "events":
         add_events(fig, view, lane_px * 0.6)
     elif len(view.bins):
