@@ -95,15 +95,20 @@ def info_text(view, stragglers) -> str:
 
 
 def counters_note(view) -> str | None:
-    """What the NVML rows can and cannot tell about this window."""
+    """What the NVML rows can and cannot tell about this window: how many utilisation
+    samples fall inside it (per rank when several are shown), then :data:`UTIL_NOTE`."""
     if view.counters.empty:
         return None
-    span = view.x1_ms - view.x0_ms
-    util = view.counters[(view.counters["metric"] == "gpu_util_pct")
-                         & view.counters["inside"].astype(bool)]
-    head = f"{len(util)} gpu_util_pct sample(s) in this {span:.1f} ms window: " if (
-        "gpu_util_pct" in set(view.counters["metric"])) else ""
-    return head + UTIL_NOTE
+    c = view.counters
+    util = c[(c["metric"] == "gpu_util_pct") & c["inside"].astype(bool)]
+    if not (c["metric"] == "gpu_util_pct").any():
+        return UTIL_NOTE
+    per_rank = util.groupby("rank").size()
+    counts = [int(per_rank.get(r, 0)) for r in view.ranks]
+    n = (str(counts[0]) if len(counts) == 1 else
+         ", ".join(f"rank {r}: {k}" for r, k in zip(view.ranks, counts)))
+    return (f"gpu_util_pct samples in this {view.x1_ms - view.x0_ms:.1f} ms window: {n}. "
+            + UTIL_NOTE)
 
 
 def view_figure(results, key: str, ranks: list[int], window, show_cpu: bool) -> tuple:

@@ -74,7 +74,7 @@ def test_both_ranks_straggler_first_with_collectives_linked_and_nvml_held(page):
     counters = [t for t in fig["traces"] if t["type"] == "scatter" and t["name"].startswith("rank")]
     assert counters and all(t["shape"] == "hv" and "markers" in t["mode"] for t in counters)
     note = page.locator("#tl-note").inner_text()
-    assert re.match(r"\d+ gpu_util_pct sample\(s\) in this [\d.]+ ms window: NVML", note)
+    assert re.match(r"gpu_util_pct samples in this [\d.]+ ms window: rank 1: \d+, rank 0: \d+\. NVML", note)
     # CPU threads on demand, nested ranges one row per depth
     page.get_by_label("CPU threads").check()
     page.wait_for_function("document.querySelector('#tl-graph').textContent.includes('depth 1')")
