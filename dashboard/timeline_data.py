@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from profkit.analyzers.charge import charged_intervals
+from profkit.analyzers.names import short_kernel_names
 from profkit.analyzers.steps import step_windows
 
 from profkit import intervals as iv
@@ -145,14 +146,16 @@ def _frame(layer: str, codes: np.ndarray, names: list[str], group, name, start_n
 
 def gpu_rows(rank: int, events: pd.DataFrame, origin: int) -> pd.DataFrame:
     """Kernels, copies and memsets on ``rank {R} · GPU stream {N}`` lanes (by stream
-    number), grouped by class (GPU annotations left out: they are copies of CPU ranges
-    drawn over the kernels)."""
+    number), grouped by class, named as people read them (analyzers/names.py: a templated
+    kernel's full name is ~150 characters, sent twice per event on every zoom). GPU
+    annotations are left out: they are copies of CPU ranges drawn over the kernels."""
     gpu = events[events[S.KIND].isin(S.GPU_KINDS).to_numpy()]
     streams, codes = np.unique(gpu[S.STREAM].to_numpy(), return_inverse=True)
     start = gpu[S.TS_NS].to_numpy(np.int64) - origin
+    names = pd.Categorical(gpu[S.NAME].astype(str))
+    short = pd.Categorical.from_codes(names.codes, short_kernel_names(list(names.categories)))
     return _frame(GPU, codes, [f"rank {rank} · GPU stream {s}" for s in streams],
-                  gpu[S.CLASS].array, gpu[S.NAME].array, start,
-                  start + gpu[S.DUR_NS].to_numpy(np.int64))
+                  gpu[S.CLASS].array, short, start, start + gpu[S.DUR_NS].to_numpy(np.int64))
 
 
 def cpu_rows(rank: int, events: pd.DataFrame, origin: int) -> pd.DataFrame:

@@ -8,7 +8,9 @@ import pytest
 from profkit.dashboard import timeline_data as TD
 from profkit.dashboard import timeline_view as TV
 
+from profkit.loader import load_run
 from tests.dashboard import timeline_hand
+from tests.dashboard.conftest import STRAGGLER
 
 GPU_LANE, CAUSE_LANE = "rank 0 · GPU stream 7", "rank 0 · GPU idle cause"
 
@@ -174,3 +176,12 @@ def test_parse_window(relayout, expected):
 ])
 def test_clamp_window(window, expected):
     assert TV.clamp_window(window, (0.0, 10.0)) == pytest.approx(expected)
+
+
+def test_gpu_lanes_name_kernels_as_people_read_them():
+    run = load_run(STRAGGLER, cache=False)
+    raw = run.ranks[0].gpu_events["name"].astype(str)
+    names = TD.rank_lanes(run.ranks[0], TD.origin_ns(run)).events["gpu"]["name"].astype(str)
+    assert raw.str.len().max() > 150  # templated kernels
+    assert names.str.len().max() <= 80
+    assert any(n.startswith("nccl AllReduce") for n in names.unique())
