@@ -55,9 +55,9 @@ def timed_load(page, url: str, ready) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def timed_zoom(page, share: tuple[float, float] | None) -> float:
+def timed_zoom(page, share: tuple[float, float] | None) -> tuple[float, float]:
     """ms from a relayout to ``share`` of the run's span (None: autorange) until the
-    server's answer is drawn."""
+    server's answer is drawn, and ms of that answer's request (sent to fully received)."""
     before = page.locator("#tl-info").inner_text()
     if share is None:
         update = "{'xaxis.autorange': true}"
@@ -68,10 +68,18 @@ def timed_zoom(page, share: tuple[float, float] | None) -> float:
         lo, hi = (span[0] + s * (span[1] - span[0]) for s in share)
         update = f"{{'xaxis.range[0]': {lo}, 'xaxis.range[1]': {hi}}}"
     start = time.perf_counter()
-    page.evaluate(f"Plotly.relayout({GRAPH}, {update})")
-    page.wait_for_function(f"{INFO} !== {before!r}", timeout=120_000)
+    with page.expect_response(lambda r: "_dash-update-component" in r.url) as answer:
+        page.evaluate(f"Plotly.relayout({GRAPH}, {update})")
+    try:
+        page.wait_for_function(f"{INFO} !== {before!r}", timeout=60_000)
+    except Exception:  # noqa: BLE001 - report what the page shows, then stop
+        raise RuntimeError(f"zoom to {share}: the page still says {before!r}; "
+                           f"{answer.value.status} {answer.value.text()[:300]}") from None
     page.evaluate("new Promise(r => requestAnimationFrame(() => r()))")  # painted
-    return (time.perf_counter() - start) * 1e3
+    total = (time.perf_counter() - start) * 1e3
+    answer.value.finished()
+    timing = answer.value.request.timing
+    return total, timing["responseEnd"] - timing["requestStart"]
 
 
 def one_round(browser, run: Path, log_path: Path) -> dict[str, float | list[float]]:
@@ -112,17 +120,20 @@ def report(run: Path, rows: list[tuple[str, list[dict]]]) -> None:
           "the server's window drawn; medians of each round's values)")
     heads = ["overview cold", "overview warm", "timeline cold", "timeline warm"]
     print(f"{'case':<18}" + "".join(f"{h:>15}" for h in heads) + f"{'zoom median':>13}"
-          f"{'zoom max':>10}{'zoom out':>10}")
+          f"{'zoom max':>10}{'zoom out':>10}{'server':>8}")
     for name, rounds in rows:
         cells = [statistics.median(r[h] for r in rounds) for h in heads]
-        zooms = [z for r in rounds for z in r["zoom"]]
-        zoom_out = [r["zoom"][-1] for r in rounds]
+        zooms = [z for r in rounds for z, _ in r["zoom"]]
+        zoom_out = [r["zoom"][-1][0] for r in rounds]
+        server = [s for r in rounds for _, s in r["zoom"]]
         print(f"{name:<18}" + "".join(f"{c:>15.0f}" for c in cells)
               + f"{statistics.median(zooms):>13.0f}{max(zooms):>10.0f}"
-              f"{statistics.median(zoom_out):>10.0f}")
+              f"{statistics.median(zoom_out):>10.0f}{statistics.median(server):>8.0f}")
+    print("(server: median ms of a zoom's request, sent to received)")
     for name, rounds in rows:
         for i, r in enumerate(rounds):
-            print(f"  {name} round {i}: zooms {', '.join(f'{z:.0f}' for z in r['zoom'])} ms")
+            print(f"  {name} round {i}: zooms " + ", ".join(f"{z:.0f} (server {s:.0f})"
+                                                         for z, s in r["zoom"]) + " ms")
 
 
 def main(argv: list[str] | None = None) -> int:
