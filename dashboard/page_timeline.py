@@ -38,6 +38,13 @@ UTIL_NOTE = ("NVML utilisation is the share of the last sample period in which a
              "one reading, held until the next; the GPU lanes above are the exact record.")
 
 
+ZOOM_FILTER_JS = """function (relayout) {
+    const zoom = /^xaxis\\d*\\.(autorange|range|range\\[[01]\\])$/;
+    if (relayout && Object.keys(relayout).some(k => zoom.test(k))) { return relayout; }
+    return window.dash_clientside.no_update;
+}"""
+
+
 class LaneCache:
     """The lanes of each rank of one run, built the first time the rank is drawn, and the
     run's collective links: one item of the result cache per run, whatever its rank count."""
@@ -158,7 +165,7 @@ def _timeline_card(results, run_key: str, run, analysis, query: dict) -> html.Se
                       config={**C.GRAPH_CONFIG, "doubleClick": "autosize"})
     return C.card(None, controls, html.P(info, id=ids.TL_INFO, className="muted"),
                   C.legend(LEGEND), dcc.Loading(graph, type="dot"),
-                  html.P(note, id=ids.TL_NOTE, className="hint"),
+                  html.P(note, id=ids.TL_NOTE, className="hint"), dcc.Store(id=ids.TL_ZOOM),
                   dcc.Store(id=ids.TL_WINDOW, data=list(window) if window else None))
 
 
@@ -172,8 +179,8 @@ def chosen_ranks(results, key: str, ranks) -> list[int]:
 
 
 def window_of(trigger, relayout, stored):
-    """The window to draw: the relayout's when the graph triggered, else the one shown."""
-    if trigger == ids.TL_GRAPH:
+    """The window to draw: the relayout's when a zoom triggered, else the one shown."""
+    if trigger == ids.TL_ZOOM:
         window = TV.parse_window(relayout)
         if window == "keep":
             raise PreventUpdate
@@ -188,7 +195,7 @@ def register(app, results) -> None:
     @app.callback(Output(ids.TL_GRAPH, "figure"), Output(ids.TL_INFO, "children"),
                   Output(ids.TL_NOTE, "children"), Output(ids.TL_WINDOW, "data"),
                   Input(ids.TL_RANKS, "value"), Input(ids.TL_CPU, "value"),
-                  Input(ids.TL_GRAPH, "relayoutData"), State(ids.RUN_STORE, "data"),
+                  Input(ids.TL_ZOOM, "data"), State(ids.RUN_STORE, "data"),
                   State(ids.TL_WINDOW, "data"), prevent_initial_call=True)
     def requery(ranks, cpu, relayout, store, stored):
         key = C.stored_run(results, store)
@@ -196,6 +203,12 @@ def register(app, results) -> None:
         window = window_of(dash.ctx.triggered_id, relayout, stored)
         fig, info, note = figure_or_error(results, key, chosen, window, CPU_OPTION in (cpu or []))
         return fig, info, note, list(window) if window else None
+
+    # Only relayouts about the x axis reach the server: Dash applies the answer to a
+    # callback's latest request only, so a relayout that is no zoom (an autosize) sent
+    # while a zoom's request is in flight would swallow the zoom's answer.
+    app.clientside_callback(ZOOM_FILTER_JS, Output(ids.TL_ZOOM, "data"),
+                            Input(ids.TL_GRAPH, "relayoutData"), prevent_initial_call=True)
 
     @app.callback(Output(ids.TL_DOWNLOAD, "data"), Input(ids.TL_DOWNLOAD_BTN, "n_clicks"),
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)

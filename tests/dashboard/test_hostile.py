@@ -30,6 +30,7 @@ VALID = {
     ("tl-cpu", "value"): ["cpu"],
     ("tl-window", "data"): [10.0, 12.0],
     ("tl-graph", "relayoutData"): {"xaxis.range[0]": 10.0, "xaxis.range[1]": 12.0},
+    ("tl-zoom", "data"): {"xaxis.range[0]": 10.0, "xaxis.range[1]": 12.0},
     ("tl-download-btn", "n_clicks"): 1,
     ("k-class", "value"): "compute",
     ("c-waits", "clickData"): {"points": [{"customdata": "no-such-collective"}]},

@@ -101,6 +101,16 @@ def test_zoom_out_requeries_the_whole_run(page):
     page.wait_for_function(f"{INFO} === {full!r}")
 
 
+def test_a_relayout_that_is_no_zoom_does_not_swallow_the_zoom_answer(page):
+    open_timeline(page, "zoo/straggler")
+    # Dash applies only the answer to a callback's latest request: a relayout about another
+    # axis sent while the zoom's request is in flight must not reach the server
+    page.evaluate("(() => { const g = document.querySelector('#tl-graph .js-plotly-plot');"
+                  " Plotly.relayout(g, {'xaxis.range[0]': 5, 'xaxis.range[1]': 6});"
+                  " setTimeout(() => Plotly.relayout(g, {'yaxis2.autorange': true}), 30); })()")
+    page.wait_for_function(f"{INFO}.includes(' in 1.00 ms')", timeout=20_000)
+
+
 def test_step_bands_are_the_analysis_disjoint_windows(page):
     fig = open_timeline(page, "zoo/straggler")
     run = load_run(STRAGGLER, cache=False)
