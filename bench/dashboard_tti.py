@@ -1,16 +1,25 @@
-"""Time to interactive of the dashboard's Overview page, measured in a real browser.
+"""Time to interactive of the dashboard's Overview and Timeline pages and the Timeline's zoom
+latency, measured in a real browser.
 
 For each repetition: start a fresh `profkit dashboard RUN` server (nothing warmed: no
 analysis in memory), open /run/<key> in a fresh headless-chromium context (empty browser
-cache), and time from the request until the verdict element and the first graph have
-rendered. Then load the same page again in the same context (warm: the analysis is cached
-on the server and the JS bundles in the browser).
+cache) and time from the request until the verdict and the first graph have rendered
+(Overview cold); load it again (warm: the analysis cached on the server, the JS bundles in
+the browser). Then the Timeline the same way, until its graph has rendered (cold: the lane
+tables of the ranks shown are built; the analysis is already cached by the Overview), and
+again (warm). Then zoom: each window of ``ZOOMS`` is sent as a plotly relayout, and the
+time is taken from the relayout until the server's answer is on screen (the event count
+and span text changed), ending with a zoom back out to the whole run (autorange).
 
-Two cases: "ingest cache" serves the bundled run as is (its Parquet ingest cache on disk,
-as after any earlier `profkit` command); "no ingest cache" serves a fresh copy of the run,
-so the traces are parsed on the first request.
+Two cases: "ingest cache" serves the run as is (its Parquet ingest cache on disk, as after
+any earlier `profkit` command); "no ingest cache" serves a fresh copy of the run, so the
+traces are parsed on the first request.
 
-    python bench/dashboard_tti.py [--run samples/runs/stock_ddp] [--repeat 3]
+The large run of BENCHMARKS.md:
+
+    python bench/make_big_run.py samples/runs/stock_ddp_stack BIG/stock_ddp_stack_big \
+        --target-mb 130 --gzip
+    python bench/dashboard_tti.py --run BIG/stock_ddp_stack_big [--repeat 3]
 """
 
 from __future__ import annotations
@@ -29,40 +38,102 @@ sys.path.insert(0, str(REPO / "tests" / "dashboard"))
 from conftest import CHROMIUM, CHROMIUM_ARGS, free_port, wait_for  # noqa: E402
 from profkit.dashboard.registry import run_key  # noqa: E402
 
-READY = "#verdict", "#rank-bars .main-svg"
+OVERVIEW_READY = "#verdict", "#rank-bars .main-svg"
+TIMELINE_READY = ("#tl-graph .main-svg",)
+# Windows as shares of the run's span: a few steps, a tenth, a sliver; then the whole run.
+ZOOMS = [(0.40, 0.42), (0.30, 0.40), (0.50, 0.5004), None]
+INFO = "document.querySelector('#tl-info').textContent"
+GRAPH = "document.querySelector('#tl-graph .js-plotly-plot')"
 
 
-def timed_load(page, url: str) -> float:
-    """ms from the request until the verdict and the first graph are on screen."""
+def timed_load(page, url: str, ready) -> float:
+    """ms from the request until every ``ready`` selector is on screen."""
     start = time.perf_counter()
     page.goto(url)
-    for selector in READY:
-        page.wait_for_selector(selector, timeout=60_000)
+    for selector in ready:
+        page.wait_for_selector(selector, timeout=300_000)
     return (time.perf_counter() - start) * 1e3
 
 
-def one_round(browser, run: Path) -> tuple[float, float]:
+def timed_zoom(page, share: tuple[float, float] | None) -> tuple[float, float]:
+    """ms from a relayout to ``share`` of the run's span (None: autorange) until the
+    server's answer is drawn, and ms of that answer's request (sent to fully received)."""
+    before = page.locator("#tl-info").inner_text()
+    if share is None:
+        update = "{'xaxis.autorange': true}"
+    else:
+        x0, x1 = page.evaluate(f"{GRAPH}._fullLayout.xaxis.range")  # first zoom: the whole run
+        span = getattr(page, "full_span", None) or (x0, x1)
+        page.full_span = span
+        lo, hi = (span[0] + s * (span[1] - span[0]) for s in share)
+        update = f"{{'xaxis.range[0]': {lo}, 'xaxis.range[1]': {hi}}}"
+    start = time.perf_counter()
+    with page.expect_response(lambda r: "_dash-update-component" in r.url) as answer:
+        page.evaluate(f"Plotly.relayout({GRAPH}, {update})")
+    try:
+        page.wait_for_function(f"{INFO} !== {before!r}", timeout=60_000)
+    except Exception:  # noqa: BLE001 - report what the page shows, then stop
+        raise RuntimeError(f"zoom to {share}: the page still says {before!r}; "
+                           f"{answer.value.status} {answer.value.text()[:300]}") from None
+    page.evaluate("new Promise(r => requestAnimationFrame(() => r()))")  # painted
+    total = (time.perf_counter() - start) * 1e3
+    answer.value.finished()
+    timing = answer.value.request.timing
+    return total, timing["responseEnd"] - timing["requestStart"]
+
+
+def one_round(browser, run: Path, log_path: Path) -> dict[str, float | list[float]]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", str(run),
-                             "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    with log_path.open("wb") as log_file:  # a file, not a pipe nobody drains
+        proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", str(run),
+                                 "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=log_file)
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_for(base + "/_dash-layout", proc)  # the server answers; nothing analyzed yet
+        # the server answers; nothing analyzed yet
+        wait_for(base + "/_dash-layout", proc, log_path, timeout=120)
         url = f"{base}/run/{run_key(run.name, run.resolve())}"
         context = browser.new_context(viewport={"width": 1400, "height": 900})
         page = context.new_page()
-        cold = timed_load(page, url)
-        warm = timed_load(page, url)
+        out: dict[str, float | list[float]] = {
+            "overview cold": timed_load(page, url, OVERVIEW_READY),
+            "overview warm": timed_load(page, url, OVERVIEW_READY),
+            "timeline cold": timed_load(page, url + "/timeline", TIMELINE_READY),
+            "timeline warm": timed_load(page, url + "/timeline", TIMELINE_READY)}
+        out["zoom"] = [timed_zoom(page, share) for share in ZOOMS]
         context.close()
-        return cold, warm
+        return out
     finally:
         proc.terminate()
         proc.wait(timeout=10)
 
 
-def measure(browser, run: Path, repeat: int) -> list[tuple[float, float]]:
-    return [one_round(browser, run) for _ in range(repeat)]
+def fresh_copy(run: Path, folder: Path) -> Path:
+    """A copy of ``run`` without its ingest cache."""
+    copy = folder / run.name
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns(".profkit"))
+    return copy
+
+
+def report(run: Path, rows: list[tuple[str, list[dict]]]) -> None:
+    print(f"Dashboard TTI of {run.name} (ms: request -> page drawn; zoom: relayout -> "
+          "the server's window drawn; medians of each round's values)")
+    heads = ["overview cold", "overview warm", "timeline cold", "timeline warm"]
+    print(f"{'case':<18}" + "".join(f"{h:>15}" for h in heads) + f"{'zoom median':>13}"
+          f"{'zoom max':>10}{'zoom out':>10}{'server':>8}")
+    for name, rounds in rows:
+        cells = [statistics.median(r[h] for r in rounds) for h in heads]
+        zooms = [z for r in rounds for z, _ in r["zoom"]]
+        zoom_out = [r["zoom"][-1][0] for r in rounds]
+        server = [s for r in rounds for _, s in r["zoom"]]
+        print(f"{name:<18}" + "".join(f"{c:>15.0f}" for c in cells)
+              + f"{statistics.median(zooms):>13.0f}{max(zooms):>10.0f}"
+              f"{statistics.median(zoom_out):>10.0f}{statistics.median(server):>8.0f}")
+    print("(server: median ms of a zoom's request, sent to received)")
+    for name, rounds in rows:
+        for i, r in enumerate(rounds):
+            print(f"  {name} round {i}: zooms " + ", ".join(f"{z:.0f} (server {s:.0f})"
+                                                         for z, s in r["zoom"]) + " ms")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,24 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
-    rows = []
     with sync_playwright() as p, tempfile.TemporaryDirectory() as tmp:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        rows.append(("ingest cache", measure(browser, args.run, args.repeat)))
-        fresh = []
-        for i in range(args.repeat):  # a new copy each time: no ingest cache
-            copy = Path(tmp) / f"r{i}" / args.run.name
-            shutil.copytree(args.run, copy, ignore=shutil.ignore_patterns(".profkit"))
-            fresh += measure(browser, copy, 1)
-        rows.append(("no ingest cache", fresh))
+        log = Path(tmp) / "server.log"
+        cached = [one_round(browser, args.run, log) for _ in range(args.repeat)]
+        fresh = [one_round(browser, fresh_copy(args.run, Path(tmp) / f"r{i}"), log)
+                 for i in range(args.repeat)]
         browser.close()
-    print(f"Overview TTI of {args.run.name} (ms, request -> verdict + first graph rendered)")
-    print(f"{'case':<18}{'cold runs':<28}{'cold median':>12}{'warm median':>13}")
-    for name, times in rows:
-        cold = [c for c, _ in times]
-        warm = [w for _, w in times]
-        print(f"{name:<18}{', '.join(f'{c:.0f}' for c in cold):<28}"
-              f"{statistics.median(cold):>12.0f}{statistics.median(warm):>13.0f}")
+    report(args.run, [("ingest cache", cached), ("no ingest cache", fresh)])
     return 0
 
 

@@ -37,13 +37,16 @@ def run_href(key: str, tab: str = "") -> str:
 
 
 def register_run_page(module: str, results, layout, *, tab: str, name: str, title: str,
-                      order: int) -> None:
+                      order: int, query: tuple[str, ...] = ()) -> None:
     """Register one of a run's tab pages at ``/run/<run_key>/<tab>`` (``tab`` "" is the
-    overview); ``layout(results, run_key, **query)`` builds it."""
-    # The query string is not passed on: its names are the user's (``?results=``).
+    overview); ``layout(results, run_key, **chosen)`` builds it, ``chosen`` being the URL
+    query parameters named in ``query`` (as Dash passes them: a string, or a list when
+    repeated)."""
+    # Only the names asked for are passed on: the others are the user's (``?results=``).
     dash.register_page(module, path_template="/run/<run_key>" + (f"/{tab}" if tab else ""),
                        name=name, title=f"profkit: {title}", order=order,
-                       layout=lambda run_key="", **_query: layout(results, run_key))
+                       layout=lambda run_key="", **q: layout(
+                           results, run_key, **{k: q[k] for k in query if k in q}))
 
 
 def stored_run(results, store) -> str:

@@ -21,7 +21,6 @@ CLASS_COLORS = {**PART_COLORS, "memset": "#14b8a6"}
 CPU_KIND_COLORS = {"cpu_op": "#64748b", "runtime": "#8b5cf6", "driver": "#a78bfa",
                    "annotation": "#cbd5e1", "python": "#94a3b8", "sync": "#dc2626",
                    "other": "#e2e8f0", "gpu_annotation": "#cbd5e1"}
-BACKGROUND_GROUPS = ("annotation", "other")
 STRAGGLER_COLOR = "#dc2626"
 FONT = dict(family="Inter, system-ui, -apple-system, Segoe UI, sans-serif", size=12,
             color="#1f2937")
@@ -202,79 +201,3 @@ def diff_parts_bars(parts: pd.DataFrame) -> go.Figure:
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="ms per step")
     return base_layout(fig, "Step time by part: base vs new")
-
-
-def _lane_segments(events: pd.DataFrame) -> tuple[list, list, list]:
-    """x, y, hover text of line segments (start, end, gap) for one group of events."""
-    n = len(events)
-    x = np.empty(3 * n, dtype=object)
-    y = np.empty(3 * n, dtype=object)
-    text = np.empty(3 * n, dtype=object)
-    x[0::3], x[1::3], x[2::3] = events["start_ms"], events["end_ms"], None
-    y[0::3], y[1::3], y[2::3] = events["lane"], events["lane"], None
-    label = events["name"].str.slice(0, 80) + " (" + \
-        ((events["end_ms"] - events["start_ms"]) * 1e3).round(1).astype(str) + " us)"
-    text[0::3], text[1::3], text[2::3] = label, label, None
-    return x.tolist(), y.tolist(), text.tolist()
-
-
-def _add_lanes(fig: go.Figure, view) -> None:
-    colors = {**CPU_KIND_COLORS, **CLASS_COLORS}
-    if view.mode == "events":
-        for group, ev in view.events.groupby("group", sort=False):
-            x, y, text = _lane_segments(ev)
-            fig.add_trace(go.Scattergl(x=x, y=y, text=text, mode="lines", name=group or "other",
-                                       line=dict(width=14, color=colors.get(group, "#6b7280")),
-                                       hovertemplate="%{text}<extra>" + (group or "") + "</extra>"),
-                          row=1, col=1)
-        return
-    bins = view.bins
-    if bins.empty:
-        return
-    # a bin shows its busiest group; enclosing annotations (ProfilerStep#N) only when alone
-    score = bins["busy"] - np.where(bins["group"].isin(BACKGROUND_GROUPS), 1.0, 0.0)
-    dominant = bins.loc[score.groupby([bins["lane"], bins["bin_ms"]]).idxmax()]
-    x = np.sort(bins["bin_ms"].unique())
-    for group, g in dominant.groupby("group", sort=False):
-        z = g.pivot_table(index="lane", columns="bin_ms", values="busy").reindex(
-            index=view.lanes, columns=x)
-        color = colors.get(group, "#6b7280")
-        fig.add_trace(go.Heatmap(x=x + view.bin_ms / 2, y=view.lanes, z=z.to_numpy(), name=group,
-                                 zmin=0, zmax=1, showscale=False, hoverongaps=False,
-                                 colorscale=[[0, "rgba(255,255,255,0.2)"], [1, color]],
-                                 hovertemplate="%{y}: " + group + " busy %{z:.0%}<extra></extra>"),
-                      row=1, col=1)
-
-
-def timeline_figure(view, title: str = "") -> go.Figure:
-    """Lanes (top) and NVML counters (below) of one rank on one time axis (ms)."""
-    metrics = list(dict.fromkeys(view.counters["metric"])) if not view.counters.empty else []
-    lane_h = 34 * max(len(view.lanes), 1) + 60
-    heights = [lane_h] + [110] * len(metrics)
-    fig = make_subplots(rows=1 + len(metrics), cols=1, shared_xaxes=True,
-                        vertical_spacing=0.03 if metrics else 0.0,
-                        row_heights=[h / sum(heights) for h in heights],
-                        subplot_titles=[""] + metrics)  # the rank is in the dropdown
-    _add_lanes(fig, view)
-    for i, metric in enumerate(metrics, start=2):
-        c = view.counters[view.counters["metric"] == metric]
-        fig.add_trace(go.Scatter(x=c["t_ms"], y=c["value"], mode="lines+markers", name=metric,
-                                 # a sample describes the period ending at it: draw it backwards
-                                 showlegend=False, line=dict(color="#0f766e", shape="vh")),
-                      row=i, col=1)
-    step_shading(fig, _as_steps(view.steps), 0)
-    fig.update_yaxes(categoryorder="array", categoryarray=view.lanes[::-1], row=1, col=1,
-                     type="category")
-    fig.update_xaxes(range=[view.x0_ms, view.x1_ms])  # every row: counters reach past the window
-    fig.update_xaxes(title_text="time (ms)", row=1 + len(metrics), col=1)
-    fig = base_layout(fig, height=sum(heights) + 60)
-    fig.update_layout(uirevision=title or "timeline", dragmode="zoom", margin=dict(l=120, t=50),
-                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0.3))
-    return fig
-
-
-def _as_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """Timeline steps (ms) in the ns-shaped columns :func:`step_shading` reads."""
-    return pd.DataFrame({"step": steps["step"], "ts_ns": steps["start_ms"] * 1e6,
-                         "dur_ns": (steps["end_ms"] - steps["start_ms"]) * 1e6,
-                         "gpu_end_ns": steps["end_ms"] * 1e6})

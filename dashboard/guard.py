@@ -48,6 +48,15 @@ def _texts(value) -> bool:
     return isinstance(value, list) and len(value) <= MAX_ITEMS and all(map(_text, value))
 
 
+def _ints(value) -> bool:
+    return isinstance(value, list) and len(value) <= MAX_ITEMS and all(map(_int, value))
+
+
+def _window(value) -> bool:
+    """[t0, t1]: two finite numbers (ms)."""
+    return isinstance(value, list) and len(value) == 2 and finite(*value)
+
+
 def _optional(check: Callable[[object], bool]) -> Callable[[object], bool]:
     return lambda value: value is None or check(value)
 
@@ -62,8 +71,10 @@ PROP_TYPES: dict[tuple[str, str], Callable[[object], bool]] = {
     (ids.STEP_HEATMAP, "clickData"): _optional(_dict),
     (ids.SELECTED_RANK, "data"): _optional(_int),
     (ids.RUN_STORE, "data"): _optional(_dict),
-    (ids.TL_RANK, "value"): _optional(_int),
-    (ids.TL_GRAPH, "relayoutData"): _optional(_dict),
+    (ids.TL_RANKS, "value"): _optional(_ints),
+    (ids.TL_CPU, "value"): _optional(_texts),
+    (ids.TL_WINDOW, "data"): _optional(_window),
+    (ids.TL_ZOOM, "data"): _optional(_dict),
     (ids.TL_DOWNLOAD_BTN, "n_clicks"): _optional(_int),
     (ids.K_CLASS, "value"): _optional(_text),
     (ids.C_WAITS, "clickData"): _optional(_dict),

@@ -24,9 +24,13 @@ RANK_DETAIL = "rank-detail"
 SELECTED_RANK = "selected-rank"
 
 # timeline
-TL_RANK = "tl-rank"
+TL_RANKS = "tl-ranks"  # the ranks drawn, in order (the straggler first)
+TL_CPU = "tl-cpu"  # ["cpu"] draws the CPU threads too
 TL_GRAPH = "tl-graph"
 TL_INFO = "tl-info"
+TL_NOTE = "tl-note"  # what the NVML rows can and cannot tell about the window
+TL_ZOOM = "tl-zoom"  # the graph's relayouts that are about the x axis (kept in the browser)
+TL_WINDOW = "tl-window"  # [t0_ms, t1_ms] drawn, None for every step: kept across rank changes
 TL_DOWNLOAD_BTN = "tl-download-btn"
 TL_DOWNLOAD = "tl-download"
 

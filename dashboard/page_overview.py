@@ -13,6 +13,7 @@ from profkit.analyzers.render import sorted_findings
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
+from profkit.dashboard.timeline_links import finding_href
 
 SHOWN_FINDINGS = 6  # the rest fold under "more findings"
 _RANK_RE = re.compile(r"rank (\d{1,9})")  # ranks of real jobs; int() of 5,000 digits raises
@@ -51,7 +52,7 @@ def straggler_card(a) -> html.Section | None:
     return C.card("Straggler", *items, class_name="callout", id=ids.STRAGGLER_CALLOUT)
 
 
-def finding_item(f) -> html.Li:
+def finding_item(f, href: str | None = None) -> html.Li:
     where = " ".join(x for x in (f"rank {f.rank}" if f.rank is not None else "",
                                  f"step {f.step}" if f.step is not None else "") if x)
     evidence = {k: v for k, v in (f.evidence or {}).items() if not isinstance(v, (dict, list))}
@@ -61,13 +62,16 @@ def finding_item(f) -> html.Li:
         html.P(f.message),
         html.P(["→ ", f.recommendation], className="rec") if f.recommendation else None,
         html.Details([html.Summary("evidence"), C.kv_list(evidence)]) if evidence else None,
+        html.A("see it on the timeline", href=href, className="tl-link") if href else None,
     ])
 
 
-def findings_card(a) -> html.Section:
+def findings_card(a, run=None, key: str = "") -> html.Section:
     found = sorted_findings(a)
-    shown = [finding_item(f) for f in found[:SHOWN_FINDINGS]]
-    rest = [finding_item(f) for f in found[SHOWN_FINDINGS:]]
+    # the timeline window of each finding that has a place in time
+    hrefs = [finding_href(key, a, run, f) if run is not None else None for f in found]
+    shown = [finding_item(f, h) for f, h in zip(found[:SHOWN_FINDINGS], hrefs)]
+    rest = [finding_item(f, h) for f, h in zip(found[SHOWN_FINDINGS:], hrefs[SHOWN_FINDINGS:])]
     more = html.Details([html.Summary(f"{len(rest)} more findings"), html.Ul(rest)]) if rest else None
     return C.card("Evidence & recommendations", html.Ul(shown, className="findings"), more,
                   id=ids.FINDINGS)
@@ -80,7 +84,7 @@ def default_rank(a) -> int | None:
     return int(ranks["rank"].iloc[0]) if not ranks.empty else None
 
 
-def body(a) -> list:
+def body(a, run=None, key: str = "") -> list:
     """The overview's panels, each drawn on its own (one that fails leaves the others)."""
     stragglers = [int(s["rank"]) for s in a.stragglers]
     steps = a.table("step_breakdown")
@@ -90,7 +94,7 @@ def body(a) -> list:
             html.Div([C.panel("Verdict", lambda: verdict_card(a)),
                       C.panel("Straggler", lambda: straggler_card(a)),
                       C.panel("Run facts", lambda: facts_card(a))]),
-            C.panel("Evidence & recommendations", lambda: findings_card(a))]),
+            C.panel("Evidence & recommendations", lambda: findings_card(a, run, key))]),
         html.Div(className="grid two", children=[
             C.panel("Step breakdown per rank", lambda: C.card(None, C.graph(
                 ids.RANK_BARS, F.breakdown_bars(a.table("rank_breakdown"), stragglers, rank)),
@@ -106,7 +110,7 @@ def body(a) -> list:
 
 
 def layout(results, run_key: str = "") -> html.Div:
-    return C.run_page(results, run_key, "", lambda _run, a: body(a))
+    return C.run_page(results, run_key, "", lambda run, a: body(a, run, run_key))
 
 
 def clicked_rank(click) -> int | None:

@@ -1,101 +1,214 @@
-"""Timeline: one rank's GPU streams and CPU threads as lanes, steps marked, NVML counters
-below on the same time axis. Zooming re-queries the server, which sends the events of the
-window, or their busy fraction per lane and bin when the window holds too many to draw.
-A button downloads the run's merged Perfetto trace."""
+"""Timeline: the ranks that matter on one time axis (by default the straggler and the peer
+that waits for it most), with matched collectives linked across ranks, the analysis' step
+windows, each rank's GPU-idle time coloured by its cause and NVML counters below. Every
+range change, zoom in or out, re-queries the server, which sends the events of the window,
+or their busy fraction per lane and bin when the window holds too many to draw.
+``?ranks=1,0&t0=..&t1=..`` (ms after the first step) opens a given view: the Overview's
+findings link there. A button downloads the run's merged Perfetto trace."""
 
 from __future__ import annotations
 
 import logging
+import threading
 
 import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
+from profkit.dashboard import figures_timeline as FT
 from profkit.dashboard import ids
-from profkit.dashboard import timeline_data as T
+from profkit.dashboard import timeline_data as TD
+from profkit.dashboard import timeline_links as TL
+from profkit.dashboard import timeline_view as TV
 
 log = logging.getLogger(__name__)
 LEGEND = {**{k: F.CLASS_COLORS[k] for k in ("compute", "communication", "memcpy", "memset")},
+          **{f"idle: {k}": F.PART_COLORS[k] for k in TD.IDLE_CAUSES},
           "CPU op": F.CPU_KIND_COLORS["cpu_op"], "CUDA runtime": F.CPU_KIND_COLORS["runtime"],
-          "annotation": F.CPU_KIND_COLORS["annotation"]}
+          "annotation": F.CPU_KIND_COLORS["annotation"], "collective arrival": FT.LINK_COLOR,
+          "step left out of the verdict": FT.LEFT_OUT_FILL}
+MAX_RANKS = 256  # ranks drawn at once (compact rows, binned)
+CPU_OPTION = "cpu"
+# The run's time origin, also read by the Communication and Counters pages so that their
+# times are the timeline's.
+base_ns = TD.origin_ns
+UTIL_NOTE = ("NVML utilisation is the share of the last sample period in which any kernel "
+             "ran; it cannot resolve steps shorter than the sample period. Each marker is "
+             "one reading, held until the next; the GPU lanes above are the exact record.")
 
 
-def base_ns(run) -> int:
-    """The run's time origin: the earliest profiled step of any rank (else first event)."""
-    starts = [int(d.steps["ts_ns"].min()) for d in run.ranks.values() if len(d.steps)]
-    if not starts:
-        starts = [int(d.events["ts_ns"].min()) for d in run.ranks.values() if len(d.events)]
-    return min(starts) if starts else 0
+ZOOM_FILTER_JS = """function (relayout) {
+    const zoom = /^xaxis\\d*\\.(autorange|range|range\\[[01]\\])$/;
+    if (relayout && Object.keys(relayout).some(k => zoom.test(k))) { return relayout; }
+    return window.dash_clientside.no_update;
+}"""
 
 
-def lanes_for(results, key: str, rank: int):
-    """The rank's lane table, cached with the run (it is the expensive part of a re-query)."""
-    run = results.run(key)
-    origin = base_ns(run)
-    table = results.get_or_compute(("lanes", key, results.fingerprint(key), rank),
-                         lambda: T.lane_table(run.ranks[rank].events, origin))
-    return run, origin, table
+class LaneCache:
+    """The lanes of each rank of one run, built the first time the rank is drawn, and the
+    run's collective links: one item of the result cache per run, whatever its rank count."""
+
+    def __init__(self, run, analysis):
+        self.run, self.analysis = run, analysis
+        self.origin = TD.origin_ns(run)
+        self._lanes: dict[int, TD.RankLanes] = {}
+        self._links = None
+        self._lock = threading.Lock()
+
+    def lanes(self, rank: int) -> TD.RankLanes:
+        with self._lock:
+            if rank not in self._lanes:
+                steps = self.analysis.table("step_breakdown")
+                status = steps[steps["rank"] == rank] if len(steps) else None
+                self._lanes[rank] = TD.rank_lanes(self.run.ranks[rank], self.origin, status)
+            return self._lanes[rank]
+
+    def links(self):
+        with self._lock:
+            if self._links is None:
+                self._links = TL.link_table(self.analysis, self.run, self.origin)
+            return self._links
 
 
-def view_figure(results, key: str, rank: int, window) -> tuple:
-    run, origin, table = lanes_for(results, key, rank)
-    data = run.ranks[rank]
-    view = T.timeline_view(table, data.steps, data.counters, origin, window)
+def lane_cache(results, key: str) -> LaneCache:
+    run, analysis = results.loaded(key)
+    return results.get_or_compute(("timeline", key, results.fingerprint(key)),
+                                  lambda: LaneCache(run, analysis))
+
+
+def stragglers_of(analysis) -> list[int]:
+    return [int(s["rank"]) for s in analysis.stragglers]
+
+
+def ranks_label(ranks: list[int], stragglers) -> str:
+    if len(ranks) > 4:
+        return f"{len(ranks)} ranks"
+    names = [f"rank {r}" + (" (straggler)" if r in stragglers else "") for r in ranks]
+    return ", ".join(names)
+
+
+def info_text(view, stragglers) -> str:
     shown = "busy fraction per bin" if view.mode == "bins" else "every event"
-    info = (f"rank {rank}: {view.n_events:,} events in {view.x1_ms - view.x0_ms:.2f} ms "
-            f"shown as {shown}" + (f" ({view.bin_ms * 1e3:.0f} us bins); zoom in for events"
-                                   if view.mode == "bins" else ""))
-    return F.timeline_figure(view, f"rank {rank}"), info
+    text = (f"{ranks_label(view.ranks, stragglers)}: {view.n_events:,} events in "
+            f"{view.x1_ms - view.x0_ms:.2f} ms shown as {shown}")
+    if view.mode == "bins":
+        text += f" ({view.bin_ms * 1e3:.0f} us bins)" + ("" if view.compact else "; zoom in for events")
+    drawn = view.links["key"].nunique() if len(view.links) else 0
+    if view.n_links:
+        text += (f"; {drawn} matched collectives linked" if drawn == view.n_links else
+                 f"; {drawn} of {view.n_links:,} matched collectives linked (largest skews)")
+    return text
 
 
-def figure_or_error(results, key: str, rank: int, window) -> tuple:
-    """:func:`view_figure`, or an empty figure and the reason when the rank cannot be drawn
-    (the rank picker stays usable)."""
-    return C.attempt(f"rank {rank}'s timeline", lambda: view_figure(results, key, rank, window),
-                     lambda why: (F.empty_figure(f"could not be drawn: {why}"), why))
+def counters_note(view) -> str | None:
+    """What the NVML rows can and cannot tell about this window: how many utilisation
+    samples fall inside it (per rank when several are shown), then :data:`UTIL_NOTE`."""
+    if view.counters.empty:
+        return None
+    c = view.counters
+    util = c[(c["metric"] == "gpu_util_pct") & c["inside"].astype(bool)]
+    if not (c["metric"] == "gpu_util_pct").any():
+        return UTIL_NOTE
+    per_rank = util.groupby("rank").size()
+    counts = [int(per_rank.get(r, 0)) for r in view.ranks]
+    n = (str(counts[0]) if len(counts) == 1 else
+         ", ".join(f"rank {r}: {k}" for r, k in zip(view.ranks, counts)))
+    return (f"gpu_util_pct samples in this {view.x1_ms - view.x0_ms:.1f} ms window: {n}. "
+            + UTIL_NOTE)
 
 
-def layout(results, run_key: str = "") -> html.Div:
-    return C.run_page(results, run_key, "timeline", lambda run, _a: body(results, run_key, run))
+def view_figure(results, key: str, ranks: list[int], window, show_cpu: bool) -> tuple:
+    cache = lane_cache(results, key)
+    view = TV.timeline_view([cache.lanes(r) for r in ranks], window, show_cpu)
+    view.links, view.n_links = TL.links_in_window(cache.links(), view.ranks, view.lanes,
+                                                  view.compact, view.x0_ms, view.x1_ms)
+    stragglers = stragglers_of(cache.analysis)
+    return (FT.timeline_figure(view, stragglers), info_text(view, stragglers),
+            counters_note(view))
 
 
-def body(results, run_key: str, run) -> list:
-    return [C.panel("Timeline", lambda: _timeline_card(results, run_key, run))]
+def figure_or_error(results, key: str, ranks: list[int], window, show_cpu: bool) -> tuple:
+    """:func:`view_figure`, or an empty figure and the reason when it cannot be drawn (the
+    controls stay usable)."""
+    return C.attempt(f"the timeline of ranks {ranks}",
+                     lambda: view_figure(results, key, ranks, window, show_cpu),
+                     lambda why: (F.empty_figure(f"could not be drawn: {why}"), why, None))
 
 
-def _timeline_card(results, run_key: str, run) -> html.Section:
-    rank = run.rank_ids[0]
-    fig, info = figure_or_error(results, run_key, rank, None)
+def layout(results, run_key: str = "", **query) -> html.Div:
+    return C.run_page(results, run_key, "timeline",
+                      lambda run, a: body(results, run_key, run, a, query))
+
+
+def body(results, run_key: str, run, analysis, query: dict | None = None) -> list:
+    return [C.panel("Timeline", lambda: _timeline_card(results, run_key, run, analysis,
+                                                       query or {}))]
+
+
+def _timeline_card(results, run_key: str, run, analysis, query: dict) -> html.Section:
+    asked, window = TL.query_view(run, **query)
+    ranks = (asked or TL.default_ranks(run, analysis))[:MAX_RANKS]
+    fig, info, note = figure_or_error(results, run_key, ranks, window, False)
+    stragglers = stragglers_of(analysis)
+    options = [{"label": f"rank {r}" + (" (straggler)" if r in stragglers else ""), "value": r}
+               for r in run.rank_ids]
     controls = html.Div(className="controls", children=[
-        html.Label(["rank", dcc.Dropdown(id=ids.TL_RANK, options=[
-            {"label": f"rank {r}", "value": r} for r in run.rank_ids], value=rank,
-            clearable=False, className="dropdown")]),
-        html.Span(info, id=ids.TL_INFO, className="muted"),
+        html.Label(["ranks", dcc.Dropdown(id=ids.TL_RANKS, options=options, value=ranks,
+                                          multi=True, clearable=False, className="dropdown")]),
+        dcc.Checklist(id=ids.TL_CPU, options=[{"label": "CPU threads", "value": CPU_OPTION}],
+                      value=[], inline=True),
         html.Button("Download merged Perfetto trace", id=ids.TL_DOWNLOAD_BTN, className="button"),
         dcc.Download(id=ids.TL_DOWNLOAD),
     ])
-    return C.card(None, controls, C.legend(LEGEND),
-                  dcc.Loading(C.graph(ids.TL_GRAPH, fig), type="dot"))
+    graph = dcc.Graph(id=ids.TL_GRAPH, figure=fig,  # a double-click zooms out to the whole run
+                      config={**C.GRAPH_CONFIG, "doubleClick": "autosize"})
+    return C.card(None, controls, html.P(info, id=ids.TL_INFO, className="muted"),
+                  C.legend(LEGEND), dcc.Loading(graph, type="dot"),
+                  html.P(note, id=ids.TL_NOTE, className="hint"), dcc.Store(id=ids.TL_ZOOM),
+                  dcc.Store(id=ids.TL_WINDOW, data=list(window) if window else None))
+
+
+def chosen_ranks(results, key: str, ranks) -> list[int]:
+    """The dropdown's ranks that the run has, in their order; stops the callback when none."""
+    known = set(results.run(key).rank_ids)
+    chosen = [r for r in dict.fromkeys(ranks or []) if r in known][:MAX_RANKS]
+    if not chosen:
+        raise PreventUpdate
+    return chosen
+
+
+def window_of(trigger, relayout, stored):
+    """The window to draw: the relayout's when a zoom triggered, else the one shown."""
+    if trigger == ids.TL_ZOOM:
+        window = TV.parse_window(relayout)
+        if window == "keep":
+            raise PreventUpdate
+        return window
+    return tuple(stored) if stored else None
 
 
 def register(app, results) -> None:
     C.register_run_page(__name__, results, layout, tab="timeline", name="Timeline",
-                        title="timeline", order=2)
+                        title="timeline", order=2, query=("ranks", "t0", "t1"))
 
     @app.callback(Output(ids.TL_GRAPH, "figure"), Output(ids.TL_INFO, "children"),
-                  Input(ids.TL_RANK, "value"), Input(ids.TL_GRAPH, "relayoutData"),
-                  State(ids.RUN_STORE, "data"), prevent_initial_call=True)
-    def requery(rank, relayout, store):
+                  Output(ids.TL_NOTE, "children"), Output(ids.TL_WINDOW, "data"),
+                  Input(ids.TL_RANKS, "value"), Input(ids.TL_CPU, "value"),
+                  Input(ids.TL_ZOOM, "data"), State(ids.RUN_STORE, "data"),
+                  State(ids.TL_WINDOW, "data"), prevent_initial_call=True)
+    def requery(ranks, cpu, relayout, store, stored):
         key = C.stored_run(results, store)
-        if rank not in results.run(key).rank_ids:
-            raise PreventUpdate
-        window = None
-        if dash.ctx.triggered_id == ids.TL_GRAPH:
-            window = T.parse_window(relayout)
-            if window == "keep":
-                raise PreventUpdate
-        return figure_or_error(results, key, rank, window)
+        chosen = chosen_ranks(results, key, ranks)
+        window = window_of(dash.ctx.triggered_id, relayout, stored)
+        fig, info, note = figure_or_error(results, key, chosen, window, CPU_OPTION in (cpu or []))
+        return fig, info, note, list(window) if window else None
+
+    # Only relayouts about the x axis reach the server: Dash applies the answer to a
+    # callback's latest request only, so a relayout that is no zoom (an autosize) sent
+    # while a zoom's request is in flight would swallow the zoom's answer.
+    app.clientside_callback(ZOOM_FILTER_JS, Output(ids.TL_ZOOM, "data"),
+                            Input(ids.TL_GRAPH, "relayoutData"), prevent_initial_call=True)
 
     @app.callback(Output(ids.TL_DOWNLOAD, "data"), Input(ids.TL_DOWNLOAD_BTN, "n_clicks"),
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)

@@ -1,158 +1,255 @@
-"""Server-side shaping of one rank's timeline: lanes (GPU streams, CPU threads), the events
-of a time window, and, when the window holds too many events to draw, their busy fraction
-per lane and time bin. Pure functions over the event table; times in, ms after ``base_ns``
-out.
+"""Per-rank lane tables of the timeline, built once per rank (the page caches them).
+
+A rank's lanes, top to bottom: its GPU streams; its GPU-idle cause lane (the idle parts of
+the charged-time model, :mod:`profkit.analyzers.charge`, so that a launch-bound step reads
+as a purple lane even where the kernels are too short to see); then its CPU threads, one
+row per nesting depth (drawn on demand). Each lane also belongs to a *row* of the compact
+view (one row per rank and layer: GPU, idle cause, CPU) used when many ranks are shown.
+
+Times are ms after the run's origin (:func:`origin_ns`). Covered time is kept per lane
+(and per row) and group as disjoint intervals with prefix sums (:class:`Coverage`), so a
+zoom bins any window in O(bins log n) without touching the events again.
 """
 
 from __future__ import annotations
 
-import math
+import logging
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.charge import charged_intervals
+from profkit.analyzers.names import short_kernel_names
+from profkit.analyzers.steps import step_windows
 
+from profkit import intervals as iv
 from profkit import schema as S
+from profkit.model import RankData, step_spans
 
-MAX_EVENTS = 4000  # above this many events in the window, draw busy-fraction bins instead
-N_BINS = 400
-SKIP_KINDS = (S.KIND_GPU_ANNOTATION,)  # GPU-side copies of CPU ranges: they cover the kernels
-TIMELINE_METRICS = ("sm_clock_mhz", "power_w", "gpu_util_pct", "gpm_sm_active_pct",
+log = logging.getLogger(__name__)
+GPU, CAUSE, CPU = "gpu", "cause", "cpu"  # lane layers, in drawing order within a rank
+LAYER_TITLES = {GPU: "GPU", CAUSE: "GPU idle cause", CPU: "CPU"}
+IDLE_CAUSES = ("cpu_launch", "data_loading", "host_sync", "idle_other")
+ALL = ""  # the group key of a lane's total covered time
+MAX_DEPTH = 7  # CPU ranges nested deeper share the row of this depth
+CPU_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_RUNTIME, S.KIND_DRIVER, S.KIND_PYTHON,
+             S.KIND_SYNC, S.KIND_OTHER)
+TIMELINE_METRICS = ("gpu_util_pct", "sm_clock_mhz", "power_w", "gpm_sm_active_pct",
                     "gpm_tensor_active_pct")
 
 
 @dataclass
-class TimelineView:
-    """What the timeline figure draws for one window."""
+class Coverage:
+    """A disjoint, sorted interval set (ns after the origin) with the prefix sums of its
+    lengths: the covered time before any instant is one binary search away."""
 
+    starts_ns: np.ndarray
+    ends_ns: np.ndarray
+    cum_ns: np.ndarray  # cum_ns[k]: length of the first k intervals
+
+    @classmethod
+    def of(cls, starts_ns, ends_ns) -> Coverage:
+        s, e = iv.union(starts_ns, ends_ns)
+        return cls(s, e, np.concatenate([[0], np.cumsum(e - s)]))
+
+    def covered_before(self, t_ns: np.ndarray) -> np.ndarray:
+        """Covered ns in (-inf, t) for each t."""
+        k = np.searchsorted(self.starts_ns, t_ns, side="right")
+        if len(self.starts_ns) == 0:
+            return np.zeros(len(t_ns))
+        last_end = self.ends_ns[np.maximum(k - 1, 0)]
+        partial = np.where(k > 0, np.maximum(last_end - t_ns, 0), 0)  # the one reaching past t
+        return self.cum_ns[k] - partial
+
+    def per_bin_ns(self, edges_ns: np.ndarray) -> np.ndarray:
+        """Covered ns inside each bin [edges[i], edges[i + 1])."""
+        return np.diff(self.covered_before(np.asarray(edges_ns, dtype=np.float64)))
+
+
+@dataclass
+class RankLanes:
+    """One rank's timeline: events per layer, lane order, covered time, steps, counters."""
+
+    rank: int
+    events: dict[str, pd.DataFrame]  # layer -> lane, group, name, start/end_ns, start/end_ms
     lanes: list[str]  # top to bottom
-    x0_ms: float
-    x1_ms: float
-    mode: str  # "events" or "bins"
-    n_events: int  # events in the window
-    events: pd.DataFrame = field(default_factory=pd.DataFrame)  # lane, group, name, start_ms, end_ms
-    bins: pd.DataFrame = field(default_factory=pd.DataFrame)  # lane, group, bin_ms, busy (0..1)
-    bin_ms: float = 0.0
-    steps: pd.DataFrame = field(default_factory=pd.DataFrame)  # step, start_ms, end_ms
-    counters: pd.DataFrame = field(default_factory=pd.DataFrame)  # metric, t_ms, value
+    layer_of: dict[str, str]  # lane or row -> GPU / CAUSE / CPU
+    cover: dict[tuple[str, str], Coverage]  # (lane or row, group or ALL) -> covered time
+    steps: pd.DataFrame  # step, start_ms, end_ms, used, reason (disjoint windows)
+    counters: pd.DataFrame  # metric, t_ms, value (TIMELINE_METRICS only, time order)
+    span_ms: tuple[float, float] = (0.0, 1.0)  # the rank's profiled window
+    # layer -> end_ns sorted: how many events a window holds, in O(log n)
+    sorted_ends: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def rows(self) -> list[str]:
+        """The compact view's rows of this rank (one per layer it has), top to bottom."""
+        return list(dict.fromkeys(row_name(self.rank, self.layer_of[lane]) for lane in self.lanes))
+
+    def count_in(self, layers, x0_ns: float, x1_ns: float) -> int:
+        """Events of ``layers`` that overlap [x0, x1]: all but those starting after x1 and
+        those ending before x0 (no event does both)."""
+        n = 0
+        for layer in layers:
+            if layer in self.events:
+                starts = self.events[layer]["start_ns"].to_numpy()
+                n += int(np.searchsorted(starts, x1_ns, side="right")
+                         - np.searchsorted(self.sorted_ends[layer], x0_ns, side="left"))
+        return n
 
 
-def lane_table(events: pd.DataFrame, base_ns: int) -> pd.DataFrame:
-    """Events with their lane (``GPU stream N`` / ``CPU thread N``), group (GPU class, or
-    CPU kind) and start/end in ms after ``base_ns``."""
-    ev = events[~events[S.KIND].isin(SKIP_KINDS)]
-    gpu = ev[S.KIND].isin(S.GPU_KINDS).to_numpy()
-    lane = np.where(gpu, "GPU stream " + ev[S.STREAM].astype(str),
-                    "CPU thread " + ev[S.TID].astype(str))
-    group = np.where(gpu, ev[S.CLASS].astype(str), ev[S.KIND].astype(str))
-    start = (ev[S.TS_NS].to_numpy() - base_ns) / 1e6
-    return pd.DataFrame({"lane": lane, "group": group, "name": ev[S.NAME].astype(str).to_numpy(),
-                         "start_ms": start, "end_ms": start + ev[S.DUR_NS].to_numpy() / 1e6})
+def row_name(rank: int, layer: str) -> str:
+    return f"rank {rank} · {LAYER_TITLES[layer]}"
 
 
-def lane_order(table: pd.DataFrame) -> list[str]:
-    """GPU streams first (by number), then CPU threads, busiest first."""
-    counts = table["lane"].value_counts()
-    gpu = sorted((x for x in counts.index if x.startswith("GPU")), key=lambda s: int(s.split()[-1]))
-    cpu = [x for x in counts.index if not x.startswith("GPU")]
-    return gpu + cpu
+def origin_ns(run) -> int:
+    """The run's time origin: the start of the earliest step of any rank (its CPU range or
+    its GPU work, whichever began first), else the earliest event."""
+    starts = [int(step_spans(d.steps)[0].min()) for d in run.ranks.values() if len(d.steps)]
+    if not starts:
+        starts = [int(d.events[S.TS_NS].min()) for d in run.ranks.values() if len(d.events)]
+    return min(starts) if starts else 0
 
 
-def busy_fraction(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Busy time of the intervals inside each bin over the bin width (capped at 1; nested
-    intervals count once at most). O((n + bins) log n): the busy time before t is
-    sum(max(0, t - start)) - sum(max(0, t - end)), from sorted prefix sums."""
-    def covered(points: np.ndarray, t: np.ndarray) -> np.ndarray:
-        points = np.sort(points)
-        prefix = np.concatenate([[0.0], np.cumsum(points)])
-        n = np.searchsorted(points, t, side="right")
-        return n * t - prefix[n]
-
-    total = covered(starts, edges) - covered(ends, edges)
-    return np.clip(np.diff(total) / np.diff(edges), 0.0, 1.0)
+def rank_windows(data: RankData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start_ns, end_ns, step) of the rank's disjoint step windows (steps.step_windows);
+    without steps, one window -1 from the first GPU start to the last GPU end."""
+    if len(data.steps):
+        return step_windows(data.steps)
+    gpu = data.gpu_events
+    if gpu.empty:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    lo, hi = int(gpu[S.TS_NS].min()), int((gpu[S.TS_NS] + gpu[S.DUR_NS]).max())
+    return np.array([lo]), np.array([hi]), np.array([-1])
 
 
-def bin_lanes(table: pd.DataFrame, x0: float, x1: float, n_bins: int = N_BINS) -> pd.DataFrame:
-    """Busy fraction per lane, group and bin of [x0, x1) (ms)."""
-    edges = np.linspace(x0, x1, n_bins + 1)
-    rows = []
-    for (lane, group), g in table.groupby(["lane", "group"], sort=False):
-        busy = busy_fraction(g["start_ms"].to_numpy(), g["end_ms"].to_numpy(), edges)
-        keep = busy > 0
-        rows.append(pd.DataFrame({"lane": lane, "group": group, "bin_ms": edges[:-1][keep],
-                                  "busy": busy[keep]}))
-    if not rows:
-        return pd.DataFrame(columns=["lane", "group", "bin_ms", "busy"])
-    return pd.concat(rows, ignore_index=True)
+def nesting_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Depth of each range among the ranges enclosing it (0: outermost), for ranges sorted
+    by start, longest first at equal starts. A range is open at the start of the i-th one
+    unless it ended by then, and every range that ended by then came before it: so the
+    depth is i minus the ranges that ended. Empty ranges count as 1 ns long."""
+    ends = np.maximum(ends, starts + 1)
+    closed = np.searchsorted(np.sort(ends), starts, side="right")
+    return np.arange(len(starts)) - closed
 
 
-def full_range(table: pd.DataFrame, steps: pd.DataFrame) -> tuple[float, float]:
-    if not steps.empty:
-        return float(steps["start_ms"].min()), float(steps["end_ms"].max())
-    if table.empty:
-        return 0.0, 1.0
-    return float(table["start_ms"].min()), float(table["end_ms"].max())
+def _frame(layer: str, codes: np.ndarray, names: list[str], group, name, start_ns,
+           end_ns) -> pd.DataFrame:
+    """A layer's events, sorted by start, lanes as a categorical of ``names``."""
+    frame = pd.DataFrame({"lane": pd.Categorical.from_codes(codes, names),
+                          "group": pd.Categorical(group), "name": pd.Categorical(name),
+                          "start_ns": np.asarray(start_ns, np.int64),
+                          "end_ns": np.asarray(end_ns, np.int64)})
+    frame = frame.sort_values("start_ns", kind="stable", ignore_index=True)
+    frame["start_ms"], frame["end_ms"] = frame["start_ns"] / 1e6, frame["end_ns"] / 1e6
+    return frame
 
 
-def step_table(steps: pd.DataFrame, base_ns: int) -> pd.DataFrame:
-    end = np.maximum(steps[S.TS_NS] + steps[S.DUR_NS], steps[S.GPU_END_NS])
-    return pd.DataFrame({"step": steps[S.STEP].to_numpy(),
-                         "start_ms": (steps[S.TS_NS].to_numpy() - base_ns) / 1e6,
-                         "end_ms": (end.to_numpy() - base_ns) / 1e6})
+def gpu_rows(rank: int, events: pd.DataFrame, origin: int) -> pd.DataFrame:
+    """Kernels, copies and memsets on ``rank {R} · GPU stream {N}`` lanes (by stream
+    number), grouped by class, named as people read them (analyzers/names.py: a templated
+    kernel's full name is ~150 characters, sent twice per event on every zoom). GPU
+    annotations are left out: they are copies of CPU ranges drawn over the kernels."""
+    gpu = events[events[S.KIND].isin(S.GPU_KINDS).to_numpy()]
+    streams, codes = np.unique(gpu[S.STREAM].to_numpy(), return_inverse=True)
+    start = gpu[S.TS_NS].to_numpy(np.int64) - origin
+    names = pd.Categorical(gpu[S.NAME].astype(str))
+    short = pd.Categorical.from_codes(names.codes, short_kernel_names(list(names.categories)))
+    return _frame(GPU, codes, [f"rank {rank} · GPU stream {s}" for s in streams],
+                  gpu[S.CLASS].array, short, start, start + gpu[S.DUR_NS].to_numpy(np.int64))
 
 
-def timeline_view(table: pd.DataFrame, steps: pd.DataFrame, counters: pd.DataFrame,
-                  base_ns: int, window: tuple[float, float] | None = None,
-                  max_events: int = MAX_EVENTS, n_bins: int = N_BINS) -> TimelineView:
-    """The view of ``window`` (ms; None: every profiled step). ``table`` from
-    :func:`lane_table`; ``steps`` and ``counters`` are the rank's Run tables."""
-    st = step_table(steps, base_ns)
-    x0, x1 = window or full_range(table, st)
-    if x1 <= x0:
-        x1 = x0 + 1e-3
-    inside = table[(table["end_ms"] >= x0) & (table["start_ms"] <= x1)]
-    view = TimelineView(lanes=lane_order(table), x0_ms=x0, x1_ms=x1, mode="events",
-                        n_events=len(inside), steps=st)
-    if len(inside) > max_events:
-        view.mode, view.bin_ms = "bins", (x1 - x0) / n_bins
-        view.bins = bin_lanes(inside, x0, x1, n_bins)
-    else:
-        view.events = inside
-    view.counters = counters_in_window(counters, base_ns, x0, x1)
-    return view
+def cpu_rows(rank: int, events: pd.DataFrame, origin: int) -> pd.DataFrame:
+    """Host ranges on ``rank {R} · CPU {tid} · depth {d}`` lanes: nested ranges (step
+    annotation > module > op > launch call) stacked one row per depth, the busiest thread
+    first."""
+    cpu = events[events[S.KIND].isin(CPU_KINDS).to_numpy()]
+    tid, ts = cpu[S.TID].to_numpy(), cpu[S.TS_NS].to_numpy(np.int64)
+    end = ts + cpu[S.DUR_NS].to_numpy(np.int64)
+    order = np.lexsort((-end, ts, tid))
+    tid, ts, end = tid[order], ts[order], end[order]
+    depth = np.zeros(len(ts), dtype=np.int64)
+    bounds = np.flatnonzero(np.diff(tid)) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(ts)]):
+        depth[lo:hi] = nesting_depth(ts[lo:hi], end[lo:hi])
+    threads, thread_code = np.unique(tid, return_inverse=True)
+    rank_of_thread = np.argsort(np.argsort(-np.bincount(thread_code, weights=end - ts),
+                                           kind="stable"), kind="stable")
+    key = rank_of_thread[thread_code] * (MAX_DEPTH + 1) + np.minimum(depth, MAX_DEPTH)
+    keys, codes = np.unique(key, return_inverse=True)  # sorted: busiest thread, then depth
+    names = [f"rank {rank} · CPU {threads[np.flatnonzero(rank_of_thread == k // (MAX_DEPTH + 1))[0]]}"
+             f" · depth {k % (MAX_DEPTH + 1)}" for k in keys]
+    return _frame(CPU, codes, names, cpu[S.KIND].array.take(order),
+                  cpu[S.NAME].array.take(order), ts - origin, end - origin)
 
 
-def counters_in_window(counters: pd.DataFrame, base_ns: int, x0: float, x1: float) -> pd.DataFrame:
-    """Samples of the timeline metrics inside [x0, x1] ms plus the last one before and the
-    first one after, so that a window shorter than the sampling period (10 Hz NVML against
-    10-50 ms steps) still shows the value that held during it."""
-    c = counters[counters[S.METRIC].isin(TIMELINE_METRICS)] if not counters.empty else counters
-    parts = []
-    for metric, g in (c.groupby(S.METRIC, observed=True) if not c.empty else []):
-        t = (g[S.TS_NS].to_numpy() - base_ns) / 1e6
-        order = np.argsort(t, kind="stable")
-        t, v = t[order], g[S.VALUE].to_numpy()[order]
-        lo = max(int(np.searchsorted(t, x0, side="right")) - 1, 0)
-        hi = min(int(np.searchsorted(t, x1, side="left")) + 1, len(t))
-        parts.append(pd.DataFrame({"metric": str(metric), "t_ms": t[lo:hi], "value": v[lo:hi]}))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["metric", "t_ms", "value"])
+def cause_rows(data: RankData, origin: int) -> pd.DataFrame:
+    """The rank's GPU-idle time inside its step windows, one segment per instant's cause
+    (cpu_launch, data_loading, host_sync, idle_other) as analyzers/charge.py charges it."""
+    lo, hi, _ = rank_windows(data)
+    empty = np.empty(0, np.int64)
+    if len(lo) == 0 or not data.has_gpu:
+        return _frame(CAUSE, empty, [], [], [], empty, empty)
+    parts = charged_intervals(data, int(lo.min()), int(hi.max()))
+    cut = [iv.intersect(parts[p], (lo, hi)) for p in IDLE_CAUSES]  # between cycles: no step
+    group = np.concatenate([np.full(len(s), p, dtype=object) for p, (s, _) in zip(IDLE_CAUSES, cut)])
+    starts = np.concatenate([s for s, _ in cut]) - origin
+    ends = np.concatenate([e for _, e in cut]) - origin
+    return _frame(CAUSE, np.zeros(len(starts), np.int64), [f"rank {data.rank} · GPU idle cause"],
+                  group, group, starts, ends)
 
 
-def parse_window(relayout: dict | None) -> tuple[float, float] | None | str:
-    """The x window (ms) a plotly relayout event asks for; None when it asks for the full
-    range (autorange); "keep" when the event is not about the x axis."""
-    if not relayout:
-        return "keep"
-    if any(k.startswith("xaxis") and k.endswith("autorange") for k in relayout):
-        return None
-    lo = next((v for k, v in relayout.items() if k.startswith("xaxis") and k.endswith("range[0]")), None)
-    hi = next((v for k, v in relayout.items() if k.startswith("xaxis") and k.endswith("range[1]")), None)
-    if lo is None or hi is None:
-        return "keep"
-    try:
-        lo, hi = float(lo), float(hi)
-    except (TypeError, ValueError, OverflowError):
-        return "keep"
-    # NaN, infinite or overflowing widths cannot be binned: not a window a zoom asks for
-    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) and math.isfinite(hi - lo) else "keep"
+def coverage(rank: int, layer: str, frame: pd.DataFrame) -> dict[tuple[str, str], Coverage]:
+    """Covered time per (lane, group), per lane, per (row, group) and per row of a layer."""
+    out: dict[tuple[str, str], Coverage] = {}
+    row = row_name(rank, layer)
+    for (lane, group), g in frame.groupby(["lane", "group"], sort=False, observed=True):
+        out[(str(lane), str(group))] = Coverage.of(g["start_ns"], g["end_ns"])
+    for lane, g in frame.groupby("lane", sort=False, observed=True):
+        out[(str(lane), ALL)] = Coverage.of(g["start_ns"], g["end_ns"])
+    for group, g in frame.groupby("group", sort=False, observed=True):
+        out[(row, str(group))] = Coverage.of(g["start_ns"], g["end_ns"])
+    out[(row, ALL)] = Coverage.of(frame["start_ns"], frame["end_ns"])
+    return out
+
+
+def step_table(data: RankData, origin: int, status: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The rank's disjoint step windows (ms) with whether the verdict used each step and
+    why not (``status``: the analysis' step_breakdown rows of this rank)."""
+    start, end, step = rank_windows(data)
+    table = pd.DataFrame({"step": step, "start_ms": (start - origin) / 1e6,
+                          "end_ms": (end - origin) / 1e6, "used": True, "reason": ""})
+    if status is not None and len(status):
+        known = status.drop_duplicates("step").set_index("step")
+        table["used"] = table["step"].map(known["used"]).fillna(True).astype(bool)
+        table["reason"] = table["step"].map(known["excluded_reason"]).fillna("").astype(str)
+    return table
+
+
+def counter_table(counters: pd.DataFrame, origin: int) -> pd.DataFrame:
+    """The timeline's NVML metrics in time order: metric, t_ms, value."""
+    c = counters[counters[S.METRIC].isin(TIMELINE_METRICS).to_numpy()] if len(counters) else counters
+    out = pd.DataFrame({"metric": c[S.METRIC].astype(str).to_numpy() if len(c) else [],
+                        "t_ms": (c[S.TS_NS].to_numpy() - origin) / 1e6 if len(c) else [],
+                        "value": c[S.VALUE].to_numpy() if len(c) else []})
+    return out.sort_values(["metric", "t_ms"], kind="stable", ignore_index=True)
+
+
+def rank_lanes(data: RankData, origin: int, status: pd.DataFrame | None = None) -> RankLanes:
+    """Everything the timeline draws of one rank (``status``: its step_breakdown rows)."""
+    built = {GPU: gpu_rows(data.rank, data.events, origin), CAUSE: cause_rows(data, origin),
+             CPU: cpu_rows(data.rank, data.events, origin)}
+    events = {layer: f for layer, f in built.items() if len(f)}
+    lanes, layer_of, cover = [], {}, {}
+    for layer, frame in events.items():
+        mine = [str(c) for c in frame["lane"].cat.categories]  # in drawing order
+        lanes += mine
+        layer_of.update(dict.fromkeys(mine + [row_name(data.rank, layer)], layer))
+        cover.update(coverage(data.rank, layer, frame))
+    steps = step_table(data, origin, status)
+    starts = [f["start_ms"].iloc[0] for f in events.values()]
+    ends = [f["end_ms"].max() for f in events.values()]
+    span = ((float(steps["start_ms"].min()), float(steps["end_ms"].max())) if len(steps) else
+            (float(min(starts)), float(max(ends))) if starts else (0.0, 1.0))
+    sorted_ends = {layer: np.sort(f["end_ns"].to_numpy()) for layer, f in events.items()}
+    return RankLanes(data.rank, events, lanes, layer_of, cover, steps,
+                     counter_table(data.counters, origin), span, sorted_ends)

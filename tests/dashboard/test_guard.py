@@ -32,17 +32,18 @@ def test_every_server_callback_input_has_a_declared_type(callback_map):
 
 
 def test_the_renderers_requests_pass_and_altered_ones_are_refused(callback_map):
-    output = "..tl-graph.figure...tl-info.children.."
+    output = "..tl-graph.figure...tl-info.children...tl-note.children...tl-window.data.."
     body = renderer_body(output, callback_map[output])
-    body["inputs"][0]["value"] = 0
+    body["inputs"][0]["value"] = [0]  # the ranks drawn
     assert guard.callback_problem(callback_map, body) is None
     altered = [
         {**body, "output": "_pages_dummy.children"},  # a clientside callback
         {**body, "outputs": body["outputs"][0]},  # one output for a callback with two
         {**body, "inputs": body["inputs"][::-1]},
         {**body, "state": []},
-        {**body, "inputs": [dict(body["inputs"][0], value="0"), body["inputs"][1]]},
-        {**body, "inputs": [dict(body["inputs"][0], value=True), body["inputs"][1]]},
+        {**body, "inputs": [dict(body["inputs"][0], value=["0"]), *body["inputs"][1:]]},
+        {**body, "inputs": [dict(body["inputs"][0], value=[True]), *body["inputs"][1:]]},
+        {**body, "inputs": [dict(body["inputs"][0], value=0), *body["inputs"][1:]]},
         {**body, "state": [dict(body["state"][0], value=["x"])]},
         {**body, "changedPropIds": [1]},
         [body], None,

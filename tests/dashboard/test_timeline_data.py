@@ -1,125 +1,187 @@
-"""Server-side timeline shaping: lanes, busy-fraction bins, the events/bins switch."""
-
-import time
+"""Server-side timeline shaping on a hand-built trace whose every number is chosen by hand:
+lanes, nesting depth, the GPU-idle cause lane, disjoint step windows, busy fraction per
+bin (covered time over bin length), the events/bins switch, compact rows, counters."""
 
 import numpy as np
 import pandas as pd
 import pytest
-from profkit.dashboard import figures as F
-from profkit.dashboard import timeline_data as T
+from profkit.dashboard import timeline_data as TD
+from profkit.dashboard import timeline_view as TV
+
+from profkit.loader import load_run
+from tests.dashboard import timeline_hand
+from tests.dashboard.conftest import STRAGGLER
+
+GPU_LANE, CAUSE_LANE = "rank 0 · GPU stream 7", "rank 0 · GPU idle cause"
 
 
-def events(n=4, kind="kernel", cls="compute", stream=7, tid=7, start=0, dur=1_000_000,
-           gap=1_000_000):
-    ts = start + np.arange(n) * (dur + gap)
-    return pd.DataFrame({"ts_ns": ts, "dur_ns": dur, "name": [f"k{i}" for i in range(n)],
-                         "kind": kind, "cls": cls, "stream": stream, "tid": tid})
+@pytest.fixture(scope="module")
+def hand_run(tmp_path_factory):
+    return timeline_hand.hand_run(tmp_path_factory.mktemp("hand"))
 
 
-def steps(*spans):
-    return pd.DataFrame({"step": range(len(spans)), "ts_ns": [a for a, _ in spans],
-                         "dur_ns": [b - a for a, b in spans], "gpu_ts_ns": [a for a, _ in spans],
-                         "gpu_end_ns": [b for _, b in spans]})
+@pytest.fixture(scope="module")
+def lanes(hand_run):
+    origin = TD.origin_ns(hand_run)
+    return [TD.rank_lanes(hand_run.ranks[r], origin) for r in (0, 1)]
 
 
-NO_COUNTERS = pd.DataFrame(columns=["ts_ns", "device", "metric", "value"])
+def spans(frame: pd.DataFrame, group: str) -> list[tuple[float, float]]:
+    g = frame[frame["group"] == group]
+    return list(zip(g["start_ms"].round(6), g["end_ms"].round(6)))
 
 
-def test_busy_fraction_exact_on_partial_and_spanning_intervals():
-    edges = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
-    busy = T.busy_fraction(np.array([0.5, 2.0]), np.array([1.5, 4.5]), edges)
-    assert busy == pytest.approx([0.5, 0.5, 1.0, 1.0])
+def test_coverage_counts_overlaps_once_and_bins_hold_covered_time():
+    # [0, 2) and [1, 3) overlap: covered [0, 3); plus [5, 6)
+    cov = TD.Coverage.of(np.array([0, 1, 5]), np.array([2, 3, 6]))
+    assert cov.per_bin_ns(np.array([0, 1, 2, 4, 6])).tolist() == [1, 1, 1, 1]
+    assert cov.per_bin_ns(np.array([-5, 0, 10])).tolist() == [0, 4]
+    assert TD.Coverage.of(np.array([], int), np.array([], int)).per_bin_ns(
+        np.array([0, 1])).tolist() == [0]
 
 
-def test_busy_fraction_caps_nested_intervals_at_one():
-    busy = T.busy_fraction(np.array([0.0, 0.0]), np.array([2.0, 2.0]), np.array([0.0, 1.0, 2.0]))
-    assert busy == pytest.approx([1.0, 1.0])
+@pytest.mark.parametrize("starts, ends, depth", [
+    # step > op > launch, a sibling op, then a second step
+    ([0, 1, 2, 5, 10], [10, 4, 3, 9, 12], [0, 1, 2, 1, 0]),
+    ([0, 0, 3], [5, 5, 4], [0, 1, 2]),  # same start and end: the later is inside
+    ([0, 2, 2], [4, 3, 2], [0, 1, 2]),  # an empty range inside a range starting with it
+    ([], [], []),
+])
+def test_nesting_depth(starts, ends, depth):
+    assert TD.nesting_depth(np.array(starts), np.array(ends)).tolist() == depth
 
 
-def test_lanes_gpu_streams_first_and_annotations_left_out():
-    ev = pd.concat([events(kind="cpu_op", cls="", stream=-1, tid=42, n=9),
-                    events(stream=17), events(stream=7),
-                    events(kind="gpu_annotation", cls="", stream=7, n=1)])
-    table = T.lane_table(ev, base_ns=0)
-    assert T.lane_order(table) == ["GPU stream 7", "GPU stream 17", "CPU thread 42"]
-    assert len(table) == 17
-    assert table.iloc[-1]["end_ms"] == pytest.approx(7.0)  # ms after base
+def test_lanes_of_a_rank_gpu_then_cause_then_cpu_by_depth(lanes):
+    r = lanes[0]
+    assert r.lanes == [GPU_LANE, CAUSE_LANE, "rank 0 · CPU 100 · depth 0",
+                       "rank 0 · CPU 100 · depth 1", "rank 0 · CPU 100 · depth 2"]
+    cpu = r.events["cpu"]
+    depth2 = cpu[cpu["lane"] == "rank 0 · CPU 100 · depth 2"]
+    assert depth2["name"].astype(str).tolist() == ["cudaLaunchKernel"]  # the one inside aten::mm
+    assert r.rows() == ["rank 0 · GPU", "rank 0 · GPU idle cause", "rank 0 · CPU"]
 
 
-def test_view_switches_to_bins_above_the_event_budget_and_back_when_zoomed():
-    table = T.lane_table(events(n=100), base_ns=0)  # 100 x (1 ms busy, 1 ms idle)
-    view = T.timeline_view(table, steps((0, 200_000_000)), NO_COUNTERS, 0, max_events=50,
-                           n_bins=100)
-    assert view.mode == "bins" and view.n_events == 100
-    assert view.bins["busy"].to_numpy() == pytest.approx(0.5)  # 2 ms bins: 1 ms busy each
-    assert len(view.bins) == 100
-    zoomed = T.timeline_view(table, steps((0, 200_000_000)), NO_COUNTERS, 0, window=(0.0, 9.5),
-                             max_events=50)
-    assert zoomed.mode == "events" and zoomed.n_events == 5
+def test_cause_lane_is_the_charged_idle_time(lanes):
+    cause = lanes[0].events["cause"]
+    assert spans(cause, "cpu_launch") == [(0.0, 0.96), (2.0, 2.42)]
+    assert spans(cause, "idle_other") == [(0.96, 1.0)]
+    assert set(cause["group"].astype(str)) == {"cpu_launch", "idle_other"}
 
 
-def test_counters_kept_near_the_window_only():
-    counters = pd.DataFrame({"ts_ns": [0, 5_000_000, 100_000_000], "device": 0,
-                             "metric": "power_w", "value": [1.0, 2.0, 3.0]})
-    table = T.lane_table(events(n=2), 0)
-    view = T.timeline_view(table, steps((0, 4_000_000)), counters, 0, window=(0.0, 4.0))
-    assert list(view.counters["value"]) == [1.0, 2.0]
+def test_steps_are_the_disjoint_windows_not_cpu_start_to_gpu_end(lanes):
+    steps = lanes[0].steps
+    # CPU start to GPU end would be step 2 [0, 5), step 3 [3, 7): overlapping
+    assert steps[["step", "start_ms", "end_ms"]].values.tolist() == [[2, 0.0, 5.0], [3, 5.0, 7.0]]
+    assert steps["used"].all() and lanes[0].span_ms == (0.0, 7.0)
+
+
+def test_step_status_marks_steps_left_out_with_their_reason(hand_run):
+    status = pd.DataFrame({"rank": 0, "step": [2, 3], "used": [False, True],
+                           "excluded_reason": ["first recorded step (profiler start-up)", ""]})
+    steps = TD.step_table(hand_run.ranks[0], TD.origin_ns(hand_run), status)
+    assert steps["used"].tolist() == [False, True]
+    assert steps["reason"].tolist() == ["first recorded step (profiler start-up)", ""]
+
+
+def test_bins_hold_busy_fraction_covered_over_bin_length(lanes):
+    view = TV.timeline_view(lanes[:1], (0.0, 7.0), max_events=0, n_bins=7)
+    assert view.mode == "bins" and view.bin_ms == pytest.approx(1.0)
+    gpu = view.bins[view.bins["lane"] == GPU_LANE].set_index("bin_ms")["busy"]
+    # kernels [1, 2), [2.42, 5), [5, 7): nothing in bin 0, 0.58 of bin 2
+    assert gpu.index.tolist() == [1, 2, 3, 4, 5, 6]
+    assert gpu.tolist() == pytest.approx([1, 0.58, 1, 1, 1, 1])
+    cause = view.bins[view.bins["lane"] == CAUSE_LANE].set_index("bin_ms")
+    assert cause["busy"].to_dict() == pytest.approx({0.0: 1.0, 2.0: 0.42})
+    assert cause["group"].tolist() == ["cpu_launch", "cpu_launch"]  # 0.96 of bin 0
+
+
+def test_nested_cpu_ranges_never_count_twice_in_a_compact_row(lanes):
+    view = TV.timeline_view(lanes[:1], (0.0, 7.0), show_cpu=True, n_bins=7, compact_above=0)
+    assert view.compact and view.lanes == lanes[0].rows()
+    cpu = view.bins[view.bins["lane"] == "rank 0 · CPU"].set_index("bin_ms")["busy"]
+    # the step annotations cover [0, 6) whole; the op and launches nested in them add nothing
+    assert cpu.to_dict() == pytest.approx({float(b): 1.0 for b in range(6)})
+    assert (view.bins["busy"] <= 1.0).all()
+
+
+def test_events_until_the_budget_then_bins_and_back_when_zoomed(lanes):
+    full = TV.timeline_view(lanes, None, max_events=5)
+    assert (full.mode, full.n_events, (full.x0_ms, full.x1_ms)) == ("bins", 12, (0.0, 7.0))
+    # in [1.5, 2.5] ms per rank: kernels [1, 2) and [2.42, 5), cpu_launch [2, 2.42)
+    zoomed = TV.timeline_view(lanes, (1.5, 2.5), max_events=10)
+    assert (zoomed.mode, zoomed.n_events, len(zoomed.events)) == ("events", 6, 6)
+    with_cpu = TV.timeline_view(lanes, (1.5, 2.5), show_cpu=True, max_events=10)
+    assert with_cpu.n_events == 10  # + the step 2 annotation and the launch 2.40..2.41
+    assert with_cpu.lanes[:2] == [GPU_LANE, CAUSE_LANE] and len(with_cpu.lanes) == 10
+
+
+def test_ranks_in_the_order_asked_and_compact_rows_above_the_cap(lanes):
+    view = TV.timeline_view([lanes[1], lanes[0]], None)
+    assert [view.rank_of[lane] for lane in view.lanes] == [1, 1, 0, 0]
+    compact = TV.timeline_view(lanes, None, compact_above=1)
+    assert compact.compact and compact.mode == "bins"
+    assert compact.lanes == ["rank 0 · GPU", "rank 0 · GPU idle cause", "rank 1 · GPU",
+                             "rank 1 · GPU idle cause"]
+
+
+def test_steps_of_the_window_per_rank(lanes):
+    view = TV.timeline_view(lanes, (5.5, 6.0))
+    assert view.steps[["rank", "step"]].values.tolist() == [[0, 3], [1, 3]]
+
+
+def counter_lanes(t_ms, metric="sm_clock_mhz"):
+    c = pd.DataFrame({"metric": metric, "t_ms": t_ms, "value": np.arange(len(t_ms), dtype=float)})
+    return TD.RankLanes(0, {}, [], {}, {}, pd.DataFrame(), c)
+
+
+@pytest.mark.parametrize("window, times, inside", [
+    ((120.0, 150.0), [100.0, 200.0], [False, False]),  # no sample inside: both neighbours
+    ((90.0, 210.0), [0.0, 100.0, 200.0, 300.0], [False, True, True, False]),
+    ((0.0, 50.0), [0.0, 100.0], [True, False]),
+])
+def test_counters_keep_the_samples_of_the_window_and_their_neighbours(window, times, inside):
+    got, periods = TV.counters_in_window([counter_lanes([0.0, 100.0, 200.0, 300.0])], *window)
+    assert got["t_ms"].tolist() == times and got["inside"].tolist() == inside
+    assert periods == {(0, "sm_clock_mhz"): 100.0}
 
 
 @pytest.mark.parametrize("relayout, expected", [
     ({"xaxis.range[0]": 1, "xaxis.range[1]": 2}, (1.0, 2.0)),
     ({"xaxis2.range[0]": 3, "xaxis2.range[1]": 4.5}, (3.0, 4.5)),
+    ({"xaxis.range": [0.05, 56.97], "yaxis.autorange": True}, (0.05, 56.97)),  # a double-click
+    ({"xaxis.range[0]": 5.0, "xaxis.range[1]": 1.0}, (1.0, 5.0)),
     ({"xaxis.autorange": True}, None),
+    ({"xaxis.autorange": True, "xaxis.showspikes": False}, None),
+    ({"xaxis.autorange": "yes"}, "keep"),
     ({"yaxis.range[0]": 1, "yaxis.range[1]": 2}, "keep"),
-    (None, "keep"),
+    ({"autosize": True}, "keep"),
+    (None, "keep"), ({}, "keep"), ([1, 2], "keep"),
     # no window can be binned from these: NaN, infinite, or a width beyond float range
     ({"xaxis.range[0]": "nan", "xaxis.range[1]": 2}, "keep"),
     ({"xaxis.range[0]": 0, "xaxis.range[1]": float("inf")}, "keep"),
     ({"xaxis.range[0]": -1e308, "xaxis.range[1]": 1e308}, "keep"),
     ({"xaxis.range[0]": 10**400, "xaxis.range[1]": 1}, "keep"),
     ({"xaxis.range[0]": [1], "xaxis.range[1]": 2}, "keep"),
+    ({"xaxis.range": [1, "x"]}, "keep"), ({"xaxis.range": [1]}, "keep"),
+    ({"xaxis.range[0]": True, "xaxis.range[1]": 2}, "keep"),
 ])
 def test_parse_window(relayout, expected):
-    assert T.parse_window(relayout) == expected
+    assert TV.parse_window(relayout) == expected
 
 
-def test_a_million_events_bin_quickly_and_draw_as_heatmaps():
-    n = 1_000_000
-    rng = np.random.default_rng(0)
-    ts = np.sort(rng.integers(0, 10_000_000_000, n))
-    ev = pd.DataFrame({"ts_ns": ts, "dur_ns": rng.integers(1_000, 20_000, n), "name": "k",
-                       "kind": "kernel", "cls": rng.choice(["compute", "communication"], n),
-                       "stream": rng.choice([7, 17, 21], n), "tid": 0})
-    table = T.lane_table(ev, 0)
-    start = time.perf_counter()
-    view = T.timeline_view(table, steps((0, 10_000_000_000)), NO_COUNTERS, 0)
-    fig = F.timeline_figure(view, "rank 0")
-    elapsed = time.perf_counter() - start
-    assert view.mode == "bins" and view.n_events == n
-    assert {t.type for t in fig.data} == {"heatmap"}
-    assert sum(len(t.x) for t in fig.data) <= 2 * T.N_BINS
-    assert elapsed < 3.0, f"binning 1M events took {elapsed:.2f} s"
+@pytest.mark.parametrize("window, expected", [
+    (None, (0.0, 10.0)), ((2.0, 3.0), (2.0, 3.0)),
+    ((-1e9, 1e9), (-10.0, 20.0)),  # at most one run length past either end
+    ((4.0, 4.0), (4.0, 4.000001)),
+])
+def test_clamp_window(window, expected):
+    assert TV.clamp_window(window, (0.0, 10.0)) == pytest.approx(expected)
 
 
-def test_timeline_figure_events_mode_draws_segments_per_class():
-    ev = pd.concat([events(n=3), events(n=2, cls="communication", stream=17)])
-    view = T.timeline_view(T.lane_table(ev, 0), steps((0, 6_000_000)), NO_COUNTERS, 0)
-    fig = F.timeline_figure(view, "rank 0")
-    by_name = {t.name: t for t in fig.data}
-    assert set(by_name) == {"compute", "communication"}
-    assert by_name["compute"].line.color == F.CLASS_COLORS["compute"]
-    assert list(by_name["communication"].x[:3]) == [0.0, 1.0, None]
-    assert fig.layout.yaxis.categoryarray[-1] == "GPU stream 7"  # top lane
-
-
-def test_counters_hold_their_value_across_a_short_window():
-    import pandas as pd
-    from profkit.dashboard.timeline_data import counters_in_window
-
-    # samples every 100 ms; a 30 ms window between two of them keeps both neighbours
-    c = pd.DataFrame({"ts_ns": [0, 100_000_000, 200_000_000, 300_000_000], "device": 0,
-                      "metric": pd.Categorical(["sm_clock_mhz"] * 4),
-                      "value": [1980.0, 1900.0, 1800.0, 1700.0]})
-    got = counters_in_window(c, 0, 120.0, 150.0)
-    assert got["t_ms"].tolist() == [100.0, 200.0] and got["value"].tolist() == [1900.0, 1800.0]
-    assert counters_in_window(c.iloc[:0], 0, 0.0, 1.0).empty
+def test_gpu_lanes_name_kernels_as_people_read_them():
+    run = load_run(STRAGGLER, cache=False)
+    raw = run.ranks[0].gpu_events["name"].astype(str)
+    names = TD.rank_lanes(run.ranks[0], TD.origin_ns(run)).events["gpu"]["name"].astype(str)
+    assert raw.str.len().max() > 150  # templated kernels
+    assert names.str.len().max() <= 80
+    assert any(n.startswith("nccl AllReduce") for n in names.unique())

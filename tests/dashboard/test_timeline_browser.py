@@ -1,0 +1,156 @@
+"""The timeline in headless chromium, read back from the figure the page drew: every rank
+that matters on one axis with collectives linked, zoom out re-queried, the analysis' step
+windows, idle time coloured by its cause, a finding's link opening its window."""
+
+import re
+from urllib.parse import parse_qs, urlparse
+
+import numpy as np
+import pytest
+from profkit.analyzers.steps import step_windows
+from profkit.dashboard.app import default_roots
+from profkit.dashboard.figures import PART_COLORS
+from profkit.dashboard.registry import RunRegistry
+
+from profkit.loader import load_run
+from tests.dashboard.conftest import STRAGGLER
+
+KEYS = {e.label: e.key for e in RunRegistry([], default_roots()).entries()}
+pytestmark = pytest.mark.skipif("zoo/straggler" not in KEYS, reason="the sample runs are absent")
+INFO = "document.querySelector('#tl-info').textContent"
+# The figure as plotly.js holds it (typed arrays as plain lists).
+FIGURE_JS = """() => {
+  const g = document.querySelector('#tl-graph .js-plotly-plot');
+  const list = v => v == null ? null : Array.from(v, r =>
+      (r !== null && typeof r === 'object' && r.length !== undefined) ? Array.from(r) : r);
+  return {traces: g._fullData.map(d => ({type: d.type, name: d.name, x: list(d.x), y: list(d.y),
+            z: list(d.z), customdata: list(d.customdata), colorscale: d.colorscale || null,
+            shape: d.line ? d.line.shape : null, color: d.line ? d.line.color : null,
+            mode: d.mode || null})),
+          shapes: g.layout.shapes || [], range: g.layout.xaxis.range,
+          ticktext: g.layout.yaxis.ticktext, tickvals: g.layout.yaxis.tickvals};
+}"""
+
+
+def open_timeline(page, label: str, query: str = "") -> dict:
+    page.goto(f"{page.base}/run/{KEYS[label]}/timeline{query}")
+    page.wait_for_selector("#tl-graph .main-svg")
+    return page.evaluate(FIGURE_JS)
+
+
+def lane_of(fig: dict) -> dict[float, str]:
+    """y position -> the lane's label (tags stripped)."""
+    return {v: re.sub("<[^>]+>", "", t) for v, t in zip(fig["tickvals"], fig["ticktext"])}
+
+
+def polylines(trace: dict) -> list[list[tuple]]:
+    """A line trace's runs of points between None gaps."""
+    out, cur = [], []
+    for x, y in zip(trace["x"], trace["y"]):
+        if x is None:
+            out, cur = out + [cur] * bool(cur), []
+        else:
+            cur.append((x, y))
+    return out + [cur] * bool(cur)
+
+
+def test_both_ranks_straggler_first_with_collectives_linked_and_nvml_held(page):
+    fig = open_timeline(page, "zoo/straggler")
+    info = page.locator("#tl-info").inner_text()
+    assert info.startswith("rank 1 (straggler), rank 0:")
+    labels = lane_of(fig)
+    top = labels[max(labels)]
+    assert top.startswith("rank 1 ·")  # the straggler's lanes first
+    assert {lab.split(" ·")[0] for lab in labels.values()} == {"rank 0", "rank 1"}
+    links = next(t for t in fig["traces"] if t["name"] == "collective arrival")
+    lines = polylines(links)
+    assert len(lines) >= 2
+    for line in lines:  # one point on each rank, at that rank's start of the collective
+        assert sorted(labels[y].split(" ·")[0] for _, y in line) == ["rank 0", "rank 1"]
+    skews = [max(x for x, _ in line) - min(x for x, _ in line) for line in lines]
+    assert max(skews) > 0.5  # ms: rank 1 arrives late at its collectives
+    assert f"{len(lines)} matched collectives linked" in info
+    # NVML: samples held until the next one, with markers, counted in the window
+    counters = [t for t in fig["traces"] if t["type"] == "scatter" and t["name"].startswith("rank")]
+    assert counters and all(t["shape"] == "hv" and "markers" in t["mode"] for t in counters)
+    note = page.locator("#tl-note").inner_text()
+    assert re.match(r"gpu_util_pct samples in this [\d.]+ ms window: rank 1: \d+, rank 0: \d+\. NVML", note)
+    # CPU threads on demand, nested ranges one row per depth
+    page.get_by_label("CPU threads").check()
+    page.wait_for_function("document.querySelector('#tl-graph').textContent.includes('depth 1')")
+
+
+def zoom_to_one_ms(page) -> str:
+    page.evaluate("Plotly.relayout(document.querySelector('#tl-graph .js-plotly-plot'),"
+                  " {'xaxis.range[0]': 5, 'xaxis.range[1]': 6})")
+    page.wait_for_function(f"{INFO}.includes(' in 1.00 ms')")
+    return page.locator("#tl-info").inner_text()
+
+
+def test_zoom_out_requeries_the_whole_run(page):
+    open_timeline(page, "zoo/straggler")
+    full = page.locator("#tl-info").inner_text()
+    assert zoom_to_one_ms(page) != full
+    # "Reset axes" sends xaxis.range (the first figure's): every step of the run again
+    page.locator("#tl-graph .modebar-btn[data-title='Reset axes']").click()
+    page.wait_for_function(f"{INFO} === {full!r}")
+    zoom_to_one_ms(page)
+    # a double-click sends xaxis.autorange
+    box = page.locator("#tl-graph .nsewdrag").first.bounding_box()
+    page.mouse.dblclick(box["x"] + box["width"] * 0.5, box["y"] + 20)
+    page.wait_for_function(f"{INFO} === {full!r}")
+
+
+def test_a_relayout_that_is_no_zoom_does_not_swallow_the_zoom_answer(page):
+    open_timeline(page, "zoo/straggler")
+    # Dash applies only the answer to a callback's latest request: a relayout about another
+    # axis sent while the zoom's request is in flight must not reach the server
+    page.evaluate("(() => { const g = document.querySelector('#tl-graph .js-plotly-plot');"
+                  " Plotly.relayout(g, {'xaxis.range[0]': 5, 'xaxis.range[1]': 6});"
+                  " setTimeout(() => Plotly.relayout(g, {'yaxis2.autorange': true}), 30); })()")
+    page.wait_for_function(f"{INFO}.includes(' in 1.00 ms')", timeout=20_000)
+
+
+def test_step_bands_are_the_analysis_disjoint_windows(page):
+    fig = open_timeline(page, "zoo/straggler")
+    run = load_run(STRAGGLER, cache=False)
+    windows = {r: step_windows(d.steps) for r, d in run.ranks.items()}
+    origin = min(int(w[0].min()) for w in windows.values())
+    bands = [re.match(r"step (\d+) · rank (\d+)", s.get("name", "")) for s in fig["shapes"]]
+    drawn = [(int(m[2]), int(m[1]), s["x0"], s["x1"]) for m, s in zip(bands, fig["shapes"]) if m]
+    assert drawn
+    for rank, (starts, ends, steps) in windows.items():
+        mine = sorted(b[1:] for b in drawn if b[0] == rank)
+        assert [m[0] for m in mine] == steps.tolist()
+        expected = np.stack([(starts - origin) / 1e6, (ends - origin) / 1e6], axis=1)
+        assert np.allclose([m[1:] for m in mine], expected, atol=1e-6)
+        assert all(a[2] <= b[1] for a, b in zip(mine, mine[1:]))  # disjoint
+
+
+def test_launch_bound_idle_time_is_coloured_cpu_launch(page):
+    fig = open_timeline(page, "zoo/cpu_launch")
+    labels = lane_of(fig)
+    heat = next(t for t in fig["traces"] if t["type"] == "heatmap")
+    # the colour scale gives each group a unit of z: from transparent to the group's colour
+    colours = [stop[1] for stop in heat["colorscale"][1::2]]
+    row = {labels[y]: i for i, y in enumerate(heat["y"])}
+    cause = [z for z in heat["z"][row["rank 0 · GPU idle cause"]] if z is not None]
+    gpu_busy = [b for b in heat["customdata"][row["rank 0 · GPU stream 7"]] if b is not None]
+    launch = [z for z in cause if colours[int(z)] == PART_COLORS["cpu_launch"]]
+    assert len(launch) > 0.8 * len(cause)  # the idle time is launch latency nearly everywhere
+    assert np.mean(gpu_busy) < 0.3  # while the GPU lane itself is nearly white
+
+
+def test_a_finding_opens_the_timeline_at_its_window(page):
+    page.goto(f"{page.base}/run/{KEYS['zoo/straggler']}")
+    finding = page.locator("#findings .finding").filter(has_text="straggler").first
+    finding.locator("a.tl-link").click()
+    page.wait_for_url(re.compile(r".*/timeline\?ranks=1,0&t0=.*"))
+    page.wait_for_selector("#tl-graph .main-svg")
+    q = parse_qs(urlparse(page.url).query)
+    t0, t1 = float(q["t0"][0]), float(q["t1"][0])
+    fig = page.evaluate(FIGURE_JS)
+    assert fig["range"] == pytest.approx([t0, t1], abs=1e-3)
+    info = page.locator("#tl-info").inner_text()
+    assert info.startswith("rank 1 (straggler), rank 0:") and f" in {t1 - t0:.2f} ms" in info
+    assert "matched collectives linked" in info

@@ -1,0 +1,47 @@
+"""The timeline page's texts from hand-made views: what the info line says about the window
+and what the NVML note says about the samples in it."""
+
+import pandas as pd
+from profkit.dashboard import page_timeline as PT
+from profkit.dashboard.timeline_view import TimelineView
+
+
+def view(**kw) -> TimelineView:
+    base = dict(ranks=[1, 0], lanes=[], rank_of={}, layer_of={}, x0_ms=100.0, x1_ms=131.0,
+                full_ms=(0.0, 300.0), mode="events", compact=False, n_events=1234)
+    base.update(kw)
+    return TimelineView(**base)
+
+
+def util(rows) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["rank", "metric", "t_ms", "value", "inside"])
+
+
+SAMPLES = util([(0, "gpu_util_pct", 95.0, 10.0, False), (0, "gpu_util_pct", 105.0, 90.0, True),
+                (0, "gpu_util_pct", 125.0, 80.0, True), (0, "gpu_util_pct", 200.0, 5.0, False),
+                (1, "gpu_util_pct", 50.0, 0.0, False), (1, "gpu_util_pct", 150.0, 0.0, False),
+                (1, "power_w", 110.0, 300.0, True)])
+
+
+def test_the_note_counts_utilisation_samples_inside_the_window_per_rank():
+    note = PT.counters_note(view(counters=SAMPLES, ranks=[0, 1]))
+    assert note.startswith("gpu_util_pct samples in this 31.0 ms window: rank 0: 2, rank 1: 0. ")
+    assert note.endswith(PT.UTIL_NOTE) and "cannot resolve steps shorter" in note
+    one = PT.counters_note(view(counters=SAMPLES[SAMPLES["rank"] == 1], ranks=[1]))
+    assert one.startswith("gpu_util_pct samples in this 31.0 ms window: 0. NVML")
+
+
+def test_the_note_without_utilisation_or_counters():
+    assert PT.counters_note(view(counters=SAMPLES[SAMPLES["metric"] == "power_w"])) == PT.UTIL_NOTE
+    assert PT.counters_note(view()) is None
+
+
+def test_info_names_the_ranks_the_window_and_what_is_drawn():
+    assert PT.info_text(view(x0_ms=0.0, x1_ms=31.55), {1}) == \
+        "rank 1 (straggler), rank 0: 1,234 events in 31.55 ms shown as every event"
+    links = pd.DataFrame({"key": ["a", "a", "b", "b", "c", "c"]})
+    binned = view(mode="bins", bin_ms=0.5, links=links, n_links=5)
+    assert PT.info_text(binned, set()) == (
+        "rank 1, rank 0: 1,234 events in 31.00 ms shown as busy fraction per bin (500 us bins);"
+        " zoom in for events; 3 of 5 matched collectives linked (largest skews)")
+    assert PT.info_text(view(ranks=list(range(9))), set()).startswith("9 ranks: ")
