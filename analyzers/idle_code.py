@@ -30,12 +30,13 @@ def idle_code(events: pd.DataFrame, by_thread: dict, rank: int) -> pd.DataFrame:
     """Rows (rank, part, code, idle_ns): GPU-idle ns per host part and code label, the
     largest first (at most :data:`TOP` labels per part)."""
     rows = []
+    is_code = (events[S.KIND].isin(CODE_KINDS).to_numpy()
+               & ~category_mask(events[S.NAME], SKIP_RE))
+    columns = events[[S.TS_NS, S.DUR_NS, S.NAME, S.KIND, S.TID]]  # only what is read
     for (thread, part), idle in by_thread.items():
         if len(idle[0]) == 0:
             continue
-        host = events[(events[S.TID] == thread).to_numpy()
-                      & events[S.KIND].isin(CODE_KINDS).to_numpy()]
-        host = host[~category_mask(host[S.NAME], SKIP_RE)]
+        host = columns[is_code & (events[S.TID] == thread).to_numpy()]
         for code, ns in _attribute(host, idle).items():
             rows.append((rank, part, code, ns))
     table = pd.DataFrame(rows, columns=list(COLUMNS))
@@ -54,13 +55,16 @@ def _attribute(host: pd.DataFrame, idle: iv.Intervals) -> dict[str, int]:
     order = near[np.lexsort((-(end[near] - start[near]), start[near]))]
     seg_start, seg_end, seg_owner, parent = _innermost(start[order], end[order])
     covered = _cover(idle, seg_end) - _cover(idle, seg_start)
-    names = host[S.NAME].astype(str).to_numpy()[order]
-    kinds = host[S.KIND].astype(str).to_numpy()[order]
     out: dict[str, int] = {}
-    for owner, ns in zip(seg_owner, covered):
-        if ns > 0:
-            label = _label(int(owner), names, kinds, parent)
-            out[label] = out.get(label, 0) + int(ns)
+    hit = covered > 0
+    if hit.any():
+        # labels are computed once per owning range, not once per segment
+        owners, inverse = np.unique(seg_owner[hit], return_inverse=True)
+        owner_ns = np.zeros(len(owners), np.int64)
+        np.add.at(owner_ns, inverse, covered[hit])
+        labels = _labels(owners, host.iloc[order], parent)
+        for label, ns in zip(labels, owner_ns.tolist()):
+            out[label] = out.get(label, 0) + ns
     rest = iv.total(idle) - int(covered.sum())
     if rest > 0:
         out[UNRECORDED] = out.get(UNRECORDED, 0) + rest
@@ -116,19 +120,61 @@ def _cover(idle: iv.Intervals, t: np.ndarray) -> np.ndarray:
     return lengths[np.maximum(k, 0)] * (k >= 0) + inside
 
 
-def _label(owner: int, names: np.ndarray, kinds: np.ndarray, parent: np.ndarray) -> str:
-    """The innermost range's name, prefixed by the nearest user-code Python frame above it
-    (with stacks) or else the outermost op above it."""
-    chain = [owner]
-    while parent[chain[-1]] >= 0:
-        chain.append(int(parent[chain[-1]]))
-    inner = names[owner]
-    user = [i for i in chain[1:] if kinds[i] == S.KIND_PYTHON and not _library(names[i])]
-    if user:
-        return f"{_short(names[user[0]])} -> {_short(inner)}"
-    outer = [i for i in chain[1:] if kinds[i] in (S.KIND_CPU_OP, S.KIND_ANNOTATION)]
-    if outer and names[outer[-1]] != inner:
-        return f"{_short(names[outer[-1]])} -> {_short(inner)}"
+def _labels(owners: np.ndarray, ranges: pd.DataFrame, parent: np.ndarray) -> list[str]:
+    """The label of each owner range: its name, prefixed by the nearest user-code Python
+    frame above it (with stacks) or else the outermost op above it (when named otherwise)."""
+    codes = ranges[S.NAME].cat.codes.to_numpy().astype(np.int64)
+    names = np.asarray(ranges[S.NAME].cat.categories.astype(str), dtype=object)
+    names = np.append(names, "nan")  # code -1 (no name) reads as astype(str) writes it
+    kind_codes = ranges[S.KIND].cat.codes.to_numpy()
+    kind_names = list(ranges[S.KIND].cat.categories)
+
+    def of_kind(*wanted: str) -> np.ndarray:
+        return np.isin(kind_codes, [kind_names.index(k) for k in wanted if k in kind_names])
+
+    library = np.array([_library(n) for n in names], dtype=bool)
+    user = of_kind(S.KIND_PYTHON) & ~library[codes]
+    op = of_kind(S.KIND_CPU_OP, S.KIND_ANNOTATION)
+    nearest_user, outermost_op = _ancestors(parent, user, op)
+    up = parent[owners]
+    above = up >= 0
+    user_of = np.where(above, nearest_user[np.maximum(up, 0)], -1)
+    outer_of = np.where(above, outermost_op[np.maximum(up, 0)], -1)
+    cache: dict[tuple[int, int, int], str] = {}
+    out = []
+    for inner, u, o in zip(codes[owners].tolist(), user_of.tolist(), outer_of.tolist()):
+        key = (inner, codes[u] if u >= 0 else -2, codes[o] if o >= 0 else -2)
+        if key not in cache:
+            cache[key] = _label(names[inner], names[key[1]] if u >= 0 else None,
+                                names[key[2]] if o >= 0 else None)
+        out.append(cache[key])
+    return out
+
+
+def _ancestors(parent: np.ndarray, user: np.ndarray, op: np.ndarray):
+    """For every range, the nearest user-code Python frame and the outermost op among
+    itself and its ancestors (-1 where none), by pointer doubling over ``parent``."""
+    idx = np.arange(len(parent))
+    nearest = np.where(user, idx, -1)
+    outer = np.where(op, idx, -1)
+    up = parent.copy()
+    while True:
+        live = np.flatnonzero(up >= 0)
+        if not len(live):
+            return nearest, outer
+        nxt = up[live]
+        fill = nearest[live] < 0
+        nearest[live[fill]] = nearest[nxt[fill]]
+        found = outer[nxt] >= 0
+        outer[live[found]] = outer[nxt[found]]
+        up[live] = up[nxt]
+
+
+def _label(inner: str, user: str | None, outer: str | None) -> str:
+    if user is not None:
+        return f"{_short(user)} -> {_short(inner)}"
+    if outer is not None and outer != inner:
+        return f"{_short(outer)} -> {_short(inner)}"
     return _short(inner)
 
 
