@@ -10,6 +10,9 @@ in ms per step. Instants outside any recorded range are plain Python between ops
 
 from __future__ import annotations
 
+import re
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -22,8 +25,21 @@ CODE_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_PYTHON, S.KIND_RUNTIME, S
 SKIP_RE = r"^ProfilerStep#"
 UNRECORDED = "(Python between recorded ops; capture with_stack=True to see where)"
 LIBRARY_RE = r"site-packages|dist-packages|/torch/|/lib/python|<built-in|^torch/|^<frozen"
+_LIBRARY = re.compile(LIBRARY_RE)
 TOP = 8
 COLUMNS = ("rank", "part", "code", "idle_ns")
+
+
+class _Host(NamedTuple):
+    """The columns the attribution reads, as arrays (taken once, not per thread)."""
+
+    start: np.ndarray  # ns
+    end: np.ndarray
+    name: np.ndarray  # name codes (-1: no name)
+    kind: np.ndarray  # kind codes
+    names: np.ndarray  # name of each code, "nan" last (code -1, as astype(str) writes it)
+    kind_names: list
+    library: dict  # name code -> library code or not (filled as asked)
 
 
 def idle_code(events: pd.DataFrame, by_thread: dict, rank: int) -> pd.DataFrame:
@@ -32,12 +48,13 @@ def idle_code(events: pd.DataFrame, by_thread: dict, rank: int) -> pd.DataFrame:
     rows = []
     is_code = (events[S.KIND].isin(CODE_KINDS).to_numpy()
                & ~category_mask(events[S.NAME], SKIP_RE))
-    columns = events[[S.TS_NS, S.DUR_NS, S.NAME, S.KIND, S.TID]]  # only what is read
+    tid = events[S.TID].to_numpy()
+    host = None
     for (thread, part), idle in by_thread.items():
         if len(idle[0]) == 0:
             continue
-        host = columns[is_code & (events[S.TID] == thread).to_numpy()]
-        for code, ns in _attribute(host, idle).items():
+        host = host or _host_columns(events)
+        for code, ns in _attribute(host, np.flatnonzero(is_code & (tid == thread)), idle).items():
             rows.append((rank, part, code, ns))
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     if table.empty:
@@ -47,10 +64,18 @@ def idle_code(events: pd.DataFrame, by_thread: dict, rank: int) -> pd.DataFrame:
     return table.groupby("part", sort=False).head(TOP).reset_index(drop=True)
 
 
-def _attribute(host: pd.DataFrame, idle: iv.Intervals) -> dict[str, int]:
-    """Idle ns by the label of the innermost range covering each idle instant."""
-    start = host[S.TS_NS].to_numpy(np.int64)
-    end = start + host[S.DUR_NS].to_numpy(np.int64)
+def _host_columns(events: pd.DataFrame) -> _Host:
+    start = events[S.TS_NS].to_numpy(np.int64)
+    names = np.asarray(events[S.NAME].cat.categories.astype(str), dtype=object)
+    return _Host(start, start + events[S.DUR_NS].to_numpy(np.int64),
+                 events[S.NAME].cat.codes.to_numpy().astype(np.int64),
+                 events[S.KIND].cat.codes.to_numpy(), np.append(names, "nan"),
+                 list(events[S.KIND].cat.categories), {})
+
+
+def _attribute(host: _Host, rows: np.ndarray, idle: iv.Intervals) -> dict[str, int]:
+    """Idle ns by the label of the innermost range among ``rows`` covering each idle instant."""
+    start, end = host.start[rows], host.end[rows]
     near = _overlapping(start, end, idle)
     order = near[np.lexsort((-(end[near] - start[near]), start[near]))]
     seg_start, seg_end, seg_owner, parent = _innermost(start[order], end[order])
@@ -62,7 +87,7 @@ def _attribute(host: pd.DataFrame, idle: iv.Intervals) -> dict[str, int]:
         owners, inverse = np.unique(seg_owner[hit], return_inverse=True)
         owner_ns = np.zeros(len(owners), np.int64)
         np.add.at(owner_ns, inverse, covered[hit])
-        labels = _labels(owners, host.iloc[order], parent)
+        labels = _labels(owners, host, rows[order], parent)
         for label, ns in zip(labels, owner_ns.tolist()):
             out[label] = out.get(label, 0) + ns
     rest = iv.total(idle) - int(covered.sum())
@@ -120,20 +145,18 @@ def _cover(idle: iv.Intervals, t: np.ndarray) -> np.ndarray:
     return lengths[np.maximum(k, 0)] * (k >= 0) + inside
 
 
-def _labels(owners: np.ndarray, ranges: pd.DataFrame, parent: np.ndarray) -> list[str]:
-    """The label of each owner range: its name, prefixed by the nearest user-code Python
-    frame above it (with stacks) or else the outermost op above it (when named otherwise)."""
-    codes = ranges[S.NAME].cat.codes.to_numpy().astype(np.int64)
-    names = np.asarray(ranges[S.NAME].cat.categories.astype(str), dtype=object)
-    names = np.append(names, "nan")  # code -1 (no name) reads as astype(str) writes it
-    kind_codes = ranges[S.KIND].cat.codes.to_numpy()
-    kind_names = list(ranges[S.KIND].cat.categories)
+def _labels(owners: np.ndarray, host: _Host, rows: np.ndarray, parent: np.ndarray) -> list[str]:
+    """The label of each owner range (an index into ``rows``, the ranges in sweep order):
+    its name, prefixed by the nearest user-code Python frame above it (with stacks) or else
+    the outermost op above it (when named otherwise)."""
+    codes, kind_codes, names = host.name[rows], host.kind[rows], host.names
 
     def of_kind(*wanted: str) -> np.ndarray:
-        return np.isin(kind_codes, [kind_names.index(k) for k in wanted if k in kind_names])
+        return np.isin(kind_codes, [host.kind_names.index(k) for k in wanted
+                                    if k in host.kind_names])
 
-    library = np.array([_library(n) for n in names], dtype=bool)
-    user = of_kind(S.KIND_PYTHON) & ~library[codes]
+    python = of_kind(S.KIND_PYTHON)
+    user = python & ~_is_library(host, codes, python)
     op = of_kind(S.KIND_CPU_OP, S.KIND_ANNOTATION)
     nearest_user, outermost_op = _ancestors(parent, user, op)
     up = parent[owners]
@@ -149,6 +172,18 @@ def _labels(owners: np.ndarray, ranges: pd.DataFrame, parent: np.ndarray) -> lis
                                 names[key[2]] if o >= 0 else None)
         out.append(cache[key])
     return out
+
+
+def _is_library(host: _Host, codes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Whether each of ``codes`` names library code, matched once per name (and only for
+    the names of ``rows``, the Python frames: a rank has thousands of names)."""
+    for code in np.unique(codes[rows]).tolist():
+        if code not in host.library:
+            host.library[code] = _LIBRARY.search(host.names[code]) is not None
+    lookup = np.zeros(len(host.names), dtype=bool)
+    if host.library:
+        lookup[list(host.library)] = list(host.library.values())
+    return lookup[codes]
 
 
 def _ancestors(parent: np.ndarray, user: np.ndarray, op: np.ndarray):
@@ -176,12 +211,6 @@ def _label(inner: str, user: str | None, outer: str | None) -> str:
     if outer is not None and outer != inner:
         return f"{_short(outer)} -> {_short(inner)}"
     return _short(inner)
-
-
-def _library(name: str) -> bool:
-    import re
-
-    return re.search(LIBRARY_RE, name) is not None
 
 
 def _short(name: str, width: int = 80) -> str:
