@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.idle_code import UNRECORDED, _attribute
+from profkit.analyzers.idle_code import UNRECORDED, _attribute, _host_columns
 
 from profkit import schema as S
 
@@ -15,6 +15,10 @@ def _host(rows):
     return pd.DataFrame({S.TS_NS: np.array(starts, np.int64),
                          S.DUR_NS: np.array(ends, np.int64) - np.array(starts, np.int64),
                          S.NAME: pd.Categorical(names), S.KIND: pd.Categorical(kinds, categories=S.KINDS)})
+
+
+def attribute(host: pd.DataFrame, idle) -> dict[str, int]:
+    return _attribute(_host_columns(host), np.arange(len(host)), idle)
 
 
 def _idle(*spans):
@@ -30,7 +34,7 @@ def test_the_nearest_user_frame_names_the_innermost_range():
                   ("aten::linear", S.KIND_CPU_OP, 10, 80),
                   ("aten::item", S.KIND_CPU_OP, 20, 30),
                   ("cudaStreamSynchronize", S.KIND_RUNTIME, 22, 28)])
-    got = _attribute(host, _idle((21, 29), (95, 105)))
+    got = attribute(host, _idle((21, 29), (95, 105)))
     assert got == {"train.py(10): step -> cudaStreamSynchronize": 6,
                    "train.py(10): step -> aten::item": 2,
                    "train.py(10): step": 5,  # 95-100: the frame itself (no user frame above)
@@ -46,7 +50,7 @@ def test_without_stacks_the_outermost_op_names_it():
                   ("aten::mm", S.KIND_CPU_OP, 60, 70),
                   ("aten::mm", S.KIND_CPU_OP, 62, 66),
                   ("cudaLaunchKernel", S.KIND_RUNTIME, 80, 90)])
-    got = _attribute(host, _idle((12, 14), (45, 46), (61, 64), (85, 86)))
+    got = attribute(host, _idle((12, 14), (45, 46), (61, 64), (85, 86)))
     assert got == {"aten::linear -> aten::item": 2,
                    "aten::linear": 1,  # 45-46: inside only aten::linear
                    "aten::mm": 3,  # 61-62 the outer mm, 62-64 the inner one (same name)
@@ -56,5 +60,5 @@ def test_without_stacks_the_outermost_op_names_it():
 def test_a_long_name_is_cut_to_80_characters():
     long = "x" * 100
     host = _host([(long, S.KIND_ANNOTATION, 0, 10), ("aten::copy_", S.KIND_CPU_OP, 2, 8)])
-    got = _attribute(host, _idle((3, 4)))
+    got = attribute(host, _idle((3, 4)))
     assert got == {"x" * 77 + "... -> aten::copy_": 1}
