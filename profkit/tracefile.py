@@ -64,7 +64,7 @@ class _RawDoc(msgspec.Struct, gc=False):
 
 
 _RAW_DECODER = msgspec.json.Decoder(Union[_RawDoc, list[msgspec.Raw]])
-BATCH_EVENTS = 100_000
+BATCH_EVENTS = 10_000  # peak memory of a 75 MB rank: 406 MB at 100k, 265 MB at 10k; no slower
 
 
 @dataclass
