@@ -210,6 +210,10 @@ def _stack(parts: list[pd.DataFrame], dtypes: dict) -> pd.DataFrame:
 def _assign_keys(rows: pd.DataFrame) -> pd.DataFrame:
     """Add KEY (the cross-rank join key) and KEY_MODE, chosen per process group."""
     rows = rows.copy()
+    if rows.empty:  # string arithmetic on an empty string column fails on some pandas 3.0.x
+        rows[KEY_MODE] = pd.Series([], dtype=object)
+        rows[KEY] = pd.Series([], dtype=object)
+        return rows
     by_pg = rows.groupby(PG, sort=False)
     has_seq = by_pg[S.SEQ].transform("min").to_numpy() >= 0
     has_id = (rows[S.COMMS_ID] != "").groupby(rows[PG], sort=False).transform("all").to_numpy()

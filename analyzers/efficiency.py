@@ -23,9 +23,11 @@ coverage, precision mix, device peak); :func:`combine_efficiency` applies the op
 NVML samples describe the period ending at their timestamp (utilisation, GPM, averaged
 power), so a metric's samples from the first step's start to one sampling interval after
 the last step's end are joined. At 10 Hz a window of a few 20 ms steps holds one sample:
-read the sample counts before trusting the means. Energy per step falls back to mean
-power x step time when no two energy samples bracket the steps; NVML power is a ~1 s average,
-so for short windows that lags the load (zoo/compute: 130 W while GEMMs ran).
+read the sample counts before trusting the means. Power is the instantaneous reading
+(``power_instant_w``, sampled with the fast metrics while the profiler records) where the
+window has any, else NVML's ~1 s average, which lags the load in short windows (an H100
+running GEMMs: 144-218 W averaged, 730-780 W instantaneous). Energy per step falls back to
+mean power x step time when no two energy samples bracket the steps.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ EFFICIENCY_COLUMNS = (RANK, "device", "device_name", "device_model", "steps", "s
                       "gpu_util", "sm_efficiency", "occupancy_pct", "gemm_time_ns",
                       "tensor_core_gemm_frac", "fp32_gemm_ns")
 NVML_COLUMNS = (RANK, "device", "sm_clock_mean_mhz", "sm_clock_min_mhz", "clock_samples",
-                "throttle_samples", "throttle_reasons", "power_mean_w", "energy_j_per_step",
+                "throttle_samples", "throttle_reasons", "power_mean_w", "power_source",
+                "energy_j_per_step",
                 "energy_source", "gpm_tensor_active_pct", "gpm_dram_bw_pct",
                 "matmul_time_frac", "peak_mem_bytes", "mem_capacity_bytes", "peak_mem_frac")
 TABLES = (("efficiency", EFFICIENCY_COLUMNS), ("nvml", NVML_COLUMNS))
@@ -203,10 +206,19 @@ def energy_per_step(counters: pd.DataFrame, lo: int, hi: int, window: int,
         rel = (t - t[0]).astype(float)  # epoch ns as float64 would lose ~256 ns
         joules = (np.interp(hi - t[0], rel, v) - np.interp(lo - t[0], rel, v)) / 1e3
         return joules / steps, "energy_mj"
-    power = metric_samples(counters, "power_w", lo, hi)[S.VALUE]
+    power, source = window_power(counters, lo, hi)
     if len(power):
-        return float(power.mean()) * window * 1e-9 / steps, "power_w"
+        return float(power.mean()) * window * 1e-9 / steps, source
     return np.nan, ""
+
+
+def window_power(counters: pd.DataFrame, lo: int, hi: int) -> tuple[pd.Series, str]:
+    """Power samples of the window and their metric: the instantaneous readings inside it
+    when there are any, else the ~1 s averages (joined with one interval of padding)."""
+    instant = metric_samples(counters, "power_instant_w", lo, hi, pad=False)[S.VALUE]
+    if len(instant):
+        return instant, "power_instant_w"
+    return metric_samples(counters, "power_w", lo, hi)[S.VALUE], "power_w"
 
 
 def throttle(counters: pd.DataFrame, lo: int, hi: int) -> tuple[int, str]:
@@ -238,6 +250,7 @@ def nvml_row(rank: int, rd: RankData, run_meta: dict, eff: dict) -> dict | None:
     cap = device_info(rd.meta, run_meta, device)["mem_bytes"] or (
         model.mem_gb * 1e9 if model else np.nan)
     n_throttle, reasons = throttle(c, start, end)
+    power, power_source = window_power(c, start, end)
 
     def mean(metric: str) -> float:
         return float(metric_samples(c, metric, start, end)[S.VALUE].mean())
@@ -245,7 +258,8 @@ def nvml_row(rank: int, rd: RankData, run_meta: dict, eff: dict) -> dict | None:
     return {RANK: rank, "device": device, "sm_clock_mean_mhz": float(clock.mean()),
             "sm_clock_min_mhz": float(clock.min()), "clock_samples": len(clock),
             "throttle_samples": n_throttle, "throttle_reasons": reasons,
-            "power_mean_w": mean("power_w"), "energy_j_per_step": energy,
+            "power_mean_w": float(power.mean()), "power_source": power_source,
+            "energy_j_per_step": energy,
             "energy_source": source, "gpm_tensor_active_pct": mean("gpm_tensor_active_pct"),
             "gpm_dram_bw_pct": mean("gpm_dram_bw_pct"),
             "matmul_time_frac": iv.total(iv.union(mm[S.TS_NS], mm[S.TS_NS] + mm[S.DUR_NS]))

@@ -10,8 +10,8 @@ in ms per step. Instants outside any recorded range are plain Python between ops
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -30,32 +30,24 @@ TOP = 8
 COLUMNS = ("rank", "part", "code", "idle_ns")
 
 
-class _Host(NamedTuple):
-    """The columns the attribution reads, as arrays (taken once, not per thread)."""
-
-    start: np.ndarray  # ns
-    end: np.ndarray
-    name: np.ndarray  # name codes (-1: no name)
-    kind: np.ndarray  # kind codes
-    names: np.ndarray  # name of each code, "nan" last (code -1, as astype(str) writes it)
-    kind_names: list
-    library: dict  # name code -> library code or not (filled as asked)
-
-
 def idle_code(events: pd.DataFrame, by_thread: dict, rank: int) -> pd.DataFrame:
     """Rows (rank, part, code, idle_ns): GPU-idle ns per host part and code label, the
     largest first (at most :data:`TOP` labels per part)."""
-    rows = []
-    is_code = (events[S.KIND].isin(CODE_KINDS).to_numpy()
-               & ~category_mask(events[S.NAME], SKIP_RE))
-    tid = events[S.TID].to_numpy()
-    host = None
+    parts_by_thread: dict = {}
     for (thread, part), idle in by_thread.items():
-        if len(idle[0]) == 0:
-            continue
-        host = host or _host_columns(events)
-        for code, ns in _attribute(host, np.flatnonzero(is_code & (tid == thread)), idle).items():
-            rows.append((rank, part, code, ns))
+        if len(idle[0]):
+            parts_by_thread.setdefault(thread, {})[part] = idle
+    rows = []
+    for thread, parts in parts_by_thread.items():
+        host = events[(events[S.TID] == thread).to_numpy()
+                      & events[S.KIND].isin(CODE_KINDS).to_numpy()]
+        host = host[~category_mask(host[S.NAME], SKIP_RE)]
+        # one nesting of the thread's ranges serves every part (a range that overlaps only
+        # another part's idle time owns none of this part's)
+        ranges = _Ranges(host, iv.union_of(*parts.values()))
+        for part, idle in parts.items():
+            for code, ns in ranges.attribute(idle).items():
+                rows.append((rank, part, code, ns))
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     if table.empty:
         return table.astype({"rank": "int64", "idle_ns": "int64"})
@@ -64,36 +56,49 @@ def idle_code(events: pd.DataFrame, by_thread: dict, rank: int) -> pd.DataFrame:
     return table.groupby("part", sort=False).head(TOP).reset_index(drop=True)
 
 
-def _host_columns(events: pd.DataFrame) -> _Host:
-    start = events[S.TS_NS].to_numpy(np.int64)
-    names = np.asarray(events[S.NAME].cat.categories.astype(str), dtype=object)
-    return _Host(start, start + events[S.DUR_NS].to_numpy(np.int64),
-                 events[S.NAME].cat.codes.to_numpy().astype(np.int64),
-                 events[S.KIND].cat.codes.to_numpy(), np.append(names, "nan"),
-                 list(events[S.KIND].cat.categories), {})
+class _Ranges:
+    """A thread's recorded ranges near idle time, split into innermost-owner segments, each
+    range's label (its name with the user frame or outermost op above it) as a name code."""
 
+    def __init__(self, host: pd.DataFrame, near_idle: iv.Intervals) -> None:
+        start = host[S.TS_NS].to_numpy(np.int64)
+        end = start + host[S.DUR_NS].to_numpy(np.int64)
+        near = _overlapping(start, end, near_idle)
+        order = near[np.lexsort((-(end[near] - start[near]), start[near]))]
+        self.seg_start, self.seg_end, self.seg_owner, parent = _innermost(start[order],
+                                                                          end[order])
+        names = host[S.NAME].astype("category")
+        self.categories = names.cat.categories.astype(str).to_numpy()
+        codes = names.cat.codes.to_numpy()[order]
+        kinds = host[S.KIND].astype(str).to_numpy()[order]
+        is_user_cat = np.array([not _library(c) for c in self.categories], dtype=bool)
+        is_user = (kinds == S.KIND_PYTHON) & is_user_cat[codes]
+        is_op = np.isin(kinds, (S.KIND_CPU_OP, S.KIND_ANNOTATION))
+        user_above, outer_above = _ancestors(is_user, is_op, parent)
+        self.codes = codes
+        # per range: (own name, user frame above, outer op above) as name codes, -1 for none
+        self.user_code = np.where(user_above >= 0, codes[np.maximum(user_above, 0)], -1)
+        self.outer_code = np.where(outer_above >= 0, codes[np.maximum(outer_above, 0)], -1)
+        self.n = len(order)
 
-def _attribute(host: _Host, rows: np.ndarray, idle: iv.Intervals) -> dict[str, int]:
-    """Idle ns by the label of the innermost range among ``rows`` covering each idle instant."""
-    start, end = host.start[rows], host.end[rows]
-    near = _overlapping(start, end, idle)
-    order = near[np.lexsort((-(end[near] - start[near]), start[near]))]
-    seg_start, seg_end, seg_owner, parent = _innermost(start[order], end[order])
-    covered = _cover(idle, seg_end) - _cover(idle, seg_start)
-    out: dict[str, int] = {}
-    hit = covered > 0
-    if hit.any():
-        # labels are computed once per owning range, not once per segment
-        owners, inverse = np.unique(seg_owner[hit], return_inverse=True)
-        owner_ns = np.zeros(len(owners), np.int64)
-        np.add.at(owner_ns, inverse, covered[hit])
-        labels = _labels(owners, host, rows[order], parent)
-        for label, ns in zip(labels, owner_ns.tolist()):
-            out[label] = out.get(label, 0) + ns
-    rest = iv.total(idle) - int(covered.sum())
-    if rest > 0:
-        out[UNRECORDED] = out.get(UNRECORDED, 0) + rest
-    return out
+    def attribute(self, idle: iv.Intervals) -> dict[str, int]:
+        """Idle ns by the label of the innermost range covering each idle instant."""
+        covered = _cover(idle, self.seg_end) - _cover(idle, self.seg_start)
+        per_owner = np.bincount(self.seg_owner, weights=covered, minlength=self.n) \
+            if len(self.seg_owner) else np.zeros(0)
+        owners = np.flatnonzero(per_owner > 0)
+        keys = np.stack([self.codes[owners], self.user_code[owners], self.outer_code[owners]],
+                        axis=1)
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        sums = np.bincount(inverse.ravel(), weights=per_owner[owners], minlength=len(uniq))
+        out: dict[str, int] = {}
+        for (own, user, outer), ns in zip(uniq.tolist(), sums.tolist()):  # each label once
+            label = _label(self.categories, own, user, outer)
+            out[label] = out.get(label, 0) + int(ns)
+        rest = iv.total(idle) - int(covered.sum())
+        if rest > 0:
+            out[UNRECORDED] = out.get(UNRECORDED, 0) + rest
+        return out
 
 
 def _overlapping(start: np.ndarray, end: np.ndarray, idle: iv.Intervals) -> np.ndarray:
@@ -106,33 +111,44 @@ def _overlapping(start: np.ndarray, end: np.ndarray, idle: iv.Intervals) -> np.n
 
 def _innermost(start: np.ndarray, end: np.ndarray):
     """Split time into segments each covered by one innermost range (ranges sorted by start,
-    longer first; properly nested on one thread): (seg_start, seg_end, owner, parent)."""
+    longer first; properly nested on one thread): (seg_start, seg_end, owner, parent).
+    A plain stack walk: the hot loop of the with-stack traces, so locals and no max()."""
     n = len(start)
-    parent = np.full(n, -1, dtype=np.int64)
-    seg_s, seg_e, seg_o = [], [], []
+    parent = [-1] * n
+    seg_s: list[int] = []
+    seg_e: list[int] = []
+    seg_o: list[int] = []
     stack: list[int] = []
-    cursor = 0
     s_list, e_list = start.tolist(), end.tolist()
-    for i in range(n + 1):
-        t = s_list[i] if i < n else None
-        while stack and (t is None or e_list[stack[-1]] <= t):
-            top = stack.pop()
-            if e_list[top] > cursor:
-                seg_s.append(max(cursor, s_list[top]))
-                seg_e.append(e_list[top])
-                seg_o.append(top)
-            cursor = max(cursor, e_list[top])
-        if t is None:
-            break
-        if stack and t > cursor:
-            seg_s.append(cursor)
-            seg_e.append(t)
-            seg_o.append(stack[-1])
-        cursor = max(cursor, t)
-        parent[i] = stack[-1] if stack else -1
+    cursor = 0
+
+    def close(top: int) -> None:  # a range ends: its tail after the cursor is its own
+        nonlocal cursor
+        e = e_list[top]
+        if e > cursor:
+            s = s_list[top]
+            seg_s.append(s if s > cursor else cursor)
+            seg_e.append(e)
+            seg_o.append(top)
+            cursor = e
+
+    for i in range(n):
+        t = s_list[i]
+        while stack and e_list[stack[-1]] <= t:
+            close(stack.pop())
+        if stack:
+            if t > cursor:  # the enclosing range owns the time up to this child
+                seg_s.append(cursor)
+                seg_e.append(t)
+                seg_o.append(stack[-1])
+            parent[i] = stack[-1]
+        if t > cursor:
+            cursor = t
         stack.append(i)
+    while stack:
+        close(stack.pop())
     return (np.array(seg_s, np.int64), np.array(seg_e, np.int64),
-            np.array(seg_o, np.int64), parent)
+            np.array(seg_o, np.int64), np.array(parent, np.int64))
 
 
 def _cover(idle: iv.Intervals, t: np.ndarray) -> np.ndarray:
@@ -145,72 +161,36 @@ def _cover(idle: iv.Intervals, t: np.ndarray) -> np.ndarray:
     return lengths[np.maximum(k, 0)] * (k >= 0) + inside
 
 
-def _labels(owners: np.ndarray, host: _Host, rows: np.ndarray, parent: np.ndarray) -> list[str]:
-    """The label of each owner range (an index into ``rows``, the ranges in sweep order):
-    its name, prefixed by the nearest user-code Python frame above it (with stacks) or else
-    the outermost op above it (when named otherwise)."""
-    codes, kind_codes, names = host.name[rows], host.kind[rows], host.names
-
-    def of_kind(*wanted: str) -> np.ndarray:
-        return np.isin(kind_codes, [host.kind_names.index(k) for k in wanted
-                                    if k in host.kind_names])
-
-    python = of_kind(S.KIND_PYTHON)
-    user = python & ~_is_library(host, codes, python)
-    op = of_kind(S.KIND_CPU_OP, S.KIND_ANNOTATION)
-    nearest_user, outermost_op = _ancestors(parent, user, op)
-    up = parent[owners]
-    above = up >= 0
-    user_of = np.where(above, nearest_user[np.maximum(up, 0)], -1)
-    outer_of = np.where(above, outermost_op[np.maximum(up, 0)], -1)
-    cache: dict[tuple[int, int, int], str] = {}
-    out = []
-    for inner, u, o in zip(codes[owners].tolist(), user_of.tolist(), outer_of.tolist()):
-        key = (inner, codes[u] if u >= 0 else -2, codes[o] if o >= 0 else -2)
-        if key not in cache:
-            cache[key] = _label(names[inner], names[key[1]] if u >= 0 else None,
-                                names[key[2]] if o >= 0 else None)
-        out.append(cache[key])
-    return out
+def _ancestors(is_user: np.ndarray, is_op: np.ndarray, parent: np.ndarray):
+    """Per range: the nearest user-code Python frame above it and the outermost CPU op or
+    annotation above it (-1 when none), in one pass (a parent comes before its children)."""
+    n = len(parent)
+    user_above = np.full(n, -1, dtype=np.int64)
+    outer_above = np.full(n, -1, dtype=np.int64)
+    user, op = is_user.tolist(), is_op.tolist()
+    ua, oa = user_above.tolist(), outer_above.tolist()
+    for i, p in enumerate(parent.tolist()):
+        if p >= 0:
+            ua[i] = p if user[p] else ua[p]
+            oa[i] = oa[p] if oa[p] >= 0 else (p if op[p] else -1)
+    user_above[:], outer_above[:] = ua, oa
+    return user_above, outer_above
 
 
-def _is_library(host: _Host, codes: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Whether each of ``codes`` names library code, matched once per name (and only for
-    the names of ``rows``, the Python frames: a rank has thousands of names)."""
-    for code in np.unique(codes[rows]).tolist():
-        if code not in host.library:
-            host.library[code] = _LIBRARY.search(host.names[code]) is not None
-    lookup = np.zeros(len(host.names), dtype=bool)
-    if host.library:
-        lookup[list(host.library)] = list(host.library.values())
-    return lookup[codes]
-
-
-def _ancestors(parent: np.ndarray, user: np.ndarray, op: np.ndarray):
-    """For every range, the nearest user-code Python frame and the outermost op among
-    itself and its ancestors (-1 where none), by pointer doubling over ``parent``."""
-    idx = np.arange(len(parent))
-    nearest = np.where(user, idx, -1)
-    outer = np.where(op, idx, -1)
-    up = parent.copy()
-    while True:
-        live = np.flatnonzero(up >= 0)
-        if not len(live):
-            return nearest, outer
-        nxt = up[live]
-        fill = nearest[live] < 0
-        nearest[live[fill]] = nearest[nxt[fill]]
-        found = outer[nxt] >= 0
-        outer[live[found]] = outer[nxt[found]]
-        up[live] = up[nxt]
-
-
-def _label(inner: str, user: str | None, outer: str | None) -> str:
-    if user is not None:
-        return f"{_short(user)} -> {_short(inner)}"
-    if outer is not None and outer != inner:
-        return f"{_short(outer)} -> {_short(inner)}"
+def _label(names: np.ndarray, own: int, user: int, outer: int) -> str:
+    """The innermost range's name, prefixed by the nearest user-code Python frame above it
+    (with stacks) or else the outermost op above it (name codes; -1: none)."""
+    inner = names[own]
+    if user >= 0:
+        return f"{_short(names[user])} -> {_short(inner)}"
+    if outer >= 0 and names[outer] != inner:
+        return f"{_short(names[outer])} -> {_short(inner)}"
     return _short(inner)
+
+
+@functools.lru_cache(maxsize=65536)
+def _library(name: str) -> bool:
+    return _LIBRARY.search(name) is not None
 
 
 def _short(name: str, width: int = 80) -> str:

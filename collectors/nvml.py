@@ -220,12 +220,23 @@ class NvmlSampler:
                 next_t, delay = time.monotonic(), 0.0
             self._sleep(delay)
 
+    def _final_sample(self) -> None:
+        try:
+            self.sample_once(counters=True)
+        except Exception:  # noqa: BLE001 - the sampler must never fail the job at exit
+            self.errors += 1
+            log.debug("final NVML sample failed", exc_info=True)
+
     def stop(self) -> list[Path]:
         """Stop the thread, write the last chunk, release GPM buffers; the chunk paths."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
         try:
+            if self.readers and not (self._thread and self._thread.is_alive()):
+                # a last full sample with the cumulative counters: energy and link bytes
+                # over the sampler's life are differences even when nothing was recorded
+                self._final_sample()
             self.flush()
         finally:
             for r in self.readers:

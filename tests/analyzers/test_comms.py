@@ -305,3 +305,13 @@ def test_corpus_traces_do_not_crash(path):
     assert res.tables[C.COLLECTIVES].empty and strag.findings == [] and res.findings == []
     assert set(res.tables) == {C.COLLECTIVES, C.COLLECTIVE_WAITS, C.RANK_WAITS, C.MATCHING,
                                C.CLOCK_OFFSETS}
+
+
+def test_single_gpu_run_without_collectives():
+    """A run with no collective at all (one GPU) matches nothing and does not fail: on pandas
+    3.0.x, string arithmetic on the empty string columns raised TypeError and every one-GPU
+    analysis died (seen on the device's pandas 3.0.6)."""
+    empty = C._typed({}, C.ROW_DTYPES), C._typed({}, C.ROW_DTYPES)
+    out = C.match_collectives([empty], {0: "host"})
+    assert len(out.tables["collectives"]) == 0
+    assert len(out.tables["rank_waits"]) <= 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.idle_code import UNRECORDED, _attribute, _host_columns
+from profkit.analyzers.idle_code import UNRECORDED, _Ranges
 
 from profkit import schema as S
 
@@ -18,7 +18,7 @@ def _host(rows):
 
 
 def attribute(host: pd.DataFrame, idle) -> dict[str, int]:
-    return _attribute(_host_columns(host), np.arange(len(host)), idle)
+    return _Ranges(host, idle).attribute(idle)
 
 
 def _idle(*spans):

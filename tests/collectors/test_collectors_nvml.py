@@ -112,7 +112,19 @@ def test_chunks_every_chunk_s(tmp_path, fake_nvml, fake_clock):
     written += s.stop()[len(written):]
     assert [p.name for p in written] == [f"rank2.{i}.npz" for i in range(len(written))]
     assert len(written) >= 3
-    assert len(_load_all(written)["ts_ns"]) == 10
+    assert len(_load_all(written)["ts_ns"]) == 10 + 1  # stop adds one full sample
+
+
+def test_stop_reads_the_energy_again(tmp_path, fake_nvml, fake_clock):
+    """Energy is read where sampling starts and at stop, so a short sampler life that never
+    reached the 5 s energy interval still yields an energy difference (seen on an H100: a 2 s
+    sampler had one energy reading)."""
+    s = make(tmp_path, fake_nvml(), fake_clock(step_ns=100_000_000))
+    for _ in range(5):
+        s.sample_once()
+    energy = _load_all(s.stop())["energy_mj"]
+    finite = energy[np.isfinite(energy)]
+    assert len(finite) == 2 and finite[-1] - finite[0] == 35_000
 
 
 def test_failed_write_leaves_no_partial_file(tmp_path, fake_nvml, fake_clock, monkeypatch):
