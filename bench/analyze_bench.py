@@ -1,15 +1,18 @@
-"""Full ``profkit analyze`` against Holistic Trace Analysis on the same run.
+"""Full ``profkit analyze`` against Holistic Trace Analysis on the same run (issue 15).
 
-    python bench/make_big_run.py samples/runs/stock_ddp/rank0.*.json.gz \\
-        samples/runs/stock_ddp/rank1.*.json.gz /tmp/run75 --ranks 2 --target-mb 75
-    python bench/analyze_bench.py /tmp/run75 [--repeat 3] [--hta-repeat 2]
+    python bench/make_big_run.py samples/runs/stock_ddp_stack /tmp/run75 --ranks 2 --target-mb 75
+    python bench/analyze_bench.py /tmp/run75 [--repeat 3] [--base-python /work/base/.venv/bin/python]
 
-Rows (each a fresh process; wall = the whole command, start-up included):
-- profkit cold: ``profkit analyze RUN --no-cache --format json``: ingest, every analyzer, report;
-- profkit cached: the same with the ingest cache present;
+Rows (each a fresh process; wall = the whole command, interpreter start included; peak =
+summed RSS of the process tree, workers included, sampled every 50 ms):
+- profkit cold: ``profkit analyze RUN --no-cache --format json`` (ingest, every analyzer,
+  the report), with the default workers and with ``--workers 1``;
+- base cold (optional): the same command with another checkout's interpreter;
 - HTA: ``TraceAnalysis(trace_dir)`` plus its temporal, idle-time and communication-overlap
-  breakdowns, the closest HTA equivalent of profkit's step breakdown.
-Targets (from the analyzers issue): cold >= 5x faster than HTA, cached >= 20x.
+  breakdowns, the closest HTA equivalent of profkit's step breakdown;
+- profkit cached: the same command again on the unchanged run (report cache present).
+The cold rows and HTA alternate (one repeat of each in turn); wall is the median.
+Targets (issue 15): cold >= 8x faster than HTA, cold peak <= 0.5x HTA's, cached >= 30x.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import ingest_bench as ib  # noqa: E402  (the shared child-process measuring code)
+import benchlib as bl  # noqa: E402  (the shared child-process measuring code)
 
 HTA_ANALYSIS = """
 import logging, sys, warnings
@@ -31,50 +34,86 @@ a.get_temporal_breakdown(visualize=False)
 a.get_idle_time_breakdown(visualize=False)
 a.get_comm_comp_overlap(visualize=False)
 """
+TARGETS = (("cold", "faster", 8.0), ("cold", "memory", 0.5), ("cached", "faster", 30.0))
+
+
+def _commands(args, out: Path) -> dict[str, list[str]]:
+    def analyze(python: str, *extra: str) -> list[str]:
+        return [python, "-m", "profkit", "analyze", str(args.run), "--format", "json",
+                "-o", str(out), *extra]
+
+    cmds = {"cold": analyze(sys.executable, "--no-cache"),
+            "cold1": analyze(sys.executable, "--no-cache", "--workers", "1")}
+    if args.base_python:
+        cmds["base"] = analyze(args.base_python, "--no-cache")
+    hta_python, note = bl.ensure_hta_venv(args.hta_venv)
+    if hta_python is not None:
+        hta_dir = bl.hta_dir_for(bl.rank_files(args.run), out.parent)
+        cmds["hta"] = [str(hta_python), "-c", HTA_ANALYSIS, str(hta_dir)]
+    else:
+        print(f"HTA not run: {note}")
+    return cmds
+
+
+LABELS = {"cold": "profkit analyze --no-cache", "cold1": "profkit analyze --no-cache --workers 1",
+          "base": "base checkout, analyze --no-cache", "hta": "HTA load + temporal/idle/overlap",
+          "cached": "profkit analyze (cached)"}
+
+
+def run_rows(args) -> dict[str, bl.Row]:
+    out = Path(tempfile.mkdtemp(prefix="profkit-analyze-bench-")) / "analysis.json"
+    cmds = _commands(args, out)
+    rows = {key: bl.Row(key, LABELS[key]) for key in cmds}
+    for _ in range(args.repeat):  # alternate, so that a disturbed minute hits every row
+        for key, argv in cmds.items():
+            if rows[key].error is None:
+                bl.measure(rows[key], argv, 1, args.timeout, 0.05, wall_from_child=False)
+    cached = [a for a in cmds["cold"] if a != "--no-cache"]
+    bl.run_child(cached, args.timeout, 0.05)  # builds the caches
+    rows["cached"] = bl.measure(bl.Row("cached", LABELS["cached"]), cached, args.repeat,
+                                args.timeout, 0.05, wall_from_child=False)
+    return rows
+
+
+def report(args, rows: dict[str, bl.Row]) -> None:
+    files = bl.rank_files(args.run)
+    total = sum(bl.json_bytes(f) for f in files)
+    print(f"\nrun: {args.run}: {len(files)} rank(s), {total / 1e6:.1f} MB JSON; "
+          f"machine: {bl.machine_info()}")
+    hta = rows.get("hta") if rows.get("hta") and rows["hta"].ok else None
+    print("| measurement | wall s | best s | cpu s | peak MiB | HTA / this (time) "
+          "| this / HTA (memory) | other load, cores |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows.values():
+        if not r.ok:
+            print(f"| {r.label} | failed: {r.error} | | | | | | |")
+            continue
+        speed = f"{hta.wall / r.wall:.1f}x" if hta else "n/a"
+        memory = f"{r.peak / hta.peak:.2f}x" if hta else "n/a"
+        cpu = sorted(r.cpus)[len(r.cpus) // 2]
+        print(f"| {r.label} | {r.wall:.2f} | {r.best:.2f} | {cpu:.2f} | {r.peak:,.0f} | {speed} "
+              f"| {memory} | {min(r.bgs):.2f}-{max(r.bgs):.2f} |")
+    if hta:
+        for key, what, target in TARGETS:
+            row = rows[key]
+            got = hta.wall / row.wall if what == "faster" else row.peak / hta.peak
+            met = got >= target if what == "faster" else got <= target
+            sign = ">=" if what == "faster" else "<="
+            print(f"target {key} {what} {sign} {target}x HTA: {got:.2f}x {'PASS' if met else 'FAIL'}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--hta-repeat", type=int, default=2)
-    ap.add_argument("--hta-venv", type=Path, default=Path(__file__).parent / ".venv-hta")
+    ap.add_argument("--base-python", help="another checkout's interpreter, for a base row")
+    ap.add_argument("--hta-venv", type=Path, default=bl.DEFAULT_HTA_VENV)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--quiet-wait", type=float, default=bl.QUIET["wait"],
+                    help="seconds to wait at most for the machine to settle before each "
+                         "measurement (0: do not wait)")
     args = ap.parse_args()
-    files = ib.rank_files(args.run)
-    work = Path(tempfile.mkdtemp(prefix="profkit-analyze-bench-"))
-    out = work / "analysis.json"
-    base = [sys.executable, "-m", "profkit", "analyze", str(args.run), "--format", "json", "-o", str(out)]
-    cold = ib.measure(ib.Row("cold", "profkit analyze --no-cache"), base + ["--no-cache"],
-                      args.repeat, args.timeout, 0.05, wall_from_child=False)
-    ib.run_child(base, args.timeout, 0.05)  # build the cache
-    cached = ib.measure(ib.Row("cached", "profkit analyze (cached)"), base, args.repeat,
-                        args.timeout, 0.05, wall_from_child=False)
-    hta_python, note = ib.ensure_hta_venv(args.hta_venv)
-    rows = [cold, cached]
-    if hta_python is not None:
-        hta_dir = ib.hta_dir_for(files, work)
-        rows.append(ib.measure(ib.Row("hta", "HTA load + temporal/idle/overlap"),
-                               [str(hta_python), "-c", HTA_ANALYSIS, str(hta_dir)],
-                               args.hta_repeat, args.timeout, 0.05, wall_from_child=False))
-    else:
-        print(f"HTA not run: {note}")
-    total = sum(ib.json_bytes(f) for f in files)
-    print(f"\nrun: {args.run}: {len(files)} rank(s), {total / 1e6:.1f} MB JSON; "
-          f"machine: {ib.machine_info()}")
-    print("| measurement | wall s | best s | peak MiB | HTA / this |\n|---|---:|---:|---:|---:|")
-    hta = rows[2] if len(rows) > 2 and rows[2].ok else None
-    for r in rows:
-        ratio = f"{hta.wall / r.wall:.1f}x" if hta and r.ok else "n/a"
-        wall = f"{r.wall:.2f}" if r.ok else f"failed: {r.error}"
-        best = f"{r.best:.2f}" if r.ok else ""
-        peak = f"{r.peak:,.0f}" if r.ok else ""
-        print(f"| {r.label} | {wall} | {best} | {peak} | {ratio} |")
-    if hta:
-        for name, row, target in (("cold", cold, 5), ("cached", cached, 20)):
-            got = hta.wall / row.wall
-            print(f"target {name} >= {target}x faster than HTA: {got:.1f}x "
-                  f"{'PASS' if got >= target else 'FAIL'}")
+    bl.QUIET["wait"] = args.quiet_wait
+    report(args, run_rows(args))
     return 0
 
 

@@ -15,18 +15,23 @@ import hashlib
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
-import pandas as pd
 
-from profkit import datacodec
 from profkit import schema as S
 from profkit.atomic import TMP_PREFIX, atomic_open, sweep_stale, write_bytes_atomic
-from profkit.classify import rules_fingerprint
-from profkit.discover import run_folder
+from profkit.classify_rules import rules_fingerprint
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# pandas and profkit.datacodec's tables are imported where tables are read: a cached report
+# (load_report) needs neither, and their import is most of a cached command's time.
 
 log = logging.getLogger(__name__)
 RESULT_NAME = "result-{key}.data"
+REPORT_NAME = "report-{key}.json"
 TABLES = ("events", "collectives", "steps")
 _swept: set[Path] = set()  # cache folders this process already cleaned
 
@@ -70,6 +75,8 @@ def load(trace: Path) -> tuple[dict[str, pd.DataFrame], dict] | None:
         if not meta_path.exists():
             return None
         meta = orjson.loads(meta_path.read_bytes())
+        import pandas as pd
+
         tables = {name: pd.read_parquet(folder / f"{key}.{name}.parquet") for name in TABLES}
     except (OSError, ValueError) as exc:
         log.debug("cache miss for %s: %s", trace, exc)
@@ -108,7 +115,8 @@ def run_fingerprint(path: Path, extra: str = "") -> str:
 
 
 def _results_dir(path: Path) -> Path:
-    return _folder_for(run_folder(Path(path)))
+    path = Path(path)
+    return _folder_for(path if path.is_dir() else path.parent)  # profkit.discover.run_folder
 
 
 def load_result(path: Path, key: str, expect: type):
@@ -120,6 +128,8 @@ def load_result(path: Path, key: str, expect: type):
         data = target.read_bytes()
     except OSError:
         return None
+    from profkit import datacodec
+
     try:
         result = datacodec.decode(data)
     except Exception as exc:  # noqa: BLE001 - bytes anyone may have written: never an error
@@ -135,9 +145,39 @@ def load_result(path: Path, key: str, expect: type):
 def store_result(path: Path, key: str, result) -> None:
     """Cache ``result`` (a value :func:`datacodec.encode` takes) for this run under ``key``;
     failures only cost the next run its speed."""
+    from profkit import datacodec
+
     try:
         folder = _results_dir(path)
         data = datacodec.encode(result)
         write_bytes_atomic(folder / RESULT_NAME.format(key=key), data, sweep=False)
     except (OSError, datacodec.CodecError) as exc:
         log.warning("could not cache the analysis of %s: %s", path, exc)
+
+
+def load_report(path: Path, key: str) -> dict | None:
+    """The report rendered for this run under ``key`` (:func:`store_report`'s fields), or
+    None. It is JSON read as data; an entry that is corrupt or not of that shape is a miss."""
+    target = _results_dir(path) / REPORT_NAME.format(key=key)
+    try:
+        entry = orjson.loads(target.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    shape = {"data": str, "summary": str, "problems": list}
+    if not isinstance(entry, dict) or any(not isinstance(entry.get(k), t) for k, t in shape.items()) \
+            or not all(isinstance(p, str) for p in entry["problems"]):
+        log.debug("cached report %s unusable, analysing again", target)
+        return None
+    return entry
+
+
+def store_report(path: Path, key: str, data: str, summary: str, problems: list[str]) -> None:
+    """Cache a rendered report (its text, the verdict's summary line, the run's problems)
+    so that the same command on the unchanged run prints it without analysing or importing
+    the analysis; failures only cost the next run its speed."""
+    try:
+        entry = {"data": data, "summary": summary, "problems": problems}
+        write_bytes_atomic(_results_dir(path) / REPORT_NAME.format(key=key),
+                           orjson.dumps(entry), sweep=False)
+    except (OSError, TypeError) as exc:
+        log.warning("could not cache the report of %s: %s", path, exc)

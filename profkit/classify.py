@@ -22,12 +22,12 @@ When a known compute name and a communication range disagree (a gating GEMM laun
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
 from profkit import schema as S
+from profkit.classify_rules import active_rules, rules_fingerprint, use_rules  # noqa: F401 (their home)
 
 # Kineto category (lower-cased) -> normalised kind. Old traces use capitalised names.
 _CAT_KIND = {
@@ -200,32 +200,5 @@ SUBCLASSES = {
     S.CLS_MEMSET: ("memset",),
 }
 
-# --- the user rules in force ---------------------------------------------------------------
-_active = None  # Rules; None: not chosen yet, the current project's (read on first use)
-
-
-def use_rules(rules) -> None:
-    """Classify with these :class:`~profkit.classify_rules.Rules` from now on in this process
-    (None: the rules of the project found from the working directory, read on first use)."""
-    global _active
-    _active = rules
-
-
-def active_rules():
-    """The rules in force (see :func:`use_rules`)."""
-    if _active is None:
-        from profkit.classify_rules import Rules, project_rules
-
-        try:
-            here = Path.cwd()
-        except OSError:  # the working directory was removed: no project to read
-            use_rules(Rules())
-        else:
-            use_rules(project_rules(here))
-    return _active
-
-
-def rules_fingerprint() -> str:
-    """Short digest of the rules in force ("" without rules), for cache keys: tables
-    classified under other rules are not reused."""
-    return active_rules().fingerprint
+# The user rules in force (use_rules, active_rules, rules_fingerprint) are kept in
+# classify_rules, which imports no numpy: cache keys are computed without it.

@@ -135,3 +135,32 @@ def load_rules(path: Path | None, cwd: Path) -> Rules:
     """The rules in force for a command: ``path``'s (if given), then the project's."""
     own = load_file(path) if path is not None else Rules()
     return own + project_rules(cwd)
+
+
+# --- the rules in force in this process (classify reads them) -------------------------------
+_active: Rules | None = None  # None: not chosen yet, the current project's (read on first use)
+
+
+def use_rules(rules: Rules | None) -> None:
+    """Classify with these :class:`Rules` from now on in this process (None: the rules of
+    the project found from the working directory, read on first use)."""
+    global _active
+    _active = rules
+
+
+def active_rules() -> Rules:
+    """The rules in force (see :func:`use_rules`)."""
+    if _active is None:
+        try:
+            here = Path.cwd()
+        except OSError:  # the working directory was removed: no project to read
+            use_rules(Rules())
+        else:
+            use_rules(project_rules(here))
+    return _active
+
+
+def rules_fingerprint() -> str:
+    """Short digest of the rules in force ("" without rules), for cache keys: tables
+    classified under other rules are not reused."""
+    return active_rules().fingerprint

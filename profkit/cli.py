@@ -98,24 +98,32 @@ def _thresholds(args):
                             getattr(args, "peak_tflops", None))
 
 
-def _cached_analysis(args, run: str, thresholds, fmt: str):
-    """The analysis of ``run``: from the result cache when no file of the run changed and
-    it was made with the same options and thresholds, else mapped per rank on the chosen
-    executor and reduced. ``fmt``: the format a cached entry must render in to be used."""
+def _analysis_key(args, run: str, thresholds) -> str:
+    """The result-cache key of analysing ``run`` with these options (imports no pandas)."""
     import profkit
     import profkit.analyzers
-    from profkit import __version__, cache, classify
-    from profkit.analyzers.analyze import Analysis
+    from profkit import __version__, cache
     from profkit.analyzers.config import thresholds_key
-    from profkit.analyzers.executor import analyze_run
+    from profkit.classify_rules import rules_fingerprint
 
     options = _analysis_options(args)
     code = "|".join(cache.run_fingerprint(Path(pkg.__file__).parent)  # any code change
                     for pkg in (profkit, profkit.analyzers))
     # --strict loads differently (a conflict between traces is an error, not a skip)
     key_text = (f"{args.ranks}|{args.cycle}|{thresholds_key(thresholds)}|{args.strict}|"
-                f"{classify.rules_fingerprint()}|{options.key()}")
-    key = cache.run_fingerprint(Path(run), f"analyze|{__version__}|{code}|{key_text}")
+                f"{rules_fingerprint()}|{options.key()}")
+    return cache.run_fingerprint(Path(run), f"analyze|{__version__}|{code}|{key_text}")
+
+
+def _cached_analysis(args, run: str, thresholds, fmt: str):
+    """The analysis of ``run``: from the result cache when no file of the run changed and
+    it was made with the same options and thresholds, else mapped per rank on the chosen
+    executor and reduced. ``fmt``: the format a cached entry must render in to be used."""
+    from profkit import cache
+    from profkit.analyzers.analyze import Analysis
+    from profkit.analyzers.executor import analyze_run
+
+    key = _analysis_key(args, run, thresholds)
     if not args.no_cache and Path(run).exists():
         cached = cache.load_result(Path(run), key, Analysis)
         if cached is not None and _renders(cached, fmt):
@@ -123,8 +131,9 @@ def _cached_analysis(args, run: str, thresholds, fmt: str):
             return cached
     analysis = analyze_run(run, scheduler=getattr(args, "scheduler", None),
                            workers=args.workers, cache=not args.no_cache, strict=args.strict,
-                           ranks=parse_ranks(args.ranks), cycle=args.cycle, options=options,
-                           progress=_progress, thresholds=thresholds)
+                           ranks=parse_ranks(args.ranks), cycle=args.cycle,
+                           options=_analysis_options(args), progress=_progress,
+                           thresholds=thresholds)
     if not args.no_cache:
         cache.store_result(Path(run), key, analysis)
     return analysis
@@ -168,15 +177,29 @@ def _render_analysis(analysis, fmt: str) -> bytes:
 
 
 def cmd_analyze(args) -> int:
-    from profkit.analyzers.render import problems
+    from profkit import cache
 
-    analysis = _cached_analysis(args, args.run, _thresholds(args), args.format)
-    _emit(_render_analysis(analysis, args.format), args.output, analysis.verdict["summary"])
-    if args.tables:
+    thresholds = _thresholds(args)
+    # The rendered report is cached too: the same command on an unchanged run prints it
+    # without importing the analysis (pandas and numpy are most of a cached run's time).
+    key = None if args.no_cache or args.tables or not Path(args.run).exists() else \
+        f"{_analysis_key(args, args.run, thresholds)}-{args.format}"
+    report = cache.load_report(Path(args.run), key) if key else None
+    analysis = None
+    if report is None:
+        from profkit.analyzers.render import problems
+
+        analysis = _cached_analysis(args, args.run, thresholds, args.format)
+        report = {"data": _render_analysis(analysis, args.format).decode(),
+                  "summary": analysis.verdict["summary"], "problems": problems(analysis.run)}
+        if key:
+            cache.store_report(Path(args.run), key, **report)
+    _emit(report["data"].encode(), args.output, report["summary"])
+    if analysis is not None and args.tables:
         _write_tables(analysis, args.tables, args.tables_format)
-    found = problems(analysis.run)
-    if args.strict and found:
-        raise IncompleteRunError(f"--strict: {'; '.join(found)} (the report was written)")
+    if args.strict and report["problems"]:
+        raise IncompleteRunError(f"--strict: {'; '.join(report['problems'])} "
+                                 "(the report was written)")
     return 0
 
 
@@ -407,10 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _use_rules(args) -> None:
     """Classify with --classify FILE's rules, then the project's (read now, so that a bad
     rule stops the command before any trace is read)."""
-    from profkit import classify
-    from profkit.classify_rules import load_rules
+    from profkit.classify_rules import load_rules, use_rules
 
-    classify.use_rules(load_rules(getattr(args, "classify", None), Path.cwd()))
+    use_rules(load_rules(getattr(args, "classify", None), Path.cwd()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -438,9 +460,9 @@ def main(argv: list[str] | None = None) -> int:
         print("profkit: interrupted", file=sys.stderr)
         return 130
     finally:
-        from profkit import classify
+        from profkit.classify_rules import use_rules
 
-        classify.use_rules(None)  # main() may run again in this process (tests, notebooks)
+        use_rules(None)  # main() may run again in this process (tests, notebooks)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,10 @@ import math
 import struct
 from typing import Any
 
-import numpy as np
 import orjson
-import pandas as pd
+
+# numpy and pandas are imported where values are encoded or decoded, not here: result types
+# register at import, and a cached `profkit analyze` reads no result at all (profkit.cache).
 
 MAGIC = b"PROFKIT-DATA/1\n"
 _LEN = struct.Struct("<Q")
@@ -82,6 +83,9 @@ def _enc(v: Any, blobs: list[bytes], depth: int) -> Any:
         raise CodecError("value nested too deeply")
     if v is None or isinstance(v, (bool, str)):
         return v
+    import numpy as np
+    import pandas as pd
+
     if isinstance(v, (int, np.integer)):
         return int(v)
     if isinstance(v, (float, np.floating)):
@@ -119,7 +123,7 @@ def _blob(blobs: list[bytes], data: bytes) -> int:
     return len(blobs) - 1
 
 
-def _table_bytes(frame: pd.DataFrame) -> bytes:
+def _table_bytes(frame) -> bytes:
     import pyarrow as pa
 
     try:
@@ -132,7 +136,7 @@ def _table_bytes(frame: pd.DataFrame) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _read_table(frame: memoryview) -> pd.DataFrame:
+def _read_table(frame: memoryview):
     import pyarrow as pa
 
     try:
@@ -185,6 +189,8 @@ def _dec(t: Any, frames: list, depth: int) -> Any:
         return series.rename(None) if series.name == "__v__" else series
     if "$nd" in t:
         try:
+            import numpy as np
+
             return np.load(io.BytesIO(bytes(_frame(frames, t["$nd"]))), allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:
             raise CodecError(f"bad array frame ({exc})") from None

@@ -136,3 +136,14 @@ def test_gloo_collectives_come_from_backend_ranges_when_nothing_else_names_them(
     _, coll, _, _ = build_tables(tracefile.load(path))
     assert coll[S.COLL_NAME].astype(str).tolist() == ["all_reduce"]
     assert coll.iloc[0][S.DUR_NS] == 40_000 and not coll.iloc[0][S.ON_GPU]
+
+
+def test_an_op_with_shapes_but_no_name_is_read(tmp_path):
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "ts": 1, "dur": 2, "pid": 1, "tid": 1,
+         "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 5, "dur": 2, "pid": 1, "tid": 1,
+         "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}}]}
+    ev, _, _, _ = build_tables(tracefile.load(write_trace(tmp_path / "a.json", doc)))
+    assert np.isnan(ev[S.FLOPS].iloc[0])
+    assert ev[S.FLOPS].iloc[1] == 2 * 2 * 3 * 4  # 2 FLOPs per multiply-add of a 2x3 @ 3x4

@@ -12,6 +12,8 @@ import pickle
 import random
 import shutil
 import struct
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,11 +58,20 @@ def cached(tmp_path_factory) -> Cached:
     return Cached(run, report, entry, entry.read_bytes())
 
 
+def drop_reports(run: Path) -> None:
+    """Remove the cached rendered reports, which are served before the result cache."""
+    for report in (run / ".profkit" / "cache").glob("report-*"):
+        report.unlink()
+
+
 @pytest.fixture
 def entry(cached):
-    """The cached entry, put back as profkit wrote it after the test."""
+    """The cached entry, put back as profkit wrote it after the test (the rendered reports
+    removed, so that the command reads it)."""
+    drop_reports(cached.run)
     yield cached.entry
     cached.entry.write_bytes(cached.good)
+    drop_reports(cached.run)
 
 
 def served_from_cache(caplog) -> bool:
@@ -72,6 +83,39 @@ def test_cache_holds_data_and_serves_the_same_report(cached, entry, caplog):
     caplog.set_level(logging.DEBUG, logger="profkit")
     assert analyze_cli(cached.run) == cached.report
     assert served_from_cache(caplog)
+
+
+def test_a_cached_report_is_printed_without_importing_the_analysis(cached):
+    analyze_cli(cached.run)  # renders and stores the report (if not yet there)
+    code = ("import sys; from profkit.cli import main; rc = main(['analyze', sys.argv[1], "
+            "'--format', 'json']); print(rc, *(m in sys.modules for m in ('numpy', 'pandas',"
+            " 'pyarrow', 'pyarrow.dataset', 'plotly', 'dask')), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code, str(cached.run)], capture_output=True,
+                          check=True)
+    assert done.stdout == cached.report
+    assert done.stderr.split()[-7:] == [b"0"] + [b"False"] * 6
+
+
+@pytest.mark.parametrize("content", [
+    b"", b"\x80 not JSON", b"[1, 2]", orjson.dumps({"data": 1, "summary": "s", "problems": []}),
+    orjson.dumps({"data": "forged", "summary": "s", "problems": [3]}),
+    orjson.dumps({"data": "forged", "summary": "s"})])
+def test_a_damaged_report_entry_is_a_miss(cached, content):
+    analyze_cli(cached.run)
+    (report,) = (cached.run / ".profkit" / "cache").glob("report-*-json.json")
+    report.write_bytes(content)
+    assert analyze_cli(cached.run) == cached.report
+    assert orjson.loads(report.read_bytes())["data"].encode() == cached.report  # stored again
+
+
+def test_a_changed_run_is_not_served_its_old_report(cached, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(cached.run, run)
+    analyze_cli(run)
+    doc = trace_doc(rank=1, world_size=2)
+    doc["traceEvents"] = doc["traceEvents"][: len(doc["traceEvents"]) // 2]
+    write_trace(run / "rank1.json", doc)
+    assert analyze_cli(run) == analyze_cli(run, "--no-cache") != cached.report
 
 
 @pytest.mark.parametrize("run_dir", [RUNS / "zoo" / "straggler", *[
@@ -146,6 +190,7 @@ def test_entries_that_do_not_render_are_analysed_again(cached, entry, caplog):
         key = entry.name[len("result-"):-len(".data")]
         assert cache.load_result(cached.run, key, Analysis) == forged  # decodes: only rendering tells
         caplog.clear()
+        drop_reports(cached.run)
         assert analyze_cli(cached.run) == cached.report
         assert not served_from_cache(caplog)
         assert entry.read_bytes() == cached.good  # replaced by the fresh analysis
@@ -192,7 +237,8 @@ def test_no_pickle_outside_the_flight_recorder_reader():
     its unpickler refuses every class)."""
     allowed = {REPO / "profkit" / "flight_recorder.py"}
     sources = [p for folder in ("profkit", "collectors", "analyzers", "dashboard", "bench")
-               for p in (REPO / folder).rglob("*.py") if p not in allowed]
+               for p in (REPO / folder).rglob("*.py") if p not in allowed
+               and not any(part.startswith(".venv") for part in p.relative_to(REPO).parts)]
     assert len(sources) > 50
     assert [u for p in sources for u in _pickle_uses(p)] == []
     assert _pickle_uses(REPO / "profkit" / "flight_recorder.py")  # the rule sees a real use

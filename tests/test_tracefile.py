@@ -128,3 +128,24 @@ def test_lenient_decode_repairs_what_it_can_and_counts_it(tmp_path):
     problems = trace.all_problems()
     assert problems == ["2 events dropped (not a JSON object, or ph not text)",
                         "values of the wrong type ignored in events: name (1), tid (1)"]
+
+
+def test_events_of_other_phases_are_checked_but_build_nothing(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text('{"traceEvents": [{"ph": "s", "id": 1, "name": "ac2g", "ts": 1, "pid": 0,'
+                    ' "tid": 0}, {"ph": "X", "name": "k", "ts": 3, "pid": 1, "tid": 1},'
+                    ' {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "p"}}]}')
+    trace = tracefile.load(path)
+    flow, complete, meta = trace.events()
+    assert not hasattr(flow, "name") and not hasattr(flow, "ts")  # nothing decoded for it
+    assert (complete.name, complete.ts, meta.args.name) == ("k", 3.0, "p")
+    assert trace.all_problems() == []
+
+
+def test_an_unknown_phase_costs_only_its_event(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text('{"traceEvents": [{"ph": "Q", "name": "odd", "ts": 1, "pid": 0, "tid": 0},'
+                    ' {"name": "no phase"}, {"ph": "X", "name": "k", "ts": 3, "pid": 1, "tid": 1}]}')
+    trace = tracefile.load(path)
+    assert [getattr(e, "name", None) for e in trace.events()] == [None, None, "k"]
+    assert trace.all_problems() == []
