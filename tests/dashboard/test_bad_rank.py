@@ -1,6 +1,6 @@
 """In headless chromium: a 2-rank run whose rank 1 trace is bad (truncated, or a list where
 ``cat`` belongs) still shows rank 0 on every one of its pages, each with a note naming the
-skipped file and "ranks analysed 1 of world size 2"; never a blank "Could not analyze" page,
+skipped file and "1 of 2 ranks analysed"; never a blank "Could not analyze" page,
 never a 500 (the page fixture fails on any console error). A run the loader cannot read at
 all names the file at fault instead."""
 
@@ -61,7 +61,7 @@ def test_every_page_shows_rank_0_and_names_the_bad_file(page, bad_runs, name):
             rank1_drawn = page.locator("#rank-bars .xtick:has-text('rank 1')").count() > 0
     (note,) = notes  # the same note on every page of the run
     if note is not None:  # rank 1 set aside: named, with its reason
-        assert "ranks analysed 1 of world size 2" in note and BAD_TRACE in note
+        assert "1 of 2 ranks analysed: 1 missing (1)" in note and BAD_TRACE in note
         assert "over 1 rank(s)" in verdict and not rank1_drawn
     else:  # the loader repaired the value and read rank 1: then it is shown too
         assert "over 2 rank(s)" in verdict and rank1_drawn
