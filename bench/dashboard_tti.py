@@ -43,12 +43,14 @@ def timed_load(page, url: str) -> float:
 
 def one_round(browser, run: Path) -> tuple[float, float]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", str(run),
-                             "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    log_path = Path(tempfile.mkdtemp(prefix="profkit-tti-")) / "server.log"
+    with log_path.open("wb") as log_file:  # a file, not a pipe nobody drains
+        proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", str(run),
+                                 "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=log_file)
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_for(base + "/_dash-layout", proc)  # the server answers; nothing analyzed yet
+        wait_for(base + "/_dash-layout", proc, log_path)  # the server answers; nothing analyzed yet
         url = f"{base}/run/{run_key(run.name, run.resolve())}"
         context = browser.new_context(viewport={"width": 1400, "height": 900})
         page = context.new_page()
