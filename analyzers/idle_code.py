@@ -10,6 +10,9 @@ in ms per step. Instants outside any recorded range are plain Python between ops
 
 from __future__ import annotations
 
+import functools
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -22,6 +25,7 @@ CODE_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_PYTHON, S.KIND_RUNTIME, S
 SKIP_RE = r"^ProfilerStep#"
 UNRECORDED = "(Python between recorded ops; capture with_stack=True to see where)"
 LIBRARY_RE = r"site-packages|dist-packages|/torch/|/lib/python|<built-in|^torch/|^<frozen"
+_LIBRARY = re.compile(LIBRARY_RE)
 TOP = 8
 COLUMNS = ("rank", "part", "code", "idle_ns")
 
@@ -56,11 +60,13 @@ def _attribute(host: pd.DataFrame, idle: iv.Intervals) -> dict[str, int]:
     covered = _cover(idle, seg_end) - _cover(idle, seg_start)
     names = host[S.NAME].astype(str).to_numpy()[order]
     kinds = host[S.KIND].astype(str).to_numpy()[order]
+    per_owner = np.bincount(seg_owner, weights=covered, minlength=len(order)) \
+        if len(seg_owner) else np.zeros(0)
+    user_above, outer_above = _ancestors(names, kinds, parent)
     out: dict[str, int] = {}
-    for owner, ns in zip(seg_owner, covered):
-        if ns > 0:
-            label = _label(int(owner), names, kinds, parent)
-            out[label] = out.get(label, 0) + int(ns)
+    for owner in np.flatnonzero(per_owner > 0):  # each range labelled once
+        label = _label(int(owner), names, user_above, outer_above)
+        out[label] = out.get(label, 0) + int(per_owner[owner])
     rest = iv.total(idle) - int(covered.sum())
     if rest > 0:
         out[UNRECORDED] = out.get(UNRECORDED, 0) + rest
@@ -116,26 +122,37 @@ def _cover(idle: iv.Intervals, t: np.ndarray) -> np.ndarray:
     return lengths[np.maximum(k, 0)] * (k >= 0) + inside
 
 
-def _label(owner: int, names: np.ndarray, kinds: np.ndarray, parent: np.ndarray) -> str:
+def _ancestors(names: np.ndarray, kinds: np.ndarray, parent: np.ndarray):
+    """Per range: the nearest user-code Python frame above it and the outermost CPU op or
+    annotation above it (-1 when none), in one pass (a parent comes before its children)."""
+    n = len(parent)
+    user_above = np.full(n, -1, dtype=np.int64)
+    outer_above = np.full(n, -1, dtype=np.int64)
+    is_user = [k == S.KIND_PYTHON and not _library(str(nm)) for k, nm in zip(kinds, names)]
+    is_op = [k in (S.KIND_CPU_OP, S.KIND_ANNOTATION) for k in kinds]
+    for i, p in enumerate(parent.tolist()):
+        if p >= 0:
+            user_above[i] = p if is_user[p] else user_above[p]
+            outer_above[i] = outer_above[p] if outer_above[p] >= 0 else (p if is_op[p] else -1)
+    return user_above, outer_above
+
+
+def _label(owner: int, names: np.ndarray, user_above: np.ndarray,
+           outer_above: np.ndarray) -> str:
     """The innermost range's name, prefixed by the nearest user-code Python frame above it
     (with stacks) or else the outermost op above it."""
-    chain = [owner]
-    while parent[chain[-1]] >= 0:
-        chain.append(int(parent[chain[-1]]))
     inner = names[owner]
-    user = [i for i in chain[1:] if kinds[i] == S.KIND_PYTHON and not _library(names[i])]
-    if user:
-        return f"{_short(names[user[0]])} -> {_short(inner)}"
-    outer = [i for i in chain[1:] if kinds[i] in (S.KIND_CPU_OP, S.KIND_ANNOTATION)]
-    if outer and names[outer[-1]] != inner:
-        return f"{_short(names[outer[-1]])} -> {_short(inner)}"
+    if user_above[owner] >= 0:
+        return f"{_short(names[user_above[owner]])} -> {_short(inner)}"
+    outer = outer_above[owner]
+    if outer >= 0 and names[outer] != inner:
+        return f"{_short(names[outer])} -> {_short(inner)}"
     return _short(inner)
 
 
+@functools.lru_cache(maxsize=65536)
 def _library(name: str) -> bool:
-    import re
-
-    return re.search(LIBRARY_RE, name) is not None
+    return _LIBRARY.search(name) is not None
 
 
 def _short(name: str, width: int = 80) -> str:

@@ -16,18 +16,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import orjson
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 BAR = 0.15
+PAIR_FILE = "pair.toml"  # cause, what; before/after when not the folders of those names
 
 
 def pair_rows(pairs_dir: Path) -> list[dict]:
     from profkit.analyzers.executor import analyze_run
 
     rows = []
-    for pair in sorted(p for p in pairs_dir.iterdir() if (p / "PAIR.json").is_file()):
-        spec = orjson.loads((pair / "PAIR.json").read_bytes())
+    for pair in sorted(p for p in pairs_dir.iterdir() if (p / PAIR_FILE).is_file()):
+        spec = tomllib.loads((pair / PAIR_FILE).read_text())
         before = analyze_run(pair / spec.get("before", "before"), cache=False, workers=1)
         after = analyze_run(pair / spec.get("after", "after"), cache=False, workers=1)
         step_b = _step_ms(before)

@@ -69,8 +69,23 @@ def versions(driver: str = "") -> dict[str, str]:
     return out
 
 
-def local_gpus(host: str) -> list[dict[str, Any]]:
-    """The GPUs visible to this process (torch.cuda), as run.json ``gpus`` entries."""
+def pcie_link(nvml: Any, uuid: str) -> dict[str, int]:
+    """``{"pcie_gen", "pcie_width"}`` of a GPU's host link from NVML (the link's maximum:
+    an idle link trains down to save power, a transfer runs at the maximum); {} if unknown.
+    The analysis judges host<->device copies against this link's peak."""
+    try:
+        handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
+        gen = int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle))
+        width = int(nvml.nvmlDeviceGetMaxPcieLinkWidth(handle))
+    except Exception:  # noqa: BLE001 - no NVML, an AMD GPU, an old driver: the model's link
+        log.debug("PCIe link of %s unknown", uuid, exc_info=True)
+        return {}
+    return {"pcie_gen": gen, "pcie_width": width} if gen > 0 and width > 0 else {}
+
+
+def local_gpus(host: str, nvml: Any = None) -> list[dict[str, Any]]:
+    """The GPUs visible to this process (torch.cuda), as run.json ``gpus`` entries (with their
+    PCIe link when ``nvml``, an initialised pynvml, is given)."""
     try:
         import torch
 
@@ -80,9 +95,10 @@ def local_gpus(host: str) -> list[dict[str, Any]]:
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
             uid = str(getattr(p, "uuid", ""))
-            gpus.append({"name": p.name, "uuid": uid if uid.startswith("GPU-") else f"GPU-{uid}",
-                         "sm_count": int(p.multi_processor_count),
-                         "memory_bytes": int(p.total_memory), "host": host, "index": i})
+            uuid = uid if uid.startswith("GPU-") else f"GPU-{uid}"
+            gpus.append({"name": p.name, "uuid": uuid, "sm_count": int(p.multi_processor_count),
+                         "memory_bytes": int(p.total_memory), "host": host, "index": i,
+                         **(pcie_link(nvml, uuid) if nvml is not None else {})})
         return gpus
     except Exception:  # noqa: BLE001
         log.debug("GPU lookup failed", exc_info=True)

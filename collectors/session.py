@@ -97,7 +97,7 @@ class CaptureSession:
             except Exception:  # noqa: BLE001
                 pass
         assert self.info is not None
-        return {"info": self.info.as_dict(), "gpus": runmeta.local_gpus(self.info.host),
+        return {"info": self.info.as_dict(), "gpus": runmeta.local_gpus(self.info.host, nvml),
                 "problem": problem, "driver": driver}
 
     def _raise_if_any_problem(self, gathered: list[dict[str, Any]]) -> None:

@@ -10,6 +10,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import tomllib
 from profkit.analyzers import stats
 from profkit.analyzers.diff import diff_analyses, diff_to_json, diff_to_text, step_verdict
 from profkit.analyzers.executor import analyze_run
@@ -238,8 +239,8 @@ def test_diff_calls_every_savings_pair_right():
     launch_sync, where removing the syncs saves 6% of a launch-bound loop and 3 steps per
     side cannot tell that from noise (unchanged)."""
     pairs = REPO / "samples" / "runs" / "pairs"
-    for pair in sorted(p for p in pairs.iterdir() if (p / "PAIR.json").is_file()):
-        spec = json.loads((pair / "PAIR.json").read_text())
+    for pair in sorted(p for p in pairs.iterdir() if (p / "pair.toml").is_file()):
+        spec = tomllib.loads((pair / "pair.toml").read_text())
         runs = [analyze_run(pair / spec.get(side, side), cache=False, workers=1)
                 for side in ("before", "after")]
         d = diff_analyses(*runs)

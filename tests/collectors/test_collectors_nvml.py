@@ -163,3 +163,44 @@ def test_background_thread_samples_and_stops(tmp_path, fake_nvml):
     assert not s._thread.is_alive()
     assert s.errors == 0
     assert os.path.basename(paths[0]) == "rank0.0.npz"
+
+
+def test_pcie_link_from_nvml_is_the_links_maximum():
+    """run.json's gpus carry the host link (the analysis' peak for host<->device copies):
+    NVML's maximum generation and width, not the current ones (an idle link trains down)."""
+    from profkit.collectors.runmeta import pcie_link
+
+    class Nvml:
+        def nvmlDeviceGetHandleByUUID(self, uuid):
+            assert uuid == "GPU-abc"
+            return 7
+
+        def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+            return 5
+
+        def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+            return 16
+
+        def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+            return 1  # idle: must not be used
+
+    assert pcie_link(Nvml(), "GPU-abc") == {"pcie_gen": 5, "pcie_width": 16}
+
+    class Broken(Nvml):
+        def nvmlDeviceGetHandleByUUID(self, uuid):
+            raise RuntimeError("NVML_ERROR_NOT_FOUND")
+
+    assert pcie_link(Broken(), "GPU-abc") == {}
+
+
+def test_transfers_use_the_recorded_pcie_link():
+    """A run.json that records a Gen4 x8 link gives HtoD copies a 15.8 GB/s peak
+    (8 lanes x 1.969 GB/s), not the device model's Gen5 x16."""
+    from profkit.analyzers.transfers import link_peak
+
+    meta = {"devices": [{"id": 0, "name": "NVIDIA H200", "numSms": 132}]}
+    run_meta = {"gpus": [{"index": 0, "name": "NVIDIA H200", "pcie_gen": 4, "pcie_width": 8}]}
+    peak, link = link_peak("HtoD", meta, run_meta)
+    assert peak == pytest.approx(8 * 1.969) and "Gen4 x8 (run.json)" in link
+    peak, link = link_peak("HtoD", meta, {})
+    assert peak == pytest.approx(16 * 3.938) and "device model" in link

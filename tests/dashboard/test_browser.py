@@ -37,7 +37,8 @@ def test_overview_verdict_first_then_graphs_and_a_rank_click(page):
     page.goto(f"{page.base}/run/{STOCK}")
     verdict = page.locator("#verdict")
     assert "compute bound" in verdict.inner_text()
-    assert page.locator("#findings .finding").count() >= 3
+    # one finding per cause per rank: stock_ddp is compute-bound on both ranks
+    assert page.locator("#findings .finding").count() >= 2
     for gid in ("rank-bars", "step-heatmap", "rank-detail"):
         graph_ready(page, gid)
     # the verdict is above the charts
@@ -97,7 +98,8 @@ def test_kernels_tables_and_class_filter(page):
     table = page.locator("#k-kernels")
     assert "ncclDevKernel_AllReduce" in table.inner_text()
     assert "aten::mm" in page.locator("#k-ops").inner_text()
-    assert page.locator("#k-launches").inner_text().count("1146") == 2
+    # launch calls per rank (copy calls are not launches: a blocking one is host_sync)
+    assert page.locator("#k-launches").inner_text().count("1038") == 2
     page.get_by_label("compute", exact=True).check()
     page.wait_for_function(
         "!document.querySelector('#k-kernels').textContent.includes('ncclDevKernel')")
