@@ -12,12 +12,19 @@ from profkit.dashboard import ids
 from profkit.dashboard import tables as T
 
 # After the page is drawn, bring the table a link's #fragment names into view (the browser
-# looked for it before the table existed).
+# looked for it before the table existed), a few times over a second: the tables above it
+# are drawn after it and push it down.
 SCROLL_JS = """
 function(_children, hash) {
     if (hash && hash.length > 1) {
-        const el = document.getElementById(decodeURIComponent(hash.slice(1)));
-        if (el) { el.scrollIntoView({block: "start"}); }
+        const id = decodeURIComponent(hash.slice(1));
+        let tries = 0;
+        const scroll = () => {
+            const el = document.getElementById(id);
+            if (el) { el.scrollIntoView({block: "start"}); }
+            if (++tries < 8) { setTimeout(scroll, 150); }
+        };
+        setTimeout(scroll, 0);
     }
     return hash || "";
 }

@@ -16,7 +16,7 @@ from tests.dashboard.conftest import BAD_RUNS, BAD_TRACE
 RANK0 = {
     "Overview": "#rank-bars .xtick:has-text('rank 0')",
     "Timeline": "#tl-info:has-text('rank 0:')",
-    "Kernels & ops": "#k-kernels:has-text('ncclDevKernel')",
+    "Kernels & ops": "#k-kernels:has-text('nccl AllReduce')",
     "Communication": "#c-skew .main-svg",
     "Counters": "#n-graph .legendtext:has-text('rank 0')",
 }
