@@ -1,14 +1,18 @@
 """Time to interactive of the dashboard's Overview page, measured in a real browser.
 
-For each repetition: start a fresh `profkit dashboard RUN` server (nothing warmed: no
-analysis in memory), open /run/<key> in a fresh headless-chromium context (empty browser
-cache), and time from the request until the verdict element and the first graph have
-rendered. Then load the same page again in the same context (warm: the analysis is cached
-on the server and the JS bundles in the browser).
+For each repetition: start a fresh `profkit dashboard RUN` server (nothing in memory), open
+/run/<key> in a fresh headless-chromium context (empty browser cache), and time from the
+request until the verdict element and the first graph have rendered ("cold"). Then load the
+same page again in the same context ("warm": the analysis in the server's memory, the JS
+bundles in the browser's cache).
 
-Two cases: "ingest cache" serves the bundled run as is (its Parquet ingest cache on disk,
-as after any earlier `profkit` command); "no ingest cache" serves a fresh copy of the run,
-so the traces are parsed on the first request.
+Three cases, on a copy of the run (the run itself is never written to):
+
+* "nothing cached": a fresh copy: the traces are parsed and analysed on the first request;
+* "ingest cache": the traces' Parquet ingest cache on disk (as after any earlier `profkit`
+  command), the dashboard's kept analysis deleted: read from the cache, analysed;
+* "result cache": both on disk, as after any earlier view of the run: the analysis is read
+  back (:mod:`profkit.datacodec`), the traces are not read at all.
 
     python bench/dashboard_tti.py [--run samples/runs/stock_ddp] [--repeat 3]
 """
@@ -63,8 +67,26 @@ def one_round(browser, run: Path) -> tuple[float, float]:
         proc.wait(timeout=10)
 
 
-def measure(browser, run: Path, repeat: int) -> list[tuple[float, float]]:
-    return [one_round(browser, run) for _ in range(repeat)]
+def drop_kept_analyses(run: Path) -> None:
+    """Delete the dashboard's kept analyses of ``run``, not its ingest cache."""
+    for kept in (run / ".profkit" / "cache").glob("result-*.data"):
+        kept.unlink()
+
+
+CASES = ("nothing cached", "ingest cache", "result cache")
+
+
+def measure(browser, run: Path, repeat: int, tmp: Path) -> dict[str, list[tuple[float, float]]]:
+    rows: dict[str, list[tuple[float, float]]] = {case: [] for case in CASES}
+    for i in range(repeat):
+        copy = tmp / f"r{i}" / run.name  # a new copy each time: nothing cached
+        shutil.copytree(run, copy, ignore=shutil.ignore_patterns(".profkit"))
+        rows["nothing cached"].append(one_round(browser, copy))
+        drop_kept_analyses(copy)
+        rows["ingest cache"].append(one_round(browser, copy))
+        rows["result cache"].append(one_round(browser, copy))
+        shutil.rmtree(copy.parent)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,20 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
-    rows = []
     with sync_playwright() as p, tempfile.TemporaryDirectory() as tmp:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        rows.append(("ingest cache", measure(browser, args.run, args.repeat)))
-        fresh = []
-        for i in range(args.repeat):  # a new copy each time: no ingest cache
-            copy = Path(tmp) / f"r{i}" / args.run.name
-            shutil.copytree(args.run, copy, ignore=shutil.ignore_patterns(".profkit"))
-            fresh += measure(browser, copy, 1)
-        rows.append(("no ingest cache", fresh))
+        rows = measure(browser, args.run, args.repeat, Path(tmp))
         browser.close()
     print(f"Overview TTI of {args.run.name} (ms, request -> verdict + first graph rendered)")
     print(f"{'case':<18}{'cold runs':<28}{'cold median':>12}{'warm median':>13}")
-    for name, times in rows:
+    for name, times in rows.items():
         cold = [c for c, _ in times]
         warm = [w for _, w in times]
         print(f"{name:<18}{', '.join(f'{c:.0f}' for c in cold):<28}"

@@ -64,7 +64,8 @@ def create_app(runs: list[Path], roots: list[Path]) -> Dash:
     app = Dash(__name__, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
                serve_locally=True, external_stylesheets=[], external_scripts=[],
                title="profkit", update_title=None, suppress_callback_exceptions=True,
-               compress=False)
+               compress=False, eager_loading=True)  # eager: plotly.js is fetched and
+    # parsed with the other bundles, while the server draws the page, not after it
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
     guard.install(app)
     _import_analysis_code()

@@ -64,25 +64,35 @@ def stored_run(results, store) -> str:
     return key
 
 
-def run_page(results, run_key, tab: str, body, *, needs_run: bool = True) -> html.Div:
+def run_page(results, run_key, tab: str, body, *, needs_run: bool = True,
+             keep: bool = False) -> html.Div:
     """One of a run's pages: its tabs, the banner saying what is missing from the run, then
     ``body(run, analysis)``'s panels (``run`` None unless ``needs_run``: reading the events
     is the slow part, and most pages draw from the analysis alone). "Not found" for a key
-    that names no run (never a file); the reason when nothing of the run can be shown."""
+    that names no run (never a file); the reason when nothing of the run can be shown.
+    ``keep``: the page depends on the run's files alone (no query, no time), so it is drawn
+    once and sent again as it is (:meth:`~profkit.dashboard.results.ResultCache.page`)."""
     entry = results.registry.get(run_key)
     if entry is None:
         return not_found(run_key)
-    head = run_tabs(entry.key, entry.label, tab)
+    def draw():
+        return _draw(results, entry, tab, body, needs_run)
+
     try:
-        analysis = results.analysis(entry.key)
-        run = results.run(entry.key) if needs_run else None
+        return results.page(tab, entry.key, draw) if keep else draw()
     except UnknownRun:  # gone in a rescan since
         return not_found(run_key)
     except (ProfkitError, OSError) as exc:
-        return html.Div([head, error_card(str(exc))])
+        return html.Div([run_tabs(entry.key, entry.label, tab), error_card(str(exc))])
+
+
+def _draw(results, entry, tab: str, body, needs_run: bool) -> html.Div:
+    analysis = results.analysis(entry.key)
+    run = results.run(entry.key) if needs_run else None
     panels = attempt("this page", lambda: body(run, analysis),
                      lambda why: [error_card(f"this page could not be drawn: {why}")])
-    return html.Div([head, panel("run banner", lambda: banner.run_banner(analysis.run)),
+    return html.Div([run_tabs(entry.key, entry.label, tab),
+                     panel("run banner", lambda: banner.run_banner(analysis.run)),
                      *panels, dcc.Store(id=ids.RUN_STORE, data={"run": entry.key})])
 
 

@@ -29,7 +29,7 @@ def collective_detail(a, key: str | None) -> html.Div:
 def layout(results, run_key: str = "") -> html.Div:
     return C.run_page(results, run_key, "comms",
                       lambda _run, a: body(a, results.facts(run_key).get("origin_ns", 0)),
-                      needs_run=False)
+                      needs_run=False, keep=True)
 
 
 def body(a, origin_ns: int) -> list:

@@ -66,7 +66,7 @@ def layout(results, run_key: str = "") -> html.Div:
     return C.run_page(results, run_key, "counters", lambda run, a: [
         C.panel("NVML counters", lambda: _counters_card(run)),
         C.panel("NVML summary", lambda: C.table_card(ids.N_SUMMARY, T.BY_NAME["nvml"],
-                                                     a.table("nvml")))])
+                                                     a.table("nvml")))], keep=True)
 
 
 def _counters_card(run) -> html.Section:

@@ -21,7 +21,8 @@ def of_class(kernels: pd.DataFrame, cls: str = ALL) -> pd.DataFrame:
 
 
 def layout(results, run_key: str = "") -> html.Div:
-    return C.run_page(results, run_key, "kernels", lambda _run, a: body(a), needs_run=False)
+    return C.run_page(results, run_key, "kernels", lambda _run, a: body(a), needs_run=False,
+                      keep=True)
 
 
 def classes_of(kernels: pd.DataFrame) -> list[str]:

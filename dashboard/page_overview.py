@@ -120,7 +120,8 @@ def body(a, run_key: str) -> list:
 
 
 def layout(results, run_key: str = "") -> html.Div:
-    return C.run_page(results, run_key, "", lambda _run, a: body(a, run_key), needs_run=False)
+    return C.run_page(results, run_key, "", lambda _run, a: body(a, run_key),
+                      needs_run=False, keep=True)
 
 
 def clicked_rank(click) -> int | None:

@@ -32,7 +32,8 @@ function(_children, hash) {
 
 
 def layout(results, run_key: str = "") -> html.Div:
-    return C.run_page(results, run_key, "tables", lambda _run, a: body(a), needs_run=False)
+    return C.run_page(results, run_key, "tables", lambda _run, a: body(a), needs_run=False,
+                      keep=True)
 
 
 def body(a) -> list:

@@ -38,6 +38,7 @@ from profkit.loader import GZIP_EXPANSION, memory_safe_workers
 log = logging.getLogger(__name__)
 MAX_ITEMS = 48  # analyses, diffs and tables derived from them
 MAX_RUNS = 3  # runs held with their events (every rank's events: the large items)
+MAX_PAGES = 16  # run pages as drawn: a second view of one is sent without drawing it again
 QUEUED, ANALYSING, DONE, FAILED = "queued", "analysing", "done", "failed"
 
 
@@ -121,6 +122,7 @@ class ResultCache:
         self.persist = persist
         self._items = Lru(max_items)
         self._runs = Lru(max_runs)
+        self._pages = Lru(MAX_PAGES)
         self._code = code_fingerprint()
         self._lock = threading.Lock()
         self._progress: dict[str, str] = {}  # run key -> QUEUED / ANALYSING
@@ -241,6 +243,13 @@ class ResultCache:
         finally:
             with self._lock:
                 self._progress.pop(key, None)
+
+    def page(self, tab: str, key: str, draw: Callable[[], Any]) -> Any:
+        """A run page (``tab``) as ``draw()`` draws it, drawn once for the run's files: a
+        page is a function of the run's files and profkit's code (its callbacks change the
+        browser's copy, never this one). A page that cannot be drawn raises, and is not
+        kept."""
+        return self._pages.get_or_compute(("page", tab, key, self.fingerprint(key)), draw)
 
     # --- derived -----------------------------------------------------------------------
     def diff(self, base: str, new: str):
