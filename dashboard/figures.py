@@ -5,6 +5,8 @@ Times on axes are milliseconds (``*_ms``); the tables carry nanoseconds (``*_ns`
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -35,6 +37,19 @@ def base_layout(fig: go.Figure, title: str | None = None, height: int = 320) -> 
                       title=dict(text=title, x=0.01, font=dict(size=14)) if title else None,
                       legend=dict(orientation="h", y=-0.18, x=0), hoverlabel=dict(font_size=12))
     return fig
+
+
+# an NVML metric's unit suffix -> the unit it reads in (longest suffixes first)
+METRIC_UNITS = (("_mibps", "MiB/s"), ("_bytes", "bytes"), ("_mhz", "MHz"), ("_pct", "%"),
+                ("_mj", "mJ"), ("_w", "W"), ("_c", "°C"))
+
+
+def metric_label(metric: str) -> str:
+    """``sm_clock_mhz`` -> ``sm clock (MHz)``: the name in words, the unit in brackets."""
+    for suffix, unit in METRIC_UNITS:
+        if metric.endswith(suffix) and len(metric) > len(suffix):
+            return f"{metric[: -len(suffix)].replace('_', ' ')} ({unit})"
+    return metric.replace("_", " ")
 
 
 def part_legend() -> dict[str, str]:
@@ -194,7 +209,7 @@ def counters_figure(counters: pd.DataFrame, metrics: list[str], steps: pd.DataFr
     if counters.empty or not metrics:
         return empty_figure("no NVML counters in this run (capture with profkit.profile)")
     fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                        subplot_titles=metrics)
+                        subplot_titles=[metric_label(m) for m in metrics])
     palette = ["#2563eb", "#f59e0b", "#10b981", "#8b5cf6", "#dc2626", "#0ea5e9", "#a16207"]
     for i, metric in enumerate(metrics, start=1):
         for j, (rank, group) in enumerate(counters[counters["metric"] == metric].groupby("rank")):
@@ -214,20 +229,24 @@ def counters_figure(counters: pd.DataFrame, metrics: list[str], steps: pd.DataFr
 
 
 def diff_parts_bars(parts: pd.DataFrame) -> go.Figure:
-    """Base vs new median ms per part (grouped), parts in PARTS order."""
+    """Base vs new median ms per part (grouped horizontal bars: the parts' display names
+    are long), parts in PARTS order from the top."""
     if parts.empty:
         return empty_figure("nothing to compare")
     p = parts.set_index("part").reindex([x for x in PARTS if x in set(parts["part"])])
     names = [part_name(x) for x in p.index]
     fig = go.Figure()
-    fig.add_bar(x=names, y=p["base_ms"], name="base", marker_color="#94a3b8")
-    fig.add_bar(x=names, y=p["new_ms"], name="new",
+    fig.add_bar(y=names, x=p["base_ms"], name="base", marker_color="#94a3b8", orientation="h",
+                hovertemplate="%{y}: %{x:.2f} ms<extra>base</extra>")
+    fig.add_bar(y=names, x=p["new_ms"], name="new", orientation="h",
                 marker_color=[PART_COLORS[x] for x in p.index],
                 customdata=p["delta_ms"],
-                hovertemplate="%{x}: %{y:.2f} ms (%{customdata:+.2f})<extra></extra>")
+                hovertemplate="%{y}: %{x:.2f} ms (%{customdata:+.2f})<extra>new</extra>")
     fig.update_layout(barmode="group")
-    fig.update_yaxes(title_text="ms per step")
-    return base_layout(fig, "Step time by part: base vs new")
+    fig.update_xaxes(title_text="ms per step")
+    fig.update_yaxes(autorange="reversed", automargin=True, tickvals=names,
+                     ticktext=["<br>".join(textwrap.wrap(n, 24)) for n in names])
+    return base_layout(fig, "Step time by part: base vs new", height=110 + 46 * len(names))
 
 
 def _lane_segments(events: pd.DataFrame) -> tuple[list, list, list]:

@@ -72,7 +72,8 @@ def layout(results, run_key: str = "") -> html.Div:
 def _counters_card(run) -> html.Section:
     available = sorted(set(all_counters(run)["metric"]) - {REASONS})
     chosen = [m for m in DEFAULT_METRICS if m in available]
-    picker = dcc.Dropdown(id=ids.N_METRICS, options=available, value=chosen, multi=True,
+    options = [{"label": F.metric_label(m), "value": m} for m in available]
+    picker = dcc.Dropdown(id=ids.N_METRICS, options=options, value=chosen, multi=True,
                           placeholder="metrics", className="dropdown wide")
     return C.card("NVML counters", picker,
                   C.loading(C.graph(ids.N_GRAPH, figure_or_error(run, chosen))),

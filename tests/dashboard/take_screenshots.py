@@ -19,6 +19,7 @@ from tests.dashboard.conftest import CHROMIUM, CHROMIUM_ARGS, free_port, wait_fo
 
 RUNS = REPO / "samples" / "runs"
 WIDTH, HEIGHT = 1280, 860
+TALL = {"overview": 1560, "communication": 1100}  # pages whose charts lie below the fold
 
 
 def pages(straggler: str, balanced: str) -> dict[str, tuple[str, str]]:
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
             for name, (path, ready) in pages(straggler, balanced).items():
+                page.set_viewport_size({"width": WIDTH, "height": TALL.get(name, HEIGHT)})
                 page.goto(base + path)
                 page.wait_for_selector(ready, timeout=120_000)
                 page.wait_for_timeout(1200)  # charts settle (responsive resize)

@@ -131,7 +131,7 @@ def test_communication_heatmap_click_shows_the_collective(page):
 def test_counters_page_series_and_metric_picker(page):
     page.goto(f"{page.base}/run/{KEYS['profkit_ddp']}/counters")
     graph_ready(page, "n-graph")
-    assert "sm_clock_mhz" in page.locator("#n-graph").text_content()
+    assert "sm clock (MHz)" in page.locator("#n-graph").text_content()  # in words and units
     page.goto(f"{page.base}/run/{STOCK}/counters")
     page.wait_for_selector("#n-graph .main-svg")
     assert "no NVML counters" in page.locator("#n-graph").text_content()

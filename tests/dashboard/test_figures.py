@@ -143,5 +143,6 @@ def test_diff_parts_bars_base_and_new_per_part_in_parts_order():
                           "new_ms": [2.0, 4.0], "delta_ms": [1.0, -1.0]})
     fig = F.diff_parts_bars(parts)
     assert [t.name for t in fig.data] == ["base", "new"]
-    assert list(fig.data[1].x) == ["compute", "cpu launch"]
+    assert list(fig.data[1].y) == ["compute", "cpu launch"]  # display names, horizontal
+    assert list(fig.data[1].x) == [4.0, 2.0] and fig.data[1].orientation == "h"
     assert list(fig.data[1].marker.color) == [F.PART_COLORS["compute"], F.PART_COLORS["cpu_launch"]]
