@@ -12,6 +12,7 @@ opaque keys of the :class:`RunRegistry`.
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import dash
@@ -80,6 +81,22 @@ def create_app(runs: list[Path], roots: list[Path]) -> Dash:
     ])
     app.profkit_results = results  # for tests and the CLI
     return app
+
+
+def warm_up(app: Dash, runs: list[Path]) -> None:
+    """Start on what the first page will need while the browser connects: the runs named on
+    the command line (read and analysed, or read back from the result cache, in the
+    background) and plotly's figure classes (imported on first use: about a second)."""
+    named = {Path(r).resolve() for r in runs}
+    results = app.profkit_results
+    results.prefetch([e.key for e in results.registry.entries() if e.path in named])
+    threading.Thread(target=_first_figure, name="profkit-warm-up", daemon=True).start()
+
+
+def _first_figure() -> None:
+    from profkit.dashboard import figures
+
+    figures.empty_figure("warming up").to_plotly_json()
 
 
 def page_loading(container) -> dcc.Loading:

@@ -241,7 +241,7 @@ NEW_TOKEN = "new"  # --token without a value: make one up
 
 
 def cmd_dashboard(args) -> int:
-    from profkit.dashboard.app import create_app, default_roots
+    from profkit.dashboard.app import create_app, default_roots, warm_up
     from profkit.dashboard.serving import new_token, serve
 
     paths = [Path(p) for p in args.runs] + list(args.root or [])
@@ -262,6 +262,7 @@ def cmd_dashboard(args) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     query = f"?token={token}" if token else ""
     print(f"profkit dashboard: http://{host}:{args.port}/{query} (Ctrl-C to stop)", flush=True)
+    warm_up(app, [Path(p) for p in args.runs])
     serve(app, args.host, args.port, token)
     return 0
 

@@ -88,3 +88,15 @@ def test_a_run_page_is_drawn_once_per_version_of_its_files(runs):
     os.utime(trace, ns=(0, trace.stat().st_mtime_ns + 10**9))  # rewritten: another version
     results.page("kernels", key, draw)
     assert len(drawn) == 3
+
+
+def test_the_runs_named_on_the_command_line_are_analysed_before_anyone_asks(runs):
+    from profkit.dashboard.app import create_app, warm_up
+
+    app = create_app(runs[:1], [])
+    results = app.profkit_results
+    (key,) = [e.key for e in results.registry.entries()]
+    assert results.state(key) == ""
+    warm_up(app, runs[:1])
+    wait_done(results, [key])
+    assert results.state(key) == R.DONE
