@@ -11,9 +11,11 @@ again (warm). Then zoom: each window of ``ZOOMS`` is sent as a plotly relayout, 
 time is taken from the relayout until the server's answer is on screen (the event count
 and span text changed), ending with a zoom back out to the whole run (autorange).
 
-Two cases: "ingest cache" serves the run as is (its Parquet ingest cache on disk, as after
-any earlier `profkit` command); "no ingest cache" serves a fresh copy of the run, so the
-traces are parsed on the first request.
+Three cases, each on a fresh copy of the run (the run itself is never written to):
+"nothing cached": the traces are parsed and analysed on the first request; "ingest cache":
+the traces' Parquet ingest cache on disk (as after any earlier `profkit` command) but the
+dashboard's kept analysis deleted; "result cache": both on disk, as after any earlier view
+of the run: the analysis is read back (:mod:`profkit.datacodec`), the traces are not read.
 
 The large run of BENCHMARKS.md:
 
@@ -115,6 +117,12 @@ def fresh_copy(run: Path, folder: Path) -> Path:
     return copy
 
 
+def drop_kept_analyses(run: Path) -> None:
+    """Delete the dashboard's kept analyses of ``run``, not its ingest cache."""
+    for kept in (run / ".profkit" / "cache").glob("result-*.data"):
+        kept.unlink()
+
+
 def report(run: Path, rows: list[tuple[str, list[dict]]]) -> None:
     print(f"Dashboard TTI of {run.name} (ms: request -> page drawn; zoom: relayout -> "
           "the server's window drawn; medians of each round's values)")
@@ -146,11 +154,16 @@ def main(argv: list[str] | None = None) -> int:
     with sync_playwright() as p, tempfile.TemporaryDirectory() as tmp:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         log = Path(tmp) / "server.log"
-        cached = [one_round(browser, args.run, log) for _ in range(args.repeat)]
-        fresh = [one_round(browser, fresh_copy(args.run, Path(tmp) / f"r{i}"), log)
-                 for i in range(args.repeat)]
+        rows: dict[str, list[dict]] = {"nothing cached": [], "ingest cache": [],
+                                       "result cache": []}
+        for i in range(args.repeat):
+            copy = fresh_copy(args.run, Path(tmp) / f"r{i}")
+            rows["nothing cached"].append(one_round(browser, copy, log))
+            drop_kept_analyses(copy)
+            rows["ingest cache"].append(one_round(browser, copy, log))
+            rows["result cache"].append(one_round(browser, copy, log))
         browser.close()
-    report(args.run, [("ingest cache", cached), ("no ingest cache", fresh)])
+    report(args.run, list(rows.items()))
     return 0
 
 

@@ -1,7 +1,9 @@
 """``create_app(runs, roots)``: the Dash app (Dash Pages, one module per page).
 
 Offline and local by design: every asset is served by the app itself (no CDN, no external
-stylesheet), the server binds 127.0.0.1 unless told otherwise, debug is off, there is no
+stylesheet), no chart has a button that sends it anywhere
+(:data:`~profkit.dashboard.components.GRAPH_CONFIG`), the server binds 127.0.0.1 unless told
+otherwise (:mod:`~profkit.dashboard.serving`: waitress, an optional token), debug is off, there is no
 upload component and request bodies are capped, callback requests the page would never
 send get a 4xx (:mod:`profkit.dashboard.guard`), and run data is reached only through
 opaque keys of the :class:`RunRegistry`.
@@ -10,6 +12,7 @@ opaque keys of the :class:`RunRegistry`.
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import dash
@@ -39,11 +42,12 @@ def _pages():
         page_not_found,
         page_overview,
         page_runs,
+        page_tables,
         page_timeline,
     )
 
     return (page_runs, page_overview, page_timeline, page_kernels, page_comms, page_counters,
-            page_compare, page_not_found)
+            page_tables, page_compare, page_not_found)
 
 
 def _import_analysis_code() -> None:
@@ -61,7 +65,8 @@ def create_app(runs: list[Path], roots: list[Path]) -> Dash:
     app = Dash(__name__, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
                serve_locally=True, external_stylesheets=[], external_scripts=[],
                title="profkit", update_title=None, suppress_callback_exceptions=True,
-               compress=False)
+               compress=False, eager_loading=True)  # eager: plotly.js is fetched and
+    # parsed with the other bundles, while the server draws the page, not after it
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
     guard.install(app)
     _import_analysis_code()
@@ -71,13 +76,37 @@ def create_app(runs: list[Path], roots: list[Path]) -> Dash:
     app.layout = html.Div(className="app", children=[
         dcc.Location(id=ids.URL, refresh="callback-nav"),
         components.header(),
-        html.Main(dash.page_container, className="content"),
+        html.Main(page_loading(dash.page_container), className="content"),
         html.Footer("profkit dashboard: every file stays on this machine", className="footer"),
     ])
     app.profkit_results = results  # for tests and the CLI
     return app
 
 
-def serve(app: Dash, host: str = "127.0.0.1", port: int = 8050) -> None:
-    """Run the app's server (debug and the dev tools off)."""
-    app.run(host=host, port=port, debug=False, dev_tools_ui=False, dev_tools_props_check=False)
+def warm_up(app: Dash, runs: list[Path]) -> None:
+    """Start on what the first page will need while the browser connects: the runs named on
+    the command line (read and analysed, or read back from the result cache, in the
+    background) and plotly's figure classes (imported on first use: about a second)."""
+    named = {Path(r).resolve() for r in runs}
+    results = app.profkit_results
+    results.prefetch([e.key for e in results.registry.entries() if e.path in named])
+    threading.Thread(target=_first_figure, name="profkit-warm-up", daemon=True).start()
+
+
+def _first_figure() -> None:
+    from profkit.dashboard import figures
+
+    figures.empty_figure("warming up").to_plotly_json()
+
+
+def page_loading(container) -> dcc.Loading:
+    """A spinner and a line saying what is going on while a page is drawn: the first view
+    of a run reads and analyses its traces, seconds for a large one."""
+    message = html.Div(id=ids.PAGE_LOADING, className="page-loading", children=[
+        html.Div(className="spinner"),
+        html.P("Reading and analysing the run: the first view of a large run takes a few "
+               "seconds, later ones are immediate."),
+    ])
+    return dcc.Loading(container, target_components={"_pages_content": "children"},
+                       custom_spinner=message, delay_show=250,
+                       overlay_style={"visibility": "visible", "opacity": 0.35})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
 from urllib.parse import quote
 
 import dash
@@ -12,7 +11,10 @@ import pandas as pd
 from dash import dash_table, dcc, html
 from dash.exceptions import PreventUpdate
 from plotly.io.json import to_json_plotly
-from profkit.dashboard import ids
+from profkit.analyzers import units as U
+from profkit.analyzers.analyze import part_name
+from profkit.dashboard import banner, ids
+from profkit.dashboard import tables as T
 from profkit.dashboard.figures import CLASS_COLORS
 from profkit.dashboard.loading import describe
 from profkit.dashboard.results import UnknownRun
@@ -22,14 +24,21 @@ from profkit.errors import ProfkitError
 log = logging.getLogger(__name__)
 
 RUN_TABS = (("", "Overview"), ("timeline", "Timeline"), ("kernels", "Kernels & ops"),
-            ("comms", "Communication"), ("counters", "Counters"))
+            ("comms", "Communication"), ("counters", "Counters"), ("tables", "Tables"))
+# unit endings of the analyzers' keys (longest first), dropped from labels: values say them
+UNIT_SUFFIXES = ("_ns_per_step", "_ms_per_step", "_j_per_step", "_bytes", "_gbps", "_tflops",
+                 "_frac", "_mhz", "_pct", "_ns", "_ms", "_us", "_w")
 FONT_STACK = "Inter, system-ui, -apple-system, Segoe UI, Roboto, sans-serif"
 DELTA_STYLES = [  # a diff's delta column: slower red, faster green
     {"if": {"filter_query": "{delta_ms} > 0", "column_id": "delta_ms"}, "color": "#dc2626"},
     {"if": {"filter_query": "{delta_ms} < 0", "column_id": "delta_ms"}, "color": "#16a34a"},
 ]
-GRAPH_CONFIG = {"displaylogo": False, "responsive": True,
-                "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
+# Every chart's plotly config: nothing that sends a chart or links off this machine (the
+# plotly logo, "edit in Chart Studio", "send data to cloud"); the PNG download stays.
+GRAPH_CONFIG = {"displaylogo": False, "showSendToCloud": False, "showEditInChartStudio": False,
+                "showLink": False, "sendData": False, "showTips": False, "responsive": True,
+                "modeBarButtonsToRemove": ["lasso2d", "select2d", "sendDataToCloud",
+                                           "editInChartStudio"]}
 
 
 def run_href(key: str, tab: str = "") -> str:
@@ -58,47 +67,36 @@ def stored_run(results, store) -> str:
     return key
 
 
-def run_page(results, run_key, tab: str, body) -> html.Div:
-    """One of a run's pages: its tabs, the note on skipped files, then ``body(run,
-    analysis)``'s panels. "Not found" for a key that names no run (never a file); the reason
-    when nothing of the run can be shown."""
+def run_page(results, run_key, tab: str, body, *, needs_run: bool = True,
+             keep: bool = False) -> html.Div:
+    """One of a run's pages: its tabs, the banner saying what is missing from the run, then
+    ``body(run, analysis)``'s panels (``run`` None unless ``needs_run``: reading the events
+    is the slow part, and most pages draw from the analysis alone). "Not found" for a key
+    that names no run (never a file); the reason when nothing of the run can be shown.
+    ``keep``: the page depends on the run's files alone (no query, no time), so it is drawn
+    once and sent again as it is (:meth:`~profkit.dashboard.results.ResultCache.page`)."""
     entry = results.registry.get(run_key)
     if entry is None:
         return not_found(run_key)
-    head = run_tabs(entry.key, entry.label, tab)
+    def draw():
+        return _draw(results, entry, tab, body, needs_run)
+
     try:
-        run, analysis = results.loaded(entry.key)
+        return results.page(tab, entry.key, draw) if keep else draw()
     except UnknownRun:  # gone in a rescan since
         return not_found(run_key)
     except (ProfkitError, OSError) as exc:
-        return html.Div([head, error_card(str(exc))])
+        return html.Div([run_tabs(entry.key, entry.label, tab), error_card(str(exc))])
+
+
+def _draw(results, entry, tab: str, body, needs_run: bool) -> html.Div:
+    analysis = results.analysis(entry.key)
+    run = results.run(entry.key) if needs_run else None
     panels = attempt("this page", lambda: body(run, analysis),
                      lambda why: [error_card(f"this page could not be drawn: {why}")])
-    return html.Div([head, panel("run note", lambda: run_note(analysis.run)), *panels,
-                     dcc.Store(id=ids.RUN_STORE, data={"run": entry.key})])
-
-
-def run_note(info: dict) -> html.Div | None:
-    """The files that were skipped, each with its reason, and how many ranks were analysed:
-    on every page of a run that lost a file or a rank; nothing for a complete run."""
-    skipped = info.get("skipped_files") or []
-    ranks, world = len(info.get("ranks_analyzed") or []), info.get("world_size") or 0
-    if not skipped and ranks >= world:
-        return None
-    items = [html.Li([html.Code(_inside(s["path"], info.get("path"))), f": {s['reason']}"])
-             for s in skipped]
-    return html.Div(id=ids.RUN_NOTE, className="card note", children=[
-        html.Strong(f"ranks analysed {ranks} of world size {world}"),
-        html.Div(f"{len(items)} file(s) skipped:", className="muted") if items else None,
-        html.Ul(items) if items else None])
-
-
-def _inside(path: str, root: str | None) -> str:
-    """``path`` relative to the run folder when it lies inside it."""
-    try:
-        return str(Path(path).relative_to(root)) if root else path
-    except ValueError:
-        return path
+    return html.Div([run_tabs(entry.key, entry.label, tab),
+                     panel("run banner", lambda: banner.run_banner(analysis.run)),
+                     *panels, dcc.Store(id=ids.RUN_STORE, data={"run": entry.key})])
 
 
 def attempt(what: str, build, fallback):
@@ -164,6 +162,11 @@ def badge(text: str | None, kind: str | None = None) -> html.Span:
     return html.Span(text or "no verdict", className=f"badge badge-{kind}", style=style)
 
 
+def verdict_badge(part: str | None) -> html.Span:
+    """The verdict's badge: the part's display name in the part's colour."""
+    return badge(part_name(part) if part else None, part)
+
+
 def legend(colors: dict[str, str]) -> html.Div:
     """Colour chips for figures whose traces draw no legend (heatmap lanes)."""
     return html.Div([html.Span([html.I(className="dot", style={"backgroundColor": c}), name],
@@ -192,34 +195,68 @@ def _cell(value):
     return value
 
 
-def data_table(table_id: str, frame: pd.DataFrame, page_size: int = 12, **kwargs):
-    """A sortable, filterable table of ``frame`` (numbers rounded, NaN as blanks)."""
+def data_table(table_id: str, frame: pd.DataFrame, page_size: int = 12,
+               full: dict[str, list[str]] | None = None, **kwargs):
+    """A sortable, filterable table of ``frame`` (numbers rounded, NaN as blanks) with a
+    CSV export (made in the browser); ``full``: the full text of shortened columns, shown
+    on hover."""
     records = [{k: _cell(v) for k, v in row.items()} for row in frame.to_dict("records")]
     columns = [{"name": c, "id": c, "type": "numeric" if pd.api.types.is_numeric_dtype(frame[c])
                 else "text"} for c in frame.columns]
+    tooltips = [{c: {"value": values[i], "type": "text"} for c, values in (full or {}).items()}
+                for i in range(len(frame))] if full else None
     return dash_table.DataTable(
         id=table_id, data=records, columns=columns, page_size=page_size,
         sort_action="native", filter_action="native", filter_options={"case": "insensitive"},
+        export_format="csv", export_headers="display", tooltip_data=tooltips,
         style_table={"overflowX": "auto"}, style_as_list_view=True,
         style_cell={"fontFamily": FONT_STACK, "fontSize": "13px", "padding": "6px 10px",
                     "maxWidth": "340px", "minWidth": "64px", "overflow": "hidden",
                     "textOverflow": "ellipsis", "textAlign": "left"},
         style_data_conditional=DELTA_STYLES,
-        style_header={"fontWeight": "600", "backgroundColor": "#f8fafc"},
+        style_header={"fontWeight": "600", "backgroundColor": "#f8fafc",
+                      "whiteSpace": "normal", "height": "auto"},
         tooltip_duration=None, **kwargs)
 
 
+def readable_table(table_id: str, spec, frame: pd.DataFrame, **kwargs):
+    """:func:`data_table` of an analysis table in display names and units
+    (:func:`profkit.dashboard.tables.readable`), full kernel names on hover."""
+    display, full = T.readable(spec, frame)
+    return data_table(table_id, display, full=full, **kwargs)
+
+
+def table_card(table_id: str, spec, frame: pd.DataFrame, **kwargs) -> html.Section:
+    """A card of one analysis table (:func:`readable_table`) with its title and note."""
+    return card(spec.title, readable_table(table_id, spec, frame),
+                html.P(spec.note, className="hint") if spec.note else None, **kwargs)
+
+
+def loading(child, **kwargs) -> dcc.Loading:
+    """A spinner over ``child`` while a callback redraws it."""
+    return dcc.Loading(child, type="dot", delay_show=200, color="#2563eb",
+                       overlay_style={"visibility": "visible", "opacity": 0.45}, **kwargs)
+
+
 def kv_list(pairs: dict) -> html.Dl:
+    """Keys and values as a definition list, each value in the unit its key names
+    (``others_wait_ns_per_step`` -> "others wait: 5.11 ms/step")."""
     items = []
     for k, v in pairs.items():
-        items += [html.Dt(str(k)), html.Dd(_fmt(v))]
+        items += [html.Dt(_label(str(k))), html.Dd(_fmt(str(k), v))]
     return html.Dl(items, className="kv")
 
 
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
+def _label(key: str) -> str:
+    """A key without its unit suffix (the value carries the unit), words spaced."""
+    for suffix in UNIT_SUFFIXES:
+        if key.endswith(suffix) and len(key) > len(suffix):
+            key = key[: -len(suffix)]
+            break
+    return key.replace("_", " ")
+
+
+def _fmt(key: str, v) -> str:
     if isinstance(v, (list, tuple)):
         return ", ".join(map(str, v[:3])) + (" ..." if len(v) > 3 else "")
-    text = str(v)
-    return text if len(text) <= 160 else text[:157] + "..."
+    return U.clip(U.by_key(key, v), 160)

@@ -5,11 +5,15 @@ Times on axes are milliseconds (``*_ms``); the tables carry nanoseconds (``*_ns`
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+from profkit.analyzers.analyze import part_name
 from profkit.analyzers.breakdown import PARTS
+from profkit.analyzers.names import short_kernel_names
 
 # One colour per breakdown part / GPU class, everywhere in the app (and in style.css).
 PART_COLORS = {
@@ -17,7 +21,7 @@ PART_COLORS = {
     "cpu_launch": "#8b5cf6", "data_loading": "#a16207", "host_sync": "#dc2626",
     "idle_other": "#9ca3af",
 }
-CLASS_COLORS = {**PART_COLORS, "memset": "#14b8a6"}
+CLASS_COLORS = {**PART_COLORS, "memset": "#db2777"}  # far from memcpy's green
 CPU_KIND_COLORS = {"cpu_op": "#64748b", "runtime": "#8b5cf6", "driver": "#a78bfa",
                    "annotation": "#cbd5e1", "python": "#94a3b8", "sync": "#dc2626",
                    "other": "#e2e8f0", "gpu_annotation": "#cbd5e1"}
@@ -32,6 +36,24 @@ def base_layout(fig: go.Figure, title: str | None = None, height: int = 320) -> 
                       title=dict(text=title, x=0.01, font=dict(size=14)) if title else None,
                       legend=dict(orientation="h", y=-0.18, x=0), hoverlabel=dict(font_size=12))
     return fig
+
+
+# an NVML metric's unit suffix -> the unit it reads in (longest suffixes first)
+METRIC_UNITS = (("_mibps", "MiB/s"), ("_bytes", "bytes"), ("_mhz", "MHz"), ("_pct", "%"),
+                ("_mj", "mJ"), ("_w", "W"), ("_c", "°C"))
+
+
+def metric_label(metric: str) -> str:
+    """``sm_clock_mhz`` -> ``sm clock (MHz)``: the name in words, the unit in brackets."""
+    for suffix, unit in METRIC_UNITS:
+        if metric.endswith(suffix) and len(metric) > len(suffix):
+            return f"{metric[: -len(suffix)].replace('_', ' ')} ({unit})"
+    return metric.replace("_", " ")
+
+
+def part_legend() -> dict[str, str]:
+    """Display name -> colour of every breakdown part, in PARTS order (for an HTML legend)."""
+    return {part_name(p): PART_COLORS[p] for p in PARTS}
 
 
 def empty_figure(message: str, height: int = 220) -> go.Figure:
@@ -52,11 +74,13 @@ def breakdown_bars(ranks: pd.DataFrame, stragglers: list[int] = (),
     fig = go.Figure()
     for part in PARTS:
         ms = ranks[part] * ranks["step_time_ms"]
-        fig.add_bar(x=labels, y=ms, name=part, marker_color=PART_COLORS[part],
+        fig.add_bar(x=labels, y=ms, name=part_name(part), marker_color=PART_COLORS[part],
                     customdata=np.c_[ranks[part] * 100, ranks["rank"]],
-                    hovertemplate="%{x} " + part + ": %{y:.2f} ms (%{customdata[0]:.1f}%)"
-                                  "<extra></extra>")
-    fig.update_layout(barmode="stack", clickmode="event", legend_traceorder="normal")
+                    hovertemplate="%{x} " + part_name(part) + ": %{y:.2f} ms "
+                                  "(%{customdata[0]:.1f}%)<extra></extra>")
+    # the legend is HTML under the chart (part_legend): a plotly legend of long part names
+    # wraps into rows that eat the plot area of a narrow chart
+    fig.update_layout(barmode="stack", clickmode="event", showlegend=False)
     for r in stragglers:
         fig.add_annotation(x=f"rank {r}", y=float(ranks.loc[ranks["rank"] == r, "step_time_ms"].max()),
                            text="straggler", showarrow=True, arrowhead=2, ay=-28,
@@ -69,13 +93,15 @@ def breakdown_bars(ranks: pd.DataFrame, stragglers: list[int] = (),
 
 
 def step_heatmap(steps: pd.DataFrame) -> go.Figure:
-    """Rank x step heatmap of step time (ms)."""
+    """Rank x step heatmap of step time (ms). The colour scale starts at 0 ms, so that
+    steps of 10.4 and 10.7 ms look alike and a step twice as long stands out."""
     if steps.empty:
         return empty_figure("no profiled steps")
     grid = steps.pivot_table(index="rank", columns="step", values="step_ns", aggfunc="sum") / 1e6
     fig = go.Figure(go.Heatmap(
         z=grid.to_numpy(), x=[f"step {s}" for s in grid.columns],
         y=[f"rank {r}" for r in grid.index], colorscale="Blues", colorbar=dict(title="ms"),
+        zmin=0, zmax=_top(grid.to_numpy()),
         hovertemplate="%{y}, %{x}: %{z:.2f} ms<extra></extra>", xgap=2, ygap=2))
     fig.update_yaxes(autorange="reversed")
     return base_layout(fig, "Step time, rank x step", height=max(200, 90 + 40 * len(grid)))
@@ -89,30 +115,43 @@ def rank_steps_bars(steps: pd.DataFrame, rank: int) -> go.Figure:
     fig = go.Figure()
     x = [f"step {s}" for s in mine["step"]]
     for part in PARTS:
-        fig.add_bar(x=x, y=mine[part] / 1e6, name=part, marker_color=PART_COLORS[part],
-                    hovertemplate="%{x} " + part + ": %{y:.2f} ms<extra></extra>")
-    fig.update_layout(barmode="stack", legend_traceorder="normal")
+        fig.add_bar(x=x, y=mine[part] / 1e6, name=part_name(part), marker_color=PART_COLORS[part],
+                    hovertemplate="%{x} " + part_name(part) + ": %{y:.2f} ms<extra></extra>")
+    fig.update_layout(barmode="stack", showlegend=False)  # HTML legend: see breakdown_bars
     fig.update_yaxes(title_text="ms")
     return base_layout(fig, f"Rank {rank}: every step")
 
 
 def kernel_bars(kernels: pd.DataFrame, top: int = 15) -> go.Figure:
-    """Horizontal bars of the kernels with the most GPU time, coloured by class."""
+    """Horizontal bars of the kernels with the most GPU time, coloured by class, named as
+    people read them (short names), the full name on hover."""
     if kernels.empty:
         return empty_figure("no kernels")
     k = kernels.nlargest(top, "total_ns").iloc[::-1]
-    names = [n if len(n) <= 60 else n[:57] + "..." for n in k["name"]]
+    names = short_kernel_names(k["name"].astype(str).tolist())
     colors = [CLASS_COLORS.get(c, "#6b7280") for c in k["cls"]]
-    # positions, not names, on the y axis: two kernels may share a truncated name
+    classes = [part_name(str(c)) for c in k["cls"]]
+    full = [_wrapped(n) for n in k["name"].astype(str)]
+    # positions, not names, on the y axis: two kernels may share a short name
     fig = go.Figure(go.Bar(x=k["total_ns"] / 1e6, y=list(range(len(k))), orientation="h",
-                           marker_color=colors, customdata=np.c_[k["cls"], k["count"], k["name"]],
+                           marker_color=colors, customdata=np.c_[classes, k["count"], full],
                            hovertemplate="%{customdata[2]}<br>%{x:.2f} ms, %{customdata[1]} "
                                          "calls, %{customdata[0]}<extra></extra>"))
-    fig.update_yaxes(tickvals=list(range(len(k))), ticktext=names)
+    fig.update_yaxes(tickvals=list(range(len(k))), ticktext=names, automargin=True)
     fig.update_xaxes(title_text="GPU time, all ranks (ms)")
-    fig = base_layout(fig, "Top kernels by GPU time", height=120 + 22 * len(k))
-    fig.update_layout(margin=dict(l=360))
-    return fig
+    return base_layout(fig, "Top kernels by GPU time", height=120 + 22 * len(k))
+
+
+def _wrapped(name: str, width: int = 100, max_chars: int = 600) -> str:
+    """A full kernel name for a hover box: cut at ``max_chars``, broken every ``width``."""
+    name = name if len(name) <= max_chars else name[: max_chars - 3] + "..."
+    return "<br>".join(name[i:i + width] for i in range(0, len(name), width))
+
+
+def _top(z: np.ndarray) -> float:
+    """The top of a colour scale that starts at 0: the largest value (1 when none)."""
+    finite = z[np.isfinite(z)]
+    return float(finite.max()) if finite.size and finite.max() > 0 else 1.0
 
 
 def wait_heatmap(waits: pd.DataFrame, collectives: pd.DataFrame) -> go.Figure:
@@ -127,6 +166,7 @@ def wait_heatmap(waits: pd.DataFrame, collectives: pd.DataFrame) -> go.Figure:
         z=grid.to_numpy(), x=list(range(len(grid.columns))), y=[f"rank {r}" for r in grid.index],
         customdata=np.tile(np.array(grid.columns, dtype=object), (len(grid), 1)),
         colorscale="Oranges", colorbar=dict(title="wait ms"), ygap=2,
+        zmin=0, zmax=_top(grid.to_numpy()),
         hovertemplate="%{y}<br>%{customdata}<br>wait %{z:.3f} ms<extra></extra>"))
     fig.update_xaxes(title_text="collective (in start order)")
     fig.update_yaxes(autorange="reversed")
@@ -168,7 +208,7 @@ def counters_figure(counters: pd.DataFrame, metrics: list[str], steps: pd.DataFr
     if counters.empty or not metrics:
         return empty_figure("no NVML counters in this run (capture with profkit.profile)")
     fig = make_subplots(rows=len(metrics), cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                        subplot_titles=metrics)
+                        subplot_titles=[metric_label(m) for m in metrics])
     palette = ["#2563eb", "#f59e0b", "#10b981", "#8b5cf6", "#dc2626", "#0ea5e9", "#a16207"]
     for i, metric in enumerate(metrics, start=1):
         for j, (rank, group) in enumerate(counters[counters["metric"] == metric].groupby("rank")):
@@ -188,16 +228,22 @@ def counters_figure(counters: pd.DataFrame, metrics: list[str], steps: pd.DataFr
 
 
 def diff_parts_bars(parts: pd.DataFrame) -> go.Figure:
-    """Base vs new median ms per part (grouped), parts in PARTS order."""
+    """Base vs new median ms per part (grouped horizontal bars: the parts' display names
+    are long), parts in PARTS order from the top."""
     if parts.empty:
         return empty_figure("nothing to compare")
     p = parts.set_index("part").reindex([x for x in PARTS if x in set(parts["part"])])
+    names = [part_name(x) for x in p.index]
     fig = go.Figure()
-    fig.add_bar(x=p.index, y=p["base_ms"], name="base", marker_color="#94a3b8")
-    fig.add_bar(x=p.index, y=p["new_ms"], name="new",
+    fig.add_bar(y=names, x=p["base_ms"], name="base", marker_color="#94a3b8", orientation="h",
+                hovertemplate="%{y}: %{x:.2f} ms<extra>base</extra>")
+    fig.add_bar(y=names, x=p["new_ms"], name="new", orientation="h",
                 marker_color=[PART_COLORS[x] for x in p.index],
                 customdata=p["delta_ms"],
-                hovertemplate="%{x}: %{y:.2f} ms (%{customdata:+.2f})<extra></extra>")
+                hovertemplate="%{y}: %{x:.2f} ms (%{customdata:+.2f})<extra>new</extra>")
     fig.update_layout(barmode="group")
-    fig.update_yaxes(title_text="ms per step")
-    return base_layout(fig, "Step time by part: base vs new")
+    fig.update_xaxes(title_text="ms per step")
+    fig.update_yaxes(autorange="reversed", automargin=True, tickvals=names,
+                     ticktext=["<br>".join(textwrap.wrap(n, 24)) for n in names])
+    return base_layout(fig, "Step time by part: base vs new", height=110 + 46 * len(names))
+

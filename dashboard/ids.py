@@ -3,16 +3,18 @@ agree."""
 
 # shell
 URL = "url"
+PAGE_LOADING = "page-loading"
 NAV = "nav"
 
 # runs page
 RUNS_TABLE = "runs-table"
-RUNS_KEYS = "runs-keys"
+RUNS_POLL = "runs-poll"
+RUNS_PROGRESS = "runs-progress"
 
 # shared by the run pages
 RUN_STORE = "run-store"  # {"run": key}: the page's run, never data
 NOT_FOUND = "not-found"
-RUN_NOTE = "run-note"  # skipped files and "ranks analysed N of world size M"
+RUN_NOTE = "run-note"  # the banner: run status, ranks analysed of the world, skipped files
 
 # overview
 VERDICT = "verdict"
@@ -52,6 +54,11 @@ C_STRAGGLERS = "c-stragglers"
 # counters
 N_METRICS = "n-metrics"
 N_GRAPH = "n-graph"
+N_SUMMARY = "n-summary"
+
+# tables
+TABLES_BODY = "tables-body"
+TABLES_SCROLLED = "tables-scrolled"
 
 # compare
 CMP_BASE = "cmp-base"

@@ -4,29 +4,12 @@ that collective."""
 
 from __future__ import annotations
 
-import pandas as pd
 from dash import Input, Output, State, html
 from dash.exceptions import PreventUpdate
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
-from profkit.dashboard.page_timeline import base_ns
-
-
-def collective_rows(coll: pd.DataFrame) -> pd.DataFrame:
-    if coll.empty:
-        return pd.DataFrame(columns=["collective"])
-    return pd.DataFrame({
-        "key": coll["key"], "collective": coll["collective"], "pg": coll["pg"], "step": coll["step"],
-        "ranks": coll["n_ranks"], "MB": coll["bytes"] / 1e6, "latency_us": coll["latency_ns"] / 1e3,
-        "busbw_GBps": coll["busbw_gbps"], "start_skew_us": coll["start_skew_ns"] / 1e3,
-        "last_rank": coll["last_rank"],
-    })
-
-
-def straggler_rows(table: pd.DataFrame) -> pd.DataFrame:
-    cols = ["rank", "straggler", "n_last", "n_collectives", "late_share", "wait_frac", "evidence"]
-    return table[[c for c in cols if c in table]] if not table.empty else table
+from profkit.dashboard import tables as T
 
 
 def collective_detail(a, key: str | None) -> html.Div:
@@ -37,30 +20,33 @@ def collective_detail(a, key: str | None) -> html.Div:
     waits = a.table("collective_waits")
     waits = waits[waits["key"] == key]
     r = row.iloc[0]
-    facts = {"collective": r["collective"], "bytes": int(r["bytes"]), "latency_us": r["latency_ns"] / 1e3,
-             "busbw_GBps": r["busbw_gbps"], "last rank": int(r["last_rank"]), "step": int(r["step"])}
-    facts.update({f"rank {int(w.rank)} wait_us": w.wait_ns / 1e3 for w in waits.itertuples()})
+    facts = {"collective": r["collective"], "bytes": int(r["bytes"]), "latency_ns": r["latency_ns"],
+             "busbw_gbps": r["busbw_gbps"], "last rank": int(r["last_rank"]), "step": int(r["step"])}
+    facts.update({f"rank {int(w.rank)} wait_ns": w.wait_ns for w in waits.itertuples()})
     return html.Div([html.H3(key), C.kv_list(facts)])
 
 
 def layout(results, run_key: str = "") -> html.Div:
-    return C.run_page(results, run_key, "comms", body)
+    return C.run_page(results, run_key, "comms",
+                      lambda _run, a: body(a, results.facts(run_key).get("origin_ns", 0)),
+                      needs_run=False, keep=True)
 
 
-def body(run, a) -> list:
+def body(a, origin_ns: int) -> list:
+    """The page's panels; ``origin_ns``: time 0 of the skew chart (the timeline's)."""
     coll = a.table("collectives")
     return [
         html.Div(className="grid two", children=[
             C.panel("Waits per rank and collective", lambda: C.card(
                 None, C.graph(ids.C_WAITS, F.wait_heatmap(a.table("collective_waits"), coll)),
-                html.Div(collective_detail(a, None), id=ids.C_DETAIL))),
+                C.loading(html.Div(collective_detail(a, None), id=ids.C_DETAIL)))),
             C.panel("Arrival skew", lambda: C.card(
-                None, C.graph(ids.C_SKEW, F.skew_scatter(coll, base_ns(run))))),
+                None, C.graph(ids.C_SKEW, F.skew_scatter(coll, origin_ns)))),
         ]),
-        C.panel("Collectives", lambda: C.card(
-            "Collectives", C.data_table(ids.C_TABLE, collective_rows(coll)))),
-        C.panel("Stragglers", lambda: C.card("Stragglers", C.data_table(
-            ids.C_STRAGGLERS, straggler_rows(a.table("stragglers"))))),
+        C.panel("Collectives", lambda: C.table_card(ids.C_TABLE, T.BY_NAME["collectives"],
+                                                   T.with_links(a))),
+        C.panel("Stragglers", lambda: C.table_card(ids.C_STRAGGLERS, T.BY_NAME["stragglers"],
+                                                  a.table("stragglers"))),
     ]
 
 

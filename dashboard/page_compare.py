@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 import dash
 import pandas as pd
 from dash import Input, Output, dcc, html
+from profkit.analyzers.names import short_kernel_names
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
@@ -22,6 +23,8 @@ from profkit.dashboard import ids
 VERDICT_KINDS = {"improved": "improved", "regressed": "regressed", "unchanged": "unchanged",
                  "not comparable": "not-comparable"}
 PICK = "Pick the run before the change (base) and the run after it (new)."
+SHOWN = {"base_ms": "base (ms/step/rank)", "new_ms": "new (ms/step/rank)",
+         "delta_ms": "change (ms/step/rank)"}  # the diff's tables: per step and rank
 
 
 def delta_rows(table: pd.DataFrame, what: str) -> list[dict]:
@@ -67,6 +70,12 @@ def _table(table_id: str, what: str, rows: list[dict]):
     cols = pd.DataFrame(columns=[what, "base_ms", "new_ms", "delta_ms"])
     cols = cols.astype({c: float for c in ("base_ms", "new_ms", "delta_ms")})
     table = C.data_table(table_id, cols, page_size=10)
+    # units in the headers; the ids stay (the delta colours filter on delta_ms)
+    table.columns = [{**c, "name": SHOWN.get(c["id"], c["name"])} for c in table.columns]
+    if what == "kernel" and rows:  # short names, the full one on hover
+        full = [str(r.get("kernel", "")) for r in rows]
+        rows = [{**r, "kernel": name} for r, name in zip(rows, short_kernel_names(full))]
+        table.tooltip_data = [{"kernel": {"value": name, "type": "text"}} for name in full]
     table.data = rows
     return table
 

@@ -10,6 +10,7 @@ from profkit.analyzers.efficiency import THROTTLE_MASK
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
+from profkit.dashboard import tables as T
 from profkit.dashboard.page_timeline import base_ns
 
 DEFAULT_METRICS = ("sm_clock_mhz", "power_w", "gpu_util_pct", "gpm_sm_active_pct",
@@ -62,16 +63,20 @@ def figure_or_error(run, metrics: list[str]):
 
 
 def layout(results, run_key: str = "") -> html.Div:
-    return C.run_page(results, run_key, "counters", lambda run, _a: [
-        C.panel("NVML counters", lambda: _counters_card(run))])
+    return C.run_page(results, run_key, "counters", lambda run, a: [
+        C.panel("NVML counters", lambda: _counters_card(run)),
+        C.panel("NVML summary", lambda: C.table_card(ids.N_SUMMARY, T.BY_NAME["nvml"],
+                                                     a.table("nvml")))], keep=True)
 
 
 def _counters_card(run) -> html.Section:
     available = sorted(set(all_counters(run)["metric"]) - {REASONS})
     chosen = [m for m in DEFAULT_METRICS if m in available]
-    picker = dcc.Dropdown(id=ids.N_METRICS, options=available, value=chosen, multi=True,
+    options = [{"label": F.metric_label(m), "value": m} for m in available]
+    picker = dcc.Dropdown(id=ids.N_METRICS, options=options, value=chosen, multi=True,
                           placeholder="metrics", className="dropdown wide")
-    return C.card("NVML counters", picker, C.graph(ids.N_GRAPH, figure_or_error(run, chosen)),
+    return C.card("NVML counters", picker,
+                  C.loading(C.graph(ids.N_GRAPH, figure_or_error(run, chosen))),
                   html.P("Steps are shaded blue; periods with a clock-throttle reason are red.",
                          className="hint"))
 

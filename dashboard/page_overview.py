@@ -9,11 +9,15 @@ import re
 import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
+from profkit.analyzers.analyze import part_name
+from profkit.analyzers.evidence import evidence_text
 from profkit.analyzers.render import sorted_findings
+from profkit.analyzers.render_text import saving_text
+from profkit.dashboard import banner, ids
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
-from profkit.dashboard import ids
-from profkit.dashboard.timeline_links import finding_href
+from profkit.dashboard import tables as T
+from profkit.dashboard.timeline_links import finding_has_place, finding_link
 
 SHOWN_FINDINGS = 6  # the rest fold under "more findings"
 _RANK_RE = re.compile(r"rank (\d{1,9})")  # ranks of real jobs; int() of 5,000 digits raises
@@ -22,18 +26,18 @@ _RANK_RE = re.compile(r"rank (\d{1,9})")  # ranks of real jobs; int() of 5,000 d
 def verdict_card(a) -> html.Section:
     v = a.verdict
     chips = [html.Span([html.I(className="dot", style={"backgroundColor": F.PART_COLORS[p]}),
-                        f"{p} {frac:.0%}"], className="chip")
+                        f"{part_name(p)} {frac:.0%}"], className="chip")
              for p, frac in sorted((v.get("fractions") or {}).items(), key=lambda x: -x[1])
              if frac >= 0.005]
     return C.card("Verdict", html.Div(id=ids.VERDICT, className="verdict", children=[
-        C.badge(v.get("primary")), html.P(v.get("summary", ""), className="summary")]),
+        C.verdict_badge(v.get("primary")), html.P(v.get("summary", ""), className="summary")]),
         html.Div(chips, className="chips"), class_name="verdict-card")
 
 
 def facts_card(a) -> html.Section:
     """Run-level numbers at a glance: ranks, steps, median step, MFU."""
     ranks, eff = a.table("rank_breakdown"), a.table("efficiency")
-    facts = {"ranks": len(ranks), "steps per rank": int(ranks["steps"].max()) if len(ranks) else 0,
+    facts = {"ranks": banner.ranks_text(a.run), "steps per rank": int(ranks["steps"].max()) if len(ranks) else 0,
              "median step": f"{ranks['step_time_ms'].median():.2f} ms" if len(ranks) else "-"}
     if not eff.empty and eff["mfu"].notna().any():
         facts["MFU"] = f"{eff['mfu'].mean():.0%}"
@@ -48,30 +52,42 @@ def straggler_card(a) -> html.Section | None:
     if not a.stragglers:
         return None
     items = [html.Div([html.Strong(f"rank {s['rank']} is a straggler"),
-                       C.kv_list(s.get("evidence", {}))]) for s in a.stragglers]
+                       html.P(evidence_text("straggler_row", s.get("evidence")),
+                              className="evidence")]) for s in a.stragglers]
     return C.card("Straggler", *items, class_name="callout", id=ids.STRAGGLER_CALLOUT)
 
 
-def finding_item(f, href: str | None = None) -> html.Li:
+def finding_item(f, run_key: str, timeline_href: str | None = None) -> html.Li:
+    """One finding: what, where, the evidence in units, the estimated saving, what to
+    change, a link to the table its evidence comes from and, when it has a place in time,
+    to the timeline there."""
     where = " ".join(x for x in (f"rank {f.rank}" if f.rank is not None else "",
                                  f"step {f.step}" if f.step is not None else "") if x)
     evidence = {k: v for k, v in (f.evidence or {}).items() if not isinstance(v, (dict, list))}
+    cited = T.cited_table(f.category)
     return html.Li(className=f"finding sev-{f.severity}", children=[
         html.Div([html.Span(f.severity, className=f"sev sev-{f.severity}"),
-                  html.Span(f.category, className="cat"), html.Span(where, className="muted")]),
-        html.P(f.message),
+                  html.Span(part_name(f.category), className="cat"),
+                  html.Span(where, className="muted")]),
+        html.P(f.message + saving_text(f)),
+        html.P(evidence_text(f.category, f.evidence), className="evidence"),
         html.P(["→ ", f.recommendation], className="rec") if f.recommendation else None,
-        html.Details([html.Summary("evidence"), C.kv_list(evidence)]) if evidence else None,
-        html.A("see it on the timeline", href=href, className="tl-link") if href else None,
+        dcc.Link(f"see {cited.title.split(':')[0].lower()} →", className="cites",
+                 href=C.run_href(run_key, "tables") + f"#{T.anchor(cited.name)}")
+        if cited else None,
+        html.A("see it on the timeline", href=timeline_href, className="tl-link")
+        if timeline_href else None,
+        html.Details([html.Summary("all evidence"), C.kv_list(evidence)]) if evidence else None,
     ])
 
 
-def findings_card(a, run=None, key: str = "") -> html.Section:
+def findings_card(a, run_key: str) -> html.Section:
     found = sorted_findings(a)
-    # the timeline window of each finding that has a place in time
-    hrefs = [finding_href(key, a, run, f) if run is not None else None for f in found]
-    shown = [finding_item(f, h) for f, h in zip(found[:SHOWN_FINDINGS], hrefs)]
-    rest = [finding_item(f, h) for f, h in zip(found[SHOWN_FINDINGS:], hrefs[SHOWN_FINDINGS:])]
+    # the timeline opens a finding's window itself (it loads the run; this page need not)
+    hrefs = [finding_link(run_key, i) if finding_has_place(a, f) else None
+             for i, f in enumerate(found)]
+    items = [finding_item(f, run_key, h) for f, h in zip(found, hrefs)]
+    shown, rest = items[:SHOWN_FINDINGS], items[SHOWN_FINDINGS:]
     more = html.Details([html.Summary(f"{len(rest)} more findings"), html.Ul(rest)]) if rest else None
     return C.card("Evidence & recommendations", html.Ul(shown, className="findings"), more,
                   id=ids.FINDINGS)
@@ -84,7 +100,7 @@ def default_rank(a) -> int | None:
     return int(ranks["rank"].iloc[0]) if not ranks.empty else None
 
 
-def body(a, run=None, key: str = "") -> list:
+def body(a, run_key: str) -> list:
     """The overview's panels, each drawn on its own (one that fails leaves the others)."""
     stragglers = [int(s["rank"]) for s in a.stragglers]
     steps = a.table("step_breakdown")
@@ -94,23 +110,25 @@ def body(a, run=None, key: str = "") -> list:
             html.Div([C.panel("Verdict", lambda: verdict_card(a)),
                       C.panel("Straggler", lambda: straggler_card(a)),
                       C.panel("Run facts", lambda: facts_card(a))]),
-            C.panel("Evidence & recommendations", lambda: findings_card(a, run, key))]),
+            C.panel("Evidence & recommendations", lambda: findings_card(a, run_key))]),
         html.Div(className="grid two", children=[
-            C.panel("Step breakdown per rank", lambda: C.card(None, C.graph(
-                ids.RANK_BARS, F.breakdown_bars(a.table("rank_breakdown"), stragglers, rank)),
+            C.panel("Step breakdown per rank", lambda: C.card(None, C.loading(C.graph(
+                ids.RANK_BARS, F.breakdown_bars(a.table("rank_breakdown"), stragglers, rank))),
+                C.legend(F.part_legend()),
                 html.P("Click a rank to see its steps.", className="hint"))),
             C.panel("Step time, rank x step",
                     lambda: C.card(None, C.graph(ids.STEP_HEATMAP, F.step_heatmap(steps)))),
         ]),
-        C.panel("Steps of one rank", lambda: C.card(None, C.graph(
+        C.panel("Steps of one rank", lambda: C.card(None, C.loading(C.graph(
             ids.RANK_DETAIL, F.rank_steps_bars(steps, rank) if rank is not None
-            else F.empty_figure("no ranks")))),
+            else F.empty_figure("no ranks"))), C.legend(F.part_legend()))),
         dcc.Store(id=ids.SELECTED_RANK, data=rank),
     ]
 
 
 def layout(results, run_key: str = "") -> html.Div:
-    return C.run_page(results, run_key, "", lambda run, a: body(a, run, run_key))
+    return C.run_page(results, run_key, "", lambda _run, a: body(a, run_key),
+                      needs_run=False, keep=True)
 
 
 def clicked_rank(click) -> int | None:
@@ -143,8 +161,8 @@ def register(app, results) -> None:
                   prevent_initial_call=True)
     def show_rank(rank, store):
         key = C.stored_run(results, store)
-        run, a = results.loaded(key)
-        if rank not in run.rank_ids:
+        a = results.analysis(key)
+        if rank not in a.run["ranks_analyzed"]:
             raise PreventUpdate
         stragglers = [int(s["rank"]) for s in a.stragglers]
         return C.attempt(f"rank {rank}'s steps", lambda: (

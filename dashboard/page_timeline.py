@@ -147,7 +147,7 @@ def body(results, run_key: str, run, analysis, query: dict | None = None) -> lis
 
 
 def _timeline_card(results, run_key: str, run, analysis, query: dict) -> html.Section:
-    asked, window = TL.query_view(run, **query)
+    asked, window = TL.query_view(run, analysis, **query)
     ranks = (asked or TL.default_ranks(run, analysis))[:MAX_RANKS]
     fig, info, note = figure_or_error(results, run_key, ranks, window, False)
     stragglers = stragglers_of(analysis)
@@ -190,7 +190,7 @@ def window_of(trigger, relayout, stored):
 
 def register(app, results) -> None:
     C.register_run_page(__name__, results, layout, tab="timeline", name="Timeline",
-                        title="timeline", order=2, query=("ranks", "t0", "t1"))
+                        title="timeline", order=2, query=("ranks", "t0", "t1", "finding"))
 
     @app.callback(Output(ids.TL_GRAPH, "figure"), Output(ids.TL_INFO, "children"),
                   Output(ids.TL_NOTE, "children"), Output(ids.TL_WINDOW, "data"),

@@ -1,42 +1,133 @@
-"""Server-side results: loaded runs, analyses and diffs, cached in memory keyed by run key
-and the fingerprint of the run's files (so a changed run is re-read, an unchanged one never).
-A run is read with :func:`~profkit.dashboard.loading.load`: a rank that breaks the analysis
-is set aside, and a run that cannot be read is cached as its error. The browser holds only
-keys and selections."""
+"""Server-side results: what the pages show of each run, its events, diffs, cached in memory
+keyed by run key and the fingerprint of the run's files (so a changed run is re-read, an
+unchanged one never). The browser holds only keys and selections.
+
+What a run's pages show without its events (:class:`~profkit.dashboard.loading.Shown`: the
+analysis and the Runs table's facts) is also kept on disk with the run's result cache
+(:func:`profkit.cache.store_result`, data only, never pickle), under the fingerprint of the
+run's files and of profkit's code: a restarted dashboard shows an unchanged run without
+reading its traces. The events are read (from the ingest cache) only for the pages that
+draw them, and only a few runs' events are held at once: they are the large part.
+
+The Runs page asks for every run at once: :meth:`ResultCache.prefetch` analyses them on a
+few threads in the background, as many at once as the free memory allows
+(:func:`profkit.loader.memory_safe_workers`; a large run's traces are parsed in processes of
+their own), and the page shows each one as it finishes.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from profkit.dashboard import loading
 from profkit.dashboard.registry import RunEntry, RunRegistry
 
-from profkit import cache
+from profkit import cache, discover
+from profkit.errors import ProfkitError
+from profkit.loader import GZIP_EXPANSION, memory_safe_workers
 
 log = logging.getLogger(__name__)
-MAX_ITEMS = 24  # runs, analyses and diffs together
+MAX_ITEMS = 48  # analyses, diffs and tables derived from them
+MAX_RUNS = 3  # runs held with their events (every rank's events: the large items)
+MAX_PAGES = 16  # run pages as drawn: a second view of one is sent without drawing it again
+QUEUED, ANALYSING, DONE, FAILED = "queued", "analysing", "done", "failed"
 
 
 class UnknownRun(LookupError):
     """A key that names no configured run."""
 
 
-class ResultCache:
-    """An LRU of results, computed at most once per key even under concurrent requests."""
+class Lru:
+    """A least-recently-used map of results, each computed at most once even under
+    concurrent requests."""
 
-    def __init__(self, registry: RunRegistry, max_items: int = MAX_ITEMS):
-        self.registry = registry
+    def __init__(self, max_items: int):
         self.max_items = max_items
         self._items: OrderedDict[tuple, Any] = OrderedDict()
         self._lock = threading.Lock()
         self._key_locks: dict[tuple, threading.Lock] = {}
 
+    def get(self, key: tuple) -> Any | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def put(self, key: tuple, value: Any) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.max_items:
+                self._items.popitem(last=False)
+
+    def get_or_compute(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                if key in self._items:
+                    return self._items[key]
+            value = compute()
+            self.put(key, value)
+            with self._lock:
+                self._key_locks.pop(key, None)
+        return value
+
+    def latest(self, match: Callable[[tuple], bool]) -> Any | None:
+        with self._lock:
+            return next((v for k, v in reversed(self._items.items()) if match(k)), None)
+
+
+def code_fingerprint() -> str:
+    """Changes whenever profkit's code does: a result kept on disk by other code is not
+    shown."""
+    import profkit.analyzers
+    import profkit.dashboard
+
+    import profkit
+    from profkit import classify
+
+    folders = (Path(p.__file__).parent for p in (profkit, profkit.analyzers, profkit.dashboard))
+    parts = [cache.run_fingerprint(f) for f in folders] + [classify.rules_fingerprint()]
+    return f"dashboard|{profkit.__version__}|" + "|".join(parts)
+
+
+def run_json_bytes(path: Path) -> int:
+    """About how many bytes of JSON the run's traces hold (gzip expanded), for the memory
+    budget of the background analyses."""
+    try:
+        files = discover.find_trace_files(path)[0]
+        return sum(f.stat().st_size * (GZIP_EXPANSION if f.name.endswith(".gz") else 1)
+                   for f in files)
+    except (OSError, ProfkitError):  # a folder gone since: it costs nothing to read
+        return 0
+
+
+class ResultCache:
+    """The results of the configured runs (see the module doc)."""
+
+    def __init__(self, registry: RunRegistry, max_items: int = MAX_ITEMS,
+                 max_runs: int = MAX_RUNS, persist: bool = True):
+        self.registry = registry
+        self.persist = persist
+        self._items = Lru(max_items)
+        self._runs = Lru(max_runs)
+        self._pages = Lru(MAX_PAGES)
+        self._code = code_fingerprint()
+        self._lock = threading.Lock()
+        self._progress: dict[str, str] = {}  # run key -> QUEUED / ANALYSING
+
+    # --- generic ---------------------------------------------------------------------
     def entry(self, key: object) -> RunEntry:
         entry = self.registry.get(key)
         if entry is None:
@@ -44,56 +135,123 @@ class ResultCache:
         return entry
 
     def get_or_compute(self, cache_key: tuple, compute: Callable[[], Any]) -> Any:
-        with self._lock:
-            if cache_key in self._items:
-                self._items.move_to_end(cache_key)
-                return self._items[cache_key]
-            key_lock = self._key_locks.setdefault(cache_key, threading.Lock())
-        with key_lock:
-            with self._lock:
-                if cache_key in self._items:
-                    return self._items[cache_key]
-            value = compute()
-            with self._lock:
-                self._items[cache_key] = value
-                while len(self._items) > self.max_items:
-                    self._items.popitem(last=False)
-                self._key_locks.pop(cache_key, None)
-        return value
+        return self._items.get_or_compute(cache_key, compute)
 
     def peek(self, kind: str, key: str) -> Any | None:
         """A cached result without computing it (any fingerprint)."""
-        with self._lock:
-            for k, v in reversed(self._items.items()):
-                if k[0] == kind and k[1] == key:
-                    return v
-        return None
+        return self._items.latest(lambda k: k[0] == kind and k[1] == key)
 
     def fingerprint(self, key: str) -> str:
         return cache.run_fingerprint(self.entry(key).path)
 
-    def loaded(self, key: str) -> tuple:
-        """``(run, analysis)`` of the run under ``key``: the run as the dashboard shows it
-        (ranks whose analysis failed listed in ``run.skipped``) and its analysis. Raises
-        :class:`~profkit.dashboard.loading.RunReadError` when nothing of it can be shown."""
+    # --- what a run's pages show -------------------------------------------------------
+    def shown(self, key: str) -> loading.Shown:
+        """The analysis and facts of the run under ``key``: from memory, else from the disk
+        cache, else read and analysed. Raises :class:`~profkit.dashboard.loading.RunReadError`
+        when nothing of it can be shown."""
         entry = self.entry(key)
-        value = self.get_or_compute(("run", key, self.fingerprint(key)),
-                                    lambda: loading.load(entry.path))
+        fp = self.fingerprint(key)
+        value = self._items.get_or_compute(("shown", key, fp), lambda: self._show(entry, fp))
         if isinstance(value, loading.RunReadError):
             raise loading.RunReadError(str(value))  # a fresh one: no traceback piles up
         return value
 
-    def peek_analysis(self, key: str):
-        """The run's analysis if it is cached (None while it is not, or when it failed)."""
-        value = self.peek("run", key)
-        return None if value is None or isinstance(value, Exception) else value[1]
-
-    def run(self, key: str):
-        return self.loaded(key)[0]
+    def _show(self, entry: RunEntry, fp: str):
+        disk_key = hashlib.sha1(f"{fp}|{self._code}".encode()).hexdigest()[:24]
+        if self.persist:
+            kept = cache.load_result(entry.path, disk_key, loading.Shown)
+            if kept is not None and kept.valid():
+                log.debug("%s: shown from the result cache", entry.path)
+                return kept
+        value = loading.show(entry.path)
+        if isinstance(value, loading.RunReadError):
+            return value
+        run, shown = value
+        if self._progress.get(entry.key) is None:  # a page waits for it: keep its events
+            self._runs.put(("run", entry.key, fp), run)
+        if self.persist:
+            cache.store_result(entry.path, disk_key, shown)
+        return shown
 
     def analysis(self, key: str):
-        return self.loaded(key)[1]
+        return self.shown(key).analysis
 
+    def facts(self, key: str) -> dict[str, Any]:
+        return self.shown(key).facts
+
+    def peek_shown(self, key: str):
+        """The run's Shown if it is in memory for its current files, its RunReadError if
+        it failed, None while it is not known yet."""
+        try:
+            return self._items.get(("shown", key, self.fingerprint(key)))
+        except (UnknownRun, OSError):
+            return None
+
+    def peek_analysis(self, key: str):
+        """The run's analysis if it is cached (None while it is not, or when it failed)."""
+        value = self.peek_shown(key)
+        return value.analysis if isinstance(value, loading.Shown) else None
+
+    # --- the events ----------------------------------------------------------------------
+    def run(self, key: str):
+        """The run under ``key`` with its events, as it was analysed (the same ranks set
+        aside); raises RunReadError when it cannot be read."""
+        shown = self.shown(key)
+        entry, fp = self.entry(key), self.fingerprint(key)
+        value = self._runs.get_or_compute(("run", key, fp),
+                                          lambda: loading.reload(entry.path, shown.set_aside))
+        if isinstance(value, loading.RunReadError):
+            raise loading.RunReadError(str(value))
+        return value
+
+    def loaded(self, key: str) -> tuple:
+        """``(run, analysis)`` of the run under ``key``."""
+        analysis = self.analysis(key)
+        return self.run(key), analysis
+
+    # --- background analysis ---------------------------------------------------------------
+    def state(self, key: str) -> str:
+        """QUEUED, ANALYSING, DONE or FAILED; "" when nobody asked for it yet."""
+        value = self.peek_shown(key)
+        if value is not None:
+            return FAILED if isinstance(value, loading.RunReadError) else DONE
+        with self._lock:
+            return self._progress.get(key, "")
+
+    def prefetch(self, keys: list[str]) -> None:
+        """Analyse the runs under ``keys`` that are not known yet in the background, as
+        many at once as the CPUs and the free memory allow."""
+        with self._lock:
+            todo = [k for k in keys if k not in self._progress and self.peek_shown(k) is None]
+            self._progress.update({k: QUEUED for k in todo})
+        if not todo:
+            return
+        sizes = [run_json_bytes(self.entry(k).path) for k in todo]
+        workers = memory_safe_workers(sizes, min(len(todo), os.cpu_count() or 1))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="profkit-runs")
+        for k in todo:
+            pool.submit(self._background, k)
+        pool.shutdown(wait=False)  # the threads end when the queue is done
+
+    def _background(self, key: str) -> None:
+        with self._lock:
+            self._progress[key] = ANALYSING
+        try:
+            self.shown(key)
+        except Exception as exc:  # cached as the run's error; never kills the pool
+            log.debug("%s: %s", key, loading.describe(exc))
+        finally:
+            with self._lock:
+                self._progress.pop(key, None)
+
+    def page(self, tab: str, key: str, draw: Callable[[], Any]) -> Any:
+        """A run page (``tab``) as ``draw()`` draws it, drawn once for the run's files: a
+        page is a function of the run's files and profkit's code (its callbacks change the
+        browser's copy, never this one). A page that cannot be drawn raises, and is not
+        kept."""
+        return self._pages.get_or_compute(("page", tab, key, self.fingerprint(key)), draw)
+
+    # --- derived -----------------------------------------------------------------------
     def diff(self, base: str, new: str):
         """``profkit diff`` of two runs, from their cached analyses."""
         from profkit.analyzers.diff import diff_analyses

@@ -13,6 +13,7 @@ import re
 import numpy as np
 import pandas as pd
 from profkit.analyzers.breakdown import PARTS
+from profkit.analyzers.render import sorted_findings
 from profkit.dashboard.components import run_href
 from profkit.dashboard.timeline_data import GPU, origin_ns, rank_windows, row_name
 
@@ -70,12 +71,47 @@ def parse_ms(text) -> float | None:
     return value if math.isfinite(value) and abs(value) < MAX_MS else None
 
 
-def query_view(run, ranks=None, t0=None, t1=None) -> tuple[list[int] | None, tuple | None]:
-    """The ranks and window (ms) a timeline URL asks for; None for what it does not name
-    or names wrongly (the page then shows its default)."""
+def query_view(run, analysis=None, ranks=None, t0=None, t1=None,
+               finding=None) -> tuple[list[int] | None, tuple | None]:
+    """The ranks and window (ms) a timeline URL asks for: explicit ``ranks``/``t0``/``t1``,
+    else the place in time of the analysis' ``finding``-th finding (report order); None for
+    what it does not name or names wrongly (the page then shows its default)."""
     lo, hi = parse_ms(t0), parse_ms(t1)
     window = (lo, hi) if lo is not None and hi is not None and hi > lo else None
-    return parse_ranks(ranks, run.rank_ids), window
+    asked = parse_ranks(ranks, run.rank_ids)
+    place = finding_place(analysis, run, finding) if window is None else None
+    if place is not None:
+        return asked or place[0], place[1:]
+    return asked, window
+
+
+def finding_place(analysis, run, index) -> tuple[list[int], float, float] | None:
+    """:func:`finding_window` of the ``index``-th finding in report order (a URL's text)."""
+    if analysis is None or not isinstance(index, str) or not index.isdigit() or len(index) > 6:
+        return None
+    found = sorted_findings(analysis)
+    return finding_window(analysis, found[int(index)], run) if int(index) < len(found) else None
+
+
+def finding_link(key: str, index: int) -> str:
+    """The timeline URL that opens at the ``index``-th finding's window (the timeline page
+    works the window out, so the page linking to it need not load the run)."""
+    return f"{run_href(key, 'timeline')}?finding={index}"
+
+
+def finding_has_place(analysis, finding) -> bool:
+    """Whether :func:`finding_window` can place a finding, from the analysis alone."""
+    rank = finding.rank
+    if rank is None or rank not in analysis.run.get("ranks_analyzed", []):
+        return False
+    if finding.category == "straggler":
+        coll = analysis.table("collectives")
+        return bool(len(coll)) and bool((coll["last_rank"] == rank).any())
+    if finding.step is not None:
+        steps = analysis.table("step_breakdown")
+        return bool(len(steps)) and bool(((steps["rank"] == rank)
+                                          & (steps["step"] == finding.step)).any())
+    return busiest_step(analysis, rank, part_of(analysis, finding)) is not None
 
 
 def timeline_href(key: str, ranks: list[int], t0_ms: float, t1_ms: float) -> str:

@@ -72,18 +72,27 @@ def bad_runs(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def missing_run(tmp_path_factory) -> Path:
+    """A copy of zoo/straggler without its rank 1 trace (run.json still says 2 ranks)."""
+    folder = tmp_path_factory.mktemp("missing") / "straggler-missing-rank"
+    shutil.copytree(STRAGGLER, folder, ignore=shutil.ignore_patterns(".profkit"))
+    (folder / BAD_TRACE).unlink()
+    return folder
+
+
+@pytest.fixture(scope="session")
 def server_log(tmp_path_factory) -> Path:
     """The session server's stderr: its log, tracebacks included."""
     return tmp_path_factory.mktemp("server") / "stderr.log"
 
 
 @pytest.fixture(scope="session")
-def server(bad_runs, server_log):
-    """Base URL of `profkit dashboard` (the bundled sample runs and the bad runs) on a free
-    local port."""
+def server(bad_runs, missing_run, server_log):
+    """Base URL of `profkit dashboard` (the bundled sample runs, the bad runs and the run
+    missing a trace) on a free local port."""
     port = free_port()
     cmd = [sys.executable, "-m", "profkit", "dashboard", "--port", str(port),
-           *map(str, bad_runs.values()), "--root", str(REPO / "samples" / "runs")]
+           *map(str, bad_runs.values()), str(missing_run), "--root", str(REPO / "samples" / "runs")]
     with server_log.open("wb") as log_file:  # a file, not a pipe nobody drains
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log_file)
     url = f"http://127.0.0.1:{port}"

@@ -1,6 +1,6 @@
 """In headless chromium: a 2-rank run whose rank 1 trace is bad (truncated, or a list where
 ``cat`` belongs) still shows rank 0 on every one of its pages, each with a note naming the
-skipped file and "ranks analysed 1 of world size 2"; never a blank "Could not analyze" page,
+skipped file and "1 of 2 ranks analysed"; never a blank "Could not analyze" page,
 never a 500 (the page fixture fails on any console error). A run the loader cannot read at
 all names the file at fault instead."""
 
@@ -16,7 +16,7 @@ from tests.dashboard.conftest import BAD_RUNS, BAD_TRACE
 RANK0 = {
     "Overview": "#rank-bars .xtick:has-text('rank 0')",
     "Timeline": "#tl-info:has-text('rank 0:')",
-    "Kernels & ops": "#k-kernels:has-text('ncclDevKernel')",
+    "Kernels & ops": "#k-kernels:has-text('nccl AllReduce')",
     "Communication": "#c-skew .main-svg",
     "Counters": "#n-graph .legendtext:has-text('rank 0')",
 }
@@ -59,9 +59,11 @@ def test_every_page_shows_rank_0_and_names_the_bad_file(page, bad_runs, name):
         if tab == "Overview":
             verdict = page.locator("#verdict").inner_text()
             rank1_drawn = page.locator("#rank-bars .xtick:has-text('rank 1')").count() > 0
-    (note,) = notes  # the same note on every page of the run
-    if note is not None:  # rank 1 set aside: named, with its reason
-        assert "ranks analysed 1 of world size 2" in note and BAD_TRACE in note
+    (note,) = notes  # the same banner on every page of the run, naming the bad file
+    assert note is not None and BAD_TRACE in note
+    if "1 missing" in note:  # rank 1 set aside, with its reason
+        assert "1 of 2 ranks analysed: 1 missing (1)" in note
         assert "over 1 rank(s)" in verdict and not rank1_drawn
-    else:  # the loader repaired the value and read rank 1: then it is shown too
+    else:  # the loader repaired the value (a note says which) and read rank 1: shown too
+        assert "2 of 2 ranks analysed" in note and "wrong type ignored" in note
         assert "over 2 rank(s)" in verdict and rank1_drawn

@@ -23,9 +23,16 @@ def step_table():
     return pd.DataFrame(rows)
 
 
+# the parts as the reports name them (profkit.analyzers.analyze.part_name), in PARTS order
+SHOWN_PARTS = ["compute", "communication", "transfer", "cpu launch", "data loading",
+               "host sync", "held work (queued, waiting on a stream or event)"]
+
+
 def test_breakdown_bars_stack_parts_in_order_with_part_colours():
     fig = F.breakdown_bars(rank_table())
-    assert [t.name for t in fig.data] == list(PARTS)
+    assert [t.name for t in fig.data] == SHOWN_PARTS
+    assert fig.layout.showlegend is False  # an HTML legend instead: part_legend
+    assert list(F.part_legend()) == SHOWN_PARTS
     assert [t.marker.color for t in fig.data] == [F.PART_COLORS[p] for p in PARTS]
     assert fig.layout.barmode == "stack"
     compute = fig.data[0]
@@ -46,6 +53,38 @@ def test_step_heatmap_is_rank_by_step_in_ms():
     hm = fig.data[0]
     assert list(hm.x) == ["step 5", "step 6"] and list(hm.y) == ["rank 0", "rank 1"]
     assert hm.z[1][0] == pytest.approx(7.0)  # rank 1, step 5: 1 + 1 + 5 ms
+
+
+def test_step_heatmap_colour_scale_starts_at_zero():
+    """10.4 and 10.7 ms steps must not read as the two ends of the scale."""
+    rows = [{"rank": 0, "step": s, "step_ns": ns, **{p: 0 for p in PARTS}}
+            for s, ns in ((1, 10_400_000), (2, 10_700_000))]
+    hm = F.step_heatmap(pd.DataFrame(rows)).data[0]
+    assert hm.zmin == 0 and hm.zmax == pytest.approx(10.7)
+    waits = pd.DataFrame({"key": ["a", "b"], "rank": [0, 0], "wait_ns": [2e6, 3e6]})
+    coll = pd.DataFrame({"key": ["a", "b"], "start_ns": [1, 2]})
+    hm = F.wait_heatmap(waits, coll).data[0]
+    assert hm.zmin == 0 and hm.zmax == pytest.approx(3.0)
+
+
+def test_memcpy_and_memset_have_distinct_colours():
+    def rgb(hex_colour):
+        return [int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)]
+
+    memcpy, memset = rgb(F.CLASS_COLORS["memcpy"]), rgb(F.CLASS_COLORS["memset"])
+    assert sum(abs(a - b) for a, b in zip(memcpy, memset)) > 200  # not two greens
+
+
+def test_kernel_bars_show_short_names_and_the_full_name_on_hover():
+    full = ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl"
+            "(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#1}::operator()() const"
+            "::{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >"
+            "(int, at::native::GeluCUDAKernelImpl, std::array<char*, 2ul>)")
+    kernels = pd.DataFrame({"name": [full], "cls": ["compute"], "count": [3], "total_ns": [1e6]})
+    bar = F.kernel_bars(kernels).data[0]
+    tick = F.kernel_bars(kernels).layout.yaxis.ticktext[0]
+    assert "GeluCUDA" in tick and len(tick) <= 60 and "TensorIteratorBase" not in tick
+    assert bar.customdata[0][2].replace("<br>", "") == full  # hover: every character
 
 
 def test_rank_steps_bars_show_one_rank():
@@ -104,5 +143,6 @@ def test_diff_parts_bars_base_and_new_per_part_in_parts_order():
                           "new_ms": [2.0, 4.0], "delta_ms": [1.0, -1.0]})
     fig = F.diff_parts_bars(parts)
     assert [t.name for t in fig.data] == ["base", "new"]
-    assert list(fig.data[1].x) == ["compute", "cpu_launch"]
+    assert list(fig.data[1].y) == ["compute", "cpu launch"]  # display names, horizontal
+    assert list(fig.data[1].x) == [4.0, 2.0] and fig.data[1].orientation == "h"
     assert list(fig.data[1].marker.color) == [F.PART_COLORS["compute"], F.PART_COLORS["cpu_launch"]]

@@ -21,7 +21,9 @@ VALID = {
     ("_pages_location", "pathname"): "/compare",
     ("_pages_location", "search"): f"?base={STOCK}&new={KEYS.get('zoo/straggler')}",
     ("_pages_store", "data"): {"title": "profkit"},
-    ("runs-keys", "data"): [STOCK],
+    ("runs-poll", "n_intervals"): 3,
+    ("tables-body", "children"): [],  # the Tables page's scroll (a clientside callback)
+    ("url", "hash"): "#table-stragglers",
     ("rank-bars", "clickData"): {"points": [{"x": "rank 1", "y": 3.0}]},
     ("step-heatmap", "clickData"): {"points": [{"x": "step 3", "y": "rank 0", "z": 1.0}]},
     ("selected-rank", "data"): 0,

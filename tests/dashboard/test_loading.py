@@ -59,8 +59,8 @@ def test_every_page_of_a_run_with_an_unanalysable_rank_shows_rank_0(tmp_path):
     for page in PAGES:
         text = text_of(page.layout(results, entry.key))
         assert "Could not analyze" not in text and "could not be drawn" not in text
-        if "ranks analysed" in text:  # rank 1 set aside, named with its reason
-            assert "ranks analysed 1 of world size 2" in text and BAD_TRACE in text
+        if "1 of 2 ranks analysed" in text:  # rank 1 set aside, named with its reason
+            assert BAD_TRACE in text and "rank could not be analysed" in text
         else:  # the loader read rank 1 after all: then it is analysed too
             assert results.run(entry.key).rank_ids == [0, 1]
     assert 0 in results.run(entry.key).rank_ids

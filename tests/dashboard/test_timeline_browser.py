@@ -142,15 +142,24 @@ def test_launch_bound_idle_time_is_coloured_cpu_launch(page):
 
 
 def test_a_finding_opens_the_timeline_at_its_window(page):
+    from profkit.analyzers.render import sorted_findings
+    from profkit.dashboard import timeline_links as TL
+
+    import profkit
+
     page.goto(f"{page.base}/run/{KEYS['zoo/straggler']}")
     finding = page.locator("#findings .finding").filter(has_text="straggler").first
     finding.locator("a.tl-link").click()
-    page.wait_for_url(re.compile(r".*/timeline\?ranks=1,0&t0=.*"))
+    page.wait_for_url(re.compile(r".*/timeline\?finding=\d+$"))
     page.wait_for_selector("#tl-graph .main-svg")
-    q = parse_qs(urlparse(page.url).query)
-    t0, t1 = float(q["t0"][0]), float(q["t1"][0])
+    index = int(parse_qs(urlparse(page.url).query)["finding"][0])
+    run = load_run(STRAGGLER)
+    a = profkit.analyze(run)
+    found = sorted_findings(a)[index]
+    assert found.category == "straggler" and found.rank == 1  # the link names that finding
+    ranks, t0, t1 = TL.finding_window(a, found, run)  # checked by hand in test_timeline_links
     fig = page.evaluate(FIGURE_JS)
-    assert fig["range"] == pytest.approx([t0, t1], abs=1e-3)
+    assert ranks == [1, 0] and fig["range"] == pytest.approx([t0, t1], abs=1e-3)
     info = page.locator("#tl-info").inner_text()
     assert info.startswith("rank 1 (straggler), rank 0:") and f" in {t1 - t0:.2f} ms" in info
     assert "matched collectives linked" in info

@@ -147,3 +147,33 @@ def test_link_table_of_a_real_run_matches_each_ranks_collective_records():
         assert mine["start_ms"].to_numpy() == pytest.approx(expected.to_numpy())
         assert (mine["stream"] == records["stream"].to_numpy()).all()
     assert (table["last_rank"] == 1).all()
+
+
+@pytest.mark.parametrize("f", [finding("straggler", rank=1), finding("cpu_launch", 0),
+                               finding("launch", 1), finding("idle_code", 1),
+                               finding("memory", 0, step=3), finding("mfu", 0),
+                               finding("cpu_launch", None), finding("cpu_launch", 7),
+                               finding("cpu_launch", 0, step=99), finding("straggler", 0)])
+def test_the_overview_links_exactly_the_findings_the_timeline_can_place(hand_run, f):
+    """The Overview decides from the analysis alone (it does not load the run) which
+    findings get a timeline link; the timeline places them with the run."""
+    a = analysis(stragglers=[1], step_breakdown=STEPS, collective_waits=WAITS, collectives=COLL,
+                 rank_waits=RANK_WAITS, idle_code={"rank": [1], "part": ["host_sync"],
+                                                   "idle_ns": [9]})
+    a.run["ranks_analyzed"] = [0, 1]
+    assert TL.finding_has_place(a, f) == (TL.finding_window(a, f, hand_run) is not None)
+
+
+def test_a_finding_link_opens_that_findings_window(hand_run):
+    a = analysis(stragglers=[1], step_breakdown=STEPS, collective_waits=WAITS, collectives=COLL,
+                 rank_waits=RANK_WAITS)
+    a.findings[:] = [finding("mfu", 0), finding("straggler", rank=1)]
+    order = [f.category for f in TL.sorted_findings(a)]
+    index = order.index("straggler")
+    assert TL.finding_link("k", index) == f"/run/k/timeline?finding={index}"
+    ranks, window = TL.query_view(hand_run, a, finding=str(index))
+    assert ranks == [1, 0] and window == pytest.approx((1.0 - 0.28, 6.6 + 0.28))
+    # an explicit window wins; a bad index or text is no window
+    assert TL.query_view(hand_run, a, t0="1", t1="2", finding=str(index))[1] == (1.0, 2.0)
+    for bad in ("99", "-1", "x", ["1"], "1" * 20):
+        assert TL.query_view(hand_run, a, finding=bad) == (None, None)

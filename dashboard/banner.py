@@ -1,0 +1,87 @@
+"""The truth about a run, on every one of its pages and in its row of the Runs table: how it
+ended, how many of its ranks were analysed, which files were skipped and why, and the notes
+on how it was read. The words are the report header's (:mod:`profkit.analyzers.header`), so
+the dashboard and ``profkit analyze`` say the same thing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dash import html
+from profkit.analyzers import header as H
+from profkit.dashboard import ids
+
+PROBLEM, INFO = "problem", "info"
+PARTIAL = ("The verdict, findings and tables are about the analysed ranks only: what the "
+           "missing ranks did (a straggler among them, their waits) is not seen.")
+
+
+def level(info: dict[str, Any]) -> str | None:
+    """PROBLEM when the run is not all there (what ``profkit analyze --strict`` fails on),
+    INFO when it is but something was skipped or noted, None when there is nothing to say."""
+    if H.problems(info):
+        return PROBLEM
+    if info.get("skipped_files") or info.get("notes"):
+        return INFO
+    return None
+
+
+def run_banner(info: dict[str, Any]) -> html.Div | None:
+    """The banner of a run's pages (``info``: the analysis' ``run``); nothing for a complete
+    run read without notes."""
+    kind = level(info)
+    if kind is None:
+        return None
+    status = H.status_line(info)
+    skipped = H.skipped_lines(_relative(info))
+    notes = H.note_lines(info)
+    return html.Div(id=ids.RUN_NOTE, className=f"card banner banner-{kind}", role="status",
+                    children=[
+        html.Strong(f"Run {status}", className="banner-status") if status else None,
+        html.Div(H.ranks_line(info), className="banner-ranks"),
+        html.P(PARTIAL, className="banner-why") if H.missing_ranks(info) else None,
+        _listing(f"{len(info.get('skipped_files') or [])} file(s) skipped", skipped, "skipped"),
+        _listing("notes", notes, "notes"),
+    ])
+
+
+def _listing(title: str, lines: list[str], class_name: str) -> html.Details | None:
+    if not lines:
+        return None
+    return html.Details(open=True, className=f"banner-{class_name}", children=[
+        html.Summary(title), html.Ul([html.Li(line) for line in lines])])
+
+
+def _relative(info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` with skipped paths relative to the run folder where they lie inside it."""
+    root = info.get("path")
+    return {**info, "skipped_files": [{**s, "path": _inside(str(s.get("path", "")), root)}
+                                      for s in info.get("skipped_files") or []]}
+
+
+def _inside(path: str, root: str | None) -> str:
+    try:
+        return str(Path(path).relative_to(root)) if root else path
+    except ValueError:
+        return path
+
+
+def ranks_text(info: dict[str, Any]) -> str:
+    """The Runs table's ranks cell: ``2``, or ``1 of 2`` when ranks are missing."""
+    analysed = len(info.get("ranks_analyzed") or [])
+    world = max(int(info.get("world_size") or 0), analysed)
+    return str(world) if analysed >= world else f"{analysed} of {world}"
+
+
+def status_text(info: dict[str, Any]) -> str | None:
+    """The Runs table's status pill: the run's status when it did not end well, else
+    "incomplete" when ranks or trace files are missing; None for a complete run."""
+    if info.get("status") in H.BAD_STATUS:
+        return str(info["status"])
+    return "incomplete" if H.problems(info) else None
+
+
+def problems_title(info: dict[str, Any]) -> str:
+    """The problems, one per line: the pill's hover text."""
+    return "\n".join(H.problems(info))

@@ -1,0 +1,170 @@
+"""In headless chromium: what a run lacks is on its Runs row and on every page (the banner);
+nothing on any page points off this machine or asks for anything from elsewhere; every
+table a finding cites is one click away, sortable, filterable and exportable; the Overview's
+breakdown chart keeps its plot area at 1024 px."""
+
+import re
+import urllib.request
+
+import pytest
+from profkit.dashboard.app import default_roots
+from profkit.dashboard.registry import RunRegistry, run_key
+
+from tests.dashboard.conftest import BAD_TRACE
+
+KEYS = {e.label: e.key for e in RunRegistry([], default_roots()).entries()}
+pytestmark = pytest.mark.skipif("zoo/straggler" not in KEYS, reason="no bundled sample runs")
+# the only absolute URLs allowed in the DOM: XML namespace names, which are never fetched
+NAMESPACES = re.compile(r"^http://www\.w3\.org/(2000/svg|1999/xlink|2000/xmlns/?)$")
+# an absolute address anywhere, or one that starts the value (protocol-relative)
+ABSOLUTE = re.compile(r"https?://|^\s*//", re.I)
+GRAPHS = {"Runs": 0, "Tables": 0}  # pages without charts; the others have at least one
+
+# Every attribute of every element (shadow roots included) as [tag, name, value].
+ALL_ATTRIBUTES_JS = """
+() => {
+    const out = [];
+    const walk = root => root.querySelectorAll("*").forEach(el => {
+        for (const a of el.attributes) out.push([el.tagName, a.name, a.value]);
+        if (el.shadowRoot) walk(el.shadowRoot);
+    });
+    walk(document);
+    return out;
+}
+"""
+
+
+def row(page, label_or_key):
+    key = KEYS.get(label_or_key, label_or_key)
+    locator = page.locator(f'tr[data-run="{key}"][data-state="done"]')
+    # every sample run is analysed on a cold server (after a code change the result cache
+    # is stale): minutes on a small shared machine
+    locator.wait_for(timeout=300_000)
+    return locator.locator("td")
+
+
+def test_runs_rows_say_how_many_ranks_were_read_and_the_gpus_used(page, bad_runs, missing_run):
+    page.goto(page.base + "/")
+    for folder in (bad_runs["straggler-truncated"], missing_run):
+        cells = row(page, run_key(folder.name, folder.resolve()))
+        assert cells.nth(1).text_content() == "incomplete"  # the status pill
+        assert cells.nth(3).inner_text() == "1 of 2"
+        assert "1 of 2 ranks missing (1)" in cells.nth(3).locator("span").get_attribute("title")
+    cells = row(page, "zoo/straggler")
+    assert (cells.nth(1).text_content(), cells.nth(3).inner_text()) == ("ok", "2")
+    assert cells.nth(4).inner_text() == "2 x NVIDIA H200"
+    # one rank on a host of two GPUs: the GPU of that rank, not the host's list
+    assert row(page, "zoo/compute").nth(4).inner_text() == "1 x NVIDIA H200"
+    page.wait_for_selector("#runs-progress:has-text('runs analysed')")
+    assert page.locator('tr[data-state="done"]').count() + page.locator(
+        'tr[data-state="failed"]').count() == page.locator("a.runlink").count()
+
+
+@pytest.mark.parametrize("which", ["straggler-truncated", "missing"])
+def test_overview_of_a_run_missing_a_rank_says_so_above_the_verdict(page, bad_runs,
+                                                                   missing_run, which):
+    folder = missing_run if which == "missing" else bad_runs[which]
+    page.goto(f"{page.base}/run/{run_key(folder.name, folder.resolve())}")
+    banner = page.locator("#run-note")
+    banner.wait_for()
+    text = banner.inner_text()
+    assert "1 of 2 ranks analysed: 1 missing (1)" in text and "straggler among them" in text
+    assert (BAD_TRACE in text) == (which != "missing")
+    assert banner.bounding_box()["y"] < page.locator("#verdict").bounding_box()["y"]
+    assert "1 of 2" in page.locator(".stats").inner_text()  # the run facts
+    assert page.locator("#straggler-callout").count() == 0  # rank 1 was not seen
+
+
+def _pages():
+    straggler = KEYS.get("zoo/straggler", "")
+    run = f"/run/{straggler}"
+    compare = f"/compare?base={KEYS.get('zoo/balanced')}&new={straggler}"
+    return {"Runs": "/", "Overview": run, "Timeline": run + "/timeline",
+            "Kernels": run + "/kernels", "Communication": run + "/comms",
+            "Counters": f"/run/{KEYS.get('profkit_ddp')}/counters", "Tables": run + "/tables",
+            "Compare": compare}
+
+
+@pytest.mark.parametrize("name, path", list(_pages().items()))
+def test_nothing_on_a_page_points_off_this_machine(page, name, path):
+    asked = []
+    page.route("**/*", lambda route: (asked.append(route.request.url), route.continue_()))
+    page.goto(page.base + path)
+    page.wait_for_load_state("networkidle")
+    graphs = page.locator(".js-plotly-plot")
+    if GRAPHS.get(name, 1):
+        graphs.first.wait_for()
+    for i in range(graphs.count()):  # the modebar is drawn on hover
+        graphs.nth(i).locator(".main-svg").first.wait_for()
+        graphs.nth(i).hover()
+    outside = [u for u in asked if not u.startswith(page.base + "/")]
+    assert outside == [], f"{name} asked for {outside}"
+    found = [(tag, attr, value) for tag, attr, value in page.evaluate(ALL_ATTRIBUTES_JS)
+             if ABSOLUTE.search(value) and not NAMESPACES.match(value)
+             and not value.startswith(page.base)]
+    assert found == [], f"{name}: {found[:5]}"
+    titles = page.locator(".modebar-btn").evaluate_all("els => els.map(e => e.dataset.title)")
+    assert graphs.count() == 0 or "Download plot as a PNG" in titles  # the modebar is there
+    assert not [t for t in titles if re.search(r"cloud|chart studio|plotly", t or "", re.I)]
+    assert page.locator(".modebar a[href]").count() == 0  # no logo link either
+
+
+def test_served_html_and_styles_name_nothing_outside(page):
+    page.goto(f"{page.base}/run/{KEYS['zoo/straggler']}")
+    page.wait_for_selector("#verdict")
+    urls = page.evaluate("() => [...document.querySelectorAll('script[src], link[href]')]"
+                         ".map(e => e.src || e.href)")
+    assert urls and all(u.startswith(page.base + "/") for u in urls)
+    for url in [u for u in urls if ".css" in u] + [page.base + "/"]:
+        text = urllib.request.urlopen(url).read().decode()
+        assert not re.search(r"url\(\s*['\"]?(https?:)?//", text), url
+        assert not re.search(r"<(script|link|img)[^>]+(src|href)=\"(https?:)?//", text), url
+
+
+def test_a_finding_links_to_its_table_which_sorts_filters_and_exports(page):
+    page.goto(f"{page.base}/run/{KEYS['zoo/straggler']}")
+    link = page.locator("#findings a.cites", has_text="stragglers").first
+    link.click()
+    page.wait_for_url("**/tables#table-stragglers")
+    card = page.locator("#table-stragglers")
+    card.wait_for()
+    page.wait_for_function(  # brought into view once drawn
+        "Math.abs(document.getElementById('table-stragglers').getBoundingClientRect().top) < 5")
+    table = page.locator("#t-stragglers")
+    assert "others wait (ms/step)" in table.inner_text()
+    for name in ("efficiency", "stream_breakdown", "compute_subclasses", "collectives",
+                 "queue_depth", "nvml", "transfers", "idle_code"):
+        assert page.locator(f"#table-{name} .dash-spreadsheet-container").count() == 1, name
+    assert "link peak (GB/s)" in page.locator("#t-collectives").inner_text()
+    # sort the stragglers by rank, descending: rank 1 first
+    rank_header = table.locator("th.dash-header", has_text="rank").first
+    rank_header.locator(".column-header--sort").click()
+    rank_header.locator(".column-header--sort").click()
+    page.wait_for_function(
+        "document.querySelector('#t-stragglers td[data-dash-column=\"rank\"]').textContent === '1'")
+    # filter: rank 0 only
+    box = table.locator("th.dash-filter[data-dash-column='rank'] input[type=text]")
+    box.fill("0")
+    box.press("Enter")
+    page.wait_for_function(
+        "document.querySelectorAll('#t-stragglers td[data-dash-column=\"rank\"]').length === 1")
+    with page.expect_download() as info:
+        table.locator("button.export").click()
+    csv = open(info.value.path(), encoding="utf-8-sig").read().splitlines()
+    assert csv[0].startswith("rank,straggler,arrived last") and len(csv) == 2  # the filtered row
+    assert csv[1].startswith("0,")
+
+
+def test_overview_breakdown_keeps_its_plot_area_at_1024_px(browser, server):
+    context = browser.new_context(viewport={"width": 1024, "height": 768})
+    page = context.new_page()
+    try:
+        page.goto(f"{server}/run/{KEYS['zoo/straggler']}")
+        page.wait_for_selector("#rank-bars .nsewdrag")
+        page.wait_for_timeout(3000)  # it used to collapse about two seconds after load
+        plot = page.locator("#rank-bars .nsewdrag").first.bounding_box()
+        chart = page.locator("#rank-bars .main-svg").first.bounding_box()
+        assert plot["height"] >= 200 and chart["height"] >= 300, (plot, chart)
+        assert plot["width"] >= 300
+    finally:
+        context.close()

@@ -1,0 +1,102 @@
+"""The result cache of the dashboard: runs analysed in the background with the Runs table
+filling in, analyses kept on disk across restarts (data, never pickle), run pages drawn
+once per version of the run's files. Real sample runs, copied so nothing is written to
+the repository."""
+
+import os
+import shutil
+import time
+
+import pytest
+from profkit.dashboard import loading, page_runs
+from profkit.dashboard import results as R
+from profkit.dashboard.registry import RunRegistry
+
+from tests.dashboard.conftest import REPO
+
+SAMPLES = [REPO / "samples" / "runs" / "zoo" / name for name in ("compute", "host_sync")]
+
+
+@pytest.fixture
+def runs(tmp_path):
+    copies = []
+    for src in SAMPLES:
+        copies.append(tmp_path / src.name)
+        shutil.copytree(src, copies[-1], ignore=shutil.ignore_patterns(".profkit"))
+    return copies
+
+
+def wait_done(results, keys, timeout_s=120):
+    deadline = time.monotonic() + timeout_s
+    while any(results.state(k) not in (R.DONE, R.FAILED) for k in keys):
+        assert time.monotonic() < deadline, {k: results.state(k) for k in keys}
+        time.sleep(0.2)
+
+
+def test_the_runs_table_fills_in_as_the_background_analyses_finish(runs):
+    results = R.ResultCache(RunRegistry(runs, []), persist=False)
+    keys = [e.key for e in results.registry.entries()]
+    _, done, total = page_runs.table(results)
+    assert (done, total) == (0, 2) and [results.state(k) for k in keys] == ["", ""]
+    results.prefetch(keys)
+    assert all(results.state(k) in (R.QUEUED, R.ANALYSING, R.DONE) for k in keys)
+    wait_done(results, keys)
+    body, done, total = page_runs.table(results)
+    assert (done, total) == (2, 2)
+    assert page_runs.progress(done, total) == "all 2 runs analysed"
+    assert "1 x NVIDIA H200" in str(body)
+
+
+def test_a_restarted_dashboard_shows_a_run_without_reading_its_traces(runs, monkeypatch):
+    first = R.ResultCache(RunRegistry(runs[:1], []))
+    key = first.registry.entries()[0].key
+    verdict = first.analysis(key).verdict
+
+    def no_reading(path):
+        raise AssertionError(f"{path} was read again")
+
+    monkeypatch.setattr(loading, "show", no_reading)
+    again = R.ResultCache(RunRegistry(runs[:1], []))  # a new process, as far as memory goes
+    assert again.analysis(key).verdict == verdict
+    assert again.facts(key)["gpus"] == "1 x NVIDIA H200"
+
+
+def test_a_kept_analysis_is_dropped_when_the_traces_change(runs):
+    results = R.ResultCache(RunRegistry(runs[:1], []))
+    key = results.registry.entries()[0].key
+    before = results.analysis(key).run["ranks_analyzed"]
+    (trace,) = (runs[0] / "traces").iterdir()
+    trace.write_bytes(trace.read_bytes()[:100])  # now unreadable
+    with pytest.raises(loading.RunReadError):
+        R.ResultCache(RunRegistry(runs[:1], [])).analysis(key)
+    assert before == [0]
+
+
+def test_a_run_page_is_drawn_once_per_version_of_its_files(runs):
+    results = R.ResultCache(RunRegistry(runs[:1], []), persist=False)
+    key = results.registry.entries()[0].key
+    drawn = []
+
+    def draw():
+        drawn.append(1)
+        return object()
+
+    first = results.page("kernels", key, draw)
+    assert results.page("kernels", key, draw) is first and len(drawn) == 1
+    assert results.page("comms", key, draw) is not first and len(drawn) == 2
+    trace = next((runs[0] / "traces").iterdir())
+    os.utime(trace, ns=(0, trace.stat().st_mtime_ns + 10**9))  # rewritten: another version
+    results.page("kernels", key, draw)
+    assert len(drawn) == 3
+
+
+def test_the_runs_named_on_the_command_line_are_analysed_before_anyone_asks(runs):
+    from profkit.dashboard.app import create_app, warm_up
+
+    app = create_app(runs[:1], [])
+    results = app.profkit_results
+    (key,) = [e.key for e in results.registry.entries()]
+    assert results.state(key) == ""
+    warm_up(app, runs[:1])
+    wait_done(results, [key])
+    assert results.state(key) == R.DONE

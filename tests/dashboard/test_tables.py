@@ -1,0 +1,80 @@
+"""The analysis tables as the dashboard shows them: units in the column names and the values
+scaled to them, kernel names shortened with the full name kept for hover, every table a
+finding cites reachable, every column a spec names present in real analyses."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from profkit.analyzers.analyze import analyze
+from profkit.dashboard import components as C
+from profkit.dashboard import tables as T
+
+from profkit import loader
+from tests.dashboard.conftest import REPO
+from tests.dashboard.test_loading import text_of
+
+LONG = ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl"
+        "(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#1}::operator()() const"
+        "::{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >"
+        "(int, at::native::GeluCUDAKernelImpl, std::array<char*, 2ul>)")
+
+
+def test_launch_times_read_in_microseconds_under_a_named_column():
+    launches = pd.DataFrame({"rank": [0], "launch_calls": [1038], "delay_median_ns": [2459901],
+                             "launch_time_frac": [0.25]})
+    shown, full = T.readable(T.BY_NAME["launches"], launches)
+    assert list(shown.columns) == ["rank", "launch calls", "launch calls (% of step)",
+                                   "queue delay, median (us)"]
+    assert shown["queue delay, median (us)"][0] == pytest.approx(2459.901)
+    assert shown["launch calls (% of step)"][0] == pytest.approx(25.0)
+    assert full == {}
+
+
+def test_kernel_names_are_short_with_the_full_name_on_hover():
+    kernels = pd.DataFrame({"name": [LONG, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"],
+                            "cls": ["compute", "communication"], "total_ns": [2e6, 1e6]})
+    table = C.readable_table("t", T.KERNELS, kernels)
+    names = [row["kernel"] for row in table.data]
+    assert "GeluCUDA" in names[0] and "TensorIteratorBase" not in names[0]
+    assert [row["GPU time (ms)"] for row in table.data] == [2.0, 1.0]
+    assert [row["class"] for row in table.data] == ["compute", "communication"]
+    assert table.tooltip_data[0]["kernel"]["value"] == LONG
+    assert table.export_format == "csv"
+    assert table.sort_action == "native" and table.filter_action == "native"
+
+
+def test_fusion_sequences_shorten_each_kernel():
+    seq = T.SEQUENCE_SEP.join([LONG, LONG])
+    shown, full = T.readable(T.BY_NAME["fusion_candidates"], pd.DataFrame({"sequence": [seq]}))
+    first, second = shown["kernels in order"][0].split(" > ")
+    assert first == second and "GeluCUDA" in first and len(first) < len(LONG) / 2
+    assert full == {"kernels in order": [seq]}
+
+
+def test_evidence_keys_read_in_their_units():
+    text = text_of(C.kv_list({"others_wait_ns_per_step": 5.105e6, "wait_frac": 0.416,
+                              "delay_median_ns": 2459901}))
+    assert text == "others wait 5.11 ms/step wait 42% delay median 2.46 ms"
+
+
+def test_every_cited_table_is_on_the_tables_page():
+    names = [t.name for t in T.TABLES]
+    for wanted in ("efficiency", "stream_breakdown", "compute_subclasses", "collectives",
+                   "queue_depth", "fusion_candidates", "nvml", "transfers", "idle_code"):
+        assert wanted in names
+    assert set(T.CITED.values()) <= set(names)
+    assert T.cited_table("straggler").name == "stragglers" and T.cited_table("nope") is None
+
+
+@pytest.mark.parametrize("run", ["zoo/straggler", "profkit_ddp"])
+def test_every_column_the_specs_name_is_in_a_real_analysis(run):
+    a = analyze(loader.load_run(REPO / "samples" / "runs" / Path(run)))
+    for spec in T.TABLES:
+        frame = T.source(a, spec)
+        if frame.empty:
+            continue
+        missing = [c for c, _, _ in spec.columns if c not in frame]
+        assert missing == [], f"{spec.name}: {missing}"
+    links = T.with_links(a)
+    assert links["link_gbps"].notna().all()  # every collective against its link's peak
