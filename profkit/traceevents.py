@@ -55,28 +55,24 @@ class Args(msgspec.Struct, gc=False):
     labels: Any = None  # metadata events: process labels ("GPU 0", "CPU")
 
 
-class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+class _Range(msgspec.Struct, gc=False):
+    """The fields a complete or metadata event carries (the two phases are checked alike)."""
+
+    name: str | None = None
+    cat: str | None = None
+    ts: float | None = NAN
+    dur: float | None = NAN
+    pid: int | str | None = None
+    tid: int | str | None = None
+    args: Args | None = None
+
+
+class Event(_Range, tag_field="ph", tag="X"):
     """A complete event: a range with a start and a duration (us)."""
 
-    name: str | None = None
-    cat: str | None = None
-    ts: float | None = NAN
-    dur: float | None = NAN
-    pid: int | str | None = None
-    tid: int | str | None = None
-    args: Args | None = None
 
-
-class Meta(msgspec.Struct, gc=False, tag_field="ph", tag="M"):
+class Meta(_Range, tag_field="ph", tag="M"):
     """A metadata event (process and thread names and labels), checked as :class:`Event`."""
-
-    name: str | None = None
-    cat: str | None = None
-    ts: float | None = NAN
-    dur: float | None = NAN
-    pid: int | str | None = None
-    tid: int | str | None = None
-    args: Args | None = None
 
 
 # Every other phase of the Chrome trace format: checked as JSON, nothing kept.
