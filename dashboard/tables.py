@@ -130,7 +130,7 @@ TABLES: tuple[TableSpec, ...] = (
           ("sm_clock_min_mhz", "SM clock, min (MHz)", None),
           ("throttle_samples", "throttled samples", None), ("clock_samples", "samples", None),
           ("throttle_reasons", "throttle reasons", None), ("power_mean_w", "power, mean (W)", None),
-          ("energy_j_per_step", "energy (J/step)", None), ("energy_source", "energy from", None),
+          ("power_source", "power from", None), ("energy_j_per_step", "energy (J/step)", None), ("energy_source", "energy from", None),
           ("gpm_tensor_active_pct", "tensor active (%)", None),
           ("gpm_dram_bw_pct", "DRAM bandwidth (%)", None),
           ("peak_mem_bytes", "peak memory (GB)", GB), ("mem_capacity_bytes", "memory (GB)", GB),
