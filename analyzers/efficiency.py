@@ -57,8 +57,7 @@ EFFICIENCY_COLUMNS = (RANK, "device", "device_name", "device_model", "steps", "s
                       "tensor_core_gemm_frac", "fp32_gemm_ns")
 NVML_COLUMNS = (RANK, "device", "sm_clock_mean_mhz", "sm_clock_min_mhz", "clock_samples",
                 "throttle_samples", "throttle_reasons", "power_mean_w", "power_source",
-                "energy_j_per_step",
-                "energy_source", "gpm_tensor_active_pct", "gpm_dram_bw_pct",
+                "energy_j_per_step", "energy_source", "gpm_tensor_active_pct", "gpm_dram_bw_pct",
                 "matmul_time_frac", "peak_mem_bytes", "mem_capacity_bytes", "peak_mem_frac")
 TABLES = (("efficiency", EFFICIENCY_COLUMNS), ("nvml", NVML_COLUMNS))
 
