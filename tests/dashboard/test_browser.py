@@ -14,6 +14,7 @@ from tests.dashboard.conftest import BAD_RUNS
 KEYS = {e.label: e.key for e in RunRegistry([], default_roots()).entries()}
 STOCK = KEYS.get("stock_ddp")
 pytestmark = pytest.mark.skipif(STOCK is None, reason="the bundled sample runs are absent")
+ALL_RUNS_MS = 300_000  # the Runs page analysing every sample run from nothing
 
 
 def graph_ready(page, graph_id: str):
@@ -23,13 +24,16 @@ def graph_ready(page, graph_id: str):
 def test_runs_page_lists_every_sample_with_its_verdict(page):
     page.goto(page.base + "/")
     row = page.locator(f'tr[data-run="{STOCK}"]')
-    row.locator(".badge").wait_for()
+    # On a fresh checkout nothing is kept yet: the page analyses every sample run in the
+    # background, in list order, ~70 s for all of them on a quiet 2-core machine; a row
+    # halfway down the list can take longer than the 60 s default wait under load.
+    row.locator(".badge").wait_for(timeout=ALL_RUNS_MS)
     assert row.locator(".badge").inner_text().lower() == "compute"
     assert page.locator("a.runlink").count() == len(KEYS) + len(BAD_RUNS) + 1  # the bad runs and
     # the one missing a trace too
     # rows fill in as their runs are analysed (in the background)
     straggler = page.locator(f'tr[data-run="{KEYS["zoo/straggler"]}"][data-state="done"]')
-    straggler.wait_for()
+    straggler.wait_for(timeout=ALL_RUNS_MS)
     assert "straggler: rank 1" in straggler.inner_text()
     row.locator("a.runlink").click()
     page.wait_for_selector("#verdict")
