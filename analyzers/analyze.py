@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.advice import breakdown_findings
-from profkit.analyzers.breakdown import PARTS, VERDICT_CLASSES, combine_breakdown
-from profkit.analyzers.consolidate import consolidate
-from profkit.analyzers.findings import Finding
+from profkit.analyzers.findings.advice import breakdown_findings
+from profkit.analyzers.findings.consolidate import consolidate
+from profkit.analyzers.measure.breakdown import PARTS, VERDICT_CLASSES, combine_breakdown
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
+from profkit.analyzers.result import Finding
 from profkit.analyzers.summaries import RankSummary, summarize_rank
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
@@ -36,8 +36,8 @@ class Analysis:
         return self.tables.get(name, pd.DataFrame())
 
     def _repr_html_(self) -> str:
-        """Notebook display: verdict, breakdown chart, findings (see analyzers/html.py)."""
-        from profkit.analyzers.html import analysis_html
+        """Notebook display: verdict, breakdown chart, findings (see analyzers/report/html.py)."""
+        from profkit.analyzers.report.html import analysis_html
 
         return analysis_html(self)
 
@@ -106,9 +106,9 @@ def analyze(run: Run, thresholds: Thresholds = DEFAULT,
 def combine(header: RunHeader, summaries: list[RankSummary],
             thresholds: Thresholds = DEFAULT) -> Analysis:
     """The reduce: the run's analysis from its ranks' summaries alone, in any order."""
-    from profkit.analyzers import (
+    from profkit.analyzers.findings import diagnosis
+    from profkit.analyzers.measure import (
         comms,
-        diagnosis,
         efficiency,
         groups,
         kernels,

@@ -10,9 +10,9 @@ import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 from profkit.analyzers.analyze import part_name
-from profkit.analyzers.evidence import evidence_text
-from profkit.analyzers.render import sorted_findings
-from profkit.analyzers.render_text import saving_text
+from profkit.analyzers.report.evidence import evidence_text
+from profkit.analyzers.report.render import sorted_findings
+from profkit.analyzers.report.render_text import saving_text
 from profkit.dashboard import banner, ids
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F

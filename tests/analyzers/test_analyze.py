@@ -7,10 +7,10 @@ import sys
 
 import pytest
 from profkit.analyzers.analyze import analyze
-from profkit.analyzers.breakdown import PARTS, VERDICT_CLASSES
-from profkit.analyzers.render import to_json, to_markdown, to_text
+from profkit.analyzers.measure.breakdown import PARTS, VERDICT_CLASSES
+from profkit.analyzers.report.render import to_json, to_markdown, to_text
 
-from profkit.loader import load_run
+from profkit.run.loader import load_run
 from tests.conftest import CORPUS, REPO
 
 RUNS = REPO / "samples" / "runs"

@@ -4,14 +4,14 @@ number is chosen here, and on the labelled runs captured on 2x H200 (samples/run
 import numpy as np
 import pandas as pd
 import pytest
-from profkit.analyzers import comms as C
-from profkit.analyzers.comms import analyze_collectives, busbw_factor
-from profkit.analyzers.stragglers import STRAGGLER, STRAGGLERS, find_stragglers
+from profkit.analyzers.measure import comms as C
+from profkit.analyzers.measure.comms import analyze_collectives, busbw_factor
+from profkit.analyzers.measure.stragglers import STRAGGLER, STRAGGLERS, find_stragglers
 from profkit.analyzers.thresholds import Thresholds
 
 from profkit import schema as S
-from profkit.loader import load_run
 from profkit.model import RankData, Run, empty_frame
+from profkit.run.loader import load_run
 from tests.conftest import CORPUS, REPO
 
 RUNS = REPO / "samples" / "runs"

@@ -7,13 +7,13 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
-from profkit.analyzers.devices import DEVICES, match_device
-from profkit.analyzers.efficiency import TABLES, analyze_efficiency
+from profkit.analyzers.measure.devices import DEVICES, match_device
+from profkit.analyzers.measure.efficiency import TABLES, analyze_efficiency
 from profkit.analyzers.thresholds import Thresholds
 
 from profkit import schema as S
-from profkit.loader import load_run
 from profkit.model import Run
+from profkit.run.loader import load_run
 from tests.conftest import CORPUS, REPO
 from tests.factories import BASE_NS, kernel, launch, step, trace_doc, write_trace, x
 
@@ -159,7 +159,7 @@ def test_compute_run_mfu_and_utilisation():
     plain = analyze_efficiency(run)
     row = plain.tables["efficiency"].iloc[0]
     assert row["gpu_util"] > 0.9 and row["device_model"] == "H200"
-    # FLOPs from the ops' input shapes (profkit.flops): 11 GEMMs per step, not the script's
+    # FLOPs from the ops' input shapes (profkit.classify.flops): 11 GEMMs per step, not the script's
     # 12: 4 forward + 4 weight gradients + 3 input gradients (layer 1's input needs none).
     assert row["flops"] / 3 == pytest.approx(11 * 2 * 8192**3)
     assert row["achieved_tflops"] == pytest.approx(summary["achieved_tflops"] * 11 / 12, rel=0.05)

@@ -2,11 +2,11 @@
 worked out below, and on the runs captured on 2x H200 (samples/runs) and the corpus."""
 
 import pytest
-from profkit.analyzers import kernels as K
-from profkit.analyzers.kernels import analyze_kernels
+from profkit.analyzers.measure import kernels as K
+from profkit.analyzers.measure.kernels import analyze_kernels
 from profkit.analyzers.thresholds import Thresholds
 
-from profkit.loader import load_run
+from profkit.run.loader import load_run
 from tests.conftest import CORPUS, REPO
 from tests.factories import kernel, launch, step, trace_doc, write_trace, x
 

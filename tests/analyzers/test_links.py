@@ -1,10 +1,10 @@
 import pandas as pd
 import pytest
-from profkit.analyzers.comms import analyze_collectives
-from profkit.analyzers.findings import Result
-from profkit.analyzers.links import analyze_links, link_peak_gbps
+from profkit.analyzers.measure.comms import analyze_collectives
+from profkit.analyzers.measure.links import analyze_links, link_peak_gbps
+from profkit.analyzers.result import Result
 
-from profkit.loader import load_run
+from profkit.run.loader import load_run
 from tests.conftest import REPO
 
 RUNS = REPO / "samples" / "runs"

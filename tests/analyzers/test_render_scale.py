@@ -2,11 +2,11 @@
 
 from pathlib import Path
 
-from profkit.analyzers import render, sections
 from profkit.analyzers.executor import analyze_run
-from profkit.analyzers.tables import rank_ranges
+from profkit.analyzers.measure.tables import rank_ranges
+from profkit.analyzers.report import render, sections
 
-from profkit.synthetic import make_run
+from profkit.trace.synthetic import make_run
 
 SOURCE = (Path(__file__).resolve().parents[2] / "samples" / "runs" / "zoo" / "balanced"
           / "traces" / "rank0.pt.trace.json.gz")
@@ -46,7 +46,7 @@ def test_many_ranks_get_a_spread_and_folded_findings(tmp_path, monkeypatch):
 
 def test_the_tables_a_finding_points_at_stay_short_for_many_ranks(tmp_path, monkeypatch):
     import numpy as np
-    from profkit.analyzers import units
+    from profkit.analyzers.report import units
 
     make_run(SOURCE, tmp_path / "run", 8, group_size=4, seed=7)
     analysis = analyze_run(tmp_path / "run", workers=1)
