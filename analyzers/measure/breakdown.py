@@ -151,7 +151,10 @@ RANK_COLUMNS = ("rank", "steps", "steps_recorded", "step_time_ms", *PARTS,
 
 def combine_breakdown(parts: list[dict]) -> Result:
     """:func:`analyze_breakdown` from every rank's :func:`rank_parts`."""
-    steps = pd.concat([p["step_breakdown"] for p in parts], ignore_index=True)
+    # a rank without GPU work has no step rows (an untyped empty frame): left out of the
+    # concat, so that the others' columns stay numeric
+    frames = [p["step_breakdown"] for p in parts]
+    steps = pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
     rows = []
     for rank, group in steps.groupby("rank"):
         used = group[group[USED].astype(bool)]

@@ -82,6 +82,9 @@ def ingest_file(path: str, use_cache: bool = True) -> Ingested:
             return Ingested(path, error=MERGED_OUTPUT)
         events, collectives, steps, metadata = ingest.build_tables(trace)
         meta = trace_meta(trace_path, trace, metadata)
+        empty = ingest.unusable_reason(events, len(trace), list(trace.all_problems()))
+        if empty:  # named once, as a skipped file: there is no rank to read
+            return Ingested(path, error=empty)
     except TraceError as exc:
         return Ingested(path, error=exc.problem)
     except MemoryError:
