@@ -18,10 +18,11 @@ from profkit import schema as S
 from profkit.classify import events as classify
 from profkit.classify.flops import (
     FLOP_OPS,
+    MAX_OP_FLOPS,
     PRECISIONS,
     ConvLinks,
     dtype_precision,
-    flops_from_shapes,
+    shape_flops,
 )
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns
 from profkit.trace.traceevents import Args, Event, Meta
@@ -80,7 +81,7 @@ class Accumulator:
         self.base_ns = base_ns
         # Relative ts (us) that place an event within +-MAX_ABS_NS epoch ns; others are dropped.
         self.ts_range_us = ((-MAX_ABS_NS - base_ns) / 1000, (MAX_ABS_NS - base_ns) / 1000)
-        self.dropped_ts = self.bad_dur = self.oversized_ids = 0
+        self.dropped_ts = self.bad_dur = self.oversized_ids = self.dropped_flops = 0
         self.names, self.cats = Codes(), Codes()
         self.cat_kind: list[str] = []  # kind of each category code
         self.cat_kind_code: list[int] = []  # the same as a code (index in _KIND_CODE)
@@ -130,6 +131,10 @@ class Accumulator:
         """FLOPs of matmul / conv / attention ops from their shapes where the trace has
         none, and the precision of their inputs (profkit.classify.flops)."""
         precision = np.zeros(len(names), dtype=np.int8)  # 0: unknown, else 1 + PRECISIONS index
+        # the trace's own counts: one no op can have (inf, negative, 1e308) is dropped
+        absurd = ~np.isnan(flops) & ~((flops >= 0) & (flops <= MAX_OP_FLOPS))
+        flops[absurd] = np.nan
+        self.dropped_flops += int(absurd.sum())
         # Only the rows of wanted names are looked at (decided once per name, not per event).
         for i in np.flatnonzero(self._wanted_names()[name_codes]).tolist():
             a, name = args[i], names[i]
@@ -137,7 +142,8 @@ class Accumulator:
                 continue
             dims, concrete = _json(a.input_dims), _json(a.concrete_inputs)
             if np.isnan(flops[i]):
-                flops[i] = flops_from_shapes(name, dims, concrete)
+                flops[i], dropped = shape_flops(name, dims, concrete)
+                self.dropped_flops += dropped
             self.conv_links.note(self.rows + i, name, dims, concrete, a.seq_number, flops[i])
             if name in FLOP_OPS:
                 found = dtype_precision(_json(a.input_types))
@@ -150,8 +156,9 @@ class Accumulator:
         self.name_wanted.extend(bool(n) and self.conv_links.wants(n) for n in new)
         return np.asarray(self.name_wanted, dtype=bool)
 
-    def _resolve_conv_links(self) -> None:
-        """FLOPs that needed a later event (profkit.classify.flops.ConvLinks), on the unsorted rows."""
+    def resolve_conv_links(self) -> None:
+        """FLOPs that needed a later event (profkit.classify.flops.ConvLinks), on the
+        unsorted rows; once every batch is added, before :meth:`frame`."""
         flops = self._take(S.FLOPS)
         ts_us = np.concatenate(self.parts.get("ts_us", [np.empty(0)]))
         end_us = ts_us + np.concatenate(self.parts.get(S.DUR_NS, [np.empty(0)])) / 1000
@@ -177,6 +184,10 @@ class Accumulator:
                        "(set to 0 or clipped to a day)")
         if self.oversized_ids:
             out.append(f"{self.oversized_ids} pid/tid values beyond int64 (read as stable ids)")
+        dropped_flops = self.dropped_flops + self.conv_links.dropped
+        if dropped_flops:
+            out.append(f"FLOPs of {dropped_flops} ops dropped: their shapes or counts give no "
+                       "count an op can have (e.g. 2**62-sized dimensions)")
         return out
 
     def _extend_kinds(self) -> None:
@@ -192,7 +203,6 @@ class Accumulator:
         """The events table, sorted by start time (ts on the epoch clock; stream and device
         set on GPU rows). Consumes the collected parts; ``coll_args`` is re-keyed to the
         sorted rows."""
-        self._resolve_conv_links()
         ts_us = self._take("ts_us")
         order = np.argsort(ts_us, kind="stable")
         self._rekey_args(order)
@@ -264,5 +274,6 @@ def accumulate(trace: Trace, base_ns: int = 0) -> Accumulator:
     for batch in trace.batches():
         acc.add(batch)
     trace.release()
+    acc.resolve_conv_links()
     trace.problems.extend(acc.problems())
     return acc
