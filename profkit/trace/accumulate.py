@@ -27,7 +27,7 @@ from profkit.classify.flops import (
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns
 from profkit.trace.traceevents import Args, Event, Meta
 from profkit.trace.tracefile import Trace
-from profkit.validate import MAX_ABS_NS
+from profkit.validate import MAX_ABS_NS, MAX_NAME_CHARS, cap_name
 
 EMPTY_ARGS = Args()
 _TS = attrgetter("ts")
@@ -50,12 +50,18 @@ class Codes:
 
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
+        self.capped = 0  # distinct values longer than MAX_NAME_CHARS, cut (validate.cap_name)
 
     def encode(self, values: list) -> np.ndarray:
         codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
-        lut = np.array([self.index.setdefault("" if u is None else str(u), len(self.index))
-                        for u in uniques], dtype=np.int32)
+        lut = np.array([self._code("" if u is None else str(u)) for u in uniques], dtype=np.int32)
         return lut[codes] if len(codes) else np.empty(0, np.int32)
+
+    def _code(self, text: str) -> int:
+        if len(text) > MAX_NAME_CHARS:
+            text = cap_name(text)
+            self.capped += text not in self.index
+        return self.index.setdefault(text, len(self.index))
 
     def categorical(self, codes: np.ndarray) -> pd.Categorical:
         return pd.Categorical.from_codes(codes, categories=pd.Index(list(self.index), dtype=str))
@@ -184,6 +190,10 @@ class Accumulator:
                        "(set to 0 or clipped to a day)")
         if self.oversized_ids:
             out.append(f"{self.oversized_ids} pid/tid values beyond int64 (read as stable ids)")
+        capped = self.names.capped + self.cats.capped
+        if capped:
+            out.append(f"{capped} event names or categories longer than {MAX_NAME_CHARS:,} "
+                       "characters cut to their start and a hash")
         dropped_flops = self.dropped_flops + self.conv_links.dropped
         if dropped_flops:
             out.append(f"FLOPs of {dropped_flops} ops dropped: their shapes or counts give no "
