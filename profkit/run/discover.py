@@ -117,8 +117,16 @@ def _walk(folder: Path, depth: int, found: Found) -> None:
         elif stat.S_ISREG(st.st_mode):
             _add_file(item, st, found)
         else:
-            kind = next((what for test, what in _SPECIAL if test(st.st_mode)), "not a regular file")
-            found.skipped.append(SkippedFile(str(item), f"{kind}, not a trace file: not opened"))
+            found.skipped.append(SkippedFile(str(item), not_a_file_reason(item, st)))
+
+
+def not_a_file_reason(item: Path, st: os.stat_result) -> str:
+    """Why an entry that is neither a file nor a folder is not read: what it is (and where
+    a symbolic link points)."""
+    kind = next((what for test, what in _SPECIAL if test(st.st_mode)), "not a regular file")
+    if item.is_symlink():
+        kind = f"a symbolic link to {os.readlink(item)}, {kind}"
+    return f"{kind}, not a trace file: not opened"
 
 
 def _stat(item: Path) -> tuple[os.stat_result | None, str | None]:
@@ -134,6 +142,9 @@ def _stat(item: Path) -> tuple[os.stat_result | None, str | None]:
 def _enter(item: Path, st: os.stat_result, depth: int, found: Found) -> None:
     if capture_number(item) is not None:
         found.captures.append(item)
+        return
+    if is_trace_name(item):  # rank1.json/: named, so that a missing rank is explained
+        found.skipped.append(SkippedFile(str(item), "a folder, not a trace file: not searched"))
         return
     if item.name in QUIET_DIRS or item.name.startswith(".") or depth + 1 >= MAX_DEPTH:
         return

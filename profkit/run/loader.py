@@ -220,13 +220,21 @@ def open_run(path: str | Path) -> tuple[Path, Path, dict[str, Any], list[Path], 
     if not root.exists():
         raise UsageError(f"{root}: no such file or folder")
     if not (root.is_dir() or root.is_file()):
-        raise UsageError(f"{root}: not a regular file or folder (a FIFO or a device?): not opened")
+        raise UsageError(f"{root}: {discover.not_a_file_reason(root, root.stat())}")
     folder = discover.run_folder(root)
     meta = read_run_json(folder) if root.is_dir() else {}
     files, skipped = discover.find_trace_files(root)
     if not files:
-        raise NoTracesError(f"{root}: no trace files (.json or .json.gz) found")
+        raise NoTracesError(f"{root}: no trace files (.json or .json.gz) found{_listing(skipped)}")
     return root, folder, meta, files, skipped
+
+
+def _listing(skipped: list[SkippedFile], most: int = 5) -> str:
+    """The entries a walk left out, for an error that says nothing was found."""
+    if not skipped:
+        return ""
+    more = f"; and {len(skipped) - most} more" if len(skipped) > most else ""
+    return " (skipped: " + "; ".join(f"{s.path}: {s.reason}" for s in skipped[:most]) + more + ")"
 
 
 def choose_ranks(root: Path, results: list, meta: dict, skipped: list[SkippedFile],
