@@ -28,7 +28,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,8 @@ from profkit import datacodec
 from profkit.classify import events as classify
 from profkit.errors import UsageError
 from profkit.model import SkippedFile, clock_offset_ns
-from profkit.run import discover, loader, rankfiles
+from profkit.run import cache, discover, loader, rankfiles
+from profkit.run.pool import process_pool, sigint_blocked
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_ENV = "PROFKIT_DASK_TIMEOUT_S"  # seconds to reach a scheduler (default 30)
@@ -270,8 +271,12 @@ def _executor(tasks: list[FileTask], scheduler, workers: int | None) -> Iterable
 
 
 def _pool_map(tasks: list[FileTask], workers: int) -> Iterator[FileResult]:
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(summarize_file, t): t for t in tasks}
+    """The map in a local process pool; Ctrl-C (or any exception) kills the workers at once
+    and removes the cache temporaries they were writing (profkit.run.pool)."""
+    cached = [f for t in tasks if t.use_cache for f in t.files]
+    with process_pool(workers, on_kill=lambda: cache.sweep_temporaries(cached)) as pool:
+        with sigint_blocked():  # the workers start here: with SIGINT held back
+            futures = {pool.submit(summarize_file, t): t for t in tasks}
         for fut in as_completed(futures):
             yield _outcome(fut, futures[fut])
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from profkit.errors import NoTracesError, TraceError, UsageError, error_text
 from profkit.model import RankData, Run, SkippedFile
 from profkit.run import cache, discover, rankfiles, runmeta
 from profkit.run.counters import load_counters
+from profkit.run.pool import process_pool, sigint_blocked
 from profkit.run.rankfiles import RankFiles
 from profkit.trace import ingest, tracefile
 from profkit.trace.header import header_facts, process_names
@@ -135,9 +135,12 @@ def _ingest_all(files: list[Path], use_cache: bool, workers: int | None,
         for i in misses:
             finish(i, ingest_file(str(files[i]), use_cache))
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            paths = [str(files[i]) for i in misses]
-            for i, res in zip(misses, pool.map(ingest_file, paths, [use_cache] * len(paths))):
+        paths = [str(files[i]) for i in misses]
+        swept = (lambda: cache.sweep_temporaries(paths)) if use_cache else None
+        with process_pool(workers, on_kill=swept) as pool:
+            with sigint_blocked():  # the workers start here: with SIGINT held back
+                ingested = pool.map(ingest_file, paths, [use_cache] * len(paths))
+            for i, res in zip(misses, ingested):
                 finish(i, res)
     return [results[i] for i in range(len(files))]
 

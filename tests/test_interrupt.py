@@ -1,0 +1,109 @@
+"""Ctrl-C ends every command within 2 s with exit code 130: no temporary left behind (output
+or cache), no worker process left running, no traceback. Before, a SIGINT to a ``merge``
+whose workers were busy took up to 3 s (the pool waited for the tasks in flight), and at
+times never ended (a KeyboardInterrupt inside multiprocessing's receive).
+
+SIGINT goes to the whole process group at some moments (a terminal's Ctrl-C) and to the
+command alone at others (``kill -INT``), over the reading (in a process pool), the
+analysis and the writing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+SOURCE = REPO / "samples" / "runs" / "stock_ddp" / "rank0.1795306897953524574.pt.trace.json.gz"
+EXIT_WITHIN_S = 2.0
+# seconds after the start: the pool starts ~0.6 s in; a cold merge takes ~5 s, analyze ~7 s
+MOMENTS = {"merge": (0.7, 1.3, 2.0, 2.8, 3.6), "analyze": (0.8, 1.6, 2.6, 3.8)}
+
+
+@pytest.fixture(scope="module")
+def busy_run(tmp_path_factory) -> Path:
+    """4 ranks of 16 steps (~60 MB of JSON): several seconds of work in a process pool."""
+    run = tmp_path_factory.mktemp("interrupt") / "run"
+    subprocess.run([sys.executable, "-m", "profkit.trace.synthetic", str(SOURCE), str(run),
+                    "--ranks", "4", "--group-size", "4", "--repeat", "4", "--workers", "1"],
+                   check=True, capture_output=True, cwd=REPO, timeout=120)
+    return run
+
+
+def argv(command: str, run: Path, out: Path) -> list[str]:
+    if command == "merge":  # with the ingest cache: workers write it while they are killed
+        return [sys.executable, "-m", "profkit", "merge", str(run), "-q", "-o", str(out / "m.json.gz")]
+    return [sys.executable, "-m", "profkit", "analyze", str(run), "--no-cache",
+            "-o", str(out / "report.txt")]
+
+
+def interrupt(cmd: list[str], after_s: float, group: bool) -> tuple[int | None, float, str]:
+    """(exit code, seconds from SIGINT to exit, stderr); exit code None when the command
+    ended before the moment came."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, cwd=REPO)
+    try:
+        time.sleep(after_s)
+        if proc.poll() is not None:
+            return None, 0.0, proc.communicate()[1]
+        sent = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT) if group else proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+        return proc.returncode, time.monotonic() - sent, err
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("command", sorted(MOMENTS))
+def test_ctrl_c_ends_the_command_at_once_and_leaves_nothing(busy_run, tmp_path, command):
+    out = tmp_path / "out"
+    interrupted = []
+    for i, after_s in enumerate(MOMENTS[command]):
+        shutil.rmtree(busy_run / ".profkit" / "cache", ignore_errors=True)  # a cold start
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        cmd = argv(command, busy_run, out)
+        code, took_s, err = interrupt(cmd, after_s, group=i % 2 == 0)
+        where = f"{command} interrupted {after_s} s in ({'group' if i % 2 == 0 else 'process'})"
+        leftovers = [str(p) for root in (out, busy_run) for p in root.rglob(".tmp-*")]
+        assert leftovers == [], where
+        if code is None:  # finished first: a fast machine
+            continue
+        interrupted.append(took_s)
+        assert code == 130, (where, err)
+        assert took_s < EXIT_WITHIN_S, (where, took_s)
+        assert "Traceback" not in err and err.strip().endswith("profkit: interrupted"), (where, err)
+        assert not (out / "m.json.gz").exists() and not (out / "report.txt").exists(), where
+    assert len(interrupted) >= 2, "the command ended before most moments: make the run larger"
+
+
+def test_no_worker_outlives_an_interrupted_command(busy_run, tmp_path):
+    """The pool's workers are in the command's process group; none is left once it ends."""
+    shutil.rmtree(busy_run / ".profkit" / "cache", ignore_errors=True)
+    proc = subprocess.Popen(argv("merge", busy_run, tmp_path), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, cwd=REPO)
+    time.sleep(1.5)
+    assert proc.poll() is None, "merge ended before the moment came"
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=10) == 130
+    deadline = time.monotonic() + 1.0
+    while not group_gone(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert group_gone(proc.pid), "a worker process outlived the command"
