@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.findings.advice import breakdown_findings
 from profkit.analyzers.findings.consolidate import consolidate
+from profkit.analyzers.findings.diagnosis import UNUSABLE_WHY
 from profkit.analyzers.measure.breakdown import PARTS, VERDICT_CLASSES, combine_breakdown
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
-from profkit.analyzers.result import Finding
+from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.summaries import RankSummary, summarize_rank
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
@@ -73,10 +74,9 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
         steps = steps[steps["used"].astype(bool) & ~steps["rank"].isin(list(unusable or {}))]
     if steps.empty or steps["step_ns"].sum() == 0:
         reasons = set(recorded["excluded_reason"]) if len(recorded) else set()
-        capture = "capture" in (unusable or {}).values() or any("capture" in r for r in reasons)
-        why = ("the trace records CUDA-graph capture, not execution" if capture
-               else "kernel records are missing from the trace" if unusable
-               else "no GPU work in the profiled steps")
+        causes = set((unusable or {}).values()) | {"capture" for r in reasons if "capture" in r}
+        why = next((UNUSABLE_WHY[c] for c in UNUSABLE_WHY if c in causes),
+                   "no GPU work in the profiled steps")
         return {"primary": None, "summary": f"{why}: no verdict", "fractions": {}}
     total = steps[list(PARTS)].sum()
     fractions = (total / total.sum()).round(4).to_dict()
@@ -105,43 +105,25 @@ def analyze(run: Run, thresholds: Thresholds = DEFAULT,
 
 def combine(header: RunHeader, summaries: list[RankSummary],
             thresholds: Thresholds = DEFAULT) -> Analysis:
-    """The reduce: the run's analysis from its ranks' summaries alone, in any order."""
+    """The reduce: the run's analysis from its ranks' summaries alone, in any order. A
+    rank whose events all start at one instant has no timeline: only its finding speaks of
+    it. Figures that break physics are notes, not numbers (findings/trust.py)."""
     from profkit.analyzers.findings import diagnosis
-    from profkit.analyzers.measure import (
-        comms,
-        efficiency,
-        groups,
-        kernels,
-        links,
-        stragglers,
-        transfers,
-    )
 
     summaries = sorted(summaries, key=lambda s: s.rank)
-    gpu = [s for s in summaries if s.has_gpu]
-    metas = {s.rank: s.meta for s in summaries}
-    coll = comms.match_collectives([s.collectives for s in summaries],
-                                   comms.rank_hosts(header.meta, metas))
-    results = [
-        combine_breakdown([s.breakdown for s in summaries]), coll,
-        stragglers.judge_stragglers(coll, {s.rank: s.step_stats for s in summaries}, thresholds),
-        links.judge_links(coll, links.link_peak(header.meta, metas), thresholds),
-        groups.find_slow_groups(coll, thresholds),
-        kernels.combine_kernels([s.kernels for s in gpu], thresholds),
-        efficiency.combine_efficiency([s.efficiency for s in gpu], thresholds),
-    ]
-    tables = {name: t for r in results for name, t in r.tables.items()}
     health = {s.rank: s.breakdown.get("health") or {} for s in summaries}
     unusable = diagnosis.unusable_ranks(health)
+    timed = [s for s in summaries if unusable.get(s.rank) != "collapsed"]
+    gpu = [s for s in timed if s.has_gpu]
+    results, untrusted = _measure(header, timed, {s.rank: s.meta for s in summaries}, thresholds)
+    tables = {name: t for r in results for name, t in r.tables.items()}
     tables["rank_breakdown"] = tables["rank_breakdown"][
         ~tables["rank_breakdown"]["rank"].isin(list(unusable))].reset_index(drop=True)
-    tables["transfers"] = transfers.add_peaks(
-        _concat([s.transfers for s in gpu if s.transfers is not None]), metas, header.meta)
     _split_communication(tables)
     straggler_rows = _straggler_rows(tables.get("stragglers"))
     verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable)
     steps = diagnosis.steps_report(tables["step_breakdown"],
-                                   {s.rank: s.breakdown.get("steps_info") or {} for s in summaries})
+                                   {s.rank: s.breakdown.get("steps_info") or {} for s in timed})
     findings = diagnosis.health_findings(health, unusable)
     findings += breakdown_findings(tables["rank_breakdown"], thresholds,
                                    tables["step_breakdown"], tables["transfers"])
@@ -156,8 +138,8 @@ def combine(header: RunHeader, summaries: list[RankSummary],
             "no GPU events in this run: the breakdown, kernels and efficiency cannot be computed"),
             recommendation="Profile with ProfilerActivity.CUDA on a GPU machine."))
     ranks = [s.rank for s in summaries]
-    notes = list(header.notes) + diagnosis.step_notes(steps, tables.get("one_off_calls",
-                                                                       pd.DataFrame()))
+    notes = list(header.notes) + untrusted + diagnosis.step_notes(
+        steps, tables.get("one_off_calls", pd.DataFrame()))
     info = {"path": header.path, "world_size": world_size(header.meta, ranks),
             "ranks_analyzed": ranks,
             "skipped_files": list(header.skipped), "notes": notes,
@@ -165,6 +147,43 @@ def combine(header: RunHeader, summaries: list[RankSummary],
             "status": header.meta.get("status"), "steps": steps,
             "rank_errors": dict(header.meta.get("rank_errors") or {})}
     return Analysis(info, verdict, tables, findings, straggler_rows)
+
+
+def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict],
+             thresholds: Thresholds) -> tuple[list, list[str]]:
+    """Every cross-rank measurement over the ranks with a timeline (breakdown, collectives,
+    stragglers, links, slow groups, kernels, efficiency, transfers last), and the notes on
+    the figures that broke physics and were dropped."""
+    from profkit.analyzers.findings import trust
+    from profkit.analyzers.measure import (
+        comms,
+        efficiency,
+        groups,
+        kernels,
+        links,
+        stragglers,
+        transfers,
+    )
+
+    gpu = [s for s in timed if s.has_gpu]
+    peak = links.link_peak(header.meta, metas)
+    coll = comms.match_collectives([s.collectives for s in timed],
+                                   comms.rank_hosts(header.meta, metas))
+    untrusted = trust.collectives_within_link(coll.tables, peak[0])
+    results = [
+        combine_breakdown([s.breakdown for s in timed]), coll,
+        stragglers.judge_stragglers(coll, {s.rank: s.step_stats for s in timed}, thresholds),
+        links.judge_links(coll, peak, thresholds),
+        groups.find_slow_groups(coll, thresholds),
+        kernels.combine_kernels([s.kernels for s in gpu], thresholds),
+        efficiency.combine_efficiency([s.efficiency for s in gpu], thresholds),
+    ]
+    moved = transfers.add_peaks(_concat([s.transfers for s in gpu if s.transfers is not None]),
+                                metas, header.meta)
+    results.append(Result(tables={"transfers": moved}))
+    untrusted += trust.transfers_within_link(moved)
+    untrusted += trust.efficiency_within_peak(results[-2].tables.get("efficiency"))
+    return results, untrusted
 
 
 def _drop_unsupported(findings: list[Finding], unusable: dict[int, str],

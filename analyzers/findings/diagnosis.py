@@ -5,7 +5,7 @@ capture recorded), and the code the GPU waited for."""
 from __future__ import annotations
 
 import pandas as pd
-from profkit.analyzers.measure.health import capture_only, records_lost
+from profkit.analyzers.measure.health import capture_only, records_lost, time_collapsed
 from profkit.analyzers.measure.steps import REASON, USED
 from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.result import Finding
@@ -15,11 +15,19 @@ from profkit import schema as S
 HOST_PARTS = ("cpu_launch", "host_sync", "data_loading")
 
 
+UNUSABLE_WHY = {"collapsed": "the trace's events all start at one instant",
+                "capture": "the trace records CUDA-graph capture, not execution",
+                "lost": "kernel records are missing from the trace"}
+
+
 def unusable_ranks(health: dict[int, dict]) -> dict[int, str]:
-    """Ranks whose breakdown would mislead, with why: {rank: "capture" | "lost"}."""
+    """Ranks whose breakdown would mislead, with why: {rank: "collapsed" | "capture" |
+    "lost"} (:data:`UNUSABLE_WHY`)."""
     out = {}
     for rank, h in health.items():
-        if capture_only(h):
+        if time_collapsed(h):
+            out[rank] = "collapsed"
+        elif capture_only(h):
             out[rank] = "capture"
         elif records_lost(h):
             out[rank] = "lost"
@@ -30,7 +38,9 @@ def health_findings(health: dict[int, dict], unusable: dict[int, str]) -> list[F
     findings = []
     for rank, why in sorted(unusable.items()):
         h = health[rank]
-        if why == "capture":
+        if why == "collapsed":
+            findings.append(_collapsed_finding(rank, h))
+        elif why == "capture":
             findings.append(Finding(
                 category="trace", severity="warning", rank=rank,
                 message=(f"rank {rank}: the trace records CUDA-graph capture, not execution "
@@ -56,6 +66,18 @@ def health_findings(health: dict[int, dict], unusable: dict[int, str]) -> list[F
                                 "stopping the profiler while work is in flight (synchronize "
                                 "before export), and check the profiler's warnings.")))
     return findings
+
+
+def _collapsed_finding(rank: int, h: dict) -> Finding:
+    return Finding(
+        category="trace", severity="critical", rank=rank,
+        message=(f"rank {rank}: {h['events_at_one_instant']} of its {h['events']} events start "
+                 "at the same instant, so its timestamps cannot be trusted: no breakdown, "
+                 "waits, skew or bandwidth from it, and no verdict"),
+        evidence={k: h[k] for k in ("events", "events_at_one_instant")},
+        recommendation=("The trace's timestamps were lost or overwritten (a converter or "
+                        "editor that rewrote ts, or a clock that did not advance): capture "
+                        "the rank again with torch.profiler and use its file as written."))
 
 
 def steps_report(steps: pd.DataFrame, infos: dict[int, dict]) -> dict[str, dict]:
