@@ -1,7 +1,8 @@
-"""Ctrl-C ends every command within 2 s with exit code 130: no temporary left behind (output
-or cache), no worker process left running, no traceback. Before, a SIGINT to a ``merge``
-whose workers were busy took up to 3 s (the pool waited for the tasks in flight), and at
-times never ended (a KeyboardInterrupt inside multiprocessing's receive).
+"""Ctrl-C ends ``merge``, ``summary`` and ``analyze`` within 2 s with exit code 130: no
+temporary left behind (output or cache), no worker process left running, no traceback.
+Before, a SIGINT while the workers were busy took up to 3 s (merge) and 3.8 s (analyze):
+the pool waited for the tasks in flight; at times it never ended (a KeyboardInterrupt inside
+multiprocessing's receive).
 
 SIGINT goes to the whole process group at some moments (a terminal's Ctrl-C) and to the
 command alone at others (``kill -INT``), over the reading (in a process pool), the
@@ -24,7 +25,7 @@ from tests.conftest import REPO
 SOURCE = REPO / "samples" / "runs" / "stock_ddp" / "rank0.1795306897953524574.pt.trace.json.gz"
 EXIT_WITHIN_S = 2.0
 # seconds after the start: the pool starts ~0.6 s in; a cold merge takes ~5 s, analyze ~7 s
-MOMENTS = {"merge": (0.7, 1.3, 2.0, 2.8, 3.6), "analyze": (0.8, 1.6, 2.6, 3.8)}
+MOMENTS = {"merge": (0.7, 1.5, 2.4, 3.4), "analyze": (0.8, 1.9, 3.2), "summary": (0.8, 2.0)}
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +39,11 @@ def busy_run(tmp_path_factory) -> Path:
 
 
 def argv(command: str, run: Path, out: Path) -> list[str]:
-    if command == "merge":  # with the ingest cache: workers write it while they are killed
-        return [sys.executable, "-m", "profkit", "merge", str(run), "-q", "-o", str(out / "m.json.gz")]
-    return [sys.executable, "-m", "profkit", "analyze", str(run), "--no-cache",
-            "-o", str(out / "report.txt")]
+    """merge and summary with the ingest cache (workers write it while they are killed);
+    analyze without."""
+    extra = {"merge": ["-q", "-o", str(out / "m.json.gz")], "summary": [],
+             "analyze": ["--no-cache", "-o", str(out / "report.txt")]}[command]
+    return [sys.executable, "-m", "profkit", command, str(run), *extra]
 
 
 def interrupt(cmd: list[str], after_s: float, group: bool) -> tuple[int | None, float, str]:
