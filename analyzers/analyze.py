@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.findings.advice import breakdown_findings
 from profkit.analyzers.findings.consolidate import consolidate
+from profkit.analyzers.findings.judge import measurement_findings
 from profkit.analyzers.measure.breakdown import PARTS, VERDICT_CLASSES, combine_breakdown
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.result import Finding
@@ -148,13 +149,11 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     findings += diagnosis.idle_code_findings(
         tables.get("idle_code", pd.DataFrame()), tables["rank_breakdown"], verdict["primary"],
         {int(r): len(v["used"]) for r, v in steps.items()})
-    findings += [f for r in results[1:] for f in r.findings]
+    findings += [f for r in results[1:] for f in measurement_findings(r, thresholds)]
     findings = _drop_unsupported(findings, unusable, {s.rank for s in gpu})
     findings = consolidate(findings, tables, verdict)
     if not gpu and not unusable:
-        findings.append(Finding(category="input", severity="info", message=(
-            "no GPU events in this run: the breakdown, kernels and efficiency cannot be computed"),
-            recommendation="Profile with ProfilerActivity.CUDA on a GPU machine."))
+        findings.append(diagnosis.no_gpu_finding())
     ranks = [s.rank for s in summaries]
     notes = list(header.notes) + diagnosis.step_notes(steps, tables.get("one_off_calls",
                                                                        pd.DataFrame()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.devices import device_info, match_device
-from profkit.analyzers.result import Finding, Result
+from profkit.analyzers.result import Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit.model import Run
@@ -63,18 +63,7 @@ def judge_links(comms: Result, peak: tuple[float, str], th: Thresholds = DEFAULT
     table["link_gbps"] = link
     table["link_util"] = table["busbw_gbps"] / link
     large = table[(table["bytes"] >= LARGE_BYTES) & table["link_util"].notna()]
-    findings = []
-    if len(large) and float(large["link_util"].median()) < th.low_link_util_frac:
-        util = float(large["link_util"].median())
-        findings.append(Finding(
-            category="communication", severity="warning",
-            message=(f"large collectives (>= {LARGE_BYTES >> 20} MiB) reach {util:.0%} of the "
-                     f"{model} link's {link:.0f} GB/s (median bus bandwidth "
-                     f"{float(large['busbw_gbps'].median()):.0f} GB/s)"),
-            evidence={"collectives": int(len(large)), "median_link_util": round(util, 3),
-                      "link_gbps": link, "device": model},
-            recommendation=("Check the NCCL topology and transport in the NCCL log (P2P/NVLink "
-                            "vs SHM/PCIe), NCCL_P2P_DISABLE and similar knobs, and GPU placement; "
-                            "small, frequent collectives can be bucketed into larger ones.")))
     table["link_util"] = table["link_util"].astype(np.float64)
-    return Result(tables={"collective_links": table[list(COLUMNS)]}, findings=findings)
+    return Result(tables={"collective_links": table[list(COLUMNS)]},
+                  facts={"topic": "links", "thresholds": th, "large": large,
+                         "link_gbps": link, "device": model})

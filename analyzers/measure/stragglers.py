@@ -37,7 +37,7 @@ from profkit.analyzers.measure.comms import (
     RANK_WAITS,
     WAIT_NS,
 )
-from profkit.analyzers.result import Finding, Result
+from profkit.analyzers.result import Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals
@@ -91,24 +91,9 @@ def judge_stragglers(comms: Result, step_stats: dict[int, dict[str, float]],
     impossible = table[table[WAIT_FRAC].fillna(0) > 1.0]
     if len(impossible):  # waiting longer than a whole step: the ranks are not lined up
         table[STRAGGLER] = False
-        return Result(tables={STRAGGLERS: table[list(STRAGGLER_COLUMNS)]},
-                      findings=[_misaligned(impossible)])
-    flagged = table[table[STRAGGLER]].to_dict("records")
-    findings = [_finding(row, thresholds) for row in flagged]
-    return Result(tables={STRAGGLERS: table[list(STRAGGLER_COLUMNS)]}, findings=findings)
-
-
-def _misaligned(rows: pd.DataFrame) -> Finding:
-    worst = rows.sort_values(WAIT_FRAC).iloc[-1]
-    return Finding(
-        category="collectives", severity="warning", rank=None,
-        message=(f"collective waits exceed the step time ({worst[WAIT_FRAC]:.0%} of a step for "
-                 f"rank {int(worst[RANK])}): the ranks' clocks are not aligned or their "
-                 "collectives do not match up, so no straggler verdict is given"),
-        evidence={"wait_frac": round(float(worst[WAIT_FRAC]), 3), "rank": int(worst[RANK])},
-        recommendation=("Capture with profkit.profile (it measures clock offsets between "
-                        "ranks), profile the same steps on every rank, and check that all "
-                        "ranks' traces come from the same run."))
+    return Result(tables={STRAGGLERS: table[list(STRAGGLER_COLUMNS)]},
+                  facts={"topic": "stragglers", "thresholds": thresholds,
+                         "misaligned": impossible, "table": table})
 
 
 def _empty() -> pd.DataFrame:
@@ -213,53 +198,23 @@ def _flag(t: pd.DataFrame, th: Thresholds) -> np.ndarray:
     return (enough & late & costly).to_numpy(bool)
 
 
-def _ms(ns: float) -> str:
+def ms_text(ns: float) -> str:
     return "n/a" if not np.isfinite(ns) else f"{ns / 1e6:.2f} ms"
 
 
 def _evidence(row: dict) -> str:
     return (f"last at {row[N_LAST]}/{row[N_COLLECTIVES]} collectives (by chance "
             f"~{row[EXPECTED_LAST]:.0f}, p={row[P_VALUE]:.2g}); others wait "
-            f"{_ms(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])}/step exposed "
-            f"({_ms(row[OTHERS_WAIT_NS_PER_STEP])} raw), {_pct(row[WAIT_FRAC])} of their "
-            f"{_ms(row[OTHERS_STEP_NS])} step")
+            f"{ms_text(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])}/step exposed "
+            f"({ms_text(row[OTHERS_WAIT_NS_PER_STEP])} raw), {pct_text(row[WAIT_FRAC])} of their "
+            f"{ms_text(row[OTHERS_STEP_NS])} step")
 
 
-def _pct(frac: float) -> str:
+def pct_text(frac: float) -> str:
     return "n/a" if not np.isfinite(frac) else f"{frac:.1%}"
 
 
-def _finding(row: dict, th: Thresholds) -> Finding:
-    rank = int(row[RANK])
-    severity = "critical" if row[WAIT_FRAC] >= th.straggler_critical_wait_frac else "warning"
-    evidence = {k: _plain(row[k]) for k in STRAGGLER_COLUMNS if k not in (STRAGGLER, EVIDENCE)}
-    return Finding(
-        category="straggler", severity=severity, rank=rank, evidence=evidence,
-        message=(f"Rank {rank} is a straggler: last at {row[N_LAST]} of {row[N_COLLECTIVES]} "
-                 f"collectives (~{row[EXPECTED_LAST]:.0f} by chance, p={row[P_VALUE]:.2g}); "
-                 f"the other ranks lose {_ms(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])} "
-                 f"per step ({_pct(row[WAIT_FRAC])} of their {_ms(row[OTHERS_STEP_NS])} step) "
-                 "waiting for it"),
-        recommendation=_recommendation(rank, row),
-    )
-
-
-def _recommendation(rank: int, row: dict) -> str:
-    mine, theirs = row[COMPUTE_NS_PER_STEP], row[OTHERS_COMPUTE_NS_PER_STEP]
-    text = (f"Investigate rank {rank}: extra work before the collective (compare the ranks' "
-            "timelines just before it), a slower GPU (compare its compute time per step "
-            f"with the others': {_ms(mine)} vs {_ms(theirs)}), data imbalance (uneven batch or "
-            "sequence lengths), host contention (CPU threads, NUMA placement, other processes).")
-    if np.isfinite(mine) and np.isfinite(theirs) and theirs > 0:
-        excess = mine / theirs - 1
-        text += (f" Its GPU compute is {excess:.0%} above the others': look for extra or "
-                 "imbalanced work on it first." if excess > 0.05 else
-                 " Its GPU compute is not above the others': look at its host side first "
-                 "(late launches, data loading, CPU contention).")
-    return text
-
-
-def _plain(value):
+def json_scalar(value):
     """JSON-ready scalar."""
     if isinstance(value, (np.bool_, bool)):
         return bool(value)
