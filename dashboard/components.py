@@ -11,8 +11,8 @@ import pandas as pd
 from dash import dash_table, dcc, html
 from dash.exceptions import PreventUpdate
 from plotly.io.json import to_json_plotly
+from profkit.analyzers import units as U
 from profkit.analyzers.analyze import part_name
-from profkit.analyzers.report import units as U
 from profkit.dashboard import banner, ids
 from profkit.dashboard import tables as T
 from profkit.dashboard.figures import CLASS_COLORS

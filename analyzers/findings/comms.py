@@ -32,10 +32,10 @@ from profkit.analyzers.measure.stragglers import (
     WAIT_FRAC,
     json_scalar,
     ms_text,
-    pct_text,
 )
 from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.thresholds import Thresholds
+from profkit.analyzers.units import pct
 
 from profkit import schema as S
 
@@ -150,7 +150,7 @@ def _finding(row: dict, th: Thresholds) -> Finding:
         message=(f"Rank {rank} is a straggler: last at {row[N_LAST]} of {row[N_COLLECTIVES]} "
                  f"collectives (~{row[EXPECTED_LAST]:.0f} by chance, p={row[P_VALUE]:.2g}); "
                  f"the other ranks lose {ms_text(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])} "
-                 f"per step ({pct_text(row[WAIT_FRAC])} of their {ms_text(row[OTHERS_STEP_NS])} step) "
+                 f"per step ({pct(row[WAIT_FRAC])} of their {ms_text(row[OTHERS_STEP_NS])} step) "
                  "waiting for it"),
         recommendation=_recommendation(rank, row),
     )
