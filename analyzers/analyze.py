@@ -11,6 +11,7 @@ from profkit.analyzers.findings.advice import breakdown_findings
 from profkit.analyzers.findings.consolidate import consolidate
 from profkit.analyzers.findings.judge import measurement_findings
 from profkit.analyzers.measure.breakdown import PARTS, VERDICT_CLASSES, combine_breakdown
+from profkit.analyzers.measure.steps import run_median_step_ms
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.result import Finding
 from profkit.analyzers.summaries import RankSummary, summarize_rank
@@ -83,12 +84,14 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
     fractions = (total / total.sum()).round(4).to_dict()
     primary = max(VERDICT_CLASSES, key=lambda c: fractions[c])
     n_ranks = steps["rank"].nunique()
+    median_ms = run_median_step_ms(steps)
     summary = (f"{part_name(primary)} bound: {fractions[primary]:.0%} of step time over "
-               f"{n_ranks} rank(s), median step {steps['step_ns'].median() / 1e6:.2f} ms")
+               f"{n_ranks} rank(s), median step {median_ms:.2f} ms")
     for s in straggler_rows:
         summary += (f"; rank {s['rank']} is a straggler: the others lose "
                     f"{s['evidence']['others_wait_ms_per_step']:.2f} ms per step waiting for it")
-    return {"primary": primary, "summary": summary, "fractions": fractions}
+    return {"primary": primary, "summary": summary, "fractions": fractions,
+            "median_step_ms": median_ms}
 
 
 def analyze(run: Run, thresholds: Thresholds = DEFAULT,

@@ -56,6 +56,7 @@ def test_no_saving_is_larger_than_the_time_it_comes_from(run_dir):
     terms as the finding's own evidence (profkit_fsdp once promised 13.83 ms/step of a 13.6
     ms/step part; zoo/round_trip 55.56 of 55.1)."""
     from profkit.analyzers.analyze import analyze
+
     from profkit.run.loader import load_run
 
     checked = 0
