@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.result import Result
 
 WHY = "the trace's times or sizes cannot be trusted"
 
@@ -57,9 +58,11 @@ def transfers_within_link(table: pd.DataFrame) -> list[str]:
             f"{float(worst['peak_gbps']):.0f} GB/s): {WHY}; their bandwidth is not shown"]
 
 
-def efficiency_within_peak(table: pd.DataFrame | None) -> list[str]:
-    """MFU or GPU busy above 100%: MFU (with the achieved TFLOP/s behind it) or GPU busy
-    become NaN."""
+def efficiency_within_peak(result: Result) -> list[str]:
+    """MFU or GPU busy above 100% in an efficiency result: MFU (with the achieved TFLOP/s
+    behind it) or GPU busy become NaN, in its table and in the rows its findings are judged
+    from (``facts["efficiency_rows"]``)."""
+    table = result.tables.get("efficiency")
     if table is None or table.empty:
         return []
     notes = []
@@ -70,10 +73,14 @@ def efficiency_within_peak(table: pd.DataFrame | None) -> list[str]:
         if not bad.any():
             continue
         worst = float(table.loc[bad, column].max())
-        ranks = ", ".join(str(int(r)) for r in table.loc[bad, "rank"])
-        table.loc[bad, [c for c in (column, also) if c]] = np.nan
-        notes.append(f"rank {ranks}: {label} above 100% ({worst:.0%}): {WHY} (FLOP counts or "
-                     "times); not shown")
+        ranks = [int(r) for r in table.loc[bad, "rank"]]
+        dropped = [c for c in (column, also) if c]
+        table.loc[bad, dropped] = np.nan
+        for row in result.facts.get("efficiency_rows") or []:
+            if row.get("rank") in ranks:
+                row.update(dict.fromkeys(dropped, np.nan))
+        notes.append(f"rank {', '.join(map(str, ranks))}: {label} above 100% ({worst:.0%}): "
+                     f"{WHY} (FLOP counts or times); not shown")
     return notes
 
 

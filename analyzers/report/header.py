@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from profkit.analyzers.measure.tables import rank_ranges
-from profkit.analyzers.report.units import clip
+from profkit.analyzers.units import clip
 
 from profkit.run.discover import is_trace_name
 from profkit.run.loader import MERGED_OUTPUT
