@@ -290,20 +290,17 @@ FLOP_OPS: dict[str, Formula] = {
 }
 
 
-# No op does more: a day (the longest event kept) at 10 PFLOP/s, past every peak in
-# analyzers/measure/devices.py. A count above it comes from shapes no tensor can have.
-MAX_OP_FLOPS = 1e22
+MAX_OP_FLOPS = 1e22  # a day (the longest event kept) at 10 PFLOP/s, past every device peak
 
 
 def plausible_flops(value: float) -> bool:
-    """Whether ``value`` can be one op's FLOP count (finite, >= 0, <= MAX_OP_FLOPS)."""
-    return 0.0 <= value <= MAX_OP_FLOPS  # False for NaN and inf
+    """Whether ``value`` can be one op's FLOP count: 0 to MAX_OP_FLOPS (not NaN or inf)."""
+    return 0.0 <= value <= MAX_OP_FLOPS
 
 
 def shape_flops(name: str, dims: object, concrete: object = None) -> tuple[float, bool]:
-    """(FLOPs, dropped) of one op from its ``Input Dims`` (and ``Concrete Inputs``). NaN
-    and not dropped when the op, its shapes or the arguments its formula needs are not
-    known; NaN and dropped when the shapes give no count an op can have (2**62-sized
+    """(FLOPs, dropped) of one op from its shapes: NaN when the op, its shapes or arguments
+    are unknown; NaN and dropped when they give no count an op can have (2**62-sized
     dimensions overflow a float, a stride of 0, negative or absurd counts)."""
     fn = FLOP_OPS.get(name)
     if fn is None or not isinstance(dims, list):
