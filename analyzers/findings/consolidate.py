@@ -60,9 +60,18 @@ def _compute_bound(f: Finding, primary: dict) -> bool:
     return primary.get(f.rank) == "compute"
 
 
+GRAPHS_IN_USE_ADVICE = (
+    "The step already replays CUDA graphs: capture more of it in them (the launches between "
+    "replays), fuse what is left with torch.compile, or move host work between replays off "
+    "the critical path.")
+
+
 def _with_launch_stats(f: Finding, stats: Finding) -> Finding:
     extra = {k: stats.evidence[k] for k in LAUNCH_EVIDENCE if k in stats.evidence}
-    return replace(f, evidence={**f.evidence, "launch": extra})
+    f = replace(f, evidence={**f.evidence, "launch": extra})
+    if extra.get("graph_launches") and "CUDA graphs" in f.recommendation:
+        f = replace(f, recommendation=GRAPHS_IN_USE_ADVICE)  # never advise what is in use
+    return f
 
 
 def _estimate(f: Finding, saving: dict, means: pd.DataFrame,

@@ -64,7 +64,7 @@ def test_no_saving_is_larger_than_the_time_it_comes_from(run_dir):
         saving, cap = f.estimated_saving, CAPPED_BY.get(f.category)
         if not saving or cap not in f.evidence:
             continue
-        assert saving["fraction"] <= f.evidence[cap] + 1e-9, (f.category, f.rank, saving)
+        assert saving["fraction"] <= f.evidence[cap] + 1e-4, (f.category, f.rank, saving)  # 4 decimals
         if "ms_per_step" in f.evidence:  # both rounded to 3 decimals
             assert saving["ms_per_step"] <= f.evidence["ms_per_step"] + 0.0015, f
         checked += 1
