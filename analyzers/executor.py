@@ -28,12 +28,13 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from profkit import classify, datacodec, discover, loader, rankfiles
+from profkit.children import process_pool
 from profkit.errors import UsageError
 from profkit.model import SkippedFile, clock_offset_ns
 
@@ -268,7 +269,7 @@ def _executor(tasks: list[FileTask], scheduler, workers: int | None) -> Iterable
 
 
 def _pool_map(tasks: list[FileTask], workers: int) -> Iterator[FileResult]:
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with process_pool(workers) as pool:
         futures = {pool.submit(summarize_file, t): t for t in tasks}
         for fut in as_completed(futures):
             yield _outcome(fut, futures[fut])

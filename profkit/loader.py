@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from pandas.api.types import union_categoricals
 
 from profkit import cache, discover, ingest, rankfiles, runmeta, tracefile
 from profkit import schema as S
+from profkit.children import process_pool
 from profkit.counters import load_counters
 from profkit.errors import NoTracesError, TraceError, UsageError, error_text
 from profkit.header import header_facts, process_names
@@ -131,7 +131,7 @@ def _ingest_all(files: list[Path], use_cache: bool, workers: int | None,
         for i in misses:
             finish(i, ingest_file(str(files[i]), use_cache))
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with process_pool(workers) as pool:
             paths = [str(files[i]) for i in misses]
             for i, res in zip(misses, pool.map(ingest_file, paths, [use_cache] * len(paths))):
                 finish(i, res)
