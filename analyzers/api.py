@@ -1,6 +1,6 @@
 """``profkit.analyze`` and ``profkit.diff``: the analysis of a run, and the comparison of two,
 for runs given as :class:`profkit.model.Run` objects or as paths (a run directory, a folder
-of torch.profiler traces, or one trace file), loaded with :func:`profkit.loader.load_run`."""
+of torch.profiler traces, or one trace file), loaded with :func:`profkit.run.loader.load_run`."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import os
 
 from profkit.analyzers.analyze import Analysis
 from profkit.analyzers.analyze import analyze as analyze_run
-from profkit.analyzers.diff import Diff, diff_runs
+from profkit.analyzers.compare.diff import Diff, diff_runs
 
-from profkit.loader import load_run
 from profkit.model import Run
+from profkit.run.loader import load_run
 
 RunLike = Run | str | os.PathLike
 

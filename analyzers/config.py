@@ -36,7 +36,7 @@ from profkit.projectconf import find_pyproject, profkit_table, read_toml
 
 log = logging.getLogger(__name__)
 # [tool.profkit] sub-tables that are not thresholds: read by their own modules
-OTHER_TABLES = {"classify": "kernel classification rules (profkit/classify_rules.py)"}
+OTHER_TABLES = {"classify": "kernel classification rules (profkit/classify/rules.py)"}
 # Fields whose valid range is narrower than "a number >= 0"
 OPEN_UNIT = {"diff_confidence"}  # 0 < value < 1
 POSITIVE = {"flops_per_step", "peak_tflops"}  # value > 0

@@ -15,7 +15,7 @@ joined, align its clock, attach its NVML samples,
 A task is one rank's files as far as their names tell (:func:`plan_tasks`). Only summaries
 travel back, with each file's header facts and the evidence of where it comes from (run id,
 host, process, time span, steps); the reduce decides from these which files are which rank's
-exactly as the loader does (:mod:`profkit.rankfiles`), and has the few ranks whose files no
+exactly as the loader does (:mod:`profkit.run.rankfiles`), and has the few ranks whose files no
 task summarised together (cycles the names did not group, a stranger grouped by its name)
 summarised again. The reduce (:func:`~profkit.analyzers.analyze.combine`) is the same code
 for every executor, so their reports are identical. A file that cannot be read, or whose map
@@ -33,10 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profkit import classify, datacodec, discover, loader, rankfiles
+from profkit import datacodec
 from profkit.children import process_pool
+from profkit.classify import events as classify
 from profkit.errors import UsageError
 from profkit.model import SkippedFile, clock_offset_ns
+from profkit.run import discover, loader, rankfiles
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_ENV = "PROFKIT_DASK_TIMEOUT_S"  # seconds to reach a scheduler (default 30)
@@ -56,7 +58,7 @@ class FileTask:
     use_cache: bool = True
     thresholds: Any = None
     options: Any = None  # AnalysisOptions (step marker, steps)
-    rules: Any = None  # the client's classification rules (profkit.classify_rules.Rules)
+    rules: Any = None  # the client's classification rules (profkit.classify.rules.Rules)
     paths: list[str] = field(default_factory=list)  # all the files when several (else empty)
 
     @property
@@ -105,7 +107,7 @@ def _summarize(task: FileTask, ingested: list) -> FileResult:
     from profkit.analyzers.summaries import summarize_rank, trim_meta
     from profkit.analyzers.thresholds import DEFAULT
 
-    from profkit.counters import load_counters
+    from profkit.run.counters import load_counters
 
     parts = [FileResult(r.path, error=r.error) if r.error else FileResult(r.path, trim_meta(r.meta))
              for r in ingested] if len(ingested) > 1 else []
@@ -238,7 +240,7 @@ def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
     notes += loader.problem_notes(run_meta, {r: rf.files[0].meta for r, rf in chosen.items()})
     header = RunHeader(str(root), run_meta, [s.as_dict() for s in skipped], notes)
     analysis = combine(header, summaries, thresholds)
-    if ranks is not None:  # ranks left out on purpose are not missing (analyzers/header.py)
+    if ranks is not None:  # ranks left out on purpose are not missing (analyzers/report/header.py)
         analysis.run["ranks_selected"] = sorted(set(ranks))
     return analysis
 

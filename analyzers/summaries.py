@@ -16,10 +16,10 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import pandas as pd
-from profkit.analyzers import breakdown, comms, efficiency, kernels, stragglers, transfers
-from profkit.analyzers.findings import Finding
+from profkit.analyzers.measure import breakdown, comms, efficiency, kernels, stragglers, transfers
+from profkit.analyzers.measure.steps import apply_step_marker, marker_candidates
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
-from profkit.analyzers.steps import apply_step_marker, marker_candidates
+from profkit.analyzers.result import Finding
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import datacodec
@@ -27,7 +27,7 @@ from profkit.model import RankData
 
 # Header facts the reduce reads (devices for peaks and link speeds, host for clocks/links;
 # run id, host, pid, time span, steps and trace id to tell a rank's files from a stranger's,
-# see profkit.rankfiles; sources: the files a rank was read from; problems: bad values
+# see profkit.run.rankfiles; sources: the files a rank was read from; problems: bad values
 # repaired or dropped while reading, one line per file).
 META_KEYS = ("source", "sources", "host", "devices", "base_time_ns", "trace_id",
              "profkit_run_id", "raw_event_count", "pid", "span_ns", "step_range", "problems")

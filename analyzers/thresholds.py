@@ -49,7 +49,7 @@ class Thresholds:
     """MFU below this is flagged (well-tuned bf16 LLM training reaches ~0.35-0.55)."""
     min_flop_coverage_frac: float = 0.50
     """MFU is judged only when ops with known FLOPs launched at least this share of the
-    compute-kernel time that may carry FLOPs (analyzers/flopcount.py); below it the counted
+    compute-kernel time that may carry FLOPs (analyzers/measure/flopcount.py); below it the counted
     FLOP/s are only a lower bound. Seen: 0.7-1.0 on eager training and inference traces
     recorded with shapes (samples/runs, ResNets, Qwen, BERT), 0.3-0.4 with fbgemm custom
     ops, 0-0.1 on CUDA-graph replays and custom-op MoE models."""
@@ -59,7 +59,7 @@ class Thresholds:
     whatever the coverage."""
     peak_tflops: float | None = None
     """Dense peak TFLOP/s of one device to judge MFU against, instead of the device table's
-    peak for the precisions the GEMMs ran in (analyzers/devices.py)."""
+    peak for the precisions the GEMMs ran in (analyzers/measure/devices.py)."""
     straggler_max_p_value: float = 0.01
     """A rank is a straggler when it arrives last so often that chance (each of a collective's
     n ranks last with probability 1/n) explains it with probability below this..."""

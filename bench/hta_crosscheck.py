@@ -51,9 +51,9 @@ def hta(run_dir: Path, python: Path) -> dict[int, dict]:
 
 
 def profkit_buckets(run_dir: Path) -> dict[int, dict]:
-    from profkit.analyzers.breakdown import analyze_breakdown
+    from profkit.analyzers.measure.breakdown import analyze_breakdown
 
-    from profkit.loader import load_run
+    from profkit.run.loader import load_run
 
     steps = analyze_breakdown(load_run(run_dir)).tables["step_breakdown"]
     out = {}

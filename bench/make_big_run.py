@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from profkit.repeat import Repeater, is_int, read_trace
+from profkit.trace.repeat import Repeater, is_int, read_trace
 
 
 def find_sources(items: list[str]) -> list[Path]:

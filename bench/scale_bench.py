@@ -3,7 +3,7 @@
 
     python bench/scale_bench.py [--ranks 8,64,256,1024] [--workers 2] [--work DIR]
 
-Builds synthetic runs (``profkit.synthetic``: the stock_ddp rank-0 trace warped per rank,
+Builds synthetic runs (``profkit.trace.synthetic``: the stock_ddp rank-0 trace warped per rank,
 groups of 8, a planted straggler and a planted slow group) and analyses each, in a fresh
 process, with the local process pool and with a Dask ``LocalCluster`` of the same number of
 worker processes, ingest cache off (every trace parsed). Prints one table: wall time, the
@@ -35,7 +35,7 @@ def plant(n: int) -> tuple[int, int]:
 
 
 def make(n: int, work: Path) -> Path:
-    from profkit.synthetic import make_run
+    from profkit.trace.synthetic import make_run
 
     out = work / f"ranks{n}"
     if not (out / ".profkit" / "planted.json").exists():

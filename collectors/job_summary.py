@@ -204,7 +204,7 @@ def own_result(session: Any) -> Any:
     try:
         from profkit.analyzers.executor import FileResult, plan_tasks, summarize_file
 
-        from profkit.loader import read_run_json
+        from profkit.run.loader import read_run_json
 
         if not session.traces:
             return FileResult(str(path), error=no_trace_reason(session))
@@ -268,9 +268,9 @@ def _write_report(run_dir: Path, own: Any, arrivals: kv.Arrivals | None = None,
     with the reason, and write the report files; returns the JSON's path."""
     import orjson
     from profkit.analyzers.executor import FileResult, reduce_results
-    from profkit.analyzers.render import to_json, to_text
+    from profkit.analyzers.report.render import to_json, to_text
 
-    from profkit.loader import read_run_json
+    from profkit.run.loader import read_run_json
 
     arrivals = arrivals or kv.Arrivals()
     if isinstance(own, str):  # rank 0 could not summarise its trace

@@ -54,9 +54,9 @@ def _import_analysis_code() -> None:
     """Import the loader and analyzers at start-up rather than on the first page request
     (~0.4 s on a small machine); no run is read here."""
     import profkit.analyzers.analyze  # noqa: F401
-    import profkit.analyzers.diff  # noqa: F401
+    import profkit.analyzers.compare.diff  # noqa: F401
 
-    import profkit.loader  # noqa: F401
+    import profkit.run.loader  # noqa: F401
 
 
 def create_app(runs: list[Path], roots: list[Path]) -> Dash:

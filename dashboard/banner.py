@@ -1,6 +1,6 @@
 """The truth about a run, on every one of its pages and in its row of the Runs table: how it
 ended, how many of its ranks were analysed, which files were skipped and why, and the notes
-on how it was read. The words are the report header's (:mod:`profkit.analyzers.header`), so
+on how it was read. The words are the report header's (:mod:`profkit.analyzers.report.header`), so
 the dashboard and ``profkit analyze`` say the same thing."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dash import html
-from profkit.analyzers import header as H
+from profkit.analyzers.report import header as H
 from profkit.dashboard import ids
 
 PROBLEM, INFO = "problem", "info"

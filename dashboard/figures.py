@@ -12,8 +12,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from profkit.analyzers.analyze import part_name
-from profkit.analyzers.breakdown import PARTS
-from profkit.analyzers.names import short_kernel_names
+from profkit.analyzers.measure.breakdown import PARTS
+
+from profkit.classify.names import short_kernel_names
 
 # One colour per breakdown part / GPU class, everywhere in the app (and in style.css).
 PART_COLORS = {

@@ -22,9 +22,10 @@ from typing import Any
 
 from profkit.analyzers.analyze import Analysis
 
-from profkit import datacodec, loader
+from profkit import datacodec
 from profkit.errors import ProfkitError
 from profkit.model import Run, SkippedFile
+from profkit.run import loader
 
 log = logging.getLogger(__name__)
 MAX_CAUSE_CHARS = 300

@@ -14,10 +14,11 @@ from urllib.parse import urlencode
 import dash
 import pandas as pd
 from dash import Input, Output, dcc, html
-from profkit.analyzers.names import short_kernel_names
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids
+
+from profkit.classify.names import short_kernel_names
 
 # verdict -> badge style (a class name: no spaces)
 VERDICT_KINDS = {"improved": "improved", "regressed": "regressed", "unchanged": "unchanged",

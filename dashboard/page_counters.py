@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from dash import Input, Output, State, dcc, html
-from profkit.analyzers.efficiency import THROTTLE_MASK
+from profkit.analyzers.measure.efficiency import THROTTLE_MASK
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import ids

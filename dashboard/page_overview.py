@@ -10,9 +10,9 @@ import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 from profkit.analyzers.analyze import part_name
-from profkit.analyzers.evidence import evidence_text
-from profkit.analyzers.render import sorted_findings
-from profkit.analyzers.render_text import saving_text
+from profkit.analyzers.report.evidence import evidence_text
+from profkit.analyzers.report.render import sorted_findings
+from profkit.analyzers.report.render_text import saving_text
 from profkit.dashboard import banner, ids
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
@@ -38,7 +38,7 @@ def facts_card(a) -> html.Section:
     """Run-level numbers at a glance: ranks, steps, median step, MFU."""
     ranks, eff = a.table("rank_breakdown"), a.table("efficiency")
     facts = {"ranks": banner.ranks_text(a.run), "steps per rank": int(ranks["steps"].max()) if len(ranks) else 0,
-             "median step": f"{ranks['step_time_ms'].median():.2f} ms" if len(ranks) else "-"}
+             "median step": C.median_step_text(a)}
     if not eff.empty and eff["mfu"].notna().any():
         facts["MFU"] = f"{eff['mfu'].mean():.0%}"
     if not eff.empty and eff["gpu_util"].notna().any():

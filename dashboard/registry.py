@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from profkit import discover
+from profkit.run import discover
 
 log = logging.getLogger(__name__)
 SCAN_DEPTH = 3  # how deep under a root run folders are looked for

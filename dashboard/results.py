@@ -4,14 +4,14 @@ unchanged one never). The browser holds only keys and selections.
 
 What a run's pages show without its events (:class:`~profkit.dashboard.loading.Shown`: the
 analysis and the Runs table's facts) is also kept on disk with the run's result cache
-(:func:`profkit.cache.store_result`, data only, never pickle), under the fingerprint of the
+(:func:`profkit.run.cache.store_result`, data only, never pickle), under the fingerprint of the
 run's files and of profkit's code: a restarted dashboard shows an unchanged run without
 reading its traces. The events are read (from the ingest cache) only for the pages that
 draw them, and only a few runs' events are held at once: they are the large part.
 
 The Runs page asks for every run at once: :meth:`ResultCache.prefetch` analyses them on a
 few threads in the background, as many at once as the free memory allows
-(:func:`profkit.loader.memory_safe_workers`; a large run's traces are parsed in processes of
+(:func:`profkit.run.loader.memory_safe_workers`; a large run's traces are parsed in processes of
 their own), and the page shows each one as it finishes.
 """
 
@@ -31,9 +31,9 @@ from typing import Any
 from profkit.dashboard import loading
 from profkit.dashboard.registry import RunEntry, RunRegistry
 
-from profkit import cache, discover
 from profkit.errors import ProfkitError
-from profkit.loader import GZIP_EXPANSION, memory_safe_workers
+from profkit.run import cache, discover
+from profkit.run.loader import GZIP_EXPANSION, memory_safe_workers
 
 log = logging.getLogger(__name__)
 MAX_ITEMS = 48  # analyses, diffs and tables derived from them
@@ -95,7 +95,7 @@ def code_fingerprint() -> str:
     import profkit.dashboard
 
     import profkit
-    from profkit import classify
+    from profkit.classify import events as classify
 
     folders = (Path(p.__file__).parent for p in (profkit, profkit.analyzers, profkit.dashboard))
     parts = [cache.run_fingerprint(f) for f in folders] + [classify.rules_fingerprint()]
@@ -254,7 +254,7 @@ class ResultCache:
     # --- derived -----------------------------------------------------------------------
     def diff(self, base: str, new: str):
         """``profkit diff`` of two runs, from their cached analyses."""
-        from profkit.analyzers.diff import diff_analyses
+        from profkit.analyzers.compare.diff import diff_analyses
 
         ck = ("diff", base, self.fingerprint(base), new, self.fingerprint(new))
         return self.get_or_compute(ck, lambda: diff_analyses(self.analysis(base),
@@ -262,7 +262,7 @@ class ResultCache:
 
     def merged_trace(self, key: str) -> tuple[str, bytes]:
         """(file name, gzip bytes) of the run's merged Perfetto trace, via a temp file."""
-        from profkit.merge import merge_run
+        from profkit.timeline.merge import merge_run
 
         entry = self.entry(key)
         name = f"{entry.path.name}.merged.json.gz"

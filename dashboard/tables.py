@@ -1,6 +1,6 @@
 """The analysis tables as people read them: each column named with its unit and its values
 scaled to it (``median queue delay (us)`` rather than ``delay_median_ns``), kernel names
-shortened (:func:`~profkit.analyzers.names.short_kernel_names`) with the full name kept for
+shortened (:func:`~profkit.classify.names.short_kernel_names`) with the full name kept for
 hover, parts by their display names. Numbers stay numbers, so a table sorts and filters
 by value (``> 2`` in a filter box).
 
@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from profkit.analyzers.analyze import part_name
-from profkit.analyzers.fusion import SEQUENCE_SEP
-from profkit.analyzers.names import short_kernel_name, short_kernel_names
+from profkit.analyzers.measure.fusion import SEQUENCE_SEP
+
+from profkit.classify.names import short_kernel_name, short_kernel_names
 
 # value transforms: source unit -> display unit
 MS = 1e-6  # ns -> ms

@@ -1,7 +1,7 @@
 """Per-rank lane tables of the timeline, built once per rank (the page caches them).
 
 A rank's lanes, top to bottom: its GPU streams; its GPU-idle cause lane (the idle parts of
-the charged-time model, :mod:`profkit.analyzers.charge`, so that a launch-bound step reads
+the charged-time model, :mod:`profkit.analyzers.measure.charge`, so that a launch-bound step reads
 as a purple lane even where the kernels are too short to see); then its CPU threads, one
 row per nesting depth (drawn on demand). Each lane also belongs to a *row* of the compact
 view (one row per rank and layer: GPU, idle cause, CPU) used when many ranks are shown.
@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.charge import charged_intervals
-from profkit.analyzers.names import short_kernel_names
-from profkit.analyzers.steps import step_windows
+from profkit.analyzers.measure.charge import charged_intervals
+from profkit.analyzers.measure.steps import step_windows
 
 from profkit import intervals as iv
 from profkit import schema as S
+from profkit.classify.names import short_kernel_names
 from profkit.model import RankData, step_spans
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def _frame(layer: str, codes: np.ndarray, names: list[str], group, name, start_n
 
 def gpu_rows(rank: int, events: pd.DataFrame, origin: int) -> pd.DataFrame:
     """Kernels, copies and memsets on ``rank {R} · GPU stream {N}`` lanes (by stream
-    number), grouped by class, named as people read them (analyzers/names.py: a templated
+    number), grouped by class, named as people read them (profkit/classify/names.py: a templated
     kernel's full name is ~150 characters, sent twice per event on every zoom). GPU
     annotations are left out: they are copies of CPU ranges drawn over the kernels."""
     gpu = events[events[S.KIND].isin(S.GPU_KINDS).to_numpy()]
@@ -184,7 +184,7 @@ def cpu_rows(rank: int, events: pd.DataFrame, origin: int) -> pd.DataFrame:
 
 def cause_rows(data: RankData, origin: int) -> pd.DataFrame:
     """The rank's GPU-idle time inside its step windows, one segment per instant's cause
-    (cpu_launch, data_loading, host_sync, idle_other) as analyzers/charge.py charges it."""
+    (cpu_launch, data_loading, host_sync, idle_other) as analyzers/measure/charge.py charges it."""
     lo, hi, _ = rank_windows(data)
     empty = np.empty(0, np.int64)
     if len(lo) == 0 or not data.has_gpu:

@@ -12,8 +12,8 @@ import re
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.breakdown import PARTS
-from profkit.analyzers.render import sorted_findings
+from profkit.analyzers.measure.breakdown import PARTS
+from profkit.analyzers.report.render import sorted_findings
 from profkit.dashboard.components import run_href
 from profkit.dashboard.timeline_data import GPU, origin_ns, rank_windows, row_name
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _LAZY = {
-    "load_run": ("profkit.loader", "load_run"),
+    "load_run": ("profkit.run.loader", "load_run"),
     "analyze": ("profkit.analyzers.api", "analyze"),
     "diff": ("profkit.analyzers.api", "diff"),
     "Run": ("profkit.model", "Run"),

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 # numpy and pandas are imported where values are encoded or decoded, not here: result types
-# register at import, and a cached `profkit analyze` reads no result at all (profkit.cache).
+# register at import, and a cached `profkit analyze` reads no result at all (profkit.run.cache).
 
 MAGIC = b"PROFKIT-DATA/1\n"
 _LEN = struct.Struct("<Q")

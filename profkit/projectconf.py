@@ -2,7 +2,7 @@
 ``[tool.profkit]`` table of the pyproject.toml found from the working directory upward.
 
 Shared by the kernel classification rules (``[tool.profkit.classify]``,
-:mod:`profkit.classify_rules`) and the analysis thresholds (``[tool.profkit]``,
+:mod:`profkit.classify.rules`) and the analysis thresholds (``[tool.profkit]``,
 ``profkit.analyzers.config``), so that both find the same file the same way.
 """
 

@@ -27,10 +27,10 @@ EXTERNAL_ID = "external_id"  # links a GPU event / runtime call to its CPU op, -
 STEP = "step"  # ProfilerStep number the event belongs to, -1 if none
 BLOCKS_PER_SM = "blocks_per_sm"  # kernels only, NaN otherwise
 OCCUPANCY_PCT = "occupancy_pct"  # kernels: 'est. achieved occupancy %', NaN otherwise
-FLOPS = "flops"  # CPU ops: the trace's count, else from input shapes (profkit.flops); NaN otherwise
+FLOPS = "flops"  # CPU ops: the trace's count, else from input shapes (profkit.classify.flops); NaN otherwise
 BYTES = "bytes"  # memcpy / memset bytes, NaN otherwise
 FLOPS_DTYPE = "flops_dtype"  # CPU ops with a FLOP formula: precision of their inputs
-# (profkit.flops.PRECISIONS), "" when unknown or not such an op (categorical)
+# (profkit.classify.flops.PRECISIONS), "" when unknown or not such an op (categorical)
 
 EVENT_COLUMNS = (
     TS_NS, DUR_NS, NAME, CAT, KIND, CLASS, SUBCLASS, PID, TID, STREAM, DEVICE,

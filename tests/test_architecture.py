@@ -1,6 +1,12 @@
-"""The dependency direction of DESIGN.md, checked on the import statements themselves:
+"""The dependency direction of DESIGN.md and docs/architecture.md, checked on the import
+statements themselves.
+
+Between the top-level packages::
 
     cli -> dashboard -> analyzers -> core <- collectors
+
+Inside core (``profkit/``) and inside the analyzers, each layer below may import only its own
+layer and the layers before it in the list.
 """
 
 import ast
@@ -18,13 +24,29 @@ FORBIDDEN = {
     "analyzers": {"profkit.collectors", "profkit.dashboard", "torch", "pynvml"},
     "dashboard": {"profkit.collectors", "torch", "pynvml"},
 }
-# The CLI is the one core module allowed to reach every layer (lazily, inside commands).
-CLI = REPO / "profkit" / "cli.py"
+# The CLI is the one core package allowed to reach every layer (lazily, inside commands).
+CLI = REPO / "profkit" / "cli"
 # The one collectors module allowed to use the analyzers (and with them pandas): the optional
 # in-job summary of profile(summarize=True) runs only when asked for, after profiling has
 # stopped. It may import them only inside functions, never at module level, so that
 # importing the capture side still loads neither.
 LAZY_EXEMPT = {REPO / "collectors" / "job_summary.py": {"profkit.analyzers"}}
+
+# Sub-package order: (package prefix, its layers from the bottom up). A layer is a list of
+# module-name prefixes relative to the package; "." is the package's own top-level modules.
+INNER = {
+    "profkit": ["*base*", "classify", "nccl", "trace", "run", "timeline", "cli"],
+    "profkit.analyzers": ["*base*", "measure", "findings", "*pipeline*", "compare", "report",
+                          "api"],
+}
+# Top-level modules of a package that are not its base layer.
+NAMED = {"profkit": {"__main__": "cli"},
+         "profkit.analyzers": {"analyze": "*pipeline*", "summaries": "*pipeline*",
+                               "executor": "*pipeline*", "api": "api"}}
+# Lazy imports (inside a function) allowed against the inner order: a notebook's display of
+# an Analysis or a Diff draws it with the report's HTML.
+INNER_LAZY_EXEMPT = {("profkit.analyzers.analyze", "profkit.analyzers.report.html"),
+                     ("profkit.analyzers.compare.diff", "profkit.analyzers.report.html")}
 
 
 def imports(path: Path) -> set[str]:
@@ -44,6 +66,8 @@ def imports_of(tree: ast.AST) -> set[str]:
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
+            # "from profkit.run import loader" imports the module profkit.run.loader
+            names.update(f"{node.module}.{a.name}" for a in node.names)
     return names
 
 
@@ -54,19 +78,82 @@ def _under(name: str, packages) -> bool:
 def violations(layer: str) -> list[str]:
     bad = []
     for path in LAYERS[layer].rglob("*.py"):
-        if path == CLI:
+        if path.is_relative_to(CLI):
             continue
         exempt = LAZY_EXEMPT.get(path, set())
         top = module_level_imports(path) if exempt else set()
-        for name in imports(path):
+        for name in sorted(imports(path)):
             if _under(name, FORBIDDEN[layer]) and not (_under(name, exempt) and name not in top):
                 bad.append(f"{path.relative_to(REPO)} imports {name}")
+    return bad
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = list(rel.parts)
+    if parts[0] != "profkit":
+        parts = ["profkit", *parts]  # analyzers/ ships as profkit.analyzers
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def inner_layer(module: str, package: str) -> int | None:
+    """The index of ``module``'s layer in ``INNER[package]``; None outside the package."""
+    if not module.startswith(package + "."):
+        return None
+    rest = module[len(package) + 1:].split(".")
+    order = INNER[package]
+    if rest[0] in order:
+        return order.index(rest[0])
+    if any(rest[0] == p.rsplit(".", 1)[-1] for p in INNER if p.startswith(package + ".")):
+        return None  # a nested package with its own order
+    return order.index(NAMED.get(package, {}).get(rest[0], "*base*"))
+
+
+def inner_violations(package: str, files: list[Path]) -> list[str]:
+    bad = []
+    for path in files:
+        me = module_name(path)
+        mine = inner_layer(me, package)
+        if mine is None:
+            continue
+        top = module_level_imports(path)
+        for name in sorted(imports(path)):
+            theirs = inner_layer(name, package)
+            if theirs is None or theirs <= mine:
+                continue
+            if name not in top and any(me == m and _under(name, {e})
+                                       for m, e in INNER_LAZY_EXEMPT):
+                continue
+            bad.append(f"{path.relative_to(REPO)} ({INNER[package][mine]}) imports {name} "
+                       f"({INNER[package][theirs]})")
     return bad
 
 
 @pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_dependency_direction(layer):
     assert violations(layer) == []
+
+
+@pytest.mark.parametrize("package", sorted(INNER))
+def test_sub_package_direction(package):
+    root = REPO / ("analyzers" if package == "profkit.analyzers" else "profkit")
+    assert inner_violations(package, sorted(root.rglob("*.py"))) == []
+
+
+def test_every_sub_package_says_what_it_owns():
+    for init in [*(REPO / "profkit").glob("*/__init__.py"),
+                 *(REPO / "analyzers").glob("*/__init__.py")]:
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc.split()) >= 8, f"{init.relative_to(REPO)}: no docstring"
+
+
+def test_modules_are_short():
+    long = [f"{p.relative_to(REPO)}: {n} lines" for d in ("profkit", "analyzers", "dashboard",
+                                                          "collectors")
+            for p in (REPO / d).rglob("*.py") if (n := len(p.read_text().splitlines())) > 420]
+    assert long == []
 
 
 def test_the_check_can_fail(tmp_path, monkeypatch):
@@ -76,6 +163,21 @@ def test_the_check_can_fail(tmp_path, monkeypatch):
     monkeypatch.setitem(LAYERS, "collectors", fake)
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
     assert violations("collectors") == ["collectors/bad.py imports pandas"]
+
+
+def test_the_inner_check_can_fail(tmp_path, monkeypatch):
+    for sub, text in (("measure", "from profkit.analyzers.findings import advice\n"),
+                      ("findings", "from profkit.analyzers.measure import charge\n"),
+                      ("compare", "def f():\n    from profkit.analyzers.report import render\n")):
+        (tmp_path / "analyzers" / sub).mkdir(parents=True)
+        (tmp_path / "analyzers" / sub / "m.py").write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    files = sorted((tmp_path / "analyzers").rglob("*.py"))
+    assert inner_violations("profkit.analyzers", files) == [
+        "analyzers/compare/m.py (compare) imports profkit.analyzers.report (report)",
+        "analyzers/compare/m.py (compare) imports profkit.analyzers.report.render (report)",
+        "analyzers/measure/m.py (measure) imports profkit.analyzers.findings (findings)",
+        "analyzers/measure/m.py (measure) imports profkit.analyzers.findings.advice (findings)"]
 
 
 def test_the_lazy_exemption_is_lazy_only(tmp_path, monkeypatch):
@@ -91,3 +193,36 @@ def test_the_lazy_exemption_is_lazy_only(tmp_path, monkeypatch):
     assert sorted(violations("collectors")) == [
         "collectors/eager.py imports profkit.analyzers.render",
         "collectors/lazy.py imports pandas"]
+
+
+FINDINGS = REPO / "analyzers" / "findings"
+
+
+def advice_outside_findings(root: Path = REPO) -> list[str]:
+    """Findings and their advice are made in analyzers/findings alone: nowhere else is a
+    Finding constructed or a recommendation written."""
+    bad = []
+    for d in ("analyzers", "profkit", "dashboard"):
+        for path in (root / d).rglob("*.py"):
+            if path.is_relative_to(root / "analyzers" / "findings"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Finding":
+                    bad.append(f"{path.relative_to(root)}:{node.lineno} builds a Finding")
+                if isinstance(node, ast.keyword) and node.arg == "recommendation":
+                    bad.append(f"{path.relative_to(root)}:{node.lineno} writes advice")
+    return bad
+
+
+def test_findings_are_made_in_one_place():
+    assert advice_outside_findings() == []
+
+
+def test_the_findings_check_can_fail(tmp_path):
+    for d in ("analyzers/measure", "analyzers/findings", "profkit", "dashboard"):
+        (tmp_path / d).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "analyzers/measure/m.py").write_text(
+        "Finding(category='x', severity='info', message='m', recommendation='do')\n")
+    (tmp_path / "analyzers/findings/f.py").write_text("Finding(recommendation='fine here')\n")
+    assert advice_outside_findings(tmp_path) == [
+        "analyzers/measure/m.py:1 builds a Finding", "analyzers/measure/m.py:1 writes advice"]

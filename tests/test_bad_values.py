@@ -21,8 +21,8 @@ from profkit.analyzers.executor import analyze_run
 
 from profkit import cli
 from profkit import schema as S
-from profkit.loader import load_run
-from profkit.merge import merge_run
+from profkit.run.loader import load_run
+from profkit.timeline.merge import merge_run
 from tests.conftest import REPO
 
 SRC = REPO / "samples" / "runs" / "zoo" / "communication"
@@ -259,7 +259,7 @@ def test_dump_claiming_a_huge_object_is_skipped(run_dir, caplog):
 
 
 def test_dump_larger_than_any_dump_is_not_read(run_dir, caplog, monkeypatch):
-    from profkit import flight_recorder
+    from profkit.nccl import flight_recorder
 
     path = run_dir / "nccl" / "flight_recorder_rank1.pkl"
     monkeypatch.setattr(flight_recorder, "MAX_DUMP_BYTES", path.stat().st_size - 1)

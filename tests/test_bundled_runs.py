@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from profkit import schema as S
-from profkit.loader import load_run
-from profkit.merge import merge_run
 from profkit.model import step_times_ns
+from profkit.run.loader import load_run
+from profkit.timeline.merge import merge_run
 from tests.conftest import REPO
 
 RUNS = REPO / "samples" / "runs"

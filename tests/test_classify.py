@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from profkit import classify
 from profkit import schema as S
-from profkit.cache import cache_key
-from profkit.classify_rules import Rules, load_file, load_rules, project_rules
+from profkit.classify import events as classify
+from profkit.classify.rules import Rules, load_file, load_rules, project_rules
 from profkit.errors import UsageError
-from profkit.loader import load_run
+from profkit.run.cache import cache_key
+from profkit.run.loader import load_run
 from tests.conftest import PUBLIC_CORPUS
 from tests.factories import kernel, launch, step, trace_doc, write_trace, x
 

@@ -63,7 +63,7 @@ def test_missing_path_is_a_usage_error(tmp_path):
 def test_analyze_result_cache_follows_the_run(tmp_path):
     import json
 
-    from profkit import cache
+    from profkit.run import cache
 
     write_trace(tmp_path / "run" / "rank0.json", trace_doc(rank=0, world_size=2))
     first = run_cli("analyze", tmp_path / "run", "--format", "json")

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from profkit import schema as S
-from profkit.loader import load_run
-from profkit.merge import merge_run
-from profkit.summary import format_summary
+from profkit.run.loader import load_run
+from profkit.run.summary import format_summary
+from profkit.timeline.merge import merge_run
 from tests.conftest import CORPUS
 
 FILES = sorted(CORPUS.rglob("*.json.gz")) if CORPUS.is_dir() else []

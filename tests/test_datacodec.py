@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pytest
-from profkit.analyzers.findings import Finding
+from profkit.analyzers.result import Finding
 
 from profkit import datacodec
 from profkit.datacodec import CodecError

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from profkit import discover
-from profkit.discover import find_trace_files
+from profkit.run import discover
+from profkit.run.discover import find_trace_files
 from tests.realruns import copy_run
 
 TRACES = ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]

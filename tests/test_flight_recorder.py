@@ -1,4 +1,4 @@
-"""profkit.flight_recorder on dumps built here in the shape PyTorch writes (field names from
+"""profkit.nccl.flight_recorder on dumps built here in the shape PyTorch writes (field names from
 torch/csrc/distributed/c10d/FlightRecorder.hpp, dump version 2.10)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from profkit.errors import TraceError
-from profkit.flight_recorder import (
+from profkit.nccl.flight_recorder import (
     ENTRY_COLUMNS,
     load_flight_recorder_dir,
     parse_flight_recorder,

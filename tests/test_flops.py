@@ -4,10 +4,11 @@ and whole-network totals of real ResNet traces checked against the ResNet archit
 import math
 
 import pytest
+from profkit.analyzers.findings.judge import judged
 
 from profkit import schema as S
-from profkit.flops import dtype_precision, flops_from_shapes, kernel_precision
-from profkit.loader import load_run
+from profkit.classify.flops import dtype_precision, flops_from_shapes, kernel_precision
+from profkit.run.loader import load_run
 from tests.conftest import CORPUS, PUBLIC_CORPUS
 from tests.factories import trace_doc, write_trace, x
 
@@ -184,9 +185,9 @@ def test_resnet_architecture_matches_published_macs():
 
 
 def _flops_per_step(path):
-    from profkit.analyzers.efficiency import analyze_efficiency
+    from profkit.analyzers.measure.efficiency import analyze_efficiency
 
-    row = analyze_efficiency(load_run(path, cache=False)).tables["efficiency"].iloc[0]
+    row = judged(analyze_efficiency(load_run(path, cache=False))).tables["efficiency"].iloc[0]
     return row["trace_flops"] / row["steps"], row
 
 

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from profkit.analyzers.executor import analyze_run
 
-from profkit.loader import load_run
-from profkit.merge import merge_run
+from profkit.run.loader import load_run
+from profkit.timeline.merge import merge_run
 from tests.conftest import CORPUS, REPO
 
 RUN = REPO / "samples" / "runs" / "zoo" / "communication"

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 
 from profkit import schema as S
-from profkit import tracefile
 from profkit.columns import us_to_ns
-from profkit.ingest import build_tables
+from profkit.trace import tracefile
+from profkit.trace.ingest import build_tables
 from tests.factories import BASE_NS, trace_doc, write_trace
 
 

@@ -7,14 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from profkit.analyzers.analyze import analyze
-from profkit.analyzers.breakdown import PARTS
+from profkit.analyzers.measure.breakdown import PARTS
 
-from profkit import cache
 from profkit import schema as S
 from profkit.cli import main as cli_main
 from profkit.errors import NoTracesError, RunConflictError, UsageError
-from profkit.loader import load_run
-from profkit.summary import rank_summary
+from profkit.run import cache
+from profkit.run.loader import load_run
+from profkit.run.summary import rank_summary
 from tests.factories import BASE_NS, trace_doc, write_trace
 from tests.realruns import RUNS, copy_run, read_doc, split_cycles, write_doc, write_profkit_cycles
 
@@ -170,7 +170,7 @@ def test_nvml_source_column_is_not_a_metric(tmp_path):
 
 
 def test_workers_are_limited_by_free_memory():
-    from profkit.loader import memory_safe_workers
+    from profkit.run.loader import memory_safe_workers
 
     gib = 1 << 30
     # 1 GiB traces need ~2.5 GiB each: 10 GiB free (7 usable) holds two at once.

@@ -5,8 +5,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from profkit.loader import load_run
-from profkit.merge import Window, merge_run
+from profkit.run.loader import load_run
+from profkit.timeline.merge import Window, merge_run
 from tests.factories import BASE_NS, trace_doc, two_step_events, write_trace
 
 PROCESS_META = {"process_name", "process_labels", "process_sort_index"}

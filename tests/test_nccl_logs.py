@@ -1,4 +1,4 @@
-"""profkit.nccl_logs on hand-written NCCL_DEBUG=INFO fixtures (tests/data/nccl)."""
+"""profkit.nccl.logs on hand-written NCCL_DEBUG=INFO fixtures (tests/data/nccl)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from profkit.nccl_logs import TABLE_COLUMNS, load_nccl_dir, parse_nccl_log, parse_tuning
+from profkit.nccl.logs import TABLE_COLUMNS, load_nccl_dir, parse_nccl_log, parse_tuning
+from profkit.run.runmeta import read_run_meta
 
 DATA = Path(__file__).parent / "data" / "nccl"
 RANK0 = DATA / "rank.gpu-node-01.12345.log"
@@ -97,7 +98,7 @@ def test_load_nccl_dir_maps_global_ranks(tmp_path):
         {"record_id": 0, "pg_id": 0, "process_group": ("0", "default_pg"),
          "profiling_name": "nccl:all_reduce", "state": "completed"}]}
     (tmp_path / "nccl" / "flight_recorder_rank1.pkl").write_bytes(pickle.dumps(dump))
-    out = load_nccl_dir(tmp_path)
+    out = load_nccl_dir(tmp_path, ranks=read_run_meta(tmp_path)[0].get("ranks", {}))
     assert sorted(out["comms"]["global_rank"].unique()) == [0, 1]
     tun = out["tuning"]
     assert dict(zip(tun["file"], tun["global_rank"], strict=True))[RANK1.name] == 1
@@ -105,6 +106,6 @@ def test_load_nccl_dir_maps_global_ranks(tmp_path):
 
 
 def test_load_nccl_dir_without_run_json_or_logs(tmp_path):
-    out = load_nccl_dir(tmp_path)
+    out = load_nccl_dir(tmp_path, ranks=read_run_meta(tmp_path)[0].get("ranks", {}))
     assert len(out["tuning"]) == 0 and "global_rank" in out["tuning"]
     assert len(out["flight_recorder"]) == 0

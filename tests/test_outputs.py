@@ -366,7 +366,7 @@ def test_capture_start_and_cache_remove_orphans(tmp_path):
 
 
 def test_a_capture_temporary_is_never_read_as_a_trace(tmp_path):
-    from profkit.loader import load_run
+    from profkit.run.loader import load_run
 
     run = tiny_run(tmp_path / "run")
     orphan(run, "rank1.json", os.getpid(), suffix=".json")  # half a trace being written

@@ -22,8 +22,10 @@ import pytest
 from profkit.analyzers.analyze import Analysis
 from profkit.analyzers.executor import analyze_run
 
-from profkit import cache, datacodec
-from profkit.cli import _render_analysis, main
+from profkit import datacodec
+from profkit.cli import main
+from profkit.cli.analyze import _render_analysis
+from profkit.run import cache
 from tests.conftest import REPO
 from tests.factories import trace_doc, write_trace
 from tests.test_bundled_runs import ALL, RUNS
@@ -233,7 +235,7 @@ def _pickle_uses(path: Path) -> list[str]:
 
 
 def test_no_pickle_outside_the_flight_recorder_reader():
-    """Only profkit/flight_recorder.py may unpickle (PyTorch writes its dumps as pickles;
+    """Only profkit/nccl/flight_recorder.py may unpickle (PyTorch writes its dumps as pickles;
     its unpickler refuses every class)."""
     allowed = {REPO / "profkit" / "flight_recorder.py"}
     sources = [p for folder in ("profkit", "collectors", "analyzers", "dashboard", "bench")

@@ -1,4 +1,4 @@
-"""profkit.synthetic: checked on the written JSON, parsed here independently of the generator."""
+"""profkit.trace.synthetic: checked on the written JSON, parsed here independently of the generator."""
 
 import gzip
 import re
@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from profkit import schema as S
-from profkit.synthetic import main, make_run
+from profkit.trace.synthetic import main, make_run
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = REPO / "samples" / "runs" / "zoo" / "balanced" / "traces" / "rank0.pt.trace.json.gz"
@@ -218,7 +218,7 @@ def test_rerun_replaces_an_earlier_synthetic_run(tmp_path):
 
 
 def test_project_loader_reads_it(planted):
-    from profkit.loader import load_run
+    from profkit.run.loader import load_run
 
     out, _, _ = planted
     run = load_run(out, cache=False)

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from profkit import tracefile
 from profkit.errors import TraceError
+from profkit.trace import tracefile
 from tests.factories import trace_doc, write_trace
 
 
@@ -104,7 +104,7 @@ def reference_cut(raw: bytes, max_depth: int) -> bytes:
 
 @pytest.mark.parametrize("chunk", [1, 3, 64])
 def test_cut_deep_nesting_matches_a_byte_walk(monkeypatch, chunk):
-    from profkit import jsonrepair
+    from profkit.trace import jsonrepair
 
     monkeypatch.setattr(jsonrepair, "_CHUNK_BYTES", chunk)
     doc = (b'{"a": [[["x[\\\\", {"b": "]\\"}"}]]], "c": [1, [2, [3, [4]]]], '

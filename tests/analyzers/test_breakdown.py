@@ -2,11 +2,11 @@
 labelled runs captured on purpose on 2x H200 (samples/runs/zoo)."""
 
 import pytest
-from profkit.analyzers.breakdown import PARTS, analyze_breakdown, rank_steps
+from profkit.analyzers.measure.breakdown import PARTS, analyze_breakdown, rank_steps
 
-from profkit import tracefile
-from profkit.loader import load_run
 from profkit.model import RankData
+from profkit.run.loader import load_run
+from profkit.trace import tracefile
 from tests.conftest import REPO
 from tests.factories import kernel, launch, step, trace_doc, write_trace, x
 

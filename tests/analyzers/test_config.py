@@ -12,7 +12,8 @@ import pytest
 from profkit.analyzers.config import load_thresholds
 from profkit.analyzers.thresholds import DEFAULT
 
-from profkit.cli import _thresholds, main
+from profkit.cli import main
+from profkit.cli.analyze import _thresholds
 from profkit.errors import UsageError
 from tests.conftest import REPO
 

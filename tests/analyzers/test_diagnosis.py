@@ -16,11 +16,11 @@ import pandas as pd
 import pytest
 from profkit.analyzers.analyze import analyze
 from profkit.analyzers.executor import analyze_run
+from profkit.analyzers.measure.steps import choose_steps
+from profkit.analyzers.measure.stragglers import tail_probability
 from profkit.analyzers.options import AnalysisOptions
-from profkit.analyzers.steps import choose_steps
-from profkit.analyzers.stragglers import tail_probability
 
-from profkit.loader import load_run
+from profkit.run.loader import load_run
 from tests.conftest import CORPUS, REPO
 from tests.factories import kernel, launch, step, trace_doc, write_trace
 

@@ -11,14 +11,15 @@ from collections import Counter
 import numpy as np
 import pytest
 import tomllib
-from profkit.analyzers import stats
-from profkit.analyzers.diff import diff_analyses, diff_to_json, diff_to_text, step_verdict
+from profkit.analyzers.compare import stats
+from profkit.analyzers.compare.diff import diff_analyses, step_verdict
 from profkit.analyzers.executor import analyze_run
 from profkit.analyzers.options import AnalysisOptions
+from profkit.analyzers.report.diff_text import diff_to_json, diff_to_text
 from profkit.analyzers.thresholds import DEFAULT
 
 from profkit import schema as S
-from profkit.loader import load_run
+from profkit.run.loader import load_run
 from tests.conftest import CORPUS, REPO
 
 RUNS = REPO / "samples" / "runs"

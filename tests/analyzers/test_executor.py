@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 from profkit.analyzers.analyze import analyze
 from profkit.analyzers.executor import analyze_run, plan_tasks, reduce_results, summarize_file
-from profkit.analyzers.render import to_json
+from profkit.analyzers.report.render import to_json
 
-from profkit import loader
-from profkit.loader import load_run
-from profkit.synthetic import make_run
+from profkit.run import loader
+from profkit.run.loader import load_run
+from profkit.trace.synthetic import make_run
 from tests.realruns import copy_run, read_doc, split_cycles, write_doc, write_profkit_cycles
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,10 +1,10 @@
-"""Labels of the code the GPU waits for (analyzers/idle_code.py), on hand-made ranges."""
+"""Labels of the code the GPU waits for (analyzers/measure/idle_code.py), on hand-made ranges."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.idle_code import UNRECORDED, _Ranges
+from profkit.analyzers.measure.idle_code import UNRECORDED, _Ranges
 
 from profkit import schema as S
 

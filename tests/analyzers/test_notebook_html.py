@@ -62,8 +62,8 @@ def test_analysis_html_has_the_verdict_chart_and_findings(analysis):
 
 
 def test_text_from_the_trace_is_escaped(analysis):
-    from profkit.analyzers.findings import Finding
-    from profkit.analyzers.html import analysis_html
+    from profkit.analyzers.report.html import analysis_html
+    from profkit.analyzers.result import Finding
 
     analysis.findings.append(Finding(category="x", severity="warning",
                                      message="<script>alert(1)</script>", recommendation=""))

@@ -9,9 +9,9 @@ import re
 
 import pytest
 from profkit.analyzers import units as U
-from profkit.analyzers.evidence import MAX_CHARS, evidence_text
 from profkit.analyzers.executor import analyze_run
-from profkit.analyzers.render import to_json, to_markdown, to_text
+from profkit.analyzers.report.evidence import MAX_CHARS, evidence_text
+from profkit.analyzers.report.render import to_json, to_markdown, to_text
 
 from tests.conftest import CORPUS, REPO
 

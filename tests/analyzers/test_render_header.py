@@ -7,11 +7,11 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from profkit.analyzers import header as H
 from profkit.analyzers.executor import analyze_run
-from profkit.analyzers.render import to_json, to_markdown, to_text
+from profkit.analyzers.report import header as H
+from profkit.analyzers.report.render import to_json, to_markdown, to_text
 
-from profkit.loader import MERGED_OUTPUT
+from profkit.run.loader import MERGED_OUTPUT
 from tests.conftest import REPO
 
 PUBLIC = REPO / "tests" / "data" / "public"

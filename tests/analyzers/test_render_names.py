@@ -9,8 +9,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from profkit.analyzers.names import MAX_CHARS, short_kernel_name, short_kernel_names
 
+from profkit.classify.names import MAX_CHARS, short_kernel_name, short_kernel_names
 from tests.conftest import CORPUS, REPO
 
 RUNS = REPO / "samples" / "runs"

@@ -2,11 +2,11 @@
 
 from pathlib import Path
 
-from profkit.analyzers import render, sections
 from profkit.analyzers.executor import analyze_run
-from profkit.analyzers.tables import rank_ranges
+from profkit.analyzers.measure.tables import rank_ranges
+from profkit.analyzers.report import render, sections
 
-from profkit.synthetic import make_run
+from profkit.trace.synthetic import make_run
 
 SOURCE = (Path(__file__).resolve().parents[2] / "samples" / "runs" / "zoo" / "balanced"
           / "traces" / "rank0.pt.trace.json.gz")

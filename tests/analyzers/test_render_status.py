@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from profkit.analyzers import render
 from profkit.analyzers.executor import analyze_run
+from profkit.analyzers.report import render
 
 REPO = Path(__file__).resolve().parents[2]
 BALANCED = REPO / "samples" / "runs" / "zoo" / "balanced"  # a 2-rank profkit run, both ok

@@ -7,7 +7,7 @@ import textwrap
 
 import numpy as np
 
-from profkit.loader import load_run
+from profkit.run.loader import load_run
 
 JOB = textwrap.dedent("""
     import os, sys, torch, torch.distributed as dist

@@ -233,7 +233,7 @@ def test_pcie_link_from_nvml_is_the_links_maximum():
 def test_transfers_use_the_recorded_pcie_link():
     """A run.json that records a Gen4 x8 link gives HtoD copies a 15.8 GB/s peak
     (8 lanes x 1.969 GB/s), not the device model's Gen5 x16."""
-    from profkit.analyzers.transfers import link_peak
+    from profkit.analyzers.measure.transfers import link_peak
 
     meta = {"devices": [{"id": 0, "name": "NVIDIA H200", "numSms": 132}]}
     run_meta = {"gpus": [{"index": 0, "name": "NVIDIA H200", "pcie_gen": 4, "pcie_width": 8}]}

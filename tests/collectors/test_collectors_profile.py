@@ -10,7 +10,7 @@ import torch
 from profkit.collectors import CollectorError, OutputDirError, mark, profile
 
 from profkit.errors import ProfkitError
-from profkit.flight_recorder import parse_flight_recorder
+from profkit.nccl.flight_recorder import parse_flight_recorder
 
 
 def train(p, steps, model=None, fail_at=None):

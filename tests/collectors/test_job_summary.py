@@ -15,11 +15,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 from profkit.analyzers.executor import analyze_run
-from profkit.analyzers.render import to_json
+from profkit.analyzers.report.render import to_json
 from profkit.collectors import job_summary, profile
 
-from profkit.discover import find_trace_files
-from profkit.loader import load_run
+from profkit.run.discover import find_trace_files
+from profkit.run.loader import load_run
 
 RANK0_LATE_S = 3  # rank 0 goes on this long after rank 1 raised ("raise")
 RANK1_LATE_S = 4  # rank 1 reaches the end of "late" this long after rank 0

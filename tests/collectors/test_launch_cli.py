@@ -15,7 +15,7 @@ from pathlib import Path
 from profkit.collectors.launch import _parser as launch_parser
 
 from profkit.cli import build_parser
-from profkit.loader import load_run
+from profkit.run.loader import load_run
 
 PROFKIT = Path(sys.executable).with_name("profkit")  # the console script of this environment
 ENV_CHILD = ("import json, os, sys; json.dump({k: os.environ.get(k) for k in "

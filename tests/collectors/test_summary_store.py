@@ -16,7 +16,7 @@ from profkit.analyzers.executor import FileResult, plan_tasks, summarize_file
 from profkit.collectors import job_summary
 from profkit.collectors import summary_store as kv
 
-from profkit import loader
+from profkit.run import loader
 
 REPO = Path(__file__).resolve().parents[2]
 

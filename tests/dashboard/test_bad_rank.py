@@ -8,7 +8,7 @@ import pytest
 from profkit.dashboard.registry import run_key
 
 from profkit.errors import ProfkitError
-from profkit.loader import load_run
+from profkit.run.loader import load_run
 from tests.dashboard.conftest import BAD_RUNS, BAD_TRACE
 
 # tab link text -> what the page shows once rank 0 is drawn (with one rank of two no

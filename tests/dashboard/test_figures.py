@@ -2,7 +2,7 @@
 
 import pandas as pd
 import pytest
-from profkit.analyzers.breakdown import PARTS
+from profkit.analyzers.measure.breakdown import PARTS
 from profkit.dashboard import figures as F
 
 

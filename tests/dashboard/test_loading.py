@@ -15,7 +15,7 @@ from profkit.dashboard import (
 from profkit.dashboard.registry import RunRegistry
 from profkit.dashboard.results import ResultCache
 
-from profkit.loader import load_run
+from profkit.run.loader import load_run
 from tests.dashboard.conftest import BAD_TRACE, STRAGGLER, spoiled_copy
 
 PAGES = (page_overview, page_timeline, page_kernels, page_comms, page_counters)

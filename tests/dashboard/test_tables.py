@@ -10,7 +10,7 @@ from profkit.analyzers.analyze import analyze
 from profkit.dashboard import components as C
 from profkit.dashboard import tables as T
 
-from profkit import loader
+from profkit.run import loader
 from tests.dashboard.conftest import REPO
 from tests.dashboard.test_loading import text_of
 

@@ -7,12 +7,12 @@ from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 import pytest
-from profkit.analyzers.steps import step_windows
+from profkit.analyzers.measure.steps import step_windows
 from profkit.dashboard.app import default_roots
 from profkit.dashboard.figures import PART_COLORS
 from profkit.dashboard.registry import RunRegistry
 
-from profkit.loader import load_run
+from profkit.run.loader import load_run
 from tests.dashboard.conftest import STRAGGLER
 
 KEYS = {e.label: e.key for e in RunRegistry([], default_roots()).entries()}
@@ -142,7 +142,7 @@ def test_launch_bound_idle_time_is_coloured_cpu_launch(page):
 
 
 def test_a_finding_opens_the_timeline_at_its_window(page):
-    from profkit.analyzers.render import sorted_findings
+    from profkit.analyzers.report.render import sorted_findings
     from profkit.dashboard import timeline_links as TL
 
     import profkit

@@ -6,7 +6,7 @@ from profkit.analyzers.analyze import analyze
 from profkit.dashboard import page_timeline as PT
 from profkit.dashboard import timeline_links as TL
 
-from profkit.loader import load_run
+from profkit.run.loader import load_run
 from tests.test_corpus import FILES
 
 

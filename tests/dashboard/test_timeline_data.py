@@ -8,7 +8,7 @@ import pytest
 from profkit.dashboard import timeline_data as TD
 from profkit.dashboard import timeline_view as TV
 
-from profkit.loader import load_run
+from profkit.run.loader import load_run
 from tests.dashboard import timeline_hand
 from tests.dashboard.conftest import STRAGGLER
 

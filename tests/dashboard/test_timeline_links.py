@@ -6,7 +6,7 @@ zoo/straggler run checked against its own per-rank collective records."""
 import pandas as pd
 import pytest
 from profkit.analyzers.analyze import Analysis
-from profkit.analyzers.findings import Finding
+from profkit.analyzers.result import Finding
 from profkit.dashboard import timeline_links as TL
 
 from tests.dashboard import timeline_hand

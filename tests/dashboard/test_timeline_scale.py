@@ -1,5 +1,5 @@
 """The timeline of many ranks, on synthetic runs built from one real trace
-(profkit.synthetic): one row per rank and layer, always binned, each bin's value the rank's
+(profkit.trace.synthetic): one row per rank and layer, always binned, each bin's value the rank's
 covered time over the bin length, checked against an interval merge written here."""
 
 from pathlib import Path
@@ -11,8 +11,8 @@ from profkit.dashboard import timeline_data as TD
 from profkit.dashboard import timeline_view as TV
 
 from profkit import schema as S
-from profkit.loader import load_run
-from profkit.synthetic import make_run
+from profkit.run.loader import load_run
+from profkit.trace.synthetic import make_run
 
 SOURCE = Path(__file__).resolve().parents[2] / "samples/runs/zoo/balanced/traces/rank0.pt.trace.json.gz"
 

@@ -1,6 +1,6 @@
 """A hand-built two-rank trace for the timeline tests: every time chosen by hand."""
 
-from profkit.loader import load_run
+from profkit.run.loader import load_run
 from tests.factories import kernel, launch, step, trace_doc, write_trace, x
 
 

@@ -47,7 +47,7 @@ def rank_status(run: Path, rank: int) -> dict:
 def check_run(run: Path, world_size: int, steps: int = 8) -> None:
     """run.json and every rank's status say ok, each rank wrote its trace, and load_run
     reads the active steps (the samples' schedule: wait 1, warmup 1, active 3)."""
-    from profkit.loader import load_run
+    from profkit.run.loader import load_run
 
     doc = json.loads((run / "run.json").read_text())
     assert (doc["status"], doc["world_size"]) == ("ok", world_size)

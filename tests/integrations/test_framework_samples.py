@@ -10,7 +10,7 @@ import json
 import pytest
 from profkit.analyzers.executor import analyze_run
 
-from profkit.loader import load_run
+from profkit.run.loader import load_run
 from tests.conftest import REPO
 
 RUNS = REPO / "samples" / "runs" / "frameworks"

@@ -1,0 +1,1 @@
+"""``profkit diff``: whether two runs can be compared, and whether the change helped."""

@@ -1,0 +1,143 @@
+"""Findings and recommendations from the step breakdown: one per rank and part above its
+threshold (thresholds.py), with the numbers behind it. The advice for a part depends on the
+evidence: pinning memory is advised only where copies are pageable, moving fewer bytes
+where pinned copies already run near the link's rate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from profkit.analyzers.measure.charge import AFTER_SYNC, BLOCKING_COPY
+from profkit.analyzers.result import Finding
+from profkit.analyzers.thresholds import Thresholds
+from profkit.analyzers.units import pct
+
+# part -> (threshold attribute, what it means, what to change)
+ADVICE = {
+    "data_loading": (
+        "data_loading_frac",
+        "the GPU waits for the DataLoader",
+        "Feed the GPU faster: DataLoader(num_workers>0, pin_memory=True, persistent_workers=True,"
+        " prefetch_factor>=2); move per-sample CPU work out of __getitem__ or onto the GPU.",
+    ),
+    "communication": (
+        "communication_frac",
+        "collectives are not hidden under compute",
+        "Overlap communication with compute: tune DDP bucket_cap_mb, FSDP forward/backward "
+        "prefetch, gradient accumulation (no_sync) or a larger batch per GPU; check the link "
+        "bandwidth in the collectives table.",
+    ),
+    "host_sync": (
+        "host_sync_frac",
+        "the host blocks in synchronisations while the GPU has nothing to do",
+        "Remove per-step synchronisations: no .item()/.cpu()/print of tensors in the loop, log "
+        "metrics every N steps, keep decisions on the GPU.",
+    ),
+    "cpu_launch": (
+        "cpu_launch_frac",
+        "the GPU waits for the host to launch work",
+        "Cut launch overhead: CUDA graphs (torch.compile(mode='reduce-overhead') or "
+        "torch.cuda.graphs), fuse small ops with torch.compile, or a larger batch per launch.",
+    ),
+    "idle_other": (
+        "held_work_frac",
+        "launched work was held back on the GPU",
+        "The work was queued but did not start: it waited on another stream or an event "
+        "(cudaStreamWaitEvent, a dependency on a collective or a copy on another stream, "
+        "another process sharing the GPU). Look at the timeline just before these gaps: the "
+        "stream that the held work waits for, and what the host was doing to feed it.",
+    ),
+    "memcpy": (
+        "transfer_frac",
+        "the GPU is busy copying memory",
+        "Move fewer bytes: keep data on the GPU between steps, copy in smaller dtypes (bf16/"
+        "uint8 and convert on the GPU), and overlap the copies with compute on a side stream "
+        "(prefetch the next batch while this one computes).",
+    ),
+}
+ROUND_TRIP_ADVICE = (
+    "Most of this host time follows a blocking synchronisation: the host waits for a GPU "
+    "result (.item(), .cpu(), .tolist()), then works on it while the GPU has nothing queued. "
+    "Keep the decision on the GPU (tensor ops instead of host NumPy/Python), or launch the next "
+    "GPU work before reading the result (read it a step later, or every N steps); CUDA graphs "
+    "cannot help while the loop waits on the host.")
+PAGEABLE_ADVICE = (" Pin the host memory (DataLoader(pin_memory=True), tensor.pin_memory()) "
+                   "and copy with non_blocking=True: a pageable copy blocks the host and runs "
+                   "below the link's rate.")
+
+
+def _severity(frac: float, threshold: float) -> str:
+    if frac >= max(0.4, 3 * threshold):
+        return "critical"
+    return "warning" if frac >= threshold else "info"
+
+
+def breakdown_findings(ranks: pd.DataFrame, th: Thresholds,
+                       steps: pd.DataFrame | None = None,
+                       transfers: pd.DataFrame | None = None) -> list[Finding]:
+    findings = []
+    for row in ranks.itertuples(index=False):
+        for part, (attr, meaning, recommendation) in ADVICE.items():
+            frac, threshold = _fraction(row, part), float(getattr(th, attr))
+            if frac < threshold:
+                continue
+            evidence = {"fraction": round(frac, 4), "threshold": threshold,
+                        "step_time_ms": round(float(row.step_time_ms), 3),
+                        "ms_per_step": round(frac * float(row.step_time_ms), 3)}
+            extra, text = _part_evidence(part, int(row.rank), steps, transfers)
+            evidence.update(extra)
+            if part == "cpu_launch" and extra.get("after_sync_share", 0) > 0.5:
+                meaning = "the GPU waits while the host works after blocking syncs"
+                recommendation, text = ROUND_TRIP_ADVICE, ""
+            findings.append(Finding(
+                category=part, severity=_severity(frac, threshold), rank=int(row.rank),
+                message=f"rank {row.rank}: {pct(frac)} of step time is "
+                        f"{'memory transfer' if part == 'memcpy' else part.replace('_', ' ')}"
+                        f" ({meaning})",
+                evidence=evidence, recommendation=recommendation + text))
+        if row.compute >= 0.6:
+            findings.append(Finding(
+                category="compute", severity="info", rank=int(row.rank),
+                message=f"rank {row.rank}: compute-bound ({pct(row.compute)} of step time in "
+                        "compute kernels)",
+                evidence={"fraction": round(float(row.compute), 4)},
+                recommendation="Make the kernels cheaper: bf16/fp8 tensor cores, fused kernels "
+                               "(torch.compile), FlashAttention; check MFU in the efficiency table."))
+    return findings
+
+
+def _fraction(row, part: str) -> float:
+    """A part's share of the step; for communication only its transfer share (waiting for a
+    late peer is the straggler's, judged there)."""
+    if part == "communication" and hasattr(row, "communication_transfer"):
+        return float(row.communication_transfer)
+    return float(getattr(row, part))
+
+
+def _part_evidence(part: str, rank: int, steps: pd.DataFrame | None,
+                   transfers: pd.DataFrame | None) -> tuple[dict, str]:
+    """Extra evidence for a part, and advice that only this evidence supports."""
+    mine = transfers[transfers["rank"] == rank] if transfers is not None and len(transfers) else None
+    if part == "memcpy" and mine is not None and len(mine):
+        top = mine.sort_values("gpu_ns", ascending=False).iloc[0]
+        evidence = {"top_direction": f"{top['direction']} ({top['memory']})",
+                    "achieved_gbps": _round(top["achieved_gbps"]),
+                    "peak_gbps": _round(top["peak_gbps"]), "link": top["link"] or "unknown"}
+        pageable = (mine["memory"] == "Pageable").any()
+        return evidence, PAGEABLE_ADVICE if pageable else ""
+    rows = (steps[(steps["rank"] == rank) & steps["used"].astype(bool)]
+            if steps is not None and len(steps) else None)
+    if part == "cpu_launch" and rows is not None:
+        share = float(rows[AFTER_SYNC].sum()) / max(float(rows["cpu_launch"].sum()), 1.0)
+        return {"after_sync_share": round(share, 3)}, ""
+    if part == "host_sync" and rows is not None:
+        blocking = float(rows[BLOCKING_COPY].sum()) / max(float(rows["host_sync"].sum()), 1.0)
+        pageable = mine is not None and (mine["memory"] == "Pageable").any()
+        evidence = {"blocking_copy_share": round(blocking, 3)}
+        return evidence, PAGEABLE_ADVICE if pageable and blocking > 0.1 else ""
+    return {}, ""
+
+
+def _round(value) -> float | None:
+    value = float(value)
+    return round(value, 1) if np.isfinite(value) else None

@@ -1,0 +1,144 @@
+"""What the trace can tell, said plainly: where its steps come from, which steps the
+verdict uses, ranks whose trace cannot support a verdict (kernel records lost, only CUDA-graph
+capture recorded), and the code the GPU waited for."""
+
+from __future__ import annotations
+
+import pandas as pd
+from profkit.analyzers.measure.health import capture_only, records_lost
+from profkit.analyzers.measure.steps import REASON, USED
+from profkit.analyzers.measure.tables import rank_ranges
+from profkit.analyzers.result import Finding
+
+from profkit import schema as S
+
+HOST_PARTS = ("cpu_launch", "host_sync", "data_loading")
+
+
+def unusable_ranks(health: dict[int, dict]) -> dict[int, str]:
+    """Ranks whose breakdown would mislead, with why: {rank: "capture" | "lost"}."""
+    out = {}
+    for rank, h in health.items():
+        if capture_only(h):
+            out[rank] = "capture"
+        elif records_lost(h):
+            out[rank] = "lost"
+    return out
+
+
+def health_findings(health: dict[int, dict], unusable: dict[int, str]) -> list[Finding]:
+    findings = []
+    for rank, why in sorted(unusable.items()):
+        h = health[rank]
+        if why == "capture":
+            findings.append(Finding(
+                category="trace", severity="warning", rank=rank,
+                message=(f"rank {rank}: the trace records CUDA-graph capture, not execution "
+                         f"({h['captured_launches'] + h['kernel_launches']} launches, "
+                         f"{h['capture_calls']} capture-state calls, {h['gpu_records']} GPU "
+                         "ops ran): no bottleneck verdict from it"),
+                evidence={k: h[k] for k in ("captured_launches", "kernel_launches",
+                                            "capture_calls", "gpu_records")},
+                recommendation=("Profile steps that replay the captured graphs (after warm-up "
+                                "and capture), e.g. a profiler schedule with wait/warmup steps "
+                                "past the server's start-up.")))
+        else:
+            findings.append(Finding(
+                category="trace", severity="critical", rank=rank,
+                message=(f"rank {rank}: kernel records are missing: {h['kernel_launches']} "
+                         f"kernel launches but only {h['launches_with_gpu_record']} of them have "
+                         "a GPU record, so GPU time cannot be measured: no verdict from it"),
+                evidence={k: h[k] for k in ("kernel_launches", "launches_with_gpu_record",
+                                            "gpu_records")},
+                recommendation=("The profiler dropped GPU activity (CUPTI activity buffers "
+                                "full, or the trace written before GPU records were flushed): "
+                                "record fewer steps per trace (a shorter active window), avoid "
+                                "stopping the profiler while work is in flight (synchronize "
+                                "before export), and check the profiler's warnings.")))
+    return findings
+
+
+def steps_report(steps: pd.DataFrame, infos: dict[int, dict]) -> dict[str, dict]:
+    """Per rank: where steps came from, which were used and why others were not."""
+    out = {}
+    for rank, group in steps.groupby("rank"):
+        info = infos.get(int(rank), {})
+        used = group.loc[group[USED].astype(bool) & (group[S.STEP] >= 0), S.STEP]
+        left = group.loc[~group[USED].astype(bool)]
+        out[str(int(rank))] = {
+            "source": info.get("source", "ProfilerStep#"), "recorded": int((group[S.STEP] >= 0).sum()),
+            "used": [int(s) for s in used],
+            "excluded": [{"step": int(r[S.STEP]), "reason": r[REASON]} for r in left.to_dict("records")],
+            "candidates": info.get("candidates", []),
+        }
+    return out
+
+
+def steps_line(report: dict[str, dict]) -> str:
+    """One line saying which steps the verdict used, per group of ranks alike."""
+    by_text: dict[str, list[int]] = {}
+    for rank, r in report.items():
+        text = (f"{len(r['used'])} of {r['recorded']} ({_span(r['used'])})" if r["recorded"]
+                else "one window (the trace has no step ranges)")
+        by_text.setdefault(text, []).append(int(rank))
+    return "; ".join(f"rank {rank_ranges(ranks)}: {text}" for text, ranks in by_text.items())
+
+
+def step_notes(report: dict[str, dict], one_offs: pd.DataFrame) -> list[str]:
+    """Lines for the report's notes when the steps need a word: steps left out and why,
+    steps from a marker, no step ranges at all, one-off calls cut out."""
+    notes = []
+    by_text: dict[str, list[int]] = {}
+    for rank, r in report.items():
+        if r["source"] == "ProfilerStep#" and not r["excluded"]:
+            continue
+        if r["source"] == "none":
+            hint = (f" (repeating annotations that could mark steps: "
+                    f"{', '.join(f'{n} x{c}' for n, c in r['candidates'])})" if r["candidates"] else "")
+            text = ("no ProfilerStep# ranges: the trace is analysed as one window; pass "
+                    f"--step-marker NAME to use a range you record per step{hint}")
+        else:
+            left = "; ".join(f"{e['step']} ({e['reason']})" for e in r["excluded"]) or "none"
+            text = (f"steps from {r['source']}: {len(r['used'])} of {r['recorded']} used "
+                    f"({_span(r['used'])}); left out: {left}")
+        by_text.setdefault(text, []).append(int(rank))
+    for text, ranks in by_text.items():
+        notes.append(f"rank {rank_ranges(ranks)}: {text}")
+    for row in one_offs.to_dict("records") if len(one_offs) else []:
+        notes.append(f"rank {row['rank']}: one {row['name']} call took {row[S.DUR_NS] / 1e6:.1f} ms "
+                     "(a one-off, e.g. CUDA lazy module loading): left out of the window")
+    return notes
+
+
+def _span(steps: list[int]) -> str:
+    return rank_ranges(steps) if steps else "none"
+
+
+def idle_code_findings(code: pd.DataFrame, ranks: pd.DataFrame, verdict: str | None,
+                       steps_used: dict[int, int]) -> list[Finding]:
+    """For a host-bound verdict: per rank, the code the GPU waited for, in ms per step."""
+    if verdict not in HOST_PARTS or code.empty or ranks.empty:
+        return []
+    findings = []
+    for rank, group in code[code["part"] == verdict].groupby("rank"):
+        n = max(steps_used.get(int(rank), 1), 1)
+        top = group.nlargest(3, "idle_ns")
+        parts = [f"{row['code']} ({row['idle_ns'] / n / 1e6:.2f} ms/step)"
+                 for row in top.to_dict("records")]
+        total_ms = group["idle_ns"].sum() / n / 1e6
+        findings.append(Finding(
+            category="idle_code", severity="info", rank=int(rank),
+            message=(f"rank {rank}: the GPU idles {total_ms:.2f} ms per step "
+                     f"({verdict.replace('_', ' ')}) while the host runs: " + "; ".join(parts)),
+            evidence={"idle_ms_per_step": round(total_ms, 3),
+                      "top": [{"code": r["code"], "ms_per_step": round(r["idle_ns"] / n / 1e6, 3)}
+                              for r in top.to_dict("records")]},
+            recommendation="Start with the code named first: it is where the GPU waits longest."))
+    return findings
+
+
+def no_gpu_finding() -> Finding:
+    """A run with no GPU events at all (and no rank whose trace explains why)."""
+    return Finding(category="input", severity="info", message=(
+        "no GPU events in this run: the breakdown, kernels and efficiency cannot be computed"),
+        recommendation="Profile with ProfilerActivity.CUDA on a GPU machine.")

@@ -1,0 +1,175 @@
+"""Where each step's time goes: every instant of a step charged to exactly one part
+(:mod:`profkit.analyzers.measure.charge`), per step and per rank, over the steps that speak for the
+steady state (:mod:`profkit.analyzers.measure.steps`).
+
+The parts of a step sum to its time (``steps.step_windows``). A rank's fractions and
+primary part use only its *used* steps: the first and last recorded steps and one-off steps
+are left out (``excluded_reason`` says why) unless ``--steps`` names the steps to use.
+Without ``ProfilerStep#`` ranges the window is first GPU start to last GPU end, minus
+one-off host calls (``steps.one_off_spans``), as one step numbered -1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from profkit.analyzers.measure.charge import (
+    AFTER_SYNC,
+    BLOCKING_COPY,
+    OVERLAP,
+    PARTS,
+    charged_intervals,
+)
+from profkit.analyzers.measure.health import rank_health
+from profkit.analyzers.measure.idle_code import idle_code
+from profkit.analyzers.measure.steps import (
+    REASON,
+    USED,
+    capture_spans,
+    choose_steps,
+    one_off_spans,
+    step_windows,
+)
+from profkit.analyzers.measure.stepwork import USED_WORK_TABLES, used_step_work
+from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
+from profkit.analyzers.result import Result
+from profkit.analyzers.thresholds import DEFAULT, Thresholds
+
+from profkit import intervals as iv
+from profkit import schema as S
+from profkit.model import RankData, Run
+
+VERDICT_CLASSES = ("compute", "communication", "memcpy", "cpu_launch", "data_loading",
+                   "host_sync", "idle_other")
+CAPTURE = "capture_ns"
+STEP_COLUMNS = ("rank", S.STEP, "step_ns", *PARTS, BLOCKING_COPY, AFTER_SYNC, OVERLAP, CAPTURE,
+                USED, REASON)
+ONE_OFF_COLUMNS = ("rank", "name", S.TS_NS, S.DUR_NS)
+
+
+def _windows(data: RankData, gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                        pd.DataFrame]:
+    """(starts, ends, step numbers, one-off calls cut out) of the windows to break down."""
+    if len(data.steps):
+        starts, ends, numbers = step_windows(data.steps)
+        return starts, ends, numbers, data.events.iloc[:0]
+    lo = int(gpu[S.TS_NS].min())
+    hi = int((gpu[S.TS_NS] + gpu[S.DUR_NS]).max())
+    slow = one_off_spans(data.events, lo, hi)
+    cut = iv.complement(iv.union(slow[S.TS_NS], slow[S.TS_NS] + slow[S.DUR_NS]), lo, hi)
+    return cut[0], cut[1], np.full(len(cut[0]), -1), slow
+
+
+def rank_steps(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
+               th: Thresholds = DEFAULT, by_thread: dict | None = None,
+               one_offs: list | None = None) -> pd.DataFrame:
+    """One row per step: step_ns and the ns charged to each part (summing to step_ns), the
+    GPU-busy share of host_sync, hidden communication, graph capture time, and whether the
+    step is used for the rank's verdict (with the reason when not)."""
+    gpu = data.events[data.events[S.KIND].isin(S.GPU_KINDS)]
+    if gpu.empty:  # a CPU-only trace: there is no GPU time to break down
+        return pd.DataFrame(columns=list(STEP_COLUMNS))
+    starts, ends, numbers, slow = _windows(data, gpu)
+    if one_offs is not None:
+        one_offs.append(slow)
+    parts = charged_intervals(data, int(starts.min()), int(ends.max()), by_thread)
+    table = pd.DataFrame({"rank": data.rank, S.STEP: numbers, "step_ns": ends - starts})
+    for part in (*PARTS, BLOCKING_COPY, AFTER_SYNC, OVERLAP):
+        table[part] = iv.per_window(parts[part], starts, ends)
+    table[CAPTURE] = iv.per_window(capture_spans(data.events), starts, ends)
+    if not len(data.steps):
+        table = table.groupby(["rank", S.STEP], as_index=False).sum()
+    used, reasons = choose_steps(table, table[CAPTURE].to_numpy(), opts.steps,
+                                 th.step_outlier_frac)
+    table[USED], table[REASON] = used, reasons
+    if by_thread is not None:
+        keep = iv.union(starts[np.isin(numbers, table.loc[used, S.STEP])],
+                        ends[np.isin(numbers, table.loc[used, S.STEP])])
+        for key, ivs in by_thread.items():
+            by_thread[key] = iv.intersect(ivs, keep)
+    return table[list(STEP_COLUMNS)]
+
+
+def stream_table(data: RankData) -> pd.DataFrame:
+    """Per stream of one rank: GPU time by class in the profiled steps (ns) and op count."""
+    gpu = data.events[data.events[S.KIND].isin(S.GPU_KINDS)]
+    if len(data.steps):
+        gpu = gpu[gpu[S.STEP] >= 0]
+    table = gpu.pivot_table(index=S.STREAM, columns=S.CLASS, values=S.DUR_NS, aggfunc="sum",
+                            observed=True, fill_value=0)
+    table.columns = [f"{c}_ns" for c in table.columns]
+    table["ops"] = gpu.groupby(S.STREAM).size()
+    table["busy_ns"] = table.filter(like="_ns").sum(axis=1)
+    return table.reset_index().assign(rank=data.rank)
+
+
+def compute_subclasses(data: RankData) -> pd.DataFrame:
+    """Compute kernel time in the profiled steps by sub-class (gemm, attention, ...), ns, and
+    its share of all compute kernel time (kernels summed, overlaps not merged)."""
+    ev = data.events
+    comp = ev[(ev[S.CLASS] == S.CLS_COMPUTE) & ((ev[S.STEP] >= 0) | (not len(data.steps)))]
+    table = comp.groupby(S.SUBCLASS, observed=True)[S.DUR_NS].agg(["sum", "count"])
+    table.columns = ["kernel_ns", "kernels"]
+    table["share"] = table["kernel_ns"] / table["kernel_ns"].sum() if len(table) else []
+    return table.reset_index().assign(rank=data.rank)
+
+
+def rank_parts(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
+               th: Thresholds = DEFAULT) -> dict:
+    """The breakdown tables of one rank (the per-rank half of :func:`analyze_breakdown`),
+    the code that filled its GPU-idle time, and its trace-health counts."""
+    gpu = data.has_gpu
+    by_thread: dict = {}
+    one_offs: list = []
+    steps = rank_steps(data, opts, th, by_thread, one_offs)
+    slow = one_offs[0] if one_offs else data.events.iloc[:0]
+    return {"step_breakdown": steps,
+            "stream_breakdown": stream_table(data) if gpu else None,
+            "compute_subclasses": compute_subclasses(data) if gpu else None,
+            "idle_code": idle_code(data.events, by_thread, data.rank),
+            "one_off_calls": pd.DataFrame({"rank": data.rank, "name": slow[S.NAME].astype(str),
+                                           S.TS_NS: slow[S.TS_NS], S.DUR_NS: slow[S.DUR_NS]},
+                                          columns=list(ONE_OFF_COLUMNS)),
+            "health": rank_health(data.events),
+            **used_step_work(data, steps)}
+
+
+def analyze_breakdown(run: Run, opts: AnalysisOptions = DEFAULT_OPTIONS,
+                      th: Thresholds = DEFAULT) -> Result:
+    """Tables ``step_breakdown`` (:data:`STEP_COLUMNS`), ``rank_breakdown`` (rank, steps
+    used, steps recorded, step_time_ms median of the used steps, one fraction column per
+    part, comm_overlap_frac, primary), ``stream_breakdown`` (rank, stream, ns per class, ops,
+    busy_ns), ``compute_subclasses`` (rank, subcls, kernel_ns, kernels, share), ``idle_code``
+    (rank, part, code, idle_ns), ``one_off_calls`` (rank, name, ts_ns, dur_ns), and what
+    the used steps ran (``used_step_kernels``, ``used_step_ops``: :mod:`.stepwork`)."""
+    return combine_breakdown([rank_parts(d, opts, th) for d in run.ranks.values()])
+
+
+RANK_COLUMNS = ("rank", "steps", "steps_recorded", "step_time_ms", *PARTS,
+                "comm_overlap_frac", "primary")
+
+
+def combine_breakdown(parts: list[dict]) -> Result:
+    """:func:`analyze_breakdown` from every rank's :func:`rank_parts`."""
+    steps = pd.concat([p["step_breakdown"] for p in parts], ignore_index=True)
+    rows = []
+    for rank, group in steps.groupby("rank"):
+        used = group[group[USED].astype(bool)]
+        total = used[list(PARTS)].sum()
+        if total.sum() <= 0:  # nothing usable on this rank (e.g. only graph capture)
+            continue
+        fractions = total / total.sum()
+        primary = max(VERDICT_CLASSES, key=lambda c: fractions[c])
+        comm = float(total["communication"] + used[OVERLAP].sum())
+        rows.append({"rank": int(rank), "steps": int((used[S.STEP] >= 0).sum()),
+                     "steps_recorded": int((group[S.STEP] >= 0).sum()),
+                     "step_time_ms": float(used["step_ns"].median() / 1e6),
+                     **{p: float(fractions[p]) for p in PARTS},
+                     "comm_overlap_frac": float(used[OVERLAP].sum()) / comm if comm else np.nan,
+                     "primary": primary})
+    tables = {"step_breakdown": steps, "rank_breakdown": pd.DataFrame(rows, columns=list(RANK_COLUMNS))}
+    for name in ("stream_breakdown", "compute_subclasses", "idle_code", "one_off_calls",
+                 *USED_WORK_TABLES):
+        frames = [p[name] for p in parts if p.get(name) is not None and len(p[name])]
+        tables[name] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return Result(tables=tables)

@@ -1,0 +1,180 @@
+"""Peak throughput of common accelerators, and matching a trace's device name to one.
+
+All TFLOP/s are **dense** (no 2:4 structured sparsity: half the datasheets' "with sparsity"
+figures) and per device as PyTorch sees it: an MI250/MI250X is two devices (GCDs), so its
+entries are half the card's datasheet numbers. One peak per precision class
+(``profkit.classify.flops.PRECISIONS``): ``fp32_tflops`` the fastest fp32 path (vector / SIMT on
+NVIDIA, which has no fp32 tensor path; matrix cores on AMD), ``tf32_tflops`` TF32 tensor
+cores (AMD: xf32 on MI300), ``bf16_tflops`` 16-bit tensor / matrix cores (bf16 and fp16
+have the same rate; fp16 on V100, which has no bf16), ``fp8_tflops``, ``fp4_tflops``; NaN
+where the device has no such path. ``mem_bw_tbps`` is HBM/GDDR bandwidth in TB/s (10^12
+bytes/s) and ``mem_gb`` the capacity in GB (10^9 bytes). Numbers are the boost-clock
+datasheet values; sustained clocks under power caps give less.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+NAN = math.nan
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    """Datasheet peaks of one accelerator model (units in the field names)."""
+
+    key: str
+    bf16_tflops: float
+    fp32_tflops: float
+    mem_bw_tbps: float
+    mem_gb: float
+    tf32_tflops: float = NAN
+    fp8_tflops: float = NAN
+    fp4_tflops: float = NAN
+
+    def peak_tflops(self, precision: str) -> float:
+        """Dense peak for a precision class; a class the device lacks (fp8 on an A100: such
+        a kernel cannot run there, the name was misread) falls back to its 16-bit peak."""
+        value = getattr(self, f"{precision}_tflops", NAN)
+        return self.bf16_tflops if math.isnan(value) else value
+
+    def flop_weighted_tflops(self, flops: dict[str, float]) -> float:
+        """The peak of FLOPs run in several precisions (precision -> FLOPs): total / sum of
+        FLOPs / peak, so that the total over this peak is the time each precision's FLOPs
+        would take at its own peak. One precision: that precision's peak."""
+        total = sum(flops.values())
+        if total <= 0:
+            return NAN
+        return total / sum(f / self.peak_tflops(p) for p, f in flops.items())
+
+    def time_weighted_tflops(self, time: dict[str, float]) -> float:
+        """The peak of kernel time spent in several precisions (precision -> time): each
+        precision's peak weighted by its time, which is the FLOP-weighted peak when every
+        precision runs at the same fraction of its own peak."""
+        total = sum(time.values())
+        return sum(t * self.peak_tflops(p) for p, t in time.items()) / total if total else NAN
+
+
+DEVICES = {
+    d.key: d
+    for d in (
+        # NVIDIA H100 Tensor Core GPU datasheet (sparse figures halved): SXM TF32 989, BF16
+        # 1,979, FP8 3,958; PCIe 756 / 1,513 / 3,026; NVL 835 / 1,671 / 3,341. FP32 67 / 51 /
+        # 60; 3.35 / 2.0 / 3.9 TB/s.
+        DevicePeak("H100 SXM", 989.4, 66.9, 3.35, 80, 494.7, 1978.9),
+        DevicePeak("H100 PCIe", 756.5, 51.2, 2.0, 80, 378.0, 1513.0),
+        DevicePeak("H100 NVL", 835.5, 60.0, 3.9, 94, 417.5, 1670.5),
+        # NVIDIA H800 datasheet: the H100's tensor and FP32 rates (SXM TF32 989, BF16 1,979,
+        # FP8 3,958 with sparsity; PCIe 756 / 1,513 / 3,026), less FP64 and NVLink.
+        DevicePeak("H800 SXM", 989.4, 66.9, 3.35, 80, 494.7, 1978.9),
+        DevicePeak("H800 PCIe", 756.5, 51.2, 2.0, 80, 378.0, 1513.0),
+        # NVIDIA H200 datasheet: same compute as H100 SXM / NVL; 141 GB HBM3e at 4.8 TB/s.
+        DevicePeak("H200", 989.4, 66.9, 4.8, 141, 494.7, 1978.9),
+        DevicePeak("H200 NVL", 835.5, 60.0, 4.8, 141, 417.5, 1670.5),
+        # NVIDIA A100 datasheet: TF32 156, BF16 312 dense (312 / 624 sparse), FP32 19.5, no
+        # FP8; 40GB 1,555 GB/s, 80GB SXM 2,039 GB/s, 80GB PCIe 1,935 GB/s.
+        DevicePeak("A100 40GB", 312.0, 19.5, 1.555, 40, 156.0),
+        DevicePeak("A100 80GB SXM", 312.0, 19.5, 2.039, 80, 156.0),
+        DevicePeak("A100 80GB PCIe", 312.0, 19.5, 1.935, 80, 156.0),
+        # NVIDIA V100 datasheet: tensor (fp16) 125 SXM2 / 112 PCIe, FP32 15.7 / 14; 900 GB/s.
+        DevicePeak("V100 SXM2", 125.0, 15.7, 0.9, 32),
+        DevicePeak("V100 PCIe", 112.0, 14.0, 0.9, 32),
+        # NVIDIA HGX B200 datasheet (8 GPUs, sparse): FP4 144, FP8 72, FP16/BF16 36, TF32 18
+        # PFLOPS -> per GPU dense 9,000 / 4,500 / 2,250 / 1,125 TFLOPS; FP32 600 -> 75 per
+        # GPU; 8 TB/s; 180 GB per GPU (1.44 TB total).
+        DevicePeak("B200", 2250.0, 75.0, 8.0, 180, 1125.0, 4500.0, 9000.0),
+        # NVIDIA GB200 NVL72 datasheet (72 GPUs, sparse): FP4 1,440, FP8 720, BF16 360, TF32
+        # 180 PFLOPS, FP32 5,760 TFLOPS -> per GPU dense 10,000 / 5,000 / 2,500 / 1,250; 80.
+        DevicePeak("GB200", 2500.0, 80.0, 8.0, 186, 1250.0, 5000.0, 10000.0),
+        # NVIDIA L4 datasheet (sparse): TF32 120, BF16 242, FP8 485; FP32 30.3; 300 GB/s.
+        DevicePeak("L4", 121.0, 30.3, 0.3, 24, 60.0, 242.5),
+        # NVIDIA L40S datasheet (dense | sparse): TF32 183 | 366, BF16 362.05 | 733, FP8 733 |
+        # 1,466; FP32 91.6; 864 GB/s, 48 GB.
+        DevicePeak("L40S", 362.0, 91.6, 0.864, 48, 183.0, 733.0),
+        # AMD Instinct MI300X datasheet (dense): FP32 vector and matrix 163.4, TF32 653.7,
+        # FP16/BF16 1,307.4, FP8 2,614.9; 5.3 TB/s, 192 GB.
+        DevicePeak("MI300X", 1307.4, 163.4, 5.3, 192, 653.7, 2614.9),
+        # AMD Instinct MI250X datasheet per OAM card of two GCDs: FP16/BF16 383, FP32 matrix
+        # 95.7 (vector 47.9), 3.2768 TB/s, 128 GB; MI250: 362.1, 90.5 (45.3). No TF32 / FP8.
+        # Halved here: one GCD per PyTorch device.
+        DevicePeak("MI250X GCD", 191.5, 47.85, 1.6384, 64),
+        DevicePeak("MI250 GCD", 181.05, 45.25, 1.6384, 64),
+    )
+}
+
+# (pattern on the lower-cased device name, key), first match wins: specific before generic.
+_NAME_RULES = (
+    (r"gb200", "GB200"),
+    (r"b200", "B200"),
+    (r"h200.*nvl", "H200 NVL"),
+    (r"h200", "H200"),
+    (r"h800.*pcie", "H800 PCIe"),
+    (r"h800", "H800 SXM"),
+    (r"h100.*pcie", "H100 PCIe"),
+    (r"h100.*nvl", "H100 NVL"),
+    (r"h100", "H100 SXM"),
+    (r"a100.*80gb.*pcie|a100.*pcie.*80gb", "A100 80GB PCIe"),
+    (r"a100.*80gb", "A100 80GB SXM"),
+    (r"a100", "A100 40GB"),  # A100-SXM4-40GB, A100-PCIE-40GB, A100-PG509-200 (40 GB board)
+    (r"v100.*pcie", "V100 PCIe"),
+    (r"v100", "V100 SXM2"),
+    (r"l40s", "L40S"),
+    (r"\bl4\b", "L4"),
+    (r"mi300x", "MI300X"),
+    (r"mi250x", "MI250X GCD"),
+    (r"mi250", "MI250 GCD"),
+)
+_NAME_RES = tuple((re.compile(rx), key) for rx, key in _NAME_RULES)
+
+# Unnamed or generic names ("AMD Radeon Graphics", ""): multiprocessor count (AMD: compute
+# units per device) and memory identify a few models unambiguously.
+_SM_RULES = (
+    (304, 150, 250, "MI300X"),  # 304 CUs, 192 GB
+    (110, 50, 70, "MI250X GCD"),  # 110 CUs, 64 GB per GCD
+    (104, 50, 70, "MI250 GCD"),  # 104 CUs, 64 GB per GCD
+    (148, 150, 200, "B200"),
+)
+
+
+def match_device(name: str | None, num_sms: int | None = None,
+                 mem_bytes: float | None = None) -> DevicePeak | None:
+    """The :class:`DevicePeak` for a device name as CUDA/HIP reports it ("NVIDIA H200",
+    "NVIDIA A100-SXM4-80GB", "AMD Instinct MI300X"), falling back to the SM/CU count and
+    memory size for generic names; None when unknown."""
+    text = (name or "").lower()
+    for rx, key in _NAME_RES:
+        if rx.search(text):
+            if key == "A100 40GB" and mem_bytes and mem_bytes > 60e9:
+                return DEVICES["A100 80GB SXM"]
+            return DEVICES[key]
+    if num_sms is None:
+        return None
+    mem_gb = (mem_bytes or 0) / 1e9
+    for sms, lo_gb, hi_gb, key in _SM_RULES:
+        if num_sms == sms and (not mem_bytes or lo_gb <= mem_gb <= hi_gb):
+            return DEVICES[key]
+    return None
+
+
+def device_info(rank_meta: dict[str, Any], run_meta: dict[str, Any],
+                device: int) -> dict[str, Any]:
+    """Name, SM count and memory bytes of GPU ``device`` of a rank, from the trace's
+    deviceProperties, else the run's ``gpus`` list (profkit runs); empty values if unknown."""
+    info: dict[str, Any] = {"name": "", "num_sms": None, "mem_bytes": None}
+    props = [p for p in rank_meta.get("devices") or [] if isinstance(p, dict)]
+    prop = next((p for p in props if p.get("id") == device), props[0] if props else None)
+    if prop:
+        info.update(name=str(prop.get("name") or ""), num_sms=prop.get("numSms"),
+                    mem_bytes=prop.get("totalGlobalMem"))
+    gpus = [g for g in run_meta.get("gpus") or [] if isinstance(g, dict)]
+    host = rank_meta.get("host")
+    gpu = next((g for g in gpus if g.get("index") == device
+                and (host is None or g.get("host") in (None, host))), None)
+    if gpu:
+        info["name"] = info["name"] or str(gpu.get("name") or "")
+        info["num_sms"] = info["num_sms"] or gpu.get("sm_count")
+        info["mem_bytes"] = info["mem_bytes"] or gpu.get("memory_bytes")
+    return info

@@ -1,0 +1,306 @@
+"""How well each rank uses its GPU: MFU, utilisation, SM efficiency, occupancy, NVML joins.
+
+Per rank, over the profiled steps (``profkit.model.step_times_ns``; without steps, the span
+of GPU work):
+
+- ``efficiency``: achieved TFLOP/s and MFU against the device's dense peak for the
+  precisions the GEMMs ran in (``analyzers/measure/flopcount.py``: fp8 GEMMs against the fp8 peak,
+  TF32 ones against TF32's, mixed runs against the FLOP-weighted blend), GPU utilisation
+  (merged kernel time / step time), estimated SM efficiency (time-average of min(sum of
+  blocks-per-SM of running kernels, 1), idle time counting 0), estimated occupancy
+  (duration-weighted ``est. achieved occupancy %``) and the share of GEMM time in
+  tensor-core precisions (tf32, 16-bit, fp8, fp4).
+- ``nvml``: SM clock, throttle reasons, power, energy per step, GPM tensor / DRAM activity
+  beside the share of the step in GEMM/attention kernels, peak memory vs capacity.
+
+FLOPs are the trace's own counts or those of ops with a formula (``profkit.classify.flops``: matmul,
+convolution, attention), outermost op per thread. MFU is judged only where those ops
+launched enough of the compute-kernel time (``Thresholds.min_flop_coverage_frac``), or when
+the model's FLOPs per step are given (``Thresholds.flops_per_step``); ``peak_tflops``
+replaces the device table's peak. The map reports each rank's facts (counted FLOPs,
+coverage, precision mix, device peak); :func:`combine_efficiency` applies the options.
+
+NVML samples describe the period ending at their timestamp (utilisation, GPM, averaged
+power), so a metric's samples from the first step's start to one sampling interval after
+the last step's end are joined. At 10 Hz a window of a few 20 ms steps holds one sample:
+read the sample counts before trusting the means. Power is the instantaneous reading
+(``power_instant_w``, sampled with the fast metrics while the profiler records) where the
+window has any, else NVML's ~1 s average, which lags the load in short windows (an H100
+running GEMMs: 144-218 W averaged, 730-780 W instantaneous). Energy per step falls back to
+mean power x step time when no two energy samples bracket the steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from profkit.analyzers.measure.devices import DEVICES, DevicePeak, device_info, match_device
+from profkit.analyzers.measure.flopcount import count_flops, kernel_time_mix, name_values
+from profkit.analyzers.measure.kernels import no_gpu_result
+from profkit.analyzers.measure.tables import RANK, empty
+from profkit.analyzers.result import Result
+from profkit.analyzers.thresholds import DEFAULT, Thresholds, with_mfu_options
+
+from profkit import intervals as iv
+from profkit import schema as S
+from profkit.classify.flops import kernel_precision
+from profkit.model import RankData, Run, step_spans
+
+# flops: what MFU is computed from (``flops_source`` "trace" or "model formula");
+# trace_flops: counted from the trace's ops; flop_coverage: share of the compute-kernel time
+# that can carry FLOPs those ops launched (analyzers/measure/flopcount.py); precision_mix: shares of the counted FLOPs per precision (without
+# any, of GEMM kernel time); peak_tflops: what MFU is judged against; mfu: NaN unless judged.
+EFFICIENCY_COLUMNS = (RANK, "device", "device_name", "device_model", "steps", "step_time_ns",
+                      "flops", "flops_source", "trace_flops", "flop_coverage", "precision_mix",
+                      "achieved_tflops", "peak_tflops", "mfu",
+                      "gpu_util", "sm_efficiency", "occupancy_pct", "gemm_time_ns",
+                      "tensor_core_gemm_frac", "fp32_gemm_ns")
+NVML_COLUMNS = (RANK, "device", "sm_clock_mean_mhz", "sm_clock_min_mhz", "clock_samples",
+                "throttle_samples", "throttle_reasons", "power_mean_w", "power_source",
+                "energy_j_per_step", "energy_source", "gpm_tensor_active_pct", "gpm_dram_bw_pct",
+                "matmul_time_frac", "peak_mem_bytes", "mem_capacity_bytes", "peak_mem_frac")
+TABLES = (("efficiency", EFFICIENCY_COLUMNS), ("nvml", NVML_COLUMNS))
+
+# nvmlClocksEventReason* bits (checked against nvidia-ml-py 13's pynvml constants). GpuIdle
+# 0x1, ApplicationsClocksSetting 0x2 and DisplayClockSetting 0x100 are not throttling.
+THROTTLE_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
+                    0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake",
+                    0x200: "board_limit", 0x400: "reliability"}
+THROTTLE_MASK = sum(THROTTLE_REASONS)
+TENSOR_CORE_PRECISIONS = ("tf32", "bf16", "fp8", "fp4")  # fp32 GEMMs run on SIMT / vector
+MATMUL_SUBCLASSES = ("gemm", "attention")
+DEFAULT_PRECISION = "bf16"  # what mixed-precision training runs at, when nothing says
+
+
+def step_windows(rd: RankData) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint (start, end) ns windows whose lengths are the step times; without steps,
+    one window from the first GPU start to the last GPU end."""
+    if len(rd.steps):
+        start, end = step_spans(rd.steps)
+        order = np.argsort(start, kind="stable")
+        start, end = start[order], end[order]
+        prev = np.concatenate([[start[0]], np.maximum.accumulate(end)[:-1]])
+        return np.minimum(np.maximum(start, prev), end), end
+    gpu = rd.gpu_events
+    if gpu.empty:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return (np.array([gpu[S.TS_NS].min()]), np.array([(gpu[S.TS_NS] + gpu[S.DUR_NS]).max()]))
+
+
+def window_kernels(rd: RankData) -> pd.DataFrame:
+    k = rd.events[rd.events[S.KIND] == S.KIND_KERNEL]
+    return k[k[S.STEP] >= 0] if len(rd.steps) else k
+
+
+def rank_device(rd: RankData) -> int:
+    dev = rd.gpu_events[S.DEVICE]
+    dev = dev[dev >= 0]
+    return int(dev.mode().iloc[0]) if len(dev) else 0
+
+
+def sm_efficiency(k: pd.DataFrame, window: int) -> float:
+    """Time-average over ``window`` ns of min(sum of blocks-per-SM of running kernels, 1)."""
+    k = k[np.isfinite(k[S.BLOCKS_PER_SM])]
+    if k.empty or window <= 0:
+        return np.nan
+    t = np.concatenate([k[S.TS_NS].to_numpy(), (k[S.TS_NS] + k[S.DUR_NS]).to_numpy()])
+    bps = k[S.BLOCKS_PER_SM].to_numpy(dtype=float)
+    order = np.argsort(t, kind="stable")
+    level = np.cumsum(np.concatenate([bps, -bps])[order])
+    covered = np.clip(level[:-1], 0.0, 1.0) * np.diff(t[order])
+    return float(covered.sum() / window)
+
+
+def gemm_precision(k: pd.DataFrame) -> tuple[int, float, int]:
+    """(GEMM kernel ns, share of it in tensor-core precisions, ns in fp32 GEMMs)."""
+    g = k[k[S.SUBCLASS] == "gemm"]
+    total = int(g[S.DUR_NS].sum())
+    precision = name_values(g[S.NAME], kernel_precision)
+    dur = g[S.DUR_NS].to_numpy()
+    tc = np.isin(precision, TENSOR_CORE_PRECISIONS)
+    frac = dur[tc].sum() / total if total else np.nan
+    return total, float(frac), int(dur[precision == "fp32"].sum())
+
+
+def flop_facts(rd: RankData, k: pd.DataFrame, peak: DevicePeak | None,
+               peak_dtype: str | None) -> dict:
+    """Counted FLOPs, their coverage and precision mix, and the device's peak for that mix
+    (``peak_dtype``: judge every FLOP against this precision's peak instead)."""
+    fc = count_flops(rd, k, peak_dtype or DEFAULT_PRECISION)
+    if fc.flops > 0:
+        mix = {peak_dtype: fc.flops} if peak_dtype else fc.by_precision
+        device_peak = peak.flop_weighted_tflops(mix) if peak else np.nan
+    else:  # no FLOPs to weigh: the GEMMs' time says which peaks apply
+        mix = {peak_dtype: 1.0} if peak_dtype else (kernel_time_mix(k)
+                                                     or {DEFAULT_PRECISION: 1.0})
+        device_peak = peak.time_weighted_tflops(mix) if peak else np.nan
+    total = sum(mix.values())
+    text = ",".join(f"{p}:{v / total:.2f}" for p, v in sorted(mix.items(), key=lambda x: -x[1]))
+    return {"trace_flops": fc.flops, "flop_coverage": fc.coverage, "precision_mix": text,
+            "peak_tflops": device_peak}
+
+
+def efficiency_row(rank: int, rd: RankData, run_meta: dict, peak_dtype: str | None) -> dict:
+    """One rank's facts; flops / achieved_tflops / mfu are filled by :func:`judge_mfu`."""
+    lo, hi = step_windows(rd)
+    window = int((hi - lo).sum())
+    k = window_kernels(rd)
+    device = rank_device(rd)
+    info = device_info(rd.meta, run_meta, device)
+    peak: DevicePeak | None = match_device(info["name"], info["num_sms"], info["mem_bytes"])
+    dur = k[S.DUR_NS].to_numpy()
+    occ = k[S.OCCUPANCY_PCT].to_numpy(dtype=float)
+    has_occ = np.isfinite(occ) & (dur > 0)
+    gemm_ns, tc_frac, fp32_ns = gemm_precision(k)
+    return {RANK: rank, "device": device, "device_name": info["name"],
+            "device_model": peak.key if peak else "", "steps": len(rd.steps),
+            "step_time_ns": window, "flops": np.nan, "flops_source": "",
+            **flop_facts(rd, k, peak, peak_dtype), "achieved_tflops": np.nan, "mfu": np.nan,
+            "gpu_util": iv.total(iv.union(k[S.TS_NS], k[S.TS_NS] + k[S.DUR_NS])) / window
+            if window else np.nan,
+            "sm_efficiency": sm_efficiency(k, window),
+            "occupancy_pct": float((occ * dur)[has_occ].sum() / dur[has_occ].sum())
+            if has_occ.any() else np.nan,
+            "gemm_time_ns": gemm_ns, "tensor_core_gemm_frac": tc_frac, "fp32_gemm_ns": fp32_ns}
+
+
+def judge_mfu(eff: dict, th: Thresholds) -> dict:
+    """The row with the FLOPs MFU is computed from (``th.flops_per_step`` x steps, else the
+    counted ones), achieved TFLOP/s, the peak (``th.peak_tflops`` if given) and MFU, left
+    NaN unless the FLOPs are the model's or cover enough compute time."""
+    row = dict(eff)
+    if th.flops_per_step:
+        row["flops"], row["flops_source"] = th.flops_per_step * max(row["steps"], 1), "model formula"
+    else:
+        row["flops"] = row["trace_flops"]
+        row["flops_source"] = "trace" if row["trace_flops"] > 0 else ""
+    if th.peak_tflops:
+        row["peak_tflops"] = float(th.peak_tflops)
+    window_s = row["step_time_ns"] * 1e-9
+    row["achieved_tflops"] = row["flops"] / window_s / 1e12 if window_s and row["flops"] else np.nan
+    judged = bool(th.flops_per_step) or row["flop_coverage"] >= th.min_flop_coverage_frac
+    row["mfu"] = (row["achieved_tflops"] / row["peak_tflops"]
+                  if judged and row["peak_tflops"] > 0 else np.nan)
+    return row
+
+
+# --- NVML joins ---------------------------------------------------------------------------
+
+def metric_samples(counters: pd.DataFrame, metric: str, lo: int, hi: int,
+                   pad: bool = True) -> pd.DataFrame:
+    """Samples of one metric from ``lo`` to ``hi`` plus one sampling interval (the median
+    spacing), sorted by time; ``pad=False`` keeps [lo, hi] only."""
+    s = counters[counters[S.METRIC] == metric].sort_values(S.TS_NS)
+    gap = float(np.median(np.diff(s[S.TS_NS]))) if pad and len(s) > 1 else 0.0
+    return s[(s[S.TS_NS] >= lo) & (s[S.TS_NS] <= hi + gap)]
+
+
+def energy_per_step(counters: pd.DataFrame, lo: int, hi: int, window: int,
+                    steps: int) -> tuple[float, str]:
+    """Joules per step: the cumulative energy counter interpolated at the window's ends when
+    samples bracket it, else mean power over the window times the step time."""
+    e = counters[counters[S.METRIC] == "energy_mj"].sort_values(S.TS_NS)
+    t, v = e[S.TS_NS].to_numpy(), e[S.VALUE].to_numpy(dtype=float)
+    if len(t) >= 2 and t[0] <= lo and t[-1] >= hi:
+        rel = (t - t[0]).astype(float)  # epoch ns as float64 would lose ~256 ns
+        joules = (np.interp(hi - t[0], rel, v) - np.interp(lo - t[0], rel, v)) / 1e3
+        return joules / steps, "energy_mj"
+    power, source = window_power(counters, lo, hi)
+    if len(power):
+        return float(power.mean()) * window * 1e-9 / steps, source
+    return np.nan, ""
+
+
+def window_power(counters: pd.DataFrame, lo: int, hi: int) -> tuple[pd.Series, str]:
+    """Power samples of the window and their metric: the instantaneous readings inside it
+    when there are any, else the ~1 s averages (joined with one interval of padding)."""
+    instant = metric_samples(counters, "power_instant_w", lo, hi, pad=False)[S.VALUE]
+    if len(instant):
+        return instant, "power_instant_w"
+    return metric_samples(counters, "power_w", lo, hi)[S.VALUE], "power_w"
+
+
+def throttle(counters: pd.DataFrame, lo: int, hi: int) -> tuple[int, str]:
+    """(samples with a throttle bit set, the reasons seen), in the window."""
+    raw = metric_samples(counters, "clocks_event_reasons", lo, hi)[S.VALUE]
+    bits = raw.to_numpy(dtype=float).astype(np.int64) & THROTTLE_MASK
+    seen = np.bitwise_or.reduce(bits) if len(bits) else 0
+    names = [name for bit, name in THROTTLE_REASONS.items() if seen & bit]
+    return int((bits != 0).sum()), ",".join(names)
+
+
+def nvml_row(rank: int, rd: RankData, run_meta: dict, eff: dict) -> dict | None:
+    c = rd.counters
+    if c.empty:
+        return None
+    device = eff["device"]
+    if (c[S.DEVICE] == device).any():
+        c = c[c[S.DEVICE] == device]
+    lo, hi = step_windows(rd)
+    if not len(lo):
+        return None
+    start, end, window = int(lo[0]), int(hi[-1]), eff["step_time_ns"]
+    clock = metric_samples(c, "sm_clock_mhz", start, end)[S.VALUE]
+    energy, source = energy_per_step(c, start, end, window, max(eff["steps"], 1))
+    k = window_kernels(rd)
+    mm = k[k[S.SUBCLASS].isin(MATMUL_SUBCLASSES)]
+    mem = c[c[S.METRIC] == "mem_used_bytes"][S.VALUE]
+    model = DEVICES.get(eff["device_model"])
+    cap = device_info(rd.meta, run_meta, device)["mem_bytes"] or (
+        model.mem_gb * 1e9 if model else np.nan)
+    n_throttle, reasons = throttle(c, start, end)
+    power, power_source = window_power(c, start, end)
+
+    def mean(metric: str) -> float:
+        return float(metric_samples(c, metric, start, end)[S.VALUE].mean())
+
+    return {RANK: rank, "device": device, "sm_clock_mean_mhz": float(clock.mean()),
+            "sm_clock_min_mhz": float(clock.min()), "clock_samples": len(clock),
+            "throttle_samples": n_throttle, "throttle_reasons": reasons,
+            "power_mean_w": float(power.mean()), "power_source": power_source,
+            "energy_j_per_step": energy,
+            "energy_source": source, "gpm_tensor_active_pct": mean("gpm_tensor_active_pct"),
+            "gpm_dram_bw_pct": mean("gpm_dram_bw_pct"),
+            "matmul_time_frac": iv.total(iv.union(mm[S.TS_NS], mm[S.TS_NS] + mm[S.DUR_NS]))
+            / window if window else np.nan,
+            "peak_mem_bytes": float(mem.max()) if len(mem) else np.nan,
+            "mem_capacity_bytes": float(cap) if cap else np.nan,
+            "peak_mem_frac": float(mem.max() / cap) if len(mem) and cap else np.nan}
+
+
+# --- entry point ---------------------------------------------------------------------------
+
+def analyze_efficiency(run: Run, thresholds: Thresholds = DEFAULT, *,
+                       flops_per_step: float | None = None, peak_tflops: float | None = None,
+                       peak_dtype: str | None = None) -> Result:
+    """Efficiency and NVML tables per rank (module docstring), their rows as facts.
+
+    ``flops_per_step`` / ``peak_tflops`` replace those of ``thresholds`` (see Thresholds);
+    ``peak_dtype`` ("fp32", "tf32", "bf16", "fp8", "fp4") judges every FLOP against that
+    precision's peak instead of the one each GEMM ran in."""
+    rows = [rank_efficiency(r, rd, run.meta, peak_dtype=peak_dtype)
+            for r, rd in sorted(run.ranks.items()) if rd.has_gpu]
+    return combine_efficiency(rows, with_mfu_options(thresholds, flops_per_step, peak_tflops))
+
+
+def rank_efficiency(rank: int, rd: RankData, run_meta: dict, *,
+                    peak_dtype: str | None = None) -> tuple[dict, dict | None]:
+    """One GPU rank's efficiency facts and NVML row (None without samples)."""
+    eff = efficiency_row(rank, rd, run_meta, peak_dtype)
+    return eff, nvml_row(rank, rd, run_meta, eff)
+
+
+def combine_efficiency(rows: list[tuple[dict, dict | None]],
+                       thresholds: Thresholds = DEFAULT) -> Result:
+    """:func:`analyze_efficiency` from the GPU ranks' :func:`rank_efficiency`, in rank order;
+    MFU is judged here, with the thresholds' options."""
+    if not rows:
+        return no_gpu_result(TABLES, "efficiency analysis")
+    effs = [judge_mfu(eff, thresholds) for eff, _ in rows]
+    nvml = [row for _, row in rows if row is not None]
+    tables = {"efficiency": pd.DataFrame(effs, columns=list(EFFICIENCY_COLUMNS)),
+              "nvml": pd.DataFrame(nvml, columns=list(NVML_COLUMNS)) if nvml
+              else empty(NVML_COLUMNS)}
+    return Result(tables=tables, facts={"topic": "efficiency", "thresholds": thresholds,
+                                        "efficiency_rows": effs,
+                                        "nvml_rows": nvml})

@@ -1,0 +1,134 @@
+"""The FLOPs one rank's ops account for, which kernel time they cover, and in what precision.
+
+FLOPs sit on CPU ops (the trace's own counts, else ``profkit.classify.flops`` from recorded shapes).
+Wrappers and the ops they call can both carry FLOPs (``aten::linear`` holds ``aten::addmm``),
+so only the outermost op carrying FLOPs on each thread counts: nothing is counted twice.
+
+The kernels an op ran are the ones whose launch call (matched by correlation) lies inside it
+on its thread, which also reaches kernels launched by ops nested in it. That gives:
+
+- **coverage**: the share of the compute-kernel time that could carry FLOPs which was
+  launched inside counted ops: covered time / (covered time + uncovered GEMM, convolution,
+  attention and unclassified kernel time). Elementwise and reduction kernels (a few FLOPs
+  per byte moved: negligible next to the matmuls) count only where covered, so a
+  well-recorded trace dominated by them (LLM decode) is not mistaken for a badly covered
+  one, while GEMMs of ops without a formula (custom ops, CUDA-graph replays) lower it. MFU
+  from a poorly covered trace is only a lower bound: the analyzer says so instead of
+  judging it.
+- **precision** of each counted op: its GEMM / conv / attention kernels' names say what ran
+  (duration-weighted when they differ; an fp32 op running TF32 kernels is tf32); without
+  such a kernel, its inputs' recorded dtype; else the default.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from profkit import schema as S
+from profkit.classify.flops import kernel_precision
+from profkit.model import RankData
+
+MATMUL_SUBCLASSES = ("gemm", "conv", "attention")  # the kernels that carry an op's FLOPs
+LOW_FLOP_SUBCLASSES = ("elementwise", "reduction")  # O(1) FLOPs per element moved
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    """FLOPs counted on one rank over its profiled steps."""
+
+    flops: float = 0.0
+    by_precision: dict[str, float] = field(default_factory=dict)  # precision -> FLOPs
+    covered_ns: int = 0  # compute-kernel time launched inside counted ops
+    uncovered_ns: int = 0  # other compute-kernel time that may carry FLOPs (module doc)
+
+    @property
+    def coverage(self) -> float:
+        total = self.covered_ns + self.uncovered_ns
+        return self.covered_ns / total if total else math.nan
+
+
+def name_values(names: pd.Series, fn: Callable[[str], str]) -> np.ndarray:
+    """``fn`` of each row's name, evaluated once per distinct name."""
+    cat = names.astype("category").cat.remove_unused_categories()
+    values = np.array([fn(str(c)) for c in cat.cat.categories] + [""], dtype=object)
+    return values[cat.cat.codes.to_numpy()]
+
+
+def outer_ops(rd: RankData) -> pd.DataFrame:
+    """CPU ops carrying FLOPs in the steps that no earlier op on their thread contains."""
+    ev = rd.events
+    ops = ev[(ev[S.KIND] == S.KIND_CPU_OP) & (ev[S.FLOPS] > 0)]
+    ops = ops[ops[S.STEP] >= 0] if len(rd.steps) else ops
+    ops = ops.assign(end=ops[S.TS_NS] + ops[S.DUR_NS]).sort_values(
+        [S.PID, S.TID, S.TS_NS, S.DUR_NS], ascending=[True, True, True, False])
+    reach = ops.groupby([S.PID, S.TID])["end"].cummax()
+    prev_reach = reach.groupby([ops[S.PID], ops[S.TID]]).shift(fill_value=np.iinfo(np.int64).min)
+    return ops[ops["end"] > prev_reach].reset_index(drop=True)  # else inside an earlier op
+
+
+def kernel_owners(rd: RankData, ops: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
+    """Row of ``ops`` whose time on the launching thread holds each kernel's launch call
+    (matched by correlation), -1 where none does or the kernel has no launch."""
+    owner = np.full(len(kernels), -1, dtype=np.int64)
+    if ops.empty or kernels.empty:
+        return owner
+    ev = rd.events
+    corr = ev[S.CORRELATION].to_numpy()
+    rows = ev[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER)).to_numpy() & (corr >= 0)
+    launch = pd.DataFrame({c: ev[c].to_numpy()[rows] for c in (S.CORRELATION, S.TS_NS, S.PID, S.TID)})
+    launch = launch.drop_duplicates(S.CORRELATION)
+    spans = ops[[S.TS_NS, "end", S.PID, S.TID]].assign(op=np.arange(len(ops)))
+    joined = pd.merge_asof(launch.sort_values(S.TS_NS), spans.sort_values(S.TS_NS),
+                           on=S.TS_NS, by=[S.PID, S.TID], direction="backward")
+    joined = joined[joined["op"].notna() & (joined[S.TS_NS] <= joined["end"])]
+    by_corr = pd.Series(joined["op"].to_numpy(np.int64), index=joined[S.CORRELATION].to_numpy())
+    found = kernels[S.CORRELATION].map(by_corr)
+    owner[found.notna().to_numpy()] = found.dropna().to_numpy(np.int64)
+    return owner
+
+
+def op_precisions(ops: pd.DataFrame, kernels: pd.DataFrame, owner: np.ndarray,
+                  default: str) -> np.ndarray:
+    """Precision of each counted op (module doc): its matmul kernels' names by duration,
+    else its inputs' dtype, else ``default``."""
+    out = ops[S.FLOPS_DTYPE].astype(str).to_numpy(dtype=object).copy()
+    mm = (owner >= 0) & kernels[S.SUBCLASS].isin(MATMUL_SUBCLASSES).to_numpy()
+    votes = pd.DataFrame({"op": owner[mm], "dur": kernels[S.DUR_NS].to_numpy()[mm],
+                          "precision": name_values(kernels[S.NAME][mm], kernel_precision)})
+    votes = votes[votes["precision"] != ""]
+    if len(votes):
+        best = (votes.groupby(["op", "precision"])["dur"].sum().reset_index()
+                .sort_values("dur", kind="stable").drop_duplicates("op", keep="last"))
+        out[best["op"].to_numpy()] = best["precision"].to_numpy()
+    out[out == ""] = default
+    return out
+
+
+def count_flops(rd: RankData, kernels: pd.DataFrame, default: str) -> FlopCount:
+    """The rank's counted FLOPs, their precision and coverage (``kernels``: the window's)."""
+    ops = outer_ops(rd)
+    owner = kernel_owners(rd, ops, kernels)
+    compute = (kernels[S.CLASS] == S.CLS_COMPUTE).to_numpy()
+    may_carry = ~kernels[S.SUBCLASS].isin(LOW_FLOP_SUBCLASSES).to_numpy()
+    dur = kernels[S.DUR_NS].to_numpy()
+    precision = op_precisions(ops, kernels, owner, default)
+    by_precision = ops.groupby(precision)[S.FLOPS].sum() if len(ops) else pd.Series(dtype=float)
+    return FlopCount(float(ops[S.FLOPS].sum()), {str(p): float(f) for p, f in by_precision.items()},
+                     int(dur[compute & (owner >= 0)].sum()),
+                     int(dur[compute & may_carry & (owner < 0)].sum()))
+
+
+def kernel_time_mix(kernels: pd.DataFrame) -> dict[str, float]:
+    """Matmul-kernel time per precision their names show, for a mix without counted FLOPs."""
+    mm = kernels[kernels[S.SUBCLASS].isin(MATMUL_SUBCLASSES)]
+    precision = name_values(mm[S.NAME], kernel_precision)
+    keep = precision != ""
+    if not keep.any():
+        return {}
+    time = mm[S.DUR_NS].to_numpy()[keep]
+    return {str(p): float(t) for p, t in pd.Series(time).groupby(precision[keep]).sum().items()}

@@ -1,0 +1,66 @@
+"""What a rank's trace can and cannot show: missing kernel records, CUDA-graph capture.
+
+- Kernel records lost: the host launched work (launch calls with a correlation id) but the
+  trace holds no GPU activity for most of them. That happens when CUPTI's activity buffers
+  fill up (very many kernels in the recorded window) or GPU activity was not flushed before
+  the trace was written; the breakdown of such a rank would call every instant idle.
+- Graph capture: inside ``cudaStreamBeginCapture``...``EndCapture`` launches are recorded
+  into a graph and nothing runs, so a capture window looks like a host launching thousands
+  of kernels to an idle GPU. It is set-up, not execution.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from profkit.analyzers.measure.steps import capture_calls, capture_spans
+
+from profkit import intervals as iv
+from profkit import schema as S
+from profkit.columns import category_mask
+
+KERNEL_LAUNCH_RE = r"^(?:cuda|hip|cu)(?:LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|ExtModuleLaunchKernel)|^cuLaunchKernel"
+GRAPH_LAUNCH_RE = r"^(?:cuda|hip|cu)GraphLaunch"
+MISSING_FRAC = 0.5  # more than this share of launches without GPU records: records were lost
+
+
+def rank_health(events: pd.DataFrame) -> dict:
+    """Counts behind the checks (see module doc); plain numbers."""
+    host = events[events[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER)).to_numpy()]
+    gpu = events[events[S.KIND].isin(S.GPU_KINDS).to_numpy()]
+    capture = capture_spans(events)
+    launches = host[category_mask(host[S.NAME], KERNEL_LAUNCH_RE)
+                    & (host[S.CORRELATION] >= 0).to_numpy()]
+    in_capture = _inside(launches[S.TS_NS].to_numpy(), capture)
+    outside = launches[~in_capture]
+    ran = outside[S.CORRELATION].isin(gpu[S.CORRELATION]).to_numpy()
+    return {
+        "kernel_launches": int(len(outside)),
+        "launches_with_gpu_record": int(ran.sum()),
+        "gpu_records": int(len(gpu)),
+        "captured_launches": int(in_capture.sum()),
+        "capture_ns": iv.total(capture),
+        "capture_windows": int(len(capture[0])),
+        "capture_calls": capture_calls(events),
+        "graph_launches": int(category_mask(host[S.NAME], GRAPH_LAUNCH_RE).sum()),
+    }
+
+
+def records_lost(health: dict) -> bool:
+    """Most kernel launches outside graph capture have no GPU record in the trace."""
+    n = health["kernel_launches"]
+    return n >= 20 and health["launches_with_gpu_record"] < (1 - MISSING_FRAC) * n
+
+
+def capture_only(health: dict) -> bool:
+    """The trace records graph capture and (almost) nothing executing."""
+    captured = health["captured_launches"] > 0 or health["capture_calls"] >= 20
+    return captured and health["gpu_records"] <= 0.05 * max(
+        health["captured_launches"] + health["kernel_launches"], 1)
+
+
+def _inside(points: np.ndarray, spans: iv.Intervals) -> np.ndarray:
+    if len(spans[0]) == 0:
+        return np.zeros(len(points), bool)
+    k = np.searchsorted(spans[0], points, side="right") - 1
+    return (k >= 0) & (points < spans[1][np.maximum(k, 0)])

@@ -1,0 +1,197 @@
+"""Which stretches of a trace are steps, and which steps speak for the steady state.
+
+- :func:`step_windows`: disjoint per-step windows (CPU range joined with its GPU work).
+- :func:`apply_step_marker`: steps from a user annotation (``--step-marker train_step``) for
+  traces without ``ProfilerStep#`` ranges.
+- :func:`choose_steps`: the steps a verdict should use. Profiler start and stop distort the
+  first and last recorded step (CUPTI start-up, a final drain), and a one-off step (a
+  checkpoint, an evaluation) is not the steady state: such steps are left out of verdicts,
+  with the reason, unless ``--steps A:B`` names the steps to use.
+- :func:`capture_spans`: CUDA-graph capture windows (launches recorded, nothing executed).
+- :func:`one_off_spans`: single host calls so slow they are not the workload (CUDA lazy
+  module loading in a first ``cudaLaunchKernel``, ...): cut out of a step-less window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from profkit import intervals as iv
+from profkit import schema as S
+from profkit.columns import category_mask
+from profkit.model import RankData, step_spans
+from profkit.trace.ingest import add_gpu_spans, assign_steps
+
+CAPTURE_BEGIN_RE = r"^(?:cuda|hip|cu)StreamBeginCapture"
+CAPTURE_END_RE = r"^(?:cuda|hip|cu)StreamEndCapture"
+# Only called while a capture is in progress (IsCapturing, by contrast, is asked routinely).
+CAPTURE_INFO_RE = r"^(?:cuda|hip|cu)StreamGetCaptureInfo"
+PROFILER_STEP = "ProfilerStep#"
+USED, REASON = "used", "excluded_reason"
+
+
+def step_windows(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Disjoint (start, end, step) windows, one per step: from the end of the previous step's
+    span (or its own start) to the end of its span (CPU range joined with its GPU work)."""
+    order = np.argsort(steps[S.TS_NS].to_numpy(), kind="stable")
+    steps = steps.iloc[order]
+    start, end = step_spans(steps)
+    prev_end = np.concatenate([[start[0]], end[:-1]]) if len(end) else end
+    start = np.maximum(start, np.minimum(prev_end, end))
+    keep = end > start
+    return start[keep], end[keep], steps[S.STEP].to_numpy()[keep]
+
+
+def marker_ranges(events: pd.DataFrame, name: str) -> pd.DataFrame:
+    """Host ranges named ``name`` (exactly, else matching it as a regex), outermost only."""
+    host = events[events[S.KIND].isin((S.KIND_ANNOTATION, S.KIND_CPU_OP, S.KIND_PYTHON))]
+    rows = host[(host[S.NAME] == name).to_numpy()]
+    if rows.empty:
+        rows = host[category_mask(host[S.NAME], name)]
+    rows = rows.sort_values([S.TS_NS, S.DUR_NS], ascending=[True, False])
+    ends = (rows[S.TS_NS] + rows[S.DUR_NS]).to_numpy()
+    reach = np.maximum.accumulate(ends) if len(ends) else ends
+    inner = np.zeros(len(rows), bool)
+    inner[1:] = rows[S.TS_NS].to_numpy()[1:] < reach[:-1]  # starts inside an earlier range
+    return rows[~inner]
+
+
+def apply_step_marker(data: RankData, name: str) -> int:
+    """Make the ranges named ``name`` this rank's steps (numbered 0, 1, ... in time order),
+    re-assigning the step of every event and collective; returns how many were found."""
+    rows = marker_ranges(data.events, name)
+    steps = pd.DataFrame({S.STEP: np.arange(len(rows), dtype=np.int64),
+                          S.TS_NS: rows[S.TS_NS].to_numpy(np.int64),
+                          S.DUR_NS: rows[S.DUR_NS].to_numpy(np.int64)})
+    data.events[S.STEP] = assign_steps(data.events, steps)
+    data.steps = add_gpu_spans(steps, data.events)
+    coll = data.collectives
+    if len(coll):
+        by_corr = data.events.loc[data.events[S.CORRELATION] >= 0].drop_duplicates(S.CORRELATION)
+        step_of = by_corr.set_index(S.CORRELATION)[S.STEP]
+        mapped = coll[S.CORRELATION].map(step_of)
+        coll[S.STEP] = mapped.fillna(-1).astype(np.int64)
+    return len(steps)
+
+
+def marker_candidates(events: pd.DataFrame, min_count: int = 3) -> list[tuple[str, int]]:
+    """User annotations that repeat and never overlap themselves: names a trace without
+    ``ProfilerStep#`` could use as ``--step-marker`` (name, count), most frequent first."""
+    ann = events[(events[S.KIND] == S.KIND_ANNOTATION).to_numpy()]
+    ann = ann[~category_mask(ann[S.NAME], "^ProfilerStep#|DataLoader|^Optimizer|^##")]
+    out = []
+    for name, group in ann.groupby(S.NAME, observed=True):
+        if len(group) < min_count:
+            continue
+        ts = np.sort(group[S.TS_NS].to_numpy())
+        ends = ts + group[S.DUR_NS].to_numpy()[np.argsort(group[S.TS_NS].to_numpy())]
+        if (ts[1:] >= ends[:-1]).all():
+            out.append((str(name), len(group)))
+    return sorted(out, key=lambda x: -x[1])[:3]
+
+
+def capture_spans(events: pd.DataFrame) -> iv.Intervals:
+    """CUDA/HIP graph capture windows: from each BeginCapture to the next EndCapture on the
+    same thread (to the thread's last event when the capture never ends in the trace)."""
+    host = events[events[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER))]
+    begin = host[category_mask(host[S.NAME], CAPTURE_BEGIN_RE)]
+    end = host[category_mask(host[S.NAME], CAPTURE_END_RE)]
+    starts, stops = [], []
+    for tid, b in begin.groupby(S.TID):
+        e = end[end[S.TID] == tid]
+        e_ts = np.sort((e[S.TS_NS] + e[S.DUR_NS]).to_numpy())
+        b_ts = np.sort(b[S.TS_NS].to_numpy())
+        last = int((events[S.TS_NS] + events[S.DUR_NS]).max())
+        pos = np.searchsorted(e_ts, b_ts, side="left")
+        starts.append(b_ts)
+        stops.append(np.where(pos < len(e_ts), e_ts[np.minimum(pos, len(e_ts) - 1)], last))
+    if not starts:
+        return iv.union([], [])
+    return iv.union(np.concatenate(starts), np.concatenate(stops))
+
+
+def capture_calls(events: pd.DataFrame) -> int:
+    """Capture-state queries (``cudaStreamGetCaptureInfo``) in the trace:
+    graph capture in progress when the Begin/End calls themselves fall outside it."""
+    host = events[events[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER))]
+    return int(category_mask(host[S.NAME], CAPTURE_INFO_RE).sum())
+
+
+def choose_steps(table: pd.DataFrame, capture_ns: np.ndarray, chosen: tuple | None,
+                 tolerance: float) -> tuple[np.ndarray, list[str]]:
+    """(used mask, reason per step) for one rank's ``step_breakdown`` rows (time order).
+
+    ``chosen`` (lo, hi) step numbers from ``--steps``: exactly those are used. Otherwise a
+    step is left out when most of it is CUDA-graph capture, or when its time is more than
+    ``tolerance`` above (or below 1/(1+tolerance) of) the median step: at the
+    edges of the recording that is profiler start-up or a final drain, in the middle a
+    one-off. At most half the steps are left out, and with fewer than 3 steps none."""
+    n = len(table)
+    steps = table[S.STEP].to_numpy()
+    reasons = [""] * n
+    if chosen is not None:
+        lo, hi = chosen
+        used = (steps >= lo) & (steps <= hi)
+        return used, ["outside --steps" if not u else "" for u in used]
+    step_ns = table["step_ns"].to_numpy(np.float64)
+    capture = capture_ns / np.maximum(step_ns, 1) > 0.5
+    for i in np.flatnonzero(capture):
+        reasons[i] = "CUDA graph capture (launches recorded, nothing ran)"
+    if n - capture.sum() >= 3:
+        _outliers(step_ns, ~capture, tolerance, reasons)
+    used = np.array([r == "" for r in reasons])
+    if not used.any():
+        return np.ones(n, bool) if not capture.all() else used, reasons
+    return used, reasons
+
+
+def _outliers(step_ns: np.ndarray, candidates: np.ndarray, tolerance: float,
+              reasons: list[str]) -> None:
+    idx = np.flatnonzero(candidates)
+    ratio = step_ns[idx] / np.median(step_ns[idx])  # robust while fewer than half are odd
+    odd = (ratio > 1 + tolerance) | (ratio < 1 / (1 + tolerance))
+    if odd.sum() > len(idx) // 2:  # no steady state to speak of: keep them all
+        return
+    for k in np.flatnonzero(odd):
+        i = idx[k]
+        where = ("first recorded step (profiler start-up)" if k == 0 else
+                 "last recorded step (profiler stop)" if k == len(idx) - 1 else "one-off step")
+        reasons[i] = f"{where}: {ratio[k]:.1f}x the median step"
+
+
+WAITING_CALL_RE = r"(?i)memcpy|synchron|sync$|wait|query"
+
+
+def one_off_spans(events: pd.DataFrame, lo: int, hi: int, min_ns: int = 10_000_000,
+                  factor: float = 50.0, share: float = 0.05) -> pd.DataFrame:
+    """Host runtime/driver calls that took at least ``min_ns``, ``factor`` times the median
+    of their own name and ``share`` of the window [lo, hi): one-off events (lazy module
+    loading, JIT, first-call set-up) rather than the workload's behaviour. Calls that wait
+    for the GPU (copies, synchronisations, event waits) are never one-offs: their length is
+    the work they wait for."""
+    host = events[events[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER)).to_numpy()
+                  & (events[S.DUR_NS] >= min_ns).to_numpy()]
+    host = host[~category_mask(host[S.NAME], WAITING_CALL_RE)]
+    if host.empty:
+        return host
+    med = events[events[S.NAME].isin(host[S.NAME].unique())].groupby(
+        S.NAME, observed=True)[S.DUR_NS].median()
+    slow = host[(host[S.DUR_NS] >= factor * host[S.NAME].map(med).astype(float)).to_numpy()
+                & (host[S.DUR_NS] >= share * max(hi - lo, 1)).to_numpy()]
+    return slow
+
+
+def run_step_times_ns(steps: pd.DataFrame) -> np.ndarray:
+    """One time per used step of a run (ns): the median over the ranks that ran it. The run's
+    median step, which every output shows, is the median of these."""
+    if steps.empty:
+        return np.array([], float)
+    used = steps[steps[USED].astype(bool)]
+    return used.groupby(S.STEP)["step_ns"].median().to_numpy(float)
+
+
+def run_median_step_ms(steps: pd.DataFrame) -> float:
+    """The run's median used step in ms (NaN without used steps)."""
+    times = run_step_times_ns(steps)
+    return float(np.median(times)) / 1e6 if len(times) else float("nan")

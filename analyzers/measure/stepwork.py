@@ -1,0 +1,76 @@
+"""What one rank ran in its *used* steps (the steady ones the verdict reads): GPU ops and CPU
+ops by name, with counts and times. ``profkit diff`` compares runs on these, per step, so
+that a slow first step or a one-off step left out of the verdict is left out of the diff too,
+and tells two workloads apart by what they ran.
+
+Tables (one row per rank and name; times in ns summed over the rank's used steps):
+
+- ``used_step_kernels``: rank, name, count, total_ns (kernels, copies, memsets);
+- ``used_step_ops``: rank, name, count, self_ns, total_ns (CPU ops, and the optimizer's
+  ``Optimizer.step#...`` annotations, which say a step trained); self time as in
+  ``top_ops``: its time minus that of the CPU ops and runtime calls directly inside it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+from profkit.analyzers.measure.kernels import CPU_NEST_KINDS, self_times
+from profkit.analyzers.measure.steps import USED
+from profkit.analyzers.measure.tables import name_mask
+
+from profkit import schema as S
+from profkit.model import RankData
+
+KERNEL_COLUMNS = ("rank", S.NAME, "count", "total_ns")
+OP_COLUMNS = ("rank", S.NAME, "count", "self_ns", "total_ns")
+USED_WORK_TABLES = ("used_step_kernels", "used_step_ops")
+OPTIMIZER_RE = re.compile(r"^Optimizer\.")
+STEP_RE = re.compile(r"^ProfilerStep#")  # one name per step (a cpu_op in legacy traces)
+
+
+def _in_used(frame: pd.DataFrame, data: RankData, used: np.ndarray) -> np.ndarray:
+    """Rows of ``frame`` in the used steps; without ProfilerStep ranges, rows starting
+    between the first GPU start and the last GPU end (the one window the breakdown uses)."""
+    if len(data.steps):
+        return frame[S.STEP].isin(used).to_numpy()
+    gpu = data.gpu_events
+    if gpu.empty:
+        return np.zeros(len(frame), bool)
+    lo, hi = gpu[S.TS_NS].min(), (gpu[S.TS_NS] + gpu[S.DUR_NS]).max()
+    return ((frame[S.TS_NS] >= lo) & (frame[S.TS_NS] <= hi)).to_numpy()
+
+
+def _by_name(rank: int, frame: pd.DataFrame, values: dict[str, np.ndarray],
+             columns: tuple[str, ...]) -> pd.DataFrame:
+    """Count and sums of ``values`` per name, grouped on the name's category codes (no
+    per-row strings)."""
+    if frame.empty:
+        return pd.DataFrame(columns=list(columns))
+    names = frame[S.NAME]
+    table = pd.DataFrame({"code": names.cat.codes.to_numpy(), "count": 1, **values})
+    out = table.groupby("code").sum()
+    out = out[out.index >= 0]  # rows without a name
+    out[S.NAME] = np.asarray(names.cat.categories, dtype=object)[out.index.to_numpy()]
+    return out.reset_index(drop=True).assign(rank=rank)[list(columns)]
+
+
+def used_step_work(data: RankData, steps: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """``used_step_kernels`` and ``used_step_ops`` of one rank (see the module doc) from
+    its ``step_breakdown`` rows ``steps``."""
+    used = steps.loc[steps[USED].astype(bool), S.STEP].to_numpy() if len(steps) else []
+    ev = data.events
+    gpu = ev[ev[S.KIND].isin(S.GPU_KINDS).to_numpy()]
+    gpu = gpu[_in_used(gpu, data, used)]
+    kernels = _by_name(data.rank, gpu, {"total_ns": gpu[S.DUR_NS].to_numpy()}, KERNEL_COLUMNS)
+    optimizer = (ev[S.KIND] == S.KIND_ANNOTATION).to_numpy() & name_mask(ev[S.NAME], OPTIMIZER_RE)
+    nest = ev[ev[S.KIND].isin(CPU_NEST_KINDS).to_numpy() | optimizer]
+    self_ns = self_times(nest)
+    keep = ((nest[S.KIND] == S.KIND_CPU_OP).to_numpy() | (nest[S.KIND] == S.KIND_ANNOTATION).to_numpy()) \
+        & ~name_mask(nest[S.NAME], STEP_RE) & _in_used(nest, data, used)
+    ops = nest[keep]
+    ops = _by_name(data.rank, ops, {"self_ns": self_ns[keep], "total_ns": ops[S.DUR_NS].to_numpy()},
+                   OP_COLUMNS)
+    return {"used_step_kernels": kernels, "used_step_ops": ops}

@@ -1,0 +1,224 @@
+"""Stragglers: a rank the others keep waiting for, judged on collectives matched across ranks.
+
+A rank is flagged only on evidence (all of, with the thresholds named):
+
+- there are at least two ranks and it took part in >= ``straggler_min_collectives`` matched
+  collectives;
+- it arrived last more often than chance allows: with no straggler each of a collective's
+  ``n`` ranks is last with probability 1/n, so the number of times a rank is last is a sum of
+  such coin flips (Poisson-binomial); the chance of seeing at least as many under that null
+  (``p_value``) must be below ``straggler_max_p_value``. "Last at 62% of 50 collectives"
+  between two ranks (p = 0.06) is not evidence; 68% (p = 0.008) is;
+- the other ranks' *exposed* wait for it, averaged over those ranks and summed per step, is
+  >= ``straggler_min_wait_frac`` of their median step time (the cost grades the severity).
+
+Exposed wait is the part of a rank's wait in which its GPU ran nothing but the collective
+(from :mod:`comms`). Raw wait overstates the cost wherever the collective overlaps compute:
+in DDP the gradient all_reduce waits while backward keeps the GPU busy. On the 2 x H200
+captures the late rank's others lose 5.10 ms/step raw but 1.47 ms/step exposed (14.1% of the
+step) in zoo/straggler, and 0.89 ms/step raw (10.9%) but 0.06 ms/step exposed (0.7%) in
+zoo/balanced, where rank 0 happens to start every all_reduce last.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from profkit.analyzers.measure.comms import (
+    COLLECTIVE_WAITS,
+    COLLECTIVES,
+    EXPOSED_WAIT_NS,
+    KEY,
+    LAST_RANK,
+    N_COLLECTIVES,
+    N_LAST,
+    N_RANKS,
+    RANK,
+    RANK_WAITS,
+    WAIT_NS,
+)
+from profkit.analyzers.result import Result
+from profkit.analyzers.thresholds import DEFAULT, Thresholds
+
+from profkit import intervals
+from profkit import schema as S
+from profkit.model import RankData, Run, step_spans, step_times_ns
+
+STRAGGLERS = "stragglers"
+LATE_SHARE = "late_share"
+OTHERS_WAIT_NS_PER_STEP = "others_wait_ns_per_step"  # raw: latest start - their start
+OTHERS_EXPOSED_WAIT_NS_PER_STEP = "others_exposed_wait_ns_per_step"
+OTHERS_STEP_NS = "others_step_ns"  # median over the other ranks of their median step time
+WAIT_FRAC = "wait_frac"  # exposed wait per step / others' step time
+COMPUTE_NS_PER_STEP = "compute_ns_per_step"  # merged compute kernels within the steps
+MEDIAN_STEP_NS = "median_step_ns"
+NO_STEP_STATS = {MEDIAN_STEP_NS: np.nan, COMPUTE_NS_PER_STEP: np.nan}  # a rank without steps
+OTHERS_COMPUTE_NS_PER_STEP = "others_compute_ns_per_step"
+STRAGGLER = "straggler"
+EVIDENCE = "evidence"
+P_VALUE = "p_value"  # chance of being last this often with no straggler
+EXPECTED_LAST = "expected_last"  # how often it would be last by chance
+STRAGGLER_COLUMNS = (
+    RANK, N_COLLECTIVES, N_LAST, EXPECTED_LAST, LATE_SHARE, P_VALUE, OTHERS_WAIT_NS_PER_STEP,
+    OTHERS_EXPOSED_WAIT_NS_PER_STEP, OTHERS_STEP_NS, WAIT_FRAC, COMPUTE_NS_PER_STEP,
+    OTHERS_COMPUTE_NS_PER_STEP, STRAGGLER, EVIDENCE,
+)
+
+
+def find_stragglers(run: Run, comms: Result, thresholds: Thresholds = DEFAULT) -> Result:
+    """:func:`judge_stragglers` with each rank's step statistics taken from ``run``."""
+    return judge_stragglers(comms, {r: rank_step_stats(d) for r, d in run.ranks.items()},
+                            thresholds)
+
+
+def judge_stragglers(comms: Result, step_stats: dict[int, dict[str, float]],
+                     thresholds: Thresholds = DEFAULT) -> Result:
+    """Judge each rank from :func:`comms.analyze_collectives`'s tables (see module doc) and
+    each rank's :func:`rank_step_stats`.
+
+    Table ``stragglers``: one row per rank with its late share, what the others lose to it
+    per step (ns, raw and exposed), their step time, its and their GPU compute per step (ns),
+    whether it is flagged and a one-line evidence summary. One finding per flagged rank.
+    """
+    coll = comms.tables.get(COLLECTIVES)
+    waits = comms.tables.get(COLLECTIVE_WAITS)
+    per_rank = comms.tables.get(RANK_WAITS)
+    if coll is None or waits is None or per_rank is None or per_rank.empty:
+        return Result(tables={STRAGGLERS: _empty()})
+    table = _straggler_table(step_stats, coll, waits, per_rank)
+    table[STRAGGLER] = _flag(table, thresholds)
+    table[EVIDENCE] = [_evidence(row) for row in table.to_dict("records")]
+    impossible = table[table[WAIT_FRAC].fillna(0) > 1.0]
+    if len(impossible):  # waiting longer than a whole step: the ranks are not lined up
+        table[STRAGGLER] = False
+    return Result(tables={STRAGGLERS: table[list(STRAGGLER_COLUMNS)]},
+                  facts={"topic": "stragglers", "thresholds": thresholds,
+                         "misaligned": impossible, "table": table})
+
+
+def _empty() -> pd.DataFrame:
+    frame = pd.DataFrame({c: pd.Series(dtype="float64") for c in STRAGGLER_COLUMNS})
+    return frame.astype({RANK: "int64", STRAGGLER: bool, EVIDENCE: object})
+
+
+def _straggler_table(step_stats: dict[int, dict[str, float]], coll: pd.DataFrame, waits: pd.DataFrame,
+                     per_rank: pd.DataFrame) -> pd.DataFrame:
+    t = per_rank[[RANK, N_COLLECTIVES, N_LAST]].copy().reset_index(drop=True)
+    t[LATE_SHARE] = t[N_LAST] / t[N_COLLECTIVES].where(t[N_COLLECTIVES] > 0)
+    chances = _last_chances(coll, waits)
+    t[EXPECTED_LAST] = [float(np.sum(chances.get(int(r), []))) for r in t[RANK]]
+    t[P_VALUE] = [tail_probability(chances.get(int(r), np.empty(0)), int(k))
+                  for r, k in zip(t[RANK], t[N_LAST])]
+    n_steps = coll.loc[coll[S.STEP] >= 0, S.STEP].nunique()
+    raw, exposed = _others_wait(coll, waits)
+    for col, series in ((OTHERS_WAIT_NS_PER_STEP, raw), (OTHERS_EXPOSED_WAIT_NS_PER_STEP, exposed)):
+        total = t[RANK].map(series).fillna(0.0)
+        t[col] = total / n_steps if n_steps else np.nan
+    ranks = t[RANK].to_numpy()
+    stats = [step_stats.get(int(r), NO_STEP_STATS) for r in ranks]
+    step_ns = np.array([s[MEDIAN_STEP_NS] for s in stats], dtype=np.float64)
+    compute = np.array([s[COMPUTE_NS_PER_STEP] for s in stats], dtype=np.float64)
+    t[OTHERS_STEP_NS] = _others(step_ns, np.nanmedian)
+    t[COMPUTE_NS_PER_STEP] = compute
+    t[OTHERS_COMPUTE_NS_PER_STEP] = _others(compute, np.nanmean)
+    t[WAIT_FRAC] = t[OTHERS_EXPOSED_WAIT_NS_PER_STEP] / t[OTHERS_STEP_NS].where(t[OTHERS_STEP_NS] > 0)
+    return t
+
+
+def _last_chances(coll: pd.DataFrame, waits: pd.DataFrame) -> dict[int, np.ndarray]:
+    """Per rank, 1/n for each matched collective it took part in (n ranks, one of them last;
+    collectives that all ranks started together have no last rank and are left out)."""
+    w = waits[[KEY, RANK]].merge(coll[[KEY, N_RANKS, LAST_RANK]], on=KEY, how="inner")
+    w = w[(w[N_RANKS] >= 2) & (w[LAST_RANK] >= 0)]
+    return {int(r): 1.0 / g[N_RANKS].to_numpy(np.float64) for r, g in w.groupby(RANK)}
+
+
+def tail_probability(chances: np.ndarray, k: int) -> float:
+    """P(at least ``k`` successes) for independent trials with success chances ``chances``
+    (Poisson-binomial): exact by dynamic programming up to 4000 trials, else the normal
+    approximation with a continuity correction."""
+    n = len(chances)
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    if n > 4000:
+        from math import erfc, sqrt
+
+        mean, var = float(chances.sum()), float((chances * (1 - chances)).sum())
+        return 0.5 * erfc((k - 0.5 - mean) / sqrt(2 * var)) if var > 0 else float(k <= mean)
+    dist = np.zeros(n + 1)
+    dist[0] = 1.0
+    for i, p in enumerate(chances):
+        dist[1:i + 2] = dist[1:i + 2] * (1 - p) + dist[:i + 1] * p
+        dist[0] *= 1 - p
+    return float(min(1.0, dist[k:].sum()))
+
+
+def _others_wait(coll: pd.DataFrame, waits: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Per late rank: the other ranks' mean wait for it, summed over the collectives inside
+    profiled steps where it arrived last (ns; raw and exposed)."""
+    w = waits.merge(coll[[KEY, LAST_RANK, N_RANKS]], on=KEY, how="inner")
+    w = w[(w[LAST_RANK] >= 0) & (w[RANK] != w[LAST_RANK]) & (w[S.STEP] >= 0)]
+    share = 1.0 / (w[N_RANKS] - 1)  # each other rank's part of the mean over the others
+    raw = (w[WAIT_NS] * share).groupby(w[LAST_RANK]).sum()
+    exposed = (w[EXPOSED_WAIT_NS] * share).groupby(w[LAST_RANK]).sum()
+    return raw, exposed
+
+
+def _others(values: np.ndarray, reduce) -> np.ndarray:
+    """For each position, ``reduce`` over every other position (NaN when none is known)."""
+    out = np.full(len(values), np.nan)
+    for i in range(len(values)):
+        rest = np.delete(values, i)
+        if np.isfinite(rest).any():
+            out[i] = reduce(rest)
+    return out
+
+
+def rank_step_stats(data: RankData) -> dict[str, float]:
+    """A rank's median step time and merged compute-kernel time inside its profiled steps per
+    step (ns; NaN without steps): all the straggler judgement needs of its events."""
+    if len(data.steps) == 0:
+        return dict(NO_STEP_STATS)
+    start, end = step_spans(data.steps)
+    ev = data.events
+    kernels = ev[(ev[S.KIND] == S.KIND_KERNEL) & (ev[S.CLASS] == S.CLS_COMPUTE)]
+    ts = kernels[S.TS_NS].to_numpy(np.int64)
+    busy = intervals.union(ts, ts + kernels[S.DUR_NS].to_numpy(np.int64))
+    inside = intervals.clip(busy, int(start.min()), int(end.max()))
+    return {MEDIAN_STEP_NS: float(np.median(step_times_ns(data.steps))),
+            COMPUTE_NS_PER_STEP: intervals.total(inside) / len(data.steps)}
+
+
+def _flag(t: pd.DataFrame, th: Thresholds) -> np.ndarray:
+    enough = (len(t) >= 2) & (t[N_COLLECTIVES] >= th.straggler_min_collectives)
+    late = t[P_VALUE].fillna(1.0) < th.straggler_max_p_value
+    costly = t[WAIT_FRAC].fillna(0) >= th.straggler_min_wait_frac
+    return (enough & late & costly).to_numpy(bool)
+
+
+def ms_text(ns: float) -> str:
+    return "n/a" if not np.isfinite(ns) else f"{ns / 1e6:.2f} ms"
+
+
+def _evidence(row: dict) -> str:
+    return (f"last at {row[N_LAST]}/{row[N_COLLECTIVES]} collectives (by chance "
+            f"~{row[EXPECTED_LAST]:.0f}, p={row[P_VALUE]:.2g}); others wait "
+            f"{ms_text(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])}/step exposed "
+            f"({ms_text(row[OTHERS_WAIT_NS_PER_STEP])} raw), {pct_text(row[WAIT_FRAC])} of their "
+            f"{ms_text(row[OTHERS_STEP_NS])} step")
+
+
+def pct_text(frac: float) -> str:
+    return "n/a" if not np.isfinite(frac) else f"{frac:.1%}"
+
+
+def json_scalar(value):
+    """JSON-ready scalar."""
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    value = float(value)
+    return value if np.isfinite(value) else None

@@ -1,0 +1,131 @@
+"""Analysis and Diff as self-contained HTML for notebooks (``_repr_html_``): the verdict, a
+breakdown chart drawn with plain HTML bars, the findings. Inline styles only: no script, no
+stylesheet or font from a URL, so it renders the same offline and in a sanitising viewer."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+import pandas as pd
+from profkit.analyzers.analyze import Analysis, part_name
+from profkit.analyzers.compare.diff import Diff
+from profkit.analyzers.measure.breakdown import PARTS
+from profkit.analyzers.report.render_text import saving_text
+
+# One colour per breakdown part (colour-blind-safe palette, Okabe & Ito).
+PART_COLORS = {"compute": "#0072B2", "memcpy": "#56B4E9", "communication": "#E69F00",
+               "cpu_launch": "#D55E00", "data_loading": "#CC79A7", "host_sync": "#F0E442",
+               "idle_other": "#999999"}
+SEVERITY_COLORS = {"critical": "#B00020", "warning": "#B26A00", "info": "#555555"}
+MAX_RANK_BARS = 16  # past this, the run's bar only (the text report shows the spread)
+MAX_FINDINGS = 30
+MAX_DIFF_ROWS = 10
+BOX = "font-family:sans-serif;font-size:13px;line-height:1.4;max-width:900px"
+
+
+def _bar(fractions: dict[str, float], label: str) -> str:
+    """One stacked horizontal bar: a segment per part, width its share of the step."""
+    segments = "".join(
+        f'<div title="{escape(part_name(p))}: {fractions[p]:.1%}" style="width:'
+        f'{100 * fractions[p]:.3f}%;background:{PART_COLORS.get(p, "#777")}"></div>'
+        for p in PARTS if fractions.get(p, 0) > 0)
+    return (f'<div style="display:flex;align-items:center;margin:2px 0">'
+            f'<div style="width:80px">{escape(label)}</div>'
+            f'<div style="display:flex;height:16px;flex:1;background:#eee">{segments}</div>'
+            f'</div>')
+
+
+def _legend(fractions: dict[str, float]) -> str:
+    items = "".join(
+        f'<span style="margin-right:12px"><span style="display:inline-block;width:10px;'
+        f'height:10px;background:{PART_COLORS.get(p, "#777")}"></span> '
+        f'{escape(part_name(p))} {fractions.get(p, 0):.1%}</span>' for p in PARTS)
+    return f'<div style="margin:4px 0 8px 80px;font-size:12px">{items}</div>'
+
+
+def breakdown_chart(verdict: dict[str, Any], ranks: pd.DataFrame) -> str:
+    """The run's step-time breakdown, and each rank's when there are few enough ranks."""
+    fractions = verdict.get("fractions") or {}
+    if not fractions:
+        return ""
+    bars = [_bar(fractions, "run")]
+    if not ranks.empty and len(ranks) <= MAX_RANK_BARS and set(PARTS) <= set(ranks.columns):
+        bars += [_bar({p: float(row[p]) for p in PARTS}, f"rank {int(row['rank'])}")
+                 for _, row in ranks.iterrows()]
+    return "<h4>Where the step time goes</h4>" + "".join(bars) + _legend(fractions)
+
+
+def findings_list(findings: list) -> str:
+    if not findings:
+        return "<p>No findings.</p>"
+    items = []
+    for f in findings[:MAX_FINDINGS]:
+        color = SEVERITY_COLORS.get(f.severity, "#555")
+        todo = (f'<br><span style="color:#333">do: {escape(f.recommendation)}</span>'
+                if f.recommendation else "")
+        saving = saving_text(f).lstrip("; ")
+        saving = f' <b>({escape(saving)})</b>' if saving else ""
+        items.append(f'<li><b style="color:{color}">{escape(f.severity)}</b> '
+                     f'{escape(f.message)}{saving}{todo}</li>')
+    more = (f"<li>... and {len(findings) - MAX_FINDINGS} more (Analysis.findings)</li>"
+            if len(findings) > MAX_FINDINGS else "")
+    return f"<h4>Findings</h4><ul>{''.join(items)}{more}</ul>"
+
+
+def analysis_html(a: Analysis) -> str:
+    """The verdict, the breakdown chart and the findings of ``a``."""
+    run = a.run or {}
+    head = (f"<b>profkit analysis</b> of <code>{escape(str(run.get('path', '')))}</code>: "
+            f"{run.get('world_size', '?')} rank(s)")
+    status = run.get("status")
+    if status and status != "ok":
+        head += f', run status <b style="color:#B00020">{escape(str(status))}</b>'
+    verdict = f'<p style="font-size:15px"><b>{escape(a.verdict.get("summary", ""))}</b></p>'
+    return (f'<div style="{BOX}">{head}{verdict}'
+            f'{breakdown_chart(a.verdict, a.table("rank_breakdown"))}'
+            f'{findings_list(a.findings)}</div>')
+
+
+def _delta_bars(parts: pd.DataFrame) -> str:
+    """One bar per part, from the middle: longer means more ms per step changed; red
+    slower, green faster."""
+    scale = max(float(parts["delta_ms"].abs().max()), 1e-9)
+    rows = []
+    for _, row in parts.iterrows():
+        delta = float(row["delta_ms"])
+        width = 50 * abs(delta) / scale
+        side = "left:50%" if delta > 0 else f"left:{50 - width:.3f}%"
+        color = "#D55E00" if delta > 0 else "#009E73"
+        rows.append(
+            f'<div style="display:flex;align-items:center;margin:2px 0">'
+            f'<div style="width:110px">{escape(part_name(str(row["part"])))}</div>'
+            f'<div style="position:relative;height:14px;flex:1;background:#f3f3f3">'
+            f'<div style="position:absolute;{side};width:{width:.3f}%;height:14px;'
+            f'background:{color}"></div></div>'
+            f'<div style="width:150px;text-align:right">{float(row["base_ms"]):.3f} &rarr; '
+            f'{float(row["new_ms"]):.3f} ms</div></div>')
+    return "<h4>Where the step time changed (ms per step)</h4>" + "".join(rows)
+
+
+def _table(frame: pd.DataFrame, title: str) -> str:
+    head = "".join(f"<th style='text-align:left'>{escape(str(c))}</th>" for c in frame.columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(f'{v:.3f}' if isinstance(v, float) else str(v)[:70])}</td>"
+                         for v in row) + "</tr>"
+        for row in frame.head(MAX_DIFF_ROWS).itertuples(index=False))
+    return f"<h4>{escape(title)}</h4><table><tr>{head}</tr>{body}</table>"
+
+
+def diff_html(d: Diff) -> str:
+    """The verdict of ``d``, the per-part change as bars, the kernels and ops that moved."""
+    parts = [f'<div style="{BOX}"><b>profkit diff</b> <code>{escape(str(d.base))}</code> '
+             f'&rarr; <code>{escape(str(d.new))}</code>',
+             f'<p style="font-size:15px"><b>{escape(d.verdict.get("summary", ""))}</b></p>']
+    if "diff_parts" in d.tables and not d.tables["diff_parts"].empty:
+        parts.append(_delta_bars(d.tables["diff_parts"]))
+    for name, title in (("diff_kernels", "Kernels that changed most (ms per step and rank)"),
+                        ("diff_ops", "CPU ops that changed most (ms per step and rank)")):
+        if name in d.tables and not d.tables[name].empty:
+            parts.append(_table(d.tables[name], title))
+    return "".join(parts) + "</div>"

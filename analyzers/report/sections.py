@@ -1,0 +1,188 @@
+"""The tables a report shows after its findings, so that what a finding points at ("check
+MFU in the efficiency table") is on the page: top kernels and CPU ops, efficiency,
+collectives, transfers and the code the GPU waits for. Each is a :class:`Section` of display
+strings with units; text and Markdown lay them out. Readable at 2 ranks and at 1024: per-rank
+tables turn into the spread over ranks past ``MAX_RANK_ROWS``; the others are aggregated over
+ranks and cut to the largest rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from profkit.analyzers import units as U
+from profkit.analyzers.analyze import Analysis, part_name
+from profkit.analyzers.measure.tables import rank_ranges
+from profkit.analyzers.thresholds import DEFAULT
+
+from profkit.classify.names import short_kernel_names
+
+MAX_RANK_ROWS = 16  # larger runs get a per-part distribution instead of a row per rank
+TOP_ROWS = 10  # rows of the kernel, op and collective tables
+IDLE_ROWS = 8
+NAME_CHARS = 60
+
+
+@dataclass
+class Section:
+    title: str
+    table: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+
+def sections(a: Analysis) -> list[Section]:
+    """Every section with something to show, in report order."""
+    built = (kernels_section(a), efficiency_section(a), collectives_section(a),
+             transfers_section(a), idle_section(a), ops_section(a))
+    return [s for s in built if s is not None and not s.table.empty]
+
+
+def recorded_steps(a: Analysis) -> int:
+    """Rank-steps the kernel and op totals cover: each GPU rank's recorded steps (a rank
+    without step ranges counts its one window)."""
+    eff = a.table("efficiency")
+    if not eff.empty and "steps" in eff:
+        return int(np.maximum(eff["steps"].fillna(0).to_numpy(), 1).sum())
+    return max(len(a.table("rank_breakdown")), 1)
+
+
+def used_steps(a: Analysis, ranks) -> int:
+    """Steps the verdict used, summed over ``ranks`` (at least one per rank)."""
+    info = a.run.get("steps") or {}
+    return sum(max(len((info.get(str(int(r))) or {}).get("used") or []), 1) for r in set(ranks))
+
+
+def kernels_section(a: Analysis) -> Section | None:
+    k = a.table("top_kernels")
+    if k.empty:
+        return None
+    n_ranks = max(len(a.table("efficiency")), 1)
+    steps = recorded_steps(a)
+    top = k.head(TOP_ROWS)
+    table = pd.DataFrame({
+        "kernel": short_kernel_names(top["name"].astype(str).tolist()), "class": top["cls"],
+        "calls/step": [U.number(round(c / steps, 1)) for c in top["count"]],
+        "ms/step": [U.ms_of_ns(t / steps) for t in top["total_ns"]],
+        "share": [U.pct(s) for s in top["share"]]})
+    if n_ranks > 1:  # a straggler's kernels show in the spread
+        per_rank = steps / n_ranks
+        table["per rank"] = [f"{U.ms_of_ns(lo / per_rank)} to {U.ms_of_ns(hi / per_rank)}"
+                             for lo, hi in zip(top["rank_min_total_ns"], top["rank_max_total_ns"])]
+    return Section(f"Top kernels (GPU time per step, {n_ranks} rank(s), {steps} rank-step(s))",
+                   table, [f"share: of all kernel time; full names in --format json and "
+                           f"--tables ({len(k)} kernels kept)"])
+
+
+def ops_section(a: Analysis) -> Section | None:
+    ops = a.table("top_ops")
+    if ops.empty:
+        return None
+    steps = recorded_steps(a)
+    top = ops.head(TOP_ROWS)
+    table = pd.DataFrame({
+        "op": [U.clip(n, NAME_CHARS) for n in top["name"]],
+        "calls/step": [U.number(round(c / steps, 1)) for c in top["count"]],
+        "self ms/step": [U.ms_of_ns(t / steps) for t in top["self_ns"]],
+        "total ms/step": [U.ms_of_ns(t / steps) for t in top["total_ns"]],
+        "self share": [U.pct(s) for s in top["self_share"]]})
+    return Section("Top CPU ops (self time per step)", table)
+
+
+def efficiency_section(a: Analysis) -> Section | None:
+    eff = a.table("efficiency")
+    if eff.empty:
+        return None
+    cols = {"TFLOP/s": eff["achieved_tflops"], "MFU": eff["mfu"],
+            "FLOP coverage": eff["flop_coverage"], "GPU busy": eff["gpu_util"]}
+    fmts = {"TFLOP/s": U.tflops, "MFU": U.pct, "FLOP coverage": U.pct, "GPU busy": U.pct}
+    notes = [f"MFU is judged where ops with known FLOPs launched at least "
+             f"{DEFAULT.min_flop_coverage_frac:.0%} of the compute time (FLOP coverage), or "
+             "with --flops-per-step; '-': not judged"]
+    if len(eff) <= MAX_RANK_ROWS:
+        table = pd.DataFrame({"rank": eff["rank"], "device": eff["device_model"].fillna("")})
+        for name, values in cols.items():
+            table[name] = [fmts[name](v) for v in values]
+        table["precision"] = eff["precision_mix"].fillna("")
+        return Section("Efficiency (per rank)", table, notes)
+    rows = []
+    for label, pick in (("min", np.nanmin), ("median", np.nanmedian), ("max", np.nanmax)):
+        rows.append({"over ranks": label, **{name: fmts[name](_safe(pick, v))
+                                              for name, v in cols.items()}})
+    mix = eff["precision_mix"].fillna("").mode()
+    notes.append(f"precision (most ranks): {mix.iloc[0] if len(mix) else '-'}")
+    return Section(f"Efficiency (spread over {len(eff)} ranks)", pd.DataFrame(rows), notes)
+
+
+def _safe(pick, values: pd.Series) -> float:
+    v = pd.to_numeric(values, errors="coerce").to_numpy(np.float64)
+    return float(pick(v)) if np.isfinite(v).any() else float("nan")
+
+
+def collectives_section(a: Analysis) -> Section | None:
+    """Matched collectives by kind, size and group size: count, median latency and bus
+    bandwidth, and that bandwidth against the link's peak (collective_links)."""
+    coll = a.table("collectives")
+    if coll.empty:
+        return None
+    links = a.table("collective_links")
+    peak = links.set_index("key")["link_gbps"] if not links.empty else pd.Series(dtype=float)
+    coll = coll.assign(link_gbps=coll["key"].map(peak))
+    groups = coll.groupby(["collective", "bytes", "group_size"], dropna=False).agg(
+        count=("key", "size"), latency_ns=("latency_ns", "median"),
+        busbw_gbps=("busbw_gbps", "median"), link_gbps=("link_gbps", "median")).reset_index()
+    groups["time_ns"] = groups["count"] * groups["latency_ns"]
+    top = groups.sort_values("time_ns", ascending=False, kind="stable").head(TOP_ROWS)
+    table = pd.DataFrame({
+        "collective": top["collective"], "size": [U.size(b) for b in top["bytes"]],
+        "ranks": [U.count(g) for g in top["group_size"]], "count": top["count"],
+        "latency (median)": [U.ms_of_ns(v) for v in top["latency_ns"]],
+        "bus bandwidth": [U.gbps(v) for v in top["busbw_gbps"]],
+        "link peak": [U.gbps(v) for v in top["link_gbps"]],
+        "of link": [U.pct(b / p) if U.finite(p) else U.MISSING
+                    for b, p in zip(top["busbw_gbps"], top["link_gbps"])]})
+    notes = [f"{len(coll)} collectives matched across ranks, in {len(groups)} row(s) of one "
+             "kind, size and group size"]
+    if top["link_gbps"].isna().all():
+        notes.append("link peak unknown: ranks on several hosts, or a device not in the table")
+    return Section("Collectives (matched across ranks, by kind and size)", table, notes)
+
+
+def transfers_section(a: Analysis) -> Section | None:
+    """Copies by direction and memory kind over every rank: bytes per step, achieved GB/s
+    (bytes over copy time) against the link's peak."""
+    tr = a.table("transfers")
+    if tr.empty:
+        return None
+    groups = tr.groupby(["direction", "memory"], dropna=False)
+    rows = []
+    for (direction, memory), g in groups:
+        steps = used_steps(a, g["rank"])
+        achieved = g["bytes"].sum() / g["gpu_ns"].sum() if g["gpu_ns"].sum() else np.nan
+        peak = g["peak_gbps"].median()
+        rows.append({"direction": direction, "memory": memory,
+                     "copies/step": U.number(round(g["copies"].sum() / steps, 1)),
+                     "size/step": U.size(g["bytes"].sum() / steps), "GB/s": U.gbps(achieved),
+                     "link peak": U.gbps(peak),
+                     "of peak": U.pct(achieved / peak) if U.finite(peak) else U.MISSING,
+                     "link": str(g["link"].iloc[0] or "unknown"),
+                     "ranks": U.clip(rank_ranges(g["rank"]), 30)})
+    return Section("Transfers (memory copies in the steps)", pd.DataFrame(rows))
+
+
+def idle_section(a: Analysis) -> Section | None:
+    """Where the GPU waits for the host: GPU-idle time per step by host part and code."""
+    code = a.table("idle_code")
+    if code.empty:
+        return None
+    rows = []
+    for (part, label), g in code.groupby(["part", "code"], sort=False):
+        rows.append({"part": part_name(part), "code": U.clip(label, 70),
+                     "ns_per_step": g["idle_ns"].sum() / used_steps(a, g["rank"]),
+                     "ranks": U.clip(rank_ranges(g["rank"]), 30)})
+    table = pd.DataFrame(rows).sort_values("ns_per_step", ascending=False, kind="stable")
+    top = table.head(IDLE_ROWS)
+    top = top.assign(ns_per_step=[U.ms_of_ns(v, "step") for v in top["ns_per_step"]])
+    top = top.rename(columns={"ns_per_step": "GPU idle"})[["part", "code", "GPU idle", "ranks"]]
+    return Section("Where the GPU waits for the host (idle time by the code running)", top,
+                   ["per step of the ranks listed; capture with_stack=True to see Python lines"])

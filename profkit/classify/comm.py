@@ -1,0 +1,122 @@
+"""Communication kernels known by what they are, not only by their name.
+
+Kernels of communication libraries that name them like any other kernel (DeepEP builds,
+custom all-to-all kernels) or carry no collective arguments are found from the trace around
+them, in this order (``profkit/classify/events.py`` has the full precedence):
+
+1. collective arguments on the kernel: communication, unless a user rule says otherwise;
+2. for kernels whose name says nothing (compute/"other"): launched by a communication CPU op
+   (``record_param_comms``, ``nccl:*``, ``c10d::*``), or launched inside a CPU range or
+   user annotation whose name says dispatch, combine, all_reduce, all_to_all, all_gather or
+   reduce_scatter (DualPipe's "dispatch(F)", "combine(B)"); the sub-class follows the
+   innermost such range;
+3. for kernels still unknown: on a stream where communication kernels take at least half
+   the kernel time and no kernel has a known compute name (a dedicated communication
+   stream), they take the stream's main collective.
+
+A kernel with a known compute name keeps it against 2 and 3: a range is coarse (the gating
+GEMM runs inside "dispatch(F)"), a kernel name says what ran.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from profkit import schema as S
+from profkit.classify import events as classify
+from profkit.columns import category_mask
+
+# Names of CPU ranges whose launches are communication (word-start: not "redispatch").
+COMM_RANGE_RE = re.compile(r"(?<![a-z])(?:dispatch|combine|all_?reduce|all_?to_?all|"
+                           r"all_?gather|reduce_?scatter)", re.IGNORECASE)
+COMM_STREAM_MIN_FRAC = 0.5  # communication share of a stream's kernel time (rule 3)
+
+
+def upgrade(ev: pd.DataFrame, is_gpu: np.ndarray, args, cls: np.ndarray, sub: np.ndarray,
+            strength: np.ndarray) -> None:
+    """Apply rules 1-3 (module doc) to the per-row ``cls`` / ``sub`` / ``strength``."""
+    kernel = is_gpu & (ev[S.KIND] == S.KIND_KERNEL).to_numpy()
+    for i, a in args.items():
+        if kernel[i] and a.collective is not None and strength[i] < classify.RULED:
+            cls[i], sub[i] = S.CLS_COMMUNICATION, classify.collective_kind(a.collective)
+    unknown = kernel & (strength == classify.UNKNOWN) & (cls == S.CLS_COMPUTE)
+    _launched_by_comm_ops(ev, is_gpu, unknown, cls, sub)
+    _launched_in_comm_ranges(ev, is_gpu, unknown & (cls == S.CLS_COMPUTE), cls, sub)
+    _on_comm_streams(ev, kernel, unknown & (cls == S.CLS_COMPUTE), strength, cls, sub)
+
+
+def _launched_by_comm_ops(ev, is_gpu, unknown, cls, sub) -> None:
+    """Kernels whose External id is a communication CPU op's."""
+    comm_ops = ~is_gpu & category_mask(ev[S.NAME], classify.COMM_OP_RE.pattern)
+    if not comm_ops.any() or not unknown.any():
+        return
+    ext = ev[S.EXTERNAL_ID].to_numpy()
+    comm_ids = np.setdiff1d(np.unique(ext[comm_ops]), [-1])
+    launched = np.flatnonzero(unknown & np.isin(ext, comm_ids))
+    cls[launched], sub[launched] = S.CLS_COMMUNICATION, "other"
+
+
+def _launched_in_comm_ranges(ev, is_gpu, unknown, cls, sub) -> None:
+    """Kernels whose launch call lies inside a communication-named CPU range (rule 2)."""
+    if not unknown.any():
+        return
+    kind = ev[S.KIND]
+    ranges = (kind.isin((S.KIND_ANNOTATION, S.KIND_CPU_OP)).to_numpy()
+              & category_mask(ev[S.NAME], COMM_RANGE_RE.pattern + "|" + classify.COMM_OP_RE.pattern))
+    launch = kind.isin((S.KIND_RUNTIME, S.KIND_DRIVER)).to_numpy() & (ev[S.CORRELATION] >= 0).to_numpy()
+    if not ranges.any() or not launch.any():
+        return
+    collective = _launch_collectives(ev, np.flatnonzero(ranges), np.flatnonzero(launch))
+    rows = np.flatnonzero(unknown)
+    found = pd.Series(ev[S.CORRELATION].to_numpy()[rows]).map(collective).to_numpy()
+    hit = pd.notna(found)
+    cls[rows[hit]], sub[rows[hit]] = S.CLS_COMMUNICATION, found[hit]
+
+
+def _launch_collectives(ev: pd.DataFrame, ranges: np.ndarray, launches: np.ndarray) -> pd.Series:
+    """correlation -> collective kind of the innermost range holding the launch call, for
+    the launches inside a range on the same thread."""
+    ts, dur = ev[S.TS_NS].to_numpy(), ev[S.DUR_NS].to_numpy()
+    pid, tid = ev[S.PID].to_numpy(), ev[S.TID].to_numpy()
+    names = ev[S.NAME]
+    kinds = {n: classify.collective_kind(n) for n in names.iloc[ranges].unique()}
+    r_kind = names.iloc[ranges].map(kinds).to_numpy()
+    l_thread = pid[launches] * (1 << 32) + tid[launches]  # one key per thread
+    order = np.lexsort((ts[launches], l_thread))
+    l_rows, l_thread, l_ts = launches[order], l_thread[order], ts[launches][order]
+    kind = np.full(len(l_rows), None, dtype=object)
+    by_start = np.argsort(ts[ranges], kind="stable")  # outer ranges first: inner ones win
+    for r, collective in zip(ranges[by_start], r_kind[by_start]):
+        key = pid[r] * (1 << 32) + tid[r]
+        lo, hi = np.searchsorted(l_thread, key, "left"), np.searchsorted(l_thread, key, "right")
+        a = lo + np.searchsorted(l_ts[lo:hi], ts[r], side="left")
+        b = lo + np.searchsorted(l_ts[lo:hi], ts[r] + dur[r], side="right")
+        kind[a:b] = collective
+    inside = kind != None  # noqa: E711 (elementwise comparison)
+    corr = ev[S.CORRELATION].to_numpy()[l_rows[inside]]
+    return pd.Series(kind[inside], index=corr).groupby(level=0).last()
+
+
+def _on_comm_streams(ev, kernel, unknown, strength, cls, sub) -> None:
+    """Unknown kernels on a stream whose kernel time is mostly communication and where no
+    kernel has a known compute name (rule 3)."""
+    rows = np.flatnonzero(kernel)
+    comm = cls[rows] == S.CLS_COMMUNICATION
+    if not unknown.any() or not comm.any():
+        return
+    stream = ev[S.DEVICE].to_numpy()[rows] * (1 << 32) + ev[S.STREAM].to_numpy()[rows]
+    codes, streams = pd.factorize(stream)
+    dur = ev[S.DUR_NS].to_numpy()[rows].astype(float)
+    total = np.bincount(codes, weights=dur, minlength=len(streams))
+    comm_ns = np.bincount(codes, weights=dur * comm, minlength=len(streams))
+    named = (cls[rows] == S.CLS_COMPUTE) & (strength[rows] > classify.UNKNOWN)
+    chosen = ((comm_ns >= COMM_STREAM_MIN_FRAC * total) & (comm_ns > 0)
+              & (np.bincount(codes, weights=named, minlength=len(streams)) == 0))
+    for code in np.flatnonzero(chosen):
+        mine = codes == code
+        main = pd.Series(dur[mine & comm]).groupby(sub[rows][mine & comm]).sum().idxmax()
+        target = rows[mine & unknown[rows]]
+        cls[target], sub[target] = S.CLS_COMMUNICATION, main

@@ -1,0 +1,180 @@
+"""``profkit analyze`` and ``profkit diff``: the analysis of a run (from the result cache when
+nothing changed), rendered in the asked format, and the comparison of two."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from profkit.cli.options import parse_ranks, parse_span, progress
+from profkit.errors import IncompleteRunError, OutputError, UsageError
+
+log = logging.getLogger(__name__)
+
+def _thresholds(args):
+    """The thresholds in force: the defaults, the project's [tool.profkit], the --config
+    file, then explicit options (read before any trace, so a bad file stops the command)."""
+    from profkit.analyzers.config import load_thresholds
+    from profkit.analyzers.thresholds import with_mfu_options
+    from profkit.projectconf import working_dir
+
+    th = load_thresholds(getattr(args, "config", None), working_dir())
+    return with_mfu_options(th, getattr(args, "flops_per_step", None),
+                            getattr(args, "peak_tflops", None))
+
+
+def _analysis_key(args, run: str, thresholds) -> str:
+    """The result-cache key of analysing ``run`` with these options (imports no pandas)."""
+    import profkit
+    import profkit.analyzers
+    from profkit import __version__
+    from profkit.analyzers.config import thresholds_key
+    from profkit.classify.rules import rules_fingerprint
+    from profkit.run import cache
+
+    options = _analysis_options(args)
+    code = "|".join(cache.run_fingerprint(Path(pkg.__file__).parent)  # any code change
+                    for pkg in (profkit, profkit.analyzers))
+    # --strict loads differently (a conflict between traces is an error, not a skip)
+    key_text = (f"{args.ranks}|{args.cycle}|{thresholds_key(thresholds)}|{args.strict}|"
+                f"{rules_fingerprint()}|{options.key()}")
+    return cache.run_fingerprint(Path(run), f"analyze|{__version__}|{code}|{key_text}")
+
+
+def _cached_analysis(args, run: str, thresholds, fmt: str):
+    """The analysis of ``run``: from the result cache when no file of the run changed and
+    it was made with the same options and thresholds, else mapped per rank on the chosen
+    executor and reduced. ``fmt``: the format a cached entry must render in to be used."""
+    from profkit.analyzers.analyze import Analysis
+    from profkit.analyzers.executor import analyze_run
+    from profkit.run import cache
+
+    key = _analysis_key(args, run, thresholds)
+    if not args.no_cache and Path(run).exists():
+        cached = cache.load_result(Path(run), key, Analysis)
+        if cached is not None and _renders(cached, fmt):
+            log.debug("analysis of %s from the result cache", run)
+            return cached
+    analysis = analyze_run(run, scheduler=getattr(args, "scheduler", None),
+                           workers=args.workers, cache=not args.no_cache, strict=args.strict,
+                           ranks=parse_ranks(args.ranks), cycle=args.cycle,
+                           options=_analysis_options(args), progress=progress,
+                           thresholds=thresholds)
+    if not args.no_cache:
+        cache.store_result(Path(run), key, analysis)
+    return analysis
+
+
+def _analysis_options(args):
+    from profkit.analyzers.options import AnalysisOptions
+
+    steps = parse_span(getattr(args, "steps", None), "--steps")
+    if steps is not None:
+        if any(abs(v) != float("inf") and v != int(v) for v in steps):
+            raise UsageError(f"--steps {args.steps!r}: step numbers are whole numbers")
+        steps = (int(max(steps[0], -1)), int(min(steps[1], 2**62)))
+    return AnalysisOptions(step_marker=getattr(args, "step_marker", None), steps=steps)
+
+
+def _renders(analysis, fmt: str) -> bool:
+    """Whether a cached analysis renders: it decoded as data, but it lies in a folder others
+    may write, so one that does not render is a cache miss, never an error."""
+    try:
+        _render_analysis(analysis, fmt)
+        str(analysis.verdict["summary"])
+    except Exception as exc:  # noqa: BLE001 - any fault of the entry is a miss
+        log.debug("cached analysis of this run does not render, analysing again: %r", exc)
+        return False
+    return True
+
+
+def _render_analysis(analysis, fmt: str) -> bytes:
+    import orjson
+
+    from profkit.analyzers.report.render import to_json, to_markdown, to_text
+
+    if fmt == "json":
+        return orjson.dumps(to_json(analysis), option=orjson.OPT_INDENT_2) + b"\n"
+    if fmt == "html":
+        from profkit.analyzers.report.html_page import to_html
+
+        return to_html(analysis).encode()
+    return (to_markdown if fmt == "markdown" else to_text)(analysis).encode()
+
+
+def cmd_analyze(args) -> int:
+    from profkit.run import cache
+
+    thresholds = _thresholds(args)
+    # The rendered report is cached too: the same command on an unchanged run prints it
+    # without importing the analysis (pandas and numpy are most of a cached run's time).
+    key = None if args.no_cache or args.tables or not Path(args.run).exists() else \
+        f"{_analysis_key(args, args.run, thresholds)}-{args.format}"
+    report = cache.load_report(Path(args.run), key) if key else None
+    analysis = None
+    if report is None:
+        from profkit.analyzers.report.render import problems
+
+        analysis = _cached_analysis(args, args.run, thresholds, args.format)
+        report = {"data": _render_analysis(analysis, args.format).decode(),
+                  "summary": analysis.verdict["summary"], "problems": problems(analysis.run)}
+        if key:
+            cache.store_report(Path(args.run), key, **report)
+    _emit(report["data"].encode(), args.output, report["summary"])
+    if analysis is not None and args.tables:
+        _write_tables(analysis, args.tables, args.tables_format)
+    if args.strict and report["problems"]:
+        raise IncompleteRunError(f"--strict: {'; '.join(report['problems'])} "
+                                 "(the report was written)")
+    return 0
+
+
+def _write_tables(analysis, folder: Path, fmt: str) -> None:
+    """Every table of the analysis into ``folder``, which appears whole or not at all."""
+    from profkit.analyzers.report.export import is_tables_folder, table_files
+    from profkit.atomic import atomic_dir
+
+    files = table_files(analysis, fmt)
+    with atomic_dir(folder, replaces=is_tables_folder) as tmp:
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+    print(f"wrote {folder}: {len(files) - 1} tables ({fmt}) and index.json", file=sys.stderr)
+
+
+def cmd_diff(args) -> int:
+    import orjson
+
+    from profkit.analyzers.compare.diff import diff_analyses
+    from profkit.analyzers.report.diff_text import diff_to_json, diff_to_text
+
+    thresholds = _thresholds(args)
+    base, new = (_cached_analysis(args, run, thresholds, "text") for run in (args.base, args.new))
+    d = diff_analyses(base, new, thresholds)
+    if args.format == "json":
+        data = orjson.dumps(diff_to_json(d), option=orjson.OPT_INDENT_2) + b"\n"
+    elif args.format == "html":
+        from profkit.analyzers.report.html_page import diff_page
+
+        data = diff_page(d).encode()
+    else:
+        data = diff_to_text(d, markdown=args.format == "markdown").encode()
+    _emit(data, args.output, d.verdict["summary"])
+    return 0
+
+
+def _emit(data: bytes, output: Path | None, summary: str) -> None:
+    """Write a report to ``output`` atomically, or to stdout."""
+    if output:
+        from profkit.atomic import write_bytes_atomic
+
+        write_bytes_atomic(output, data)
+        print(f"wrote {output}: {summary}")
+        return
+    try:
+        sys.stdout.write(data.decode())
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # the reader went away: main() ends quietly
+    except OSError as exc:
+        raise OutputError("standard output", exc) from exc

@@ -1,0 +1,176 @@
+"""The ``profkit`` command line: the parser of every command, and :func:`main`, the only place
+that sets up logging and maps errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from profkit import __version__
+from profkit.cli.analyze import cmd_analyze, cmd_diff
+from profkit.cli.options import (
+    ANALYZE_STRICT_HELP,
+    add_analysis_options,
+    add_load_options,
+    add_read_options,
+    add_report_options,
+    positive_number,
+)
+from profkit.cli.read import cmd_merge, cmd_summary
+from profkit.cli.serve import NEW_TOKEN, TOKEN_ENV, cmd_dashboard, cmd_launch
+from profkit.errors import ProfkitError
+
+DESCRIPTION = ("GPU profiling and bottleneck analysis for PyTorch: merge per-rank traces into one "
+               "timeline, say what bounds a job and what to change, compare two runs, and browse "
+               "them in a local dashboard.")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="profkit", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"profkit {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("merge", help="merge per-rank traces into one Perfetto trace",
+                       description="Merge every rank's trace into one Chrome/Perfetto trace: "
+                       "ranks as processes, clocks aligned, NVML samples as counter tracks.")
+    add_load_options(p)
+    p.add_argument("-o", "--output", type=Path,
+                   help="output .json or .json.gz (default: <run name>.merged.json.gz)")
+    p.add_argument("--steps", help="keep only ProfilerSteps A:B (inclusive), e.g. 5:7")
+    p.add_argument("--window", help="keep only START_MS:END_MS after the run's first event")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
+    p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("summary", help="a short per-rank summary of a run",
+                       description="Print what each rank captured and where its GPU time went.")
+    add_load_options(p)
+    p.set_defaults(func=cmd_summary)
+
+    p = sub.add_parser("analyze", help="bottleneck verdict, evidence and recommendations",
+                       description="Say per rank and for the run whether the job is bound by "
+                       "compute, communication, CPU launch, data loading or host synchronisation, "
+                       "who the straggler is, and what to change.")
+    add_load_options(p, ANALYZE_STRICT_HELP)
+    add_analysis_options(p)
+    p.add_argument("--flops-per-step", type=positive_number, metavar="FLOP",
+                   help="the model's FLOPs of one step on one rank (e.g. 6 x parameters x "
+                   "tokens): MFU from these instead of the FLOPs counted from the trace")
+    p.add_argument("--peak-tflops", type=positive_number, metavar="TFLOPS",
+                   help="dense peak TFLOP/s of one device to judge MFU against (default: the "
+                   "device's datasheet peak for the precisions the GEMMs ran in)")
+    add_report_options(p)
+    p.add_argument("--tables", type=Path, metavar="DIR",
+                   help="also write every analysis table into DIR, one file per table and an "
+                   "index.json; DIR appears whole or not at all, and replaces only an earlier "
+                   "--tables output or an empty folder")
+    p.add_argument("--tables-format", choices=("csv", "parquet"), default="csv",
+                   help="file format of --tables (default: csv)")
+    p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("diff", help="did my change help? step time before and after, attributed",
+                       description="Compare the steady steps of two runs: the step-time "
+                       "change with its confidence interval, a verdict (improved, regressed, "
+                       "unchanged, or not comparable for another workload), warnings for "
+                       "other GPUs or world size, straggler changes, and the change attributed "
+                       "to breakdown parts, kernels and ops per step.")
+    p.add_argument("base", help="the run before the change")
+    p.add_argument("new", help="the run after the change")
+    add_read_options(p)
+    add_analysis_options(p)
+    add_report_options(p)
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("dashboard", help="browse runs, analyses and diffs in a local web app",
+                       description="Serve the dashboard on this machine: runs, verdicts, "
+                       "timelines, kernels, communication, counters and diffs.")
+    p.add_argument("runs", nargs="*", metavar="RUN",
+                   help="runs to show (default: the bundled sample runs, unless --root is given)")
+    p.add_argument("--root", type=Path, action="append",
+                   help="a folder whose run folders are listed (rescanned on the Runs page)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8050, help="port (default: 8050)")
+    p.add_argument("--token", nargs="?", const=NEW_TOKEN, metavar="TOKEN",
+                   help="require this token (at least 16 characters; alone: a random one, "
+                   f"printed in the address) on every request; also from ${TOKEN_ENV}. "
+                   "Requests without it get 401")
+    p.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="also answer requests for this host name (repeatable; also from "
+                   "$PROFKIT_DASHBOARD_ALLOWED_HOSTS, comma-separated). By default only "
+                   "loopback names and the --host address are answered: a page of another "
+                   "site that points its name at this machine gets 421")
+    p.set_defaults(func=cmd_dashboard)
+
+    # The options are declared here, not in the launch module, so that `profkit --help`
+    # imports no capture code; tests/collectors/test_launch_cli.py checks they agree.
+    p = sub.add_parser("launch", help="run a command with NCCL logging and flight recorder on",
+                       description="profkit launch --run-dir DIR -- torchrun ... : sets NCCL_DEBUG, "
+                       "NCCL_DEBUG_FILE, the flight recorder and PROFKIT_RUN_DIR for the command; "
+                       "exits with its exit code.")
+    p.add_argument("--run-dir", required=True, type=Path,
+                   help="run directory (created if missing); the job's profile() calls default to it")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="the command, after '--' (e.g. -- torchrun --nproc_per_node 8 train.py)")
+    p.set_defaults(func=cmd_launch)
+    return parser
+
+
+def _use_rules(args) -> None:
+    """Classify with --classify FILE's rules, then the project's (read now, so that a bad
+    rule stops the command before any trace is read)."""
+    from profkit.classify.rules import load_rules, use_rules
+
+    use_rules(load_rules(getattr(args, "classify", None), Path.cwd()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``profkit`` program (``argv`` None: the command line). As the program, a command
+    stopped by SIGTERM or SIGINT ends every process it started, then itself, by that signal
+    (:class:`profkit.children.SignalStop`); ``launch`` forwards SIGTERM to its job instead.
+    Called with ``argv`` (tests, notebooks), the caller's signal handling is left alone."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="profkit: %(message)s")
+    if argv is not None or args.func is cmd_launch:
+        return _run(args)
+    from profkit.children import SignalStop
+
+    with SignalStop() as stop:
+        code = _run(args)
+    if stop.signum is not None:
+        stop.exit()
+    return code
+
+
+def _run(args) -> int:
+    try:
+        if hasattr(args, "classify"):
+            _use_rules(args)
+        return args.func(args)
+    except ProfkitError as exc:
+        print(f"profkit: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except BrokenPipeError:
+        # stdout's reader (| head) closed it; point stdout at /dev/null so that the flush at
+        # exit does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports it
+    except OSError as exc:  # one line naming the file, never a traceback
+        print(f"profkit: error: {exc.strerror or exc}"
+              f"{f': {exc.filename}' if exc.filename else ''}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SignalStop's SIGTERM
+        print(f"profkit: {'stopped by ' + str(exc) if str(exc) else 'interrupted'}",
+              file=sys.stderr)
+        return 130
+    finally:
+        from profkit.classify.rules import use_rules
+
+        use_rules(None)  # main() may run again in this process (tests, notebooks)
+
+if __name__ == "__main__":
+    sys.exit(main())

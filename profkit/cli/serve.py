@@ -1,0 +1,58 @@
+"""``profkit dashboard`` and ``profkit launch``: the commands that start something that keeps
+running (a web server, a job)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from profkit.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+def cmd_launch(args) -> int:
+    from profkit.collectors.launch import launch
+
+    return launch(args.run_dir, args.command)
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+TOKEN_ENV = "PROFKIT_DASHBOARD_TOKEN"
+
+
+NEW_TOKEN = "new"  # --token without a value: make one up
+
+
+def cmd_dashboard(args) -> int:
+    from profkit.dashboard.app import create_app, default_roots, warm_up
+    from profkit.dashboard.hosts import allowed_names
+    from profkit.dashboard.serving import new_token, serve
+
+    paths = [Path(p) for p in args.runs] + list(args.root or [])
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise UsageError(f"no such file or folder: {', '.join(missing)}")
+    token = os.environ.get(TOKEN_ENV) if args.token is None else args.token
+    token = new_token() if token == NEW_TOKEN else token
+    if token is not None and len(token) < 16:
+        raise UsageError(f"--token / {TOKEN_ENV}: at least 16 characters, or --token alone "
+                         "for a random one")
+    try:
+        allowed = allowed_names(args.allowed_host or ())
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    roots = list(args.root or []) or ([] if args.runs else default_roots())
+    app = create_app([Path(p) for p in args.runs], roots)
+    if args.host not in LOOPBACK and token is None:
+        log.warning("serving on %s with no authentication: anyone who can reach port %d can "
+                    "read these runs. Add --token, or serve on 127.0.0.1 behind an SSH tunnel",
+                    args.host, args.port)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    query = f"?token={token}" if token else ""
+    print(f"profkit dashboard: http://{host}:{args.port}/{query} (Ctrl-C to stop)", flush=True)
+    warm_up(app, [Path(p) for p in args.runs])
+    serve(app, args.host, args.port, token, allowed)
+    return 0

@@ -1,0 +1,137 @@
+"""The per-rank collectives table, built from communication kernels and the
+``record_param_comms`` CPU ops that carry the collective's arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profkit import schema as S
+from profkit.classify import events as classify
+from profkit.columns import INT64_SAFE, category_mask, to_float, to_int
+
+RECORD_PARAM_COMMS = "record_param_comms"
+_ARG_COLUMNS = (
+    "collective_arg", S.PG_NAME, S.PG_DESC, S.PG_RANKS, S.GROUP_SIZE, S.SEQ, S.COMMS_ID,
+    S.DTYPE, S.IN_NELEMS, S.OUT_NELEMS,
+)
+
+
+def build_collectives(ev: pd.DataFrame, args: list) -> pd.DataFrame:
+    """Collectives of one rank: each communication kernel, joined to the
+    ``record_param_comms`` CPU op that issued it for the args the kernel lacks. Traces with
+    no communication kernels (CPU backends) get one row per ``record_param_comms`` op, or,
+    where there are none (gloo), per ``gloo:<op>`` / ``nccl:<op>`` range.
+    ``args`` maps a row of ``ev`` to its decoded args."""
+    arg_fn = collective_args
+    kind = ev[S.KIND].to_numpy()
+    is_kernel = kind == S.KIND_KERNEL
+    comm = np.flatnonzero(is_kernel & (ev[S.CLASS] == S.CLS_COMMUNICATION).to_numpy())
+    is_gpu = ev[S.KIND].isin(S.GPU_KINDS).to_numpy()
+    names = ev[S.NAME]
+    rpc = np.flatnonzero(~is_gpu & (names == RECORD_PARAM_COMMS).to_numpy())
+    cpu = _rows(ev, args, rpc, arg_fn)
+    if len(comm):
+        table = _rows(ev, args, comm, arg_fn)
+        table[S.ON_GPU] = True
+        table[S.CPU_TS_NS] = -1
+        table = _attach_cpu_ops(ev, table, cpu, fill_time=True)
+        # Old traces: record_param_comms has no args, the enclosing "nccl:<op>" range names it.
+        named = _named_ranges(ev, args, ~is_gpu & category_mask(names, "^nccl:"))
+        if len(named):
+            table = _attach_cpu_ops(ev, table, named, fill_time=False)
+    else:
+        table = cpu if len(cpu) else _named_ranges(ev, args, ~is_gpu & category_mask(names, "^(?:gloo|nccl):"))
+        table = table.copy()
+        table[S.ON_GPU] = False
+        table[S.CPU_TS_NS] = table[S.TS_NS]
+    return _finish(table)
+
+
+def _named_ranges(ev: pd.DataFrame, args: list, mask: np.ndarray) -> pd.DataFrame:
+    """CPU ranges named "<backend>:<collective>", the collective taken from the name."""
+    rows = np.flatnonzero(mask)
+    table = _rows(ev, args, rows, collective_args)
+    table["collective_arg"] = ev[S.NAME].iloc[rows].astype(str).str.split(":", n=1).str[1].to_numpy()
+    return table
+
+
+def _rows(ev: pd.DataFrame, args: list, rows: np.ndarray, arg_fn: Callable) -> pd.DataFrame:
+    base = ev.iloc[rows][[S.TS_NS, S.DUR_NS, S.TID, S.STREAM, S.CORRELATION, S.EXTERNAL_ID,
+                          S.STEP, S.SUBCLASS]].reset_index(drop=True)
+    return pd.concat([base, pd.DataFrame(arg_fn(args, rows))], axis=1)
+
+
+def _attach_cpu_ops(ev: pd.DataFrame, gpu: pd.DataFrame, cpu: pd.DataFrame,
+                    fill_time: bool) -> pd.DataFrame:
+    """Fill args the kernels lack from the CPU op that launched them: the op on the
+    launching thread whose time range holds the launch call (found by correlation)."""
+    launch_mask = ev[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER)) & (ev[S.CORRELATION] >= 0)
+    launches = ev.loc[launch_mask, [S.CORRELATION, S.TS_NS, S.TID]].drop_duplicates(S.CORRELATION)
+    launches = launches.rename(columns={S.TS_NS: "launch_ts", S.TID: "launch_tid"})
+    gpu = gpu.merge(launches, on=S.CORRELATION, how="left")
+    if cpu.empty or gpu["launch_ts"].isna().all():
+        return gpu.drop(columns=["launch_ts", "launch_tid"])
+    cpu = cpu.rename(columns={c: f"op_{c}" for c in cpu.columns})
+    cpu["op_end"] = cpu[f"op_{S.TS_NS}"] + cpu[f"op_{S.DUR_NS}"]
+    have = gpu["launch_ts"].notna()
+    left = gpu[have].copy()
+    left["launch_ts"] = left["launch_ts"].astype(np.int64)
+    left["launch_tid"] = left["launch_tid"].astype(np.int64)
+    left["_row"] = np.flatnonzero(have.to_numpy())
+    joined = pd.merge_asof(
+        left.sort_values("launch_ts"), cpu.sort_values(f"op_{S.TS_NS}"),
+        left_on="launch_ts", right_on=f"op_{S.TS_NS}",
+        left_by="launch_tid", right_by=f"op_{S.TID}", direction="backward",
+    )
+    joined = joined[joined["launch_ts"] <= joined["op_end"]]
+    rows = joined["_row"].to_numpy()
+    if fill_time:
+        gpu.loc[rows, S.CPU_TS_NS] = joined[f"op_{S.TS_NS}"].to_numpy()
+    for col in _ARG_COLUMNS:
+        mine = gpu.loc[rows, col]
+        theirs = joined[f"op_{col}"].to_numpy()
+        missing = mine.isna().to_numpy() | (mine.to_numpy() == -1)
+        gpu.loc[rows[missing], col] = theirs[missing]
+    return gpu.drop(columns=["launch_ts", "launch_tid"])
+
+
+def _finish(t: pd.DataFrame) -> pd.DataFrame:
+    named = t["collective_arg"].notna()
+    coll = t[S.SUBCLASS].astype(object).to_numpy().copy()
+    if named.any():
+        coll[named.to_numpy()] = [classify.collective_kind(x) for x in t.loc[named, "collective_arg"]]
+    t[S.COLL_NAME] = pd.Categorical(coll)
+    nelems = np.fmax(t[S.IN_NELEMS].to_numpy(np.float64), t[S.OUT_NELEMS].to_numpy(np.float64))
+    size = t[S.DTYPE].map(lambda d: S.DTYPE_BYTES.get(str(d).lower(), np.nan) if d else np.nan)
+    with np.errstate(over="ignore", invalid="ignore"):
+        msg_bytes = nelems * size.to_numpy(np.float64)
+    # A negative or astronomically large element count is no message: its size is unknown.
+    t[S.MSG_BYTES] = np.where((msg_bytes >= 0) & (msg_bytes <= INT64_SAFE), msg_bytes, np.nan)
+    for col in (S.PG_NAME, S.PG_DESC, S.PG_RANKS, S.COMMS_ID, S.DTYPE):
+        t[col] = pd.Categorical(t[col].astype(object).where(t[col].notna(), "").astype(str))
+    for col in (S.GROUP_SIZE, S.SEQ, S.CPU_TS_NS):
+        t[col] = pd.to_numeric(t[col], errors="coerce").fillna(-1).astype(np.int64)
+    t[S.ON_GPU] = t[S.ON_GPU].astype(bool)
+    t = t.sort_values(S.TS_NS).reset_index(drop=True)
+    return t[list(S.COLLECTIVE_COLUMNS)]
+
+
+def collective_args(args: list, rows: np.ndarray) -> dict[str, Any]:
+    """The collective argument columns of the given rows."""
+    sel = [args[i] for i in rows]
+    return {
+        "collective_arg": [a.collective for a in sel],
+        S.PG_NAME: [None if a.pg_name is None else str(a.pg_name) for a in sel],
+        S.PG_DESC: [a.pg_desc for a in sel],
+        S.PG_RANKS: [None if a.pg_ranks is None else str(a.pg_ranks) for a in sel],
+        S.GROUP_SIZE: to_int([a.group_size for a in sel]),
+        S.SEQ: to_int([a.seq for a in sel]),
+        S.COMMS_ID: [None if a.comms_id is None else str(a.comms_id) for a in sel],
+        S.DTYPE: [a.dtype for a in sel],
+        S.IN_NELEMS: to_float([a.in_nelems for a in sel]),
+        S.OUT_NELEMS: to_float([a.out_nelems for a in sel]),
+    }

@@ -1,0 +1,268 @@
+"""Building the event columns of one trace batch by batch.
+
+Each batch of decoded events is reduced to numpy arrays and integer codes at once and then
+dropped, so the decoded events of the whole trace are never alive together. Names and
+categories are coded against trace-wide dictionaries; the few events carrying collective
+arguments keep their decoded args for the collectives table.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from profkit import schema as S
+from profkit.classify import events as classify
+from profkit.classify.flops import (
+    FLOP_OPS,
+    PRECISIONS,
+    ConvLinks,
+    dtype_precision,
+    flops_from_shapes,
+)
+from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns
+from profkit.trace.traceevents import Args, Event, Meta
+from profkit.trace.tracefile import Trace
+from profkit.validate import MAX_ABS_NS
+
+EMPTY_ARGS = Args()
+_TS = attrgetter("ts")
+_FIELDS = tuple(map(attrgetter, ("dur", "name", "cat", "pid", "tid", "args")))
+_COLL = attrgetter("collective", "in_nelems")  # set on the rows the collectives table reads
+_NO_COLL = (None, None)
+_KIND_CODE = {k: i for i, k in enumerate(S.KINDS)}
+MAX_DUR_US = 86_400e6  # one day: longer is no profiled event; clipped to this
+
+
+class SparseArgs(dict):
+    """Row -> decoded args, for the rows that carry collective arguments; empty otherwise."""
+
+    def __missing__(self, row: int) -> Args:
+        return EMPTY_ARGS
+
+
+class Codes:
+    """Trace-wide dictionary coding of string values (None and non-strings as text)."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def encode(self, values: list) -> np.ndarray:
+        codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
+        lut = np.array([self.index.setdefault("" if u is None else str(u), len(self.index))
+                        for u in uniques], dtype=np.int32)
+        return lut[codes] if len(codes) else np.empty(0, np.int32)
+
+    def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        return pd.Categorical.from_codes(codes, categories=pd.Index(list(self.index), dtype=str))
+
+
+# (column, Args attribute, the kinds it is read for: None means every event)
+_ARG_COLUMNS = (
+    (S.CORRELATION, "correlation", None),
+    (S.EXTERNAL_ID, "external_id", None),
+    ("stream_arg", "stream", S.GPU_KINDS),
+    ("device_arg", "device", S.GPU_KINDS),
+    (S.BLOCKS_PER_SM, "blocks_per_sm", (S.KIND_KERNEL,)),
+    (S.OCCUPANCY_PCT, "occupancy_pct", (S.KIND_KERNEL,)),
+    (S.FLOPS, "flops", (S.KIND_CPU_OP,)),
+    (S.BYTES, "bytes", (S.KIND_MEMCPY, S.KIND_MEMSET)),
+)
+
+
+class Accumulator:
+    """Collects the complete ('X') events of a trace, batch by batch."""
+
+    def __init__(self, base_ns: int = 0) -> None:
+        self.base_ns = base_ns
+        # Relative ts (us) that place an event within +-MAX_ABS_NS epoch ns; others are dropped.
+        self.ts_range_us = ((-MAX_ABS_NS - base_ns) / 1000, (MAX_ABS_NS - base_ns) / 1000)
+        self.dropped_ts = self.bad_dur = self.oversized_ids = 0
+        self.names, self.cats = Codes(), Codes()
+        self.cat_kind: list[str] = []  # kind of each category code
+        self.cat_kind_code: list[int] = []  # the same as a code (index in _KIND_CODE)
+        self.name_wanted: list[bool] = []  # per name code: FLOPs from shapes (_wanted_names)
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.coll_args = SparseArgs()
+        self.metadata: list[Meta] = []
+        self.conv_links = ConvLinks()
+        self.rows = 0
+
+    def add(self, batch: list) -> None:
+        self.metadata.extend(e for e in batch if type(e) is Meta)
+        xs = [e for e in batch if type(e) is Event]
+        ts_us = to_float(list(map(_TS, xs)))
+        placed = (ts_us >= self.ts_range_us[0]) & (ts_us <= self.ts_range_us[1])  # False for NaN
+        if not placed.all():  # events without a time on the int64 ns clock cannot be placed
+            self.dropped_ts += int(len(xs) - placed.sum())
+            xs = [e for e, ok in zip(xs, placed) if ok]
+            ts_us = ts_us[placed]
+        # Each field in a C-level map (zip(*...) of per-event tuples measured 10x slower).
+        dur, name, cat, pid, tid, args = (list(map(get, xs)) for get in _FIELDS)
+        cat_codes = self.cats.encode(cat)
+        name_codes = self.names.encode(name)
+        self._extend_kinds()
+        kind = np.asarray(self.cat_kind_code, dtype=np.int8)[cat_codes]
+        args = [a or EMPTY_ARGS for a in args]
+        self._put("ts_us", ts_us)
+        self._put(S.DUR_NS, self._dur_ns(to_float(dur)))
+        self._put(S.NAME, name_codes)
+        self._put(S.CAT, cat_codes)
+        for column, ids in ((S.PID, pid), (S.TID, tid)):
+            values, oversized = ids_to_int(ids)
+            self._put(column, values)
+            self.oversized_ids += oversized
+        for column, attr, kinds in _ARG_COLUMNS:
+            values = _read_arg(args, kind, attr, kinds)
+            if column == S.FLOPS:
+                self._add_shape_flops(values, name_codes, name, args)
+            self._put(column, values)
+        has_coll = np.fromiter(map(_NO_COLL.__ne__, map(_COLL, args)), bool, len(args))
+        for i in np.flatnonzero(has_coll).tolist():
+            self.coll_args[self.rows + i] = args[i]
+        self.rows += len(xs)
+
+    def _add_shape_flops(self, flops: np.ndarray, name_codes: np.ndarray, names: list,
+                         args: list[Args]) -> None:
+        """FLOPs of matmul / conv / attention ops from their shapes where the trace has
+        none, and the precision of their inputs (profkit.classify.flops)."""
+        precision = np.zeros(len(names), dtype=np.int8)  # 0: unknown, else 1 + PRECISIONS index
+        # Only the rows of wanted names are looked at (decided once per name, not per event).
+        for i in np.flatnonzero(self._wanted_names()[name_codes]).tolist():
+            a, name = args[i], names[i]
+            if not len(a.input_dims):
+                continue
+            dims, concrete = _json(a.input_dims), _json(a.concrete_inputs)
+            if np.isnan(flops[i]):
+                flops[i] = flops_from_shapes(name, dims, concrete)
+            self.conv_links.note(self.rows + i, name, dims, concrete, a.seq_number, flops[i])
+            if name in FLOP_OPS:
+                found = dtype_precision(_json(a.input_types))
+                precision[i] = PRECISIONS.index(found) + 1 if found else 0
+        self._put(S.FLOPS_DTYPE, precision)
+
+    def _wanted_names(self) -> np.ndarray:
+        """Per name code: whether the name has a FLOP formula or a conv link."""
+        new = list(self.names.index)[len(self.name_wanted):]
+        self.name_wanted.extend(bool(n) and self.conv_links.wants(n) for n in new)
+        return np.asarray(self.name_wanted, dtype=bool)
+
+    def _resolve_conv_links(self) -> None:
+        """FLOPs that needed a later event (profkit.classify.flops.ConvLinks), on the unsorted rows."""
+        flops = self._take(S.FLOPS)
+        ts_us = np.concatenate(self.parts.get("ts_us", [np.empty(0)]))
+        end_us = ts_us + np.concatenate(self.parts.get(S.DUR_NS, [np.empty(0)])) / 1000
+        tid = np.concatenate(self.parts.get(S.TID, [np.empty(0, np.int64)]))
+        self.conv_links.resolve(flops, ts_us, end_us, tid)
+        self.parts[S.FLOPS] = [flops]
+
+    def _dur_ns(self, dur_us: np.ndarray) -> np.ndarray:
+        """Durations in ns: missing or negative ones are 0, longer than a day clipped (counted)."""
+        sane = (dur_us >= 0) & (dur_us <= MAX_DUR_US)  # False for NaN
+        if not sane.all():
+            self.bad_dur += int(len(dur_us) - sane.sum())
+            dur_us = np.clip(np.nan_to_num(dur_us, nan=0.0), 0, MAX_DUR_US)
+        return np.rint(dur_us * 1000)
+
+    def problems(self) -> list[str]:
+        """What :meth:`add` dropped or repaired, one phrase each."""
+        out = []
+        if self.dropped_ts:
+            out.append(f"{self.dropped_ts} events dropped: ts missing or outside the epoch-ns range")
+        if self.bad_dur:
+            out.append(f"{self.bad_dur} events with dur missing, negative or over a day "
+                       "(set to 0 or clipped to a day)")
+        if self.oversized_ids:
+            out.append(f"{self.oversized_ids} pid/tid values beyond int64 (read as stable ids)")
+        return out
+
+    def _extend_kinds(self) -> None:
+        new = list(self.cats.index)[len(self.cat_kind):]
+        kinds = classify.kinds_for_categories(np.array(new, dtype=object))
+        self.cat_kind.extend(kinds)
+        self.cat_kind_code.extend(_KIND_CODE[k] for k in kinds)
+
+    def _put(self, column: str, values: np.ndarray) -> None:
+        self.parts.setdefault(column, []).append(values)
+
+    def frame(self) -> pd.DataFrame:
+        """The events table, sorted by start time (ts on the epoch clock; stream and device
+        set on GPU rows). Consumes the collected parts; ``coll_args`` is re-keyed to the
+        sorted rows."""
+        self._resolve_conv_links()
+        ts_us = self._take("ts_us")
+        order = np.argsort(ts_us, kind="stable")
+        self._rekey_args(order)
+        cats = self.cats.categorical(self._take(S.CAT, order).astype(np.int32))
+        kinds = np.asarray(self.cat_kind + [S.KIND_OTHER], dtype=object)
+        ev = pd.DataFrame({
+            S.TS_NS: self.base_ns + us_to_ns(ts_us[order]),
+            S.DUR_NS: self._take(S.DUR_NS, order).astype(np.int64),
+            S.NAME: self.names.categorical(self._take(S.NAME, order).astype(np.int32)),
+            S.CAT: cats,
+            S.KIND: pd.Categorical(kinds[cats.codes], categories=S.KINDS),
+        })
+        for name in (S.PID, S.TID):
+            ev[name] = self._take(name, order).astype(np.int64)
+        for name in (S.CORRELATION, S.EXTERNAL_ID):
+            ev[name] = to_int(self._take(name, order))
+        is_gpu = ev[S.KIND].isin(S.GPU_KINDS).to_numpy()
+        for name, arg, fallback in ((S.STREAM, "stream_arg", S.TID), (S.DEVICE, "device_arg", S.PID)):
+            values = self._take(arg, order)
+            ok = np.abs(values) <= INT64_SAFE  # False for NaN: absent, or no id
+            ids = np.where(ok, np.where(ok, values, 0).astype(np.int64), ev[fallback].to_numpy())
+            ev[name] = np.where(is_gpu, ids, -1).astype(np.int64)
+        for name in (S.BLOCKS_PER_SM, S.OCCUPANCY_PCT, S.FLOPS, S.BYTES):
+            ev[name] = self._take(name, order)
+        ev[S.FLOPS_DTYPE] = pd.Categorical.from_codes(
+            self._take(S.FLOPS_DTYPE, order).astype(np.int8), categories=("",) + PRECISIONS)
+        return ev
+
+    def _take(self, column: str, order: np.ndarray | None = None) -> np.ndarray:
+        """One collected column, concatenated (and reordered), its parts released."""
+        parts = self.parts.pop(column, [])
+        values = np.concatenate(parts) if parts else np.empty(0)
+        del parts
+        return values if order is None else values[order]
+
+    def _rekey_args(self, order: np.ndarray) -> None:
+        new_row = np.empty(len(order), dtype=np.int64)
+        new_row[order] = np.arange(len(order))
+        self.coll_args = SparseArgs({int(new_row[i]): a for i, a in self.coll_args.items()})
+
+
+def _read_arg(args: list[Args], kind: np.ndarray, attr: str, kinds: tuple | None) -> np.ndarray:
+    """float64 column of one arg, read on the rows of ``kinds`` (every row if None; NaN
+    elsewhere)."""
+    get = attrgetter(attr)
+    if kinds is None:
+        return to_float(list(map(get, args)))
+    out = np.full(len(args), np.nan)
+    rows = np.flatnonzero(np.isin(kind, [_KIND_CODE[k] for k in kinds])).tolist()
+    if rows:
+        out[rows] = to_float(list(map(get, map(args.__getitem__, rows))))
+    return out
+
+
+def _json(raw) -> object:
+    """A raw JSON argument decoded, None when absent or not JSON."""
+    if not len(raw):
+        return None
+    try:
+        return orjson.loads(bytes(raw))
+    except orjson.JSONDecodeError:
+        return None
+
+
+def accumulate(trace: Trace, base_ns: int = 0) -> Accumulator:
+    """Every batch of the trace collected (relative times on ``base_ns``); the trace's raw
+    buffers are released after and what was dropped or repaired added to its problems."""
+    acc = Accumulator(base_ns)
+    for batch in trace.batches():
+        acc.add(batch)
+    trace.release()
+    trace.problems.extend(acc.problems())
+    return acc

@@ -1,0 +1,127 @@
+"""Turning one decoded Kineto trace into the columnar tables of a :class:`RankData`.
+
+Columns are built once from the typed records, then everything is vectorised: kinds and
+classes are computed per unique category / name and mapped back through codes, steps by
+binary search, collectives by an as-of join.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from profkit import schema as S
+from profkit.classify import comm as comm_evidence
+from profkit.classify import events as classify
+from profkit.nccl.collectives import build_collectives
+from profkit.trace.accumulate import SparseArgs, accumulate
+from profkit.trace.header import base_time_ns
+from profkit.trace.tracefile import Trace
+from profkit.validate import Problems
+
+STEP_PREFIX = "ProfilerStep#"
+MAX_STEP = 1 << 53
+
+
+class Tables(NamedTuple):
+    events: pd.DataFrame
+    collectives: pd.DataFrame
+    steps: pd.DataFrame
+    metadata: list  # the trace's 'M' (metadata) events: process and thread names
+
+
+def build_tables(trace: Trace) -> Tables:
+    """The tables of one trace (what was dropped or repaired is added to its problems)."""
+    acc = accumulate(trace, base_time_ns(trace.header.baseTimeNanoseconds, Problems()))
+    ev = acc.frame()
+    args = acc.coll_args
+    is_gpu = ev[S.KIND].isin(S.GPU_KINDS).to_numpy()
+    _classify_gpu(ev, is_gpu, args)
+    steps = step_table(ev)
+    ev[S.STEP] = assign_steps(ev, steps)
+    steps = add_gpu_spans(steps, ev)
+    coll = build_collectives(ev, args)
+    return Tables(ev[list(S.EVENT_COLUMNS)], coll, steps, acc.metadata)
+
+
+def _classify_gpu(ev: pd.DataFrame, is_gpu: np.ndarray, args: SparseArgs) -> None:
+    """Class of GPU events by name and user rules (classify), then by the evidence around
+    them (comm_evidence)."""
+    n = len(ev)
+    cls = np.full(n, "", dtype=object)
+    sub = np.full(n, "", dtype=object)
+    strength = np.full(n, classify.NAMED, dtype=np.int8)
+    if is_gpu.any():
+        kind_codes = ev[S.KIND].cat.codes.to_numpy()[is_gpu].astype(np.int64)
+        name_codes = ev[S.NAME].cat.codes.to_numpy()[is_gpu].astype(np.int64)
+        keys = kind_codes * (len(ev[S.NAME].cat.categories) + 1) + name_codes
+        uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        kinds = np.asarray(ev[S.KIND].cat.categories, dtype=object)[kind_codes[first]]
+        names = np.asarray(ev[S.NAME].cat.categories, dtype=object)[name_codes[first]]
+        named = classify.classify_gpu_names(kinds, names)
+        cls[is_gpu] = named.classes[inverse]
+        sub[is_gpu] = named.subclasses[inverse]
+        strength[is_gpu] = named.strength[inverse]
+        comm_evidence.upgrade(ev, is_gpu, args, cls, sub, strength)
+    ev[S.CLASS] = pd.Categorical(cls)
+    ev[S.SUBCLASS] = pd.Categorical(sub)
+
+
+def step_table(ev: pd.DataFrame) -> pd.DataFrame:
+    """One row per ProfilerStep#N range on the CPU (the outermost when repeated)."""
+    names = ev[S.NAME]
+    cats = names.cat.categories
+    step_names = cats[cats.str.startswith(STEP_PREFIX)]
+    mask = names.isin(step_names) & ~ev[S.KIND].isin(S.GPU_KINDS + (S.KIND_GPU_ANNOTATION,))
+    rows = ev.loc[mask, [S.NAME, S.TS_NS, S.DUR_NS]]
+    number = pd.to_numeric(rows[S.NAME].astype(str).str.slice(len(STEP_PREFIX)), errors="coerce")
+    # A step with no duration holds nothing, and a number past 2**53 is no step count.
+    sane = (number >= 0) & (number <= MAX_STEP) & (rows[S.DUR_NS] > 0)
+    rows = rows.assign(**{S.STEP: number})[sane.to_numpy()]
+    rows = rows.sort_values(S.DUR_NS, ascending=False).drop_duplicates(S.STEP)
+    rows[S.STEP] = rows[S.STEP].astype(np.int64)
+    return rows.sort_values(S.TS_NS)[[S.STEP, S.TS_NS, S.DUR_NS]].reset_index(drop=True)
+
+
+def add_gpu_spans(steps: pd.DataFrame, ev: pd.DataFrame) -> pd.DataFrame:
+    """Bounds of the GPU work each step launched (-1 where it launched none)."""
+    gpu = ev[ev[S.KIND].isin(S.GPU_KINDS).to_numpy() & (ev[S.STEP] >= 0).to_numpy()]
+    spans = pd.DataFrame({S.STEP: gpu[S.STEP], "start": gpu[S.TS_NS],
+                          "end": gpu[S.TS_NS] + gpu[S.DUR_NS]})
+    spans = spans.groupby(S.STEP).agg(start=("start", "min"), end=("end", "max"))
+    out = steps.copy()
+    out[S.GPU_START_NS] = out[S.STEP].map(spans["start"]).fillna(-1).astype(np.int64)
+    out[S.GPU_END_NS] = out[S.STEP].map(spans["end"]).fillna(-1).astype(np.int64)
+    return out[list(S.STEP_COLUMNS)]
+
+
+def assign_steps(ev: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """Step of every event: CPU events by the step range holding their start; GPU events by
+    the step of the runtime call that launched them (correlation), else by their start."""
+    out = np.full(len(ev), -1, dtype=np.int64)
+    if steps.empty:
+        return out
+    starts = steps[S.TS_NS].to_numpy()
+    ends = starts + steps[S.DUR_NS].to_numpy()
+    numbers = steps[S.STEP].to_numpy()
+    ts = ev[S.TS_NS].to_numpy()
+    pos = np.searchsorted(starts, ts, side="right") - 1
+    inside = (pos >= 0) & (ts < ends[np.clip(pos, 0, None)])
+    out[inside] = numbers[pos[inside]]
+    kind = ev[S.KIND]
+    launch = kind.isin((S.KIND_RUNTIME, S.KIND_DRIVER)).to_numpy() & (ev[S.CORRELATION] >= 0).to_numpy()
+    gpu = kind.isin(S.GPU_KINDS).to_numpy() & (ev[S.CORRELATION] >= 0).to_numpy()
+    if launch.any() and gpu.any():
+        lcorr = ev[S.CORRELATION].to_numpy()[launch]
+        lstep = out[launch]
+        order = np.argsort(lcorr, kind="stable")
+        lcorr, lstep = lcorr[order], lstep[order]
+        gcorr = ev[S.CORRELATION].to_numpy()[gpu]
+        at = np.clip(np.searchsorted(lcorr, gcorr), 0, len(lcorr) - 1)
+        found = lcorr[at] == gcorr
+        gsteps = out[gpu]
+        gsteps[found] = lstep[at[found]]
+        out[gpu] = gsteps
+    return out
