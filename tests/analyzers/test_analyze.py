@@ -124,9 +124,9 @@ def test_one_median_step_for_a_run_everywhere():
     """The verdict, diff's step samples and the dashboard's Runs page and Overview tile read
     one median step (they once showed 66.26, 66.735 and 65.29 ms for one run)."""
     import numpy as np
-
     from profkit.analyzers.compare.diff import step_samples
     from profkit.dashboard.components import median_step_text
+
     from profkit.run.loader import load_run
 
     a = analyze(load_run(REPO / "samples" / "runs" / "profkit_fsdp"))
