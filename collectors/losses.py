@@ -39,7 +39,8 @@ def cause(exc: BaseException) -> str:
     text = getattr(exc, "strerror", None)
     if not text and isinstance(code, int):  # profkit's OutputError keeps only the errno
         text = os.strerror(code)
-    text = text or str(exc) or type(exc).__name__
+    if not text:  # not a system error: its own words
+        return str(exc) or type(exc).__name__
     return text[:1].lower() + text[1:]
 
 
@@ -81,9 +82,10 @@ class CaptureLosses:
                                 "errno": errno_name(exc)}
                 self._halt_pending = True
         if first:
-            log.warning("profkit: cannot write the %s into %s: %s; capturing stops at step "
-                        "%d, the job goes on (%s lists what is lost)", what, self.dir,
-                        entry["cause"], step, f"ranks/rank{self.rank}.json")
+            failed = f"cannot write the {what} into" if path is not None else f"the {what} failed in"
+            log.warning("profkit: %s %s: %s; capturing stops at step %d, the job goes on "
+                        "(%s lists what is lost)", failed, self.dir, entry["cause"], step,
+                        f"ranks/rank{self.rank}.json")
         elif exc is not None and not after_capture:
             log.debug("profkit: %s not written (%s)", entry["file"], entry["cause"])
 

@@ -215,7 +215,7 @@ class CaptureSession:
                 self.prof.step()
                 self._tag_trace()
             except Exception as exc:  # noqa: BLE001 - the profiler must not stop the job
-                self.losses.record("trace", None, exc, self.steps)
+                self.losses.record("profiler", None, exc, self.steps)
         self.steps += 1
         if self.losses.halt_due():
             self.halt()

@@ -159,8 +159,9 @@ def capture_stop(status: dict[str, Any]) -> str | None:
         return None
     step = int_in(stopped.get("step"), 0, MAX_ABS_NS)
     where = f" at step {step}" if step is not None else ""
-    target = _text(stopped.get("file") or stopped.get("what"))
-    return _clip(f"capture stopped{where}: cannot write {target}: {_text(stopped.get('cause'))}")
+    failed = (f"cannot write {_text(stopped['file'])}" if stopped.get("file")
+              else f"the {_text(stopped.get('what'))} failed")
+    return _clip(f"capture stopped{where}: {failed}: {_text(stopped.get('cause'))}")
 
 
 def capture_loss(status: dict[str, Any]) -> str | None:

@@ -178,3 +178,26 @@ def test_in_job_report_write_failure(tmp_path, monkeypatch, caplog, capsys):
     assert main(["analyze", str(tmp_path)]) == 0
     assert "note: rank 0: lost: the in-job report (profkit-report/report.json)" in \
         capsys.readouterr().out
+
+
+def test_a_profiler_that_raises_in_step_stops_the_capture(tmp_path, monkeypatch, caplog):
+    import torch.profiler
+
+    real_step = torch.profiler.profile.step
+    calls = []
+
+    def step(self):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("Kineto is unwell")
+        return real_step(self)
+
+    monkeypatch.setattr(torch.profiler.profile, "step", step)
+    with caplog.at_level(logging.WARNING):
+        with profile(tmp_path, wait=0, warmup=0, active=5, nvml=False) as p:
+            assert train(p, 4) == 4
+    (warning,) = warnings_of(caplog)
+    assert "the profiler failed in" in warning and "Kineto is unwell" in warning
+    status = status_of(tmp_path)
+    assert status["status"] == "incomplete"
+    assert status["capture_stopped"]["what"] == "profiler" and len(calls) == 2
