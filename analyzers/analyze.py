@@ -88,8 +88,10 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
     summary = (f"{part_name(primary)} bound: {fractions[primary]:.0%} of step time over "
                f"{n_ranks} rank(s), median step {median_ms:.2f} ms")
     for s in straggler_rows:
+        where = s["evidence"].get("wait_collective")
         summary += (f"; rank {s['rank']} is a straggler: the others lose "
-                    f"{s['evidence']['others_wait_ms_per_step']:.2f} ms per step waiting for it")
+                    f"{s['evidence']['others_wait_ms_per_step']:.2f} ms per step waiting for it"
+                    + (f" in {where}" if where else ""))
     return {"primary": primary, "summary": summary, "fractions": fractions,
             "median_step_ms": median_ms}
 
@@ -215,6 +217,7 @@ def _straggler_rows(table: pd.DataFrame | None) -> list[dict[str, Any]]:
             "wait_frac": round(float(rec["wait_frac"]), 4),
             "compute_ms_per_step": round(rec["compute_ns_per_step"] / 1e6, 3),
             "others_compute_ms_per_step": round(rec["others_compute_ns_per_step"] / 1e6, 3),
+            "wait_collective": rec.get("wait_collective") or "",
         }
         rows.append({"rank": int(rec["rank"]), "evidence": evidence})
     return rows

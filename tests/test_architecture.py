@@ -195,7 +195,6 @@ def test_the_lazy_exemption_is_lazy_only(tmp_path, monkeypatch):
         "collectors/lazy.py imports pandas"]
 
 
-FINDINGS = REPO / "analyzers" / "findings"
 
 
 def advice_outside_findings(root: Path = REPO) -> list[str]:

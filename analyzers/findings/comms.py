@@ -29,6 +29,7 @@ from profkit.analyzers.measure.stragglers import (
     RANK,
     STRAGGLER,
     STRAGGLER_COLUMNS,
+    WAIT_COLLECTIVE,
     WAIT_FRAC,
     json_scalar,
     ms_text,
@@ -51,7 +52,25 @@ def straggler_findings(result: Result, th: Thresholds) -> list[Finding]:
     misaligned, table = result.facts["misaligned"], result.facts["table"]
     if len(misaligned):
         return [_misaligned(misaligned)]
-    return [_finding(row, th) for row in table[table[STRAGGLER]].to_dict("records")]
+    change = _change_note(result.facts.get("costliest_by_step") or {})
+    return [_finding(row, th, change) for row in table[table[STRAGGLER]].to_dict("records")]
+
+
+def _change_note(by_step: dict[int, int]) -> str:
+    """'; the straggler changed during the run: rank 2 in steps 3-4, rank 3 in steps 5-8'
+    when different ranks cost the others most in different steps, else ''."""
+    if len(set(by_step.values())) < 2:
+        return ""
+    runs: list[list] = []
+    for step in sorted(by_step):
+        rank = by_step[step]
+        if runs and runs[-1][0] == rank and runs[-1][2] == step - 1:
+            runs[-1][2] = step
+        else:
+            runs.append([rank, step, step])
+    parts = [f"rank {r} in step{'s' if a != b else ''} {a}{f'-{b}' if a != b else ''}"
+             for r, a, b in runs]
+    return f"; the straggler changed during the run: {', '.join(parts)}"
 
 
 def group_findings(result: Result, th: Thresholds | None = None) -> list[Finding]:
@@ -141,17 +160,20 @@ def _misaligned(rows: pd.DataFrame) -> Finding:
                         "ranks' traces come from the same run."))
 
 
-def _finding(row: dict, th: Thresholds) -> Finding:
+def _finding(row: dict, th: Thresholds, change: str = "") -> Finding:
     rank = int(row[RANK])
     severity = "critical" if row[WAIT_FRAC] >= th.straggler_critical_wait_frac else "warning"
     evidence = {k: json_scalar(row[k]) for k in STRAGGLER_COLUMNS if k not in (STRAGGLER, EVIDENCE)}
+    weak = row[P_VALUE] >= th.straggler_max_p_value
+    where = f", mostly in {row[WAIT_COLLECTIVE]}" if row.get(WAIT_COLLECTIVE) else ""
     return Finding(
         category="straggler", severity=severity, rank=rank, evidence=evidence,
-        message=(f"Rank {rank} is a straggler: last at {row[N_LAST]} of {row[N_COLLECTIVES]} "
-                 f"collectives (~{row[EXPECTED_LAST]:.0f} by chance, p={row[P_VALUE]:.2g}); "
-                 f"the other ranks lose {ms_text(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])} "
-                 f"per step ({pct(row[WAIT_FRAC])} of their {ms_text(row[OTHERS_STEP_NS])} step) "
-                 "waiting for it"),
+        message=(f"Rank {rank} is a straggler: the other ranks lose "
+                 f"{ms_text(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])} per step "
+                 f"({pct(row[WAIT_FRAC])} of their {ms_text(row[OTHERS_STEP_NS])} step) waiting "
+                 f"for it{where}; it was last at {row[N_LAST]} of {row[N_COLLECTIVES]} "
+                 f"collectives (~{row[EXPECTED_LAST]:.0f} by chance, p={row[P_VALUE]:.2g}"
+                 f"{': weak evidence, could be chance' if weak else ''}){change}"),
         recommendation=_recommendation(rank, row),
     )
 

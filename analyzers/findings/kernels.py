@@ -82,14 +82,14 @@ def slow_call_findings(facts: dict, th: Thresholds) -> list[Finding]:
     return [Finding(
         category="runtime_calls", severity="warning" if serious else "info",
         rank=facts["rank"],
-        message=f"{lc['slow_runtime_calls']} runtime calls took over "
+        message=f"{facts['calls']} runtime calls took over "
                 f"{th.slow_runtime_call_ns / 1e3:g} us ({frac:.1%} of the step): {listed}."
                 + queue_note(lc),
         recommendation="Keep allocations and other blocking runtime calls out of the step "
                        "(warm up the caching allocator, reuse buffers, no per-step "
                        "cudaMalloc/cudaFree or pinned-memory allocation).",
-        evidence={"slow_runtime_calls": int(lc["slow_runtime_calls"]),
-                  "slow_runtime_ns": int(lc["slow_runtime_ns"]), "slow_frac": float(frac),
+        evidence={"slow_runtime_calls": facts["calls"], "slow_runtime_ns": facts["ns"],
+                  "slow_frac": float(frac),
                   "calls": {n: c for n, c, _ in names}})]
 
 

@@ -257,15 +257,26 @@ def queue_depth(rank: int, enq: pd.DataFrame) -> pd.DataFrame:
 
 # --- entry point ---------------------------------------------------------------------------
 
-def slow_call_facts(rank: int, rd: RankData, lc: dict, th: Thresholds) -> dict | None:
-    """The slow runtime calls of a rank's steps (None when there are none): the five names
-    that took longest, ``[name, calls, total ns]``, and their share of the profiled time."""
+def slow_call_facts(rank: int, rd: RankData, lc: dict, th: Thresholds,
+                    used: dict[int, int] | None = None) -> dict | None:
+    """The slow runtime calls of a rank's used steps (``used``: step -> ns; all profiled steps
+    when None), None when there are none: their count and ns, the five names that took
+    longest, ``[name, calls, total ns]``, and their share of the used steps' time. One-off
+    calls of steps the verdict leaves out (lazy loading in a first step) do not count."""
     if not lc["slow_runtime_calls"]:
         return None
     slow = slow_calls(rd, th)
+    window = window_ns(rd)
+    if used is not None and len(rd.steps):
+        slow = slow[slow[S.STEP].isin(list(used))]
+        window = sum(used.values())
+    if slow.empty:
+        return None
     names = slow.groupby(slow[S.NAME].astype(str))[S.DUR_NS].agg(["size", "sum"])
     names = names.sort_values("sum", ascending=False).head(5)
-    return {"rank": rank, "launch": lc, "frac": lc["slow_runtime_ns"] / max(window_ns(rd), 1),
+    ns = int(slow[S.DUR_NS].sum())
+    return {"rank": rank, "launch": lc, "calls": int(len(slow)), "ns": ns,
+            "frac": ns / max(window, 1),
             "names": [[str(n), int(c), int(t)] for n, (c, t) in names.iterrows()]}
 
 
@@ -288,7 +299,8 @@ def analyze_kernels(run: Run, thresholds: Thresholds = DEFAULT, *, top_n: int = 
     return combine_kernels(parts, thresholds, top_n=top_n)
 
 
-def rank_kernel_parts(rank: int, rd: RankData, th: Thresholds) -> dict:
+def rank_kernel_parts(rank: int, rd: RankData, th: Thresholds,
+                      used: dict[int, int] | None = None) -> dict:
     """The per-rank half of :func:`analyze_kernels`: rows, partial totals, slow calls."""
     joined = launch_join(rd)
     queue = queue_depth(rank, joined[1])
@@ -298,7 +310,7 @@ def rank_kernel_parts(rank: int, rd: RankData, th: Thresholds) -> dict:
             "queue": queue, "per_step": kernels_per_step(rank, rd),
             "kernel_totals": kernel_totals(rank, rd), "op_totals": op_totals(rd),
             "ngrams": rank_ngrams(rd, th.short_kernel_ns).assign(rank=rank),
-            "n_steps": len(rd.steps), "slow_calls": slow_call_facts(rank, rd, launch, th)}
+            "n_steps": len(rd.steps), "slow_calls": slow_call_facts(rank, rd, launch, th, used)}
 
 
 def combine_kernels(parts: list[dict], th: Thresholds, *, top_n: int = 50) -> Result:

@@ -316,3 +316,37 @@ def test_single_gpu_run_without_collectives():
     out = judged(C.match_collectives([empty], {0: "host"}))
     assert len(out.tables["collectives"]) == 0
     assert len(out.tables["rank_waits"]) <= 1
+
+
+def two_late_ranks_run():
+    """Four ranks, one all_reduce of 2 MiB per 1 ms step for 10 steps, all leaving together
+    at +900_000. Rank 2 starts 100_000 ns late in steps 0-6, rank 3 300_000 ns late in steps
+    7-9; no compute, so every wait is exposed. Per step the others lose (by hand):
+    rank 2: 7 x 100 us / 10 = 70 us (7%); rank 3: 3 x 300 us / 10 = 90 us (9%). Rank 3 is last
+    3 times of 10 where chance says 2.5: P(>= 3 | p = 1/4, n = 10) = 0.474, weak evidence,
+    yet it costs the others more than rank 2 (last 7 times, p = 0.0035)."""
+    def rank(r):
+        rows = []
+        for k in range(10):
+            late = (100_000 if r == 2 and k < 7 else 300_000 if r == 3 and k >= 7 else 0)
+            start = k * 1_000_000 + 500_000 + late
+            rows.append((start, k * 1_000_000 + 900_000 - start, "all_reduce", 2 * 2**20, k))
+        return colls(rows, group_size=4)
+    return make_run({r: rank(r) for r in range(4)}, n_steps=10)
+
+
+def test_every_costly_rank_is_a_straggler_with_its_collective_and_the_change():
+    run = two_late_ranks_run()
+    res = judged(find_stragglers(run, analyze_collectives(run), Thresholds()))
+    table = res.tables[STRAGGLERS].set_index(C.RANK)
+    assert table.loc[2, "others_exposed_wait_ns_per_step"] == pytest.approx(70_000)
+    assert table.loc[3, "others_exposed_wait_ns_per_step"] == pytest.approx(90_000)
+    assert table.loc[2, "p_value"] == pytest.approx(0.00351, abs=1e-4)
+    assert table.loc[3, "p_value"] == pytest.approx(0.4744, abs=1e-3)
+    assert table[STRAGGLER].tolist() == [False, False, True, True]
+    assert table.loc[3, "wait_collective"] == "all_reduce of 2.0 MiB in process group 0"
+    by_rank = {f.rank: f for f in res.findings}
+    assert set(by_rank) == {2, 3}
+    assert "weak evidence" in by_rank[3].message and "weak evidence" not in by_rank[2].message
+    assert "mostly in all_reduce of 2.0 MiB in process group 0" in by_rank[2].message
+    assert "changed during the run: rank 2 in steps 0-6, rank 3 in steps 7-9" in by_rank[3].message

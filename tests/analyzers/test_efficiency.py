@@ -142,6 +142,15 @@ def test_energy_falls_back_to_power(tmp_path):
     ("AMD Instinct MI300X", 304, 206e9, "MI300X"),
     ("AMD Radeon Graphics", 104, 68.7e9, "MI250 GCD"),  # the corpus MI250 trace
     ("", 304, 206e9, "MI300X"),
+    ("NVIDIA GH200 480GB", 132, 102e9, "GH200"),  # once read as an H200
+    ("NVIDIA GH200 144G HBM3e", 132, 151e9, "GH200 144GB"),
+    ("Tesla T4", 40, 15.8e9, "T4"),  # once unknown
+    ("NVIDIA A10G", 80, 23.8e9, "A10G"),
+    ("NVIDIA A10", 72, 23.8e9, "A10"),
+    ("NVIDIA H100 NVL", 132, 100e9, "H100 NVL"),
+    ("AMD Instinct MI210", 104, 68.7e9, "MI210"),
+    ("AMD Instinct MI325X", 304, 274e9, "MI325X"),
+    ("AMD Instinct MI355X", 256, 309e9, "MI355X"),
 ])
 def test_device_names(name, sms, mem, key):
     assert match_device(name, sms, mem).key == key
@@ -149,6 +158,21 @@ def test_device_names(name, sms, mem, key):
 
 def test_unknown_device():
     assert match_device("Some GPU", 7, 1e9) is None
+
+
+def test_every_device_has_a_peak_for_each_kind_of_work():
+    """Every table row has a 16-bit and an fp32 peak and a memory bandwidth (roofline,
+    MFU and link checks need them), each a positive number."""
+    for d in DEVICES.values():
+        assert d.bf16_tflops > 0 and d.fp32_tflops > 0 and d.mem_bw_tbps > 0 and d.mem_gb > 0, d
+
+
+def test_an_unknown_device_is_named_unknown_in_the_report():
+    from profkit.analyzers.report.sections import device_label
+
+    assert device_label("", "Some GPU") == "unknown (Some GPU)"
+    assert device_label(None, None) == "unknown"
+    assert device_label("H200", "NVIDIA H200") == "H200"
 
 
 def test_compute_run_mfu_and_utilisation():
