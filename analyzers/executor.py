@@ -237,7 +237,7 @@ def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
         summary.rank_source = rf.source
         summaries.append(summary)
     run_meta = loader.complete_meta(meta, chosen, discover.run_folder(root), skipped)
-    notes += loader.problem_notes(meta, {r: rf.files[0].meta for r, rf in chosen.items()})
+    notes += loader.problem_notes(run_meta, {r: rf.files[0].meta for r, rf in chosen.items()})
     header = RunHeader(str(root), run_meta, [s.as_dict() for s in skipped], notes)
     analysis = combine(header, summaries, thresholds)
     if ranks is not None:  # ranks left out on purpose are not missing (analyzers/report/header.py)

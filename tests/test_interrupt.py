@@ -1,5 +1,6 @@
-"""Ctrl-C ends ``merge``, ``summary`` and ``analyze`` within 2 s with exit code 130: no
-temporary left behind (output or cache), no worker process left running, no traceback.
+"""Ctrl-C ends ``merge``, ``summary`` and ``analyze`` within 2 s, by SIGINT (the exit status
+a shell reports as 130): no temporary left behind (output or cache), no worker process left
+running, no traceback.
 Before, a SIGINT while the workers were busy took up to 3 s (merge) and 3.8 s (analyze):
 the pool waited for the tasks in flight; at times it never ended (a KeyboardInterrupt inside
 multiprocessing's receive).
@@ -24,6 +25,9 @@ from tests.conftest import REPO
 
 SOURCE = REPO / "samples" / "runs" / "stock_ddp" / "rank0.1795306897953524574.pt.trace.json.gz"
 EXIT_WITHIN_S = 2.0
+# ended by the signal, as profkit.children.SignalStop ends the program (a shell's $? is 130),
+# or exit code 130 where the program handles the KeyboardInterrupt itself
+INTERRUPTED = (-signal.SIGINT, 130)
 # seconds after the start: the pool starts ~0.6 s in; a cold merge takes ~5 s, analyze ~7 s
 MOMENTS = {"merge": (0.7, 1.5, 2.4, 3.4), "analyze": (0.8, 1.9, 3.2), "summary": (0.8, 2.0)}
 
@@ -89,9 +93,10 @@ def test_ctrl_c_ends_the_command_at_once_and_leaves_nothing(busy_run, tmp_path, 
         if code is None:  # finished first: a fast machine
             continue
         interrupted.append(took_s)
-        assert code == 130, (where, err)
+        assert code in INTERRUPTED, (where, err)
         assert took_s < EXIT_WITHIN_S, (where, took_s)
-        assert "Traceback" not in err and err.strip().endswith("profkit: interrupted"), (where, err)
+        assert "Traceback" not in err, (where, err)
+        assert err.strip().endswith(("profkit: stopped by SIGINT", "profkit: interrupted")), err
         assert not (out / "m.json.gz").exists() and not (out / "report.txt").exists(), where
     assert len(interrupted) >= 2, "the command ended before most moments: make the run larger"
 
@@ -104,7 +109,7 @@ def test_no_worker_outlives_an_interrupted_command(busy_run, tmp_path):
     time.sleep(1.5)
     assert proc.poll() is None, "merge ended before the moment came"
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=10) == 130
+    assert proc.wait(timeout=10) in INTERRUPTED
     deadline = time.monotonic() + 1.0
     while not group_gone(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.02)

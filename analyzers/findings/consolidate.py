@@ -10,6 +10,8 @@ model, given what fixing each would save, and ordered by it.
 - MFU, precision and fusion advice makes a step shorter only when compute is what bounds
   it: kept for ranks whose verdict is compute, dropped where the cause is data loading, host
   syncs, transfers or launches.
+- A blocking sync and the host work on its result are one round trip: one finding, one
+  saving (``_round_trips``).
 - Every actionable finding carries ``estimated_saving`` (:mod:`profkit.analyzers.findings.savings`);
   findings of the verdict's cause come first, then by saving, then by severity.
 """
@@ -51,8 +53,31 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
             f = _with_launch_stats(f, launch[f.rank])
         f = _estimate(f, saving, means, tables, steps, median_step)
         if f is not None:
-            out.append(_trusted_saving(f))
-    return order(out, verdict.get("primary"))
+            out.append(f)
+    return order([_trusted_saving(f) for f in _round_trips(out)], verdict.get("primary"))
+
+
+def _round_trips(findings: list[Finding]) -> list[Finding]:
+    """A blocking sync and the host work on its result are one round trip: where a rank's
+    host-side finding is mostly work right after syncs, its host_sync finding folds into it,
+    with one saving (the two parts' savings added, as fractions of the same step)."""
+    trips = {f.rank: f for f in findings if f.category in ("host_work", "cpu_launch")
+             and f.evidence.get("after_sync_share", 0) > 0.5 and f.estimated_saving}
+    syncs = {f.rank: f for f in findings if f.category == "host_sync" and f.rank in trips
+             and f.estimated_saving}
+    out = []
+    for f in findings:
+        if f.category == "host_sync" and f.rank in syncs:
+            continue
+        if f.rank in syncs and f is trips[f.rank]:
+            sync = syncs[f.rank]
+            a, b = f.estimated_saving, sync.estimated_saving
+            f = replace(f, evidence={**f.evidence,
+                                     "round_trip_sync_ms_per_step": sync.evidence.get("ms_per_step"),
+                                     "round_trip_sync_fraction": sync.evidence.get("fraction")})
+            f = f.with_saving(a["ms_per_step"] + b["ms_per_step"], a["fraction"] + b["fraction"])
+        out.append(f)
+    return out
 
 
 def _trusted_saving(f: Finding) -> Finding:
@@ -74,9 +99,18 @@ def _compute_bound(f: Finding, primary: dict) -> bool:
     return primary.get(f.rank) == "compute"
 
 
+GRAPHS_IN_USE_ADVICE = (
+    "The step already replays CUDA graphs: capture more of it in them (the launches between "
+    "replays), fuse what is left with torch.compile, or move host work between replays off "
+    "the critical path.")
+
+
 def _with_launch_stats(f: Finding, stats: Finding) -> Finding:
     extra = {k: stats.evidence[k] for k in LAUNCH_EVIDENCE if k in stats.evidence}
-    return replace(f, evidence={**f.evidence, "launch": extra})
+    f = replace(f, evidence={**f.evidence, "launch": extra})
+    if extra.get("graph_launches") and "CUDA graphs" in f.recommendation:
+        f = replace(f, recommendation=GRAPHS_IN_USE_ADVICE)  # never advise what is in use
+    return f
 
 
 def _estimate(f: Finding, saving: dict, means: pd.DataFrame,

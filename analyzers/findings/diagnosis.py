@@ -12,7 +12,7 @@ from profkit.analyzers.result import Finding
 
 from profkit import schema as S
 
-HOST_PARTS = ("cpu_launch", "host_sync", "data_loading")
+HOST_PARTS = ("cpu_launch", "host_work", "host_sync", "data_loading")
 
 
 UNUSABLE_WHY = {"collapsed": "the trace's events all start at one instant",

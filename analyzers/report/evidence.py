@@ -65,6 +65,8 @@ ITEMS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("?{} of it right after a blocking sync", "after_sync_share:pct"),
         ("{} launch calls, median {}", "launch.launch_calls:num", "launch.launch_median_ns"),
         ("{} short kernels", "launch.short_frac:pct")),
+    "host_work": _PART[:1] + (("?{} of it right after a blocking sync", "after_sync_share:pct"),
+                              ("?plus {} blocked in the syncs", "round_trip_sync_ms_per_step:ms/step")),
     "data_loading": _PART, "idle_other": _PART,
     "host_sync": _PART[:1] + (("?{} in blocking copies", "blocking_copy_share:pct"),) + _PART[1:],
     "memcpy": _PART[:1] + (

@@ -1,13 +1,14 @@
-"""Process pools that Ctrl-C stops at once.
+"""Process pools that Ctrl-C stops at once, leaving nothing behind.
 
-A terminal's Ctrl-C sends SIGINT to every process of the command. A worker that took it
-would die with a traceback in the middle of a task, or between tasks inside
-multiprocessing's own receive, and the pool's shutdown could then wait for ever; a worker
-that did not take it would finish its task (seconds) before the command could exit. So the
-workers ignore SIGINT (they start with it blocked, then ignore it: a Ctrl-C while they start
-is not lost to them either), only this process takes it, and leaving the pool's block by an
+The workers come from :func:`profkit.children.process_pool`: they die with this process
+and ignore SIGINT, which only this process takes (as the ``profkit`` program,
+:class:`profkit.children.SignalStop` also ends them first). They are started with SIGINT
+blocked (:func:`sigint_blocked` around the first submit), so that a Ctrl-C to the whole
+process group while they start is not taken by them either. Leaving the pool's block by an
 exception (KeyboardInterrupt, GeneratorExit, an error) kills the workers instead of waiting
-for them, cancels what is queued and reaps them, so that no worker outlives the command.
+for their tasks (which took seconds, and at times never ended: a KeyboardInterrupt inside
+multiprocessing's receive), cancels what is queued, reaps them, then lets the caller remove
+what they left half written (``on_kill``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import logging
 import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+
+from profkit import children
 
 log = logging.getLogger(__name__)
 REAP_TIMEOUT_S = 1.0  # per killed worker; SIGKILL cannot be refused, so this is ample
@@ -37,21 +40,14 @@ def sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _ignore_sigint() -> None:
-    """Worker initializer: the parent alone handles Ctrl-C."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(AttributeError, OSError, ValueError):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 @contextlib.contextmanager
 def process_pool(workers: int, *, on_kill: Callable[[], None] | None = None
                  ) -> Iterator[ProcessPoolExecutor]:
-    """A process pool of ``workers`` whose workers ignore SIGINT. Submit the work with
-    :func:`sigint_blocked` held (the first submit starts the workers). Leaving the block
-    normally waits for the workers; leaving it by any exception kills them, then calls
+    """A process pool of ``workers`` (:func:`profkit.children.process_pool`). Submit the
+    work with :func:`sigint_blocked` held (the first submit starts the workers). Leaving the
+    block normally waits for the workers; leaving it by any exception kills them, then calls
     ``on_kill`` (to remove what killed workers left half written) and re-raises."""
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+    pool = children.process_pool(workers)
     try:
         yield pool
     except BaseException:
