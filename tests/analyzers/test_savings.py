@@ -105,4 +105,4 @@ def test_a_straggler_late_on_its_host_names_the_host_work(rows):
     assert f.rank == 1 and f.evidence["host_excess_ms_per_step"] > 1.0
     assert "profkit/straggler_extra" in f.evidence["host_code"]
     assert "Its host is the cause" in f.recommendation
-    assert rows["straggler_sleep"]["difference"] <= 0.05  # was 0.05 above the wait alone
+    assert rows["straggler_sleep"]["difference"] < 0.04  # 0.05 from the wait alone
