@@ -53,7 +53,29 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         f = _estimate(f, saving, means, tables, steps, median_step)
         if f is not None:
             out.append(f)
-    return order(_round_trips(out), verdict.get("primary"))
+    return order(_round_trips(_code_into_cause(out)), verdict.get("primary"))
+
+
+def _code_into_cause(findings: list[Finding]) -> list[Finding]:
+    """The code the GPU waits on is evidence of its cause's finding, not a finding of its own
+    (one cause, one finding): an idle_code finding folds into the same rank's finding of its
+    part, whose figures (the part's whole charged time) it must not contradict."""
+    causes = {(f.rank, f.category): f for f in findings if f.category != "idle_code"}
+    folded = {}
+    for f in findings:
+        key = (f.rank, f.evidence.get("part"))
+        if f.category == "idle_code" and key in causes:
+            folded[key] = f
+    out = []
+    for f in findings:
+        if f.category == "idle_code" and (f.rank, f.evidence.get("part")) in folded:
+            continue
+        code = folded.get((f.rank, f.category))
+        if code is not None:
+            f = replace(f, evidence={**f.evidence, "code": code.evidence["code"],
+                                     "code_idle_ms_per_step": code.evidence["idle_ms_per_step"]})
+        out.append(f)
+    return out
 
 
 def _round_trips(findings: list[Finding]) -> list[Finding]:
