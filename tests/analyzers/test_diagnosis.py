@@ -305,3 +305,12 @@ def test_findings_agree_with_their_evidence():
     b = analyze_run(DIAG / "graph_capture_only", cache=False, workers=1)
     (trace,) = [f for f in b.findings if f.category == "trace"]
     assert f"{trace.evidence['captured_launches']} launches captured" in trace.message
+
+
+def test_a_trace_without_steps_has_no_median_step():
+    """diagnosis/marker_steps without --step-marker: no ProfilerStep#, so the verdict speaks
+    of one window, never of a 'median step' (the window held three train_step ranges)."""
+    a = analyze_run(DIAG / "marker_steps", cache=False, workers=1)
+    assert "median step" not in a.verdict["summary"]
+    assert "window (no steps recorded)" in a.verdict["summary"]
+    assert a.verdict["median_step_ms"] is None
