@@ -91,8 +91,13 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
     primary = dominant_part(fractions)
     n_ranks = steps["rank"].nunique()
     median_ms = run_median_step_ms(steps)
-    summary = (f"{_bound_text(primary, fractions)} over {n_ranks} rank(s), median step "
-               f"{median_ms:.2f} ms")
+    if (steps["step"] < 0).all():  # no step ranges: the trace's window, one per rank
+        window_ms, median_ms = median_ms, None
+        summary = (f"{_bound_text(primary, fractions)} over {n_ranks} rank(s), in one "
+                   f"{window_ms:.2f} ms window (no steps recorded)")
+    else:
+        summary = (f"{_bound_text(primary, fractions)} over {n_ranks} rank(s), median step "
+                   f"{median_ms:.2f} ms")
     for s in straggler_rows:
         where = s["evidence"].get("wait_collective")
         summary += (f"; rank {s['rank']} is a straggler: the others lose "

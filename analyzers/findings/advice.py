@@ -45,7 +45,7 @@ ADVICE = {
         "Move the host work off the critical path: run it in DataLoader workers "
         "(num_workers>0) or another thread or process, overlap it with the GPU work (launch "
         "the next step first), or move it onto the GPU (GPU transforms, a fused GPU "
-        "optimizer); the code named below is where the GPU waits.",
+        "optimizer). The evidence names the code the GPU waits on.",
     ),
     "idle_other": (
         "held_work_frac",
