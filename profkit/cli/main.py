@@ -109,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="require this token (at least 16 characters; alone: a random one, "
                    f"printed in the address) on every request; also from ${TOKEN_ENV}. "
                    "Requests without it get 401")
+    p.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="also answer requests for this host name (repeatable; also from "
+                   "$PROFKIT_DASHBOARD_ALLOWED_HOSTS, comma-separated). By default only "
+                   "loopback names and the --host address are answered: a page of another "
+                   "site that points its name at this machine gets 421")
     p.set_defaults(func=cmd_dashboard)
 
     # The options are declared here, not in the launch module, so that `profkit --help`
@@ -134,10 +139,26 @@ def _use_rules(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``profkit`` program (``argv`` None: the command line). As the program, a command
+    stopped by SIGTERM or SIGINT ends every process it started, then itself, by that signal
+    (:class:`profkit.children.SignalStop`); ``launch`` forwards SIGTERM to its job instead.
+    Called with ``argv`` (tests, notebooks), the caller's signal handling is left alone."""
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="profkit: %(message)s")
+    if argv is not None or args.func is cmd_launch:
+        return _run(args)
+    from profkit.children import SignalStop
+
+    with SignalStop() as stop:
+        code = _run(args)
+    if stop.signum is not None:
+        stop.exit()
+    return code
+
+
+def _run(args) -> int:
     try:
         if hasattr(args, "classify"):
             _use_rules(args)
@@ -154,14 +175,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"profkit: error: {exc.strerror or exc}"
               f"{f': {exc.filename}' if exc.filename else ''}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("profkit: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SignalStop's SIGTERM
+        print(f"profkit: {'stopped by ' + str(exc) if str(exc) else 'interrupted'}",
+              file=sys.stderr)
         return 130
     finally:
         from profkit.classify.rules import use_rules
 
         use_rules(None)  # main() may run again in this process (tests, notebooks)
-
 
 if __name__ == "__main__":
     sys.exit(main())
