@@ -98,6 +98,7 @@ def test_a_straggler_late_on_its_host_names_the_host_work(rows):
     script's own range). The finding names that range and counts the rank's own host
     lateness in its saving; the pair measured 9.81 -> 8.46 ms (14%, balanced twin)."""
     from profkit.analyzers.analyze import analyze
+
     from profkit.run.loader import load_run
 
     a = analyze(load_run(PAIRS / "straggler_sleep" / "before"))
