@@ -118,14 +118,23 @@ def _table(frame: pd.DataFrame, title: str) -> str:
 
 
 def diff_html(d: Diff) -> str:
-    """The verdict of ``d``, the per-part change as bars, the kernels and ops that moved."""
+    """The verdict of ``d``, what kind of change it was, the per-part change as bars, the
+    kernel groups, kernels and ops that moved (as the text report shows them)."""
+    from profkit.analyzers.report.diff_text import TITLES, shown
+
+    v = d.verdict
     parts = [f'<div style="{BOX}"><b>profkit diff</b> <code>{escape(str(d.base))}</code> '
              f'&rarr; <code>{escape(str(d.new))}</code>',
-             f'<p style="font-size:15px"><b>{escape(d.verdict.get("summary", ""))}</b></p>']
+             f'<p style="font-size:15px"><b>{escape(v.get("summary", ""))}</b></p>']
+    changes = v.get("changes") or []
+    if changes:
+        parts.append("<ul>" + "".join(f"<li>{escape(c)}</li>" for c in changes) + "</ul>")
     if "diff_parts" in d.tables and not d.tables["diff_parts"].empty:
         parts.append(_delta_bars(d.tables["diff_parts"]))
-    for name, title in (("diff_kernels", "Kernels that changed most (ms per step and rank)"),
-                        ("diff_ops", "CPU ops that changed most (ms per step and rank)")):
-        if name in d.tables and not d.tables[name].empty:
-            parts.append(_table(d.tables[name], title))
+    for name in ("diff_kernel_groups", "diff_kernels", "diff_ops"):
+        table = d.tables.get(name)
+        if table is not None and not table.empty:
+            table = shown(name, table)
+            if not table.empty:
+                parts.append(_table(table, TITLES[name]))
     return "".join(parts) + "</div>"

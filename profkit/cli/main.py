@@ -10,13 +10,15 @@ import sys
 from pathlib import Path
 
 from profkit import __version__
-from profkit.cli.analyze import cmd_analyze, cmd_diff
+from profkit.cli.analyze import SLOWER_EXIT, cmd_analyze, cmd_diff
 from profkit.cli.options import (
     ANALYZE_STRICT_HELP,
     add_analysis_options,
     add_load_options,
     add_read_options,
     add_report_options,
+    number_pair,
+    percent,
     positive_number,
 )
 from profkit.cli.read import cmd_merge, cmd_summary
@@ -74,14 +76,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("diff", help="did my change help? step time before and after, attributed",
                        description="Compare the steady steps of two runs: the step-time "
                        "change with its confidence interval, a verdict (improved, regressed, "
-                       "unchanged, or not comparable for another workload), warnings for "
-                       "other GPUs or world size, straggler changes, and the change attributed "
-                       "to breakdown parts, kernels and ops per step.")
+                       "unchanged, or not comparable for another model), judged per sample "
+                       "or token when the batch changed, what kind of change it was (compiled, "
+                       "fused, bf16, flash attention, CUDA graphs, DataLoader workers, ...), "
+                       "warnings for other GPUs or world size, straggler changes, and the "
+                       "change attributed to breakdown parts, kernel groups, kernels and ops.")
     p.add_argument("base", help="the run before the change")
     p.add_argument("new", help="the run after the change")
     add_read_options(p)
     add_analysis_options(p)
     add_report_options(p)
+    p.add_argument("--items-per-step", type=number_pair, metavar="BASE,NEW",
+                   help="samples (or tokens, or any unit of work) one step of each run "
+                   "processed, e.g. 8,32: judge the time per item, not per step (by default "
+                   "the batch is read from the model's input shapes when the trace has them)")
+    p.add_argument("--fail-if-slower", type=percent, metavar="PCT",
+                   help=f"exit with code {SLOWER_EXIT} when the new run is surely more than "
+                   "PCT%% slower: the lower end of the change's confidence interval above PCT "
+                   "(noise never trips it; a pair that is not comparable never does)")
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("dashboard", help="browse runs, analyses and diffs in a local web app",

@@ -36,6 +36,7 @@ _COLL = attrgetter("collective", "in_nelems")  # set on the rows the collectives
 _NO_COLL = (None, None)
 _KIND_CODE = {k: i for i, k in enumerate(S.KINDS)}
 MAX_DUR_US = 86_400e6  # one day: longer is no profiled event; clipped to this
+MAX_DIMS_CHARS = 4000  # an op's Input Dims text kept up to this (longer: cut, unreadable)
 
 
 class SparseArgs(dict):
@@ -48,9 +49,10 @@ class SparseArgs(dict):
 class Codes:
     """Trace-wide dictionary coding of string values (None and non-strings as text)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cap: bool = False) -> None:
         self.index: dict[str, int] = {}
-        self.capped = 0  # distinct values longer than MAX_NAME_CHARS, cut (validate.cap_name)
+        self.limit = MAX_NAME_CHARS if cap else None  # longer values are cut (validate.cap_name)
+        self.capped = 0  # distinct values cut
 
     def encode(self, values: list) -> np.ndarray:
         codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
@@ -58,7 +60,7 @@ class Codes:
         return lut[codes] if len(codes) else np.empty(0, np.int32)
 
     def _code(self, text: str) -> int:
-        if len(text) > MAX_NAME_CHARS:
+        if self.limit is not None and len(text) > self.limit:
             text = cap_name(text)
             self.capped += text not in self.index
         return self.index.setdefault(text, len(self.index))
@@ -88,7 +90,8 @@ class Accumulator:
         # Relative ts (us) that place an event within +-MAX_ABS_NS epoch ns; others are dropped.
         self.ts_range_us = ((-MAX_ABS_NS - base_ns) / 1000, (MAX_ABS_NS - base_ns) / 1000)
         self.dropped_ts = self.bad_dur = self.oversized_ids = self.dropped_flops = 0
-        self.names, self.cats = Codes(), Codes()
+        # names and categories are cut (regexes read them); input shapes are kept whole
+        self.names, self.cats, self.dims = Codes(cap=True), Codes(cap=True), Codes()
         self.cat_kind: list[str] = []  # kind of each category code
         self.cat_kind_code: list[int] = []  # the same as a code (index in _KIND_CODE)
         self.name_wanted: list[bool] = []  # per name code: FLOPs from shapes (_wanted_names)
@@ -127,6 +130,7 @@ class Accumulator:
             if column == S.FLOPS:
                 self._add_shape_flops(values, name_codes, name, args)
             self._put(column, values)
+        self._put(S.INPUT_DIMS, self.dims.encode(_dims_texts(args, kind)))
         has_coll = np.fromiter(map(_NO_COLL.__ne__, map(_COLL, args)), bool, len(args))
         for i in np.flatnonzero(has_coll).tolist():
             self.coll_args[self.rows + i] = args[i]
@@ -239,6 +243,7 @@ class Accumulator:
             ev[name] = self._take(name, order)
         ev[S.FLOPS_DTYPE] = pd.Categorical.from_codes(
             self._take(S.FLOPS_DTYPE, order).astype(np.int8), categories=("",) + PRECISIONS)
+        ev[S.INPUT_DIMS] = self.dims.categorical(self._take(S.INPUT_DIMS, order).astype(np.int32))
         return ev
 
     def _take(self, column: str, order: np.ndarray | None = None) -> np.ndarray:
@@ -264,6 +269,18 @@ def _read_arg(args: list[Args], kind: np.ndarray, attr: str, kinds: tuple | None
     rows = np.flatnonzero(np.isin(kind, [_KIND_CODE[k] for k in kinds])).tolist()
     if rows:
         out[rows] = to_float(list(map(get, map(args.__getitem__, rows))))
+    return out
+
+
+def _dims_texts(args: list[Args], kind: np.ndarray) -> list:
+    """The ``Input Dims`` JSON text of each CPU op that has one (None elsewhere): kept as
+    text and coded, so a trace's few hundred distinct shape lists are parsed once, by the
+    analyzers that read them (profkit.analyzers.measure.signature)."""
+    out: list = [None] * len(args)
+    for i in np.flatnonzero(kind == _KIND_CODE[S.KIND_CPU_OP]).tolist():
+        raw = args[i].input_dims
+        if len(raw):
+            out[i] = bytes(raw)[:MAX_DIMS_CHARS].decode(errors="replace")
     return out
 
 
