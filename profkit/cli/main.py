@@ -11,6 +11,7 @@ from pathlib import Path
 
 from profkit import __version__
 from profkit.cli.analyze import cmd_analyze, cmd_diff
+from profkit.cli.ncu import add_ncu_parser, split_command
 from profkit.cli.options import (
     ANALYZE_STRICT_HELP,
     add_analysis_options,
@@ -84,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_options(p)
     p.set_defaults(func=cmd_diff)
 
+    add_ncu_parser(sub)
+
     p = sub.add_parser("dashboard", help="browse runs, analyses and diffs in a local web app",
                        description="Serve the dashboard on this machine: runs, verdicts, "
                        "timelines, kernels, communication, counters and diffs.")
@@ -123,7 +126,10 @@ def _use_rules(args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv, command = split_command(sys.argv[1:] if argv is None else list(argv))
     args = parser.parse_args(argv)
+    if command is not None:
+        args.command = command
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="profkit: %(message)s")
     try:
