@@ -167,7 +167,7 @@ def test_a_failed_measurement_leaves_the_run_as_it_was(run, fake, mode, expected
     earlier = (run / "ncu" / "ncu.json").read_text()
     before = digest(run)
     done = profkit("ncu", run, "--ncu", fake, *JOB, env={"FAKE_NCU_MODE": mode})
-    assert done.returncode == 8 and expected in done.stderr, done.stderr
+    assert done.returncode == 9 and expected in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert digest(run) == before and (run / "ncu" / "ncu.json").read_text() == earlier
     assert not list(run.rglob(".tmp-*"))
@@ -182,9 +182,9 @@ def test_no_ncu_names_what_to_install(run, tmp_path, monkeypatch):
         pytest.skip("this machine has ncu in /usr/local/cuda")
     with pytest.raises(capture.NcuError, match="Nsight Compute") as info:
         capture.find_ncu()
-    assert info.value.exit_code == 8 and "--ncu" in str(info.value)
+    assert info.value.exit_code == 9 and "--ncu" in str(info.value)
     done = profkit("ncu", run, "--ncu", tmp_path / "nowhere" / "ncu", *JOB)
-    assert done.returncode == 8 and "Install Nsight Compute" in done.stderr
+    assert done.returncode == 9 and "Install Nsight Compute" in done.stderr
     assert not (run / "ncu").exists()
 
 
@@ -193,7 +193,7 @@ def test_an_amd_run_points_to_rocprofiler_compute(tmp_path, fake):
         {"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 2**37, "numSms": 304}])
     write_trace(tmp_path / "amd" / "rank0.json", doc)
     done = profkit("ncu", tmp_path / "amd", "--ncu", fake, *JOB)
-    assert done.returncode == 8 and "rocprof-compute" in done.stderr, done.stderr
+    assert done.returncode == 9 and "rocprof-compute" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert capture.is_amd(["AMD Instinct MI250X"]) and not capture.is_amd(["NVIDIA H100"])
 
