@@ -222,3 +222,30 @@ def test_profile_records_nothing_when_turned_off(tmp_path, monkeypatch):
         for _ in range(3):
             prof.step()
     assert prof.step_num == 3 and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_stopping_it_leaves_the_run_as_it_was(run, fake, tmp_path, signum):
+    import signal
+    import time
+
+    before = digest(run)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "profkit", "ncu", str(run), "--ncu", str(fake), "--",
+         sys.executable, "-c", "import time; time.sleep(120)"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "argv.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)  # ncu (the fake) is running the command
+    time.sleep(0.5)
+    proc.send_signal(getattr(signal, signum))
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0 and "Traceback" not in err
+    assert digest(run) == before and not (run / "ncu").exists()
+    assert not list(run.rglob(".tmp-*"))
+
+
+def test_a_command_failing_after_the_measurement_keeps_it(run, fake):
+    done = profkit("ncu", run, "--ncu", fake, "--", sys.executable, "-c", "raise SystemExit(3)")
+    assert done.returncode == 0 and "exited with code 3 under ncu" in done.stderr
+    assert json.loads((run / "ncu" / "ncu.json").read_text())["command_exit_code"] == 3
