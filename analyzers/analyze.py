@@ -19,7 +19,7 @@ from profkit.analyzers.measure.breakdown import (
 )
 from profkit.analyzers.measure.steps import run_median_step_ms
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
-from profkit.analyzers.result import Finding, Result
+from profkit.analyzers.result import Finding
 from profkit.analyzers.summaries import RankSummary, summarize_rank
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
@@ -58,10 +58,12 @@ class RunHeader:
     meta: dict[str, Any]
     skipped: list[dict[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    ncu: pd.DataFrame | None = None  # Nsight Compute's measured launches (profkit ncu)
 
     @classmethod
     def of(cls, run: Run) -> RunHeader:
-        return cls(run.path, run.meta, [s.as_dict() for s in run.skipped], list(run.notes))
+        return cls(run.path, run.meta, [s.as_dict() for s in run.skipped], list(run.notes),
+                   run.ncu)
 
 
 PART_NAMES = {"memcpy": "transfer", "cpu_launch": "launch overhead", "host_work": "host work",
@@ -137,16 +139,23 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     rank whose events all start at one instant has no timeline: only its finding speaks of
     it. Figures that break physics are notes, not numbers (findings/trust.py)."""
     from profkit.analyzers.findings import diagnosis
+    from profkit.analyzers.measure import ncu
 
     summaries = sorted(summaries, key=lambda s: s.rank)
     health = {s.rank: s.breakdown.get("health") or {} for s in summaries}
     unusable = diagnosis.unusable_ranks(health)
     timed = [s for s in summaries if unusable.get(s.rank) != "collapsed"]
     gpu = [s for s in timed if s.has_gpu]
-    results, untrusted = _measure(header, timed, {s.rank: s.meta for s in summaries}, thresholds)
+    results, moved, untrusted = _measure(header, timed, {s.rank: s.meta for s in summaries},
+                                         thresholds)
     tables = {name: t for r in results for name, t in r.tables.items()}
+    # Nsight Compute's counters (profkit ncu) beside the kernels and their estimates
+    results.append(ncu.join_counters(tables["top_kernels"], header.ncu, tables.get("roofline"),
+                                     thresholds))
+    tables.update(results[-1].tables)
     tables["rank_breakdown"] = tables["rank_breakdown"][
         ~tables["rank_breakdown"]["rank"].isin(list(unusable))].reset_index(drop=True)
+    tables["transfers"] = moved
     _split_communication(tables)
     straggler_rows = _straggler_rows(tables.get("stragglers"))
     verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable)
@@ -176,10 +185,10 @@ def combine(header: RunHeader, summaries: list[RankSummary],
 
 
 def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict],
-             thresholds: Thresholds) -> tuple[list, list[str]]:
+             thresholds: Thresholds) -> tuple[list, pd.DataFrame, list[str]]:
     """Every cross-rank measurement over the ranks with a timeline (breakdown, collectives,
-    stragglers, links, slow groups, kernels, efficiency, transfers last), and the notes on
-    the figures that broke physics and were dropped."""
+    stragglers, links, slow groups, kernels, efficiency), the transfers table, and the notes
+    on the figures that broke physics and were dropped."""
     from profkit.analyzers.findings import trust
     from profkit.analyzers.measure import (
         comms,
@@ -207,9 +216,8 @@ def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict]
         links.judge_links(coll, peak, thresholds),
         groups.find_slow_groups(coll, thresholds),
         kernels.combine_kernels([s.kernels for s in gpu], thresholds), used,
-        Result(tables={"transfers": moved}),
     ]
-    return results, untrusted
+    return results, moved, untrusted
 
 
 def _drop_unsupported(findings: list[Finding], unusable: dict[int, str],
