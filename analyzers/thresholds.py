@@ -86,6 +86,12 @@ class Thresholds:
     profiler start-up and the final drain (a public ResNet-50 trace: +32% and +53%), and a
     step in the middle that far out is a one-off (checkpoint, evaluation). Steady steps of
     the labelled runs vary by a few percent."""
+    compile_step_frac: float = 0.05
+    """A recorded step at least this share of which is compilation (torch.compile's Dynamo,
+    AOTAutograd, Inductor ranges, Triton autotuning) is left out of verdicts: its time is the
+    compiler's, not the workload's. samples/runs/why/recompile compiles for 97-100% of each
+    profiled step (2.6-3.1 s against 2-22 ms of work); its mark_dynamic twin and every other
+    bundled capture record no compile range at all."""
     diff_min_change_frac: float = 0.02
     """profkit diff: a step-time change smaller than this is 'unchanged' however quiet the runs."""
     diff_confidence: float = 0.95

@@ -45,6 +45,15 @@ def ms_of_ns(value_ns: Any, per: str = "") -> str:
     return ms(None if v is None else v / 1e6, per)
 
 
+def ms_range(low_ms: Any, high_ms: Any) -> str:
+    """``2602-3030 ms`` (``12.3 ms`` when both read the same, ``50 us-1.2 ms`` across units)."""
+    low, high = ms(low_ms), ms(high_ms)
+    if low == high:
+        return low
+    low_value, _, low_unit = low.partition(" ")
+    return f"{low_value}-{high}" if low_unit == high.partition(" ")[2] else f"{low}-{high}"
+
+
 def pct(frac: Any) -> str:
     """``14.1%`` below 10% and above 90% keep a decimal, else whole percents."""
     v = finite(frac)

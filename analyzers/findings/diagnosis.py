@@ -5,6 +5,8 @@ capture recorded), and the code the GPU waited for."""
 from __future__ import annotations
 
 import pandas as pd
+from profkit.analyzers import units as U
+from profkit.analyzers.measure.compilation import COMPILE_NS
 from profkit.analyzers.measure.health import capture_only, records_lost
 from profkit.analyzers.measure.steps import REASON, USED
 from profkit.analyzers.measure.tables import rank_ranges
@@ -58,8 +60,10 @@ def health_findings(health: dict[int, dict], unusable: dict[int, str]) -> list[F
     return findings
 
 
-def steps_report(steps: pd.DataFrame, infos: dict[int, dict]) -> dict[str, dict]:
-    """Per rank: where steps came from, which were used and why others were not."""
+def steps_report(steps: pd.DataFrame, infos: dict[int, dict],
+                 compilation: pd.DataFrame | None = None) -> dict[str, dict]:
+    """Per rank: where steps came from, which were used and why others were not, and the
+    steps that compiled (``compiled``: step and compile_ms, from ``compilation``)."""
     out = {}
     for rank, group in steps.groupby("rank"):
         info = infos.get(int(rank), {})
@@ -70,18 +74,40 @@ def steps_report(steps: pd.DataFrame, infos: dict[int, dict]) -> dict[str, dict]
             "used": [int(s) for s in used],
             "excluded": [{"step": int(r[S.STEP]), "reason": r[REASON]} for r in left.to_dict("records")],
             "candidates": info.get("candidates", []),
+            "compiled": _compiled(compilation, int(rank)),
         }
     return out
 
 
+def _compiled(compilation: pd.DataFrame | None, rank: int) -> list[dict]:
+    if compilation is None or compilation.empty:
+        return []
+    mine = compilation[compilation["rank"] == rank]
+    return [{"step": int(r[S.STEP]), "compile_ms": round(float(r[COMPILE_NS]) / 1e6, 3)}
+            for r in mine.to_dict("records")]
+
+
 def steps_line(report: dict[str, dict]) -> str:
-    """One line saying which steps the verdict used, per group of ranks alike."""
+    """One line saying which steps the verdict used, and which compiled, per group of ranks
+    alike."""
     by_text: dict[str, list[int]] = {}
     for rank, r in report.items():
         text = (f"{len(r['used'])} of {r['recorded']} ({_span(r['used'])})" if r["recorded"]
                 else "one window (the trace has no step ranges)")
+        text += _compiled_text(r.get("compiled") or [])
         by_text.setdefault(text, []).append(int(rank))
     return "; ".join(f"rank {rank_ranges(ranks)}: {text}" for text, ranks in by_text.items())
+
+
+def _compiled_text(compiled: list[dict]) -> str:
+    """', compiling in 2-4 (2602-3030 ms each)' for the steps that compiled."""
+    if not compiled:
+        return ""
+    steps = [c["step"] for c in compiled if c["step"] >= 0]
+    ms = [c["compile_ms"] for c in compiled]
+    where = f"in {rank_ranges(steps)} " if steps else ""
+    each = " each" if len(ms) > 1 else ""
+    return f", compiling {where}({U.ms_range(min(ms), max(ms))}{each})"
 
 
 def step_notes(report: dict[str, dict], one_offs: pd.DataFrame) -> list[str]:
@@ -107,6 +133,11 @@ def step_notes(report: dict[str, dict], one_offs: pd.DataFrame) -> list[str]:
     for row in one_offs.to_dict("records") if len(one_offs) else []:
         notes.append(f"rank {row['rank']}: one {row['name']} call took {row[S.DUR_NS] / 1e6:.1f} ms "
                      "(a one-off, e.g. CUDA lazy module loading): left out of the window")
+    for rank, r in report.items():
+        window = [c for c in r.get("compiled") or [] if c["step"] < 0]
+        if window and not r["recorded"]:
+            notes.append(f"rank {rank}: torch.compile compiled for "
+                         f"{U.ms(window[0]['compile_ms'])} inside the window: left out of it")
     return notes
 
 
