@@ -8,9 +8,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from profkit.analyzers.findings.advice import breakdown_findings
+from profkit.analyzers.findings.compilation import compile_findings
 from profkit.analyzers.findings.consolidate import consolidate
 from profkit.analyzers.findings.judge import measurement_findings
 from profkit.analyzers.measure.breakdown import PARTS, VERDICT_CLASSES, combine_breakdown
+from profkit.analyzers.measure.compilation import COMPILE_NS
 from profkit.analyzers.measure.steps import run_median_step_ms
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.result import Finding
@@ -74,12 +76,8 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
     if not steps.empty:
         steps = steps[steps["used"].astype(bool) & ~steps["rank"].isin(list(unusable or {}))]
     if steps.empty or steps["step_ns"].sum() == 0:
-        reasons = set(recorded["excluded_reason"]) if len(recorded) else set()
-        capture = "capture" in (unusable or {}).values() or any("capture" in r for r in reasons)
-        why = ("the trace records CUDA-graph capture, not execution" if capture
-               else "kernel records are missing from the trace" if unusable
-               else "no GPU work in the profiled steps")
-        return {"primary": None, "summary": f"{why}: no verdict", "fractions": {}}
+        return {"primary": None, "summary": f"{_no_verdict_why(recorded, unusable)}: no verdict",
+                "fractions": {}}
     total = steps[list(PARTS)].sum()
     fractions = (total / total.sum()).round(4).to_dict()
     primary = max(VERDICT_CLASSES, key=lambda c: fractions[c])
@@ -94,6 +92,28 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
                     + (f" in {where}" if where else ""))
     return {"primary": primary, "summary": summary, "fractions": fractions,
             "median_step_ms": median_ms}
+
+
+def _no_verdict_why(recorded: pd.DataFrame, unusable: dict[int, str] | None) -> str:
+    """Why no step is left to judge: graph capture only, lost kernel records, every step
+    compiling (a verdict would judge the compiler), or no GPU work."""
+    reasons = list(recorded["excluded_reason"]) if len(recorded) else []
+    if "capture" in (unusable or {}).values() or any("capture" in r for r in reasons):
+        return "the trace records CUDA-graph capture, not execution"
+    if unusable:
+        return "kernel records are missing from the trace"
+    compiling = recorded[recorded["excluded_reason"].str.startswith("compiles")] \
+        if len(recorded) else recorded
+    if len(compiling):
+        share = compiling[COMPILE_NS] / compiling["step_ns"].clip(lower=1)
+        low, high = f"{share.min():.0%}", f"{share.max():.0%}"
+        of_each = f"{low if low == high else f'{low}-{high}'} of each in torch.compile"
+        if len(compiling) == len(recorded):
+            return (f"every profiled step compiles ({len(compiling)} of {len(recorded)}, "
+                    f"{of_each}), so none shows the steady state")
+        return (f"no steady step left: {len(compiling)} of {len(recorded)} profiled steps "
+                f"compile ({of_each}), the others are left out too")
+    return "no GPU work in the profiled steps"
 
 
 def analyze(run: Run, thresholds: Thresholds = DEFAULT,
@@ -147,10 +167,12 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     straggler_rows = _straggler_rows(tables.get("stragglers"))
     verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable)
     steps = diagnosis.steps_report(tables["step_breakdown"],
-                                   {s.rank: s.breakdown.get("steps_info") or {} for s in summaries})
+                                   {s.rank: s.breakdown.get("steps_info") or {} for s in summaries},
+                                   tables.get("compilation"))
     findings = diagnosis.health_findings(health, unusable)
     findings += breakdown_findings(tables["rank_breakdown"], thresholds,
                                    tables["step_breakdown"], tables["transfers"])
+    findings += compile_findings(tables.get("compilation"), tables["step_breakdown"], thresholds)
     findings += diagnosis.idle_code_findings(
         tables.get("idle_code", pd.DataFrame()), tables["rank_breakdown"], verdict["primary"],
         {int(r): len(v["used"]) for r, v in steps.items()})

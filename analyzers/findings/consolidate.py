@@ -10,6 +10,8 @@ model, given what fixing each would save, and ordered by it.
 - MFU, precision and fusion advice makes a step shorter only when compute is what bounds
   it: kept for ranks whose verdict is compute, dropped where the cause is data loading, host
   syncs, transfers or launches.
+- Compilation inside the steps (recompiles) saves its compile time per step it happened in,
+  at most those steps' time: the steps are left out of the verdict, so not per used step.
 - Every actionable finding carries ``estimated_saving`` (:mod:`profkit.analyzers.findings.savings`);
   findings of the verdict's cause come first, then by saving, then by severity.
 """
@@ -79,6 +81,8 @@ def _estimate(f: Finding, saving: dict, means: pd.DataFrame,
         wait = f.evidence.get("others_exposed_wait_ns_per_step") or 0.0
         step = f.evidence.get("others_step_ns") or 0.0
         return f.with_saving(wait / 1e6, as_fraction(wait, step))
+    if f.category == "compile":
+        return _compile_saving(f)
     if f.category == "runtime_calls" and f.rank in means.index:
         return _runtime_saving(f, means, median_step, tables.get("idle_code", pd.DataFrame()),
                                steps.get(f.rank, 1))
@@ -95,6 +99,17 @@ def _with_saving(f: Finding, ns: float, means: pd.DataFrame, median_step: dict[i
         frac = min(frac, float(cap))
     step_ms = median_step.get(f.rank, float(means.loc[f.rank, "step_ns"]) / 1e6)
     return f.with_saving(frac * step_ms if math.isfinite(frac) else ns / 1e6, frac)
+
+
+def _compile_saving(f: Finding) -> Finding:
+    """Recompiles (compiling in two steps or more) would save their compile time per step
+    they happened in, never more than those steps took; a single compile, a warm-up the
+    profiler caught, saves the job nothing: no estimate."""
+    if len(f.evidence.get("compiling_steps") or []) < 2:
+        return f
+    step_ms = float(f.evidence.get("compiling_step_ms") or 0.0)
+    ms = min(float(f.evidence.get("compile_ms_per_step") or 0.0), step_ms)
+    return f.with_saving(ms, as_fraction(ms, step_ms), per="compiling step")
 
 
 def _runtime_saving(f: Finding, means: pd.DataFrame, median_step: dict[int, float],
