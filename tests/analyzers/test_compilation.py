@@ -178,3 +178,12 @@ def test_choose_steps_leaves_out_compiling_steps_and_uses_none_when_all_compile(
     assert not used.any() and all(r.startswith("compiles") for r in reasons)
     used, _ = choose_steps(table, np.zeros(5), (2, 3), 0.25, np.full(5, 90), 0.05)
     assert used.tolist() == [False, True, True, False, False]  # --steps decides
+
+
+def test_a_diff_from_the_recompile_sample_says_why_it_has_no_steady_step(recompile):
+    from profkit.analyzers.compare.diff import diff_analyses
+
+    fixed = analyze(load_run(WHY / "recompile_fixed", cache=False))
+    d = diff_analyses(recompile, fixed)
+    assert d.verdict["verdict"] is None
+    assert "recompile (every profiled step compiles" in d.verdict["summary"]
