@@ -11,7 +11,12 @@ from profkit.analyzers.findings.advice import breakdown_findings
 from profkit.analyzers.findings.compilation import compile_findings
 from profkit.analyzers.findings.consolidate import consolidate
 from profkit.analyzers.findings.judge import measurement_findings
-from profkit.analyzers.measure.breakdown import PARTS, VERDICT_CLASSES, combine_breakdown
+from profkit.analyzers.measure.breakdown import (
+    HOST_SIDE,
+    PARTS,
+    combine_breakdown,
+    dominant_part,
+)
 from profkit.analyzers.measure.compilation import COMPILE_NS
 from profkit.analyzers.measure.steps import run_median_step_ms
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
@@ -60,7 +65,8 @@ class RunHeader:
         return cls(run.path, run.meta, [s.as_dict() for s in run.skipped], list(run.notes))
 
 
-PART_NAMES = {"memcpy": "transfer", "cpu_launch": "cpu launch", "data_loading": "data loading",
+PART_NAMES = {"memcpy": "transfer", "cpu_launch": "launch overhead", "host_work": "host work",
+              "data_loading": "data loading",
               "host_sync": "host sync", "idle_other": "held work (queued, waiting on a stream or event)"}
 
 
@@ -80,11 +86,16 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
                 "fractions": {}}
     total = steps[list(PARTS)].sum()
     fractions = (total / total.sum()).round(4).to_dict()
-    primary = max(VERDICT_CLASSES, key=lambda c: fractions[c])
+    primary = dominant_part(fractions)
     n_ranks = steps["rank"].nunique()
     median_ms = run_median_step_ms(steps)
-    summary = (f"{part_name(primary)} bound: {fractions[primary]:.0%} of step time over "
-               f"{n_ranks} rank(s), median step {median_ms:.2f} ms")
+    if (steps["step"] < 0).all():  # no step ranges: the trace's window, one per rank
+        window_ms, median_ms = median_ms, None
+        summary = (f"{_bound_text(primary, fractions)} over {n_ranks} rank(s), in one "
+                   f"{window_ms:.2f} ms window (no steps recorded)")
+    else:
+        summary = (f"{_bound_text(primary, fractions)} over {n_ranks} rank(s), median step "
+                   f"{median_ms:.2f} ms")
     for s in straggler_rows:
         where = s["evidence"].get("wait_collective")
         summary += (f"; rank {s['rank']} is a straggler: the others lose "
@@ -114,6 +125,17 @@ def _no_verdict_why(recorded: pd.DataFrame, unusable: dict[int, str] | None) -> 
         return (f"no steady step left: {len(compiling)} of {len(recorded)} profiled steps "
                 f"compile ({of_each}), the others are left out too")
     return "no GPU work in the profiled steps"
+
+
+def _bound_text(primary: str, fractions: dict[str, float]) -> str:
+    """'compute bound: 92% of step time'; on the host side with both parts present,
+    'host bound: 48% of step time (launch overhead 35%, host work 13%)'."""
+    if primary in HOST_SIDE and min(fractions[p] for p in HOST_SIDE) >= 0.05:
+        split = ", ".join(f"{part_name(p)} {fractions[p]:.0%}"
+                          for p in sorted(HOST_SIDE, key=lambda p: -fractions[p]))
+        total = sum(fractions[p] for p in HOST_SIDE)
+        return f"host bound: {total:.0%} of step time ({split})"
+    return f"{part_name(primary)} bound: {fractions[primary]:.0%} of step time"
 
 
 def analyze(run: Run, thresholds: Thresholds = DEFAULT,

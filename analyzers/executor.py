@@ -28,12 +28,13 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from profkit import datacodec
+from profkit.children import process_pool
 from profkit.classify import events as classify
 from profkit.errors import UsageError
 from profkit.model import SkippedFile, clock_offset_ns
@@ -236,7 +237,7 @@ def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
         summary.rank_source = rf.source
         summaries.append(summary)
     run_meta = loader.complete_meta(meta, chosen, discover.run_folder(root), skipped)
-    notes += loader.problem_notes(meta, {r: rf.files[0].meta for r, rf in chosen.items()})
+    notes += loader.problem_notes(run_meta, {r: rf.files[0].meta for r, rf in chosen.items()})
     header = RunHeader(str(root), run_meta, [s.as_dict() for s in skipped], notes)
     analysis = combine(header, summaries, thresholds)
     if ranks is not None:  # ranks left out on purpose are not missing (analyzers/report/header.py)
@@ -270,7 +271,7 @@ def _executor(tasks: list[FileTask], scheduler, workers: int | None) -> Iterable
 
 
 def _pool_map(tasks: list[FileTask], workers: int) -> Iterator[FileResult]:
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with process_pool(workers) as pool:
         futures = {pool.submit(summarize_file, t): t for t in tasks}
         for fut in as_completed(futures):
             yield _outcome(fut, futures[fut])

@@ -19,6 +19,10 @@ class Thresholds:
     cpu_launch_frac: float = 0.15
     """GPU idle waiting for launches above this share: CUDA graphs / torch.compile
     (TensorRT-LLM host analysis uses GPU idle > 30%, 15% under CUDA graphs)."""
+    host_work_frac: float = 0.15
+    """GPU idle while the host works without launching (a CPU optimizer, preprocessing,
+    Python between launches) above this share: move that work off the critical path (as
+    cpu_launch_frac)."""
     transfer_frac: float = 0.10
     """GPU time in memory copies (not hidden under compute) above this share: move fewer
     bytes, overlap copies (the TensorBoard plugin's 10% for exposed communication)."""

@@ -78,10 +78,13 @@ class Profile:
         failed only tells rank 0 so, see :mod:`~profkit.collectors.job_summary`)."""
         session, self.session = self.session, None
         if session is not None:
-            with self._term.held():  # a SIGTERM now would leave no status on disk
-                session.stop(exc, error)
-            if summarize and self.config.summarize and self.trigger is None:
-                job_summary.summarize_job(session)  # never raises
+            try:
+                with self._term.held():  # a SIGTERM now would leave no status on disk
+                    session.stop(exc, error)
+                if summarize and self.config.summarize and self.trigger is None:
+                    job_summary.summarize_job(session)  # never raises
+            finally:
+                session.release_reserve()
 
     def _on_term(self, signum: int) -> None:
         log.warning("profkit: signal %s, saving the capture", signum)
@@ -123,7 +126,11 @@ class Profile:
         run_dir = self.out_dir / name
         log.info("profkit: trigger fired, capturing %d steps into %s",
                  self.config.capture_steps, run_dir)
-        self.session = CaptureSession(run_dir, self.config, repeat=1).start()
+        try:
+            self.session = CaptureSession(run_dir, self.config, repeat=1).start()
+        except (CollectorError, OSError) as exc:  # a full disk, say: the job goes on
+            log.warning("profkit: no capture into %s (%s); the job goes on", run_dir, exc)
+            return
         self.captures.append(run_dir)
 
     @property
