@@ -18,7 +18,7 @@ from profkit.analyzers.measure.breakdown import (
     dominant_part,
 )
 from profkit.analyzers.measure.compilation import COMPILE_NS
-from profkit.analyzers.measure.steps import run_median_step_ms
+from profkit.analyzers.measure.steps import compiling_ranks, run_median_step_ms
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.result import Finding
 from profkit.analyzers.summaries import RankSummary, summarize_rank
@@ -106,24 +106,24 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
 
 
 def _no_verdict_why(recorded: pd.DataFrame, unusable: dict[int, str] | None) -> str:
-    """Why no step is left to judge: graph capture only, lost kernel records, every step
-    compiling (a verdict would judge the compiler), or no GPU work."""
+    """Why no step is left to judge: graph capture only, every step compiling (a verdict
+    would judge the compiler), lost kernel records, or no GPU work."""
+    unusable = unusable or {}
     reasons = list(recorded["excluded_reason"]) if len(recorded) else []
-    if "capture" in (unusable or {}).values() or any("capture" in r for r in reasons):
+    if "capture" in unusable.values() or any("capture" in r for r in reasons):
         return "the trace records CUDA-graph capture, not execution"
+    compiling = [r for r, why in unusable.items() if why == "compile"]
+    if compiling:
+        rows = recorded[recorded["rank"].isin(compiling) & recorded["used"].astype(bool)]
+        share = rows[COMPILE_NS] / rows["step_ns"].clip(lower=1)
+        low, high = f"{share.min():.0%}", f"{share.max():.0%}"
+        per_rank = rows.groupby("rank").size()
+        steps = (f"{per_rank.iloc[0]} of {per_rank.iloc[0]}" if per_rank.nunique() == 1
+                 else f"{len(rows)} rank-steps")
+        return (f"every profiled step compiles ({steps}, {low if low == high else f'{low}-{high}'} "
+                "of each in torch.compile), so none shows the steady state")
     if unusable:
         return "kernel records are missing from the trace"
-    compiling = recorded[recorded["excluded_reason"].str.startswith("compiles")] \
-        if len(recorded) else recorded
-    if len(compiling):
-        share = compiling[COMPILE_NS] / compiling["step_ns"].clip(lower=1)
-        low, high = f"{share.min():.0%}", f"{share.max():.0%}"
-        of_each = f"{low if low == high else f'{low}-{high}'} of each in torch.compile"
-        if len(compiling) == len(recorded):
-            return (f"every profiled step compiles ({len(compiling)} of {len(recorded)}, "
-                    f"{of_each}), so none shows the steady state")
-        return (f"no steady step left: {len(compiling)} of {len(recorded)} profiled steps "
-                f"compile ({of_each}), the others are left out too")
     return "no GPU work in the profiled steps"
 
 
@@ -181,6 +181,9 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     tables = {name: t for r in results for name, t in r.tables.items()}
     health = {s.rank: s.breakdown.get("health") or {} for s in summaries}
     unusable = diagnosis.unusable_ranks(health)
+    unusable.update({r: "compile" for r in compiling_ranks(tables["step_breakdown"],
+                                                            thresholds.compile_step_frac)
+                     if r not in unusable})
     tables["rank_breakdown"] = tables["rank_breakdown"][
         ~tables["rank_breakdown"]["rank"].isin(list(unusable))].reset_index(drop=True)
     tables["transfers"] = transfers.add_peaks(
@@ -217,12 +220,12 @@ def combine(header: RunHeader, summaries: list[RankSummary],
 
 def _drop_unsupported(findings: list[Finding], unusable: dict[int, str],
                       gpu_ranks: set[int]) -> list[Finding]:
-    """Findings a rank's trace cannot support (graph capture only, kernel records lost) go:
-    only the finding that says why stays."""
+    """Findings a rank's trace cannot support (graph capture only, kernel records lost,
+    every step compiling) go: only the finding that says why stays."""
     if not unusable:
         return findings
     nothing_left = not (gpu_ranks - set(unusable))
-    return [f for f in findings if f.category == "trace"
+    return [f for f in findings if f.category in ("trace", "compile")
             or (f.rank not in unusable and not (nothing_left and f.rank is None))]
 
 

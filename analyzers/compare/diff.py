@@ -184,20 +184,13 @@ def bottleneck_change(base: Analysis, new: Analysis) -> list[str]:
     return [f"the bottleneck moved: {part_name(was)} bound -> {part_name(now)} bound"]
 
 
-def _why_none(a: Analysis) -> str:
-    """' (every profiled step compiles ...)': why an analysis has no verdict, if it says."""
-    summary = str(a.verdict.get("summary") or "")
-    why = summary.removesuffix(": no verdict")
-    return f" ({why})" if a.verdict.get("primary") is None and why != summary else ""
-
-
 def diff_analyses(base: Analysis, new: Analysis, thresholds: Thresholds = DEFAULT,
                   items_per_step: tuple[float, float] | None = None) -> Diff:
     """Compare two analyses (module doc). ``items_per_step``: samples (or tokens, or any
     unit of work) one step of base and of new processed, when the trace cannot show it."""
     paths = str(base.run.get("path")), str(new.run.get("path"))
     samples = step_samples(base), step_samples(new)
-    empty = [p + _why_none(a) for p, s, a in zip(paths, samples, (base, new)) if not len(s)]
+    empty = [p for p, s in zip(paths, samples) if not len(s)]
     if empty:
         summary = f"no steady GPU steps in {' and '.join(empty)}: nothing to compare"
         return Diff(*paths, {"verdict": None, "summary": summary, "headline": summary,

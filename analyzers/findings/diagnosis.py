@@ -18,7 +18,8 @@ HOST_PARTS = ("cpu_launch", "host_work", "host_sync", "data_loading")
 
 
 def unusable_ranks(health: dict[int, dict]) -> dict[int, str]:
-    """Ranks whose breakdown would mislead, with why: {rank: "capture" | "lost"}."""
+    """Ranks whose breakdown would mislead, with why: {rank: "capture" | "lost"} (analyze adds
+    "compile": ranks whose every step compiles, ``steps.compiling_ranks``)."""
     out = {}
     for rank, h in health.items():
         if capture_only(h):
@@ -31,7 +32,9 @@ def unusable_ranks(health: dict[int, dict]) -> dict[int, str]:
 def health_findings(health: dict[int, dict], unusable: dict[int, str]) -> list[Finding]:
     findings = []
     for rank, why in sorted(unusable.items()):
-        h = health[rank]
+        h = health.get(rank) or {}
+        if why == "compile":  # said by the compile finding (findings/compilation.py)
+            continue
         if why == "capture":
             findings.append(Finding(
                 category="trace", severity="warning", rank=rank,
