@@ -59,10 +59,12 @@ class RunHeader:
     meta: dict[str, Any]
     skipped: list[dict[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    ncu: pd.DataFrame | None = None  # Nsight Compute's measured launches (profkit ncu)
 
     @classmethod
     def of(cls, run: Run) -> RunHeader:
-        return cls(run.path, run.meta, [s.as_dict() for s in run.skipped], list(run.notes))
+        return cls(run.path, run.meta, [s.as_dict() for s in run.skipped], list(run.notes),
+                   run.ncu)
 
 
 PART_NAMES = {"memcpy": "transfer", "cpu_launch": "launch overhead", "host_work": "host work",
@@ -161,6 +163,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
         groups,
         kernels,
         links,
+        ncu,
         stragglers,
         transfers,
     )
@@ -179,6 +182,10 @@ def combine(header: RunHeader, summaries: list[RankSummary],
         efficiency.combine_efficiency([s.efficiency for s in gpu], thresholds),
     ]
     tables = {name: t for r in results for name, t in r.tables.items()}
+    # Nsight Compute's counters (profkit ncu) beside the kernels and their estimates
+    results.append(ncu.join_counters(tables["top_kernels"], header.ncu, tables.get("roofline"),
+                                     thresholds))
+    tables.update(results[-1].tables)
     health = {s.rank: s.breakdown.get("health") or {} for s in summaries}
     unusable = diagnosis.unusable_ranks(health)
     unusable.update({r: "compile" for r in compiling_ranks(tables["step_breakdown"],

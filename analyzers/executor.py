@@ -39,6 +39,7 @@ from profkit.classify import events as classify
 from profkit.errors import UsageError
 from profkit.model import SkippedFile, clock_offset_ns
 from profkit.run import discover, loader, rankfiles
+from profkit.run.ncufiles import load_ncu_counters
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_ENV = "PROFKIT_DASK_TIMEOUT_S"  # seconds to reach a scheduler (default 30)
@@ -238,7 +239,8 @@ def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
         summaries.append(summary)
     run_meta = loader.complete_meta(meta, chosen, discover.run_folder(root), skipped)
     notes += loader.problem_notes(run_meta, {r: rf.files[0].meta for r, rf in chosen.items()})
-    header = RunHeader(str(root), run_meta, [s.as_dict() for s in skipped], notes)
+    counters = load_ncu_counters(discover.run_folder(root), skipped)
+    header = RunHeader(str(root), run_meta, [s.as_dict() for s in skipped], notes, counters)
     analysis = combine(header, summaries, thresholds)
     if ranks is not None:  # ranks left out on purpose are not missing (analyzers/report/header.py)
         analysis.run["ranks_selected"] = sorted(set(ranks))

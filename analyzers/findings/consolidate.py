@@ -10,6 +10,8 @@ model, given what fixing each would save, and ordered by it.
 - MFU, precision and fusion advice makes a step shorter only when compute is what bounds
   it: kept for ranks whose verdict is compute, dropped where the cause is data loading, host
   syncs, transfers or launches.
+- Nsight Compute's ``tensor_cores`` finding measures what the trace's ``precision`` finding
+  infers (GEMMs without tensor cores): where both exist it becomes that finding's evidence.
 - A blocking sync and the host work on its result are one round trip: one finding, one
   saving (``_round_trips``).
 - Compilation inside the steps (recompiles) saves its compile time per step it happened in,
@@ -44,6 +46,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
     median_step = dict(ranks[["rank", "step_time_ms"]].itertuples(index=False)) \
         if len(ranks) else {}
     launch = {f.rank: f for f in findings if f.category == "launch"}
+    findings = fold_measured(findings)
     out = []
     for f in findings:
         if f.category == "launch":
@@ -101,6 +104,25 @@ def _round_trips(findings: list[Finding]) -> list[Finding]:
             f = f.with_saving(a["ms_per_step"] + b["ms_per_step"], a["fraction"] + b["fraction"])
         out.append(f)
     return out
+
+
+def fold_measured(findings: list[Finding]) -> list[Finding]:
+    """The ``tensor_cores`` finding (counters) as evidence of the ``precision`` findings
+    (trace) when both exist: one cause, one finding."""
+    measured = next((f for f in findings if f.category == "tensor_cores"), None)
+    if measured is None or not any(f.category == "precision" for f in findings):
+        return findings
+    ev = measured.evidence
+
+    def pct(key: str) -> str:
+        v = ev.get(key)
+        return f"{v:.0f}%" if isinstance(v, (int, float)) and math.isfinite(v) else "-"
+
+    said = (f" Nsight Compute measured it: {ev.get('first_short_name')} keeps the FP32 FMA pipe "
+            f"{pct('first_fma_pct')} busy and the tensor pipe {pct('first_tensor_pct')}.")
+    return [replace(f, message=f.message + said, evidence={**f.evidence, "ncu": ev})
+            if f.category == "precision" else f
+            for f in findings if f.category != "tensor_cores"]
 
 
 def _compute_bound(f: Finding, primary: dict) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from profkit import __version__
 from profkit.cli.analyze import SLOWER_EXIT, cmd_analyze, cmd_diff
+from profkit.cli.ncu import add_ncu_parser, split_command
 from profkit.cli.options import (
     ANALYZE_STRICT_HELP,
     add_analysis_options,
@@ -96,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(noise never trips it; a pair that is not comparable never does)")
     p.set_defaults(func=cmd_diff)
 
+    add_ncu_parser(sub)
+
     p = sub.add_parser("dashboard", help="browse runs, analyses and diffs in a local web app",
                        description="Serve the dashboard on this machine: runs, verdicts, "
                        "timelines, kernels, communication, counters and diffs.")
@@ -144,10 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     (:class:`profkit.children.SignalStop`); ``launch`` forwards SIGTERM to its job instead.
     Called with ``argv`` (tests, notebooks), the caller's signal handling is left alone."""
     parser = build_parser()
+    given = argv
+    argv, command = split_command(sys.argv[1:] if argv is None else list(argv))
     args = parser.parse_args(argv)
+    if command is not None:
+        args.command = command
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="profkit: %(message)s")
-    if argv is not None or args.func is cmd_launch:
+    if given is not None or args.func is cmd_launch:
         return _run(args)
     from profkit.children import SignalStop
 

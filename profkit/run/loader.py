@@ -24,6 +24,7 @@ from profkit.errors import NoTracesError, TraceError, UsageError, error_text
 from profkit.model import RankData, Run, SkippedFile
 from profkit.run import cache, discover, rankfiles, runmeta
 from profkit.run.counters import load_counters
+from profkit.run.ncufiles import load_ncu_counters
 from profkit.run.rankfiles import RankFiles
 from profkit.trace import ingest, tracefile
 from profkit.trace.header import header_facts, process_names
@@ -188,6 +189,7 @@ def load_run(path: str | Path, *, cache: bool = True, workers: int | None = None
     run = Run(str(root), run_meta, datas, skipped, notes + problem_notes(run_meta, rank_metas))
     _attach_counters(run, folder)
     _attach_nccl(run, folder)
+    run.ncu = load_ncu_counters(folder, run.skipped)
     for rank, data in run.ranks.items():
         align_clock(data, run.clock_offset_ns(rank))
     return run
