@@ -93,9 +93,10 @@ class Thresholds:
     compile_step_frac: float = 0.05
     """A recorded step at least this share of which is compilation (torch.compile's Dynamo,
     AOTAutograd, Inductor ranges, Triton autotuning) is left out of verdicts: its time is the
-    compiler's, not the workload's. samples/runs/why/recompile compiles for 97-100% of each
-    profiled step (2.6-3.1 s against 2-22 ms of work); its mark_dynamic twin and every other
-    bundled capture record no compile range at all."""
+    compiler's, not the workload's (when every step compiles, the rank gets no verdict).
+    samples/runs/why/recompile compiles for 99% of each profiled step (2.6-3.0 s of 2.6-3.1 s
+    steps, 22-34 ms left); its mark_dynamic twin and every other bundled capture and public
+    trace record no compile range at all."""
     ncu_roof_frac: float = 0.60
     """Nsight Compute: a kernel whose busiest unit (DRAM or memory pipes vs SM pipes) runs
     below this share of its peak is latency-bound, not memory- or math-bound (the share
