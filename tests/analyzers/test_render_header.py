@@ -91,7 +91,7 @@ def test_a_run_that_did_not_end_well_counts(status, counts):
 
 
 def test_notes_other_than_guessed_ranks_do_not_count():
-    notes = ["rank 0-1: 19 profiler cycles read as steps 2-58",
+    notes = ["ranks 0-1: 19 profiler cycles read as steps 2-58",
              "rank 0: steps from ProfilerStep#: 4 of 5 used (551-554); left out: 550 (first)"]
     assert H.problems(_run(notes=notes)) == []
 
