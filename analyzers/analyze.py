@@ -17,8 +17,11 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import datacodec
 from profkit.model import Run, world_size
+from profkit.textout import plural, ranks_text
 
 SCHEMA = "profkit.analysis/1"
+NO_GPU_EVENTS = "no GPU events in this run"
+TOP_OPS = 50  # CPU ops kept for a run without GPU events (as kernels.combine_kernels keeps)
 
 
 @datacodec.register
@@ -56,6 +59,8 @@ class RunHeader:
         return cls(run.path, run.meta, [s.as_dict() for s in run.skipped], list(run.notes))
 
 
+# How the breakdown parts (and kernel classes) read in every report: text, Markdown, HTML,
+# the notebook and the dashboard. The JSON report and the tables keep the keys.
 PART_NAMES = {"memcpy": "transfer", "cpu_launch": "cpu launch", "data_loading": "data loading",
               "host_sync": "host sync", "idle_other": "held work (queued, waiting on a stream or event)"}
 
@@ -65,9 +70,16 @@ def part_name(part: str) -> str:
     return PART_NAMES.get(part, part)
 
 
+def part_label(part: str) -> str:
+    """:func:`part_name` without its explanation in brackets, for table headers and
+    labels: ``held work``."""
+    return part_name(part).split(" (")[0]
+
+
 def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
-                unusable: dict[int, str] | None = None) -> dict[str, Any]:
-    """The dominant cause over the used steps of every usable rank, time-weighted."""
+                unusable: dict[int, str] | None = None, cpu_only: bool = False) -> dict[str, Any]:
+    """The dominant cause over the used steps of every usable rank, time-weighted.
+    ``cpu_only``: no rank has a GPU event (then there is nothing to charge)."""
     recorded = steps
     if not steps.empty:
         steps = steps[steps["used"].astype(bool) & ~steps["rank"].isin(list(unusable or {}))]
@@ -83,7 +95,7 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
     primary = max(VERDICT_CLASSES, key=lambda c: fractions[c])
     n_ranks = steps["rank"].nunique()
     summary = (f"{part_name(primary)} bound: {fractions[primary]:.0%} of step time over "
-               f"{n_ranks} rank(s), median step {steps['step_ns'].median() / 1e6:.2f} ms")
+               f"{plural(n_ranks, 'rank')}, median step {steps['step_ns'].median() / 1e6:.2f} ms")
     for s in straggler_rows:
         summary += (f"; rank {s['rank']} is a straggler: the others lose "
                     f"{s['evidence']['others_wait_ms_per_step']:.2f} ms per step waiting for it")
