@@ -59,7 +59,7 @@ def _cached_analysis(args, run: str, thresholds, fmt: str):
         cached = cache.load_result(Path(run), key, Analysis)
         if cached is not None and _renders(cached, fmt):
             log.debug("analysis of %s from the result cache", run)
-            return cached
+            return _steps_found(args, cached)
     analysis = analyze_run(run, scheduler=getattr(args, "scheduler", None),
                            workers=args.workers, cache=not args.no_cache, strict=args.strict,
                            ranks=parse_ranks(args.ranks), cycle=args.cycle,
@@ -67,7 +67,25 @@ def _cached_analysis(args, run: str, thresholds, fmt: str):
                            thresholds=thresholds)
     if not args.no_cache:
         cache.store_result(Path(run), key, analysis)
-    return analysis
+    return _steps_found(args, analysis)
+
+
+def _steps_found(args, analysis):
+    """``analysis``, unless ``--steps`` matched no step of any rank: then a UsageError
+    naming the steps the run has (a report of no steps would show the tables of steps it
+    says it left out)."""
+    info = analysis.run.get("steps") or {}
+    if not getattr(args, "steps", None) or any(r.get("used") for r in info.values()):
+        return analysis
+    by_steps: dict[str, list[int]] = {}
+    for rank, r in info.items():
+        steps = r.get("used", []) + [e["step"] for e in r.get("excluded", []) if e["step"] >= 0]
+        by_steps.setdefault(rank_ranges(steps), []).append(int(rank))
+    has = "; ".join(f"{ranks_text(ranks)}: steps {steps}" for steps, ranks in by_steps.items()
+                    if steps)
+    if not has:
+        raise UsageError(f"--steps {args.steps}: {NO_STEP_RANGES}")
+    raise UsageError(f"--steps {args.steps}: no step of this run is in that range ({has})")
 
 
 def _analysis_options(args):
