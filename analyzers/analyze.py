@@ -88,6 +88,7 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
         capture = "capture" in (unusable or {}).values() or any("capture" in r for r in reasons)
         why = ("the trace records CUDA-graph capture, not execution" if capture
                else "kernel records are missing from the trace" if unusable
+               else NO_GPU_EVENTS if cpu_only
                else "no GPU work in the profiled steps")
         return {"primary": None, "summary": f"{why}: no verdict", "fractions": {}}
     total = steps[list(PARTS)].sum()
@@ -151,7 +152,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
         _concat([s.transfers for s in gpu if s.transfers is not None]), metas, header.meta)
     _split_communication(tables)
     straggler_rows = _straggler_rows(tables.get("stragglers"))
-    verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable)
+    verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable, cpu_only=not gpu)
     steps = diagnosis.steps_report(tables["step_breakdown"],
                                    {s.rank: s.breakdown.get("steps_info") or {} for s in summaries})
     findings = diagnosis.health_findings(health, unusable)
@@ -163,10 +164,8 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     findings += [f for r in results[1:] for f in r.findings]
     findings = _drop_unsupported(findings, unusable, {s.rank for s in gpu})
     findings = consolidate(findings, tables, verdict)
-    if not gpu and not unusable:
-        findings.append(Finding(category="input", severity="info", message=(
-            "no GPU events in this run: the breakdown, kernels and efficiency cannot be computed"),
-            recommendation="Profile with ProfilerActivity.CUDA on a GPU machine."))
+    if not gpu and not unusable:  # (kernel records lost is a finding of its own)
+        findings = _cpu_only(summaries, tables, findings)
     ranks = [s.rank for s in summaries]
     notes = list(header.notes) + diagnosis.step_notes(steps, tables.get("one_off_calls",
                                                                        pd.DataFrame()))
@@ -177,6 +176,29 @@ def combine(header: RunHeader, summaries: list[RankSummary],
             "status": header.meta.get("status"), "steps": steps,
             "rank_errors": dict(header.meta.get("rank_errors") or {})}
     return Analysis(info, verdict, tables, findings, straggler_rows)
+
+
+def _cpu_only(summaries: list[RankSummary], tables: dict[str, pd.DataFrame],
+              findings: list[Finding]) -> list[Finding]:
+    """A run without GPU events: the CPU ops are what it shows (``top_ops``, with each rank's
+    recorded steps in ``cpu_steps`` to count them per step), and one finding says why there
+    is nothing else, not one per analysis that needs GPU events."""
+    from profkit.analyzers.measure.kernels import top_ops
+
+    tables["top_ops"] = top_ops([s.cpu_ops for s in summaries if s.cpu_ops is not None], TOP_OPS)
+    tables["cpu_steps"] = pd.DataFrame({
+        "rank": [s.rank for s in summaries],
+        "steps": [int((s.breakdown.get("steps_info") or {}).get("count") or 0) for s in summaries]})
+    findings = [f for f in findings if not _needs_gpu_events(f)]
+    findings.append(Finding(category="input", severity="info", message=(
+        f"{NO_GPU_EVENTS} (a CPU-only trace): no step breakdown, kernels or efficiency, only "
+        "the CPU ops"), recommendation="Profile with ProfilerActivity.CUDA on a GPU machine."))
+    return findings
+
+
+def _needs_gpu_events(f: Finding) -> bool:
+    """A finding that only says an analysis was skipped for want of GPU events."""
+    return f.category == "coverage" and f.message.lower().startswith(NO_GPU_EVENTS.lower())
 
 
 def _drop_unsupported(findings: list[Finding], unusable: dict[int, str],

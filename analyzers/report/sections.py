@@ -47,6 +47,9 @@ def recorded_steps(a: Analysis) -> int:
     eff = a.table("efficiency")
     if not eff.empty and "steps" in eff:
         return int(np.maximum(eff["steps"].fillna(0).to_numpy(), 1).sum())
+    cpu = a.table("cpu_steps")  # a run without GPU events: each rank's recorded steps
+    if not cpu.empty:
+        return int(np.maximum(cpu["steps"].to_numpy(), 1).sum())
     return max(len(a.table("rank_breakdown")), 1)
 
 
@@ -151,6 +154,27 @@ def collectives_section(a: Analysis) -> Section | None:
     if top["link_gbps"].isna().all():
         notes.append(f"link peak unknown: {_why_no_link_peak(a)}")
     return Section("Collectives (matched across ranks, by kind and size)", table, notes)
+
+
+def _why_no_link_peak(a: Analysis) -> str:
+    """Why the collectives have no link to be judged against (the cases of
+    measure.links.link_peak): ranks on several hosts, no GPU, or a GPU not in the table."""
+    hosts = a.table("clock_offsets")
+    names = set(hosts["host"].dropna().astype(str)) - {""} if "host" in hosts else set()
+    if len(names) > 1:
+        return (f"the ranks run on {plural(len(names), 'host')} (across hosts the network "
+                "is the limit, and its speed is not in the trace)")
+    eff = a.table("efficiency")
+    if eff.empty:
+        return "no GPU events in this run (collectives on the CPU, e.g. gloo)"
+    shown = _values(eff, "device_model") or _values(eff, "device_name")
+    if shown:
+        return f"{', '.join(shown)}: not in profkit's table of GPU links"
+    return "the GPU model is not in the trace"
+
+
+def _values(table: pd.DataFrame, column: str) -> list[str]:
+    return sorted(set(table[column].dropna().astype(str)) - {""}) if column in table else []
 
 
 def transfers_section(a: Analysis) -> Section | None:
