@@ -25,7 +25,7 @@ TOP_OPS = 50  # CPU ops kept for a run without GPU events (as kernels.combine_ke
 
 
 @datacodec.register
-@dataclass
+@dataclass(repr=False)
 class Analysis:
     """Everything profkit concluded about a run; renderers and the dashboard read this."""
 
@@ -37,6 +37,15 @@ class Analysis:
 
     def table(self, name: str) -> pd.DataFrame:
         return self.tables.get(name, pd.DataFrame())
+
+    def __repr__(self) -> str:
+        """One line: the run, its ranks and the verdict (the tables and findings are
+        attributes; a notebook shows them through ``_repr_html_``)."""
+        ranks = (self.run or {}).get("ranks_analyzed") or []
+        summary = str((self.verdict or {}).get("summary", ""))
+        return (f"<Analysis of {(self.run or {}).get('path')!s}: "
+                f"{ranks_text(ranks) if ranks else 'no ranks'}; {summary}; "
+                f"{plural(len(self.findings), 'finding')}>")
 
     def _repr_html_(self) -> str:
         """Notebook display: verdict, breakdown chart, findings (see analyzers/report/html.py)."""
