@@ -71,14 +71,14 @@ def launch(run_dir: str | os.PathLike, command: Sequence[str]) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise CollectorError("profkit launch: no command given after '--'")
+        raise CollectorError("no command given after '--'")
     run_dir = check_output_dir(run_dir, min_free_bytes=0)
     (run_dir / NCCL_DIR).mkdir(exist_ok=True)
     env = launch_env(run_dir, command)
     try:
         proc = subprocess.Popen(command, env=env)
     except OSError as e:
-        raise CollectorError(f"profkit launch: cannot run {command[0]!r}: {e}") from e
+        raise CollectorError(f"cannot run {command[0]!r}: {e.strerror or e}") from e
     return _wait(proc)
 
 
@@ -109,7 +109,7 @@ def main() -> None:
     try:
         sys.exit(launch_main())
     except CollectorError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"profkit launch: error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
 
 

@@ -240,3 +240,27 @@ def test_ranks_that_match_nothing_are_refused(command, tmp_path, capsys):
     assert "note: --ranks: no trace of rank 5 in this run (it has traces of ranks 0-1)" in out
     assert main(["analyze", str(run), "--no-cache", "--ranks", "1"]) == 0
     assert "(rank 1 asked for)" in capsys.readouterr().out  # "rank 1", not "ranks 1"
+
+
+def test_launch_errors_have_one_prefix(tmp_path):
+    proc = run_cli("launch", "--run-dir", tmp_path / "run", "--")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "profkit: error: no command given after '--'"
+    proc = subprocess.run([sys.executable, "-m", "profkit.collectors.launch", "--run-dir",
+                           str(tmp_path / "run"), "--", str(tmp_path / "nope")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stderr.strip() == (f"profkit launch: error: cannot run '{tmp_path / 'nope'}': "
+                                   "No such file or directory")
+
+
+def test_counts_read_as_words(tmp_path, capsys):
+    from tests.realruns import RUNS
+
+    run = RUNS / "diagnosis" / "graph_capture_only"
+    assert main(["analyze", str(run), "--no-cache"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 of 1 rank analysed" in out and "(1 kernel kept)" in out
+    assert "1 rank, 3 rank-steps" in out and "(s)" not in out
+    assert main(["merge", str(RUNS / "zoo" / "straggler"), "--no-cache", "-q",
+                 "-o", str(tmp_path / "m.json")]) == 0
+    assert "events from ranks 0-1 (open it" in capsys.readouterr().out

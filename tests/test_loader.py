@@ -54,11 +54,13 @@ def test_bad_and_foreign_files_are_skipped_and_others_load(tmp_path):
     bad.write_bytes(bad.read_bytes()[:100])
     (tmp_path / "notes.txt").write_text("hello")
     (tmp_path / "config.json").write_text('{"lr": 0.1}')
+    (tmp_path / "rank2.json.zst").write_bytes(b"\x28\xb5\x2f\xfd")
     run = load_run(tmp_path)
     assert run.rank_ids == [0]
     why = reasons(run)
     assert "gzip" in why["rank1.json.gz"]
-    assert "not a trace file" in why["notes.txt"]
+    assert "notes.txt" not in why  # cannot be a trace: not a line about it
+    assert "not a trace file" in why["rank2.json.zst"]  # named like one: worth a line
     assert "no traceEvents" in why["config.json"]
 
 
