@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.findings.advice import breakdown_findings
 from profkit.analyzers.findings.consolidate import consolidate
+from profkit.analyzers.findings.judge import measurement_findings
 from profkit.analyzers.measure.breakdown import PARTS, VERDICT_CLASSES, combine_breakdown
+from profkit.analyzers.measure.steps import run_median_step_ms
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.result import Finding
 from profkit.analyzers.summaries import RankSummary, summarize_rank
@@ -104,12 +106,16 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
     fractions = (total / total.sum()).round(4).to_dict()
     primary = max(VERDICT_CLASSES, key=lambda c: fractions[c])
     n_ranks = steps["rank"].nunique()
+    median_ms = run_median_step_ms(steps)
     summary = (f"{part_name(primary)} bound: {fractions[primary]:.0%} of step time over "
-               f"{plural(n_ranks, 'rank')}, median step {steps['step_ns'].median() / 1e6:.2f} ms")
+               f"{plural(n_ranks, 'rank')}, median step {median_ms:.2f} ms")
     for s in straggler_rows:
+        where = s["evidence"].get("wait_collective")
         summary += (f"; rank {s['rank']} is a straggler: the others lose "
-                    f"{s['evidence']['others_wait_ms_per_step']:.2f} ms per step waiting for it")
-    return {"primary": primary, "summary": summary, "fractions": fractions}
+                    f"{s['evidence']['others_wait_ms_per_step']:.2f} ms per step waiting for it"
+                    + (f" in {where}" if where else ""))
+    return {"primary": primary, "summary": summary, "fractions": fractions,
+            "median_step_ms": median_ms}
 
 
 def analyze(run: Run, thresholds: Thresholds = DEFAULT,
@@ -170,7 +176,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     findings += diagnosis.idle_code_findings(
         tables.get("idle_code", pd.DataFrame()), tables["rank_breakdown"], verdict["primary"],
         {int(r): len(v["used"]) for r, v in steps.items()})
-    findings += [f for r in results[1:] for f in r.findings]
+    findings += [f for r in results[1:] for f in measurement_findings(r, thresholds)]
     findings = _drop_unsupported(findings, unusable, {s.rank for s in gpu})
     findings = consolidate(findings, tables, verdict)
     if not gpu and not unusable:  # (kernel records lost is a finding of its own)
@@ -192,17 +198,14 @@ def _cpu_only(summaries: list[RankSummary], tables: dict[str, pd.DataFrame],
     """A run without GPU events: the CPU ops are what it shows (``top_ops``, with each rank's
     recorded steps in ``cpu_steps`` to count them per step), and one finding says why there
     is nothing else, not one per analysis that needs GPU events."""
+    from profkit.analyzers.findings import diagnosis
     from profkit.analyzers.measure.kernels import top_ops
 
     tables["top_ops"] = top_ops([s.cpu_ops for s in summaries if s.cpu_ops is not None], TOP_OPS)
     tables["cpu_steps"] = pd.DataFrame({
         "rank": [s.rank for s in summaries],
         "steps": [int((s.breakdown.get("steps_info") or {}).get("count") or 0) for s in summaries]})
-    findings = [f for f in findings if not _needs_gpu_events(f)]
-    findings.append(Finding(category="input", severity="info", message=(
-        f"{NO_GPU_EVENTS} (a CPU-only trace): no step breakdown, kernels or efficiency, only "
-        "the CPU ops"), recommendation="Profile with ProfilerActivity.CUDA on a GPU machine."))
-    return findings
+    return [f for f in findings if not _needs_gpu_events(f)] + [diagnosis.no_gpu_finding()]
 
 
 def _needs_gpu_events(f: Finding) -> bool:
@@ -256,6 +259,7 @@ def _straggler_rows(table: pd.DataFrame | None) -> list[dict[str, Any]]:
             "wait_frac": round(float(rec["wait_frac"]), 4),
             "compute_ms_per_step": round(rec["compute_ns_per_step"] / 1e6, 3),
             "others_compute_ms_per_step": round(rec["others_compute_ns_per_step"] / 1e6, 3),
+            "wait_collective": rec.get("wait_collective") or "",
         }
         rows.append({"rank": int(rec["rank"]), "evidence": evidence})
     return rows

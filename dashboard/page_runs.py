@@ -33,9 +33,7 @@ def _done_cells(entry, shown) -> list:
     ranks = banner.ranks_text(a.run)
     ranks_cell = html.Span(ranks, className="pill-warn" if " of " in ranks else "",
                            title=banner.problems_title(a.run))
-    step = "-"
-    if not a.table("rank_breakdown").empty:
-        step = f"{a.table('rank_breakdown')['step_time_ms'].median():.2f} ms"
+    step = C.median_step_text(a)
     return [pill, html.Span([C.verdict_badge(a.verdict.get("primary")), *straggler]), ranks_cell,
             facts.get("gpus", "-"), facts.get("date", "-"), step]
 

@@ -58,13 +58,18 @@ _NUMBER_UNIT = re.compile(r"(?<=\d) (?=(?:ms|us|ns|s|B|kB|MB|GB|TB|GB/s|TFLOP/s|
 _GLUE = "\xa0"  # textwrap does not break at a no-break space
 
 
+def glue(text: str) -> str:
+    """``text`` (a path, which may hold spaces) kept on one line by :func:`wrap`."""
+    return text.replace(" ", _GLUE)
+
+
 def wrap(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:
     """``first + text`` wrapped at ``width`` columns at spaces, the following lines indented
-    by ``rest`` (default: as deep as ``first``); a number keeps its unit on its line. A word
-    longer than a line (a path, a URL) is never broken: it gets a line of its own, as long
-    as it is."""
+    by ``rest`` (default: as deep as ``first``); a number keeps its unit on its line, and a
+    part passed through :func:`glue` stays whole. A word longer than a line (a path, a URL)
+    is never broken: it gets a line of its own, as long as it is."""
     rest = " " * len(first) if rest is None else rest
-    glued = _NUMBER_UNIT.sub(_GLUE, text.replace(_GLUE, " "))
+    glued = _NUMBER_UNIT.sub(_GLUE, text)
     lines = textwrap.wrap(glued, width, initial_indent=first, subsequent_indent=rest,
                           break_long_words=False, break_on_hyphens=False)
     return [line.replace(_GLUE, " ") for line in lines] or [first.rstrip()]
@@ -77,9 +82,8 @@ def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], width: int
     """Lines of a table of display strings within ``width`` columns: names left-aligned,
     numbers right-aligned. When the table is too wide its headers take two lines, then the
     cells of the columns in ``fold`` (indices of descriptive columns) wrap over lines (a word
-    longer than the column broken), then
-    the columns in ``clip`` (name columns) are cut, then the columns are split into tables
-    one under another, each repeating the first column."""
+    longer than the column broken), then the columns in ``clip`` (name columns) are cut, then
+    the columns are split into tables one under another, each repeating the first column."""
     header = [str(h) for h in header]
     rows = [[str(v) for v in r] for r in rows]
     columns = list(range(len(header)))
@@ -99,9 +103,16 @@ def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], width: int
     if _total(cut) <= avail:
         rows = [[v if c in folded else _cut(v, cut[c]) for c, v in enumerate(r)] for r in rows]
         return _lay(header, rows, cut, numeric, indent, wrap_header=True, fold=folded)
-    # split: names are cut only as far as a table of the first column and theirs needs
-    for c in set(clip) - folded:
-        widths[c] = min(widths[c], max(cut[c], avail - len(GAP) - (widths[0] if c else 0)))
+    # split: each table is the first column and some others; the flexible columns are cut
+    # (or folded) only as far as a table of the first column and one other needs
+    flexible = set(clip) | folded
+    least = {c: max(MIN_FOLD if c in folded else MIN_CLIP, _longest_word(header[c]))
+             for c in flexible}
+    if 0 in flexible:
+        widest = max((least.get(c, widths[c]) for c in columns[1:]), default=0)
+        widths[0] = max(least[0], min(widths[0], avail - len(GAP) - widest))
+    for c in flexible - {0}:
+        widths[c] = max(least[c], min(widths[c], avail - len(GAP) - widths[0]))
     rows = [[v if c in folded else _cut(v, widths[c]) for c, v in enumerate(r)] for r in rows]
     lines: list[str] = []
     for group in _groups(widths, avail):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from profkit.analyzers.measure.tables import rank_ranges
-from profkit.analyzers.report.units import clip
+from profkit.analyzers.units import clip
 
 from profkit.run.discover import is_trace_name
 from profkit.run.loader import MERGED_OUTPUT
@@ -73,10 +73,12 @@ def ranks_line(run: dict[str, Any]) -> str:
     return text
 
 
-def skipped_lines(run: dict[str, Any]) -> list[str]:
-    """``path: reason`` per skipped file, the first :data:`MAX_SKIPPED_SHOWN` of them."""
+def skipped_lines(run: dict[str, Any], path=str) -> list[str]:
+    """``path: reason`` per skipped file, the first :data:`MAX_SKIPPED_SHOWN` of them;
+    ``path`` formats the path (the text report keeps it on one line)."""
     skipped = run.get("skipped_files") or []
-    lines = [f"{s['path']}: {clip(s['reason'], 200)}" for s in skipped[:MAX_SKIPPED_SHOWN]]
+    lines = [f"{path(str(s['path']))}: {clip(s['reason'], 200)}"
+             for s in skipped[:MAX_SKIPPED_SHOWN]]
     if len(skipped) > MAX_SKIPPED_SHOWN:
         lines.append(f"... and {len(skipped) - MAX_SKIPPED_SHOWN} more (all in --format json)")
     return lines

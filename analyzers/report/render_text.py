@@ -19,8 +19,9 @@ from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.report import header as H
 from profkit.analyzers.report import sections as sec
 from profkit.analyzers.report.evidence import evidence_text
+from profkit.analyzers.units import pct
 
-from profkit.textout import PIPE_WIDTH, table_lines, wrap
+from profkit.textout import PIPE_WIDTH, glue, table_lines, wrap
 
 # Categories whose message and advice already state every number of their evidence (the
 # straggler's: its late arrivals, what the others lose, its compute against theirs): the
@@ -51,7 +52,7 @@ def saving_text(f) -> str:
     ms, frac = s.get("ms_per_step"), s.get("fraction")
     if ms is None or frac is None or not math.isfinite(ms) or not math.isfinite(frac):
         return ""
-    return f"; could save ~{ms:.2f} ms/step ({frac:.0%})"
+    return f"; could save ~{ms:.2f} ms/step ({pct(frac)})"
 
 
 def rank_table(a: Analysis) -> pd.DataFrame:
@@ -116,12 +117,12 @@ def _cell(v: Any) -> str:
 
 def text_header(run: dict[str, Any], width: int = PIPE_WIDTH) -> list[str]:
     """The first lines of the text report: status, ranks, skipped files, notes."""
-    lines = wrap(f"profkit analysis of {run['path']}", width)
+    lines = [f"profkit analysis of {run['path']}"]  # the title: one line, however long
     status = H.status_line(run)
     if status:
         lines += wrap(status, width, "RUN STATUS: ", "  ")
     lines += wrap(H.ranks_line(run), width)
-    for s in H.skipped_lines(run):
+    for s in H.skipped_lines(run, path=glue):
         lines += wrap(s, width, "skipped: ", "  ")
     for n in H.note_lines(run):
         lines += wrap(n, width, "note: ", "  ")

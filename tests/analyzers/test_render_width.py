@@ -21,10 +21,10 @@ BUNDLED = sorted({p.parent for p in RUNS.rglob("run.json")}
 
 
 def too_long(text: str, width: int) -> list[str]:
-    """Lines longer than ``width``, but for a line that is one unbreakable word (a path, a
-    URL) beside at most a short prefix such as ``skipped:``."""
+    """Lines longer than ``width``, but for a line made long by a word that is itself
+    unbreakable and long (a path, a URL: over half the width)."""
     return [ln for ln in text.splitlines() if len(ln) > width
-            and not (len(ln.split()) <= 2 and max(map(len, ln.split())) > width - 16)]
+            and not any(len(w) > width // 2 for w in ln.split())]
 
 
 @pytest.mark.parametrize("run", BUNDLED, ids=lambda p: str(p.relative_to(RUNS)))
@@ -61,10 +61,14 @@ def test_narrower_and_wider_terminals(hf_trainer, width):
 def test_a_long_path_keeps_a_line_of_its_own(hf_trainer):
     import dataclasses
 
-    long = "/runs/" + "x" * 150 + "/job"
-    a = dataclasses.replace(hf_trainer, run={**hf_trainer.run, "path": long})
+    long = "/runs/" + "x" * 150 + "/my job"  # with a space: never broken there either
+    skipped = [{"path": f"{long}/rank1.json", "reason": "truncated JSON " + "word " * 30}]
+    a = dataclasses.replace(hf_trainer, run={**hf_trainer.run, "path": long,
+                                             "skipped_files": skipped})
     lines = to_text(a, 100).splitlines()
-    assert lines[:2] == ["profkit analysis of", long]
+    assert lines[0] == f"profkit analysis of {long}"  # the title stays one line
+    assert lines[2] == f"skipped: {long}/rank1.json:"  # the path whole, on its line
+    assert lines[3].startswith("  truncated JSON word") and len(lines[3]) <= 100
     assert too_long("\n".join(lines), 100) == []
 
 
