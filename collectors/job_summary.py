@@ -70,6 +70,7 @@ from profkit.collectors.errors import CollectorError
 from profkit.collectors.session import RANK_STATUS_NAME, RANKS_DIR, TRACE_NAME, TRACES_DIR
 
 from profkit.errors import error_text
+from profkit.textout import plural
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +207,7 @@ def own_result(session: Any) -> Any:
 
         if not session.traces:
             return FileResult(str(path), error=(
-                f"rank {rank} wrote no trace ({session.steps} step(s) recorded; the schedule "
+                f"rank {rank} wrote no trace ({plural(session.steps, 'step')} recorded; the schedule "
                 "saves a trace after wait + warmup + active steps)"))
         folder = Path(session.dir)
         (task,) = plan_tasks(folder, run_meta(session, read_run_json(folder)), [path],

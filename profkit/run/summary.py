@@ -77,10 +77,8 @@ def format_summary(run: Run, width: int = PIPE_WIDTH) -> str:
     rows = [[_cell(v) for v in table[col]] for col, _ in SHOWN]
     lines += table_lines([head for _, head in SHOWN], [list(r) for r in zip(*rows)], width)
     lines += wrap(f"({LEGEND})", width, "  ", "   ")
-    for note in run.notes:
-        lines += wrap(note, width, "note: ", "  ")
-    for s in run.skipped:
-        lines += wrap(f"{s.path}: {s.reason}", width, "skipped: ", "  ")
+    lines += [f"note: {note}" for note in run.notes]  # one line each, to grep for
+    lines += [f"skipped: {s.path}: {s.reason}" for s in run.skipped]
     if not any(d.has_gpu for d in run.ranks.values()):
         lines.append("note: no GPU events in this run; GPU time cannot be computed")
     return "\n".join(lines)

@@ -98,3 +98,14 @@ def test_evidence_lines_are_short_and_in_units(folder):
         assert not re.search(r"void |at::native|anonymous namespace", line), line
     # the fusion message names kernels the short way too
     assert all(len(ln) < 400 for ln in lines if "repeat in fixed sequences" in ln)
+
+
+def test_counts_in_findings_read_as_words():
+    assert evidence_text("runtime_calls", {"slow_runtime_calls": 1, "slow_runtime_ns": 2e6,
+                                           "slow_frac": 0.1}) == "1 slow call, 2 ms (10% of the step)"
+    assert evidence_text("runtime_calls", {"slow_runtime_calls": 3, "slow_runtime_ns": 2e6,
+                                           "slow_frac": 0.1}).startswith("3 slow calls, ")
+    a = analyze_run(RUNS / "why" / "eltwise_chain", workers=1)
+    messages = [f.message for f in a.findings if f.category == "mfu"]
+    assert messages and all("rank(s)" not in m for m in messages)
+    assert any(m.startswith("MFU not computed on rank 0: ") for m in messages)
