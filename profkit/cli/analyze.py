@@ -14,6 +14,7 @@ from profkit.textout import PIPE_WIDTH, rank_ranges, ranks_text, terminal_width
 log = logging.getLogger(__name__)
 NO_STEP_RANGES = ("this run has no step ranges (ProfilerStep#); --step-marker NAME makes "
                   "the ranges of a record_function recorded once per step its steps")
+SLOWER_EXIT = 8  # profkit diff --fail-if-slower: the new run is surely slower than allowed
 
 def _thresholds(args):
     """The thresholds in force: the defaults, the project's [tool.profkit], the --config
@@ -177,7 +178,7 @@ def cmd_diff(args) -> int:
 
     thresholds = _thresholds(args)
     base, new = (_cached_analysis(args, run, thresholds, "text") for run in (args.base, args.new))
-    d = diff_analyses(base, new, thresholds)
+    d = diff_analyses(base, new, thresholds, items_per_step=args.items_per_step)
     if args.format == "json":
         data = orjson.dumps(diff_to_json(d), option=orjson.OPT_INDENT_2) + b"\n"
     elif args.format == "html":
@@ -187,6 +188,26 @@ def cmd_diff(args) -> int:
     else:
         data = diff_to_text(d, markdown=args.format == "markdown").encode()
     _emit(data, args.output, d.verdict["summary"])
+    return _gate(d, args.fail_if_slower)
+
+
+def _gate(d, pct: float | None) -> int:
+    """``--fail-if-slower PCT``: SLOWER_EXIT when the change is surely above PCT%, with a
+    line on stderr either way (a CI log says why the job passed or failed)."""
+    from profkit.analyzers.compare.diff import slower_than
+
+    if pct is None:
+        return 0
+    v = d.verdict
+    per = v.get("basis") or "step"
+    low = v.get("change_low_frac")
+    bound = f"at least {low:+.1%} per {per}" if low is not None else "no bound"
+    if slower_than(d, pct):
+        print(f"profkit: --fail-if-slower {pct:g}: slower beyond the noise ({bound}): "
+              f"{v['verdict']}", file=sys.stderr)
+        return SLOWER_EXIT
+    why = (f"{v['verdict']}" if v.get("verdict") else "nothing compared")
+    print(f"profkit: --fail-if-slower {pct:g}: passed ({why}; {bound})", file=sys.stderr)
     return 0
 
 

@@ -53,7 +53,8 @@ def test_narrower_and_wider_terminals(hf_trainer, width):
     said = " ".join(text[start:text.index("\n    do:", start)].split())
     assert " ".join(straggler.message.split()) in said
     # the tables are all there: every kernel of the top ten, every part
-    for part in ("compute", "communication", "transfer", "cpu launch", "data loading"):
+    for part in ("compute", "communication", "transfer", "launch", "overhead", "host",
+                 "data loading"):
         assert part in text
     assert "nvjet gemm 128x256 bf16" in text or width < 80
 
@@ -108,8 +109,8 @@ def test_the_parts_have_one_name_in_every_report(straggler):
 
     text, md, page = to_text(straggler), to_markdown(straggler), to_html(straggler)
     for report in (text, md, page):
-        assert "transfer" in report and "held work" in report and "cpu launch" in report
-        assert "memcpy" not in report and "idle_other" not in report
+        assert "transfer" in report and "held work" in report and "launch overhead" in report
+        assert "memcpy" not in report and "idle_other" not in report and "host_work" not in report
         assert "cpu_launch" not in report and "data_loading" not in report
     head = text[text.index("Step time by part"):].splitlines()[1:3]
     assert "transfer" in head[1] and "held" in head[0] and "work" in head[1]
