@@ -25,12 +25,15 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import datacodec
 from profkit.model import Run, world_size
+from profkit.textout import plural, ranks_text
 
 SCHEMA = "profkit.analysis/1"
+NO_GPU_EVENTS = "no GPU events in this run"
+TOP_OPS = 50  # CPU ops kept for a run without GPU events (as kernels.combine_kernels keeps)
 
 
 @datacodec.register
-@dataclass
+@dataclass(repr=False)
 class Analysis:
     """Everything profkit concluded about a run; renderers and the dashboard read this."""
 
@@ -42,6 +45,15 @@ class Analysis:
 
     def table(self, name: str) -> pd.DataFrame:
         return self.tables.get(name, pd.DataFrame())
+
+    def __repr__(self) -> str:
+        """One line: the run, its ranks and the verdict (the tables and findings are
+        attributes; a notebook shows them through ``_repr_html_``)."""
+        ranks = (self.run or {}).get("ranks_analyzed") or []
+        summary = str((self.verdict or {}).get("summary", ""))
+        return (f"<Analysis of {(self.run or {}).get('path')!s}: "
+                f"{ranks_text(ranks) if ranks else 'no ranks'}; {summary}; "
+                f"{plural(len(self.findings), 'finding')}>")
 
     def _repr_html_(self) -> str:
         """Notebook display: verdict, breakdown chart, findings (see analyzers/report/html.py)."""
@@ -66,6 +78,8 @@ class RunHeader:
                    run.ncu)
 
 
+# How the breakdown parts (and kernel classes) read in every report: text, Markdown, HTML,
+# the notebook and the dashboard. The JSON report and the tables keep the keys.
 PART_NAMES = {"memcpy": "transfer", "cpu_launch": "launch overhead", "host_work": "host work",
               "data_loading": "data loading",
               "host_sync": "host sync", "idle_other": "held work (queued, waiting on a stream or event)"}
@@ -76,9 +90,16 @@ def part_name(part: str) -> str:
     return PART_NAMES.get(part, part)
 
 
+def part_label(part: str) -> str:
+    """:func:`part_name` without its explanation in brackets, for table headers and
+    labels: ``held work``."""
+    return part_name(part).split(" (")[0]
+
+
 def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
-                unusable: dict[int, str] | None = None) -> dict[str, Any]:
-    """The dominant cause over the used steps of every usable rank, time-weighted."""
+                unusable: dict[int, str] | None = None, cpu_only: bool = False) -> dict[str, Any]:
+    """The dominant cause over the used steps of every usable rank, time-weighted.
+    ``cpu_only``: no rank has a GPU event (then there is nothing to charge)."""
     recorded = steps
     if not steps.empty:
         steps = steps[steps["used"].astype(bool) & ~steps["rank"].isin(list(unusable or {}))]
@@ -86,7 +107,7 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
         reasons = set(recorded["excluded_reason"]) if len(recorded) else set()
         causes = set((unusable or {}).values()) | {"capture" for r in reasons if "capture" in r}
         why = next((UNUSABLE_WHY[c] for c in UNUSABLE_WHY if c in causes),
-                   "no GPU work in the profiled steps")
+                   NO_GPU_EVENTS if cpu_only else "no GPU work in the profiled steps")
         return {"primary": None, "summary": f"{why}: no verdict", "fractions": {}}
     total = steps[list(PARTS)].sum()
     fractions = (total / total.sum()).round(4).to_dict()
@@ -95,11 +116,11 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
     median_ms = run_median_step_ms(steps)
     if (steps["step"] < 0).all():  # no step ranges: the trace's window, one per rank
         window_ms, median_ms = median_ms, None
-        summary = (f"{_bound_text(primary, fractions)} over {n_ranks} rank(s), in one "
+        summary = (f"{_bound_text(primary, fractions)} over {plural(n_ranks, 'rank')}, in one "
                    f"{window_ms:.2f} ms window (no steps recorded)")
     else:
-        summary = (f"{_bound_text(primary, fractions)} over {n_ranks} rank(s), median step "
-                   f"{median_ms:.2f} ms")
+        summary = (f"{_bound_text(primary, fractions)} over {plural(n_ranks, 'rank')}, "
+                   f"median step {median_ms:.2f} ms")
     for s in straggler_rows:
         where = s["evidence"].get("wait_collective")
         summary += (f"; rank {s['rank']} is a straggler: the others lose "
@@ -158,7 +179,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     tables["transfers"] = moved
     _split_communication(tables)
     straggler_rows = _straggler_rows(tables.get("stragglers"))
-    verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable)
+    verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable, cpu_only=not gpu)
     steps = diagnosis.steps_report(tables["step_breakdown"],
                                    {s.rank: s.breakdown.get("steps_info") or {} for s in timed})
     findings = diagnosis.health_findings(health, unusable)
@@ -170,8 +191,8 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     findings += [f for r in results[1:] for f in measurement_findings(r, thresholds)]
     findings = _drop_unsupported(findings, unusable, {s.rank for s in gpu})
     findings = consolidate(findings, tables, verdict)
-    if not gpu and not unusable:
-        findings.append(diagnosis.no_gpu_finding())
+    if not gpu and not unusable:  # (kernel records lost is a finding of its own)
+        findings = _cpu_only(summaries, tables, findings)
     ranks = [s.rank for s in summaries]
     notes = list(header.notes) + untrusted + diagnosis.step_notes(
         steps, tables.get("one_off_calls", pd.DataFrame()))
@@ -218,6 +239,26 @@ def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict]
         kernels.combine_kernels([s.kernels for s in gpu], thresholds), used,
     ]
     return results, moved, untrusted
+
+
+def _cpu_only(summaries: list[RankSummary], tables: dict[str, pd.DataFrame],
+              findings: list[Finding]) -> list[Finding]:
+    """A run without GPU events: the CPU ops are what it shows (``top_ops``, with each rank's
+    recorded steps in ``cpu_steps`` to count them per step), and one finding says why there
+    is nothing else, not one per analysis that needs GPU events."""
+    from profkit.analyzers.findings import diagnosis
+    from profkit.analyzers.measure.kernels import top_ops
+
+    tables["top_ops"] = top_ops([s.cpu_ops for s in summaries if s.cpu_ops is not None], TOP_OPS)
+    tables["cpu_steps"] = pd.DataFrame({
+        "rank": [s.rank for s in summaries],
+        "steps": [int((s.breakdown.get("steps_info") or {}).get("count") or 0) for s in summaries]})
+    return [f for f in findings if not _needs_gpu_events(f)] + [diagnosis.no_gpu_finding()]
+
+
+def _needs_gpu_events(f: Finding) -> bool:
+    """A finding that only says an analysis was skipped for want of GPU events."""
+    return f.category == "coverage" and f.message.lower().startswith(NO_GPU_EVENTS.lower())
 
 
 def _drop_unsupported(findings: list[Finding], unusable: dict[int, str],

@@ -11,6 +11,7 @@ from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.result import Finding
 
 from profkit import schema as S
+from profkit.textout import ranks_text
 
 HOST_PARTS = ("cpu_launch", "host_work", "host_sync", "data_loading")
 
@@ -103,7 +104,7 @@ def steps_line(report: dict[str, dict]) -> str:
         text = (f"{len(r['used'])} of {r['recorded']} ({_span(r['used'])})" if r["recorded"]
                 else "one window (the trace has no step ranges)")
         by_text.setdefault(text, []).append(int(rank))
-    return "; ".join(f"rank {rank_ranges(ranks)}: {text}" for text, ranks in by_text.items())
+    return "; ".join(f"{ranks_text(ranks)}: {text}" for text, ranks in by_text.items())
 
 
 def step_notes(report: dict[str, dict], one_offs: pd.DataFrame) -> list[str]:
@@ -125,7 +126,7 @@ def step_notes(report: dict[str, dict], one_offs: pd.DataFrame) -> list[str]:
                     f"({_span(r['used'])}); left out: {left}")
         by_text.setdefault(text, []).append(int(rank))
     for text, ranks in by_text.items():
-        notes.append(f"rank {rank_ranges(ranks)}: {text}")
+        notes.append(f"{ranks_text(ranks)}: {text}")
     for row in one_offs.to_dict("records") if len(one_offs) else []:
         notes.append(f"rank {row['rank']}: one {row['name']} call took {row[S.DUR_NS] / 1e6:.1f} ms "
                      "(a one-off, e.g. CUDA lazy module loading): left out of the window")
@@ -163,5 +164,6 @@ def idle_code_findings(code: pd.DataFrame, ranks: pd.DataFrame, verdict: str | N
 def no_gpu_finding() -> Finding:
     """A run with no GPU events at all (and no rank whose trace explains why)."""
     return Finding(category="input", severity="info", message=(
-        "no GPU events in this run: the breakdown, kernels and efficiency cannot be computed"),
+        "no GPU events in this run (a CPU-only trace): no step breakdown, kernels or "
+        "efficiency, only the CPU ops"),
         recommendation="Profile with ProfilerActivity.CUDA on a GPU machine.")
