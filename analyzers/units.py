@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from profkit.textout import plural
+
 MISSING = "-"
 
 
@@ -40,18 +42,16 @@ def ms(value_ms: Any, per: str = "") -> str:
     return f"{text} {unit}" + (f"/{per}" if per else "")
 
 
+def ms_range(lo_ns: Any, hi_ns: Any) -> str:
+    """``0.958 to 6.02 ms``; ``95.1 us to 0.2 ms`` when the two need other units."""
+    lo, hi = ms_of_ns(lo_ns), ms_of_ns(hi_ns)
+    lo_value, _, lo_unit = lo.partition(" ")
+    return f"{lo_value if lo_unit == hi.partition(' ')[2] else lo} to {hi}"
+
+
 def ms_of_ns(value_ns: Any, per: str = "") -> str:
     v = finite(value_ns)
     return ms(None if v is None else v / 1e6, per)
-
-
-def ms_range(low_ms: Any, high_ms: Any) -> str:
-    """``2602-3030 ms`` (``12.3 ms`` when both read the same, ``50 us-1.2 ms`` across units)."""
-    low, high = ms(low_ms), ms(high_ms)
-    if low == high:
-        return low
-    low_value, _, low_unit = low.partition(" ")
-    return f"{low_value}-{high}" if low_unit == high.partition(" ")[2] else f"{low}-{high}"
 
 
 def pct(frac: Any) -> str:
@@ -124,7 +124,7 @@ def by_key(key: str, value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, (dict, list, tuple)):
-        return f"{len(value)} item(s)"
+        return plural(len(value), "item")
     for suffix, fmt in _BY_SUFFIX:
         if key.endswith(suffix):
             return fmt(value)

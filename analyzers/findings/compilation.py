@@ -82,7 +82,8 @@ def _finding(rank: int, rows: pd.DataFrame, recorded: int) -> Finding:
 
 
 def _each(values_ms, what: str = "") -> str:
-    """'2602-3030 ms of compilation each' over several steps, '1201 ms of compilation' for
+    """'2602 to 3030 ms of compilation each' over several steps, '1201 ms of compilation' for
     one."""
-    text = U.ms_range(float(min(values_ms)), float(max(values_ms))) + (f" {what}" if what else "")
-    return text + (" each" if len(values_ms) > 1 else "")
+    low, high = float(min(values_ms)), float(max(values_ms))
+    text = U.ms(low) if low == high else U.ms_range(low * 1e6, high * 1e6)
+    return text + (f" {what}" if what else "") + (" each" if len(values_ms) > 1 else "")
