@@ -17,12 +17,13 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify import events as classify
 from profkit.classify.flops import (
-    FLOP_OPS,
     PRECISIONS,
     ConvLinks,
     dtype_precision,
     flops_from_shapes,
 )
+from profkit.classify.opfamilies import op_family
+from profkit.classify.traffic import UNKNOWN, op_cost
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns
 from profkit.trace.traceevents import Args, Event, Meta
 from profkit.trace.tracefile import Trace
@@ -35,6 +36,7 @@ _COLL = attrgetter("collective", "in_nelems")  # set on the rows the collectives
 _NO_COLL = (None, None)
 _KIND_CODE = {k: i for i, k in enumerate(S.KINDS)}
 MAX_DUR_US = 86_400e6  # one day: longer is no profiled event; clipped to this
+MAX_MEMO = 200_000  # distinct (op, shapes) costs remembered per trace before starting over
 
 
 class SparseArgs(dict):
@@ -84,7 +86,8 @@ class Accumulator:
         self.names, self.cats = Codes(), Codes()
         self.cat_kind: list[str] = []  # kind of each category code
         self.cat_kind_code: list[int] = []  # the same as a code (index in _KIND_CODE)
-        self.name_wanted: list[bool] = []  # per name code: FLOPs from shapes (_wanted_names)
+        self.name_wanted: list[bool] = []  # per name code: costs from shapes (_wanted_names)
+        self.memo: dict[tuple, tuple] = {}  # (name, raw shapes) -> what _shape_costs found
         self.parts: dict[str, list[np.ndarray]] = {}
         self.coll_args = SparseArgs()
         self.metadata: list[Meta] = []
@@ -118,36 +121,50 @@ class Accumulator:
         for column, attr, kinds in _ARG_COLUMNS:
             values = _read_arg(args, kind, attr, kinds)
             if column == S.FLOPS:
-                self._add_shape_flops(values, name_codes, name, args)
+                self._add_shape_costs(values, name_codes, name, args)
             self._put(column, values)
         has_coll = np.fromiter(map(_NO_COLL.__ne__, map(_COLL, args)), bool, len(args))
         for i in np.flatnonzero(has_coll).tolist():
             self.coll_args[self.rows + i] = args[i]
         self.rows += len(xs)
 
-    def _add_shape_flops(self, flops: np.ndarray, name_codes: np.ndarray, names: list,
+    def _add_shape_costs(self, flops: np.ndarray, name_codes: np.ndarray, names: list,
                          args: list[Args]) -> None:
         """FLOPs of matmul / conv / attention ops from their shapes where the trace has
-        none, and the precision of their inputs (profkit.classify.flops)."""
-        precision = np.zeros(len(names), dtype=np.int8)  # 0: unknown, else 1 + PRECISIONS index
+        none, the bytes and vector FLOPs of every op with a cost formula, and the precision
+        of their inputs (profkit.classify.flops, profkit.classify.traffic). One op's costs
+        are worked out once per distinct set of shapes (memo)."""
+        n = len(names)
+        precision = np.zeros(n, dtype=np.int8)  # 0: unknown, else 1 + PRECISIONS index
+        costs = np.full((3, n), np.nan, dtype=np.float32)  # read, write, vector FLOPs
         # Only the rows of wanted names are looked at (decided once per name, not per event).
         for i in np.flatnonzero(self._wanted_names()[name_codes]).tolist():
             a, name = args[i], names[i]
             if not len(a.input_dims):
                 continue
-            dims, concrete = _json(a.input_dims), _json(a.concrete_inputs)
+            key = (name, bytes(a.input_dims), bytes(a.input_types), bytes(a.concrete_inputs),
+                   bytes(a.input_strides))
+            hit = self.memo.get(key)
+            if hit is None:
+                if len(self.memo) >= MAX_MEMO:
+                    self.memo.clear()
+                hit = self.memo[key] = _shape_costs(name, a, self.conv_links.wants(name))
+            shape_flops, cost, found, dims, concrete = hit
             if np.isnan(flops[i]):
-                flops[i] = flops_from_shapes(name, dims, concrete)
-            self.conv_links.note(self.rows + i, name, dims, concrete, a.seq_number, flops[i])
-            if name in FLOP_OPS:
-                found = dtype_precision(_json(a.input_types))
-                precision[i] = PRECISIONS.index(found) + 1 if found else 0
+                flops[i] = shape_flops
+            if dims is not None:
+                self.conv_links.note(self.rows + i, name, dims, concrete, a.seq_number, flops[i])
+            costs[:, i] = cost
+            precision[i] = found
         self._put(S.FLOPS_DTYPE, precision)
+        for column, values in zip(S.COST_COLUMNS, costs):
+            self._put(column, values)
 
     def _wanted_names(self) -> np.ndarray:
-        """Per name code: whether the name has a FLOP formula or a conv link."""
+        """Per name code: whether the name has a FLOP or cost formula or a conv link."""
         new = list(self.names.index)[len(self.name_wanted):]
-        self.name_wanted.extend(bool(n) and self.conv_links.wants(n) for n in new)
+        self.name_wanted.extend(bool(n) and (self.conv_links.wants(n) or bool(op_family(n)))
+                                for n in new)
         return np.asarray(self.name_wanted, dtype=bool)
 
     def _resolve_conv_links(self) -> None:
@@ -219,6 +236,8 @@ class Accumulator:
             ev[name] = self._take(name, order)
         ev[S.FLOPS_DTYPE] = pd.Categorical.from_codes(
             self._take(S.FLOPS_DTYPE, order).astype(np.int8), categories=("",) + PRECISIONS)
+        for name in S.COST_COLUMNS:
+            ev[name] = self._take(name, order).astype(np.float32)
         return ev
 
     def _take(self, column: str, order: np.ndarray | None = None) -> np.ndarray:
@@ -245,6 +264,18 @@ def _read_arg(args: list[Args], kind: np.ndarray, attr: str, kinds: tuple | None
     if rows:
         out[rows] = to_float(list(map(get, map(args.__getitem__, rows))))
     return out
+
+
+def _shape_costs(name: str, a: Args, linked: bool) -> tuple:
+    """(FLOPs from shapes, (read, write, vector FLOPs), precision code, dims, concrete) of
+    one op; dims and concrete are kept only for the convolution links (``linked``)."""
+    dims, concrete, types = _json(a.input_dims), _json(a.concrete_inputs), _json(a.input_types)
+    shape_flops = flops_from_shapes(name, dims, concrete)
+    cost = (op_cost(name, dims, types, concrete, shape_flops, _json(a.input_strides))
+            if op_family(name) else UNKNOWN)
+    found = dtype_precision(types)
+    code = PRECISIONS.index(found) + 1 if found else 0
+    return shape_flops, cost, code, dims if linked else None, concrete if linked else None
 
 
 def _json(raw) -> object:
