@@ -119,6 +119,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
         groups,
         kernels,
         links,
+        roofline,
         stragglers,
         transfers,
     )
@@ -136,6 +137,8 @@ def combine(header: RunHeader, summaries: list[RankSummary],
         kernels.combine_kernels([s.kernels for s in gpu], thresholds),
         efficiency.combine_efficiency([s.efficiency for s in gpu], thresholds),
     ]
+    results.append(roofline.combine_roofline([s.roofline for s in gpu if s.roofline],
+                                             results[-1].tables["nvml"], thresholds))
     tables = {name: t for r in results for name, t in r.tables.items()}
     health = {s.rank: s.breakdown.get("health") or {} for s in summaries}
     unusable = diagnosis.unusable_ranks(health)
