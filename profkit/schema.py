@@ -8,7 +8,7 @@ distinct values are pandas categoricals.
 from __future__ import annotations
 
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 5
+TABLES_VERSION = 6
 
 # --- events: one row per complete ('X') event of one rank ------------------------------
 TS_NS = "ts_ns"  # start, epoch ns on the aligned clock
@@ -31,6 +31,8 @@ FLOPS = "flops"  # CPU ops: the trace's count, else from input shapes (profkit.c
 BYTES = "bytes"  # memcpy / memset bytes, NaN otherwise
 FLOPS_DTYPE = "flops_dtype"  # CPU ops with a FLOP or cost formula: precision of their inputs
 # (profkit.classify.flops.PRECISIONS), "" when unknown or not such an op (categorical)
+INPUT_DIMS = "input_dims"  # CPU ops recorded with shapes: their ``Input Dims`` as JSON text,
+# e.g. "[[8, 512, 1024], [3072, 1024], []]"; "" when absent (categorical)
 # CPU ops with a cost formula (profkit.classify.traffic), from input shapes and dtypes; NaN
 # otherwise (float32): the bytes their kernels read and write in device memory (compulsory
 # traffic), and the FLOPs of ops outside the matmul / conv / attention formulas of ``flops``
@@ -42,7 +44,7 @@ VECTOR_FLOPS = "vector_flops"
 EVENT_COLUMNS = (
     TS_NS, DUR_NS, NAME, CAT, KIND, CLASS, SUBCLASS, PID, TID, STREAM, DEVICE,
     CORRELATION, EXTERNAL_ID, STEP, BLOCKS_PER_SM, OCCUPANCY_PCT, FLOPS, BYTES, FLOPS_DTYPE,
-    OP_READ_BYTES, OP_WRITE_BYTES, VECTOR_FLOPS,
+    INPUT_DIMS, OP_READ_BYTES, OP_WRITE_BYTES, VECTOR_FLOPS,
 )
 COST_COLUMNS = (OP_READ_BYTES, OP_WRITE_BYTES, VECTOR_FLOPS)
 

@@ -71,6 +71,9 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "roofline": a.table("roofline").nlargest(ROOFLINE_ROWS, "kernel_ms_per_step")
         .to_dict("records") if len(a.table("roofline")) else [],
     }
+    ncu = a.table("ncu_kernels")
+    if not ncu.empty:  # measured by profkit ncu: Nsight Compute's counters per kernel
+        doc["ncu_kernels"] = ncu.to_dict("records")
     return clean_json(doc)
 
 
