@@ -231,7 +231,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
 def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict],
              thresholds: Thresholds) -> tuple[list, pd.DataFrame, list[str]]:
     """Every cross-rank measurement over the ranks with a timeline (breakdown, collectives,
-    stragglers, links, slow groups, kernels, efficiency), the transfers table, and the notes
+    stragglers, links, slow groups, kernels, efficiency, roofline), the transfers table, and the notes
     on the figures that broke physics and were dropped."""
     from profkit.analyzers.findings import trust
     from profkit.analyzers.measure import (
@@ -240,6 +240,7 @@ def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict]
         groups,
         kernels,
         links,
+        roofline,
         stragglers,
         transfers,
     )
@@ -260,6 +261,8 @@ def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict]
         links.judge_links(coll, peak, thresholds),
         groups.find_slow_groups(coll, thresholds),
         kernels.combine_kernels([s.kernels for s in gpu], thresholds), used,
+        roofline.combine_roofline([s.roofline for s in gpu if s.roofline],
+                                  used.tables["nvml"], thresholds),
     ]
     return results, moved, untrusted
 

@@ -57,6 +57,16 @@ class Thresholds:
     FLOP/s are only a lower bound. Seen: 0.7-1.0 on eager training and inference traces
     recorded with shapes (samples/runs, ResNets, Qwen, BERT), 0.3-0.4 with fbgemm custom
     ops, 0-0.1 on CUDA-graph replays and custom-op MoE models."""
+    roofline_latency_ns: int = 5_000
+    """A kernel whose work takes less than this at the device's roofs (FLOPs at the compute
+    peak, bytes at the HBM peak) is latency-bound: launch and ramp-up, 2-5 us per kernel on
+    current GPUs, dominate (docs/roofline.md)."""
+    memory_bound_frac: float = 0.25
+    """Memory-bound kernels (roofline) taking at least this share of the step: say so, with
+    the ops and the fix (fusion, fused optimizers, channels_last, a better implementation)."""
+    precision_min_gemm_frac: float = 0.20
+    """fp32 GEMMs off the tensor cores are worth a finding only when GEMMs take at least this
+    share of the step: a GNN whose GEMMs are 7% of it gains little from tensor cores."""
     flops_per_step: float | None = None
     """Model FLOPs of one step on one rank (e.g. 6 x parameters x tokens for a dense
     transformer), used instead of the FLOPs counted from the trace; MFU is then judged
