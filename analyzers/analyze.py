@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from profkit.analyzers.findings.advice import breakdown_findings
+from profkit.analyzers.findings.compilation import compile_findings
 from profkit.analyzers.findings.consolidate import consolidate
 from profkit.analyzers.findings.diagnosis import UNUSABLE_WHY
 from profkit.analyzers.findings.judge import measurement_findings
@@ -17,7 +18,8 @@ from profkit.analyzers.measure.breakdown import (
     combine_breakdown,
     dominant_part,
 )
-from profkit.analyzers.measure.steps import run_median_step_ms
+from profkit.analyzers.measure.compilation import COMPILE_NS
+from profkit.analyzers.measure.steps import compiling_ranks, run_median_step_ms
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.result import Finding
 from profkit.analyzers.summaries import RankSummary, summarize_rank
@@ -25,12 +27,15 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import datacodec
 from profkit.model import Run, world_size
+from profkit.textout import plural, ranks_text
 
 SCHEMA = "profkit.analysis/1"
+NO_GPU_EVENTS = "no GPU events in this run"
+TOP_OPS = 50  # CPU ops kept for a run without GPU events (as kernels.combine_kernels keeps)
 
 
 @datacodec.register
-@dataclass
+@dataclass(repr=False)
 class Analysis:
     """Everything profkit concluded about a run; renderers and the dashboard read this."""
 
@@ -42,6 +47,15 @@ class Analysis:
 
     def table(self, name: str) -> pd.DataFrame:
         return self.tables.get(name, pd.DataFrame())
+
+    def __repr__(self) -> str:
+        """One line: the run, its ranks and the verdict (the tables and findings are
+        attributes; a notebook shows them through ``_repr_html_``)."""
+        ranks = (self.run or {}).get("ranks_analyzed") or []
+        summary = str((self.verdict or {}).get("summary", ""))
+        return (f"<Analysis of {(self.run or {}).get('path')!s}: "
+                f"{ranks_text(ranks) if ranks else 'no ranks'}; {summary}; "
+                f"{plural(len(self.findings), 'finding')}>")
 
     def _repr_html_(self) -> str:
         """Notebook display: verdict, breakdown chart, findings (see analyzers/report/html.py)."""
@@ -66,6 +80,8 @@ class RunHeader:
                    run.ncu)
 
 
+# How the breakdown parts (and kernel classes) read in every report: text, Markdown, HTML,
+# the notebook and the dashboard. The JSON report and the tables keep the keys.
 PART_NAMES = {"memcpy": "transfer", "cpu_launch": "launch overhead", "host_work": "host work",
               "data_loading": "data loading",
               "host_sync": "host sync", "idle_other": "held work (queued, waiting on a stream or event)"}
@@ -76,17 +92,26 @@ def part_name(part: str) -> str:
     return PART_NAMES.get(part, part)
 
 
+def part_label(part: str) -> str:
+    """:func:`part_name` without its explanation in brackets, for table headers and
+    labels: ``held work``."""
+    return part_name(part).split(" (")[0]
+
+
 def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
-                unusable: dict[int, str] | None = None) -> dict[str, Any]:
-    """The dominant cause over the used steps of every usable rank, time-weighted."""
+                unusable: dict[int, str] | None = None, cpu_only: bool = False) -> dict[str, Any]:
+    """The dominant cause over the used steps of every usable rank, time-weighted.
+    ``cpu_only``: no rank has a GPU event (then there is nothing to charge)."""
     recorded = steps
     if not steps.empty:
         steps = steps[steps["used"].astype(bool) & ~steps["rank"].isin(list(unusable or {}))]
     if steps.empty or steps["step_ns"].sum() == 0:
         reasons = set(recorded["excluded_reason"]) if len(recorded) else set()
         causes = set((unusable or {}).values()) | {"capture" for r in reasons if "capture" in r}
-        why = next((UNUSABLE_WHY[c] for c in UNUSABLE_WHY if c in causes),
-                   "no GPU work in the profiled steps")
+        cause = next((c for c in UNUSABLE_WHY if c in causes), None)
+        why = (_compile_why(recorded, unusable or {}) if cause == "compile"
+               else UNUSABLE_WHY[cause] if cause
+               else NO_GPU_EVENTS if cpu_only else "no GPU work in the profiled steps")
         return {"primary": None, "summary": f"{why}: no verdict", "fractions": {}}
     total = steps[list(PARTS)].sum()
     fractions = (total / total.sum()).round(4).to_dict()
@@ -95,11 +120,11 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
     median_ms = run_median_step_ms(steps)
     if (steps["step"] < 0).all():  # no step ranges: the trace's window, one per rank
         window_ms, median_ms = median_ms, None
-        summary = (f"{_bound_text(primary, fractions)} over {n_ranks} rank(s), in one "
+        summary = (f"{_bound_text(primary, fractions)} over {plural(n_ranks, 'rank')}, in one "
                    f"{window_ms:.2f} ms window (no steps recorded)")
     else:
-        summary = (f"{_bound_text(primary, fractions)} over {n_ranks} rank(s), median step "
-                   f"{median_ms:.2f} ms")
+        summary = (f"{_bound_text(primary, fractions)} over {plural(n_ranks, 'rank')}, "
+                   f"median step {median_ms:.2f} ms")
     for s in straggler_rows:
         where = s["evidence"].get("wait_collective")
         summary += (f"; rank {s['rank']} is a straggler: the others lose "
@@ -107,6 +132,20 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
                     + (f" in {where}" if where else ""))
     return {"primary": primary, "summary": summary, "fractions": fractions,
             "median_step_ms": median_ms}
+
+
+def _compile_why(recorded: pd.DataFrame, unusable: dict[int, str]) -> str:
+    """'every profiled step compiles (3 of 3, 99% of each in torch.compile), ...': the ranks
+    whose every used step compiles (``steps.compiling_ranks``) give no verdict."""
+    compiling = [r for r, why in unusable.items() if why == "compile"]
+    rows = recorded[recorded["rank"].isin(compiling) & recorded["used"].astype(bool)]
+    share = rows[COMPILE_NS] / rows["step_ns"].clip(lower=1)
+    low, high = f"{share.min():.0%}", f"{share.max():.0%}"
+    per_rank = rows.groupby("rank").size()
+    steps = (f"{per_rank.iloc[0]} of {per_rank.iloc[0]}" if per_rank.nunique() == 1
+             else f"{len(rows)} rank-steps")
+    return (f"{UNUSABLE_WHY['compile']} ({steps}, {low if low == high else f'{low}-{high}'} "
+            "of each in torch.compile), so none shows the steady state")
 
 
 def _bound_text(primary: str, fractions: dict[str, float]) -> str:
@@ -153,25 +192,30 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     results.append(ncu.join_counters(tables["top_kernels"], header.ncu, tables.get("roofline"),
                                      thresholds))
     tables.update(results[-1].tables)
+    unusable.update({r: "compile" for r in compiling_ranks(tables["step_breakdown"],
+                                                            thresholds.compile_step_frac)
+                     if r not in unusable})
     tables["rank_breakdown"] = tables["rank_breakdown"][
         ~tables["rank_breakdown"]["rank"].isin(list(unusable))].reset_index(drop=True)
     tables["transfers"] = moved
     _split_communication(tables)
     straggler_rows = _straggler_rows(tables.get("stragglers"))
-    verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable)
+    verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable, cpu_only=not gpu)
     steps = diagnosis.steps_report(tables["step_breakdown"],
-                                   {s.rank: s.breakdown.get("steps_info") or {} for s in timed})
+                                   {s.rank: s.breakdown.get("steps_info") or {} for s in timed},
+                                   tables.get("compilation"))
     findings = diagnosis.health_findings(health, unusable)
     findings += breakdown_findings(tables["rank_breakdown"], thresholds,
                                    tables["step_breakdown"], tables["transfers"])
+    findings += compile_findings(tables.get("compilation"), tables["step_breakdown"], thresholds)
     findings += diagnosis.idle_code_findings(
         tables.get("idle_code", pd.DataFrame()), tables["rank_breakdown"], verdict["primary"],
         {int(r): len(v["used"]) for r, v in steps.items()})
     findings += [f for r in results[1:] for f in measurement_findings(r, thresholds)]
     findings = _drop_unsupported(findings, unusable, {s.rank for s in gpu})
     findings = consolidate(findings, tables, verdict)
-    if not gpu and not unusable:
-        findings.append(diagnosis.no_gpu_finding())
+    if not gpu and not unusable:  # (kernel records lost is a finding of its own)
+        findings = _cpu_only(summaries, tables, findings)
     ranks = [s.rank for s in summaries]
     notes = list(header.notes) + untrusted + diagnosis.step_notes(
         steps, tables.get("one_off_calls", pd.DataFrame()))
@@ -187,7 +231,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
 def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict],
              thresholds: Thresholds) -> tuple[list, pd.DataFrame, list[str]]:
     """Every cross-rank measurement over the ranks with a timeline (breakdown, collectives,
-    stragglers, links, slow groups, kernels, efficiency), the transfers table, and the notes
+    stragglers, links, slow groups, kernels, efficiency, roofline), the transfers table, and the notes
     on the figures that broke physics and were dropped."""
     from profkit.analyzers.findings import trust
     from profkit.analyzers.measure import (
@@ -196,6 +240,7 @@ def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict]
         groups,
         kernels,
         links,
+        roofline,
         stragglers,
         transfers,
     )
@@ -216,18 +261,40 @@ def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict]
         links.judge_links(coll, peak, thresholds),
         groups.find_slow_groups(coll, thresholds),
         kernels.combine_kernels([s.kernels for s in gpu], thresholds), used,
+        roofline.combine_roofline([s.roofline for s in gpu if s.roofline],
+                                  used.tables["nvml"], thresholds),
     ]
     return results, moved, untrusted
 
 
+def _cpu_only(summaries: list[RankSummary], tables: dict[str, pd.DataFrame],
+              findings: list[Finding]) -> list[Finding]:
+    """A run without GPU events: the CPU ops are what it shows (``top_ops``, with each rank's
+    recorded steps in ``cpu_steps`` to count them per step), and one finding says why there
+    is nothing else, not one per analysis that needs GPU events."""
+    from profkit.analyzers.findings import diagnosis
+    from profkit.analyzers.measure.kernels import top_ops
+
+    tables["top_ops"] = top_ops([s.cpu_ops for s in summaries if s.cpu_ops is not None], TOP_OPS)
+    tables["cpu_steps"] = pd.DataFrame({
+        "rank": [s.rank for s in summaries],
+        "steps": [int((s.breakdown.get("steps_info") or {}).get("count") or 0) for s in summaries]})
+    return [f for f in findings if not _needs_gpu_events(f)] + [diagnosis.no_gpu_finding()]
+
+
+def _needs_gpu_events(f: Finding) -> bool:
+    """A finding that only says an analysis was skipped for want of GPU events."""
+    return f.category == "coverage" and f.message.lower().startswith(NO_GPU_EVENTS.lower())
+
+
 def _drop_unsupported(findings: list[Finding], unusable: dict[int, str],
                       gpu_ranks: set[int]) -> list[Finding]:
-    """Findings a rank's trace cannot support (graph capture only, kernel records lost) go:
-    only the finding that says why stays."""
+    """Findings a rank's trace cannot support (graph capture only, kernel records lost,
+    every step compiling) go: only the finding that says why stays."""
     if not unusable:
         return findings
     nothing_left = not (gpu_ranks - set(unusable))
-    return [f for f in findings if f.category == "trace"
+    return [f for f in findings if f.category in ("trace", "compile")
             or (f.rank not in unusable and not (nothing_left and f.rank is None))]
 
 

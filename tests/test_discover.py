@@ -117,3 +117,17 @@ def test_profkit_names(name, expected):
 def test_capture_numbers():
     assert discover.capture_number(Path("capture-3-20261122T000000")) == 3
     assert discover.capture_number(Path("captures")) is None
+
+
+def test_files_that_cannot_be_traces_are_not_listed(run):
+    """A README, LICENSE, SOURCE.md or notes beside the traces are not a line in every
+    report; a file named like a trace in a form profkit does not read is."""
+    for name in ("LICENSE", "SOURCE.md", "README.md", "notes.txt", "train.py", "run.log"):
+        (run / name).write_text("not a trace")
+    for name in ("rank2.json.zst", "rank3.pt.trace.json.gz.1", "rank4.pt.trace"):
+        (run / name).write_bytes(b"\x28\xb5\x2f\xfd")
+    traces, skipped = find_trace_files(run)
+    assert names(traces) == TRACES
+    assert reasons(skipped) == {n: "not a trace file (expected .json or .json.gz)"
+                                for n in ("rank2.json.zst", "rank3.pt.trace.json.gz.1",
+                                          "rank4.pt.trace")}

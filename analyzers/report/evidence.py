@@ -16,6 +16,7 @@ from profkit.analyzers import units as U
 from profkit.analyzers.measure.fusion import SEQUENCE_SEP
 
 from profkit.classify.names import short_kernel_name
+from profkit.textout import plural
 
 MAX_ITEMS = 4
 MAX_CHARS = 200  # one evidence line, at most
@@ -41,6 +42,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "count": lambda v: str(len(v)) if isinstance(v, (list, dict)) else U.number(v),
     "list": lambda v: ", ".join(map(str, v[:3])) if isinstance(v, list) else str(v),
     "calls": _calls, "kernels": _kernels, "text": lambda v: U.clip(str(v), 60),
+    "slow_calls": lambda v: plural(int(v), "slow call") if U.finite(v) is not None else U.MISSING,
 }
 
 _PART = (("{} ({} of a {} step)", "ms_per_step:ms/step", "fraction:pct", "step_time_ms:ms"),
@@ -79,16 +81,32 @@ ITEMS: dict[str, tuple[tuple[str, ...], ...]] = {
             ("FLOP coverage {}", "flop_coverage:pct"), ("precision {}", "precision_mix:text"),
             ("FLOP coverage {} to {} (needs {})", "flop_coverage_min:pct",
              "flop_coverage_max:pct", "min_flop_coverage_frac:pct")),
-    "precision": (("fp32 GEMMs {} of {} GEMM time", "fp32_gemm_ns", "gemm_time_ns"),
+    "precision": (("fp32 GEMMs {} of {} GEMM time", "fp32_gemm_ns_per_step:ns/step",
+                   "gemm_ns_per_step:ns/step"),
+                  ("in bf16 about {}", "bf16_estimate_ns_per_step:ns/step"),
                   ("tensor cores {} of GEMM time", "tensor_core_gemm_frac:pct"),
                   ("device {}", "device_model:text")),
+    "memory_bound": (("{} of the step ({})", "fraction:pct", "memory_ms_per_step:ms/step"),
+                     ("{} of {} peak", "achieved_gbps:gbps", "peak_gbps:gbps"),
+                     ("?math-bound {}", "math_ms_per_step:ms/step"),
+                     ("?fused: {} instead of {} per step", "fusable_chains.min_bytes:size",
+                      "fusable_chains.bytes:size"),
+                     ("DRAM {}% of peak by NVML GPM vs {}% estimated", "gpm_dram_bw_pct:num",
+                      "estimated_dram_bw_pct:num")),
     "throttling": (("SM clock min {}, mean {}", "sm_clock_min_mhz", "sm_clock_mean_mhz"),
                    ("{} of {} samples held back", "throttle_samples:num", "clock_samples:num"),
                    ("reasons {}", "throttle_reasons:text")),
+    "compile": (("{} compiling in a {} step", "compile_ms_per_step:ms",
+                 "compiling_step_ms:ms"),
+                ("?{} Dynamo frame compiles", "frame_compiles:num"),
+                ("?Inductor {}", "phase_ms_per_step.inductor:ms/step"),
+                ("?AOTAutograd {}", "phase_ms_per_step.aot_autograd:ms/step"),
+                ("?Dynamo {}", "phase_ms_per_step.dynamo:ms/step"),
+                ("?autotuning {}", "phase_ms_per_step.autotune:ms/step")),
     "memory": (("peak {} of {} ({})", "peak_mem_bytes", "mem_capacity_bytes", "peak_mem_frac"),),
     "idle_code": (("GPU idle {}", "idle_ms_per_step:ms/step"),
                   ("longest: {} ({})", "top.0.code:text", "top.0.ms_per_step:ms/step")),
-    "runtime_calls": (("{} slow call(s), {} ({} of the step)", "slow_runtime_calls:num",
+    "runtime_calls": (("{}, {} ({} of the step)", "slow_runtime_calls:slow_calls",
                        "slow_runtime_ns", "slow_frac:pct"), ("{}", "calls:calls")),
     "fusion": (("{} sequences, the first x{}", "sequences:count", "counts.0:num"),
                ("first: {}", "sequences.0:kernels")),

@@ -46,6 +46,15 @@ def is_trace_name(path: Path) -> bool:
     return name.endswith(TRACE_SUFFIXES) and name != RUN_JSON and not name.startswith(TMP_PREFIX)
 
 
+def may_be_trace(path: Path) -> bool:
+    """Whether a file profkit does not read is named like a trace all the same (worth a
+    line in the report): ``rank0.json.zst``, ``trace.json.gz.1``, ``rank1.pt.trace``; not a
+    README, a LICENSE, notes or a script."""
+    name = path.name.lower()
+    return (name != RUN_JSON and not name.startswith(".")
+            and (".json" in name or ".pt.trace" in name))
+
+
 def rank_from_name(path: str | Path) -> int | None:
     """Rank from a file name such as ``rank3.json``, ``rank-3.json.gz`` or
     ``rank_3.<worker>.pt.trace.json``; None if the name carries none."""
@@ -160,9 +169,9 @@ def _add_file(item: Path, st: os.stat_result, found: Found) -> None:
     if item.parent.name in QUIET_DIRS or name.startswith(TMP_PREFIX):
         return  # a profkit data folder, or a file still being written
     if not is_trace_name(item):
-        if name != RUN_JSON and not name.startswith("."):
+        if may_be_trace(item):  # named like a trace in a form profkit does not read
             found.skipped.append(SkippedFile(str(item), "not a trace file (expected .json or .json.gz)"))
-        return
+        return  # a README, LICENSE, notes.txt, a script: not a trace, said nowhere
     first = found.seen.setdefault((st.st_dev, st.st_ino), item)
     if first != item:
         found.skipped.append(SkippedFile(str(item), f"the same file as {first}, read once"))

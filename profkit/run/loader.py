@@ -26,6 +26,7 @@ from profkit.run.counters import load_counters
 from profkit.run.ncufiles import load_ncu_counters
 from profkit.run.pool import process_pool, sigint_blocked
 from profkit.run.rankfiles import RankFiles
+from profkit.textout import rank_ranges, ranks_text
 from profkit.trace import ingest, tracefile
 from profkit.trace.header import header_facts, process_names
 
@@ -263,7 +264,7 @@ def choose_ranks(root: Path, results: list, meta: dict, skipped: list[SkippedFil
     wanted = None if ranks is None else set(ranks)
     chosen = rankfiles.assign(good, meta, skipped, notes, strict, wanted)
     if wanted is not None:
-        chosen = {r: c for r, c in chosen.items() if r in wanted}
+        chosen = _wanted_ranks(root, chosen, wanted, notes)
     if chosen and cycle is not None:
         chosen = rankfiles.select_cycle(chosen, cycle, notes)
         if not chosen:
@@ -273,6 +274,21 @@ def choose_ranks(root: Path, results: list, meta: dict, skipped: list[SkippedFil
         detail = "; ".join(f"{s.path}: {s.reason}" for s in skipped) or "nothing readable"
         raise NoTracesError(f"{root}: no readable trace ({detail})")
     return chosen
+
+
+def _wanted_ranks(root: Path, chosen: dict[int, RankFiles], wanted: set[int],
+                  notes: list[str]) -> dict[int, RankFiles]:
+    """The ranks of ``chosen`` that ``--ranks`` asked for; a :class:`UsageError` naming the
+    ranks the run has when none of them is there, a note naming those that are not."""
+    kept = {r: c for r, c in chosen.items() if r in wanted}
+    absent = sorted(wanted - set(chosen))
+    has = f"it has traces of {ranks_text(chosen)}" if chosen else "it has no readable trace"
+    if not kept and chosen:
+        raise UsageError(f"--ranks {rank_ranges(wanted)}: {root} has no trace of "
+                         f"{ranks_text(absent)}; {has}")
+    if absent and kept:
+        notes.append(f"--ranks: no trace of {ranks_text(absent)} in this run ({has})")
+    return kept
 
 
 def rank_data(files: list[Ingested] | Ingested, rank: int, source: str) -> RankData:

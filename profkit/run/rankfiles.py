@@ -33,6 +33,7 @@ from profkit import schema as S
 from profkit.errors import RunConflictError
 from profkit.model import SkippedFile
 from profkit.run import discover
+from profkit.textout import rank_ranges, ranks_text  # noqa: F401  (rank_ranges: kept importable from here)
 
 log = logging.getLogger(__name__)
 # Event kinds recorded by the profiled process itself (GPU events use the device as pid).
@@ -269,7 +270,7 @@ def select_cycle(chosen: dict[int, RankFiles], cycle: int, notes: list[str]) -> 
         else:
             missing.append(rank)
     if missing:
-        notes.append(f"rank(s) {rank_ranges(missing)}: no profiler cycle {cycle}; left out")
+        notes.append(f"{ranks_text(missing)}: no profiler cycle {cycle}; left out")
     return out
 
 
@@ -286,7 +287,7 @@ def cycle_notes(chosen: dict[int, RankFiles], cycle: int | None) -> list[str]:
         else:
             continue
         by_text.setdefault(text, []).append(rank)
-    return [f"rank {rank_ranges(ranks)}: {text}" for text, ranks in by_text.items()]
+    return [f"{ranks_text(ranks)}: {text}" for text, ranks in by_text.items()]
 
 
 def _steps_text(metas: list[dict]) -> str:
@@ -297,18 +298,6 @@ def _steps_text(metas: list[dict]) -> str:
         return ""
     renumbered = " (renumbered: the cycles' ProfilerStep numbers repeat)" if any(offsets) else ""
     return f" as steps {ranges[0][0]}-{ranges[-1][1]}{renumbered}"
-
-
-def rank_ranges(ranks) -> str:
-    """Ranks as a compact string: [0, 1, 2, 3, 5] -> "0-3,5"."""
-    ranks = sorted(set(int(r) for r in ranks))
-    parts, start = [], None
-    for i, r in enumerate(ranks):
-        start = r if start is None else start
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            parts.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ",".join(parts)
 
 
 def _short(host: str) -> str:
