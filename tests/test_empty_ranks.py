@@ -44,7 +44,7 @@ def run_with(tmp_path: Path, doc) -> tuple[Path, Path]:
 def test_an_empty_rank_is_named_once_and_the_others_analysed(tmp_path, capsys, shape):
     run, bad = run_with(tmp_path, EMPTY_FILES[shape])
     assert cli.main(["analyze", str(run), "--no-cache", "--workers", "1"]) == 0
-    out, err = capsys.readouterr()
+    out, err = (" ".join(text.split()) for text in capsys.readouterr())  # lines may wrap
     assert "1 of 2 ranks analysed: 1 missing (1)" in out
     assert f"skipped: {bad}: no usable events" in out
     assert (out + err).count(str(bad)) == 1, out + err
@@ -59,7 +59,7 @@ def test_an_empty_rank_is_skipped_by_every_reader(tmp_path, capsys, shape):
     assert [s.path for s in loaded.skipped] == [str(bad)]
     assert cli.main(["analyze", str(run), "--no-cache", "--workers", "1", "--strict"]) == 7
     assert cli.main(["summary", str(run), "--no-cache"]) == 0
-    assert f"skipped: {bad}: no usable events" in capsys.readouterr().out
+    assert f"skipped: {bad}: no usable events" in " ".join(capsys.readouterr().out.split())
 
 
 def test_a_cpu_only_rank_beside_a_gpu_rank_is_analysed(tmp_path, capsys):

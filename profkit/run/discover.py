@@ -179,6 +179,14 @@ def _add_file(item: Path, st: os.stat_result, found: Found) -> None:
     found.traces.append(item)
 
 
+def listing(skipped: list[SkippedFile], most: int = 5) -> str:
+    """The entries a walk left out, for an error that says nothing was found."""
+    if not skipped:
+        return ""
+    more = f"; and {len(skipped) - most} more" if len(skipped) > most else ""
+    return " (skipped: " + "; ".join(f"{s.path}: {s.reason}" for s in skipped[:most]) + more + ")"
+
+
 def _capture_reason(folder: Path) -> str:
     return (f"on-demand capture {capture_number(folder)}: a run of its own "
             f"(read it with: profkit analyze {folder})")

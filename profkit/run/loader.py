@@ -235,16 +235,8 @@ def open_run(path: str | Path) -> tuple[Path, Path, dict[str, Any], list[Path], 
     if not files:
         lost = "".join(f"; rank {r}: {why}" for r, why in capture_losses(folder).items())
         raise NoTracesError(f"{root}: no trace files (.json or .json.gz) found{lost}"
-                            f"{_listing(skipped)}")
+                            f"{discover.listing(skipped)}")
     return root, folder, meta, files, skipped
-
-
-def _listing(skipped: list[SkippedFile], most: int = 5) -> str:
-    """The entries a walk left out, for an error that says nothing was found."""
-    if not skipped:
-        return ""
-    more = f"; and {len(skipped) - most} more" if len(skipped) > most else ""
-    return " (skipped: " + "; ".join(f"{s.path}: {s.reason}" for s in skipped[:most]) + more + ")"
 
 
 def choose_ranks(root: Path, results: list, meta: dict, skipped: list[SkippedFile],
