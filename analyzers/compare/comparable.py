@@ -12,6 +12,10 @@ Two kinds of difference, from the two analyses alone:
 - **Another setting** (``warnings``: the verdict stands, flagged): other GPU models, another
   world size, or one of the two mix measures low. Comparing one workload on other hardware
   or at another scale is a question users ask on purpose, and its answer is the step time.
+- **Part of a run** (``warnings``): a side missing ranks of its world, or whose run did not
+  end well (:mod:`profkit.analyzers.measure.coverage`, what the report header says too):
+  its step times are those of the ranks analysed, and a straggler among the missing is not
+  seen.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.measure.coverage import ended_badly, missing_ranks
 from profkit.analyzers.measure.steps import USED
 from profkit.analyzers.measure.tables import name_mask
 from profkit.analyzers.thresholds import Thresholds
 
 from profkit import schema as S
+from profkit.run.rankfiles import rank_ranges
 
 BACKWARD_RE = re.compile(r"Backward\d*$|^autograd::engine::evaluate_function|^Optimizer\.step")
 
@@ -123,9 +129,26 @@ def _setting(base, new, out: Comparability) -> None:
         out.warnings.append(f"different world size: {world[0]} vs {world[1]}")
 
 
+def _coverage(base, new, out: Comparability) -> None:
+    """A side that is not the whole run: ranks missing, or a run that did not end well."""
+    out.evidence["ranks_missing"] = [missing_ranks(a.run) for a in (base, new)]
+    for side, a in (("base", base), ("new", new)):
+        if ended_badly(a.run):
+            out.warnings.append(f"{side} run status: {a.run['status']}")
+        missing = missing_ranks(a.run)
+        if missing:
+            listed = rank_ranges(missing)
+            listed = listed if len(listed) <= 80 else listed[:77] + "..."
+            analysed = len(a.run.get("ranks_analyzed") or [])
+            out.warnings.append(f"{side}: {len(missing)} of {a.run.get('world_size')} ranks "
+                                f"missing ({listed}); its steps are those of the {analysed} "
+                                "rank(s) analysed")
+
+
 def comparability(base, new, th: Thresholds) -> Comparability:
     """What stops two analyses being compared, and what differs besides (module doc)."""
     out = Comparability()
     _workload(base, new, th, out)
     _setting(base, new, out)
+    _coverage(base, new, out)
     return out

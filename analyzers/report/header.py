@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from profkit.analyzers.measure.coverage import BAD_STATUS, missing_ranks
 from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.report.units import clip
 
@@ -28,7 +29,6 @@ from profkit.run.loader import MERGED_OUTPUT
 MAX_STATUS_RANKS = 3  # the status line names this many failed ranks, then counts the rest
 MAX_SKIPPED_SHOWN = 10  # text and Markdown list this many skipped files, then count the rest
 MAX_NOTES_SHOWN = 10
-BAD_STATUS = ("failed", "incomplete", "running")
 GUESSED_RANK = "by file order"  # the end of the loader's note for a rank taken from file order
 
 
@@ -47,15 +47,6 @@ def status_line(run: dict[str, Any]) -> str | None:
 
 def _rank_key(rank: Any) -> tuple[int, str]:
     return (int(rank), "") if str(rank).isdigit() else (1 << 62, str(rank))
-
-
-def missing_ranks(run: dict[str, Any]) -> list[int]:
-    """Ranks of the world that were not analysed (and not left out on purpose)."""
-    world = int(run.get("world_size") or 0)
-    analysed = {int(r) for r in run.get("ranks_analyzed") or []}
-    selected = run.get("ranks_selected")
-    wanted = set(range(world)) if selected is None else {int(r) for r in selected} & set(range(world))
-    return sorted(wanted - analysed)
 
 
 def ranks_line(run: dict[str, Any]) -> str:
