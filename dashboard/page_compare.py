@@ -67,18 +67,16 @@ def _diff_parts(d) -> tuple:
             delta_rows(d.tables.get("diff_ops", pd.DataFrame()), "op"))
 
 
-def _table(table_id: str, what: str, rows: list[dict]):
-    cols = pd.DataFrame(columns=[what, "base_ms", "new_ms", "delta_ms"])
-    cols = cols.astype({c: float for c in ("base_ms", "new_ms", "delta_ms")})
-    table = C.data_table(table_id, cols, page_size=10)
-    # units in the headers; the ids stay (the delta colours filter on delta_ms)
-    table.columns = [{**c, "name": SHOWN.get(c["id"], c["name"])} for c in table.columns]
-    if what == "kernel" and rows:  # short names, the full one on hover
-        full = [str(r.get("kernel", "")) for r in rows]
-        rows = [{**r, "kernel": name} for r, name in zip(rows, short_kernel_names(full))]
-        table.tooltip_data = [{"kernel": {"value": name, "type": "text"}} for name in full]
-    table.data = rows
-    return table
+def _table(table_id: str, what: str, rows: list[dict]) -> html.Div:
+    """The kernels or ops that moved: base, new and change per step and rank (ms), names
+    short with the full one on hover, the change coloured (slower red, faster green)."""
+    frame = pd.DataFrame(rows, columns=[what, *SHOWN]).astype({c: float for c in SHOWN})
+    full = None
+    if what == "kernel" and len(frame):  # short names, the full one on hover
+        full = {what: frame[what].astype(str).tolist()}
+        frame[what] = short_kernel_names(full[what])
+    return C.data_table(table_id, frame, page_size=10, full=full, headers=SHOWN,
+                        deltas=("delta_ms",))
 
 
 def _picker(label: str, picker_id: str, options: list[dict], value: str | None,

@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 from profkit.dashboard.app import default_roots
-from profkit.dashboard.registry import RunRegistry
+from profkit.dashboard.registry import RunRegistry, run_key
 
 from tests.dashboard.conftest import BAD_RUNS
 
@@ -102,10 +102,10 @@ def test_kernels_tables_and_class_filter(page):
     graph_ready(page, "k-chart")
     table = page.locator("#k-kernels")
     # kernel names as people read them, the full name on hover
-    cell = table.locator("td:has-text('nccl AllReduce f32')").first
+    cell = table.locator(".ag-cell:has-text('nccl AllReduce f32')").first
     assert "ncclDevKernel" not in table.inner_text()
     cell.hover()
-    tip = page.locator(".dash-table-tooltip")
+    tip = page.locator(".ag-tooltip")
     tip.wait_for()
     assert "ncclDevKernel_AllReduce_Sum_f32" in tip.inner_text()
     assert "aten::mm" in page.locator("#k-ops").inner_text()
@@ -146,7 +146,7 @@ def test_compare_renders_the_diff(page):
     assert "regressed" in verdict.inner_text()
     graph_ready(page, "cmp-parts")
     assert "nccl AllReduce" in page.locator("#cmp-kernels").inner_text()  # short names
-    assert page.locator("#cmp-ops tbody tr").count() > 2
+    assert page.locator("#cmp-ops .ag-center-cols-container .ag-row").count() > 2
     assert "rank 1 became a straggler" in verdict.inner_text()
 
 
@@ -186,6 +186,26 @@ def test_compare_shows_the_diff_verdict_and_its_reasons(page, base, new, verdict
     box.locator(".badge").wait_for()
     assert box.locator(".badge").inner_text().lower() == verdict
     assert why in box.inner_text()
+
+
+def test_compare_warns_when_a_side_misses_a_rank_and_shows_every_column(page, missing_run):
+    """zoo/straggler against itself without rank 1: the steps match (unchanged), and the
+    verdict says, as `profkit diff` does, that the new side is half the run. At the test
+    viewport (1400 px) every column of the tables that moved is inside its card."""
+    new = run_key(missing_run.name, missing_run.resolve())
+    page.goto(f"{page.base}/compare?base={KEYS['zoo/straggler']}&new={new}")
+    box = page.locator("#cmp-verdict")
+    box.locator(".badge").wait_for()
+    assert box.locator(".badge").inner_text().lower() == "unchanged"
+    warnings = box.locator(".diff-warnings").inner_text()
+    assert "new: 1 of 2 ranks missing (1); its steps are those of the 1 rank(s) analysed" in warnings
+    for table in ("#cmp-kernels", "#cmp-ops"):
+        card = page.locator(table).locator("xpath=ancestor::section[1]").bounding_box()
+        header = page.locator(f"{table} [role=columnheader][col-id='delta_ms']")
+        header.wait_for()
+        cell = header.bounding_box()
+        assert "change (ms/step/rank)" in header.inner_text()
+        assert card["x"] <= cell["x"] and cell["x"] + cell["width"] <= card["x"] + card["width"]
 
 
 @pytest.mark.parametrize("bad", ["not-a-run", "..%2F..%2Fetc%2Fpasswd", "..%2Fpyproject.toml"])
