@@ -1,5 +1,7 @@
 """Compare: pick two runs, see whether the change helped: the diff verdict (the same as
-``profkit diff``: improved, regressed, unchanged, or not comparable, with its warnings),
+``profkit diff``, from :mod:`profkit.analyzers.compare`: improved, regressed, unchanged, or
+not comparable with its reasons; its warnings: a side missing ranks, other GPUs or world
+size, kernels or CPU ops that barely overlap), what it measured of how alike the runs are,
 step time by part (base vs new) and the kernels and ops that moved most.
 
 No pair is picked for the user. The URL carries the pair (``/compare?base=KEY&new=KEY``) and
@@ -55,12 +57,33 @@ def _notes(items: list[str], class_name: str) -> html.Ul | None:
     return html.Ul([html.Li(t) for t in items], className=class_name) if items else None
 
 
+def likeness(evidence: dict | None) -> str | None:
+    """What the diff measured of how alike the two runs are (its ``evidence``), in words:
+    the facts behind its reasons and warnings, for a reader to judge the ones under the
+    thresholds too."""
+    ev = evidence or {}
+    facts = []
+    if ev.get("kernel_overlap") is not None:
+        facts.append(f"{ev['kernel_overlap']:.0%} of GPU time in kernels both ran")
+    if ev.get("op_overlap") is not None:
+        facts.append(f"{ev['op_overlap']:.0%} overlap of CPU op calls per step")
+    devices = ev.get("devices") or []
+    if len(devices) == 2 and all(devices):
+        facts.append("GPUs " + " vs ".join(", ".join(d) for d in devices))
+    world = ev.get("world_size") or []
+    if len(world) == 2 and None not in world:
+        facts.append(f"world size {world[0]} vs {world[1]}")
+    return "How alike: " + "; ".join(facts) if facts else None
+
+
 def _diff_parts(d) -> tuple:
     v = d.verdict
+    alike = likeness(v.get("evidence"))
     verdict = [C.badge(v.get("verdict"), VERDICT_KINDS.get(v.get("verdict"))),
                html.P(v.get("headline", v.get("summary", "")), className="summary"),
                _notes([f"warning: {w}" for w in v.get("warnings", [])], "diff-warnings"),
-               _notes(v.get("changes", []), "diff-changes")]
+               _notes(v.get("changes", []), "diff-changes"),
+               html.P(alike, className="hint diff-alike") if alike else None]
     return ([c for c in verdict if c is not None],
             F.diff_parts_bars(d.tables.get("diff_parts", pd.DataFrame())),
             delta_rows(d.tables.get("diff_kernels", pd.DataFrame()), "kernel"),
