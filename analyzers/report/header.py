@@ -8,7 +8,9 @@ ranks were analysed, which files were skipped and why, and the notes on how it w
 - missing ranks: fewer ranks analysed than the world size (ranks left out with ``--ranks``
   are not missing);
 - skipped files that could have held a rank's trace: any but files that are not traces by
-  name (a README), profkit's own merged output and a second name of a file already read;
+  name (a README), the sidecars of a profkit run (``ranks/``, ``nvml/``, ``nccl/``: a bad
+  one is listed, never counted), profkit's own merged output and a second name of a file
+  already read;
 - ranks whose number was guessed from file order (no rank in the trace or its name).
 
 Other notes (cycles joined, steps left out, no ProfilerStep ranges) describe how a complete
@@ -23,6 +25,7 @@ from profkit.analyzers.measure.coverage import BAD_STATUS, missing_ranks
 from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.report.units import clip
 
+from profkit.run.discover import QUIET_DIRS as SIDECAR_DIRS
 from profkit.run.discover import is_trace_name
 from profkit.run.loader import MERGED_OUTPUT
 
@@ -85,8 +88,9 @@ def counts_against(skipped: dict[str, str]) -> bool:
     reason = str(skipped.get("reason", ""))
     if reason.startswith("cannot list this folder"):
         return True  # traces may lie in it
-    if not is_trace_name(Path(str(skipped.get("path", "")))):
-        return False
+    path = Path(str(skipped.get("path", "")))
+    if not is_trace_name(path) or path.parent.name in SIDECAR_DIRS:
+        return False  # a README; a rank status file, NVML chunk or NCCL dump (not a trace)
     return reason != MERGED_OUTPUT and not reason.startswith("the same file as")
 
 
