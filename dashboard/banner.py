@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dash import html
+from profkit.analyzers.measure.coverage import ended_badly, missing_ranks
 from profkit.analyzers.report import header as H
 from profkit.dashboard import ids
 
@@ -76,10 +77,26 @@ def ranks_text(info: dict[str, Any]) -> str:
 
 def status_text(info: dict[str, Any]) -> str | None:
     """The Runs table's status pill: the run's status when it did not end well, else
-    "incomplete" when ranks or trace files are missing; None for a complete run."""
-    if info.get("status") in H.BAD_STATUS:
+    "incomplete" when ranks of its world are missing; None for a run with every rank. Files
+    skipped and notes are not a status: :func:`notes_text` says them."""
+    if ended_badly(info):
         return str(info["status"])
-    return "incomplete" if H.problems(info) else None
+    return "incomplete" if missing_ranks(info) else None
+
+
+def notes_text(info: dict[str, Any]) -> str | None:
+    """``2 files skipped``, ``1 file skipped, 3 notes``: what was skipped or noted while
+    the run was read (the lines: :func:`notes_title`); None when nothing was."""
+    skipped, notes = len(info.get("skipped_files") or []), len(info.get("notes") or [])
+    parts = [f"{n} {word}{'s' if n > 1 else ''}{tail}"
+             for n, word, tail in ((skipped, "file", " skipped"), (notes, "note", "")) if n]
+    return ", ".join(parts) or None
+
+
+def notes_title(info: dict[str, Any]) -> str:
+    """The skipped files (relative to the run folder, with their reasons) and the notes,
+    one per line: the hover text of :func:`notes_text`."""
+    return "\n".join(H.skipped_lines(_relative(info)) + H.note_lines(info))
 
 
 def problems_title(info: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
-"""Runs: every configured run with its status, verdict, ranks analysed of its world, GPUs,
-date and step time.
+"""Runs: every configured run with its status (failed, running, or incomplete when ranks of
+its world are missing), the files skipped and notes made while reading it (their lines on
+hover), verdict, ranks analysed of its world, GPUs, date and step time.
 
 The root folders are rescanned on every load of this page, so new runs appear without a
 restart. The page is drawn at once; the runs not analysed yet are analysed in the background
@@ -27,7 +28,10 @@ def _done_cells(entry, shown) -> list:
     a, facts = shown.analysis, shown.facts
     status = banner.status_text(a.run)
     pill = html.Span(status, className=f"badge badge-status badge-{status}",
-                     title=banner.problems_title(a.run)) if status else html.Span("ok", className="muted")
+                     title=banner.problems_title(a.run)) if status else \
+        html.Span("ok", className="muted status-ok")
+    notes = banner.notes_text(a.run)
+    notes = html.Span(notes, className="run-notes", title=banner.notes_title(a.run)) if notes else None
     straggler = [html.Span("straggler: rank " + ", ".join(str(s["rank"]) for s in a.stragglers),
                            className="pill-warn")] if a.stragglers else []
     ranks = banner.ranks_text(a.run)
@@ -36,7 +40,7 @@ def _done_cells(entry, shown) -> list:
     step = "-"
     if not a.table("rank_breakdown").empty:
         step = f"{a.table('rank_breakdown')['step_time_ms'].median():.2f} ms"
-    return [pill, html.Span([C.verdict_badge(a.verdict.get("primary")), *straggler]), ranks_cell,
+    return [html.Span([pill, notes]), html.Span([C.verdict_badge(a.verdict.get("primary")), *straggler]), ranks_cell,
             facts.get("gpus", "-"), facts.get("date", "-"), step]
 
 

@@ -11,7 +11,7 @@ import pytest
 from profkit.dashboard.app import default_roots
 from profkit.dashboard.registry import RunRegistry, run_key
 
-from tests.dashboard.conftest import BAD_TRACE
+from tests.dashboard.conftest import BAD_CHUNK, BAD_STATUS, BAD_TRACE
 
 KEYS = {e.label: e.key for e in RunRegistry([], default_roots()).entries()}
 pytestmark = pytest.mark.skipif("zoo/straggler" not in KEYS, reason="no bundled sample runs")
@@ -44,15 +44,24 @@ def row(page, label_or_key):
     return locator.locator("td")
 
 
-def test_runs_rows_say_how_many_ranks_were_read_and_the_gpus_used(page, bad_runs, missing_run):
+def test_runs_rows_say_how_many_ranks_were_read_and_the_gpus_used(page, bad_runs, missing_run,
+                                                                 sidecar_run):
     page.goto(page.base + "/")
     for folder in (bad_runs["straggler-truncated"], missing_run):
         cells = row(page, run_key(folder.name, folder.resolve()))
-        assert cells.nth(1).text_content() == "incomplete"  # the status pill
+        assert cells.nth(1).locator(".badge").text_content() == "incomplete"  # the status pill
         assert cells.nth(3).inner_text() == "1 of 2"
         assert "1 of 2 ranks missing (1)" in cells.nth(3).locator("span").get_attribute("title")
     cells = row(page, "zoo/straggler")
     assert (cells.nth(1).text_content(), cells.nth(3).inner_text()) == ("ok", "2")
+    # every rank there, two sidecars skipped: not incomplete, the files listed as notes
+    cells = row(page, run_key(sidecar_run.name, sidecar_run.resolve()))
+    assert cells.nth(1).locator(".badge").count() == 0 and cells.nth(3).inner_text() == "2"
+    assert cells.nth(1).locator(".status-ok").text_content() == "ok"
+    notes = cells.nth(1).locator(".run-notes")
+    assert notes.text_content() == "2 files skipped"
+    assert f"{BAD_STATUS}: unreadable rank status" in notes.get_attribute("title")
+    assert f"{BAD_CHUNK}: NVML chunk skipped" in notes.get_attribute("title")
     assert cells.nth(4).inner_text() == "2 x NVIDIA H200"
     # one rank on a host of two GPUs: the GPU of that rank, not the host's list
     assert row(page, "zoo/compute").nth(4).inner_text() == "1 x NVIDIA H200"
