@@ -27,6 +27,7 @@ CPU_KIND_COLORS = {"cpu_op": "#64748b", "runtime": "#8b5cf6", "driver": "#a78bfa
                    "annotation": "#cbd5e1", "python": "#94a3b8", "sync": "#dc2626",
                    "other": "#e2e8f0", "gpu_annotation": "#cbd5e1"}
 STRAGGLER_COLOR = "#dc2626"
+LEFT_OUT, LEFT_OUT_COLOR = "left out of the verdict", "#b45309"  # steps the verdict skips
 FONT = dict(family="Inter, system-ui, -apple-system, Segoe UI, sans-serif", size=12,
             color="#1f2937")
 
@@ -95,17 +96,42 @@ def breakdown_bars(ranks: pd.DataFrame, stragglers: list[int] = (),
 
 def step_heatmap(steps: pd.DataFrame) -> go.Figure:
     """Rank x step heatmap of step time (ms). The colour scale starts at 0 ms, so that
-    steps of 10.4 and 10.7 ms look alike and a step twice as long stands out."""
+    steps of 10.4 and 10.7 ms look alike and a step twice as long stands out. Steps the
+    analysis left out of the verdict (``used`` False) are crossed in amber, with why on
+    hover."""
     if steps.empty:
         return empty_figure("no profiled steps")
     grid = steps.pivot_table(index="rank", columns="step", values="step_ns", aggfunc="sum") / 1e6
+    why = _step_status(steps).reindex(index=grid.index, columns=grid.columns)
+    x, y = [f"step {s}" for s in grid.columns], [f"rank {r}" for r in grid.index]
     fig = go.Figure(go.Heatmap(
-        z=grid.to_numpy(), x=[f"step {s}" for s in grid.columns],
-        y=[f"rank {r}" for r in grid.index], colorscale="Blues", colorbar=dict(title="ms"),
-        zmin=0, zmax=_top(grid.to_numpy()),
-        hovertemplate="%{y}, %{x}: %{z:.2f} ms<extra></extra>", xgap=2, ygap=2))
+        z=grid.to_numpy(), x=x, y=y, colorscale="Blues", colorbar=dict(title="ms"),
+        customdata=why.fillna("").to_numpy(), zmin=0, zmax=_top(grid.to_numpy()),
+        hovertemplate="%{y}, %{x}: %{z:.2f} ms<br>%{customdata}<extra></extra>", xgap=2, ygap=2))
+    out = why.stack()
+    out = out[out.str.startswith("left out")]
+    if len(out):
+        fig.add_scatter(
+            x=[f"step {s}" for _, s in out.index], y=[f"rank {r}" for r, _ in out.index],
+            text=out.tolist(), mode="markers", name=LEFT_OUT, showlegend=True,
+            marker=dict(symbol="x-thin", size=14, line=dict(width=2.5, color=LEFT_OUT_COLOR)),
+            hovertemplate="%{y}, %{x}: %{text}<extra></extra>")
     fig.update_yaxes(autorange="reversed")
-    return base_layout(fig, "Step time, rank x step", height=max(200, 90 + 40 * len(grid)))
+    fig.update_layout(legend=dict(y=-0.25))
+    return base_layout(fig, "Step time, rank x step", height=max(220, 110 + 40 * len(grid)))
+
+
+def _step_status(steps: pd.DataFrame) -> pd.DataFrame:
+    """Rank x step: "used for the verdict", or "left out of the verdict: <why>"."""
+    n = len(steps)
+    used = steps["used"].astype(bool).to_numpy() if "used" in steps else np.ones(n, bool)
+    reasons = (steps["excluded_reason"].fillna("").astype(str).to_numpy()
+               if "excluded_reason" in steps else np.full(n, ""))
+    text = ["used for the verdict" if u else f"{LEFT_OUT}: {r}" if r else LEFT_OUT
+            for u, r in zip(used, reasons)]
+    frame = steps[["rank", "step"]].assign(status=text)
+    return frame.drop_duplicates(["rank", "step"]).pivot(index="rank", columns="step",
+                                                         values="status")
 
 
 def rank_steps_bars(steps: pd.DataFrame, rank: int) -> go.Figure:

@@ -55,6 +55,7 @@ C_STRAGGLERS = "c-stragglers"
 N_METRICS = "n-metrics"
 N_GRAPH = "n-graph"
 N_SUMMARY = "n-summary"
+N_NONE = "n-none"  # the line saying the run has no NVML samples
 
 # tables
 TABLES_BODY = "tables-body"

@@ -134,9 +134,30 @@ def test_counters_page_series_and_metric_picker(page):
     page.goto(f"{page.base}/run/{KEYS['profkit_ddp']}/counters")
     graph_ready(page, "n-graph")
     assert "sm clock (MHz)" in page.locator("#n-graph").text_content()  # in words and units
+    assert "clock-throttle" in page.locator(".content").inner_text()
+    assert page.locator("#n-summary .ag-row").count() == 2  # the NVML table, one row a GPU
+
+
+def test_counters_page_of_a_run_without_nvml_says_so_once(page):
+    """stock torch.profiler traces have no NVML samples: one line says so, with no empty
+    chart, no empty NVML table and no hint about throttle shading."""
     page.goto(f"{page.base}/run/{STOCK}/counters")
-    page.wait_for_selector("#n-graph .main-svg")
-    assert "no NVML counters" in page.locator("#n-graph").text_content()
+    none = page.locator("#n-none")
+    none.wait_for()
+    assert "no NVML samples" in none.inner_text()
+    for absent in ("#n-graph", "#n-summary", "#n-metrics"):
+        assert page.locator(absent).count() == 0, absent
+    text = page.locator(".content").inner_text()
+    assert "throttle" not in text and text.count("NVML") == 1
+
+
+def test_overview_heatmap_marks_the_steps_left_out_of_the_verdict(page):
+    """pairs/data_loading/after: step 3 is a one-off (0.7x the median), left out."""
+    page.goto(f"{page.base}/run/{KEYS['pairs/data_loading/after']}")
+    graph_ready(page, "step-heatmap")
+    heatmap = page.locator("#step-heatmap")
+    assert "left out of the verdict" in heatmap.locator(".legendtext").all_text_contents()
+    assert heatmap.locator(".scatterlayer .point").count() == 1  # one rank-step marked
 
 
 def test_compare_renders_the_diff(page):

@@ -55,6 +55,19 @@ def test_step_heatmap_is_rank_by_step_in_ms():
     assert hm.z[1][0] == pytest.approx(7.0)  # rank 1, step 5: 1 + 1 + 5 ms
 
 
+def test_step_heatmap_marks_the_steps_left_out_with_why():
+    steps = step_table().assign(used=[True, True, True, False],
+                                excluded_reason=["", "", "", "one-off step: 1.4x the median"])
+    fig = F.step_heatmap(steps)
+    marks = [t for t in fig.data if t.name == F.LEFT_OUT]
+    assert len(marks) == 1 and list(marks[0].x) == ["step 6"] and list(marks[0].y) == ["rank 1"]
+    assert "one-off step: 1.4x the median" in marks[0].text[0] and marks[0].showlegend
+    hm = fig.data[0]
+    assert hm.customdata[1][1] == "left out of the verdict: one-off step: 1.4x the median"
+    assert hm.customdata[0][0] == "used for the verdict"
+    assert not [t for t in F.step_heatmap(step_table()).data if t.name == F.LEFT_OUT]
+
+
 def test_step_heatmap_colour_scale_starts_at_zero():
     """10.4 and 10.7 ms steps must not read as the two ends of the scale."""
     rows = [{"rank": 0, "step": s, "step_ns": ns, **{p: 0 for p in PARTS}}
