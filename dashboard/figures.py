@@ -27,6 +27,7 @@ CPU_KIND_COLORS = {"cpu_op": "#64748b", "runtime": "#8b5cf6", "driver": "#a78bfa
                    "annotation": "#cbd5e1", "python": "#94a3b8", "sync": "#dc2626",
                    "other": "#e2e8f0", "gpu_annotation": "#cbd5e1"}
 STRAGGLER_COLOR = "#dc2626"
+LABEL_SHARE = 0.05  # a step narrower than this share of the axis is labelled with the others
 LEFT_OUT, LEFT_OUT_COLOR = "left out of the verdict", "#b45309"  # steps the verdict skips
 FONT = dict(family="Inter, system-ui, -apple-system, Segoe UI, sans-serif", size=12,
             color="#1f2937")
@@ -215,16 +216,25 @@ def skew_scatter(collectives: pd.DataFrame, base_ns: int) -> go.Figure:
     return base_layout(fig, "Arrival skew over time")
 
 
-def step_shading(fig: go.Figure, steps: pd.DataFrame, base_ns: int) -> None:
-    """Alternate light bands for steps, labelled, across every subplot."""
-    for i, row in enumerate(steps.itertuples(index=False)):
-        x0 = (row.ts_ns - base_ns) / 1e6
-        x1 = (max(row.ts_ns + row.dur_ns, row.gpu_end_ns) - base_ns) / 1e6
+def step_shading(fig: go.Figure, steps: pd.DataFrame, base_ns: int,
+                 span_ms: float | None = None) -> None:
+    """Alternate light bands for steps across every subplot, each labelled; when the steps
+    are too narrow for their labels in a ``span_ms`` wide axis, one label names them all."""
+    starts = (steps["ts_ns"].to_numpy(float) - base_ns) / 1e6
+    ends = (np.maximum(steps["ts_ns"] + steps["dur_ns"], steps["gpu_end_ns"]).to_numpy(float)
+            - base_ns) / 1e6
+    for i, (x0, x1) in enumerate(zip(starts, ends)):
         fig.add_vrect(x0=x0, x1=x1, fillcolor="#e0e7ff" if i % 2 == 0 else "#f1f5f9",
                       opacity=0.5, line_width=0, layer="below", row="all", col=1)
-        fig.add_annotation(x=x0, y=1.0, yref="paper", xanchor="left", yanchor="bottom",
-                           text=f"step {row.step}", showarrow=False,
-                           font=dict(size=10, color="#4f46e5"))
+    if not len(steps):
+        return
+    numbers = steps["step"].tolist()
+    crowded = span_ms is not None and (ends - starts).min() < LABEL_SHARE * span_ms
+    labels = ([(starts[0], f"steps {numbers[0]}-{numbers[-1]}")] if crowded and len(steps) > 1
+              else [(x, f"step {n}") for x, n in zip(starts, numbers)])
+    for x, text in labels:
+        fig.add_annotation(x=x, y=1.0, yref="paper", xanchor="left", yanchor="bottom",
+                           text=text, showarrow=False, font=dict(size=10, color="#4f46e5"))
 
 
 def counters_figure(counters: pd.DataFrame, metrics: list[str], steps: pd.DataFrame,
@@ -243,7 +253,8 @@ def counters_figure(counters: pd.DataFrame, metrics: list[str], steps: pd.DataFr
                             mode="lines+markers", name=f"rank {rank}", legendgroup=str(rank),
                             showlegend=i == 1, line=dict(color=palette[j % len(palette)]),
                             hovertemplate=f"rank {rank} {metric}: " + "%{y:.1f}<extra></extra>")
-    step_shading(fig, steps, base_ns)
+    times = [(counters["ts_ns"] - base_ns) / 1e6, (steps["ts_ns"] - base_ns) / 1e6]
+    step_shading(fig, steps, base_ns, span_ms=float(pd.concat(times).max() - pd.concat(times).min()))
     for row in (throttled if throttled is not None else pd.DataFrame()).itertuples(index=False):
         fig.add_vrect(x0=(row.t0_ns - base_ns) / 1e6, x1=(row.t1_ns - base_ns) / 1e6,
                       fillcolor=STRAGGLER_COLOR, opacity=0.18, line_width=0, row="all", col=1)

@@ -151,6 +151,22 @@ def test_counters_figure_rows_per_metric_and_red_throttle_bands():
         .startswith("no NVML")
 
 
+def test_counter_step_labels_never_overlap():
+    """Three 10 ms steps on a 300 ms axis of samples: one label names them; steps wide
+    enough for their own labels keep them."""
+    counters = pd.DataFrame({"ts_ns": [-230_000_000, 70_000_000], "device": 0, "rank": 0,
+                             "metric": "power_w", "value": [120.0, 130.0]})
+    steps = pd.DataFrame({"step": [2, 3, 4], "ts_ns": [0, 10_000_000, 20_000_000],
+                          "dur_ns": 10_000_000, "gpu_ts_ns": 0, "gpu_end_ns": 0})
+    labels = [a.text for a in F.counters_figure(counters, ["power_w"], steps, 0).layout.annotations
+              if a.text.startswith("step")]
+    assert labels == ["steps 2-4"]
+    wide = counters.assign(ts_ns=[0, 30_000_000])
+    labels = [a.text for a in F.counters_figure(wide, ["power_w"], steps, 0).layout.annotations
+              if a.text.startswith("step")]
+    assert labels == ["step 2", "step 3", "step 4"]
+
+
 def test_diff_parts_bars_base_and_new_per_part_in_parts_order():
     parts = pd.DataFrame({"part": ["cpu_launch", "compute"], "base_ms": [1.0, 5.0],
                           "new_ms": [2.0, 4.0], "delta_ms": [1.0, -1.0]})
