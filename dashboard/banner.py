@@ -85,18 +85,24 @@ def status_text(info: dict[str, Any]) -> str | None:
 
 
 def notes_text(info: dict[str, Any]) -> str | None:
-    """``2 files skipped``, ``1 file skipped, 3 notes``: what was skipped or noted while
-    the run was read (the lines: :func:`notes_title`); None when nothing was."""
-    skipped, notes = len(info.get("skipped_files") or []), len(info.get("notes") or [])
-    parts = [f"{n} {word}{'s' if n > 1 else ''}{tail}"
-             for n, word, tail in ((skipped, "file", " skipped"), (notes, "note", "")) if n]
+    """``2 files skipped``, ``1 file skipped, 1 rank numbered by file order``: what was set
+    aside or guessed while the run was read, for the Runs table (the lines:
+    :func:`notes_title`; the other notes, on how the steps were chosen, are the banner's).
+    None when there is nothing of the kind."""
+    skipped, guessed = len(info.get("skipped_files") or []), len(_guessed(info))
+    parts = [f"{skipped} file{'s' * (skipped > 1)} skipped"] if skipped else []
+    parts += [f"{guessed} rank{'s' * (guessed > 1)} numbered by file order"] if guessed else []
     return ", ".join(parts) or None
 
 
 def notes_title(info: dict[str, Any]) -> str:
-    """The skipped files (relative to the run folder, with their reasons) and the notes,
-    one per line: the hover text of :func:`notes_text`."""
-    return "\n".join(H.skipped_lines(_relative(info)) + H.note_lines(info))
+    """The skipped files (relative to the run folder, with their reasons) and the ranks
+    numbered by file order, one per line: the hover text of :func:`notes_text`."""
+    return "\n".join(H.skipped_lines(_relative(info)) + _guessed(info))
+
+
+def _guessed(info: dict[str, Any]) -> list[str]:
+    return [str(n) for n in info.get("notes") or [] if str(n).endswith(H.GUESSED_RANK)]
 
 
 def problems_title(info: dict[str, Any]) -> str:

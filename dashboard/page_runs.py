@@ -1,6 +1,6 @@
 """Runs: every configured run with its status (failed, running, or incomplete when ranks of
-its world are missing), the files skipped and notes made while reading it (their lines on
-hover), verdict, ranks analysed of its world, GPUs, date and step time.
+its world are missing), the files skipped and ranks numbered by guess while reading it
+(their lines on hover), verdict, ranks analysed of its world, GPUs, date and step time.
 
 The root folders are rescanned on every load of this page, so new runs appear without a
 restart. The page is drawn at once; the runs not analysed yet are analysed in the background

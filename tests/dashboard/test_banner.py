@@ -76,7 +76,9 @@ def test_only_missing_ranks_or_a_bad_end_make_a_run_incomplete():
         "rank 1: rank numbered by file order"],
         "skipped_files": [{"path": "r/b.json", "reason": "from another run"}]}
     assert banner.status_text(whole) is None  # --strict still fails it: a note says why
-    assert banner.notes_text(whole) == "1 file skipped, 1 note"
+    assert banner.notes_text(whole) == "1 file skipped, 1 rank numbered by file order"
+    steps = {**whole, "skipped_files": [], "notes": ["rank 0: steps from ProfilerStep#: 2 of 3 used"]}
+    assert banner.notes_text(steps) is None  # how steps were chosen: the banner says it
     assert banner.status_text({**whole, "ranks_analyzed": [0]}) == "incomplete"
     assert banner.status_text({**whole, "status": "running"}) == "running"
     assert banner.notes_text({"status": "ok", "world_size": 1, "ranks_analyzed": [0]}) is None
