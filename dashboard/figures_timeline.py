@@ -277,6 +277,7 @@ def timeline_figure(view, stragglers=()) -> go.Figure:
     fig = base_layout(fig, height=sum(heights) + 90)
     fig.update_layout(uirevision="timeline", dragmode="zoom", margin=dict(l=230, t=40),
                       shapes=shapes, annotations=list(fig.layout.annotations) + labels,
-                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1,
-                                  xanchor="right"), hovermode="closest", barmode="overlay")
+                      # the counters' legend at the left: the modebar sits at the right
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0,
+                                  xanchor="left"), hovermode="closest", barmode="overlay")
     return fig
