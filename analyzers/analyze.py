@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.findings.advice import breakdown_findings
 from profkit.analyzers.findings.consolidate import consolidate
+from profkit.analyzers.findings.judge import measurement_findings
 from profkit.analyzers.measure.breakdown import PARTS, VERDICT_CLASSES, combine_breakdown
+from profkit.analyzers.measure.steps import run_median_step_ms
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.result import Finding
 from profkit.analyzers.summaries import RankSummary, summarize_rank
@@ -82,12 +84,16 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
     fractions = (total / total.sum()).round(4).to_dict()
     primary = max(VERDICT_CLASSES, key=lambda c: fractions[c])
     n_ranks = steps["rank"].nunique()
+    median_ms = run_median_step_ms(steps)
     summary = (f"{part_name(primary)} bound: {fractions[primary]:.0%} of step time over "
-               f"{n_ranks} rank(s), median step {steps['step_ns'].median() / 1e6:.2f} ms")
+               f"{n_ranks} rank(s), median step {median_ms:.2f} ms")
     for s in straggler_rows:
+        where = s["evidence"].get("wait_collective")
         summary += (f"; rank {s['rank']} is a straggler: the others lose "
-                    f"{s['evidence']['others_wait_ms_per_step']:.2f} ms per step waiting for it")
-    return {"primary": primary, "summary": summary, "fractions": fractions}
+                    f"{s['evidence']['others_wait_ms_per_step']:.2f} ms per step waiting for it"
+                    + (f" in {where}" if where else ""))
+    return {"primary": primary, "summary": summary, "fractions": fractions,
+            "median_step_ms": median_ms}
 
 
 def analyze(run: Run, thresholds: Thresholds = DEFAULT,
@@ -148,13 +154,11 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     findings += diagnosis.idle_code_findings(
         tables.get("idle_code", pd.DataFrame()), tables["rank_breakdown"], verdict["primary"],
         {int(r): len(v["used"]) for r, v in steps.items()})
-    findings += [f for r in results[1:] for f in r.findings]
+    findings += [f for r in results[1:] for f in measurement_findings(r, thresholds)]
     findings = _drop_unsupported(findings, unusable, {s.rank for s in gpu})
     findings = consolidate(findings, tables, verdict)
     if not gpu and not unusable:
-        findings.append(Finding(category="input", severity="info", message=(
-            "no GPU events in this run: the breakdown, kernels and efficiency cannot be computed"),
-            recommendation="Profile with ProfilerActivity.CUDA on a GPU machine."))
+        findings.append(diagnosis.no_gpu_finding())
     ranks = [s.rank for s in summaries]
     notes = list(header.notes) + diagnosis.step_notes(steps, tables.get("one_off_calls",
                                                                        pd.DataFrame()))
@@ -213,6 +217,7 @@ def _straggler_rows(table: pd.DataFrame | None) -> list[dict[str, Any]]:
             "wait_frac": round(float(rec["wait_frac"]), 4),
             "compute_ms_per_step": round(rec["compute_ns_per_step"] / 1e6, 3),
             "others_compute_ms_per_step": round(rec["others_compute_ns_per_step"] / 1e6, 3),
+            "wait_collective": rec.get("wait_collective") or "",
         }
         rows.append({"rank": int(rec["rank"]), "evidence": evidence})
     return rows

@@ -45,7 +45,11 @@ class Finding:
 
 @dataclass
 class Result:
-    """The output of one analyzer: tables by name, and findings."""
+    """The output of one analyzer: tables by name, facts, and (once judged) findings."""
 
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    """What a measurement knows besides its tables that its findings need (plain values,
+    rows and frames); ``topic`` names the judge in :mod:`profkit.analyzers.findings.judge`.
+    Measurements fill tables and facts, never findings."""

@@ -111,7 +111,17 @@ def summarize_rank(data: RankData, run_meta: dict[str, Any],
         breakdown=parts,
         collectives=comms.rank_collectives(data),
         step_stats=stragglers.rank_step_stats(data),
-        kernels=kernels.rank_kernel_parts(data.rank, data, thresholds) if gpu else None,
+        kernels=kernels.rank_kernel_parts(data.rank, data, thresholds, used_steps(parts))
+        if gpu else None,
         efficiency=efficiency.rank_efficiency(data.rank, data, run_meta) if gpu else None,
         transfers=transfers.rank_transfers(data, bool(len(data.steps))) if gpu else None,
     )
+
+
+def used_steps(parts: dict[str, Any]) -> dict[int, int] | None:
+    """{step: ns} of the steps the verdict reads (None when the rank has no step table)."""
+    steps = parts.get("step_breakdown")
+    if steps is None or steps.empty:
+        return None
+    used = steps[steps["used"].astype(bool) & (steps["step"] >= 0)]
+    return {int(s): int(ns) for s, ns in zip(used["step"], used["step_ns"])}

@@ -10,8 +10,8 @@ import pandas as pd
 from dash import dcc, html
 from dash.exceptions import PreventUpdate
 from plotly.io.json import to_json_plotly
+from profkit.analyzers import units as U
 from profkit.analyzers.analyze import part_name
-from profkit.analyzers.report import units as U
 from profkit.dashboard import banner, ids
 from profkit.dashboard import grids as G
 from profkit.dashboard import tables as T
@@ -233,3 +233,10 @@ def _fmt(key: str, v) -> str:
     if isinstance(v, (list, tuple)):
         return ", ".join(map(str, v[:3])) + (" ..." if len(v) > 3 else "")
     return U.clip(U.by_key(key, v), 160)
+
+
+def median_step_text(a) -> str:
+    """The run's median step as every page shows it: the verdict's (one definition,
+    profkit.analyzers.measure.steps.run_median_step_ms)."""
+    value = (a.verdict or {}).get("median_step_ms")
+    return "-" if value is None or value != value else f"{value:.2f} ms"

@@ -38,7 +38,7 @@ def facts_card(a) -> html.Section:
     """Run-level numbers at a glance: ranks, steps, median step, MFU."""
     ranks, eff = a.table("rank_breakdown"), a.table("efficiency")
     facts = {"ranks": banner.ranks_text(a.run), "steps per rank": int(ranks["steps"].max()) if len(ranks) else 0,
-             "median step": f"{ranks['step_time_ms'].median():.2f} ms" if len(ranks) else "-"}
+             "median step": C.median_step_text(a)}
     if not eff.empty and eff["mfu"].notna().any():
         facts["MFU"] = f"{eff['mfu'].mean():.0%}"
     if not eff.empty and eff["gpu_util"].notna().any():

@@ -37,11 +37,10 @@ def _done_cells(entry, shown) -> list:
     ranks = banner.ranks_text(a.run)
     ranks_cell = html.Span(ranks, className="pill-warn" if " of " in ranks else "",
                            title=banner.problems_title(a.run))
-    step = "-"
-    if not a.table("rank_breakdown").empty:
-        step = f"{a.table('rank_breakdown')['step_time_ms'].median():.2f} ms"
-    return [html.Span([pill, notes]), html.Span([C.verdict_badge(a.verdict.get("primary")), *straggler]), ranks_cell,
-            facts.get("gpus", "-"), facts.get("date", "-"), step]
+    step = C.median_step_text(a)
+    verdict = html.Span([C.verdict_badge(a.verdict.get("primary")), *straggler])
+    return [html.Span([pill, notes]), verdict, ranks_cell, facts.get("gpus", "-"),
+            facts.get("date", "-"), step]
 
 
 def _row(results, entry) -> tuple[html.Tr, str]:

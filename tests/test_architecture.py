@@ -193,3 +193,35 @@ def test_the_lazy_exemption_is_lazy_only(tmp_path, monkeypatch):
     assert sorted(violations("collectors")) == [
         "collectors/eager.py imports profkit.analyzers.render",
         "collectors/lazy.py imports pandas"]
+
+
+
+
+def advice_outside_findings(root: Path = REPO) -> list[str]:
+    """Findings and their advice are made in analyzers/findings alone: nowhere else is a
+    Finding constructed or a recommendation written."""
+    bad = []
+    for d in ("analyzers", "profkit", "dashboard"):
+        for path in (root / d).rglob("*.py"):
+            if path.is_relative_to(root / "analyzers" / "findings"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Finding":
+                    bad.append(f"{path.relative_to(root)}:{node.lineno} builds a Finding")
+                if isinstance(node, ast.keyword) and node.arg == "recommendation":
+                    bad.append(f"{path.relative_to(root)}:{node.lineno} writes advice")
+    return bad
+
+
+def test_findings_are_made_in_one_place():
+    assert advice_outside_findings() == []
+
+
+def test_the_findings_check_can_fail(tmp_path):
+    for d in ("analyzers/measure", "analyzers/findings", "profkit", "dashboard"):
+        (tmp_path / d).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "analyzers/measure/m.py").write_text(
+        "Finding(category='x', severity='info', message='m', recommendation='do')\n")
+    (tmp_path / "analyzers/findings/f.py").write_text("Finding(recommendation='fine here')\n")
+    assert advice_outside_findings(tmp_path) == [
+        "analyzers/measure/m.py:1 builds a Finding", "analyzers/measure/m.py:1 writes advice"]

@@ -4,6 +4,7 @@ and whole-network totals of real ResNet traces checked against the ResNet archit
 import math
 
 import pytest
+from profkit.analyzers.findings.judge import judged
 
 from profkit import schema as S
 from profkit.classify.flops import dtype_precision, flops_from_shapes, kernel_precision
@@ -186,7 +187,7 @@ def test_resnet_architecture_matches_published_macs():
 def _flops_per_step(path):
     from profkit.analyzers.measure.efficiency import analyze_efficiency
 
-    row = analyze_efficiency(load_run(path, cache=False)).tables["efficiency"].iloc[0]
+    row = judged(analyze_efficiency(load_run(path, cache=False))).tables["efficiency"].iloc[0]
     return row["trace_flops"] / row["steps"], row
 
 

@@ -22,11 +22,10 @@ from profkit.analyzers.analyze import Analysis, analyze, part_name
 from profkit.analyzers.compare import stats
 from profkit.analyzers.compare.comparable import comparability, per_name, used_rank_steps
 from profkit.analyzers.measure.breakdown import PARTS
-from profkit.analyzers.measure.steps import USED
+from profkit.analyzers.measure.steps import USED, run_step_times_ns
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
-from profkit import schema as S
 from profkit.model import Run
 
 TOP = 15
@@ -49,11 +48,7 @@ class Diff:
 
 def step_samples(analysis: Analysis) -> np.ndarray:
     """Step times (ns) of the used steps, one per step: the median over its ranks."""
-    steps = analysis.table("step_breakdown")
-    if steps.empty:
-        return np.array([], float)
-    used = steps[steps[USED].astype(bool)]
-    return used.groupby(S.STEP)["step_ns"].median().to_numpy(float)
+    return run_step_times_ns(analysis.table("step_breakdown"))
 
 
 def _tested(change: float, shift: stats.Shift, base_ns: float, th: Thresholds) -> tuple[str, str, dict]:

@@ -10,6 +10,7 @@ import pandas as pd
 from profkit.analyzers.measure.charge import AFTER_SYNC, BLOCKING_COPY
 from profkit.analyzers.result import Finding
 from profkit.analyzers.thresholds import Thresholds
+from profkit.analyzers.units import pct
 
 # part -> (threshold attribute, what it means, what to change)
 ADVICE = {
@@ -90,14 +91,14 @@ def breakdown_findings(ranks: pd.DataFrame, th: Thresholds,
                 recommendation, text = ROUND_TRIP_ADVICE, ""
             findings.append(Finding(
                 category=part, severity=_severity(frac, threshold), rank=int(row.rank),
-                message=f"rank {row.rank}: {frac:.0%} of step time is "
+                message=f"rank {row.rank}: {pct(frac)} of step time is "
                         f"{'memory transfer' if part == 'memcpy' else part.replace('_', ' ')}"
                         f" ({meaning})",
                 evidence=evidence, recommendation=recommendation + text))
         if row.compute >= 0.6:
             findings.append(Finding(
                 category="compute", severity="info", rank=int(row.rank),
-                message=f"rank {row.rank}: compute-bound ({row.compute:.0%} of step time in "
+                message=f"rank {row.rank}: compute-bound ({pct(row.compute)} of step time in "
                         "compute kernels)",
                 evidence={"fraction": round(float(row.compute), 4)},
                 recommendation="Make the kernels cheaper: bf16/fp8 tensor cores, fused kernels "

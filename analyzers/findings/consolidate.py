@@ -37,6 +37,8 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         if len(ranks) else {}
     saving = part_savings(means, ranks, tables.get("transfers"), steps) if len(means) else {}
     primary = dict(ranks[["rank", "primary"]].itertuples(index=False)) if len(ranks) else {}
+    median_step = dict(ranks[["rank", "step_time_ms"]].itertuples(index=False)) \
+        if len(ranks) else {}
     launch = {f.rank: f for f in findings if f.category == "launch"}
     out = []
     for f in findings:
@@ -46,7 +48,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
             continue
         if f.category == "cpu_launch" and f.rank in launch:
             f = _with_launch_stats(f, launch[f.rank])
-        f = _estimate(f, saving, means, tables, steps)
+        f = _estimate(f, saving, means, tables, steps, median_step)
         if f is not None:
             out.append(f)
     return order(out, verdict.get("primary"))
@@ -64,27 +66,41 @@ def _with_launch_stats(f: Finding, stats: Finding) -> Finding:
 
 
 def _estimate(f: Finding, saving: dict, means: pd.DataFrame,
-              tables: dict[str, pd.DataFrame], steps: dict[int, int]) -> Finding | None:
+              tables: dict[str, pd.DataFrame], steps: dict[int, int],
+              median_step: dict[int, float]) -> Finding | None:
     if f.rank is not None and f.category in SAVING_PARTS and f.rank in means.index:
         ns = saving.get((f.rank, f.category), 0.0)
-        step = float(means.loc[f.rank, "step_ns"])
         if f.category == "memcpy":
             overlap = saving.get((f.rank, "memcpy_overlap"), 0.0)
             f = replace(f, evidence={**f.evidence, "overlap_saving_ms": round(overlap / 1e6, 3)})
-        return f.with_saving(ns / 1e6, as_fraction(ns, step))
+        # never more than the charged time of the cause (the finding's own fraction)
+        return _with_saving(f, ns, means, median_step, cap=f.evidence.get("fraction"))
     if f.category == "straggler":
         wait = f.evidence.get("others_exposed_wait_ns_per_step") or 0.0
         step = f.evidence.get("others_step_ns") or 0.0
         return f.with_saving(wait / 1e6, as_fraction(wait, step))
     if f.category == "runtime_calls" and f.rank in means.index:
-        return _runtime_saving(f, means, tables.get("idle_code", pd.DataFrame()),
+        return _runtime_saving(f, means, median_step, tables.get("idle_code", pd.DataFrame()),
                                steps.get(f.rank, 1))
     return f
 
 
-def _runtime_saving(f: Finding, means: pd.DataFrame, code: pd.DataFrame,
-                    n_steps: int) -> Finding | None:
-    """GPU-idle ns per step spent inside the slow calls the finding names; none: no finding."""
+def _with_saving(f: Finding, ns: float, means: pd.DataFrame, median_step: dict[int, float],
+                 cap: float | None = None) -> Finding:
+    """``f`` saving ``ns`` per used step (a mean over the rank's used steps), as a fraction of
+    its mean used step, at most ``cap``; in ms of the rank's median used step, the one step
+    time every per-step figure of the report is given in."""
+    frac = as_fraction(ns, float(means.loc[f.rank, "step_ns"]))
+    if cap is not None and math.isfinite(frac):
+        frac = min(frac, float(cap))
+    step_ms = median_step.get(f.rank, float(means.loc[f.rank, "step_ns"]) / 1e6)
+    return f.with_saving(frac * step_ms if math.isfinite(frac) else ns / 1e6, frac)
+
+
+def _runtime_saving(f: Finding, means: pd.DataFrame, median_step: dict[int, float],
+                    code: pd.DataFrame, n_steps: int) -> Finding | None:
+    """GPU-idle ns per step spent inside the slow calls the finding names, at most the time
+    the calls themselves took; none: no finding."""
     calls = tuple((f.evidence.get("calls") or {}).keys())
     if code.empty or not calls:
         return None
@@ -93,7 +109,7 @@ def _runtime_saving(f: Finding, means: pd.DataFrame, code: pd.DataFrame,
     ns = float(mine["idle_ns"].sum()) / max(n_steps, 1)
     if ns < MIN_SAVING_FRAC * step:
         return None
-    return f.with_saving(ns / 1e6, as_fraction(ns, step))
+    return _with_saving(f, ns, means, median_step, cap=f.evidence.get("slow_frac"))
 
 
 def order(findings: list[Finding], primary: str | None) -> list[Finding]:

@@ -135,3 +135,10 @@ def idle_code_findings(code: pd.DataFrame, ranks: pd.DataFrame, verdict: str | N
                               for r in top.to_dict("records")]},
             recommendation="Start with the code named first: it is where the GPU waits longest."))
     return findings
+
+
+def no_gpu_finding() -> Finding:
+    """A run with no GPU events at all (and no rank whose trace explains why)."""
+    return Finding(category="input", severity="info", message=(
+        "no GPU events in this run: the breakdown, kernels and efficiency cannot be computed"),
+        recommendation="Profile with ProfilerActivity.CUDA on a GPU machine.")

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.result import Finding, Result
+from profkit.analyzers.result import Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals
@@ -142,7 +142,7 @@ def match_collectives(parts: list[tuple[pd.DataFrame, pd.DataFrame]],
         MATCHING: matching,
         CLOCK_OFFSETS: offsets.reset_index()[list(OFFSET_TABLE_COLUMNS)],
     }
-    return Result(tables=tables, findings=_matching_findings(matching))
+    return Result(tables=tables, facts={"topic": "collectives"})
 
 
 def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
@@ -349,21 +349,3 @@ def _rank_table(rows: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
     return t.rename_axis(RANK).reset_index()[list(RANK_TABLE_COLUMNS)]
 
 
-def _matching_findings(matching: pd.DataFrame) -> list[Finding]:
-    """An info finding when rows were dropped from a group that two or more ranks share (a
-    single-rank trace has nothing to match against and is no anomaly)."""
-    matching = matching[matching[N_RANKS] >= 2]
-    dropped = int(matching[N_UNMATCHED_ROWS].sum()) if len(matching) else 0
-    if dropped == 0:
-        return []
-    total = int(matching[N_ROWS].sum())
-    return [Finding(
-        category="collectives", severity="info",
-        message=f"{dropped} of {total} collective rows could not be matched across ranks "
-                "and were left out of waits and bandwidth",
-        recommendation="Profile the same steps on every rank (one profiler schedule), and "
-                       "use a PyTorch whose traces carry 'Seq' or 'Comms Id' for exact matching.",
-        evidence={"unmatched_rows": dropped, "rows": total,
-                  "unmatched_keys": int(matching[N_UNMATCHED_KEYS].sum()),
-                  "key_modes": sorted(set(matching[KEY_MODE].astype(str)))},
-    )]

@@ -74,6 +74,11 @@ DEVICES = {
         # NVIDIA H200 datasheet: same compute as H100 SXM / NVL; 141 GB HBM3e at 4.8 TB/s.
         DevicePeak("H200", 989.4, 66.9, 4.8, 141, 494.7, 1978.9),
         DevicePeak("H200 NVL", 835.5, 60.0, 4.8, 141, 417.5, 1670.5),
+        # NVIDIA GH200 Grace Hopper Superchip datasheet, GPU side: the H100 SXM's tensor and
+        # FP32 rates; 96 GB HBM3 at 4 TB/s ("GH200 480GB": 480 GB of CPU LPDDR5X beside
+        # it), or 144 GB HBM3e at 4.9 TB/s.
+        DevicePeak("GH200", 989.4, 66.9, 4.0, 96, 494.7, 1978.9),
+        DevicePeak("GH200 144GB", 989.4, 66.9, 4.9, 144, 494.7, 1978.9),
         # NVIDIA A100 datasheet: TF32 156, BF16 312 dense (312 / 624 sparse), FP32 19.5, no
         # FP8; 40GB 1,555 GB/s, 80GB SXM 2,039 GB/s, 80GB PCIe 1,935 GB/s.
         DevicePeak("A100 40GB", 312.0, 19.5, 1.555, 40, 156.0),
@@ -91,12 +96,30 @@ DEVICES = {
         DevicePeak("GB200", 2500.0, 80.0, 8.0, 186, 1250.0, 5000.0, 10000.0),
         # NVIDIA L4 datasheet (sparse): TF32 120, BF16 242, FP8 485; FP32 30.3; 300 GB/s.
         DevicePeak("L4", 121.0, 30.3, 0.3, 24, 60.0, 242.5),
+        # NVIDIA T4 datasheet: mixed-precision (FP16) tensor 65, FP32 8.1, no bf16 / TF32 /
+        # FP8 (the 16-bit entry is FP16, as on V100); 320 GB/s GDDR6, 16 GB.
+        DevicePeak("T4", 65.0, 8.1, 0.32, 16),
+        # NVIDIA A10 datasheet (dense | sparse): BF16 125 | 250, TF32 62.5 | 125, FP32 31.2;
+        # 600 GB/s, 24 GB. The A10G (AWS G5) has no NVIDIA datasheet: the same memory, FP32
+        # 31.5 and about half the A10's tensor rate (fp16 70, TF32 35) as third-party
+        # comparisons list it.
+        DevicePeak("A10", 125.0, 31.2, 0.6, 24, 62.5),
+        DevicePeak("A10G", 70.0, 31.5, 0.6, 24, 35.0),
         # NVIDIA L40S datasheet (dense | sparse): TF32 183 | 366, BF16 362.05 | 733, FP8 733 |
         # 1,466; FP32 91.6; 864 GB/s, 48 GB.
         DevicePeak("L40S", 362.0, 91.6, 0.864, 48, 183.0, 733.0),
         # AMD Instinct MI300X datasheet (dense): FP32 vector and matrix 163.4, TF32 653.7,
         # FP16/BF16 1,307.4, FP8 2,614.9; 5.3 TB/s, 192 GB.
         DevicePeak("MI300X", 1307.4, 163.4, 5.3, 192, 653.7, 2614.9),
+        # AMD Instinct MI325X datasheet: the MI300X's compute (CDNA 3, the same dense
+        # figures); 6 TB/s HBM3E, 256 GB.
+        DevicePeak("MI325X", 1307.4, 163.4, 6.0, 256, 653.7, 2614.9),
+        # AMD Instinct MI355X datasheet (dense): FP16/BF16 2,516.6, FP8 5,033.2, FP6/FP4
+        # 10,066.3, FP32 vector 157.3, TF32 1,258; 8 TB/s HBM3E, 288 GB.
+        DevicePeak("MI355X", 2516.6, 157.3, 8.0, 288, 1258.3, 5033.2, 10066.3),
+        # AMD Instinct MI210 datasheet (one GCD, one PyTorch device): FP16/BF16 181, FP32
+        # matrix 45.3 (vector 22.6); 1.6384 TB/s HBM2e, 64 GB; no TF32 / FP8.
+        DevicePeak("MI210", 181.0, 45.3, 1.6384, 64),
         # AMD Instinct MI250X datasheet per OAM card of two GCDs: FP16/BF16 383, FP32 matrix
         # 95.7 (vector 47.9), 3.2768 TB/s, 128 GB; MI250: 362.1, 90.5 (45.3). No TF32 / FP8.
         # Halved here: one GCD per PyTorch device.
@@ -109,6 +132,7 @@ DEVICES = {
 _NAME_RULES = (
     (r"gb200", "GB200"),
     (r"b200", "B200"),
+    (r"gh200", "GH200"),  # before h200: "NVIDIA GH200 480GB" is no H200
     (r"h200.*nvl", "H200 NVL"),
     (r"h200", "H200"),
     (r"h800.*pcie", "H800 PCIe"),
@@ -123,7 +147,13 @@ _NAME_RULES = (
     (r"v100", "V100 SXM2"),
     (r"l40s", "L40S"),
     (r"\bl4\b", "L4"),
+    (r"\bt4\b", "T4"),  # "Tesla T4"
+    (r"\ba10g\b", "A10G"),
+    (r"\ba10\b", "A10"),
+    (r"mi355x", "MI355X"),
+    (r"mi325x", "MI325X"),
     (r"mi300x", "MI300X"),
+    (r"mi210", "MI210"),
     (r"mi250x", "MI250X GCD"),
     (r"mi250", "MI250 GCD"),
 )
@@ -149,6 +179,8 @@ def match_device(name: str | None, num_sms: int | None = None,
         if rx.search(text):
             if key == "A100 40GB" and mem_bytes and mem_bytes > 60e9:
                 return DEVICES["A100 80GB SXM"]
+            if key == "GH200" and mem_bytes and mem_bytes > 110e9:
+                return DEVICES["GH200 144GB"]
             return DEVICES[key]
     if num_sms is None:
         return None

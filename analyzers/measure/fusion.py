@@ -7,11 +7,8 @@ import re
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.tables import RANK, empty, kernels_of, name_mask
-from profkit.analyzers.result import Finding
-from profkit.analyzers.thresholds import Thresholds
 
 from profkit import schema as S
-from profkit.classify.names import short_kernel_name
 from profkit.model import RankData
 
 FUSION_COLUMNS = ("sequence", "n", "count", "per_step", "total_ns", "ranks")
@@ -61,24 +58,3 @@ def fusion_candidates(grams: list[pd.DataFrame], n_steps: int, top_n: int,
     out["n"] = n
     out = out.sort_values(["count", "total_ns"], ascending=False, kind="stable").head(top_n)
     return out[list(FUSION_COLUMNS)].reset_index(drop=True)
-
-
-def fusion_findings(fusion: pd.DataFrame, th: Thresholds) -> list[Finding]:
-    top = fusion[fusion["count"] >= th.fusion_min_count].head(3)
-    if top.empty:
-        return []
-    lines = "; ".join(f"[{brief(r.sequence)}] x{int(r.count)}" for r in top.itertuples())
-    return [Finding(
-        category="fusion", severity="info",
-        message=f"Short kernels repeat in fixed sequences, the most frequent: {lines}.",
-        recommendation="Fuse them: torch.compile generates one kernel for chains of "
-                       "elementwise ops and reductions; use fused implementations (fused=True "
-                       "/ foreach optimizers, fused norms) where they exist.",
-        evidence={"sequences": top["sequence"].tolist(),
-                  "counts": [int(c) for c in top["count"]]})]
-
-
-def brief(sequence: str) -> str:
-    """A sequence with each kernel name as people read it (profkit/classify/names.py), for
-    messages; the evidence keeps the full names."""
-    return SEQUENCE_SEP.join(short_kernel_name(n) for n in sequence.split(SEQUENCE_SEP))

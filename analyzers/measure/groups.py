@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.tables import rank_ranges
-from profkit.analyzers.result import Finding, Result
+from profkit.analyzers.result import Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import schema as S
@@ -47,7 +47,7 @@ def find_slow_groups(comms: Result, th: Thresholds = DEFAULT) -> Result:
                    & (per["collectives"] >= th.slow_group_min_collectives)).to_numpy(bool)
     per = per.sort_values(["slowdown", "pg"], ascending=[False, True], kind="stable")
     table = per[list(GROUP_COLUMNS)].reset_index(drop=True)
-    return Result(tables={"group_latency": table}, findings=_findings(table))
+    return Result(tables={"group_latency": table}, facts={"topic": "groups", "thresholds": th})
 
 
 def _peer_medians(per: pd.DataFrame, work: list[str]) -> np.ndarray:
@@ -66,35 +66,6 @@ def _members(coll: pd.DataFrame, waits: pd.DataFrame | None) -> dict[str, str]:
         return {}
     ranks = waits[["key", "rank"]].merge(coll[["key", "pg"]], on="key")
     return {pg: rank_ranges(g["rank"].tolist()) for pg, g in ranks.groupby("pg")}
-
-
-def _findings(table: pd.DataFrame) -> list[Finding]:
-    out = []
-    for pg, rows in table[table["slow"]].groupby("pg", sort=False):
-        worst = rows.iloc[0]
-        out.append(Finding(
-            category="communication", severity="warning",
-            message=(f"process group {pg} (ranks {worst['ranks']}) runs {worst[S.COLL_NAME]} of "
-                     f"{_size(worst[S.MSG_BYTES])} {worst['slowdown']:.1f}x slower than its "
-                     f"{int(worst['peer_groups'])} peer group(s) doing the same work (median "
-                     f"{worst['median_latency_ns'] / 1e3:.0f} us vs "
-                     f"{worst['peer_median_latency_ns'] / 1e3:.0f} us): a slow link among its ranks"),
-            evidence={"pg": str(pg), "ranks": worst["ranks"],
-                      "slowdown": round(float(worst["slowdown"]), 2),
-                      "collectives": int(rows["collectives"].sum()),
-                      "median_latency_us": round(float(worst["median_latency_ns"]) / 1e3, 1),
-                      "peer_median_latency_us":
-                          round(float(worst["peer_median_latency_ns"]) / 1e3, 1)},
-            recommendation=("Check the links of these ranks: NVLink state and lane count "
-                            "(nvidia-smi nvlink -s), NIC and port errors (ibstat, perfquery), "
-                            "the transport NCCL chose in its log (NCCL_DEBUG=INFO), and run "
-                            "nccl-tests on this group alone; move the job off the node if "
-                            "the link is degraded.")))
-    return out
-
-
-def _size(nbytes: float) -> str:
-    return "unknown size" if not np.isfinite(nbytes) or nbytes < 0 else f"{nbytes / 2**20:.1f} MiB"
 
 
 def _empty() -> pd.DataFrame:

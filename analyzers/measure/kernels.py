@@ -27,7 +27,6 @@ import pandas as pd
 from profkit.analyzers.measure.fusion import (
     FUSION_COLUMNS,
     fusion_candidates,
-    fusion_findings,
     rank_ngrams,
 )
 from profkit.analyzers.measure.tables import (
@@ -36,10 +35,9 @@ from profkit.analyzers.measure.tables import (
     in_steps,
     kernels_of,
     name_mask,
-    plain,
     window_ns,
 )
-from profkit.analyzers.result import Finding, Result
+from profkit.analyzers.result import Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals as iv
@@ -257,79 +255,34 @@ def queue_depth(rank: int, enq: pd.DataFrame) -> pd.DataFrame:
     return out.assign(rank=rank)[list(QUEUE_COLUMNS)]
 
 
-# --- findings and entry point -------------------------------------------------------------
+# --- entry point ---------------------------------------------------------------------------
 
-LAUNCH_ADVICE = ("Capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
-                 "torch.cuda.graphs) or fuse the small ops with torch.compile; larger batches "
-                 "also amortise each launch over more work.")
-
-
-def launch_findings(short: pd.DataFrame, launches: pd.DataFrame,
-                    th: Thresholds) -> list[Finding]:
-    """Launch-bound (warning) when the GPU is mostly idle while many short kernels run or
-    launch calls take a large share of the step. Heavy launch calls behind a busy GPU are
-    hidden for now (info); behind a full launch queue they are waiting, not overhead."""
-    out = []
-    for s, lc in zip(short.to_dict("records"), launches.to_dict("records")):
-        starved = s["kernel_busy_frac"] < th.gpu_util_low_frac
-        enough = min(s["kernels"], lc["launch_calls"]) >= MIN_KERNELS
-        many_short = s["short_frac"] >= th.short_kernel_count_frac and starved
-        heavy_api = lc["launch_time_frac"] > th.launch_api_frac
-        if not enough or not (many_short or heavy_api):
-            continue
-        why = [f"{s['short_frac']:.0%} of {s['kernels']} kernels run under "
-               f"{th.short_kernel_ns / 1e3:g} us"] if many_short else []
-        if heavy_api:
-            why.append(f"launch calls take {lc['launch_time_frac']:.0%} of the step "
-                       f"({lc['launch_calls']} calls, median {lc['launch_median_ns'] / 1e3:.1f} us)")
-        why.append(f"kernels keep the GPU busy {s['kernel_busy_frac']:.0%} of the step")
-        lead = "The GPU is launch-bound: " if starved else \
-            "Launch overhead is high but hidden behind a busy GPU for now: "
-        message = lead + "; ".join(why) + "." + queue_note(lc) + (
-            " CUDA graphs are already in use: capture more of the step."
-            if lc["graph_launches"] else "")
-        out.append(Finding(
-            category="launch", severity="warning" if starved else "info",
-            rank=int(s[RANK]), message=message, recommendation=LAUNCH_ADVICE,
-            evidence={k: plain(v) for k, v in {**s, **lc}.items()}))
-    return out
-
-
-def queue_note(lc: dict) -> str:
-    if lc["max_queue_depth"] < QUEUE_FULL_DEPTH:
-        return ""
-    return (f" The launch queue filled up (depth {int(lc['max_queue_depth'])}): launch calls "
-            "then block until the GPU frees a slot, so part of their time is the GPU's pace.")
-
-
-def slow_call_findings(rank: int, rd: RankData, lc: dict, th: Thresholds) -> list[Finding]:
+def slow_call_facts(rank: int, rd: RankData, lc: dict, th: Thresholds,
+                    used: dict[int, int] | None = None) -> dict | None:
+    """The slow runtime calls of a rank's used steps (``used``: step -> ns; all profiled steps
+    when None), None when there are none: their count and ns, the five names that took
+    longest, ``[name, calls, total ns]``, and their share of the used steps' time. One-off
+    calls of steps the verdict leaves out (lazy loading in a first step) do not count."""
     if not lc["slow_runtime_calls"]:
-        return []
+        return None
     slow = slow_calls(rd, th)
+    window = window_ns(rd)
+    if used is not None and len(rd.steps):
+        slow = slow[slow[S.STEP].isin(list(used))]
+        window = sum(used.values())
+    if slow.empty:
+        return None
     names = slow.groupby(slow[S.NAME].astype(str))[S.DUR_NS].agg(["size", "sum"])
     names = names.sort_values("sum", ascending=False).head(5)
-    frac = lc["slow_runtime_ns"] / max(window_ns(rd), 1)
-    listed = ", ".join(f"{n} x{int(c)} ({t / 1e3:.0f} us)" for n, (c, t) in names.iterrows())
-    serious = frac > th.launch_api_frac and lc["max_queue_depth"] < QUEUE_FULL_DEPTH
-    return [Finding(
-        category="runtime_calls", severity="warning" if serious else "info", rank=rank,
-        message=f"{lc['slow_runtime_calls']} runtime calls took over "
-                f"{th.slow_runtime_call_ns / 1e3:g} us ({frac:.1%} of the step): {listed}."
-                + queue_note(lc),
-        recommendation="Keep allocations and other blocking runtime calls out of the step "
-                       "(warm up the caching allocator, reuse buffers, no per-step "
-                       "cudaMalloc/cudaFree or pinned-memory allocation).",
-        evidence={"slow_runtime_calls": int(lc["slow_runtime_calls"]),
-                  "slow_runtime_ns": int(lc["slow_runtime_ns"]), "slow_frac": float(frac),
-                  "calls": {str(n): int(c) for n, c in names["size"].items()}})]
+    ns = int(slow[S.DUR_NS].sum())
+    return {"rank": rank, "launch": lc, "calls": int(len(slow)), "ns": ns,
+            "frac": ns / max(window, 1),
+            "names": [[str(n), int(c), int(t)] for n, (c, t) in names.iterrows()]}
 
 
 def no_gpu_result(tables: tuple[tuple[str, tuple[str, ...]], ...], what: str) -> Result:
-    return Result(tables={name: empty(cols) for name, cols in tables}, findings=[Finding(
-        category="coverage", severity="info",
-        message=f"No GPU events in this run: {what} skipped.",
-        recommendation="Profile with CUDA activities enabled "
-                       "(torch.profiler.ProfilerActivity.CUDA) to analyse GPU work.")])
+    return Result(tables={name: empty(cols) for name, cols in tables},
+                  facts={"topic": "no_gpu", "what": what})
 
 
 TABLES = (("top_kernels", TOP_KERNEL_COLUMNS), ("top_ops", TOP_OP_COLUMNS),
@@ -340,14 +293,15 @@ TABLES = (("top_kernels", TOP_KERNEL_COLUMNS), ("top_ops", TOP_OP_COLUMNS),
 
 def analyze_kernels(run: Run, thresholds: Thresholds = DEFAULT, *, top_n: int = 50) -> Result:
     """Kernel, CPU-op, launch, queue and fusion tables of a run (see the module docstring),
-    with cpu_launch and fusion findings. Ranks without GPU events are left out."""
+    and the slow runtime calls (facts). Ranks without GPU events are left out."""
     parts = [rank_kernel_parts(r, rd, thresholds) for r, rd in sorted(run.ranks.items())
              if rd.has_gpu]
     return combine_kernels(parts, thresholds, top_n=top_n)
 
 
-def rank_kernel_parts(rank: int, rd: RankData, th: Thresholds) -> dict:
-    """The per-rank half of :func:`analyze_kernels`: rows, partial totals and findings."""
+def rank_kernel_parts(rank: int, rd: RankData, th: Thresholds,
+                      used: dict[int, int] | None = None) -> dict:
+    """The per-rank half of :func:`analyze_kernels`: rows, partial totals, slow calls."""
     joined = launch_join(rd)
     queue = queue_depth(rank, joined[1])
     launch = launch_row(rank, rd, joined, th)
@@ -356,7 +310,7 @@ def rank_kernel_parts(rank: int, rd: RankData, th: Thresholds) -> dict:
             "queue": queue, "per_step": kernels_per_step(rank, rd),
             "kernel_totals": kernel_totals(rank, rd), "op_totals": op_totals(rd),
             "ngrams": rank_ngrams(rd, th.short_kernel_ns).assign(rank=rank),
-            "n_steps": len(rd.steps), "findings": slow_call_findings(rank, rd, launch, th)}
+            "n_steps": len(rd.steps), "slow_calls": slow_call_facts(rank, rd, launch, th, used)}
 
 
 def combine_kernels(parts: list[dict], th: Thresholds, *, top_n: int = 50) -> Result:
@@ -375,6 +329,5 @@ def combine_kernels(parts: list[dict], th: Thresholds, *, top_n: int = 50) -> Re
         "queue_depth": pd.concat([p["queue"] for p in parts], ignore_index=True),
         "fusion_candidates": fusion,
     }
-    findings = launch_findings(short, launches, th)
-    findings += [f for p in parts for f in p["findings"]]
-    return Result(tables=tables, findings=findings + fusion_findings(fusion, th))
+    return Result(tables=tables, facts={"topic": "kernels", "thresholds": th, "slow_calls": [
+        p["slow_calls"] for p in parts if p["slow_calls"]]})

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.devices import device_info, match_device
-from profkit.analyzers.result import Finding, Result
+from profkit.analyzers.result import Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit.model import Run
@@ -20,12 +20,14 @@ from profkit.model import Run
 # NVLink 4 on H100/H200 SXM 900 GB/s total -> 450 each way; H100/H200 NVL bridges 600 -> 300;
 # A100 SXM NVLink 3 600 -> 300; V100 SXM2 NVLink 2 300 -> 150; B200/GB200 NVLink 5
 # 1.8 TB/s -> 900; PCIe Gen4 x16 cards (A100 PCIe, V100 PCIe gen3 16, L4, L40S) 32;
-# MI300X Infinity Fabric 896 GB/s aggregate peer bandwidth -> 448.
+# MI300X / MI325X Infinity Fabric 896 GB/s aggregate peer bandwidth -> 448; GH200 NVLink 4
+# as the H100; T4 PCIe Gen3 x16 16; A10 / A10G PCIe Gen4 x16 32.
 LINK_GBPS = {
     "H100 SXM": 450.0, "H200": 450.0, "H100 NVL": 300.0, "H200 NVL": 300.0,
     "A100 40GB": 300.0, "A100 80GB SXM": 300.0, "A100 80GB PCIe": 32.0, "V100 SXM2": 150.0,
     "V100 PCIe": 16.0, "B200": 900.0, "GB200": 900.0, "L4": 32.0, "L40S": 32.0,
-    "MI300X": 448.0,
+    "MI300X": 448.0, "MI325X": 448.0, "GH200": 450.0, "GH200 144GB": 450.0, "T4": 16.0,
+    "A10": 32.0, "A10G": 32.0,
 }
 LARGE_BYTES = 16 << 20  # collectives this large should approach the link's bandwidth
 COLUMNS = ("key", "collective", "bytes", "busbw_gbps", "link_gbps", "link_util")
@@ -63,18 +65,7 @@ def judge_links(comms: Result, peak: tuple[float, str], th: Thresholds = DEFAULT
     table["link_gbps"] = link
     table["link_util"] = table["busbw_gbps"] / link
     large = table[(table["bytes"] >= LARGE_BYTES) & table["link_util"].notna()]
-    findings = []
-    if len(large) and float(large["link_util"].median()) < th.low_link_util_frac:
-        util = float(large["link_util"].median())
-        findings.append(Finding(
-            category="communication", severity="warning",
-            message=(f"large collectives (>= {LARGE_BYTES >> 20} MiB) reach {util:.0%} of the "
-                     f"{model} link's {link:.0f} GB/s (median bus bandwidth "
-                     f"{float(large['busbw_gbps'].median()):.0f} GB/s)"),
-            evidence={"collectives": int(len(large)), "median_link_util": round(util, 3),
-                      "link_gbps": link, "device": model},
-            recommendation=("Check the NCCL topology and transport in the NCCL log (P2P/NVLink "
-                            "vs SHM/PCIe), NCCL_P2P_DISABLE and similar knobs, and GPU placement; "
-                            "small, frequent collectives can be bucketed into larger ones.")))
     table["link_util"] = table["link_util"].astype(np.float64)
-    return Result(tables={"collective_links": table[list(COLUMNS)]}, findings=findings)
+    return Result(tables={"collective_links": table[list(COLUMNS)]},
+                  facts={"topic": "links", "thresholds": th, "large": large,
+                         "link_gbps": link, "device": model})

@@ -180,3 +180,18 @@ def one_off_spans(events: pd.DataFrame, lo: int, hi: int, min_ns: int = 10_000_0
     slow = host[(host[S.DUR_NS] >= factor * host[S.NAME].map(med).astype(float)).to_numpy()
                 & (host[S.DUR_NS] >= share * max(hi - lo, 1)).to_numpy()]
     return slow
+
+
+def run_step_times_ns(steps: pd.DataFrame) -> np.ndarray:
+    """One time per used step of a run (ns): the median over the ranks that ran it. The run's
+    median step, which every output shows, is the median of these."""
+    if steps.empty:
+        return np.array([], float)
+    used = steps[steps[USED].astype(bool)]
+    return used.groupby(S.STEP)["step_ns"].median().to_numpy(float)
+
+
+def run_median_step_ms(steps: pd.DataFrame) -> float:
+    """The run's median used step in ms (NaN without used steps)."""
+    times = run_step_times_ns(steps)
+    return float(np.median(times)) / 1e6 if len(times) else float("nan")

@@ -4,13 +4,19 @@ A rank is flagged only on evidence (all of, with the thresholds named):
 
 - there are at least two ranks and it took part in >= ``straggler_min_collectives`` matched
   collectives;
-- it arrived last more often than chance allows: with no straggler each of a collective's
-  ``n`` ranks is last with probability 1/n, so the number of times a rank is last is a sum of
-  such coin flips (Poisson-binomial); the chance of seeing at least as many under that null
-  (``p_value``) must be below ``straggler_max_p_value``. "Last at 62% of 50 collectives"
-  between two ranks (p = 0.06) is not evidence; 68% (p = 0.008) is;
+- it arrived last more often than chance would make it: with no straggler each of a
+  collective's ``n`` ranks is last with probability 1/n;
 - the other ranks' *exposed* wait for it, averaged over those ranks and summed per step, is
   >= ``straggler_min_wait_frac`` of their median step time (the cost grades the severity).
+
+Every rank that costs the others this much is flagged, not only the most certain one: the
+statistics support the flag, they do not gate it. The number of times a rank is last is a
+sum of coin flips (Poisson-binomial), and ``p_value`` is the chance of seeing at least as
+many with no straggler; the finding says how strong that evidence is ("last at 62% of 50
+collectives" between two ranks, p = 0.06, is weak; 68%, p = 0.008, is not). Each straggler's
+row names the collective the others wait in most (kind, size, process group), and the facts
+say which rank cost the others most in each step, so a straggler that changes during the run
+is said.
 
 Exposed wait is the part of a rank's wait in which its GPU ran nothing but the collective
 (from :mod:`comms`). Raw wait overstates the cost wherever the collective overlaps compute:
@@ -37,7 +43,7 @@ from profkit.analyzers.measure.comms import (
     RANK_WAITS,
     WAIT_NS,
 )
-from profkit.analyzers.result import Finding, Result
+from profkit.analyzers.result import Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals
@@ -58,10 +64,12 @@ STRAGGLER = "straggler"
 EVIDENCE = "evidence"
 P_VALUE = "p_value"  # chance of being last this often with no straggler
 EXPECTED_LAST = "expected_last"  # how often it would be last by chance
+WAIT_COLLECTIVE = "wait_collective"  # the collective the others wait in most for this rank
+WAIT_COLLECTIVE_SHARE = "wait_collective_share"  # its share of their exposed wait
 STRAGGLER_COLUMNS = (
     RANK, N_COLLECTIVES, N_LAST, EXPECTED_LAST, LATE_SHARE, P_VALUE, OTHERS_WAIT_NS_PER_STEP,
     OTHERS_EXPOSED_WAIT_NS_PER_STEP, OTHERS_STEP_NS, WAIT_FRAC, COMPUTE_NS_PER_STEP,
-    OTHERS_COMPUTE_NS_PER_STEP, STRAGGLER, EVIDENCE,
+    OTHERS_COMPUTE_NS_PER_STEP, STRAGGLER, WAIT_COLLECTIVE, WAIT_COLLECTIVE_SHARE, EVIDENCE,
 )
 
 
@@ -87,33 +95,21 @@ def judge_stragglers(comms: Result, step_stats: dict[int, dict[str, float]],
         return Result(tables={STRAGGLERS: _empty()})
     table = _straggler_table(step_stats, coll, waits, per_rank)
     table[STRAGGLER] = _flag(table, thresholds)
+    table[WAIT_COLLECTIVE], table[WAIT_COLLECTIVE_SHARE] = _wait_collectives(table, coll, waits)
     table[EVIDENCE] = [_evidence(row) for row in table.to_dict("records")]
     impossible = table[table[WAIT_FRAC].fillna(0) > 1.0]
     if len(impossible):  # waiting longer than a whole step: the ranks are not lined up
         table[STRAGGLER] = False
-        return Result(tables={STRAGGLERS: table[list(STRAGGLER_COLUMNS)]},
-                      findings=[_misaligned(impossible)])
-    flagged = table[table[STRAGGLER]].to_dict("records")
-    findings = [_finding(row, thresholds) for row in flagged]
-    return Result(tables={STRAGGLERS: table[list(STRAGGLER_COLUMNS)]}, findings=findings)
-
-
-def _misaligned(rows: pd.DataFrame) -> Finding:
-    worst = rows.sort_values(WAIT_FRAC).iloc[-1]
-    return Finding(
-        category="collectives", severity="warning", rank=None,
-        message=(f"collective waits exceed the step time ({worst[WAIT_FRAC]:.0%} of a step for "
-                 f"rank {int(worst[RANK])}): the ranks' clocks are not aligned or their "
-                 "collectives do not match up, so no straggler verdict is given"),
-        evidence={"wait_frac": round(float(worst[WAIT_FRAC]), 3), "rank": int(worst[RANK])},
-        recommendation=("Capture with profkit.profile (it measures clock offsets between "
-                        "ranks), profile the same steps on every rank, and check that all "
-                        "ranks' traces come from the same run."))
+    return Result(tables={STRAGGLERS: table[list(STRAGGLER_COLUMNS)]},
+                  facts={"topic": "stragglers", "thresholds": thresholds,
+                         "misaligned": impossible, "table": table,
+                         "costliest_by_step": costliest_by_step(coll, waits, table, thresholds)})
 
 
 def _empty() -> pd.DataFrame:
     frame = pd.DataFrame({c: pd.Series(dtype="float64") for c in STRAGGLER_COLUMNS})
-    return frame.astype({RANK: "int64", STRAGGLER: bool, EVIDENCE: object})
+    return frame.astype({RANK: "int64", STRAGGLER: bool, EVIDENCE: object,
+                         WAIT_COLLECTIVE: object})
 
 
 def _straggler_table(step_stats: dict[int, dict[str, float]], coll: pd.DataFrame, waits: pd.DataFrame,
@@ -207,60 +203,87 @@ def rank_step_stats(data: RankData) -> dict[str, float]:
 
 
 def _flag(t: pd.DataFrame, th: Thresholds) -> np.ndarray:
+    """Flag every rank that costs the others enough and is last more often than chance."""
     enough = (len(t) >= 2) & (t[N_COLLECTIVES] >= th.straggler_min_collectives)
-    late = t[P_VALUE].fillna(1.0) < th.straggler_max_p_value
+    late = t[N_LAST] > t[EXPECTED_LAST]
     costly = t[WAIT_FRAC].fillna(0) >= th.straggler_min_wait_frac
     return (enough & late & costly).to_numpy(bool)
 
 
-def _ms(ns: float) -> str:
+def _late_waits(coll: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
+    """The other ranks' waits for each collective's last rank, in profiled steps, weighted so
+    that they sum to the mean over the others (``share``)."""
+    cols = [KEY, LAST_RANK, N_RANKS, S.COLL_NAME, S.MSG_BYTES, "pg"]
+    w = waits.merge(coll[[c for c in cols if c in coll.columns]], on=KEY, how="inner")
+    w = w[(w[LAST_RANK] >= 0) & (w[RANK] != w[LAST_RANK]) & (w[S.STEP] >= 0)]
+    return w.assign(share=1.0 / (w[N_RANKS] - 1))
+
+
+def _wait_collectives(table: pd.DataFrame, coll: pd.DataFrame,
+                      waits: pd.DataFrame) -> tuple[list, list]:
+    """Per rank, the collective (kind, size, process group) the others wait in most for it,
+    and that collective's share of their exposed wait for it ("" and NaN when none)."""
+    w = _late_waits(coll, waits)
+    w = w.assign(cost=w[EXPOSED_WAIT_NS] * w["share"])
+    names, shares = [], []
+    for rank in table[RANK]:
+        mine = w[w[LAST_RANK] == rank]
+        total = float(mine["cost"].sum())
+        if mine.empty or total <= 0:
+            names.append("")
+            shares.append(np.nan)
+            continue
+        by = mine.groupby([S.COLL_NAME, S.MSG_BYTES, "pg"], dropna=False, observed=True)["cost"]
+        (kind, nbytes, pg), cost = max(by.sum().items(), key=lambda kv: kv[1])
+        names.append(_collective_name(kind, nbytes, pg))
+        shares.append(float(cost) / total)
+    return names, shares
+
+
+def _collective_name(kind, nbytes, pg) -> str:
+    size = f" of {nbytes / 2**20:.1f} MiB" if np.isfinite(nbytes) and nbytes > 0 else ""
+    group = f" in process group {pg}" if pg not in (None, "") and pg == pg else ""
+    return f"{kind}{size}{group}"
+
+
+def costliest_by_step(coll: pd.DataFrame, waits: pd.DataFrame, table: pd.DataFrame,
+                      th: Thresholds) -> dict[int, int]:
+    """{step: the rank whose lateness cost the others most in it}, for the steps where that
+    cost reaches ``straggler_min_wait_frac`` of the others' step."""
+    w = _late_waits(coll, waits)
+    if w.empty or table.empty:
+        return {}
+    cost = (w[EXPOSED_WAIT_NS] * w["share"]).groupby([w[S.STEP], w[LAST_RANK]]).sum()
+    step_ns = float(np.nanmedian(table[OTHERS_STEP_NS])) if table[OTHERS_STEP_NS].notna().any() \
+        else np.nan
+    out = {}
+    for step, per_rank in cost.groupby(level=0):
+        (_, rank), ns = max(per_rank.items(), key=lambda kv: kv[1])
+        if np.isfinite(step_ns) and ns >= th.straggler_min_wait_frac * step_ns:
+            out[int(step)] = int(rank)
+    return out
+
+
+def ms_text(ns: float) -> str:
     return "n/a" if not np.isfinite(ns) else f"{ns / 1e6:.2f} ms"
 
 
 def _evidence(row: dict) -> str:
     return (f"last at {row[N_LAST]}/{row[N_COLLECTIVES]} collectives (by chance "
             f"~{row[EXPECTED_LAST]:.0f}, p={row[P_VALUE]:.2g}); others wait "
-            f"{_ms(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])}/step exposed "
-            f"({_ms(row[OTHERS_WAIT_NS_PER_STEP])} raw), {_pct(row[WAIT_FRAC])} of their "
-            f"{_ms(row[OTHERS_STEP_NS])} step")
+            f"{ms_text(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])}/step exposed "
+            f"({ms_text(row[OTHERS_WAIT_NS_PER_STEP])} raw), {pct_text(row[WAIT_FRAC])} of their "
+            f"{ms_text(row[OTHERS_STEP_NS])} step")
 
 
-def _pct(frac: float) -> str:
+def pct_text(frac: float) -> str:
     return "n/a" if not np.isfinite(frac) else f"{frac:.1%}"
 
 
-def _finding(row: dict, th: Thresholds) -> Finding:
-    rank = int(row[RANK])
-    severity = "critical" if row[WAIT_FRAC] >= th.straggler_critical_wait_frac else "warning"
-    evidence = {k: _plain(row[k]) for k in STRAGGLER_COLUMNS if k not in (STRAGGLER, EVIDENCE)}
-    return Finding(
-        category="straggler", severity=severity, rank=rank, evidence=evidence,
-        message=(f"Rank {rank} is a straggler: last at {row[N_LAST]} of {row[N_COLLECTIVES]} "
-                 f"collectives (~{row[EXPECTED_LAST]:.0f} by chance, p={row[P_VALUE]:.2g}); "
-                 f"the other ranks lose {_ms(row[OTHERS_EXPOSED_WAIT_NS_PER_STEP])} "
-                 f"per step ({_pct(row[WAIT_FRAC])} of their {_ms(row[OTHERS_STEP_NS])} step) "
-                 "waiting for it"),
-        recommendation=_recommendation(rank, row),
-    )
-
-
-def _recommendation(rank: int, row: dict) -> str:
-    mine, theirs = row[COMPUTE_NS_PER_STEP], row[OTHERS_COMPUTE_NS_PER_STEP]
-    text = (f"Investigate rank {rank}: extra work before the collective (compare the ranks' "
-            "timelines just before it), a slower GPU (compare its compute time per step "
-            f"with the others': {_ms(mine)} vs {_ms(theirs)}), data imbalance (uneven batch or "
-            "sequence lengths), host contention (CPU threads, NUMA placement, other processes).")
-    if np.isfinite(mine) and np.isfinite(theirs) and theirs > 0:
-        excess = mine / theirs - 1
-        text += (f" Its GPU compute is {excess:.0%} above the others': look for extra or "
-                 "imbalanced work on it first." if excess > 0.05 else
-                 " Its GPU compute is not above the others': look at its host side first "
-                 "(late launches, data loading, CPU contention).")
-    return text
-
-
-def _plain(value):
+def json_scalar(value):
     """JSON-ready scalar."""
+    if isinstance(value, str):
+        return value
     if isinstance(value, (np.bool_, bool)):
         return bool(value)
     if isinstance(value, (np.integer, int)):

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from profkit.analyzers import units as U
 from profkit.analyzers.measure.fusion import SEQUENCE_SEP
-from profkit.analyzers.report import units as U
 
 from profkit.classify.names import short_kernel_name
 

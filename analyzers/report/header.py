@@ -23,7 +23,7 @@ from typing import Any
 
 from profkit.analyzers.measure.coverage import BAD_STATUS, missing_ranks
 from profkit.analyzers.measure.tables import rank_ranges
-from profkit.analyzers.report.units import clip
+from profkit.analyzers.units import clip
 
 from profkit.run.discover import QUIET_DIRS as SIDECAR_DIRS
 from profkit.run.discover import is_trace_name

@@ -19,6 +19,7 @@ from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.report import header as H
 from profkit.analyzers.report import sections as sec
 from profkit.analyzers.report.evidence import evidence_text
+from profkit.analyzers.units import pct
 
 
 def sorted_findings(a: Analysis) -> list:
@@ -43,7 +44,7 @@ def saving_text(f) -> str:
     ms, frac = s.get("ms_per_step"), s.get("fraction")
     if ms is None or frac is None or not math.isfinite(ms) or not math.isfinite(frac):
         return ""
-    return f"; could save ~{ms:.2f} ms/step ({frac:.0%})"
+    return f"; could save ~{ms:.2f} ms/step ({pct(frac)})"
 
 
 def rank_table(a: Analysis) -> pd.DataFrame:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers import units as U
 from profkit.analyzers.analyze import Analysis, part_name
 from profkit.analyzers.measure.tables import rank_ranges
-from profkit.analyzers.report import units as U
 from profkit.analyzers.thresholds import DEFAULT
 
 from profkit.classify.names import short_kernel_names
@@ -100,7 +100,8 @@ def efficiency_section(a: Analysis) -> Section | None:
              f"{DEFAULT.min_flop_coverage_frac:.0%} of the compute time (FLOP coverage), or "
              "with --flops-per-step; '-': not judged"]
     if len(eff) <= MAX_RANK_ROWS:
-        table = pd.DataFrame({"rank": eff["rank"], "device": eff["device_model"].fillna("")})
+        table = pd.DataFrame({"rank": eff["rank"], "device": [
+            device_label(m, n) for m, n in zip(eff["device_model"], eff["device_name"])]})
         for name, values in cols.items():
             table[name] = [fmts[name](v) for v in values]
         table["precision"] = eff["precision_mix"].fillna("")
@@ -186,3 +187,10 @@ def idle_section(a: Analysis) -> Section | None:
     top = top.rename(columns={"ns_per_step": "GPU idle"})[["part", "code", "GPU idle", "ranks"]]
     return Section("Where the GPU waits for the host (idle time by the code running)", top,
                    ["per step of the ranks listed; capture with_stack=True to see Python lines"])
+
+
+def device_label(model, name) -> str:
+    """The device as the peak table knows it; an unknown one says so, with its own name."""
+    if isinstance(model, str) and model:
+        return model
+    return f"unknown ({name})" if isinstance(name, str) and name else "unknown"

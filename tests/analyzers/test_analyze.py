@@ -118,3 +118,23 @@ def test_communication_splits_into_waiting_and_transfer():
     # rank 0 waits for the straggler: most of its exposed communication is waiting
     assert by_rank[0]["communication_split"]["wait"] > by_rank[0]["communication_split"]["transfer"]
     assert by_rank[1]["communication_split"]["wait"] < 0.01
+
+
+def test_one_median_step_for_a_run_everywhere():
+    """The verdict, diff's step samples and the dashboard's Runs page and Overview tile read
+    one median step (they once showed 66.26, 66.735 and 65.29 ms for one run)."""
+    import numpy as np
+    from profkit.analyzers.compare.diff import step_samples
+    from profkit.dashboard.components import median_step_text
+
+    from profkit.run.loader import load_run
+
+    a = analyze(load_run(REPO / "samples" / "runs" / "profkit_fsdp"))
+    steps = a.table("step_breakdown")
+    used = steps[steps["used"].astype(bool)]
+    by_step = {s: float(np.median(g["step_ns"])) for s, g in used.groupby("step")}
+    expected_ms = float(np.median(list(by_step.values()))) / 1e6  # computed here, by hand
+    assert a.verdict["median_step_ms"] == pytest.approx(expected_ms, abs=1e-3)
+    assert float(np.median(step_samples(a))) / 1e6 == pytest.approx(expected_ms)
+    assert f"median step {expected_ms:.2f} ms" in a.verdict["summary"]
+    assert median_step_text(a) == f"{expected_ms:.2f} ms"

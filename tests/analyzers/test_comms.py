@@ -4,6 +4,7 @@ number is chosen here, and on the labelled runs captured on 2x H200 (samples/run
 import numpy as np
 import pandas as pd
 import pytest
+from profkit.analyzers.findings.judge import judged
 from profkit.analyzers.measure import comms as C
 from profkit.analyzers.measure.comms import analyze_collectives, busbw_factor
 from profkit.analyzers.measure.stragglers import STRAGGLER, STRAGGLERS, find_stragglers
@@ -92,7 +93,7 @@ def three_ranks():
 
 
 def test_three_ranks_waits_skew_and_bandwidth():
-    res = analyze_collectives(three_ranks())
+    res = judged(analyze_collectives(three_ranks()))
     coll = res.tables[C.COLLECTIVES].set_index(S.COLL_NAME)
     ar, ag = coll.loc["all_reduce"], coll.loc["all_gather"]
     assert (ar[C.LATENCY_NS], ar[C.START_SKEW_NS], ar[C.END_SKEW_NS]) == (100_000, 400_000, 10_000)
@@ -119,7 +120,7 @@ def test_two_ranks_by_hand():
     rank 0 waits 200, rank 1 none; start skew 200, end skew 0; rank 1 last."""
     run = make_run({0: colls([(1000, 500, "all_reduce", 3000, 0)]),
                     1: colls([(1200, 300, "all_reduce", 3000, 0)])})
-    res = analyze_collectives(run)
+    res = judged(analyze_collectives(run))
     row = res.tables[C.COLLECTIVES].iloc[0]
     assert (row[C.LATENCY_NS], row[C.START_SKEW_NS], row[C.END_SKEW_NS], row[C.LAST_RANK]) == (300, 200, 0, 1)
     assert row[C.ALGBW_GBPS] == pytest.approx(10.0) and row[C.BUSBW_GBPS] == pytest.approx(10.0)
@@ -145,7 +146,7 @@ def test_occurrence_fallback_drops_unmatched_and_keeps_other_steps_aligned():
         1: colls([(110, 40, "all_reduce", 64, 0), (210, 40, "all_reduce", 64, 0),
                   (5100, 50, "all_reduce", 64, 1)]),
     }, n_steps=2)
-    res = analyze_collectives(run)
+    res = judged(analyze_collectives(run))
     matching = res.tables[C.MATCHING].iloc[0]
     assert (matching[C.KEY_MODE], matching[C.N_RANKS], matching[C.N_MATCHED],
             matching[C.N_UNMATCHED_KEYS], matching[C.N_UNMATCHED_ROWS]) == ("occurrence", 2, 3, 1, 1)
@@ -166,7 +167,7 @@ def test_seq_and_comms_id_match_exactly_despite_a_missing_row():
         1: pd.concat([colls([(110, 40, "all_reduce", 64, 0, 6), (220, 30, "all_reduce", 64, 0, 7)]),
                       colls([(430, 20, "broadcast", 64, 0, -1, "b")], pg="1")], ignore_index=True),
     })
-    res = analyze_collectives(run)
+    res = judged(analyze_collectives(run))
     modes = res.tables[C.MATCHING].set_index(C.PG)[C.KEY_MODE].to_dict()
     assert modes == {"0": "seq", "1": "comms_id"}
     coll = res.tables[C.COLLECTIVES]
@@ -181,10 +182,10 @@ def test_clock_offset_estimated_across_hosts_only():
     def per_rank(shift):
         return {0: colls([(k * 10_000, 500, "all_reduce", 64, 0) for k in range(5)]),
                 1: colls([(k * 10_000 + 100 + shift, 400, "all_reduce", 64, 0) for k in range(5)])}
-    res = analyze_collectives(make_run(per_rank(1_000_000), hosts={0: "a", 1: "b"}))
+    res = judged(analyze_collectives(make_run(per_rank(1_000_000), hosts={0: "a", 1: "b"})))
     assert res.tables[C.CLOCK_OFFSETS].set_index(C.RANK)[C.OFFSET_NS].to_dict() == {0: 0, 1: 1_000_000}
     assert set(res.tables[C.COLLECTIVES][C.START_SKEW_NS]) == {100}
-    same = analyze_collectives(make_run(per_rank(0), hosts={0: "a", 1: "a"}))
+    same = judged(analyze_collectives(make_run(per_rank(0), hosts={0: "a", 1: "a"})))
     assert set(same.tables[C.CLOCK_OFFSETS][C.OFFSET_NS]) == {0}
     assert set(same.tables[C.COLLECTIVES][C.START_SKEW_NS]) == {100}
 
@@ -208,7 +209,7 @@ def late_rank_run(late_ns, n=5):
 ])
 def test_straggler_needs_lateness_and_cost(late_ns, n, expected):
     run = late_rank_run(late_ns, n)
-    res = find_stragglers(run, analyze_collectives(run), Thresholds())
+    res = judged(find_stragglers(run, analyze_collectives(run), Thresholds()))
     table = res.tables[STRAGGLERS].set_index(C.RANK)
     assert table.loc[2, "others_exposed_wait_ns_per_step"] == late_ns
     assert table.loc[2, "late_share"] == 1.0
@@ -227,10 +228,10 @@ def test_straggler_needs_lateness_and_cost(late_ns, n, expected):
 ])
 def test_nothing_to_match_gives_empty_tables(per_rank):
     run = make_run(per_rank)
-    res = analyze_collectives(run)
+    res = judged(analyze_collectives(run))
     for name in (C.COLLECTIVES, C.COLLECTIVE_WAITS, C.RANK_WAITS):
         assert res.tables[name].empty
-    s = find_stragglers(run, res)
+    s = judged(find_stragglers(run, res))
     assert s.tables[STRAGGLERS].empty and s.findings == [] and res.findings == []
 
 
@@ -243,8 +244,8 @@ def analysed():
     def get(name):
         if name not in cache:
             run = load_run(RUNS / name, cache=False)
-            res = analyze_collectives(run)
-            cache[name] = (res, find_stragglers(run, res))
+            res = judged(analyze_collectives(run))
+            cache[name] = (res, judged(find_stragglers(run, res)))
         return cache[name]
     return get
 
@@ -299,8 +300,8 @@ CORPUS_FILES = sorted(CORPUS.rglob("*.json.gz")) if CORPUS.is_dir() else []
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: str(p.relative_to(CORPUS)))
 def test_corpus_traces_do_not_crash(path):
     run = load_run(path, cache=False)
-    res = analyze_collectives(run)
-    strag = find_stragglers(run, res)
+    res = judged(analyze_collectives(run))
+    strag = judged(find_stragglers(run, res))
     # single-rank traces: collectives exist, but nothing has a second rank to match against
     assert res.tables[C.COLLECTIVES].empty and strag.findings == [] and res.findings == []
     assert set(res.tables) == {C.COLLECTIVES, C.COLLECTIVE_WAITS, C.RANK_WAITS, C.MATCHING,
@@ -312,6 +313,40 @@ def test_single_gpu_run_without_collectives():
     3.0.x, string arithmetic on the empty string columns raised TypeError and every one-GPU
     analysis died (seen on the device's pandas 3.0.6)."""
     empty = C._typed({}, C.ROW_DTYPES), C._typed({}, C.ROW_DTYPES)
-    out = C.match_collectives([empty], {0: "host"})
+    out = judged(C.match_collectives([empty], {0: "host"}))
     assert len(out.tables["collectives"]) == 0
     assert len(out.tables["rank_waits"]) <= 1
+
+
+def two_late_ranks_run():
+    """Four ranks, one all_reduce of 2 MiB per 1 ms step for 10 steps, all leaving together
+    at +900_000. Rank 2 starts 100_000 ns late in steps 0-6, rank 3 300_000 ns late in steps
+    7-9; no compute, so every wait is exposed. Per step the others lose (by hand):
+    rank 2: 7 x 100 us / 10 = 70 us (7%); rank 3: 3 x 300 us / 10 = 90 us (9%). Rank 3 is last
+    3 times of 10 where chance says 2.5: P(>= 3 | p = 1/4, n = 10) = 0.474, weak evidence,
+    yet it costs the others more than rank 2 (last 7 times, p = 0.0035)."""
+    def rank(r):
+        rows = []
+        for k in range(10):
+            late = (100_000 if r == 2 and k < 7 else 300_000 if r == 3 and k >= 7 else 0)
+            start = k * 1_000_000 + 500_000 + late
+            rows.append((start, k * 1_000_000 + 900_000 - start, "all_reduce", 2 * 2**20, k))
+        return colls(rows, group_size=4)
+    return make_run({r: rank(r) for r in range(4)}, n_steps=10)
+
+
+def test_every_costly_rank_is_a_straggler_with_its_collective_and_the_change():
+    run = two_late_ranks_run()
+    res = judged(find_stragglers(run, analyze_collectives(run), Thresholds()))
+    table = res.tables[STRAGGLERS].set_index(C.RANK)
+    assert table.loc[2, "others_exposed_wait_ns_per_step"] == pytest.approx(70_000)
+    assert table.loc[3, "others_exposed_wait_ns_per_step"] == pytest.approx(90_000)
+    assert table.loc[2, "p_value"] == pytest.approx(0.00351, abs=1e-4)
+    assert table.loc[3, "p_value"] == pytest.approx(0.4744, abs=1e-3)
+    assert table[STRAGGLER].tolist() == [False, False, True, True]
+    assert table.loc[3, "wait_collective"] == "all_reduce of 2.0 MiB in process group 0"
+    by_rank = {f.rank: f for f in res.findings}
+    assert set(by_rank) == {2, 3}
+    assert "weak evidence" in by_rank[3].message and "weak evidence" not in by_rank[2].message
+    assert "mostly in all_reduce of 2.0 MiB in process group 0" in by_rank[2].message
+    assert "changed during the run: rank 2 in steps 0-6, rank 3 in steps 7-9" in by_rank[3].message

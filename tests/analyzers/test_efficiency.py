@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+from profkit.analyzers.findings.judge import judged
 from profkit.analyzers.measure.devices import DEVICES, match_device
 from profkit.analyzers.measure.efficiency import TABLES, analyze_efficiency
 from profkit.analyzers.thresholds import Thresholds
@@ -63,7 +64,7 @@ def with_counters(run: Run, table: pd.DataFrame) -> Run:
 
 
 def test_utilisation_sm_efficiency_occupancy_and_mfu(tmp_path):
-    res = analyze_efficiency(load(tmp_path, timeline()))
+    res = judged(analyze_efficiency(load(tmp_path, timeline())))
     row = res.tables["efficiency"].iloc[0]
     assert row["device_model"] == "H100 SXM" and row["step_time_ns"] == 100 * US
     assert row["gpu_util"] == pytest.approx(0.6)
@@ -78,16 +79,16 @@ def test_utilisation_sm_efficiency_occupancy_and_mfu(tmp_path):
 
 
 def test_model_formula_replaces_trace_flops(tmp_path):
-    res = analyze_efficiency(load(tmp_path, timeline()), flops_per_step=50e9)
+    res = judged(analyze_efficiency(load(tmp_path, timeline()), flops_per_step=50e9))
     row = res.tables["efficiency"].iloc[0]
     assert row["flops_source"] == "model formula"
     assert row["achieved_tflops"] == pytest.approx(500.0)  # 50e9 FLOP in 100 us
-    fp32 = analyze_efficiency(load(tmp_path, timeline()), peak_dtype="fp32")
+    fp32 = judged(analyze_efficiency(load(tmp_path, timeline()), peak_dtype="fp32"))
     assert fp32.tables["efficiency"].iloc[0]["peak_tflops"] == DEVICES["H100 SXM"].fp32_tflops
 
 
 def test_fp32_gemms_without_tensor_cores(tmp_path):
-    res = analyze_efficiency(load(tmp_path, timeline(gemm="volta_sgemm_128x64_nn")))
+    res = judged(analyze_efficiency(load(tmp_path, timeline(gemm="volta_sgemm_128x64_nn"))))
     row = res.tables["efficiency"].iloc[0]
     assert row["tensor_core_gemm_frac"] == 0.0 and row["fp32_gemm_ns"] == 40 * US
     assert "precision" in [f.category for f in res.findings]
@@ -107,7 +108,7 @@ def test_nvml_joins(tmp_path):
                       (-100, "energy_mj", 1000), (200, "energy_mj", 1030),
                       (50, "power_w", 200), (50, "mem_used_bytes", 76e9),
                       (50, "gpm_tensor_active_pct", 30)])
-    res = analyze_efficiency(with_counters(load(tmp_path, timeline()), table))
+    res = judged(analyze_efficiency(with_counters(load(tmp_path, timeline()), table)))
     row = res.tables["nvml"].iloc[0]
     assert row["sm_clock_mean_mhz"] == 1600 and row["sm_clock_min_mhz"] == 1500
     assert row["clock_samples"] == 2
@@ -122,7 +123,7 @@ def test_nvml_joins(tmp_path):
 
 def test_energy_falls_back_to_power(tmp_path):
     table = counters([(50, "energy_mj", 1000), (50, "power_w", 300)])
-    res = analyze_efficiency(with_counters(load(tmp_path, timeline()), table))
+    res = judged(analyze_efficiency(with_counters(load(tmp_path, timeline()), table)))
     row = res.tables["nvml"].iloc[0]
     assert row["energy_source"] == "power_w"
     assert row["energy_j_per_step"] == pytest.approx(300 * 100e-6)  # 300 W x 100 us
@@ -141,6 +142,15 @@ def test_energy_falls_back_to_power(tmp_path):
     ("AMD Instinct MI300X", 304, 206e9, "MI300X"),
     ("AMD Radeon Graphics", 104, 68.7e9, "MI250 GCD"),  # the corpus MI250 trace
     ("", 304, 206e9, "MI300X"),
+    ("NVIDIA GH200 480GB", 132, 102e9, "GH200"),  # once read as an H200
+    ("NVIDIA GH200 144G HBM3e", 132, 151e9, "GH200 144GB"),
+    ("Tesla T4", 40, 15.8e9, "T4"),  # once unknown
+    ("NVIDIA A10G", 80, 23.8e9, "A10G"),
+    ("NVIDIA A10", 72, 23.8e9, "A10"),
+    ("NVIDIA H100 NVL", 132, 100e9, "H100 NVL"),
+    ("AMD Instinct MI210", 104, 68.7e9, "MI210"),
+    ("AMD Instinct MI325X", 304, 274e9, "MI325X"),
+    ("AMD Instinct MI355X", 256, 309e9, "MI355X"),
 ])
 def test_device_names(name, sms, mem, key):
     assert match_device(name, sms, mem).key == key
@@ -150,13 +160,28 @@ def test_unknown_device():
     assert match_device("Some GPU", 7, 1e9) is None
 
 
+def test_every_device_has_a_peak_for_each_kind_of_work():
+    """Every table row has a 16-bit and an fp32 peak and a memory bandwidth (roofline,
+    MFU and link checks need them), each a positive number."""
+    for d in DEVICES.values():
+        assert d.bf16_tflops > 0 and d.fp32_tflops > 0 and d.mem_bw_tbps > 0 and d.mem_gb > 0, d
+
+
+def test_an_unknown_device_is_named_unknown_in_the_report():
+    from profkit.analyzers.report.sections import device_label
+
+    assert device_label("", "Some GPU") == "unknown (Some GPU)"
+    assert device_label(None, None) == "unknown"
+    assert device_label("H200", "NVIDIA H200") == "H200"
+
+
 def test_compute_run_mfu_and_utilisation():
     """zoo/compute: 12 GEMMs 8192^3 per step, 3 x 2 x 8192^3 x 4 layers = 13.194 TFLOP; the
     script timed 747.1 TFLOP/s from its median step with CUDA events (samples/runs/SUMMARY)."""
     summary = next(json.loads(line.split(" ", 2)[2]) for line in
                    (RUNS / "SUMMARY.txt").read_text().splitlines() if line.startswith("zoo_compute"))
     run = load_run(RUNS / "zoo" / "compute")
-    plain = analyze_efficiency(run)
+    plain = judged(analyze_efficiency(run))
     row = plain.tables["efficiency"].iloc[0]
     assert row["gpu_util"] > 0.9 and row["device_model"] == "H200"
     # FLOPs from the ops' input shapes (profkit.classify.flops): 11 GEMMs per step, not the script's
@@ -164,14 +189,14 @@ def test_compute_run_mfu_and_utilisation():
     assert row["flops"] / 3 == pytest.approx(11 * 2 * 8192**3)
     assert row["achieved_tflops"] == pytest.approx(summary["achieved_tflops"] * 11 / 12, rel=0.05)
     assert 0.6 < row["mfu"] < 0.85
-    row = analyze_efficiency(run, flops_per_step=summary["matmul_tflop_per_step"] * 1e12)
+    row = judged(analyze_efficiency(run, flops_per_step=summary["matmul_tflop_per_step"] * 1e12))
     row = row.tables["efficiency"].iloc[0]
     assert row["achieved_tflops"] == pytest.approx(summary["achieved_tflops"], rel=0.05)
     assert 0.6 < row["mfu"] < 0.85  # cuBLAS bf16 on a 989 TFLOP/s part
 
 
 def test_ddp_run_nvml_joins():
-    res = analyze_efficiency(load_run(RUNS / "profkit_ddp"))
+    res = judged(analyze_efficiency(load_run(RUNS / "profkit_ddp")))
     nvml = res.tables["nvml"]
     assert list(nvml["rank"]) == [0, 1]
     assert ((nvml["sm_clock_mean_mhz"] > 1900) & (nvml["sm_clock_mean_mhz"] <= 1980)).all()
@@ -184,7 +209,7 @@ def test_cpu_launch_run_has_low_utilisation_but_no_batch_size_advice():
     """Low GPU utilisation is the complement of the idle parts, which have findings of their
     own with the right advice; a blanket "increase the batch size" makes a data-loading or
     host-sync bound job worse, so it is no finding."""
-    res = analyze_efficiency(load_run(RUNS / "zoo" / "cpu_launch"))
+    res = judged(analyze_efficiency(load_run(RUNS / "zoo" / "cpu_launch")))
     assert res.tables["efficiency"].iloc[0]["gpu_util"] < 0.2
     assert not [f for f in res.findings if "batch size" in f.recommendation]
 
@@ -193,7 +218,7 @@ def test_cpu_launch_run_has_low_utilisation_but_no_batch_size_advice():
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: str(p.relative_to(CORPUS)))
 def test_corpus_traces(path):
     run = load_run(path, cache=False)
-    res = analyze_efficiency(run)
+    res = judged(analyze_efficiency(run))
     assert set(res.tables) == {name for name, _ in TABLES}
     if any(rd.has_gpu for rd in run.ranks.values()):
         eff = res.tables["efficiency"]
@@ -226,8 +251,8 @@ def test_mfu_against_the_peak_of_the_precision_each_gemm_ran_in(tmp_path):
     """H100 SXM dense peaks: bf16 989.4, fp8 1978.9 TFLOP/s. One bf16 and one fp8 GEMM of F
     each in 100 us: 2F / 100 us = 42.95 TFLOP/s against the blend 2F / (F/989.4 + F/1978.9)
     = 1319.2 TFLOP/s."""
-    res = analyze_efficiency(load(tmp_path, mm_step("sm90_xmma_gemm_bf16bf16_bf16f32_f32",
-                                                    "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32")))
+    res = judged(analyze_efficiency(load(tmp_path, mm_step("sm90_xmma_gemm_bf16bf16_bf16f32_f32",
+                                                    "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32"))))
     row = res.tables["efficiency"].iloc[0]
     achieved = 2 * MM_FLOPS / 100e-6 / 1e12
     blend = 2 / (1 / 989.4 + 1 / 1978.9)
@@ -240,7 +265,7 @@ def test_mfu_against_the_peak_of_the_precision_each_gemm_ran_in(tmp_path):
 def test_block_scaled_fp4_gemms_are_tensor_core_not_fp32(tmp_path):
     """bmm_MxE4m3_MxE2m1..._Fp32 accumulates in fp32 but multiplies fp8 x fp4 on tensor
     cores: judged against the fp8 peak, and no "no tensor cores" finding."""
-    res = analyze_efficiency(load(tmp_path, mm_step("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16")))
+    res = judged(analyze_efficiency(load(tmp_path, mm_step("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16"))))
     row = res.tables["efficiency"].iloc[0]
     assert row["tensor_core_gemm_frac"] == 1.0 and row["fp32_gemm_ns"] == 0
     assert row["peak_tflops"] == pytest.approx(DEVICES["H100 SXM"].fp8_tflops)
@@ -251,15 +276,15 @@ def test_low_flop_coverage_is_not_judged(tmp_path):
     """The covered GEMM runs 15 us, a GEMM no op with a formula launched runs 40 us: coverage
     15 / 55 = 27% < 50%, so no MFU and no "MFU is 0%" warning, an info finding instead."""
     events = mm_step("sm90_xmma_gemm_bf16bf16_bf16f32_f32", uncovered="custom_gemm_kernel")
-    res = analyze_efficiency(load(tmp_path, events))
+    res = judged(analyze_efficiency(load(tmp_path, events)))
     row = res.tables["efficiency"].iloc[0]
     assert row["flop_coverage"] == pytest.approx(15 / 55)
     assert np.isnan(row["mfu"]) and row["achieved_tflops"] > 0
     notes = [f for f in res.findings if f.category == "mfu"]
     assert [f.severity for f in notes] == ["info"] and "not judged" in notes[0].message
     # the model's FLOPs per step make it judgeable; --peak-tflops replaces the table's peak
-    opts = analyze_efficiency(load(tmp_path, events), Thresholds(flops_per_step=5e9,
-                                                                 peak_tflops=100.0))
+    opts = judged(analyze_efficiency(load(tmp_path, events), Thresholds(flops_per_step=5e9,
+                                                                 peak_tflops=100.0)))
     row = opts.tables["efficiency"].iloc[0]
     assert row["flops_source"] == "model formula" and row["peak_tflops"] == 100.0
     assert row["mfu"] == pytest.approx(5e9 / 100e-6 / 1e12 / 100.0)  # 50 of 100 TFLOP/s
@@ -278,10 +303,10 @@ def test_corpus_b200_block_scaled_gemms_and_vllm_graph_replay():
     """B200 eager trace (vLLM, MXFP4 MoE): its block-scaled bmm kernels were counted as fp32
     SIMT GEMMs. vLLM decode replayed from CUDA graphs: no kernel links back to an op, so
     MFU is not judged (it read 0% before)."""
-    b200 = analyze_efficiency(load_run(CORPUS / "tracelens" / "b200" / "eager_trace.json.gz",
-                                       cache=False)).tables["efficiency"].iloc[0]
+    b200 = judged(analyze_efficiency(load_run(CORPUS / "tracelens" / "b200" / "eager_trace.json.gz",
+                                       cache=False))).tables["efficiency"].iloc[0]
     assert b200["fp32_gemm_ns"] == 0 and b200["tensor_core_gemm_frac"] == 1.0
     vllm = next((CORPUS / "tracelens" / "inference").rglob("*.json.gz"))
-    res = analyze_efficiency(load_run(vllm, cache=False))
+    res = judged(analyze_efficiency(load_run(vllm, cache=False)))
     assert np.isnan(res.tables["efficiency"].iloc[0]["mfu"])
     assert not [f for f in res.findings if f.category == "mfu" and f.severity == "warning"]

@@ -1,5 +1,6 @@
 import pandas as pd
 import pytest
+from profkit.analyzers.findings.judge import judged
 from profkit.analyzers.measure.comms import analyze_collectives
 from profkit.analyzers.measure.links import analyze_links, link_peak_gbps
 from profkit.analyzers.result import Result
@@ -13,7 +14,7 @@ RUNS = REPO / "samples" / "runs"
 def test_h200_link_and_the_communication_zoo_run():
     run = load_run(RUNS / "zoo" / "communication", cache=False)
     assert link_peak_gbps(run) == (450.0, "H200")
-    res = analyze_links(run, analyze_collectives(run))
+    res = judged(analyze_links(run, analyze_collectives(run)))
     big = res.tables["collective_links"]
     big = big[big["bytes"] >= 256 << 20]
     # 512 MiB all_reduces measured at ~316 GB/s bus bandwidth (comms tests): ~70% of 450.
@@ -25,7 +26,7 @@ def test_slow_large_collectives_are_flagged():
     run = load_run(RUNS / "zoo" / "communication", cache=False)
     slow = pd.DataFrame({"key": ["a", "b"], "collective": ["all_reduce"] * 2,
                          "bytes": [64 << 20, 64 << 20], "busbw_gbps": [40.0, 50.0]})
-    res = analyze_links(run, Result(tables={"collectives": slow}))
+    res = judged(analyze_links(run, Result(tables={"collectives": slow})))
     assert res.tables["collective_links"]["link_util"].tolist() == pytest.approx([40 / 450, 50 / 450])
     (finding,) = res.findings
     assert finding.severity == "warning" and "10% of the H200" in finding.message

@@ -8,8 +8,8 @@ import math
 import re
 
 import pytest
+from profkit.analyzers import units as U
 from profkit.analyzers.executor import analyze_run
-from profkit.analyzers.report import units as U
 from profkit.analyzers.report.evidence import MAX_CHARS, evidence_text
 from profkit.analyzers.report.render import to_json, to_markdown, to_text
 

@@ -46,7 +46,7 @@ def test_many_ranks_get_a_spread_and_folded_findings(tmp_path, monkeypatch):
 
 def test_the_tables_a_finding_points_at_stay_short_for_many_ranks(tmp_path, monkeypatch):
     import numpy as np
-    from profkit.analyzers.report import units
+    from profkit.analyzers import units
 
     make_run(SOURCE, tmp_path / "run", 8, group_size=4, seed=7)
     analysis = analyze_run(tmp_path / "run", workers=1)
