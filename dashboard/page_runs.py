@@ -24,8 +24,9 @@ POLL_MS = 500
 WAITING = {R.QUEUED: "queued", R.ANALYSING: "analysing...", "": "queued"}
 
 
-def _done_cells(entry, shown) -> list:
-    a, facts = shown.analysis, shown.facts
+def _done_cells(entry, a) -> list:
+    """The cells of an analysed run (``a``: its :class:`~profkit.dashboard.loading.Summary`)."""
+    facts = a.facts
     status = banner.status_text(a.run)
     pill = html.Span(status, className=f"badge badge-status badge-{status}",
                      title=banner.problems_title(a.run)) if status else \
@@ -45,8 +46,8 @@ def _done_cells(entry, shown) -> list:
 
 def _row(results, entry) -> tuple[html.Tr, str]:
     """One run's row as far as it is known now, and the run's state."""
-    value = results.peek_shown(entry.key)
-    if isinstance(value, loading.Shown):
+    value = results.peek_summary(entry.key)
+    if isinstance(value, loading.Summary):
         cells = C.attempt(f"the row of {entry.label}", lambda: _done_cells(entry, value),
                           lambda why: _other_cells(html.Span(f"unreadable: {why}", className="error")))
         state = R.DONE
@@ -106,6 +107,6 @@ def register(app, results) -> None:
                   prevent_initial_call=True)
     def poll(_n):
         # the page's runs only, as the last rescan found them: a request names no run
-        results.prefetch([e.key for e in results.registry.entries()])  # any evicted since
+        results.prefetch([e.key for e in results.registry.entries()])  # any changed since
         body, done, total = table(results)
         return body, progress(done, total), done >= total
