@@ -10,7 +10,12 @@ import pandas as pd
 from profkit.analyzers.findings.advice import breakdown_findings
 from profkit.analyzers.findings.consolidate import consolidate
 from profkit.analyzers.findings.judge import measurement_findings
-from profkit.analyzers.measure.breakdown import PARTS, VERDICT_CLASSES, combine_breakdown
+from profkit.analyzers.measure.breakdown import (
+    HOST_SIDE,
+    PARTS,
+    combine_breakdown,
+    dominant_part,
+)
 from profkit.analyzers.measure.steps import run_median_step_ms
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.result import Finding
@@ -52,13 +57,16 @@ class RunHeader:
     meta: dict[str, Any]
     skipped: list[dict[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    ncu: pd.DataFrame | None = None  # Nsight Compute's measured launches (profkit ncu)
 
     @classmethod
     def of(cls, run: Run) -> RunHeader:
-        return cls(run.path, run.meta, [s.as_dict() for s in run.skipped], list(run.notes))
+        return cls(run.path, run.meta, [s.as_dict() for s in run.skipped], list(run.notes),
+                   run.ncu)
 
 
-PART_NAMES = {"memcpy": "transfer", "cpu_launch": "cpu launch", "data_loading": "data loading",
+PART_NAMES = {"memcpy": "transfer", "cpu_launch": "launch overhead", "host_work": "host work",
+              "data_loading": "data loading",
               "host_sync": "host sync", "idle_other": "held work (queued, waiting on a stream or event)"}
 
 
@@ -82,11 +90,16 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
         return {"primary": None, "summary": f"{why}: no verdict", "fractions": {}}
     total = steps[list(PARTS)].sum()
     fractions = (total / total.sum()).round(4).to_dict()
-    primary = max(VERDICT_CLASSES, key=lambda c: fractions[c])
+    primary = dominant_part(fractions)
     n_ranks = steps["rank"].nunique()
     median_ms = run_median_step_ms(steps)
-    summary = (f"{part_name(primary)} bound: {fractions[primary]:.0%} of step time over "
-               f"{n_ranks} rank(s), median step {median_ms:.2f} ms")
+    if (steps["step"] < 0).all():  # no step ranges: the trace's window, one per rank
+        window_ms, median_ms = median_ms, None
+        summary = (f"{_bound_text(primary, fractions)} over {n_ranks} rank(s), in one "
+                   f"{window_ms:.2f} ms window (no steps recorded)")
+    else:
+        summary = (f"{_bound_text(primary, fractions)} over {n_ranks} rank(s), median step "
+                   f"{median_ms:.2f} ms")
     for s in straggler_rows:
         where = s["evidence"].get("wait_collective")
         summary += (f"; rank {s['rank']} is a straggler: the others lose "
@@ -94,6 +107,17 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
                     + (f" in {where}" if where else ""))
     return {"primary": primary, "summary": summary, "fractions": fractions,
             "median_step_ms": median_ms}
+
+
+def _bound_text(primary: str, fractions: dict[str, float]) -> str:
+    """'compute bound: 92% of step time'; on the host side with both parts present,
+    'host bound: 48% of step time (launch overhead 35%, host work 13%)'."""
+    if primary in HOST_SIDE and min(fractions[p] for p in HOST_SIDE) >= 0.05:
+        split = ", ".join(f"{part_name(p)} {fractions[p]:.0%}"
+                          for p in sorted(HOST_SIDE, key=lambda p: -fractions[p]))
+        total = sum(fractions[p] for p in HOST_SIDE)
+        return f"host bound: {total:.0%} of step time ({split})"
+    return f"{part_name(primary)} bound: {fractions[primary]:.0%} of step time"
 
 
 def analyze(run: Run, thresholds: Thresholds = DEFAULT,
@@ -119,6 +143,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
         groups,
         kernels,
         links,
+        ncu,
         stragglers,
         transfers,
     )
@@ -137,6 +162,10 @@ def combine(header: RunHeader, summaries: list[RankSummary],
         efficiency.combine_efficiency([s.efficiency for s in gpu], thresholds),
     ]
     tables = {name: t for r in results for name, t in r.tables.items()}
+    # Nsight Compute's counters (profkit ncu) beside the kernels and their estimates
+    results.append(ncu.join_counters(tables["top_kernels"], header.ncu, tables.get("roofline"),
+                                     thresholds))
+    tables.update(results[-1].tables)
     health = {s.rank: s.breakdown.get("health") or {} for s in summaries}
     unusable = diagnosis.unusable_ranks(health)
     tables["rank_breakdown"] = tables["rank_breakdown"][

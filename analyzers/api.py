@@ -25,6 +25,9 @@ def analyze(run: RunLike) -> Analysis:
     return analyze_run(_run(run))
 
 
-def diff(base: RunLike, new: RunLike) -> Diff:
-    """Did the change from ``base`` to ``new`` help? (shown as HTML in a notebook)."""
-    return diff_runs(_run(base), _run(new))
+def diff(base: RunLike, new: RunLike,
+         items_per_step: tuple[float, float] | None = None) -> Diff:
+    """Did the change from ``base`` to ``new`` help? (shown as HTML in a notebook).
+    ``items_per_step``: samples (or tokens) one step of each processed, to judge the time
+    per item when the trace cannot show the batch."""
+    return diff_runs(_run(base), _run(new), items_per_step=items_per_step)

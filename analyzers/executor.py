@@ -28,16 +28,18 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from profkit import datacodec
+from profkit.children import process_pool
 from profkit.classify import events as classify
 from profkit.errors import UsageError
 from profkit.model import SkippedFile, clock_offset_ns
 from profkit.run import discover, loader, rankfiles
+from profkit.run.ncufiles import load_ncu_counters
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_ENV = "PROFKIT_DASK_TIMEOUT_S"  # seconds to reach a scheduler (default 30)
@@ -236,8 +238,9 @@ def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
         summary.rank_source = rf.source
         summaries.append(summary)
     run_meta = loader.complete_meta(meta, chosen, discover.run_folder(root), skipped)
-    notes += loader.problem_notes(meta, {r: rf.files[0].meta for r, rf in chosen.items()})
-    header = RunHeader(str(root), run_meta, [s.as_dict() for s in skipped], notes)
+    notes += loader.problem_notes(run_meta, {r: rf.files[0].meta for r, rf in chosen.items()})
+    counters = load_ncu_counters(discover.run_folder(root), skipped)
+    header = RunHeader(str(root), run_meta, [s.as_dict() for s in skipped], notes, counters)
     analysis = combine(header, summaries, thresholds)
     if ranks is not None:  # ranks left out on purpose are not missing (analyzers/report/header.py)
         analysis.run["ranks_selected"] = sorted(set(ranks))
@@ -270,7 +273,7 @@ def _executor(tasks: list[FileTask], scheduler, workers: int | None) -> Iterable
 
 
 def _pool_map(tasks: list[FileTask], workers: int) -> Iterator[FileResult]:
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with process_pool(workers) as pool:
         futures = {pool.submit(summarize_file, t): t for t in tasks}
         for fut in as_completed(futures):
             yield _outcome(fut, futures[fut])

@@ -19,6 +19,10 @@ class Thresholds:
     cpu_launch_frac: float = 0.15
     """GPU idle waiting for launches above this share: CUDA graphs / torch.compile
     (TensorRT-LLM host analysis uses GPU idle > 30%, 15% under CUDA graphs)."""
+    host_work_frac: float = 0.15
+    """GPU idle while the host works without launching (a CPU optimizer, preprocessing,
+    Python between launches) above this share: move that work off the critical path (as
+    cpu_launch_frac)."""
     transfer_frac: float = 0.10
     """GPU time in memory copies (not hidden under compute) above this share: move fewer
     bytes, overlap copies (the TensorBoard plugin's 10% for exposed communication)."""
@@ -86,6 +90,27 @@ class Thresholds:
     profiler start-up and the final drain (a public ResNet-50 trace: +32% and +53%), and a
     step in the middle that far out is a one-off (checkpoint, evaluation). Steady steps of
     the labelled runs vary by a few percent."""
+    ncu_roof_frac: float = 0.60
+    """Nsight Compute: a kernel whose busiest unit (DRAM or memory pipes vs SM pipes) runs
+    below this share of its peak is latency-bound, not memory- or math-bound (the share
+    Nsight Compute's own speed-of-light rule calls a good use of the hardware)."""
+    ncu_hbm_roof_frac: float = 0.65
+    """A memory-bound kernel moving DRAM bytes at this share of the HBM peak or more is at
+    the roof: only moving fewer bytes (fusion) helps. Seen: PyTorch's eager elementwise
+    kernels on an H100 at 0.70-0.91 (samples/runs/why/ncu)."""
+    ncu_hbm_far_frac: float = 0.40
+    """A memory-bound kernel (by its counters or by the shape-based estimate) below this
+    share of the HBM peak is far below the roof: its access pattern or layout holds it back.
+    Seen: a fused Triton reduction at 0.33, cuBLAS fp32 GEMMs at 0.05-0.07 (math-bound)."""
+    ncu_tensor_idle_frac: float = 0.05
+    """A math-bound kernel whose tensor pipes are busy less than this share of the time does
+    its math without tensor cores. Seen: fp32 GEMMs 0.00, bf16 nvjet GEMMs 0.96-0.97."""
+    ncu_bytes_factor: float = 2.0
+    """Measured DRAM bytes per launch more than this factor above or below the shape-based
+    estimate: the estimate and the kernel disagree (L2 reuse, broadcasts, extra passes, or
+    shapes the estimate misread)."""
+    ncu_min_share_frac: float = 0.02
+    """Kernels below this share of all kernel time are measured but not judged."""
     diff_min_change_frac: float = 0.02
     """profkit diff: a step-time change smaller than this is 'unchanged' however quiet the runs."""
     diff_confidence: float = 0.95

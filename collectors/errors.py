@@ -16,3 +16,10 @@ class OutputDirError(CollectorError):
         super().__init__(f"{path}: {problem}")
         self.path = str(path)
         self.problem = problem
+
+
+class NcuError(CollectorError):
+    """``profkit ncu`` cannot measure: Nsight Compute is missing, may not read the
+    counters, the GPU is not NVIDIA's, or ncu measured nothing. The run is left as it was."""
+
+    exit_code = 9  # 8 is profkit diff --fail-if-slower

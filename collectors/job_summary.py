@@ -78,7 +78,7 @@ REPORT_JSON = "report.json"
 REPORT_TEXT = "report.txt"
 TIMEOUT_ENV = "PROFKIT_SUMMARY_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 300.0
-STATUS_INCOMPLETE = "incomplete"  # a rank never answered; none is known to have failed
+STATUS_INCOMPLETE = runmeta.STATUS_INCOMPLETE  # a rank never answered, or lost a write
 
 
 def summary_timeout_s() -> float:
@@ -100,6 +100,8 @@ def summarize_job(session: Any) -> Path | None:
     except Exception as exc:  # noqa: BLE001 - the report is optional, the job is not
         log.warning("profkit: no in-job summary of %s (%s: %s)", getattr(session, "dir", "?"),
                     type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        if isinstance(exc, OSError) and hasattr(session, "record_lost"):  # listed as lost
+            session.record_lost("report", getattr(exc, "path", None), exc)
         return None
 
 
@@ -205,9 +207,7 @@ def own_result(session: Any) -> Any:
         from profkit.run.loader import read_run_json
 
         if not session.traces:
-            return FileResult(str(path), error=(
-                f"rank {rank} wrote no trace ({session.steps} step(s) recorded; the schedule "
-                "saves a trace after wait + warmup + active steps)"))
+            return FileResult(str(path), error=no_trace_reason(session))
         folder = Path(session.dir)
         (task,) = plan_tasks(folder, run_meta(session, read_run_json(folder)), [path],
                              use_cache=True, thresholds=None)
@@ -215,6 +215,18 @@ def own_result(session: Any) -> Any:
     except Exception as exc:  # noqa: BLE001 - still tell rank 0 why
         log.warning("profkit: rank %d could not summarise its trace", rank, exc_info=True)
         return f"rank {rank} could not summarise its trace ({type(exc).__name__}: {exc})"
+
+
+def no_trace_reason(session: Any) -> str:
+    """Why this rank has no trace: its capture stopped on a failed write, or the schedule
+    saved none yet."""
+    rank = session.info.rank
+    stopped = getattr(getattr(session, "losses", None), "stopped", None)
+    if stopped:
+        return (f"rank {rank} wrote no trace: its capture stopped at step {stopped['step']} "
+                f"({stopped['file'] or stopped['what']}: {stopped['cause']})")
+    return (f"rank {rank} wrote no trace ({session.steps} step(s) recorded; the schedule "
+            "saves a trace after wait + warmup + active steps)")
 
 
 def run_meta(session: Any, run_json: dict[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 Files: ``nvml/rank{R}.{C}.npz`` (see docs/run-directory.md), each written via a temp name
 and a rename, every ``chunk_s`` seconds of samples and at stop, so a crash loses at most
-one chunk. Timestamps are ``time.time_ns()`` (epoch ns, the clock Kineto uses).
+one chunk. Timestamps are ``time.time_ns()`` (epoch ns, the clock Kineto uses). A chunk that
+cannot be written (a full disk, ...) stops the sampling: it is reported once
+(``on_write_failure``), never raised.
 
 Two rates: the metrics at ``hz`` (10 Hz: under 1% of a core), and while the torch profiler
 records, the cheap ones that can change within a step (SM clock, clock-event reasons,
@@ -94,13 +96,18 @@ class NvmlSampler:
     ``sleep`` (seconds) are injectable for tests. Every wait is at most ``WATCH_S``, so
     ``time.sleep`` (half the CPU of an interruptible ``Event.wait`` per wake-up, measured
     on an H100 host) still lets :meth:`stop` return within one.
+
+    ``on_write_failure(path, exc, samples)`` is told of the first chunk that cannot be
+    written (default: one warning); the sampler then stops sampling and writes nothing
+    more (:attr:`write_failure` says why).
     """
 
     def __init__(self, out_dir: str | Path, rank: int, gpus: Sequence[int | str], *,
                  hz: float = 10.0, nvml: Any = None, clock: Callable[[], int] = time.time_ns,
                  sleep: Callable[[float], Any] | None = None, chunk_s: float = 30.0,
                  dcgm: Any = None, active_hz: float | None = None,
-                 is_active: Callable[[], bool] = torch_profiler_recording):
+                 is_active: Callable[[], bool] = torch_profiler_recording,
+                 on_write_failure: Callable[[Path, BaseException, int], Any] | None = None):
         self.dir = Path(out_dir) / NVML_DIR
         self.rank, self.gpus, self.period = rank, list(gpus), 1.0 / max(hz, 1e-3)
         active_hz = active_hz_default() if active_hz is None else active_hz
@@ -120,6 +127,8 @@ class NvmlSampler:
         self._was_active = False
         self._thread: threading.Thread | None = None
         self.errors = 0
+        self.on_write_failure = on_write_failure or self._warn_write_failure
+        self.write_failure: BaseException | None = None
 
     def open(self) -> bool:
         """Create the GPU readers; False (one warning) when no GPU can be sampled."""
@@ -186,10 +195,11 @@ class NvmlSampler:
         return None
 
     def flush(self) -> Path | None:
-        """Write the buffered rows as the next chunk (atomically); None if empty."""
+        """Write the buffered rows as the next chunk (atomically); None if empty, or when
+        the write fails (the sampling then stops, see the class doc)."""
         self._last_flush_ns = self.clock()
         rows, self._rows = self._rows, []
-        if not rows:
+        if not rows or self.write_failure is not None:
             return None
         cols = list(zip(*rows, strict=True))
         arrays = {"ts_ns": np.asarray(cols[0], dtype=np.int64),
@@ -200,9 +210,19 @@ class NvmlSampler:
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         path = self.dir / CHUNK_NAME.format(rank=self.rank, chunk=len(self.chunks_written))
-        write_bytes_atomic(path, buf.getvalue())
+        try:
+            write_bytes_atomic(path, buf.getvalue())
+        except OSError as exc:  # a full disk must not cost the job: stop sampling instead
+            self.write_failure = exc
+            self._stop.set()
+            self.on_write_failure(path, exc, len(rows))
+            return None
         self.chunks_written.append(path)
         return path
+
+    def _warn_write_failure(self, path: Path, exc: BaseException, samples: int) -> None:
+        log.warning("profkit: cannot write NVML samples into %s (%s): sampling stops, "
+                    "%d samples lost", path.parent, exc, samples)
 
     def _run(self) -> None:
         next_t = time.monotonic()
@@ -233,7 +253,8 @@ class NvmlSampler:
         if self._thread is not None:
             self._thread.join(timeout=5.0)
         try:
-            if self.readers and not (self._thread and self._thread.is_alive()):
+            if (self.readers and self.write_failure is None
+                    and not (self._thread and self._thread.is_alive())):
                 # a last full sample with the cumulative counters: energy and link bytes
                 # over the sampler's life are differences even when nothing was recorded
                 self._final_sample()

@@ -22,6 +22,9 @@ from profkit.collectors.trigger import DEFAULT_EVERY, SignalTrigger, make_trigge
 log = logging.getLogger(__name__)
 
 RUN_DIR_ENV = "PROFKIT_RUN_DIR"
+# Set to 1 (profkit ncu sets it for the command it reruns): profile() records nothing and
+# writes nothing, so the rerun neither overwrites the run it measures nor competes with ncu.
+OFF_ENV = "PROFKIT_PROFILE_OFF"
 CAPTURE_DIR = "capture-{k}-{stamp}"
 MARK_PREFIX = "profkit/"
 
@@ -39,6 +42,7 @@ class Profile:
         self.captures: list[Path] = []
         self.step_num = 0
         self._active = False
+        self._off = False
         self._term = TermHandler(self._on_term)
 
     # ---- context manager ---------------------------------------------------------------
@@ -46,6 +50,10 @@ class Profile:
         if self._active:
             raise CollectorError("profile() context entered twice; nest separate contexts")
         self._active, self.step_num = True, 0
+        self._off = os.environ.get(OFF_ENV) == "1"
+        if self._off:
+            log.warning("profkit: %s=1: profile() records nothing in this process", OFF_ENV)
+            return self
         try:
             if self.trigger is None:
                 self.session = CaptureSession(self.out_dir, self.config).start()
@@ -62,6 +70,9 @@ class Profile:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if self._off:
+            self._active = self._off = False
+            return False
         try:
             self._finish(exc, summarize=True)
         finally:
@@ -78,10 +89,13 @@ class Profile:
         failed only tells rank 0 so, see :mod:`~profkit.collectors.job_summary`)."""
         session, self.session = self.session, None
         if session is not None:
-            with self._term.held():  # a SIGTERM now would leave no status on disk
-                session.stop(exc, error)
-            if summarize and self.config.summarize and self.trigger is None:
-                job_summary.summarize_job(session)  # never raises
+            try:
+                with self._term.held():  # a SIGTERM now would leave no status on disk
+                    session.stop(exc, error)
+                if summarize and self.config.summarize and self.trigger is None:
+                    job_summary.summarize_job(session)  # never raises
+            finally:
+                session.release_reserve()
 
     def _on_term(self, signum: int) -> None:
         log.warning("profkit: signal %s, saving the capture", signum)
@@ -101,6 +115,8 @@ class Profile:
     def step(self) -> None:
         """Mark the end of a training / inference step."""
         self.step_num += 1
+        if self._off:
+            return
         if self.session is not None:
             self.session.step()
             if self.trigger is not None and self.session.steps >= self.config.capture_steps:
@@ -123,7 +139,11 @@ class Profile:
         run_dir = self.out_dir / name
         log.info("profkit: trigger fired, capturing %d steps into %s",
                  self.config.capture_steps, run_dir)
-        self.session = CaptureSession(run_dir, self.config, repeat=1).start()
+        try:
+            self.session = CaptureSession(run_dir, self.config, repeat=1).start()
+        except (CollectorError, OSError) as exc:  # a full disk, say: the job goes on
+            log.warning("profkit: no capture into %s (%s); the job goes on", run_dir, exc)
+            return
         self.captures.append(run_dir)
 
     @property

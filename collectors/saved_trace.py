@@ -1,4 +1,5 @@
-"""The profiler a user's ``on_trace_ready`` sees once profkit has saved the cycle's trace.
+"""Saving a profiler cycle's trace (:func:`export_trace`), and the profiler a user's
+``on_trace_ready`` sees once profkit has saved it (:class:`SavedTraceView`).
 
 Kineto saves a cycle's trace only once (torch 2.13 raises "Trace is already saved" on a
 second ``export_chrome_trace``), so a user handler such as
@@ -9,10 +10,15 @@ and passes everything else to the profiler.
 
 from __future__ import annotations
 
+import errno
 import gzip
+import os
 import shutil
 from pathlib import Path
 from typing import Any
+
+from profkit.collectors.atomic import gzip_file_atomic, tmp_name
+from profkit.collectors.losses import MIN_RESERVE_BYTES
 
 from profkit.atomic import atomic_open
 
@@ -33,3 +39,43 @@ class SavedTraceView:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._prof, name)
+
+
+def export_trace(prof: Any, dest: Path) -> Path:
+    """Export the profiler's trace into ``dest`` (gzip, atomically). Kineto does not raise
+    when its write fails (it logs "Failed to write to log file!" and leaves its own
+    ``.tmp``): a missing or cut-off export is raised here as an OSError, and no temporary
+    is left either way."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_name(dest, ".json")
+    kineto_tmp = tmp.with_name(tmp.name + ".tmp")
+    try:
+        prof.export_chrome_trace(str(tmp))
+        if not _complete_json(tmp):
+            raise _export_error(dest)
+        return gzip_file_atomic(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+        kineto_tmp.unlink(missing_ok=True)
+
+
+def _complete_json(path: Path) -> bool:
+    """Whether Kineto's export is there and ends as a JSON object does (not cut off)."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(size - 64, 0))
+            return fh.read().rstrip().endswith(b"}")
+    except OSError:
+        return False
+
+
+def _export_error(dest: Path) -> OSError:
+    try:
+        full = shutil.disk_usage(dest.parent).free < MIN_RESERVE_BYTES
+    except OSError:
+        full = False
+    if full:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dest))
+    return OSError(errno.EIO, "the profiler wrote no complete trace (Kineto's log says why)",
+                   str(dest))

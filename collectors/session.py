@@ -1,7 +1,9 @@
 """One capture into one run directory: torch profiler + NVML sampler + run.json.
 
 ``start()`` is collective (every rank must call it at the same point); ``stop()`` is purely
-local, so a rank that fails cannot hang the others, and never raises.
+local, so a rank that fails cannot hang the others, and never raises. Neither does
+``step()``: a write that fails in the middle of the job (a full disk, an I/O error, a folder
+gone) stops the capture and the job goes on (:mod:`~profkit.collectors.losses`).
 """
 
 from __future__ import annotations
@@ -14,17 +16,13 @@ from typing import Any
 
 from profkit.collectors import dist as pdist
 from profkit.collectors import runmeta
-from profkit.collectors.atomic import (
-    check_output_dir,
-    gzip_file_atomic,
-    tmp_name,
-    write_json_atomic,
-)
+from profkit.collectors.atomic import check_output_dir, write_json_atomic
 from profkit.collectors.config import ProfileConfig
 from profkit.collectors.errors import CollectorError, OutputDirError
 from profkit.collectors.flight import dump_flight_recorder
+from profkit.collectors.losses import MIN_RESERVE_BYTES, CaptureLosses, Reserve
 from profkit.collectors.nvml import NvmlSampler, init_nvml, load_nvml
-from profkit.collectors.saved_trace import SavedTraceView
+from profkit.collectors.saved_trace import SavedTraceView, export_trace
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +47,12 @@ class CaptureSession:
         self.prof: Any = None
         self.sampler: NvmlSampler | None = None
         self.started_ns = 0
+        self.cycles = 0  # profiler cycles ended (saved or lost)
         self._stopped = False
+        self.halted = False  # a write failed: capturing stopped, the job goes on
+        self.losses = CaptureLosses(self.dir, 0)
+        self.reserve: Reserve | None = None
+        self._chunks: list[Path] = []  # the NVML chunks written, kept once the sampler stops
         self.status = runmeta.STATUS_RUNNING
         self.error: dict[str, str] | None = None  # the final run.json ``error``, set by stop()
         # run.json's gpus and clock offsets, known on every rank (run.json is on rank 0's disk)
@@ -72,10 +75,18 @@ class CaptureSession:
                           "clock_offsets_ns": offsets}
         if self.config.summarize:
             self.store = pdist.default_store()
+        self.losses.rank = self.info.rank
         if self.info.rank == 0:
             self._write_initial_run_json(gathered, offsets)
-        self._start_sampler(nvml)
-        self._start_profiler()
+        # room for the statuses on a disk that fills up (run.json twice: it and its temporary)
+        run_json_bytes = len(json.dumps(self.doc, default=str)) if self.doc else 0
+        self.reserve = Reserve(self.dir, self.info.rank, MIN_RESERVE_BYTES + 2 * run_json_bytes)
+        try:
+            self._start_sampler(nvml)
+            self._start_profiler()
+        except BaseException:
+            self.release_reserve()
+            raise
         return self
 
     def _open_nvml(self) -> Any:
@@ -136,7 +147,8 @@ class CaptureSession:
         if nvml is None and dcgm is None:
             return
         self.sampler = NvmlSampler(self.dir, self.info.rank, gpus, hz=self.config.nvml_hz,
-                                   nvml=nvml, chunk_s=self.config.nvml_chunk_s, dcgm=dcgm)
+                                   nvml=nvml, chunk_s=self.config.nvml_chunk_s, dcgm=dcgm,
+                                   on_write_failure=self._nvml_write_failed)
         if not self.sampler.start():
             self.sampler = None
 
@@ -173,23 +185,61 @@ class CaptureSession:
             self._tagged = True
 
     def _on_trace_ready(self, prof: Any, user_ready: Any) -> None:
+        """Save the cycle's trace; a failed write is recorded and stops the capture (at the
+        end of this step), it never raises into the profiler's step."""
         assert self.info is not None
-        cycle = len(self.traces)
+        cycle, self.cycles = self.cycles, self.cycles + 1
         name = (TRACE_NAME if cycle == 0 else TRACE_CYCLE_NAME).format(
             rank=self.info.rank, cycle=cycle)
         dest = self.dir / TRACES_DIR / name
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = tmp_name(dest, ".json")
-        prof.export_chrome_trace(str(tmp))
-        self.traces.append(gzip_file_atomic(tmp, dest))
+        if self.halted:  # stopping after a failed write: this cycle's events are dropped
+            self.losses.record("trace", dest, None, self.steps, cycle=cycle)
+            return
+        try:
+            export_trace(prof, dest)
+        except Exception as exc:  # noqa: BLE001 - a full disk, Kineto's silent failure, ...
+            self.losses.record("trace", dest, exc, self.steps, cycle=cycle)
+            return
+        self.traces.append(dest)
         if user_ready is not None:
-            user_ready(SavedTraceView(prof, dest))  # Kineto saves a trace only once
+            try:
+                user_ready(SavedTraceView(prof, dest))  # Kineto saves a trace only once
+            except OSError as exc:  # the user's own output; profkit's capture goes on
+                log.warning("profkit: the on_trace_ready handler could not write (%s)", exc)
 
     # ---- step / stop -------------------------------------------------------------------
     def step(self) -> None:
-        self.prof.step()
+        """End a step. Never raises: a profiler or a write that fails stops the capture."""
+        if self.prof is not None:
+            try:
+                self.prof.step()
+                self._tag_trace()
+            except Exception as exc:  # noqa: BLE001 - the profiler must not stop the job
+                self.losses.record("profiler", None, exc, self.steps)
         self.steps += 1
-        self._tag_trace()
+        if self.losses.halt_due():
+            self.halt()
+
+    def halt(self) -> None:
+        """Stop capturing after a failed write, keep the job going: the profiler stops (a
+        cycle it was recording is dropped and listed as lost), the sampler saves what it
+        can and stops, and the status files say what is lost, written now (the disk may
+        fill further before the job ends)."""
+        if self.halted or self._stopped:
+            return
+        self.halted = True
+        self.status = runmeta.STATUS_INCOMPLETE
+        for what, fn in (("profiler", self._stop_profiler), ("nvml", self._stop_sampler)):
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - stopping must not fail the job either
+                log.debug("profkit: stopping the %s after a failed write failed", what,
+                          exc_info=True)
+        self._write_status(None, ended_ns=None)
+
+    def _nvml_write_failed(self, path: Path, exc: BaseException, samples: int) -> None:
+        """The sampler's chunk could not be written (called on the sampler's thread)."""
+        self.losses.record("nvml", path, exc, self.steps, samples=samples)
 
     def stop(self, exc: BaseException | None = None,
              error: dict[str, str] | None = None) -> None:
@@ -202,17 +252,24 @@ class CaptureSession:
         internal = self._stop_parts()
         if error is None and internal:
             error = internal[0]
-        self.status = runmeta.STATUS_FAILED if error else runmeta.STATUS_OK
+        if error:
+            self.status = runmeta.STATUS_FAILED
+        elif self.losses.stopped:
+            self.status = runmeta.STATUS_INCOMPLETE
+        else:
+            self.status = runmeta.STATUS_OK
         self.error = error
-        self._write_final(error)
+        self._write_status(error, ended_ns=time.time_ns())
 
     def _stop_parts(self) -> list[dict[str, str]]:
         errors = []
         parts = (("profiler", self._stop_profiler), ("nvml", self._stop_sampler),
-                 ("flight recorder", lambda: dump_flight_recorder(self.dir, self.info.rank)))
+                 ("flight recorder", self._dump_flight_recorder))
         for what, fn in parts:
             try:
                 fn()
+            except OSError as e:  # a failed write: lost, not a failure of the job
+                self.losses.record(what, getattr(e, "path", None), e, self.steps)
             except Exception as e:  # noqa: BLE001 - keep saving the other parts
                 log.error("profkit: saving the %s output failed", what, exc_info=True)
                 errors.append({"type": f"profkit.{what}", "message": repr(e)})
@@ -224,25 +281,49 @@ class CaptureSession:
             prof.stop()
 
     def _stop_sampler(self) -> None:
-        if self.sampler is not None:
-            self.sampler.stop()
+        sampler, self.sampler = self.sampler, None
+        if sampler is not None:
+            try:
+                sampler.stop()
+            finally:
+                self._chunks = list(sampler.chunks_written)
 
-    def _write_final(self, error: dict[str, str] | None) -> None:
+    def _dump_flight_recorder(self) -> None:
         assert self.info is not None
-        ended = time.time_ns()
+        if not self.halted:  # a stopped capture writes nothing more but its status
+            dump_flight_recorder(self.dir, self.info.rank)
+
+    def _write_status(self, error: dict[str, str] | None, ended_ns: int | None) -> None:
+        """This rank's status file (and rank 0's run.json): the outcome, what was written
+        and what was lost. On a full disk the reserve makes room. Never raises."""
+        assert self.info is not None
+        chunks = self.sampler.chunks_written if self.sampler else self._chunks
         status = {**self.info.as_dict(), "run_id": self.run_id, "status": self.status,
-                  "error": error, "started_ns": self.started_ns, "ended_ns": ended,
+                  "error": error, "started_ns": self.started_ns, "ended_ns": ended_ns,
                   "steps": self.steps, "traces": [p.name for p in self.traces],
-                  "nvml_chunks": [p.name for p in (self.sampler.chunks_written
-                                                    if self.sampler else [])]}
+                  "nvml_chunks": [p.name for p in chunks], **self.losses.as_status()}
+        write = self.reserve.write if self.reserve is not None else (lambda fn: fn())
+        path = self.dir / RANKS_DIR / RANK_STATUS_NAME.format(rank=self.info.rank)
         try:
-            write_json_atomic(self.dir / RANKS_DIR / RANK_STATUS_NAME.format(
-                rank=self.info.rank), status)
+            write(lambda: write_json_atomic(path, status))
             if self.info.rank == 0 and self.doc:
-                self.doc.update(status=self.status, error=error, ended_ns=ended)
-                write_json_atomic(self.dir / runmeta.RUN_JSON, self.doc)
-        except Exception:  # noqa: BLE001
-            log.error("profkit: writing the run status to %s failed", self.dir, exc_info=True)
+                self.doc.update(status=self.status, error=error, ended_ns=ended_ns)
+                write(lambda: write_json_atomic(self.dir / runmeta.RUN_JSON, self.doc))
+        except Exception as exc:  # noqa: BLE001
+            log.error("profkit: writing the run status to %s failed (%s)", self.dir, exc,
+                      exc_info=log.isEnabledFor(logging.DEBUG))
+
+    def record_lost(self, what: str, path: Path | None, exc: BaseException) -> None:
+        """A write after the capture (the in-job report) failed: list it in the status. The
+        status stays as it was: the capture itself is whole (``profkit analyze`` makes the
+        report again)."""
+        self.losses.record(what, path, exc, self.steps, after_capture=True)
+        self._write_status(self.error, ended_ns=self.doc.get("ended_ns") or time.time_ns())
+
+    def release_reserve(self) -> None:
+        """Give the reserve's space back (the capture is over)."""
+        if self.reserve is not None:
+            self.reserve.release()
 
 
 def _default_activities() -> list[Any]:

@@ -19,7 +19,8 @@ from profkit.classify.names import short_kernel_names
 # One colour per breakdown part / GPU class, everywhere in the app (and in style.css).
 PART_COLORS = {
     "compute": "#2563eb", "communication": "#f59e0b", "memcpy": "#10b981",
-    "cpu_launch": "#8b5cf6", "data_loading": "#a16207", "host_sync": "#dc2626",
+    "cpu_launch": "#8b5cf6", "host_work": "#be185d", "data_loading": "#a16207",
+    "host_sync": "#dc2626",
     "idle_other": "#9ca3af",
 }
 CLASS_COLORS = {**PART_COLORS, "memset": "#db2777"}  # far from memcpy's green

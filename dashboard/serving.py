@@ -1,5 +1,6 @@
 """Serving the dashboard: on waitress, a production WSGI server (threads, no debugger, no
-per-request log lines unless asked for), optionally behind a token.
+per-request log lines unless asked for), only to requests for its own host names
+(:mod:`~profkit.dashboard.hosts`), optionally behind a token.
 
 With a token every request must carry it: as ``?token=...`` (answered with a redirect to the
 same address without it, and a cookie that carries it from then on), as that cookie, or as
@@ -11,8 +12,11 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
+from collections.abc import Iterable
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl, urlencode
+
+from profkit.dashboard.hosts import AllowedHosts, HostGate
 
 log = logging.getLogger(__name__)
 TOKEN_PARAM = "token"
@@ -86,17 +90,22 @@ class AccessLog:
         return self.app(environ, logged)
 
 
-def wsgi_app(app, port: int, token: str | None = None):
-    """The Dash ``app``'s server with the access log and, given a token, the token gate
-    (outermost: a refused request is logged too)."""
+def wsgi_app(app, port: int, token: str | None = None, allowed: AllowedHosts | None = None):
+    """The Dash ``app``'s server with the access log, the host and origin check
+    (:mod:`~profkit.dashboard.hosts`; by default for a server bound to 127.0.0.1) and, given
+    a token, the token gate. The access log is outermost (a refused request is logged too),
+    then the host check: a request for another site's name gets nothing else."""
     wrapped = TokenGate(app.server, token, port) if token else app.server
-    return AccessLog(wrapped)
+    return AccessLog(HostGate(wrapped, allowed or AllowedHosts.build("127.0.0.1", port)))
 
 
-def serve(app, host: str = "127.0.0.1", port: int = 8050, token: str | None = None) -> None:
-    """Serve ``app`` on waitress until interrupted."""
+def serve(app, host: str = "127.0.0.1", port: int = 8050, token: str | None = None,
+          allowed_hosts: Iterable[str] = ()) -> None:
+    """Serve ``app`` on waitress until interrupted. ``allowed_hosts``: host names the
+    requests may use besides loopback and ``host`` (``--allowed-host``)."""
     import waitress
 
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth" chatter
-    waitress.serve(wsgi_app(app, port, token), host=host, port=port, threads=THREADS,
+    allowed = AllowedHosts.build(host, port, allowed_hosts)
+    waitress.serve(wsgi_app(app, port, token, allowed), host=host, port=port, threads=THREADS,
                    ident="profkit")

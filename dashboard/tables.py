@@ -153,7 +153,7 @@ BY_NAME = {t.name: t for t in TABLES}
 CITED = {
     "mfu": "efficiency", "precision": "efficiency", "compute": "compute_subclasses",
     "communication": "collectives", "collectives": "collectives", "straggler": "stragglers",
-    "launch": "launches", "runtime_calls": "launches", "cpu_launch": "launches",
+    "launch": "launches", "runtime_calls": "launches", "cpu_launch": "launches", "host_work": "launches",
     "fusion": "fusion_candidates", "throttling": "nvml", "memory": "nvml",
     "memcpy": "transfers", "idle_code": "idle_code", "data_loading": "idle_code",
     "host_sync": "idle_code", "idle_other": "stream_breakdown",

@@ -30,7 +30,7 @@ from profkit.model import RankData, step_spans
 log = logging.getLogger(__name__)
 GPU, CAUSE, CPU = "gpu", "cause", "cpu"  # lane layers, in drawing order within a rank
 LAYER_TITLES = {GPU: "GPU", CAUSE: "GPU idle cause", CPU: "CPU"}
-IDLE_CAUSES = ("cpu_launch", "data_loading", "host_sync", "idle_other")
+IDLE_CAUSES = ("cpu_launch", "host_work", "data_loading", "host_sync", "idle_other")
 ALL = ""  # the group key of a lane's total covered time
 MAX_DEPTH = 7  # CPU ranges nested deeper share the row of this depth
 CPU_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_RUNTIME, S.KIND_DRIVER, S.KIND_PYTHON,
@@ -207,7 +207,7 @@ def cpu_rows(rank: int, events: pd.DataFrame, origin: int,
 
 def cause_rows(data: RankData, origin: int) -> pd.DataFrame:
     """The rank's GPU-idle time inside its step windows, one segment per instant's cause
-    (cpu_launch, data_loading, host_sync, idle_other) as analyzers/measure/charge.py charges it."""
+    (cpu_launch, host_work, data_loading, host_sync, idle_other) as analyzers/measure/charge.py charges it."""
     lo, hi, _ = rank_windows(data)
     empty = np.empty(0, np.int64)
     if len(lo) == 0 or not data.has_gpu:

@@ -84,6 +84,7 @@ class Run:
     skipped: list[SkippedFile] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     nccl: dict[str, pd.DataFrame] = field(default_factory=dict)  # NCCL log / flight-recorder tables
+    ncu: pd.DataFrame = field(default_factory=pd.DataFrame)  # Nsight Compute launches (run/ncufiles.py)
 
     @property
     def world_size(self) -> int:

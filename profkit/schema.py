@@ -8,7 +8,7 @@ distinct values are pandas categoricals.
 from __future__ import annotations
 
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 5  # 5: the header keeps thread names
+TABLES_VERSION = 6  # 5: each CPU op's Input Dims; 6: the header keeps thread names
 
 # --- events: one row per complete ('X') event of one rank ------------------------------
 TS_NS = "ts_ns"  # start, epoch ns on the aligned clock
@@ -31,10 +31,13 @@ FLOPS = "flops"  # CPU ops: the trace's count, else from input shapes (profkit.c
 BYTES = "bytes"  # memcpy / memset bytes, NaN otherwise
 FLOPS_DTYPE = "flops_dtype"  # CPU ops with a FLOP formula: precision of their inputs
 # (profkit.classify.flops.PRECISIONS), "" when unknown or not such an op (categorical)
+INPUT_DIMS = "input_dims"  # CPU ops recorded with shapes: their ``Input Dims`` as JSON text,
+# e.g. "[[8, 512, 1024], [3072, 1024], []]"; "" when absent (categorical)
 
 EVENT_COLUMNS = (
     TS_NS, DUR_NS, NAME, CAT, KIND, CLASS, SUBCLASS, PID, TID, STREAM, DEVICE,
     CORRELATION, EXTERNAL_ID, STEP, BLOCKS_PER_SM, OCCUPANCY_PCT, FLOPS, BYTES, FLOPS_DTYPE,
+    INPUT_DIMS,
 )
 
 # Normalised event kinds.

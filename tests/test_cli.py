@@ -6,7 +6,7 @@ import pytest
 from profkit.cli import build_parser, main, parse_ranks
 from tests.factories import trace_doc, write_trace
 
-SUBCOMMANDS = ("merge", "summary", "analyze", "diff", "launch", "dashboard")
+SUBCOMMANDS = ("merge", "summary", "analyze", "diff", "ncu", "launch", "dashboard")
 
 
 def run_cli(*args, cwd=None):

@@ -1,70 +1,54 @@
-"""Can two runs be compared step for step? What differs between them besides the change?
-
-Two kinds of difference, from the two analyses alone:
+"""Can two runs be compared step for step? Decided from what an optimization does *not*
+change (:mod:`.workload`), never from kernel names, which every optimization changes.
 
 - **Another workload** (``reasons``: no improved/regressed verdict): one side trains
-  (backward ops, optimizer steps) and the other does not, or the two ran barely the same
-  work: the share of kernel time in kernels both ran *and* the overlap of their CPU op calls
-  per step both below ``diff_min_mix_overlap_frac``. A step of one is not a step of the
-  other, so the ratio of their times says nothing about a change. Both measures must be low:
-  other GPUs run other kernels for the same model (one measure low), and removing
-  per-step syncs removes CPU ops (the other).
+  (backward ops, optimizer steps) and the other does not, or the model's parameter shapes
+  differ (another model: more blocks, other widths). A step of one is not a step of the
+  other, so the ratio of their times says nothing about a change.
+- **Another batch** (``batch``): the same model fed more samples (or tokens) per step; the
+  diff compares time per sample (or per token) and says so.
 - **Another setting** (``warnings``: the verdict stands, flagged): other GPU models, another
-  world size, or one of the two mix measures low. Comparing one workload on other hardware
-  or at another scale is a question users ask on purpose, and its answer is the step time.
+  world size, inputs that differ beyond the batch, other module names. Comparing one
+  workload on other hardware or at another scale is a question users ask on purpose.
 - **Part of a run** (``warnings``): a side missing ranks of its world, or whose run did not
   end well (:mod:`profkit.analyzers.measure.coverage`, what the report header says too):
   its step times are those of the ranks analysed, and a straggler among the missing is not
   seen.
+- **Besides** (``notes``): user annotations renamed, more forward passes per step: said,
+  not held against the verdict.
+
+Where neither the parameter shapes nor the step inputs are recorded on both sides (traces
+without ``record_shapes``, CUDA-graph replays), the mix of work decides as before: the share
+of kernel time in kernels both ran *and* the overlap of CPU op calls per step both below
+``diff_min_mix_overlap_frac`` is another workload, one of them low a warning.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
+from profkit.analyzers.compare import workload as W
+from profkit.analyzers.compare.sides import (  # noqa: F401 (re-exported: the diff's readers)
+    devices,
+    per_name,
+    trains,
+    used_rank_steps,
+)
 from profkit.analyzers.measure.coverage import ended_badly, missing_ranks
-from profkit.analyzers.measure.steps import USED
-from profkit.analyzers.measure.tables import name_mask
 from profkit.analyzers.thresholds import Thresholds
 
-from profkit import schema as S
 from profkit.run.rankfiles import rank_ranges
-
-BACKWARD_RE = re.compile(r"Backward\d*$|^autograd::engine::evaluate_function|^Optimizer\.step")
 
 
 @dataclass
 class Comparability:
     reasons: list[str] = field(default_factory=list)  # not the same workload: no verdict
     warnings: list[str] = field(default_factory=list)  # another setting: verdict flagged
+    notes: list[str] = field(default_factory=list)  # changed besides, not held against it
     evidence: dict[str, Any] = field(default_factory=dict)
-
-
-def used_rank_steps(analysis) -> int:
-    """Rank-steps behind the verdict (the per-step divisor of totals over used steps)."""
-    steps = analysis.table("step_breakdown")
-    return int(steps[USED].astype(bool).sum()) if len(steps) else 0
-
-
-def devices(analysis) -> list[str]:
-    """The GPU models the analysed ranks ran on (empty when the traces do not say)."""
-    eff = analysis.table("efficiency")
-    if eff.empty or "device_name" not in eff:
-        return []
-    return sorted({str(n) for n in eff["device_name"].dropna() if str(n).strip()})
-
-
-def trains(analysis) -> bool | None:
-    """Whether the used steps ran backward ops or optimizer steps (None: no CPU ops)."""
-    ops = analysis.table("used_step_ops")
-    if ops.empty:
-        return None
-    names = ops[S.NAME].astype("category")
-    return bool(name_mask(names, BACKWARD_RE).any())
+    batch: dict[str, Any] | None = None  # {"unit", "items": [base, new], "text"}
 
 
 def kernel_overlap(base, new) -> float | None:
@@ -92,26 +76,53 @@ def op_overlap(base, new) -> float | None:
     return float(np.minimum(a, b).sum() / np.maximum(a, b).sum())
 
 
-def per_name(analysis, table: str, column: str) -> pd.Series:
-    t = analysis.table(table)
-    if t.empty:
-        return pd.Series(dtype=float)
-    return t.groupby(t[S.NAME].astype(str))[column].sum().astype(float)
-
-
-def _workload(base, new, th: Thresholds, out: Comparability) -> None:
+def _training(base, new, out: Comparability) -> None:
     train = (trains(base), trains(new))
+    out.evidence["trains"] = list(train)
     if None not in train and train[0] != train[1]:
         kinds = ["training (backward ops, optimizer steps)" if t else "inference (no backward)"
                  for t in train]
         out.reasons.append(f"{kinds[0]} vs {kinds[1]}")
+
+
+def _structure(base, new, out: Comparability) -> bool:
+    """Model, input, annotations and modules compared; whether any of model or input was
+    recorded on both sides (else the mix of work has to decide)."""
+    wb, wn = W.workload(base), W.workload(new)
+    params, inputs = W.compare_params(wb, wn), W.compare_inputs(wb, wn)
+    names = [W.compare_names("user annotations", wb.annotations, wn.annotations),
+             W.compare_names("module names", wb.modules, wn.modules)]
+    out.evidence.update(params=params.status, params_text=params.text, inputs=inputs.status,
+                        inputs_text=inputs.text, annotations=names[0].status,
+                        modules=names[1].status)
+    if params.status == W.DIFFER:
+        out.reasons.append(params.text)
+    elif params.status == W.SCALED:
+        out.notes.append(params.text)
+    if inputs.status in (W.BATCH, W.DIFFER):
+        unit = inputs.detail["unit"]
+        items = inputs.detail["tokens" if unit == "token" else "samples"]
+        out.batch = {"unit": unit, "items": items, "text": inputs.text}
+        if "beyond the batch" in inputs.text:  # another model says more than its input
+            (out.notes if params.status == W.DIFFER else out.warnings).append(inputs.text)
+    if names[0].status == W.DIFFER:
+        out.notes.append(names[0].text)
+    if names[1].status == W.DIFFER:
+        out.warnings.append(names[1].text)
+    return params.status != W.UNKNOWN or inputs.status != W.UNKNOWN
+
+
+def _mix(base, new, th: Thresholds, out: Comparability, decides: bool) -> None:
     kernels, ops = kernel_overlap(base, new), op_overlap(base, new)
-    out.evidence.update(kernel_overlap=kernels, op_overlap=ops, trains=list(train))
+    out.evidence.update(kernel_overlap=kernels, op_overlap=ops)
+    if not decides:
+        return
     low = th.diff_min_mix_overlap_frac
     text = {"kernels": f"{kernels:.0%} of GPU time is in kernels both ran" if kernels is not None else "",
             "ops": f"{ops:.0%} overlap of CPU op calls per step" if ops is not None else ""}
     if kernels is not None and ops is not None and kernels < low and ops < low:
-        out.reasons.append(f"different work: {text['kernels']}, {text['ops']}")
+        out.reasons.append(f"different work: {text['kernels']}, {text['ops']}, and no recorded "
+                           "shapes show the same model")
     elif kernels is not None and kernels < low:
         out.warnings.append(f"the kernels barely overlap: {text['kernels']}")
     elif ops is not None and ops < low:
@@ -148,7 +159,9 @@ def _coverage(base, new, out: Comparability) -> None:
 def comparability(base, new, th: Thresholds) -> Comparability:
     """What stops two analyses being compared, and what differs besides (module doc)."""
     out = Comparability()
-    _workload(base, new, th, out)
+    _training(base, new, out)
+    known = _structure(base, new, out)
+    _mix(base, new, th, out, decides=not known)
     _setting(base, new, out)
     _coverage(base, new, out)
     return out

@@ -7,8 +7,13 @@ ranks that used it: synchronised ranks are one measurement, not several); the ch
 Hodges-Lehmann shift with its Mann-Whitney interval (:mod:`.stats`), called only when the
 interval excludes zero. With too few steps for the interval the noise is not made up: the
 report says it cannot be estimated and calls only changes beyond the steady-step spread.
-Another workload gets no verdict, another GPU or world size a warning (:mod:`.comparable`).
-The change is attributed per step (and rank) to breakdown parts, kernels and CPU ops.
+
+Whether the two runs are the same work is decided from what an optimization leaves alone
+(:mod:`.comparable`): another model gets no verdict, another batch is judged per sample or
+per token (or per item, as the user says with ``items_per_step``), another GPU or world size
+gets a warning. What kind of change it was is named (:mod:`.nature`), and the change is
+attributed per step (and per item) to breakdown parts, kernel groups, kernels and CPU ops
+(:mod:`.attribution`).
 """
 
 from __future__ import annotations
@@ -20,16 +25,17 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.analyze import Analysis, analyze, part_name
 from profkit.analyzers.compare import stats
-from profkit.analyzers.compare.comparable import comparability, per_name, used_rank_steps
-from profkit.analyzers.measure.breakdown import PARTS
-from profkit.analyzers.measure.steps import USED, run_step_times_ns
+from profkit.analyzers.compare.attribution import attribution
+from profkit.analyzers.compare.comparable import Comparability, comparability
+from profkit.analyzers.compare.nature import nature
+from profkit.analyzers.measure.steps import run_step_times_ns
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit.model import Run
 
-TOP = 15
 NOT_COMPARABLE = "not comparable"
+STEP = "step"
 
 
 @dataclass
@@ -51,6 +57,11 @@ def step_samples(analysis: Analysis) -> np.ndarray:
     return run_step_times_ns(analysis.table("step_breakdown"))
 
 
+def time_text(ns: float) -> str:
+    """``43.646 ms``; under 0.1 ms in microseconds (a token's share of a step)."""
+    return f"{ns / 1e6:.3f} ms" if ns >= 1e5 else f"{ns / 1e3:.3f} us"
+
+
 def _tested(change: float, shift: stats.Shift, base_ns: float, th: Thresholds) -> tuple[str, str, dict]:
     lo, hi = shift.low / base_ns, shift.high / base_ns
     floor = th.diff_min_change_frac
@@ -63,7 +74,8 @@ def _tested(change: float, shift: stats.Shift, base_ns: float, th: Thresholds) -
     elif verdict == "unchanged":
         how += f": under the {floor:.0%} that counts"
     return verdict, how, {"tested": True, "interval_frac": [lo, hi], "coverage": shift.confidence,
-                          "noise_frac": (hi - lo) / 2, "threshold_frac": floor}
+                          "noise_frac": (hi - lo) / 2, "threshold_frac": floor,
+                          "change_low_frac": lo}
 
 
 def _untested(change: float, base: np.ndarray, new: np.ndarray, th: Thresholds) -> tuple[str, str, dict]:
@@ -80,40 +92,73 @@ def _untested(change: float, base: np.ndarray, new: np.ndarray, th: Thresholds) 
            f"{1 + bar:.2f}x slower or faster count as unchanged")
     if verdict == "unchanged" and not 1 / (1 + bar) < ratio < 1 + bar:
         how += ", and so do runs whose steps overlap"
+    # the least slowdown every pair of steps shows (the CI gate reads it for a regression)
+    low = float(new.min() - base.max()) / float(np.median(base))
     return verdict, how, {"tested": False, "interval_frac": None, "coverage": None,
-                          "noise_frac": None, "threshold_frac": bar}
+                          "noise_frac": None, "threshold_frac": bar, "change_low_frac": low}
 
 
-def step_verdict(base_ns: np.ndarray, new_ns: np.ndarray, th: Thresholds = DEFAULT) -> dict[str, Any]:
-    """Improved / regressed / unchanged from one step time per used step on each side."""
+def step_verdict(base_ns: np.ndarray, new_ns: np.ndarray, th: Thresholds = DEFAULT,
+                 unit: str = STEP) -> dict[str, Any]:
+    """Improved / regressed / unchanged from one time per used step on each side: the
+    step's time, or (``unit`` sample, token, item) the step's time per item."""
     base_ns, new_ns = np.asarray(base_ns, float), np.asarray(new_ns, float)
     base_med, new_med = float(np.median(base_ns)), float(np.median(new_ns))
     change = new_med / base_med - 1.0
     shift = stats.shift_interval(base_ns, new_ns, th.diff_confidence)
     verdict, how, detail = (_tested(change, shift, base_med, th) if shift is not None
                             else _untested(change, base_ns, new_ns, th))
-    headline = (f"{verdict}: median step {base_med / 1e6:.3f} -> {new_med / 1e6:.3f} ms "
-                f"({change:+.1%}; {how})")
+    what = (f"median step {base_med / 1e6:.3f} -> {new_med / 1e6:.3f} ms" if unit == STEP else
+            f"{time_text(base_med)} -> {time_text(new_med)} per {unit}")
+    headline = f"{verdict}: {what} ({change:+.1%}; {how})"
     return {"verdict": verdict, "summary": headline, "headline": headline,
             "base_step_ms": base_med / 1e6, "new_step_ms": new_med / 1e6, "change_frac": change,
             "confidence": th.diff_confidence, **detail,
             "base_steps": int(len(base_ns)), "new_steps": int(len(new_ns))}
 
 
-def _judged(verdict: dict[str, Any], base: Analysis, new: Analysis, th: Thresholds) -> dict:
-    """The step verdict with what stops or qualifies it: another workload (no verdict),
-    another GPU or world size (warnings), and what changed besides the step time."""
+def basis(comp: Comparability, items_per_step: tuple[float, float] | None) -> dict | None:
+    """What one step's time is divided by: the items the user gave, else the samples or
+    tokens per step when the batch changed (None: compare steps)."""
+    if items_per_step is not None:
+        a, b = (float(x) for x in items_per_step)
+        return {"unit": "item", "items": [a, b], "source": "given",
+                "text": f"{a:g} -> {b:g} items per step (--items-per-step)"}
+    batch = comp.batch
+    if batch is None or None in batch["items"] or batch["items"][0] == batch["items"][1]:
+        return None
+    return {**batch, "source": "trace"}
+
+
+def _judge(base: Analysis, new: Analysis, samples: tuple[np.ndarray, np.ndarray],
+           th: Thresholds, items_per_step) -> tuple[dict, dict | None]:
+    """The verdict on steps or items, with what stops or qualifies it (module doc)."""
     comp = comparability(base, new, th)
+    per = basis(comp, items_per_step)
+    if per is None:
+        verdict = step_verdict(*samples, th)
+    else:
+        scaled = [s / n for s, n in zip(samples, per["items"])]
+        verdict = step_verdict(*scaled, th, unit=per["unit"])
+        steps = [float(np.median(s)) / 1e6 for s in samples]
+        verdict.update(base_ms_per_item=verdict["base_step_ms"], new_ms_per_item=verdict["new_step_ms"],
+                       base_step_ms=steps[0], new_step_ms=steps[1],
+                       step_change_frac=steps[1] / steps[0] - 1.0)
+        verdict["headline"] = (f"{verdict['headline']}, judged per {per['unit']}: {per['text']}; "
+                               f"median step {steps[0]:.3f} -> {steps[1]:.3f} ms")
+    verdict.update(basis=per["unit"] if per else STEP, items_per_step=per["items"] if per else None)
     if comp.reasons:
         verdict["verdict"] = NOT_COMPARABLE
         verdict["headline"] = (f"{NOT_COMPARABLE}: {'; '.join(comp.reasons)} (median step "
                                f"{verdict['base_step_ms']:.3f} -> {verdict['new_step_ms']:.3f} "
-                               f"ms, {verdict['change_frac']:+.1%}, not judged)")
+                               f"ms, {verdict['new_step_ms'] / verdict['base_step_ms'] - 1:+.1%}, "
+                               "not judged)")
+    kinds = [] if comp.reasons else nature(base, new)  # another workload: no "change" to name
     verdict["summary"] = verdict["headline"] + "".join(f"; WARNING: {w}" for w in comp.warnings)
-    verdict.update(reasons=comp.reasons, warnings=comp.warnings,
-                   changes=straggler_changes(base, new) + bottleneck_change(base, new),
-                   evidence=comp.evidence)
-    return verdict
+    verdict.update(reasons=comp.reasons, warnings=comp.warnings, nature=kinds, notes=comp.notes,
+                   changes=kinds + comp.notes + straggler_changes(base, new)
+                   + bottleneck_change(base, new), evidence=comp.evidence)
+    return verdict, per
 
 
 def straggler_changes(base: Analysis, new: Analysis) -> list[str]:
@@ -139,50 +184,39 @@ def bottleneck_change(base: Analysis, new: Analysis) -> list[str]:
     return [f"the bottleneck moved: {part_name(was)} bound -> {part_name(now)} bound"]
 
 
-def _delta_table(base: pd.Series, new: pd.Series, label: str) -> pd.DataFrame:
-    table = pd.DataFrame({"base_ms": base / 1e6, "new_ms": new / 1e6}).fillna(0.0)
-    table["delta_ms"] = table["new_ms"] - table["base_ms"]
-    table.index.name = label
-    order = table["delta_ms"].abs().sort_values(ascending=False, kind="stable").index
-    return table.loc[order].head(TOP).reset_index()
-
-
-def _used_parts(analysis: Analysis) -> pd.Series:
-    steps = analysis.table("step_breakdown")
-    return steps.loc[steps[USED].astype(bool), list(PARTS)].mean()
-
-
-def _per_step(analysis: Analysis, table: str, column: str) -> pd.Series:
-    return per_name(analysis, table, column) / max(used_rank_steps(analysis), 1)
-
-
-def attribution(base: Analysis, new: Analysis) -> dict[str, pd.DataFrame]:
-    """Where the time per used rank-step changed: ``diff_parts`` (breakdown parts),
-    ``diff_kernels`` (GPU ops) and ``diff_ops`` (CPU ops, self time); ms, largest first."""
-    tables = {"diff_parts": _delta_table(_used_parts(base), _used_parts(new), "part")}
-    for name, source, column in (("diff_kernels", "used_step_kernels", "total_ns"),
-                                 ("diff_ops", "used_step_ops", "self_ns")):
-        b, n = _per_step(base, source, column), _per_step(new, source, column)
-        if len(b) or len(n):
-            tables[name] = _delta_table(b, n, "name")
-    return tables
-
-
-def diff_analyses(base: Analysis, new: Analysis, thresholds: Thresholds = DEFAULT) -> Diff:
-    """Compare two analyses (module doc)."""
+def diff_analyses(base: Analysis, new: Analysis, thresholds: Thresholds = DEFAULT,
+                  items_per_step: tuple[float, float] | None = None) -> Diff:
+    """Compare two analyses (module doc). ``items_per_step``: samples (or tokens, or any
+    unit of work) one step of base and of new processed, when the trace cannot show it."""
     paths = str(base.run.get("path")), str(new.run.get("path"))
     samples = step_samples(base), step_samples(new)
     empty = [p for p, s in zip(paths, samples) if not len(s)]
     if empty:
         summary = f"no steady GPU steps in {' and '.join(empty)}: nothing to compare"
         return Diff(*paths, {"verdict": None, "summary": summary, "headline": summary,
-                             "reasons": [], "warnings": [], "changes": []})
-    verdict = _judged(step_verdict(*samples, thresholds), base, new, thresholds)
-    return Diff(*paths, verdict, attribution(base, new))
+                             "reasons": [], "warnings": [], "changes": [], "nature": [],
+                             "notes": []})
+    verdict, per = _judge(base, new, samples, thresholds, items_per_step)
+    return Diff(*paths, verdict, attribution(base, new, per))
+
+
+def slower_than(d: Diff, pct: float) -> bool:
+    """The CI gate: True only when the change is surely above ``pct`` percent slower: the
+    lower end of its interval above it (with too few steps for an interval, a regression
+    the diff called whose every step is that much slower). A pair that is not comparable,
+    or has nothing to compare, never trips it."""
+    v = d.verdict
+    low = v.get("change_low_frac")
+    if v.get("verdict") in (None, NOT_COMPARABLE) or low is None:
+        return False
+    if not v.get("tested") and v["verdict"] != "regressed":
+        return False
+    return low > pct / 100.0
 
 
 def diff_runs(base: Run, new: Run, thresholds: Thresholds = DEFAULT,
-              options: AnalysisOptions = DEFAULT_OPTIONS) -> Diff:
+              options: AnalysisOptions = DEFAULT_OPTIONS,
+              items_per_step: tuple[float, float] | None = None) -> Diff:
     """:func:`diff_analyses` of two loaded runs, each analysed here."""
     return diff_analyses(analyze(base, thresholds, options), analyze(new, thresholds, options),
-                         thresholds)
+                         thresholds, items_per_step)

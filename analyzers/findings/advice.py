@@ -39,6 +39,14 @@ ADVICE = {
         "Cut launch overhead: CUDA graphs (torch.compile(mode='reduce-overhead') or "
         "torch.cuda.graphs), fuse small ops with torch.compile, or a larger batch per launch.",
     ),
+    "host_work": (
+        "host_work_frac",
+        "the GPU waits while the host works without launching anything",
+        "Move the host work off the critical path: run it in DataLoader workers "
+        "(num_workers>0) or another thread or process, overlap it with the GPU work (launch "
+        "the next step first), or move it onto the GPU (GPU transforms, a fused GPU "
+        "optimizer). The evidence names the code the GPU waits on.",
+    ),
     "idle_other": (
         "held_work_frac",
         "launched work was held back on the GPU",
@@ -56,11 +64,18 @@ ADVICE = {
     ),
 }
 ROUND_TRIP_ADVICE = (
-    "Most of this host time follows a blocking synchronisation: the host waits for a GPU "
-    "result (.item(), .cpu(), .tolist()), then works on it while the GPU has nothing queued. "
-    "Keep the decision on the GPU (tensor ops instead of host NumPy/Python), or launch the next "
-    "GPU work before reading the result (read it a step later, or every N steps); CUDA graphs "
-    "cannot help while the loop waits on the host.")
+    "Most of this host time follows a blocking synchronisation: the host waits for GPU "
+    "results (.item(), .cpu(), .tolist(), a copy to host memory), then works on them while the "
+    "GPU has nothing queued. Do that work on the GPU (tensor ops instead of host NumPy/Python; "
+    "a GPU optimizer instead of a CPU one), or overlap it: launch the next GPU work before "
+    "reading the result (read it a step later, or every N steps). CUDA graphs cannot help "
+    "while the loop waits on the host.")
+
+# How each part reads in a finding's message.
+PART_WORDS = {"memcpy": "memory transfer", "cpu_launch": "launch overhead",
+              "host_work": "host work", "data_loading": "data loading",
+              "host_sync": "host sync", "idle_other": "held work", "communication":
+              "communication"}
 PAGEABLE_ADVICE = (" Pin the host memory (DataLoader(pin_memory=True), tensor.pin_memory()) "
                    "and copy with non_blocking=True: a pageable copy blocks the host and runs "
                    "below the link's rate.")
@@ -86,13 +101,12 @@ def breakdown_findings(ranks: pd.DataFrame, th: Thresholds,
                         "ms_per_step": round(frac * float(row.step_time_ms), 3)}
             extra, text = _part_evidence(part, int(row.rank), steps, transfers)
             evidence.update(extra)
-            if part == "cpu_launch" and extra.get("after_sync_share", 0) > 0.5:
+            if part in ("cpu_launch", "host_work") and extra.get("after_sync_share", 0) > 0.5:
                 meaning = "the GPU waits while the host works after blocking syncs"
                 recommendation, text = ROUND_TRIP_ADVICE, ""
             findings.append(Finding(
                 category=part, severity=_severity(frac, threshold), rank=int(row.rank),
-                message=f"rank {row.rank}: {pct(frac)} of step time is "
-                        f"{'memory transfer' if part == 'memcpy' else part.replace('_', ' ')}"
+                message=f"rank {row.rank}: {pct(frac)} of step time is {PART_WORDS.get(part, part)}"
                         f" ({meaning})",
                 evidence=evidence, recommendation=recommendation + text))
         if row.compute >= 0.6:
@@ -127,9 +141,10 @@ def _part_evidence(part: str, rank: int, steps: pd.DataFrame | None,
         return evidence, PAGEABLE_ADVICE if pageable else ""
     rows = (steps[(steps["rank"] == rank) & steps["used"].astype(bool)]
             if steps is not None and len(steps) else None)
-    if part == "cpu_launch" and rows is not None:
-        share = float(rows[AFTER_SYNC].sum()) / max(float(rows["cpu_launch"].sum()), 1.0)
-        return {"after_sync_share": round(share, 3)}, ""
+    if part in ("cpu_launch", "host_work") and rows is not None:
+        host = float(rows[["cpu_launch", "host_work"]].sum().sum())
+        share = float(rows[AFTER_SYNC].sum()) / max(host, 1.0)
+        return {"after_sync_share": round(min(share, 1.0), 3)}, ""
     if part == "host_sync" and rows is not None:
         blocking = float(rows[BLOCKING_COPY].sum()) / max(float(rows["host_sync"].sum()), 1.0)
         pageable = mine is not None and (mine["memory"] == "Pageable").any()

@@ -10,6 +10,10 @@ model, given what fixing each would save, and ordered by it.
 - MFU, precision and fusion advice makes a step shorter only when compute is what bounds
   it: kept for ranks whose verdict is compute, dropped where the cause is data loading, host
   syncs, transfers or launches.
+- Nsight Compute's ``tensor_cores`` finding measures what the trace's ``precision`` finding
+  infers (GEMMs without tensor cores): where both exist it becomes that finding's evidence.
+- A blocking sync and the host work on its result are one round trip: one finding, one
+  saving (``_round_trips``).
 - Every actionable finding carries ``estimated_saving`` (:mod:`profkit.analyzers.findings.savings`);
   findings of the verdict's cause come first, then by saving, then by severity.
 """
@@ -40,6 +44,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
     median_step = dict(ranks[["rank", "step_time_ms"]].itertuples(index=False)) \
         if len(ranks) else {}
     launch = {f.rank: f for f in findings if f.category == "launch"}
+    findings = fold_measured(findings)
     out = []
     for f in findings:
         if f.category == "launch":
@@ -51,7 +56,71 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         f = _estimate(f, saving, means, tables, steps, median_step)
         if f is not None:
             out.append(f)
-    return order(out, verdict.get("primary"))
+    return order(_round_trips(_code_into_cause(out)), verdict.get("primary"))
+
+
+def _code_into_cause(findings: list[Finding]) -> list[Finding]:
+    """The code the GPU waits on is evidence of its cause's finding, not a finding of its own
+    (one cause, one finding): an idle_code finding folds into the same rank's finding of its
+    part, whose figures (the part's whole charged time) it must not contradict."""
+    causes = {(f.rank, f.category): f for f in findings if f.category != "idle_code"}
+    folded = {}
+    for f in findings:
+        key = (f.rank, f.evidence.get("part"))
+        if f.category == "idle_code" and key in causes:
+            folded[key] = f
+    out = []
+    for f in findings:
+        if f.category == "idle_code" and (f.rank, f.evidence.get("part")) in folded:
+            continue
+        code = folded.get((f.rank, f.category))
+        if code is not None:
+            f = replace(f, evidence={**f.evidence, "code": code.evidence["code"],
+                                     "code_idle_ms_per_step": code.evidence["idle_ms_per_step"]})
+        out.append(f)
+    return out
+
+
+def _round_trips(findings: list[Finding]) -> list[Finding]:
+    """A blocking sync and the host work on its result are one round trip: where a rank's
+    host-side finding is mostly work right after syncs, its host_sync finding folds into it,
+    with one saving (the two parts' savings added, as fractions of the same step)."""
+    trips = {f.rank: f for f in findings if f.category in ("host_work", "cpu_launch")
+             and f.evidence.get("after_sync_share", 0) > 0.5 and f.estimated_saving}
+    syncs = {f.rank: f for f in findings if f.category == "host_sync" and f.rank in trips
+             and f.estimated_saving}
+    out = []
+    for f in findings:
+        if f.category == "host_sync" and f.rank in syncs:
+            continue
+        if f.rank in syncs and f is trips[f.rank]:
+            sync = syncs[f.rank]
+            a, b = f.estimated_saving, sync.estimated_saving
+            f = replace(f, evidence={**f.evidence,
+                                     "round_trip_sync_ms_per_step": sync.evidence.get("ms_per_step"),
+                                     "round_trip_sync_fraction": sync.evidence.get("fraction")})
+            f = f.with_saving(a["ms_per_step"] + b["ms_per_step"], a["fraction"] + b["fraction"])
+        out.append(f)
+    return out
+
+
+def fold_measured(findings: list[Finding]) -> list[Finding]:
+    """The ``tensor_cores`` finding (counters) as evidence of the ``precision`` findings
+    (trace) when both exist: one cause, one finding."""
+    measured = next((f for f in findings if f.category == "tensor_cores"), None)
+    if measured is None or not any(f.category == "precision" for f in findings):
+        return findings
+    ev = measured.evidence
+
+    def pct(key: str) -> str:
+        v = ev.get(key)
+        return f"{v:.0f}%" if isinstance(v, (int, float)) and math.isfinite(v) else "-"
+
+    said = (f" Nsight Compute measured it: {ev.get('first_short_name')} keeps the FP32 FMA pipe "
+            f"{pct('first_fma_pct')} busy and the tensor pipe {pct('first_tensor_pct')}.")
+    return [replace(f, message=f.message + said, evidence={**f.evidence, "ncu": ev})
+            if f.category == "precision" else f
+            for f in findings if f.category != "tensor_cores"]
 
 
 def _compute_bound(f: Finding, primary: dict) -> bool:
@@ -60,9 +129,18 @@ def _compute_bound(f: Finding, primary: dict) -> bool:
     return primary.get(f.rank) == "compute"
 
 
+GRAPHS_IN_USE_ADVICE = (
+    "The step already replays CUDA graphs: capture more of it in them (the launches between "
+    "replays), fuse what is left with torch.compile, or move host work between replays off "
+    "the critical path.")
+
+
 def _with_launch_stats(f: Finding, stats: Finding) -> Finding:
     extra = {k: stats.evidence[k] for k in LAUNCH_EVIDENCE if k in stats.evidence}
-    return replace(f, evidence={**f.evidence, "launch": extra})
+    f = replace(f, evidence={**f.evidence, "launch": extra})
+    if extra.get("graph_launches") and "CUDA graphs" in f.recommendation:
+        f = replace(f, recommendation=GRAPHS_IN_USE_ADVICE)  # never advise what is in use
+    return f
 
 
 def _estimate(f: Finding, saving: dict, means: pd.DataFrame,
@@ -76,7 +154,11 @@ def _estimate(f: Finding, saving: dict, means: pd.DataFrame,
         # never more than the charged time of the cause (the finding's own fraction)
         return _with_saving(f, ns, means, median_step, cap=f.evidence.get("fraction"))
     if f.category == "straggler":
+        f = with_host_lateness(f, tables)
         wait = f.evidence.get("others_exposed_wait_ns_per_step") or 0.0
+        # a straggler late because its own host idles its GPU: fixing that shortens its own
+        # step too, by the host time it has beyond the others (when that is the larger)
+        wait = max(wait, (f.evidence.get("host_excess_ms_per_step") or 0.0) * 1e6)
         step = f.evidence.get("others_step_ns") or 0.0
         return f.with_saving(wait / 1e6, as_fraction(wait, step))
     if f.category == "runtime_calls" and f.rank in means.index:
@@ -95,6 +177,35 @@ def _with_saving(f: Finding, ns: float, means: pd.DataFrame, median_step: dict[i
         frac = min(frac, float(cap))
     step_ms = median_step.get(f.rank, float(means.loc[f.rank, "step_ns"]) / 1e6)
     return f.with_saving(frac * step_ms if math.isfinite(frac) else ns / 1e6, frac)
+
+
+HOST_IDLE_PARTS = ("cpu_launch", "host_work", "data_loading", "host_sync")
+
+
+def with_host_lateness(f: Finding, tables: dict[str, pd.DataFrame]) -> Finding:
+    """A straggler whose own GPU idles on its host longer than the others' (by at least a
+    quarter of what they wait for it): the excess in ms per step and the code that fills it,
+    in the evidence and the advice."""
+    ranks, code = tables.get("rank_breakdown", pd.DataFrame()), tables.get("idle_code")
+    if ranks.empty or f.rank not in set(ranks["rank"]) or len(ranks) < 2:
+        return f
+    host_ms = ranks[list(HOST_IDLE_PARTS)].sum(axis=1) * ranks["step_time_ms"]
+    mine = float(host_ms[ranks["rank"] == f.rank].iloc[0])
+    excess = mine - float(host_ms[ranks["rank"] != f.rank].median())
+    wait_ms = (f.evidence.get("others_exposed_wait_ns_per_step") or 0.0) / 1e6
+    if excess < max(0.25 * wait_ms, 0.05):
+        return f
+    n = max(int(ranks.loc[ranks["rank"] == f.rank, "steps"].iloc[0]), 1)
+    top = [] if code is None or code.empty else (
+        code[(code["rank"] == f.rank) & code["part"].isin(HOST_IDLE_PARTS)]
+        .nlargest(2, "idle_ns").to_dict("records"))
+    where = "; ".join(f"{r['code']} ({r['idle_ns'] / n / 1e6:.2f} ms/step)" for r in top)
+    advice = (f" Its host is the cause: its GPU waits {excess:.2f} ms/step longer than the "
+              "others' for its host" + (f", in {where}" if where else "") +
+              ": make that host work cheaper or move it off the critical path.")
+    return replace(f, evidence={**f.evidence, "host_excess_ms_per_step": round(excess, 3),
+                                "host_code": where},
+                   recommendation=f.recommendation + advice)
 
 
 def _runtime_saving(f: Finding, means: pd.DataFrame, median_step: dict[int, float],

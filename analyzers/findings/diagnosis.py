@@ -12,7 +12,7 @@ from profkit.analyzers.result import Finding
 
 from profkit import schema as S
 
-HOST_PARTS = ("cpu_launch", "host_sync", "data_loading")
+HOST_PARTS = ("cpu_launch", "host_work", "host_sync", "data_loading")
 
 
 def unusable_ranks(health: dict[int, dict]) -> dict[int, str]:
@@ -34,7 +34,7 @@ def health_findings(health: dict[int, dict], unusable: dict[int, str]) -> list[F
             findings.append(Finding(
                 category="trace", severity="warning", rank=rank,
                 message=(f"rank {rank}: the trace records CUDA-graph capture, not execution "
-                         f"({h['captured_launches'] + h['kernel_launches']} launches, "
+                         f"({h['captured_launches']} launches captured, {h['kernel_launches']} launched to run, "
                          f"{h['capture_calls']} capture-state calls, {h['gpu_records']} GPU "
                          "ops ran): no bottleneck verdict from it"),
                 evidence={k: h[k] for k in ("captured_launches", "kernel_launches",
@@ -128,9 +128,10 @@ def idle_code_findings(code: pd.DataFrame, ranks: pd.DataFrame, verdict: str | N
         total_ms = group["idle_ns"].sum() / n / 1e6
         findings.append(Finding(
             category="idle_code", severity="info", rank=int(rank),
-            message=(f"rank {rank}: the GPU idles {total_ms:.2f} ms per step "
-                     f"({verdict.replace('_', ' ')}) while the host runs: " + "; ".join(parts)),
-            evidence={"idle_ms_per_step": round(total_ms, 3),
+            message=(f"rank {rank}: of its {verdict.replace('_', ' ')} time, the GPU idles "
+                     f"{total_ms:.2f} ms per step while the host runs: " + "; ".join(parts)),
+            evidence={"part": verdict, "idle_ms_per_step": round(total_ms, 3),
+                      "code": "; ".join(parts),
                       "top": [{"code": r["code"], "ms_per_step": round(r["idle_ns"] / n / 1e6, 3)}
                               for r in top.to_dict("records")]},
             recommendation="Start with the code named first: it is where the GPU waits longest."))

@@ -3,7 +3,7 @@
 Per rank, over its used steps (mean ns per step of each part, ``step_breakdown``), a cause's
 saving is the step time it would give back if it were gone while the work stays:
 
-- ``cpu_launch``, ``data_loading``: their idle time. The GPU work itself stays, so the step
+- ``cpu_launch``, ``host_work``, ``data_loading``: their idle time. The GPU work itself stays, so the step
   cannot drop below it: that bound holds by construction (the parts sum to the step).
 - ``host_sync``: the idle time the host spent blocked, plus the blocking copies' GPU time
   minus what the same bytes take as an async copy from pinned memory at ~85% of the link's
@@ -24,7 +24,8 @@ import pandas as pd
 from profkit.analyzers.measure.charge import BLOCKING_COPY
 
 ACHIEVABLE_LINK_FRAC = 0.85  # async pinned copies reach ~85-90% of PCIe peak (55 of 63 GB/s on H200)
-SAVING_PARTS = ("cpu_launch", "data_loading", "host_sync", "memcpy", "communication")
+SAVING_PARTS = ("cpu_launch", "host_work", "data_loading", "host_sync", "memcpy",
+                "communication")
 
 
 def rank_means(steps: pd.DataFrame) -> pd.DataFrame:
@@ -45,6 +46,7 @@ def part_savings(means: pd.DataFrame, ranks: pd.DataFrame, transfers: pd.DataFra
         rank = int(rank)
         step = float(row["step_ns"])
         out[(rank, "cpu_launch")] = float(row["cpu_launch"])
+        out[(rank, "host_work")] = float(row["host_work"])
         out[(rank, "data_loading")] = float(row["data_loading"])
         remaining = _async_copy_ns(transfers, rank, steps_per_rank.get(rank, 1))
         blocking = float(row.get(BLOCKING_COPY, 0.0))

@@ -15,9 +15,13 @@ op was doing at that instant (its CPU ranges on the same thread):
 
 - inside a synchronising call or a blocking copy call -> ``host_sync``;
 - inside a DataLoader ``__next__`` -> ``data_loading``;
-- otherwise, before that launch call returned -> ``cpu_launch`` (Python, dispatch, launch
-  overhead, any host work between launches), and so is the short wait (at most
+- otherwise, before that launch call returned, the host is either launching or working:
+  ``cpu_launch`` (launch overhead) while it is inside a launch call or an op that launches GPU
+  work, or in a short stretch (under ``HOST_WORK_MIN_NS``) between such launches (Python and
+  dispatch of a loop that launches back to back), and so is the short wait (at most
   ``LAUNCH_LATENCY_NS``) between a launch that came late and its kernel starting;
+  ``host_work`` in longer stretches that launch nothing: CPU ops on CPU tensors (a CPU
+  optimizer, preprocessing), Python, compilation, a sleep, work on a result read back;
 - the rest of the wait after the launch returned (the work was queued but held back by
   another stream, an event, or a graph's own scheduling) -> ``idle_other``.
 
@@ -34,8 +38,8 @@ from profkit import schema as S
 from profkit.columns import category_mask
 from profkit.model import RankData
 
-PARTS = ("compute", "communication", "memcpy", "cpu_launch", "data_loading", "host_sync",
-         "idle_other")
+PARTS = ("compute", "communication", "memcpy", "cpu_launch", "host_work", "data_loading",
+         "host_sync", "idle_other")
 SYNC_CALLS = frozenset({
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
     "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
@@ -49,6 +53,9 @@ HOST_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_RUNTIME, S.KIND_DRIVER, S
               S.KIND_SYNC)
 LAUNCH_KINDS = (S.KIND_RUNTIME, S.KIND_DRIVER)
 LAUNCH_LATENCY_NS = 50_000  # a launched kernel on an idle GPU starts within this (typically 5-20 us)
+# Host time between launching ranges longer than this is host work, shorter is the Python and
+# dispatch of a loop launching back to back (a tiny eager op costs 5-30 us of host time).
+HOST_WORK_MIN_NS = 100_000
 OVERLAP = "comm_overlap_ns"  # communication hidden under compute: a view, not a part
 BLOCKING_COPY = "blocking_copy_ns"  # GPU time of host-blocking copies (inside host_sync)
 AFTER_SYNC = "after_sync_ns"  # cpu_launch time after a sync returned in the same gap (round trips)
@@ -76,12 +83,17 @@ def blocking_copies(ev: pd.DataFrame, copies: pd.DataFrame) -> tuple[np.ndarray,
 
 
 def host_ranges(ev: pd.DataFrame, blocked_calls: pd.DataFrame) -> dict[str, dict[int, Intervals]]:
-    """Per thread: ``sync`` (blocked in a synchronising call or a blocking copy call) and
-    ``loader`` (inside a DataLoader ``__next__``) time ranges."""
+    """Per thread: ``sync`` (blocked in a synchronising call or a blocking copy call),
+    ``loader`` (inside a DataLoader ``__next__``) and ``launching`` (inside a launch call, or
+    an op that launched GPU work: the op the launch call's External id names) time ranges."""
     cpu = ev[ev[S.KIND].isin(HOST_KINDS).to_numpy()]
     sync = pd.concat([cpu[cpu[S.NAME].isin(SYNC_CALLS).to_numpy()], blocked_calls])
     loader = cpu[category_mask(cpu[S.NAME], DATALOADER_RE)]
-    return {"sync": _by_thread(sync), "loader": _by_thread(loader)}
+    launch = cpu[cpu[S.KIND].isin(LAUNCH_KINDS).to_numpy() & (cpu[S.CORRELATION] >= 0).to_numpy()]
+    ops = cpu[(cpu[S.KIND] == S.KIND_CPU_OP).to_numpy() & (cpu[S.EXTERNAL_ID] >= 0).to_numpy()]
+    ops = ops[ops[S.EXTERNAL_ID].isin(launch[S.EXTERNAL_ID]).to_numpy()]
+    return {"sync": _by_thread(sync), "loader": _by_thread(loader),
+            "launching": _by_thread(pd.concat([launch, ops]))}
 
 
 def _by_thread(frame: pd.DataFrame) -> dict[int, Intervals]:
@@ -123,8 +135,8 @@ def idle_parts(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals,
                by_thread: dict | None = None) -> dict[str, Intervals]:
     """The GPU-idle ``gaps`` split per instant into host_sync, data_loading, cpu_launch and
     idle_other (see module doc); ``by_thread`` as in :func:`charged_intervals`."""
-    out = {p: EMPTY for p in ("host_sync", "data_loading", "cpu_launch", "idle_other",
-                              AFTER_SYNC)}
+    out = {p: EMPTY for p in ("host_sync", "data_loading", "cpu_launch", "host_work",
+                              "idle_other", AFTER_SYNC)}
     if len(gaps[0]) == 0:
         return out
     launch_start, launch_end, tid = next_launches(ev, gpu, gaps)
@@ -135,6 +147,7 @@ def idle_parts(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals,
     latency_end = np.where(late, np.minimum(gaps[1], host_end + LAUNCH_LATENCY_NS), host_end)
     out["cpu_launch"] = iv.union(host_end, latency_end)
     out["idle_other"] = iv.union(latency_end, gaps[1])
+    # the latency after a late launch stays launch overhead: only host time can be host work
     for thread in np.unique(tid):
         mine = tid == thread
         host = iv.union(gaps[0][mine], host_end[mine])
@@ -145,12 +158,28 @@ def idle_parts(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals,
         launch_part = iv.subtract(rest, loading)
         after = iv.intersect(launch_part, _after_sync(gaps[0][mine], host_end[mine], thread_sync))
         out[AFTER_SYNC] = iv.union_of(out[AFTER_SYNC], after)
-        mine = {"host_sync": sync, "data_loading": loading, "cpu_launch": launch_part}
+        work = host_work(launch_part, ranges["launching"].get(int(thread), EMPTY))
+        mine = {"host_sync": sync, "data_loading": loading,
+                "cpu_launch": iv.subtract(launch_part, work), "host_work": work}
         for part, ivs in mine.items():
             out[part] = iv.union_of(out[part], ivs)
             if by_thread is not None:
                 by_thread[(int(thread), part)] = ivs
     return out
+
+
+def host_work(host: Intervals, launching: Intervals) -> Intervals:
+    """The ``host`` instants that fall in a stretch of at least :data:`HOST_WORK_MIN_NS`
+    between two ``launching`` ranges of the thread: host work, as opposed to the launch
+    overhead of launching back to back."""
+    if len(host[0]) == 0:
+        return EMPTY
+    lo, hi = int(host[0][0]), int(host[1][-1])
+    if len(launching[0]):
+        lo, hi = min(lo, int(launching[0][0])), max(hi, int(launching[1][-1]))
+    free = iv.complement(launching, lo, hi)
+    long = (free[1] - free[0]) >= HOST_WORK_MIN_NS
+    return iv.intersect(host, (free[0][long], free[1][long]))
 
 
 def _after_sync(start: np.ndarray, end: np.ndarray, sync: Intervals) -> Intervals:

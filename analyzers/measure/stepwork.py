@@ -5,10 +5,14 @@ and tells two workloads apart by what they ran.
 
 Tables (one row per rank and name; times in ns summed over the rank's used steps):
 
-- ``used_step_kernels``: rank, name, count, total_ns (kernels, copies, memsets);
+- ``used_step_kernels``: rank, name, count, total_ns, group (kernels, copies, memsets;
+  group: the compute sub-class ``gemm`` / ``attention`` / ``elementwise`` / ..., else the
+  class and its sub-class, ``memcpy HtoD``, ``communication all_reduce``);
 - ``used_step_ops``: rank, name, count, self_ns, total_ns (CPU ops, and the optimizer's
   ``Optimizer.step#...`` annotations, which say a step trained); self time as in
-  ``top_ops``: its time minus that of the CPU ops and runtime calls directly inside it.
+  ``top_ops``: its time minus that of the CPU ops and runtime calls directly inside it;
+- ``used_step_shapes``: parameter shapes, step inputs, annotations and module names
+  (:mod:`.signature`), what tells one model and batch from another.
 """
 
 from __future__ import annotations
@@ -18,15 +22,16 @@ import re
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.kernels import CPU_NEST_KINDS, self_times
+from profkit.analyzers.measure.signature import step_signature
 from profkit.analyzers.measure.steps import USED
 from profkit.analyzers.measure.tables import name_mask
 
 from profkit import schema as S
 from profkit.model import RankData
 
-KERNEL_COLUMNS = ("rank", S.NAME, "count", "total_ns")
+KERNEL_COLUMNS = ("rank", S.NAME, "count", "total_ns", "group")
 OP_COLUMNS = ("rank", S.NAME, "count", "self_ns", "total_ns")
-USED_WORK_TABLES = ("used_step_kernels", "used_step_ops")
+USED_WORK_TABLES = ("used_step_kernels", "used_step_ops", "used_step_shapes")
 OPTIMIZER_RE = re.compile(r"^Optimizer\.")
 STEP_RE = re.compile(r"^ProfilerStep#")  # one name per step (a cpu_op in legacy traces)
 
@@ -57,14 +62,33 @@ def _by_name(rank: int, frame: pd.DataFrame, values: dict[str, np.ndarray],
     return out.reset_index(drop=True).assign(rank=rank)[list(columns)]
 
 
+def _groups(gpu: pd.DataFrame) -> dict[str, str]:
+    """Kernel name -> its group (module doc), read once per name."""
+    if gpu.empty:
+        return {}
+    first = gpu.groupby(gpu[S.NAME].cat.codes.to_numpy())[[S.CLASS, S.SUBCLASS]].first()
+    first = first[first.index >= 0]
+    names = np.asarray(gpu[S.NAME].cat.categories, dtype=object)[first.index.to_numpy()]
+    return {n: _group(cls, sub) for n, cls, sub in
+            zip(names, first[S.CLASS].astype(str), first[S.SUBCLASS].astype(str))}
+
+
+def _group(cls: str, sub: str) -> str:
+    if cls == S.CLS_COMPUTE and sub:
+        return sub
+    return " ".join(dict.fromkeys(v for v in (cls, sub) if v)) or "other"
+
+
 def used_step_work(data: RankData, steps: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """``used_step_kernels`` and ``used_step_ops`` of one rank (see the module doc) from
-    its ``step_breakdown`` rows ``steps``."""
+    """``used_step_kernels``, ``used_step_ops`` and ``used_step_shapes`` of one rank (see
+    the module doc) from its ``step_breakdown`` rows ``steps``."""
     used = steps.loc[steps[USED].astype(bool), S.STEP].to_numpy() if len(steps) else []
     ev = data.events
     gpu = ev[ev[S.KIND].isin(S.GPU_KINDS).to_numpy()]
     gpu = gpu[_in_used(gpu, data, used)]
-    kernels = _by_name(data.rank, gpu, {"total_ns": gpu[S.DUR_NS].to_numpy()}, KERNEL_COLUMNS)
+    kernels = _by_name(data.rank, gpu, {"total_ns": gpu[S.DUR_NS].to_numpy()},
+                       KERNEL_COLUMNS[:-1])
+    kernels["group"] = kernels[S.NAME].map(_groups(gpu)).fillna("other")
     optimizer = (ev[S.KIND] == S.KIND_ANNOTATION).to_numpy() & name_mask(ev[S.NAME], OPTIMIZER_RE)
     nest = ev[ev[S.KIND].isin(CPU_NEST_KINDS).to_numpy() | optimizer]
     self_ns = self_times(nest)
@@ -73,4 +97,5 @@ def used_step_work(data: RankData, steps: pd.DataFrame) -> dict[str, pd.DataFram
     ops = nest[keep]
     ops = _by_name(data.rank, ops, {"self_ns": self_ns[keep], "total_ns": ops[S.DUR_NS].to_numpy()},
                    OP_COLUMNS)
-    return {"used_step_kernels": kernels, "used_step_ops": ops}
+    shapes = step_signature(data.rank, ev, _in_used(ev, data, used))
+    return {"used_step_kernels": kernels, "used_step_ops": ops, "used_step_shapes": shapes}

@@ -45,6 +45,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
 
 _PART = (("{} ({} of a {} step)", "ms_per_step:ms/step", "fraction:pct", "step_time_ms:ms"),
          ("threshold {}", "threshold:pct"))
+_CODE = (("?the GPU idled {} in {}", "code_idle_ms_per_step:ms/step", "code:text"),)
 ITEMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "straggler": (
         ("others wait {} ({} of their step)", "others_exposed_wait_ns_per_step", "wait_frac"),
@@ -64,9 +65,13 @@ ITEMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "cpu_launch": _PART[:1] + (
         ("?{} of it right after a blocking sync", "after_sync_share:pct"),
         ("{} launch calls, median {}", "launch.launch_calls:num", "launch.launch_median_ns"),
-        ("{} short kernels", "launch.short_frac:pct")),
-    "data_loading": _PART, "idle_other": _PART,
-    "host_sync": _PART[:1] + (("?{} in blocking copies", "blocking_copy_share:pct"),) + _PART[1:],
+        ("{} short kernels", "launch.short_frac:pct")) + _CODE,
+    "host_work": _PART[:1] + (("?{} of it right after a blocking sync", "after_sync_share:pct"),
+                              ("?plus {} blocked in the syncs", "round_trip_sync_ms_per_step:ms/step"))
+    + _CODE,
+    "data_loading": _PART + _CODE, "idle_other": _PART,
+    "host_sync": _PART[:1] + (("?{} in blocking copies", "blocking_copy_share:pct"),) + _PART[1:]
+    + _CODE,
     "memcpy": _PART[:1] + (
         ("{} at {} (link peak {})", "top_direction:text", "achieved_gbps:gbps", "peak_gbps:gbps"),
         ("?overlapping the copies could save {}", "overlap_saving_ms:ms/step")),
@@ -94,6 +99,19 @@ ITEMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "collectives": (("{} of {} rows unmatched", "unmatched_rows:num", "rows:num"),
                     ("matched by {}", "key_modes:list"),
                     ("rank {} waits {} of a step", "rank:num", "wait_frac:pct")),
+    "hbm_roof": (("{} kernel(s), {} of kernel time", "count:num", "share:pct"),
+                 ("first: {} at {} of DRAM peak ({})", "first_short_name:text",
+                  "first_dram_pct", "first_dram_gbps:gbps")),
+    "memory_access": (("{} kernel(s), {} of kernel time", "count:num", "share:pct"),
+                      ("first: {} at {} of DRAM peak, L2 hit {}", "first_short_name:text",
+                       "first_dram_pct", "first_l2_hit_pct"),
+                      ("stalls {}", "first_top_stalls:text")),
+    "tensor_cores": (("{} kernel(s), {} of kernel time", "count:num", "share:pct"),
+                     ("first: {} SM {}, FMA pipe {}, tensor pipe {}", "first_short_name:text",
+                      "first_sm_pct", "first_fma_pct", "first_tensor_pct")),
+    "estimate_mismatch": (("{} kernel(s)", "count:num"),
+                          ("first: {} estimated {}, measured {} ({})", "first_short_name:text",
+                           "first_est_bytes", "first_dram_bytes", "first_bytes_ratio:x")),
     "launch": (("{} short kernels", "short_frac:pct"),
                ("launch calls {} of the step", "launch_time_frac:pct"),
                ("GPU busy {}", "kernel_busy_frac:pct")),

@@ -15,8 +15,8 @@ from profkit.analyzers.report.render_text import saving_text
 
 # One colour per breakdown part (colour-blind-safe palette, Okabe & Ito).
 PART_COLORS = {"compute": "#0072B2", "memcpy": "#56B4E9", "communication": "#E69F00",
-               "cpu_launch": "#D55E00", "data_loading": "#CC79A7", "host_sync": "#F0E442",
-               "idle_other": "#999999"}
+               "cpu_launch": "#D55E00", "host_work": "#882255", "data_loading": "#CC79A7",
+               "host_sync": "#F0E442", "idle_other": "#999999"}
 SEVERITY_COLORS = {"critical": "#B00020", "warning": "#B26A00", "info": "#555555"}
 MAX_RANK_BARS = 16  # past this, the run's bar only (the text report shows the spread)
 MAX_FINDINGS = 30
@@ -118,14 +118,23 @@ def _table(frame: pd.DataFrame, title: str) -> str:
 
 
 def diff_html(d: Diff) -> str:
-    """The verdict of ``d``, the per-part change as bars, the kernels and ops that moved."""
+    """The verdict of ``d``, what kind of change it was, the per-part change as bars, the
+    kernel groups, kernels and ops that moved (as the text report shows them)."""
+    from profkit.analyzers.report.diff_text import TITLES, shown
+
+    v = d.verdict
     parts = [f'<div style="{BOX}"><b>profkit diff</b> <code>{escape(str(d.base))}</code> '
              f'&rarr; <code>{escape(str(d.new))}</code>',
-             f'<p style="font-size:15px"><b>{escape(d.verdict.get("summary", ""))}</b></p>']
+             f'<p style="font-size:15px"><b>{escape(v.get("summary", ""))}</b></p>']
+    changes = v.get("changes") or []
+    if changes:
+        parts.append("<ul>" + "".join(f"<li>{escape(c)}</li>" for c in changes) + "</ul>")
     if "diff_parts" in d.tables and not d.tables["diff_parts"].empty:
         parts.append(_delta_bars(d.tables["diff_parts"]))
-    for name, title in (("diff_kernels", "Kernels that changed most (ms per step and rank)"),
-                        ("diff_ops", "CPU ops that changed most (ms per step and rank)")):
-        if name in d.tables and not d.tables[name].empty:
-            parts.append(_table(d.tables[name], title))
+    for name in ("diff_kernel_groups", "diff_kernels", "diff_ops"):
+        table = d.tables.get(name)
+        if table is not None and not table.empty:
+            table = shown(name, table)
+            if not table.empty:
+                parts.append(_table(table, TITLES[name]))
     return "".join(parts) + "</div>"

@@ -65,6 +65,9 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "findings": [f.as_dict() for f in sorted_findings(a)],
         "top_kernels": kernel_rows(a),
     }
+    ncu = a.table("ncu_kernels")
+    if not ncu.empty:  # measured by profkit ncu: Nsight Compute's counters per kernel
+        doc["ncu_kernels"] = ncu.to_dict("records")
     return clean_json(doc)
 
 

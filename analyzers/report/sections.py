@@ -33,7 +33,7 @@ class Section:
 
 def sections(a: Analysis) -> list[Section]:
     """Every section with something to show, in report order."""
-    built = (kernels_section(a), efficiency_section(a), collectives_section(a),
+    built = (kernels_section(a), ncu_section(a), efficiency_section(a), collectives_section(a),
              transfers_section(a), idle_section(a), ops_section(a))
     return [s for s in built if s is not None and not s.table.empty]
 
@@ -72,6 +72,42 @@ def kernels_section(a: Analysis) -> Section | None:
     return Section(f"Top kernels (GPU time per step, {n_ranks} rank(s), {steps} rank-step(s))",
                    table, [f"share: of all kernel time; full names in --format json and "
                            f"--tables ({len(k)} kernels kept)"])
+
+
+def ncu_section(a: Analysis) -> Section | None:
+    """Nsight Compute's counters of the measured kernels (profkit ncu), beside the trace's
+    duration and, where the analysis has a roofline, the estimated bytes and bound."""
+    k = a.table("ncu_kernels")
+    if k.empty:
+        return None
+    top = k.head(TOP_ROWS)
+
+    def col(name, fmt):
+        return [fmt(v) for v in top[name]] if name in top else [U.MISSING] * len(top)
+
+    def pct(v):  # ncu's percentages are 0-100
+        return U.pct(U.finite(v) / 100) if U.finite(v) is not None else U.MISSING
+
+    table = pd.DataFrame({
+        "kernel": top["short_name"], "launches": top["launches"],
+        "us (trace/ncu)": [f"{_us(t)}/{_us(n)}" for t, n in zip(top["trace_us"], top["ncu_us"])],
+        "DRAM": col("dram_pct", pct), "DRAM/call": col("dram_bytes", U.size),
+        "est./call": col("est_bytes", U.size), "SM": col("sm_pct", pct),
+        "tensor": col("tensor_pct", pct), "occupancy": col("occupancy_pct", pct),
+        "L2 hit": col("l2_hit_pct", pct),
+        "bound (ncu/est.)": [f"{m}/{e if isinstance(e, str) and e else U.MISSING}" for m, e in
+                             zip(top["measured_bound"], col("est_bound", lambda v: v))],
+        "top stall": [str(s).split(",")[0] or U.MISSING for s in top["top_stalls"]]})
+    notes = ["DRAM, SM, tensor (pipe), occupancy (achieved): % of peak, medians over the "
+             "launches measured; est.: the shape-based roofline; all counters in --format json "
+             "and --tables (ncu_kernels); ncu's report: <run>/ncu/report.ncu-rep"]
+    return Section(f"Nsight Compute counters ({int(k['launches'].sum())} launches of "
+                   f"{len(k)} kernel(s), profkit ncu)", table, notes)
+
+
+def _us(value) -> str:
+    v = U.finite(value)
+    return U.MISSING if v is None else f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
 def ops_section(a: Analysis) -> Section | None:

@@ -11,6 +11,7 @@ from profkit.cli.options import parse_ranks, parse_span, progress
 from profkit.errors import IncompleteRunError, OutputError, UsageError
 
 log = logging.getLogger(__name__)
+SLOWER_EXIT = 8  # profkit diff --fail-if-slower: the new run is surely slower than allowed
 
 def _thresholds(args):
     """The thresholds in force: the defaults, the project's [tool.profkit], the --config
@@ -150,7 +151,7 @@ def cmd_diff(args) -> int:
 
     thresholds = _thresholds(args)
     base, new = (_cached_analysis(args, run, thresholds, "text") for run in (args.base, args.new))
-    d = diff_analyses(base, new, thresholds)
+    d = diff_analyses(base, new, thresholds, items_per_step=args.items_per_step)
     if args.format == "json":
         data = orjson.dumps(diff_to_json(d), option=orjson.OPT_INDENT_2) + b"\n"
     elif args.format == "html":
@@ -160,6 +161,26 @@ def cmd_diff(args) -> int:
     else:
         data = diff_to_text(d, markdown=args.format == "markdown").encode()
     _emit(data, args.output, d.verdict["summary"])
+    return _gate(d, args.fail_if_slower)
+
+
+def _gate(d, pct: float | None) -> int:
+    """``--fail-if-slower PCT``: SLOWER_EXIT when the change is surely above PCT%, with a
+    line on stderr either way (a CI log says why the job passed or failed)."""
+    from profkit.analyzers.compare.diff import slower_than
+
+    if pct is None:
+        return 0
+    v = d.verdict
+    per = v.get("basis") or "step"
+    low = v.get("change_low_frac")
+    bound = f"at least {low:+.1%} per {per}" if low is not None else "no bound"
+    if slower_than(d, pct):
+        print(f"profkit: --fail-if-slower {pct:g}: slower beyond the noise ({bound}): "
+              f"{v['verdict']}", file=sys.stderr)
+        return SLOWER_EXIT
+    why = (f"{v['verdict']}" if v.get("verdict") else "nothing compared")
+    print(f"profkit: --fail-if-slower {pct:g}: passed ({why}; {bound})", file=sys.stderr)
     return 0
 
 

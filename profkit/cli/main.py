@@ -10,13 +10,16 @@ import sys
 from pathlib import Path
 
 from profkit import __version__
-from profkit.cli.analyze import cmd_analyze, cmd_diff
+from profkit.cli.analyze import SLOWER_EXIT, cmd_analyze, cmd_diff
+from profkit.cli.ncu import add_ncu_parser, split_command
 from profkit.cli.options import (
     ANALYZE_STRICT_HELP,
     add_analysis_options,
     add_load_options,
     add_read_options,
     add_report_options,
+    number_pair,
+    percent,
     positive_number,
 )
 from profkit.cli.read import cmd_merge, cmd_summary
@@ -74,15 +77,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("diff", help="did my change help? step time before and after, attributed",
                        description="Compare the steady steps of two runs: the step-time "
                        "change with its confidence interval, a verdict (improved, regressed, "
-                       "unchanged, or not comparable for another workload), warnings for "
-                       "other GPUs or world size, straggler changes, and the change attributed "
-                       "to breakdown parts, kernels and ops per step.")
+                       "unchanged, or not comparable for another model), judged per sample "
+                       "or token when the batch changed, what kind of change it was (compiled, "
+                       "fused, bf16, flash attention, CUDA graphs, DataLoader workers, ...), "
+                       "warnings for other GPUs or world size, straggler changes, and the "
+                       "change attributed to breakdown parts, kernel groups, kernels and ops.")
     p.add_argument("base", help="the run before the change")
     p.add_argument("new", help="the run after the change")
     add_read_options(p)
     add_analysis_options(p)
     add_report_options(p)
+    p.add_argument("--items-per-step", type=number_pair, metavar="BASE,NEW",
+                   help="samples (or tokens, or any unit of work) one step of each run "
+                   "processed, e.g. 8,32: judge the time per item, not per step (by default "
+                   "the batch is read from the model's input shapes when the trace has them)")
+    p.add_argument("--fail-if-slower", type=percent, metavar="PCT",
+                   help=f"exit with code {SLOWER_EXIT} when the new run is surely more than "
+                   "PCT%% slower: the lower end of the change's confidence interval above PCT "
+                   "(noise never trips it; a pair that is not comparable never does)")
     p.set_defaults(func=cmd_diff)
+
+    add_ncu_parser(sub)
 
     p = sub.add_parser("dashboard", help="browse runs, analyses and diffs in a local web app",
                        description="Serve the dashboard on this machine: runs, verdicts, "
@@ -97,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="require this token (at least 16 characters; alone: a random one, "
                    f"printed in the address) on every request; also from ${TOKEN_ENV}. "
                    "Requests without it get 401")
+    p.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="also answer requests for this host name (repeatable; also from "
+                   "$PROFKIT_DASHBOARD_ALLOWED_HOSTS, comma-separated). By default only "
+                   "loopback names and the --host address are answered: a page of another "
+                   "site that points its name at this machine gets 421")
     p.set_defaults(func=cmd_dashboard)
 
     # The options are declared here, not in the launch module, so that `profkit --help`
@@ -122,10 +142,30 @@ def _use_rules(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``profkit`` program (``argv`` None: the command line). As the program, a command
+    stopped by SIGTERM or SIGINT ends every process it started, then itself, by that signal
+    (:class:`profkit.children.SignalStop`); ``launch`` forwards SIGTERM to its job instead.
+    Called with ``argv`` (tests, notebooks), the caller's signal handling is left alone."""
     parser = build_parser()
+    given = argv
+    argv, command = split_command(sys.argv[1:] if argv is None else list(argv))
     args = parser.parse_args(argv)
+    if command is not None:
+        args.command = command
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="profkit: %(message)s")
+    if given is not None or args.func is cmd_launch:
+        return _run(args)
+    from profkit.children import SignalStop
+
+    with SignalStop() as stop:
+        code = _run(args)
+    if stop.signum is not None:
+        stop.exit()
+    return code
+
+
+def _run(args) -> int:
     try:
         if hasattr(args, "classify"):
             _use_rules(args)
@@ -142,14 +182,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"profkit: error: {exc.strerror or exc}"
               f"{f': {exc.filename}' if exc.filename else ''}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("profkit: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SignalStop's SIGTERM
+        print(f"profkit: {'stopped by ' + str(exc) if str(exc) else 'interrupted'}",
+              file=sys.stderr)
         return 130
     finally:
         from profkit.classify.rules import use_rules
 
         use_rules(None)  # main() may run again in this process (tests, notebooks)
-
 
 if __name__ == "__main__":
     sys.exit(main())

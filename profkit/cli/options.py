@@ -61,6 +61,25 @@ def positive_number(text: str) -> float:
     return value
 
 
+def number_pair(text: str) -> tuple[float, float]:
+    """``8,32`` -> (8.0, 32.0): two positive numbers, base then new."""
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected BASE,NEW (two numbers), got {text!r}")
+    return positive_number(parts[0].strip()), positive_number(parts[1].strip())
+
+
+def percent(text: str) -> float:
+    """A percentage, ``5`` or ``5%`` (0 and up)."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        value = float("nan")
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a percentage (0 or more), got {text!r}")
+    return value
+
+
 def progress(done: int, total: int) -> None:
     if sys.stderr.isatty() and total > 1:
         bar = "#" * int(30 * done / total)

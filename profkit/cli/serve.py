@@ -28,6 +28,7 @@ NEW_TOKEN = "new"  # --token without a value: make one up
 
 def cmd_dashboard(args) -> int:
     from profkit.dashboard.app import create_app, default_roots, warm_up
+    from profkit.dashboard.hosts import allowed_names
     from profkit.dashboard.serving import new_token, serve
 
     paths = [Path(p) for p in args.runs] + list(args.root or [])
@@ -39,6 +40,10 @@ def cmd_dashboard(args) -> int:
     if token is not None and len(token) < 16:
         raise UsageError(f"--token / {TOKEN_ENV}: at least 16 characters, or --token alone "
                          "for a random one")
+    try:
+        allowed = allowed_names(args.allowed_host or ())
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     roots = list(args.root or []) or ([] if args.runs else default_roots())
     app = create_app([Path(p) for p in args.runs], roots)
     if args.host not in LOOPBACK and token is None:
@@ -49,5 +54,5 @@ def cmd_dashboard(args) -> int:
     query = f"?token={token}" if token else ""
     print(f"profkit dashboard: http://{host}:{args.port}/{query} (Ctrl-C to stop)", flush=True)
     warm_up(app, [Path(p) for p in args.runs])
-    serve(app, args.host, args.port, token)
+    serve(app, args.host, args.port, token, allowed)
     return 0

@@ -22,8 +22,8 @@ from profkit.validate import MAX_RANKS
 RUN_JSON = "run.json"
 TRACE_SUFFIXES = (".json", ".json.gz")
 # Folders a profkit run directory keeps non-trace data in (``profkit-report``: the in-job
-# report of ``profile(summarize=True)``), and the cache.
-QUIET_DIRS = {"nvml", "nccl", "ranks", "profkit-report", ".profkit", "__pycache__"}
+# report of ``profile(summarize=True)``; ``ncu``: profkit ncu's counters), and the cache.
+QUIET_DIRS = {"nvml", "nccl", "ncu", "ranks", "profkit-report", ".profkit", "__pycache__"}
 MAX_DEPTH = 3
 _RANK_RE = re.compile(r"(?:^|[^a-z])rank[-_.]?(\d+)", re.IGNORECASE)
 # On-demand captures (collectors/profile.py CAPTURE_DIR): complete run directories of their own.

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,12 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from profkit import schema as S
+from profkit.children import process_pool
 from profkit.errors import NoTracesError, TraceError, UsageError, error_text
 from profkit.model import RankData, Run, SkippedFile
 from profkit.run import cache, discover, rankfiles, runmeta
 from profkit.run.counters import load_counters
+from profkit.run.ncufiles import load_ncu_counters
 from profkit.run.rankfiles import RankFiles
 from profkit.trace import ingest, tracefile
 from profkit.trace.header import header_facts, process_names, thread_names
@@ -133,7 +134,7 @@ def _ingest_all(files: list[Path], use_cache: bool, workers: int | None,
         for i in misses:
             finish(i, ingest_file(str(files[i]), use_cache))
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with process_pool(workers) as pool:
             paths = [str(files[i]) for i in misses]
             for i, res in zip(misses, pool.map(ingest_file, paths, [use_cache] * len(paths))):
                 finish(i, res)
@@ -157,10 +158,12 @@ def read_run_json(folder: Path) -> dict[str, Any]:
 
 
 def problem_notes(meta: dict[str, Any], rank_metas: dict[int, dict]) -> list[str]:
-    """One note per file whose bad values were repaired or dropped while reading it."""
+    """One note per file whose bad values were repaired or dropped while reading it, and
+    one per rank whose capture lost files (``meta``: :func:`complete_meta`'s)."""
     lines = list(meta.get("problems") or [])
     for rank_meta in rank_metas.values():
         lines.extend(rank_meta.get("problems") or [])
+    lines += [f"rank {r}: {why}" for r, why in (meta.get("capture_lost") or {}).items()]
     return lines
 
 
@@ -183,10 +186,11 @@ def load_run(path: str | Path, *, cache: bool = True, workers: int | None = None
         for res in rf.files:  # keep only the joined tables of a rank read from several files
             res.tables = None
     rank_metas = {r: d.meta for r, d in datas.items()}
-    run = Run(str(root), complete_meta(meta, chosen, folder, skipped), datas, skipped,
-              notes + problem_notes(meta, rank_metas))
+    run_meta = complete_meta(meta, chosen, folder, skipped)
+    run = Run(str(root), run_meta, datas, skipped, notes + problem_notes(run_meta, rank_metas))
     _attach_counters(run, folder)
     _attach_nccl(run, folder)
+    run.ncu = load_ncu_counters(folder, run.skipped)
     for rank, data in run.ranks.items():
         align_clock(data, run.clock_offset_ns(rank))
     return run
@@ -223,7 +227,8 @@ def open_run(path: str | Path) -> tuple[Path, Path, dict[str, Any], list[Path], 
     meta = read_run_json(folder) if root.is_dir() else {}
     files, skipped = discover.find_trace_files(root)
     if not files:
-        raise NoTracesError(f"{root}: no trace files (.json or .json.gz) found")
+        lost = "".join(f"; rank {r}: {why}" for r, why in capture_losses(folder).items())
+        raise NoTracesError(f"{root}: no trace files (.json or .json.gz) found{lost}")
     return root, folder, meta, files, skipped
 
 
@@ -314,6 +319,13 @@ def read_rank_status(folder: Path, skipped: list[SkippedFile] | None = None) -> 
     return out
 
 
+def capture_losses(folder: Path) -> dict[int, str]:
+    """rank -> what its capture lost (a write failed during the job), from the rank status
+    files of a profkit run directory."""
+    found = {r: runmeta.capture_loss(s) for r, s in read_rank_status(folder).items()}
+    return {r: why for r, why in sorted(found.items()) if why}
+
+
 def complete_meta(meta: dict, chosen: dict[int, RankFiles], folder: Path,
                   skipped: list[SkippedFile] | None = None) -> dict[str, Any]:
     """run.json's facts, completed from the traces; a run is failed if any rank says so.
@@ -332,6 +344,14 @@ def complete_meta(meta: dict, chosen: dict[int, RankFiles], folder: Path,
             out["rank_errors"] = {**{str(r): error_text(s.get("error"))
                                      for r, s in sorted(failed.items())},
                                   **(meta.get("rank_errors") or {})}
+        lost = {str(r): runmeta.capture_loss(s) for r, s in sorted(status.items())}
+        if any(lost.values()):  # what a failed write cost (a full disk during the job)
+            out["capture_lost"] = {r: why for r, why in lost.items() if why}
+        stops = {str(r): runmeta.capture_stop(s) for r, s in sorted(status.items())}
+        stops = {r: why for r, why in stops.items() if why}
+        if stops and out.get("status") != "failed":  # the job went on, its capture did not
+            out["status"] = "incomplete"
+            out["rank_errors"] = {**stops, **(out.get("rank_errors") or {})}
     if not out.get("world_size"):
         sizes = [m.get("distributed", {}).get("world_size") for m in rank_metas.values()]
         sizes = [s for s in sizes if isinstance(s, int)]

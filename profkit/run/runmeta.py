@@ -144,3 +144,52 @@ def clean_rank_status(doc: Any) -> dict[str, Any]:
 def read_rank_status_file(path: Path) -> dict[str, Any]:
     """One ``ranks/rank{R}.json``; raises OSError or ValueError for a bad file."""
     return clean_rank_status(read_json(path))
+
+
+MAX_LOSS_CHARS = 300  # a capture-loss line stays one readable line, whatever the file holds
+_LOST_WHAT = {"trace": "the trace", "nvml": "NVML samples", "flight recorder":
+              "the flight-recorder dump", "report": "the in-job report"}
+
+
+def capture_stop(status: dict[str, Any]) -> str | None:
+    """Where and why a rank's capture stopped on a failed write (its status file's
+    ``capture_stopped``), as one line; None when it did not."""
+    stopped = status.get("capture_stopped")
+    if not isinstance(stopped, dict):
+        return None
+    step = int_in(stopped.get("step"), 0, MAX_ABS_NS)
+    where = f" at step {step}" if step is not None else ""
+    failed = (f"cannot write {_text(stopped['file'])}" if stopped.get("file")
+              else f"the {_text(stopped.get('what'))} failed")
+    return _clip(f"capture stopped{where}: {failed}: {_text(stopped.get('cause'))}")
+
+
+def capture_loss(status: dict[str, Any]) -> str | None:
+    """What a rank's status file says its capture lost (``capture_stopped`` and ``lost``,
+    written when a write failed during the job: a full disk, ...), as one line; None when
+    it lost nothing."""
+    lost = status.get("lost")
+    lost = [e for e in lost if isinstance(e, dict)] if isinstance(lost, list) else []
+    parts = [capture_stop(status) or ""] + (
+        ["lost: " + ", ".join(_lost_item(e) for e in lost)] if lost else [])
+    line = "; ".join(p for p in parts if p)
+    return _clip(line) if line else None
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= MAX_LOSS_CHARS else line[:MAX_LOSS_CHARS - 3] + "..."
+
+
+def _lost_item(entry: dict[str, Any]) -> str:
+    what = _LOST_WHAT.get(str(entry.get("what")), _text(entry.get("what")))
+    samples = int_in(entry.get("samples"), 0, MAX_ABS_NS)
+    if samples is not None:
+        what = f"{samples} {what}"
+    cycle = int_in(entry.get("cycle"), 0, MAX_ABS_NS)
+    if cycle is not None:
+        what = f"{what} of profiler cycle {cycle}"
+    return f"{what} ({_text(entry.get('file'))})" if entry.get("file") else what
+
+
+def _text(value: Any) -> str:
+    return " ".join(str(value).split())[:120] if value is not None else "?"

@@ -35,6 +35,7 @@ _COLL = attrgetter("collective", "in_nelems")  # set on the rows the collectives
 _NO_COLL = (None, None)
 _KIND_CODE = {k: i for i, k in enumerate(S.KINDS)}
 MAX_DUR_US = 86_400e6  # one day: longer is no profiled event; clipped to this
+MAX_DIMS_CHARS = 4000  # an op's Input Dims text kept up to this (longer: cut, unreadable)
 
 
 class SparseArgs(dict):
@@ -81,7 +82,7 @@ class Accumulator:
         # Relative ts (us) that place an event within +-MAX_ABS_NS epoch ns; others are dropped.
         self.ts_range_us = ((-MAX_ABS_NS - base_ns) / 1000, (MAX_ABS_NS - base_ns) / 1000)
         self.dropped_ts = self.bad_dur = self.oversized_ids = 0
-        self.names, self.cats = Codes(), Codes()
+        self.names, self.cats, self.dims = Codes(), Codes(), Codes()
         self.cat_kind: list[str] = []  # kind of each category code
         self.cat_kind_code: list[int] = []  # the same as a code (index in _KIND_CODE)
         self.name_wanted: list[bool] = []  # per name code: FLOPs from shapes (_wanted_names)
@@ -120,6 +121,7 @@ class Accumulator:
             if column == S.FLOPS:
                 self._add_shape_flops(values, name_codes, name, args)
             self._put(column, values)
+        self._put(S.INPUT_DIMS, self.dims.encode(_dims_texts(args, kind)))
         has_coll = np.fromiter(map(_NO_COLL.__ne__, map(_COLL, args)), bool, len(args))
         for i in np.flatnonzero(has_coll).tolist():
             self.coll_args[self.rows + i] = args[i]
@@ -219,6 +221,7 @@ class Accumulator:
             ev[name] = self._take(name, order)
         ev[S.FLOPS_DTYPE] = pd.Categorical.from_codes(
             self._take(S.FLOPS_DTYPE, order).astype(np.int8), categories=("",) + PRECISIONS)
+        ev[S.INPUT_DIMS] = self.dims.categorical(self._take(S.INPUT_DIMS, order).astype(np.int32))
         return ev
 
     def _take(self, column: str, order: np.ndarray | None = None) -> np.ndarray:
@@ -244,6 +247,18 @@ def _read_arg(args: list[Args], kind: np.ndarray, attr: str, kinds: tuple | None
     rows = np.flatnonzero(np.isin(kind, [_KIND_CODE[k] for k in kinds])).tolist()
     if rows:
         out[rows] = to_float(list(map(get, map(args.__getitem__, rows))))
+    return out
+
+
+def _dims_texts(args: list[Args], kind: np.ndarray) -> list:
+    """The ``Input Dims`` JSON text of each CPU op that has one (None elsewhere): kept as
+    text and coded, so a trace's few hundred distinct shape lists are parsed once, by the
+    analyzers that read them (profkit.analyzers.measure.signature)."""
+    out: list = [None] * len(args)
+    for i in np.flatnonzero(kind == _KIND_CODE[S.KIND_CPU_OP]).tolist():
+        raw = args[i].input_dims
+        if len(raw):
+            out[i] = bytes(raw)[:MAX_DIMS_CHARS].decode(errors="replace")
     return out
 
 

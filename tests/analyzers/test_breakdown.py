@@ -28,9 +28,13 @@ def timeline():
             gap 800-900 before F (launch call 890-892): host blocked in the
             copy call / cudaStreamSynchronize 790-805 until 805, then host
             work 805-892 (after a sync: a round trip), latency 892-900      -> host_sync 5, cpu_launch 95
-            F compute 900-950; gap 950-1000 (H launched 1002-1004)           -> compute 50, cpu_launch 50
-            total 1000 = compute 400 + comm 200 + memcpy 50 + data 42 + sync 55 + launch 253
-    step 2: gap 1000-1010 (host until 1004, latency 1004-1010)               -> cpu_launch 10
+            (801-890 between launching ranges: 89 us, launch overhead)
+            F compute 900-950; gap 950-1000 (H launched 1002-1004): the host
+            launched nothing from 892 to 1002, 110 us >= 100 us: host work  -> compute 50, host_work 50
+            total 1000 = compute 400 + comm 200 + memcpy 50 + data 42 + sync 55 + launch 203
+                         + host work 50
+    step 2: gap 1000-1010: host 1000-1002 still in that stretch (host work),
+            launch call 1002-1004, latency 1004-1010                         -> host_work 2, cpu_launch 8
             H compute 1010-1050; I compute 1100-1200 launched at 1005-1007,
             before the gap 1050-1100 began: queued, held                     -> compute 140, idle_other 50
             total 200
@@ -67,12 +71,12 @@ def test_every_part_of_a_known_timeline(data: RankData):
     us = 1000
     assert table.loc[1, "step_ns"] == 1000 * us
     assert {p: table.loc[1, p] // us for p in PARTS} == {
-        "compute": 400, "communication": 200, "memcpy": 50, "cpu_launch": 253,
-        "data_loading": 42, "host_sync": 55, "idle_other": 0}
+        "compute": 400, "communication": 200, "memcpy": 50, "cpu_launch": 203,
+        "host_work": 50, "data_loading": 42, "host_sync": 55, "idle_other": 0}
     assert table.loc[1, "after_sync_ns"] == 87 * us  # 805-892: host work after the sync
     assert {p: table.loc[2, p] // us for p in PARTS} == {
-        "compute": 140, "communication": 0, "memcpy": 0, "cpu_launch": 10,
-        "data_loading": 0, "host_sync": 0, "idle_other": 50}
+        "compute": 140, "communication": 0, "memcpy": 0, "cpu_launch": 8,
+        "host_work": 2, "data_loading": 0, "host_sync": 0, "idle_other": 50}
     assert (table[list(PARTS)].sum(axis=1) == table["step_ns"]).all()
 
 
@@ -120,7 +124,7 @@ def test_a_launched_kernel_held_back_is_idle_other_not_launch_latency(tmp_path):
 
 @pytest.mark.parametrize("run, label", [
     ("compute", "compute"), ("communication", "communication"), ("cpu_launch", "cpu_launch"),
-    ("data_loading", "data_loading"), ("host_sync", "host_sync"), ("round_trip", "cpu_launch")])
+    ("data_loading", "data_loading"), ("host_sync", "host_sync"), ("round_trip", "host_work")])
 def test_each_labelled_zoo_run_gets_its_label(run, label):
     """Ground truth: each script provokes its bottleneck on purpose (samples/zoo/README.md)."""
     ranks = analyze_breakdown(load_run(ZOO / run, cache=False)).tables["rank_breakdown"]

@@ -161,7 +161,7 @@ def test_round_trips_removed_improved():
     v = d.verdict
     assert v["verdict"] == "improved" and v["reasons"] == [] and v["warnings"] == []
     assert v["change_frac"] == pytest.approx(11.167 / 63.378 - 1, abs=0.01)
-    assert "the bottleneck moved: cpu launch bound -> compute bound" in v["changes"]
+    assert "the bottleneck moved: host work bound -> compute bound" in v["changes"]
 
 
 def test_inference_vs_training_is_not_comparable():

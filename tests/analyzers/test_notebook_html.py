@@ -81,7 +81,7 @@ def test_diff_html(analysis):
     assert_self_contained(html)
     parts = d.tables["diff_parts"]
     assert html.count("&rarr;") == len(parts) + 1  # a row per part, and base -> new in the title
-    assert "Kernels that changed most" in html
+    assert "GPU kernels that changed most" in html and "Kernel groups that changed" in html
 
 
 def test_top_level_api_is_lazy_and_importable(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -127,17 +128,41 @@ def test_stop_reads_the_energy_again(tmp_path, fake_nvml, fake_clock):
     assert len(finite) == 2 and finite[-1] - finite[0] == 35_000
 
 
-def test_failed_write_leaves_no_partial_file(tmp_path, fake_nvml, fake_clock, monkeypatch):
+def test_failed_write_leaves_no_partial_file_and_stops_sampling(tmp_path, fake_nvml,
+                                                                fake_clock, monkeypatch, caplog):
     s = make(tmp_path, fake_nvml(), fake_clock())
     s.sample_once()
 
     def boom(src, dst):
-        raise OSError("disk full")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(atomic.os, "replace", boom)
-    with pytest.raises(OSError, match="disk full"):
-        s.flush()
+    with caplog.at_level(logging.WARNING, logger="profkit.collectors.nvml"):
+        assert s.flush() is None  # never raised into the job
+        s.sample_once()
+        assert s.flush() is None
     assert list((tmp_path / "nvml").iterdir()) == []
+    assert s.write_failure.errno == errno.ENOSPC and s.chunks_written == []
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert str(tmp_path / "nvml") in warning and "no space left on device" in warning
+    assert "1 samples lost" in warning
+
+
+def test_sampler_thread_stops_itself_on_a_full_disk(tmp_path, fake_nvml, monkeypatch):
+    failures = []
+    s = NvmlSampler(tmp_path, 0, [0], nvml=fake_nvml(), hz=200.0, chunk_s=0.01,
+                    on_write_failure=lambda path, exc, samples: failures.append(
+                        (path.name, exc.errno, samples)))
+    monkeypatch.setattr(atomic.os, "replace", lambda src, dst: (_ for _ in ()).throw(
+        OSError(errno.ENOSPC, "No space left on device")))
+    assert s.start()
+    deadline = time.monotonic() + 5
+    while s._thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not s._thread.is_alive()  # it stopped on its own, the job was not told to
+    assert s.stop() == [] and len(failures) == 1
+    assert failures[0][:2] == ("rank0.0.npz", errno.ENOSPC) and failures[0][2] > 0
+    assert list((tmp_path / "nvml").glob("*")) == []  # nothing half-written either
 
 
 def test_missing_nvml_warns_once(caplog, fake_nvml):

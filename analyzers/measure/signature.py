@@ -1,0 +1,189 @@
+"""What one rank's used steps were, in the terms an optimization leaves alone: the model's
+parameter shapes, the input at the step boundary, the user's annotations and module names.
+
+A compile, a fusion, another precision or attention implementation, CUDA graphs or
+DataLoader workers change which kernels and CPU ops run, not these; a different model or
+batch changes them. ``profkit diff`` (:mod:`profkit.analyzers.compare.workload`) reads them
+to tell the two apart. They come from what the trace holds:
+
+- **param**: the weight shapes of the module ops that take weights (``aten::linear``'s
+  weight and bias, a convolution's weight, an embedding's table, a norm's affine weights),
+  from the ops' recorded ``Input Dims`` (``record_shapes=True``); eager ops only, so a
+  compiled model or a CUDA-graph replay shows none;
+- **input**: per used step, the activation going into the first of those ops (the model's
+  input: token ids ``8x512``, images ``64x3x160x160``);
+- **first**: per used step, the first tensor shape any CPU op of the step received (what
+  the step starts from when the model's ops are hidden);
+- **annotation**: ``record_function`` ranges (``user_annotation``) other than ProfilerStep;
+- **module**: ``nn.Module: Name_N`` ranges (``with_stack=True``).
+
+Table ``used_step_shapes``: rank, role, step (the used step for input / first, -1 for
+counts summed over the used steps), name (the op, annotation or module), shape (``AxBxC``;
+"" for annotations and modules), count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from profkit import schema as S
+
+SIGNATURE_COLUMNS = ("rank", "role", S.STEP, S.NAME, "shape", "count")
+PARAM, INPUT, FIRST, ANNOTATION, MODULE = "param", "input", "first", "annotation", "module"
+MODULE_PREFIX = "nn.Module: "
+# Module ops that take weights: (argument indexes holding weights, index of the activation)
+WEIGHT_OPS = {
+    "aten::linear": ((1, 2), 0),
+    "aten::conv1d": ((1, 2), 0), "aten::conv2d": ((1, 2), 0), "aten::conv3d": ((1, 2), 0),
+    "aten::conv_transpose1d": ((1, 2), 0), "aten::conv_transpose2d": ((1, 2), 0),
+    "aten::conv_transpose3d": ((1, 2), 0),
+    "aten::embedding": ((0,), 1), "aten::embedding_bag": ((0,), 1),
+    "aten::layer_norm": ((2, 3), 0), "aten::group_norm": ((2, 3), 0),
+    "aten::batch_norm": ((1, 2), 0), "aten::instance_norm": ((1, 2), 0),
+    "aten::rms_norm": ((2,), 0),
+}
+
+
+def shape_text(dims: object) -> str:
+    """``[8, 512]`` -> ``8x512``; "" for anything but a non-empty list of whole numbers."""
+    if not isinstance(dims, list) or not dims or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        return ""
+    return "x".join(map(str, dims))
+
+
+def _parsed(categories) -> list:
+    """Each distinct ``Input Dims`` text decoded once (None when unreadable)."""
+    out = []
+    for text in categories:
+        try:
+            value = orjson.loads(text) if text else None
+        except orjson.JSONDecodeError:
+            value = None
+        out.append(value if isinstance(value, list) else None)
+    return out
+
+
+def _arg(dims: list | None, i: int) -> str:
+    return shape_text(dims[i]) if dims is not None and i < len(dims) else ""
+
+
+def _rows(rank: int, role: str, step, names, shapes, counts) -> pd.DataFrame:
+    return pd.DataFrame({"rank": rank, "role": role, S.STEP: step, S.NAME: names,
+                         "shape": shapes, "count": counts}, columns=list(SIGNATURE_COLUMNS))
+
+
+def _codes(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list, list]:
+    names = ops[S.NAME].cat
+    dims = ops[S.INPUT_DIMS].cat
+    return (names.codes.to_numpy(), dims.codes.to_numpy(),
+            [str(c) for c in names.categories], _parsed([str(c) for c in dims.categories]))
+
+
+def _is_weight_op(names: pd.Series) -> np.ndarray:
+    hit = np.array([str(c) in WEIGHT_OPS for c in names.cat.categories] + [False])
+    return hit[names.cat.codes.to_numpy()]
+
+
+def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
+    """``ops`` without those inside an op of the same name on the same thread: autocast
+    records ``aten::linear`` twice, the outer call with the fp32 weight and the inner one
+    with its bf16 copy, and the model has one linear there, not two."""
+    if ops.empty:
+        return ops
+    key = pd.DataFrame({"tid": ops[S.TID].to_numpy(), "n": ops[S.NAME].cat.codes.to_numpy(),
+                        "ts": ops[S.TS_NS].to_numpy(),
+                        "end": (ops[S.TS_NS] + ops[S.DUR_NS]).to_numpy()})
+    order = np.lexsort((key["ts"].to_numpy(), key["n"].to_numpy(), key["tid"].to_numpy()))
+    k = key.iloc[order]
+    same = (k["tid"].to_numpy()[1:] == k["tid"].to_numpy()[:-1]) & \
+        (k["n"].to_numpy()[1:] == k["n"].to_numpy()[:-1])
+    # the previous call of the name on the thread still running: a nested call
+    inner = np.r_[False, same & (k["ts"].to_numpy()[1:] < k["end"].to_numpy()[:-1])]
+    keep = np.ones(len(ops), bool)
+    keep[order[inner]] = False
+    return ops[keep]
+
+
+def _params(rank: int, ops: pd.DataFrame) -> pd.DataFrame:
+    """Weight shapes of the weight-taking ops, counted over the used steps."""
+    ops = _outermost(ops[_is_weight_op(ops[S.NAME])])
+    if ops.empty:
+        return _rows(rank, PARAM, [], [], [], [])
+    name_codes, dim_codes, names, dims = _codes(ops)
+    pairs = pd.DataFrame({"n": name_codes, "d": dim_codes}).value_counts()
+    rows = []
+    for (n, d), count in pairs.items():
+        spec = WEIGHT_OPS.get(names[n]) if n >= 0 else None
+        if spec is None or d < 0:
+            continue
+        for i in spec[0]:
+            shape = _arg(dims[d], i)
+            if shape:
+                rows.append((names[n], shape, int(count)))
+    if not rows:
+        return _rows(rank, PARAM, [], [], [], [])
+    table = pd.DataFrame(rows, columns=["name", "shape", "count"])
+    table = table.groupby(["name", "shape"], as_index=False)["count"].sum()
+    return _rows(rank, PARAM, -1, table["name"], table["shape"], table["count"])
+
+
+def _firsts(rank: int, role: str, ops: pd.DataFrame, pick: np.ndarray, shapes: np.ndarray,
+            name_of: list) -> pd.DataFrame:
+    """Per step, the first picked op (ops are in time order) and its shape."""
+    steps = ops[S.STEP].to_numpy()[pick]
+    if not len(steps):
+        return _rows(rank, role, [], [], [], [])
+    _, first = np.unique(steps, return_index=True)
+    codes = ops[S.NAME].cat.codes.to_numpy()[pick][first]
+    return _rows(rank, role, steps[first], [name_of[c] for c in codes], shapes[pick][first], 1)
+
+
+def _inputs(rank: int, ops: pd.DataFrame) -> list[pd.DataFrame]:
+    """Per step: the model's input (the first weight op's activation) and the first tensor
+    shape of the step; each distinct (op, dims) pair decoded once."""
+    name_codes, dim_codes, names, dims = _codes(ops)
+    width = len(dims) + 1
+    pairs, inverse = np.unique(name_codes.astype(np.int64) * width + dim_codes,
+                               return_inverse=True)
+    model_in, first = [], []
+    for pair in pairs.tolist():
+        n, d = divmod(pair, width)
+        name, shape_list = names[n] if n >= 0 else "", dims[d] if d < len(dims) else None
+        model_in.append(_arg(shape_list, WEIGHT_OPS[name][1]) if name in WEIGHT_OPS else "")
+        first.append(_arg(shape_list, 0))
+    model_in = np.array(model_in + [""], dtype=object)[inverse.ravel()]
+    first = np.array(first + [""], dtype=object)[inverse.ravel()]
+    return [_firsts(rank, INPUT, ops, model_in != "", model_in, names),
+            _firsts(rank, FIRST, ops, first != "", first, names)]
+
+
+def _named(rank: int, role: str, frame: pd.DataFrame) -> pd.DataFrame:
+    counts = frame[S.NAME].astype(str).value_counts()
+    return _rows(rank, role, -1, counts.index.to_numpy(dtype=object), "", counts.to_numpy())
+
+
+def step_signature(rank: int, events: pd.DataFrame, in_used: np.ndarray) -> pd.DataFrame:
+    """``used_step_shapes`` of one rank (module doc) from its events and the mask of the
+    events in its used steps."""
+    ev = events[in_used]
+    kind = ev[S.KIND]
+    parts = []
+    if S.INPUT_DIMS in ev.columns:
+        ops = ev[(kind == S.KIND_CPU_OP).to_numpy()]
+        dims = ops[S.INPUT_DIMS].cat
+        recorded = np.array([bool(c) for c in dims.categories] + [False])
+        ops = ops[recorded[dims.codes.to_numpy()]]
+        if len(ops):
+            parts += [_params(rank, ops), *_inputs(rank, ops)]
+    annotations = ev[(kind == S.KIND_ANNOTATION).to_numpy()]
+    annotations = annotations[~annotations[S.NAME].astype(str).str.startswith("ProfilerStep#")]
+    python = ev[(kind == S.KIND_PYTHON).to_numpy()]
+    python = python[python[S.NAME].astype(str).str.startswith(MODULE_PREFIX)]
+    parts += [_named(rank, ANNOTATION, annotations), _named(rank, MODULE, python)]
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return _rows(rank, PARAM, [], [], [], [])
+    return pd.concat(parts, ignore_index=True)

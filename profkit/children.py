@@ -1,0 +1,176 @@
+"""The processes a profkit command starts, and ending them when the command is stopped.
+
+Two guards, so that no worker outlives the command that started it:
+
+- :func:`process_pool` starts the workers of a pool (the loader's parsing of traces, the
+  analyzers' map over ranks) so that each one asks the kernel to kill it when its parent
+  dies (Linux ``PR_SET_PDEATHSIG``), however the parent dies (``kill -9`` too), and ignores
+  Ctrl-C (the parent ends it; a traceback from every worker says nothing).
+- :class:`SignalStop` (installed by the ``profkit`` program for every command but
+  ``launch``, which forwards SIGTERM to its job and waits for it) makes SIGTERM and SIGINT
+  end every process below this one at once (:func:`end_children`: SIGTERM, then SIGKILL
+  after :data:`GRACE_S`), unwind the main thread, and end the process by that signal, so
+  that a command stopped by systemd, ``docker stop``, ``kill`` or Ctrl-C is gone, with its
+  workers, within about a second, also while background threads are busy (the dashboard's
+  analyses of its runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+GRACE_S = 0.5  # a worker asked to stop (SIGTERM) is killed after this long
+EXIT_AFTER_S = 1.5  # a stopped command still unwinding then is ended all the same
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int | None) -> None:
+    """Pool initializer: be killed when the parent dies; leave Ctrl-C to the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: SignalStop still ends the workers
+        return
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)  # the parent died before prctl took effect
+
+
+def process_pool(max_workers: int) -> ProcessPoolExecutor:
+    """A process pool whose workers die with this process (see the module doc)."""
+    method = multiprocessing.get_start_method(allow_none=True) or \
+        multiprocessing.get_context().get_start_method()
+    # a forkserver's workers are its children, not ours; it ends when we do
+    parent = os.getpid() if method != "forkserver" else None
+    return ProcessPoolExecutor(max_workers=max_workers, initializer=_die_with_parent,
+                               initargs=(parent,))
+
+
+def descendants(pid: int | None = None) -> list[int]:
+    """Every live process below ``pid`` (default: this one), children first (Linux /proc;
+    elsewhere only this process's multiprocessing children)."""
+    pid = os.getpid() if pid is None else pid
+    parents = _parent_map()
+    if parents is None:
+        return [p.pid for p in multiprocessing.active_children() if p.pid] \
+            if pid == os.getpid() else []
+    found, todo = [], [pid]
+    while todo:
+        here = todo.pop()
+        kids = [child for child, parent in parents.items() if parent == here]
+        found += kids
+        todo += kids
+    return found
+
+
+def _parent_map() -> dict[int, int] | None:
+    """{pid: parent pid} of every process that is not a zombie; None without /proc."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return None
+    out = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) "
+        if fields and fields[0] != "Z":
+            out[int(entry.name)] = int(fields[1])
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:][:1] != "Z"
+
+
+def end_children(grace_s: float = GRACE_S) -> list[int]:
+    """SIGTERM every process below this one, SIGKILL those still there after ``grace_s``;
+    returns the pids it signalled."""
+    pids = descendants()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pid in [p for p in pids if alive(p)] + [p for p in descendants() if p not in pids]:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+class Stopped(KeyboardInterrupt):
+    """Raised in the main thread by :class:`SignalStop`. A KeyboardInterrupt, so that
+    servers that let Ctrl-C through (waitress) let it through too."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class SignalStop:
+    """While inside (the main thread only), SIGTERM or SIGINT ends every process below this
+    one and raises :class:`Stopped`; :attr:`signum` then names the signal, also when some
+    code swallowed the exception, and :meth:`exit` ends the process by it. A second signal
+    ends the process at once (the default action is back)."""
+
+    def __init__(self, signums: tuple[int, ...] = STOP_SIGNALS):
+        self.signums = signums
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> SignalStop:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in self.signums}
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for s, previous in self._previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(s, previous)
+        self._previous = {}
+
+    def _handle(self, signum: int, frame) -> None:
+        for s in self.signums:
+            signal.signal(s, signal.SIG_DFL)
+        self.signum = signum
+        end_children()
+        watchdog = threading.Timer(EXIT_AFTER_S, self.exit)  # should the unwinding hang
+        watchdog.daemon = True
+        watchdog.start()
+        raise Stopped(signum)
+
+    def exit(self) -> None:
+        """End every process below this one, then this one, by the signal that stopped it
+        (background threads are not waited for: they would finish the work first)."""
+        assert self.signum is not None
+        end_children()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        signal.signal(self.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), self.signum)
+        time.sleep(1.0)  # the signal is delivered at once; this is never reached in practice
+        os._exit(128 + self.signum)
