@@ -24,8 +24,8 @@ def step_table():
 
 
 # the parts as the reports name them (profkit.analyzers.analyze.part_name), in PARTS order
-SHOWN_PARTS = ["compute", "communication", "transfer", "cpu launch", "data loading",
-               "host sync", "held work (queued, waiting on a stream or event)"]
+SHOWN_PARTS = ["compute", "communication", "transfer", "launch overhead", "host work",
+               "data loading", "host sync", "held work (queued, waiting on a stream or event)"]
 
 
 def test_breakdown_bars_stack_parts_in_order_with_part_colours():
@@ -172,6 +172,6 @@ def test_diff_parts_bars_base_and_new_per_part_in_parts_order():
                           "new_ms": [2.0, 4.0], "delta_ms": [1.0, -1.0]})
     fig = F.diff_parts_bars(parts)
     assert [t.name for t in fig.data] == ["base", "new"]
-    assert list(fig.data[1].y) == ["compute", "cpu launch"]  # display names, horizontal
+    assert list(fig.data[1].y) == ["compute", "launch overhead"]  # display names, horizontal
     assert list(fig.data[1].x) == [4.0, 2.0] and fig.data[1].orientation == "h"
     assert list(fig.data[1].marker.color) == [F.PART_COLORS["compute"], F.PART_COLORS["cpu_launch"]]

@@ -98,9 +98,10 @@ def test_a_window_shows_only_the_cpu_rows_it_has_events_on(lanes):
 
 def test_cause_lane_is_the_charged_idle_time(lanes):
     cause = lanes[0].events["cause"]
-    assert spans(cause, "cpu_launch") == [(0.0, 0.96), (2.0, 2.42)]
+    assert spans(cause, "host_work") == [(0.0, 0.9), (2.0, 2.4)]  # before the launch calls
+    assert spans(cause, "cpu_launch") == [(0.9, 0.96), (2.4, 2.42)]
     assert spans(cause, "idle_other") == [(0.96, 1.0)]
-    assert set(cause["group"].astype(str)) == {"cpu_launch", "idle_other"}
+    assert set(cause["group"].astype(str)) == {"host_work", "cpu_launch", "idle_other"}
 
 
 def test_steps_are_the_disjoint_windows_not_cpu_start_to_gpu_end(lanes):
@@ -127,7 +128,7 @@ def test_bins_hold_busy_fraction_covered_over_bin_length(lanes):
     assert gpu.tolist() == pytest.approx([1, 0.58, 1, 1, 1, 1])
     cause = view.bins[view.bins["lane"] == CAUSE_LANE].set_index("bin_ms")
     assert cause["busy"].to_dict() == pytest.approx({0.0: 1.0, 2.0: 0.42})
-    assert cause["group"].tolist() == ["cpu_launch", "cpu_launch"]  # 0.96 of bin 0
+    assert cause["group"].tolist() == ["host_work", "host_work"]  # 0.9 of bin 0
 
 
 def test_nested_cpu_ranges_never_count_twice_in_a_compact_row(lanes):
@@ -141,12 +142,13 @@ def test_nested_cpu_ranges_never_count_twice_in_a_compact_row(lanes):
 
 def test_events_until_the_budget_then_bins_and_back_when_zoomed(lanes):
     full = TV.timeline_view(lanes, None, max_events=5)
-    assert (full.mode, full.n_events, (full.x0_ms, full.x1_ms)) == ("bins", 12, (0.0, 7.0))
-    # in [1.5, 2.5] ms per rank: kernels [1, 2) and [2.42, 5), cpu_launch [2, 2.42)
-    zoomed = TV.timeline_view(lanes, (1.5, 2.5), max_events=10)
-    assert (zoomed.mode, zoomed.n_events, len(zoomed.events)) == ("events", 6, 6)
-    with_cpu = TV.timeline_view(lanes, (1.5, 2.5), show_cpu=True, max_events=10)
-    assert with_cpu.n_events == 10  # + the step 2 annotation and the launch 2.40..2.41
+    assert (full.mode, full.n_events, (full.x0_ms, full.x1_ms)) == ("bins", 16, (0.0, 7.0))
+    # in [1.5, 2.5] ms per rank: kernels [1, 2) and [2.42, 5), host_work [2, 2.4),
+    # cpu_launch [2.4, 2.42)
+    zoomed = TV.timeline_view(lanes, (1.5, 2.5), max_events=12)
+    assert (zoomed.mode, zoomed.n_events, len(zoomed.events)) == ("events", 8, 8)
+    with_cpu = TV.timeline_view(lanes, (1.5, 2.5), show_cpu=True, max_events=12)
+    assert with_cpu.n_events == 12  # + the step 2 annotation and the launch 2.40..2.41
     # per rank: GPU, cause, depth 0 and 1 (the depth 2 row, aten::mm's launch at 0.9 ms,
     # has nothing in the window and is not drawn)
     assert with_cpu.lanes[:2] == [GPU_LANE, CAUSE_LANE] and len(with_cpu.lanes) == 8

@@ -62,7 +62,7 @@ def test_a_click_shows_the_event_it_names_and_nothing_it_does_not(tmp_path):
     assert text.startswith("gemm rank 0 lane rank 0 · GPU stream 7 start 1.000 ms end 2.000 ms")
     assert "duration 1.000 ms" in text and "stream 7" in text and "step 2" in text
     idle = text_of(TE.details(cache, {"points": [{"customdata": [0, "cause", 0]}]}))
-    assert idle.startswith("GPU idle: cpu launch")
+    assert idle.startswith("GPU idle: host work")  # the host before the first launch call
     for bad in ([0, "gpu", 99], [5, "gpu", 0], [0, "disk", 0], [0, "gpu", True], "x", None):
         assert text_of(TE.details(cache, {"points": [{"customdata": bad}]})) == TE.HINT
     assert "zoom in" in text_of(TE.details(cache, {"points": [{"customdata": 0.5, "x": 3.0}]}))
