@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.findings.advice import breakdown_findings
 from profkit.analyzers.findings.consolidate import consolidate
+from profkit.analyzers.findings.diagnosis import UNUSABLE_WHY
 from profkit.analyzers.findings.judge import measurement_findings
 from profkit.analyzers.measure.breakdown import (
     HOST_SIDE,
@@ -24,12 +25,15 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import datacodec
 from profkit.model import Run, world_size
+from profkit.textout import plural, ranks_text
 
 SCHEMA = "profkit.analysis/1"
+NO_GPU_EVENTS = "no GPU events in this run"
+TOP_OPS = 50  # CPU ops kept for a run without GPU events (as kernels.combine_kernels keeps)
 
 
 @datacodec.register
-@dataclass
+@dataclass(repr=False)
 class Analysis:
     """Everything profkit concluded about a run; renderers and the dashboard read this."""
 
@@ -41,6 +45,15 @@ class Analysis:
 
     def table(self, name: str) -> pd.DataFrame:
         return self.tables.get(name, pd.DataFrame())
+
+    def __repr__(self) -> str:
+        """One line: the run, its ranks and the verdict (the tables and findings are
+        attributes; a notebook shows them through ``_repr_html_``)."""
+        ranks = (self.run or {}).get("ranks_analyzed") or []
+        summary = str((self.verdict or {}).get("summary", ""))
+        return (f"<Analysis of {(self.run or {}).get('path')!s}: "
+                f"{ranks_text(ranks) if ranks else 'no ranks'}; {summary}; "
+                f"{plural(len(self.findings), 'finding')}>")
 
     def _repr_html_(self) -> str:
         """Notebook display: verdict, breakdown chart, findings (see analyzers/report/html.py)."""
@@ -65,6 +78,8 @@ class RunHeader:
                    run.ncu)
 
 
+# How the breakdown parts (and kernel classes) read in every report: text, Markdown, HTML,
+# the notebook and the dashboard. The JSON report and the tables keep the keys.
 PART_NAMES = {"memcpy": "transfer", "cpu_launch": "launch overhead", "host_work": "host work",
               "data_loading": "data loading",
               "host_sync": "host sync", "idle_other": "held work (queued, waiting on a stream or event)"}
@@ -75,18 +90,24 @@ def part_name(part: str) -> str:
     return PART_NAMES.get(part, part)
 
 
+def part_label(part: str) -> str:
+    """:func:`part_name` without its explanation in brackets, for table headers and
+    labels: ``held work``."""
+    return part_name(part).split(" (")[0]
+
+
 def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
-                unusable: dict[int, str] | None = None) -> dict[str, Any]:
-    """The dominant cause over the used steps of every usable rank, time-weighted."""
+                unusable: dict[int, str] | None = None, cpu_only: bool = False) -> dict[str, Any]:
+    """The dominant cause over the used steps of every usable rank, time-weighted.
+    ``cpu_only``: no rank has a GPU event (then there is nothing to charge)."""
     recorded = steps
     if not steps.empty:
         steps = steps[steps["used"].astype(bool) & ~steps["rank"].isin(list(unusable or {}))]
     if steps.empty or steps["step_ns"].sum() == 0:
         reasons = set(recorded["excluded_reason"]) if len(recorded) else set()
-        capture = "capture" in (unusable or {}).values() or any("capture" in r for r in reasons)
-        why = ("the trace records CUDA-graph capture, not execution" if capture
-               else "kernel records are missing from the trace" if unusable
-               else "no GPU work in the profiled steps")
+        causes = set((unusable or {}).values()) | {"capture" for r in reasons if "capture" in r}
+        why = next((UNUSABLE_WHY[c] for c in UNUSABLE_WHY if c in causes),
+                   NO_GPU_EVENTS if cpu_only else "no GPU work in the profiled steps")
         return {"primary": None, "summary": f"{why}: no verdict", "fractions": {}}
     total = steps[list(PARTS)].sum()
     fractions = (total / total.sum()).round(4).to_dict()
@@ -95,11 +116,11 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
     median_ms = run_median_step_ms(steps)
     if (steps["step"] < 0).all():  # no step ranges: the trace's window, one per rank
         window_ms, median_ms = median_ms, None
-        summary = (f"{_bound_text(primary, fractions)} over {n_ranks} rank(s), in one "
+        summary = (f"{_bound_text(primary, fractions)} over {plural(n_ranks, 'rank')}, in one "
                    f"{window_ms:.2f} ms window (no steps recorded)")
     else:
-        summary = (f"{_bound_text(primary, fractions)} over {n_ranks} rank(s), median step "
-                   f"{median_ms:.2f} ms")
+        summary = (f"{_bound_text(primary, fractions)} over {plural(n_ranks, 'rank')}, "
+                   f"median step {median_ms:.2f} ms")
     for s in straggler_rows:
         where = s["evidence"].get("wait_collective")
         summary += (f"; rank {s['rank']} is a straggler: the others lose "
@@ -135,48 +156,32 @@ def analyze(run: Run, thresholds: Thresholds = DEFAULT,
 
 def combine(header: RunHeader, summaries: list[RankSummary],
             thresholds: Thresholds = DEFAULT) -> Analysis:
-    """The reduce: the run's analysis from its ranks' summaries alone, in any order."""
+    """The reduce: the run's analysis from its ranks' summaries alone, in any order. A
+    rank whose events all start at one instant has no timeline: only its finding speaks of
+    it. Figures that break physics are notes, not numbers (findings/trust.py)."""
     from profkit.analyzers.findings import diagnosis
-    from profkit.analyzers.measure import (
-        comms,
-        efficiency,
-        groups,
-        kernels,
-        links,
-        ncu,
-        stragglers,
-        transfers,
-    )
+    from profkit.analyzers.measure import ncu
 
     summaries = sorted(summaries, key=lambda s: s.rank)
-    gpu = [s for s in summaries if s.has_gpu]
-    metas = {s.rank: s.meta for s in summaries}
-    coll = comms.match_collectives([s.collectives for s in summaries],
-                                   comms.rank_hosts(header.meta, metas))
-    results = [
-        combine_breakdown([s.breakdown for s in summaries]), coll,
-        stragglers.judge_stragglers(coll, {s.rank: s.step_stats for s in summaries}, thresholds),
-        links.judge_links(coll, links.link_peak(header.meta, metas), thresholds),
-        groups.find_slow_groups(coll, thresholds),
-        kernels.combine_kernels([s.kernels for s in gpu], thresholds),
-        efficiency.combine_efficiency([s.efficiency for s in gpu], thresholds),
-    ]
+    health = {s.rank: s.breakdown.get("health") or {} for s in summaries}
+    unusable = diagnosis.unusable_ranks(health)
+    timed = [s for s in summaries if unusable.get(s.rank) != "collapsed"]
+    gpu = [s for s in timed if s.has_gpu]
+    results, moved, untrusted = _measure(header, timed, {s.rank: s.meta for s in summaries},
+                                         thresholds)
     tables = {name: t for r in results for name, t in r.tables.items()}
     # Nsight Compute's counters (profkit ncu) beside the kernels and their estimates
     results.append(ncu.join_counters(tables["top_kernels"], header.ncu, tables.get("roofline"),
                                      thresholds))
     tables.update(results[-1].tables)
-    health = {s.rank: s.breakdown.get("health") or {} for s in summaries}
-    unusable = diagnosis.unusable_ranks(health)
     tables["rank_breakdown"] = tables["rank_breakdown"][
         ~tables["rank_breakdown"]["rank"].isin(list(unusable))].reset_index(drop=True)
-    tables["transfers"] = transfers.add_peaks(
-        _concat([s.transfers for s in gpu if s.transfers is not None]), metas, header.meta)
+    tables["transfers"] = moved
     _split_communication(tables)
     straggler_rows = _straggler_rows(tables.get("stragglers"))
-    verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable)
+    verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable, cpu_only=not gpu)
     steps = diagnosis.steps_report(tables["step_breakdown"],
-                                   {s.rank: s.breakdown.get("steps_info") or {} for s in summaries})
+                                   {s.rank: s.breakdown.get("steps_info") or {} for s in timed})
     findings = diagnosis.health_findings(health, unusable)
     findings += breakdown_findings(tables["rank_breakdown"], thresholds,
                                    tables["step_breakdown"], tables["transfers"])
@@ -186,11 +191,11 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     findings += [f for r in results[1:] for f in measurement_findings(r, thresholds)]
     findings = _drop_unsupported(findings, unusable, {s.rank for s in gpu})
     findings = consolidate(findings, tables, verdict)
-    if not gpu and not unusable:
-        findings.append(diagnosis.no_gpu_finding())
+    if not gpu and not unusable:  # (kernel records lost is a finding of its own)
+        findings = _cpu_only(summaries, tables, findings)
     ranks = [s.rank for s in summaries]
-    notes = list(header.notes) + diagnosis.step_notes(steps, tables.get("one_off_calls",
-                                                                       pd.DataFrame()))
+    notes = list(header.notes) + untrusted + diagnosis.step_notes(
+        steps, tables.get("one_off_calls", pd.DataFrame()))
     info = {"path": header.path, "world_size": world_size(header.meta, ranks),
             "ranks_analyzed": ranks,
             "skipped_files": list(header.skipped), "notes": notes,
@@ -198,6 +203,62 @@ def combine(header: RunHeader, summaries: list[RankSummary],
             "status": header.meta.get("status"), "steps": steps,
             "rank_errors": dict(header.meta.get("rank_errors") or {})}
     return Analysis(info, verdict, tables, findings, straggler_rows)
+
+
+def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict],
+             thresholds: Thresholds) -> tuple[list, pd.DataFrame, list[str]]:
+    """Every cross-rank measurement over the ranks with a timeline (breakdown, collectives,
+    stragglers, links, slow groups, kernels, efficiency), the transfers table, and the notes
+    on the figures that broke physics and were dropped."""
+    from profkit.analyzers.findings import trust
+    from profkit.analyzers.measure import (
+        comms,
+        efficiency,
+        groups,
+        kernels,
+        links,
+        stragglers,
+        transfers,
+    )
+
+    gpu = [s for s in timed if s.has_gpu]
+    peak = links.link_peak(header.meta, metas)
+    coll = comms.match_collectives([s.collectives for s in timed],
+                                   comms.rank_hosts(header.meta, metas))
+    untrusted = trust.collectives_within_link(coll.tables, peak[0])
+    used = efficiency.combine_efficiency([s.efficiency for s in gpu], thresholds)
+    untrusted += trust.efficiency_within_peak(used)
+    moved = transfers.add_peaks(_concat([s.transfers for s in gpu if s.transfers is not None]),
+                                metas, header.meta)
+    untrusted += trust.transfers_within_link(moved)
+    results = [
+        combine_breakdown([s.breakdown for s in timed]), coll,
+        stragglers.judge_stragglers(coll, {s.rank: s.step_stats for s in timed}, thresholds),
+        links.judge_links(coll, peak, thresholds),
+        groups.find_slow_groups(coll, thresholds),
+        kernels.combine_kernels([s.kernels for s in gpu], thresholds), used,
+    ]
+    return results, moved, untrusted
+
+
+def _cpu_only(summaries: list[RankSummary], tables: dict[str, pd.DataFrame],
+              findings: list[Finding]) -> list[Finding]:
+    """A run without GPU events: the CPU ops are what it shows (``top_ops``, with each rank's
+    recorded steps in ``cpu_steps`` to count them per step), and one finding says why there
+    is nothing else, not one per analysis that needs GPU events."""
+    from profkit.analyzers.findings import diagnosis
+    from profkit.analyzers.measure.kernels import top_ops
+
+    tables["top_ops"] = top_ops([s.cpu_ops for s in summaries if s.cpu_ops is not None], TOP_OPS)
+    tables["cpu_steps"] = pd.DataFrame({
+        "rank": [s.rank for s in summaries],
+        "steps": [int((s.breakdown.get("steps_info") or {}).get("count") or 0) for s in summaries]})
+    return [f for f in findings if not _needs_gpu_events(f)] + [diagnosis.no_gpu_finding()]
+
+
+def _needs_gpu_events(f: Finding) -> bool:
+    """A finding that only says an analysis was skipped for want of GPU events."""
+    return f.category == "coverage" and f.message.lower().startswith(NO_GPU_EVENTS.lower())
 
 
 def _drop_unsupported(findings: list[Finding], unusable: dict[int, str],

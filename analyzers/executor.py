@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from profkit import datacodec
-from profkit.children import process_pool
 from profkit.classify import events as classify
 from profkit.errors import UsageError
 from profkit.model import SkippedFile, clock_offset_ns
-from profkit.run import discover, loader, rankfiles
+from profkit.run import cache, discover, loader, rankfiles
 from profkit.run.ncufiles import load_ncu_counters
+from profkit.run.pool import process_pool, sigint_blocked
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_ENV = "PROFKIT_DASK_TIMEOUT_S"  # seconds to reach a scheduler (default 30)
@@ -273,8 +273,12 @@ def _executor(tasks: list[FileTask], scheduler, workers: int | None) -> Iterable
 
 
 def _pool_map(tasks: list[FileTask], workers: int) -> Iterator[FileResult]:
-    with process_pool(workers) as pool:
-        futures = {pool.submit(summarize_file, t): t for t in tasks}
+    """The map in a local process pool; Ctrl-C (or any exception) kills the workers at once
+    and removes the cache temporaries they were writing (profkit.run.pool)."""
+    cached = [f for t in tasks if t.use_cache for f in t.files]
+    with process_pool(workers, on_kill=lambda: cache.sweep_temporaries(cached)) as pool:
+        with sigint_blocked():  # the workers start here: with SIGINT held back
+            futures = {pool.submit(summarize_file, t): t for t in tasks}
         for fut in as_completed(futures):
             yield _outcome(fut, futures[fut])
 

@@ -49,6 +49,7 @@ class RankSummary:
     kernels: dict[str, Any] | None = None  # GPU ranks only
     efficiency: tuple[dict, dict | None] | None = None  # GPU ranks only
     transfers: pd.DataFrame | None = None  # GPU ranks only: copies by direction and memory
+    cpu_ops: pd.DataFrame | None = None  # ranks without GPU events: their CPU op totals
 
     def relabel(self, rank: int) -> RankSummary:
         """The same summary under another rank number (a trace whose rank was only known
@@ -115,6 +116,7 @@ def summarize_rank(data: RankData, run_meta: dict[str, Any],
         if gpu else None,
         efficiency=efficiency.rank_efficiency(data.rank, data, run_meta) if gpu else None,
         transfers=transfers.rank_transfers(data, bool(len(data.steps))) if gpu else None,
+        cpu_ops=None if gpu else kernels.op_totals(data),
     )
 
 

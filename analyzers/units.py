@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from profkit.textout import plural
+
 MISSING = "-"
 
 
@@ -38,6 +40,13 @@ def ms(value_ms: Any, per: str = "") -> str:
         v, unit = v * 1e3, "us"
     text = f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
     return f"{text} {unit}" + (f"/{per}" if per else "")
+
+
+def ms_range(lo_ns: Any, hi_ns: Any) -> str:
+    """``0.958 to 6.02 ms``; ``95.1 us to 0.2 ms`` when the two need other units."""
+    lo, hi = ms_of_ns(lo_ns), ms_of_ns(hi_ns)
+    lo_value, _, lo_unit = lo.partition(" ")
+    return f"{lo_value if lo_unit == hi.partition(' ')[2] else lo} to {hi}"
 
 
 def ms_of_ns(value_ns: Any, per: str = "") -> str:
@@ -115,7 +124,7 @@ def by_key(key: str, value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, (dict, list, tuple)):
-        return f"{len(value)} item(s)"
+        return plural(len(value), "item")
     for suffix, fmt in _BY_SUFFIX:
         if key.endswith(suffix):
             return fmt(value)

@@ -70,6 +70,7 @@ from profkit.collectors.errors import CollectorError
 from profkit.collectors.session import RANK_STATUS_NAME, RANKS_DIR, TRACE_NAME, TRACES_DIR
 
 from profkit.errors import error_text
+from profkit.textout import plural
 
 log = logging.getLogger(__name__)
 
@@ -225,8 +226,8 @@ def no_trace_reason(session: Any) -> str:
     if stopped:
         return (f"rank {rank} wrote no trace: its capture stopped at step {stopped['step']} "
                 f"({stopped['file'] or stopped['what']}: {stopped['cause']})")
-    return (f"rank {rank} wrote no trace ({session.steps} step(s) recorded; the schedule "
-            "saves a trace after wait + warmup + active steps)")
+    return (f"rank {rank} wrote no trace ({plural(session.steps, 'step')} recorded; the "
+            "schedule saves a trace after wait + warmup + active steps)")
 
 
 def run_meta(session: Any, run_json: dict[str, Any]) -> dict[str, Any]:

@@ -8,8 +8,10 @@ run directory configured in its environment; returns the command's exit code.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,17 +28,44 @@ DEFAULT_SUBSYS = "INIT,COLL,TUNING,GRAPH,ENV"
 DEFAULT_TRACE_BUFFER = "2000"
 
 
+# The flight recorder's buffer size: TORCH_FR_BUFFER_SIZE from torch 2.8 on (the recorder
+# made backend-neutral, pytorch/pytorch#152563), where the old name still works but makes
+# every rank warn that it is deprecated; older torch reads only the old name.
+FR_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
+OLD_FR_BUFFER_ENV = "TORCH_NCCL_TRACE_BUFFER_SIZE"
+FR_BUFFER_ENV_SINCE = (2, 8)
+
+
+def torch_version() -> tuple[int, int] | None:
+    """(major, minor) of the torch installed beside profkit, read from its package metadata
+    (torch is not imported: that takes seconds); None when there is none."""
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def fr_buffer_env(version: tuple[int, int] | None) -> str:
+    """The variable that sets the flight recorder's buffer for torch ``version``; the old
+    one when the version is unknown (every torch reads it, new ones with a warning)."""
+    return FR_BUFFER_ENV if version is not None and version >= FR_BUFFER_ENV_SINCE \
+        else OLD_FR_BUFFER_ENV
+
+
 def launch_env(run_dir: str | os.PathLike, command: Sequence[str],
                environ: dict[str, str] | None = None) -> dict[str, str]:
     """The child's environment: ``environ`` plus the NCCL / flight-recorder / profkit
-    settings. The user's own NCCL_DEBUG, NCCL_DEBUG_SUBSYS and buffer size are kept."""
+    settings. The user's own NCCL_DEBUG, NCCL_DEBUG_SUBSYS and buffer size (under either
+    name) are kept; else the buffer is set under the name the installed torch reads."""
     env = dict(os.environ if environ is None else environ)
     nccl = Path(run_dir).resolve() / NCCL_DIR
     env.setdefault("NCCL_DEBUG", "INFO")
     env.setdefault("NCCL_DEBUG_SUBSYS", DEFAULT_SUBSYS)
     env["NCCL_DEBUG_FILE"] = str(nccl / NCCL_LOG_NAME)
-    if "TORCH_FR_BUFFER_SIZE" not in env:
-        env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", DEFAULT_TRACE_BUFFER)
+    if FR_BUFFER_ENV not in env and OLD_FR_BUFFER_ENV not in env:
+        env[fr_buffer_env(torch_version())] = DEFAULT_TRACE_BUFFER
     env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
     env["TORCH_FR_DUMP_TEMP_FILE"] = str(nccl / FR_PREFIX)
     env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = str(nccl / FR_PREFIX)  # older PyTorch name
@@ -71,14 +100,14 @@ def launch(run_dir: str | os.PathLike, command: Sequence[str]) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise CollectorError("profkit launch: no command given after '--'")
+        raise CollectorError("no command given after '--'")
     run_dir = check_output_dir(run_dir, min_free_bytes=0)
     (run_dir / NCCL_DIR).mkdir(exist_ok=True)
     env = launch_env(run_dir, command)
     try:
         proc = subprocess.Popen(command, env=env)
     except OSError as e:
-        raise CollectorError(f"profkit launch: cannot run {command[0]!r}: {e}") from e
+        raise CollectorError(f"cannot run {command[0]!r}: {e.strerror or e}") from e
     return _wait(proc)
 
 
@@ -109,7 +138,7 @@ def main() -> None:
     try:
         sys.exit(launch_main())
     except CollectorError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"profkit launch: error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
 
 

@@ -16,14 +16,28 @@ from profkit.errors import UsageError
 PYPROJECT = "pyproject.toml"
 
 
-def read_toml(path: Path, what: str, purpose: str) -> dict:
-    """The TOML document at ``path``; a :class:`UsageError` naming the file when it cannot
-    be read or parsed. ``what`` names the file in messages ("the rules file"), ``purpose``
-    what needs it ("classification rules", on Python 3.10 without tomllib)."""
+def toml_parser():
+    """The TOML parser: the standard library's ``tomllib`` (Python 3.11+), else the
+    ``tomli`` package it came from (a dependency on Python 3.10); None when neither is
+    there."""
     try:
         import tomllib
     except ImportError:  # Python 3.10
-        raise UsageError(f"{path}: {purpose} need Python 3.11 or newer") from None
+        try:
+            import tomli as tomllib
+        except ImportError:
+            return None
+    return tomllib
+
+
+def read_toml(path: Path, what: str, purpose: str) -> dict:
+    """The TOML document at ``path``; a :class:`UsageError` naming the file when it cannot
+    be read or parsed. ``what`` names the file in messages ("the rules file"), ``purpose``
+    what needs it ("classification rules", when no TOML parser is installed)."""
+    tomllib = toml_parser()
+    if tomllib is None:
+        raise UsageError(f"{path}: {purpose} need a TOML parser: Python 3.11 or newer, or "
+                         "pip install tomli")
     try:
         return tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:

@@ -8,6 +8,7 @@ and the fields (:meth:`Problems.line`), never one line per value.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import Counter
 from typing import Any
@@ -20,6 +21,9 @@ MAX_RANKS = 1 << 20
 MAX_ABS_NS = 1 << 62
 MAX_OFFSET_NS = 1 << 61
 MAX_SHOWN_CHARS = 40  # of a bad value, in a problem line
+# Event names past this are cut (the longest real kernel names seen, C++ templates, have
+# ~5,100 characters); a name of megabytes cost seconds in every regex that reads names.
+MAX_NAME_CHARS = 8192
 
 
 class Problems(list):
@@ -34,6 +38,16 @@ class Problems(list):
         counts = Counter(self)
         parts = [p if counts[p] == 1 else f"{p} (x{counts[p]})" for p in dict.fromkeys(self)]
         return f"{path}: {'; '.join(parts)}" if parts else ""
+
+
+def cap_name(text: str) -> str:
+    """``text`` when it has at most :data:`MAX_NAME_CHARS` characters, else its first
+    MAX_NAME_CHARS, "…#" and 8 hex digits of a hash of the whole, so that two long names
+    that differ after the cut stay two names."""
+    if len(text) <= MAX_NAME_CHARS:
+        return text
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
+    return f"{text[:MAX_NAME_CHARS]}\u2026#{digest}"
 
 
 def show(value: Any) -> str:

@@ -206,7 +206,7 @@ def test_map_workers_classify_with_the_clients_rules(tmp_path):
     ('pattern = "^(x"\nclass = "compute"', "rule 1 (pattern '^(x'): bad regular expression"),
     ('pattern = "^x"\nclass = "communication"\nsubclass = "alltoall"',
      "unknown communication subclass 'alltoall'"),
-    ('pattern = "^x"\nclas = "compute"', "unknown key(s) clas"),
+    ('pattern = "^x"\nclas = "compute"', "unknown key clas"),
     ('class = "compute"', "rule 1: needs a pattern"),
 ])
 def test_bad_rules_name_the_file_and_the_rule(tmp_path, rule, problem):

@@ -187,3 +187,80 @@ def test_tables_replace_an_earlier_output_and_nothing_else(tmp_path, capsys):
     assert _tables(tmp_path / "4", "--tables", str(in_the_way))[0] == 6
     assert in_the_way.read_text() == "a file"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+# --- selections that match nothing, and one error prefix -----------------------------------
+
+@pytest.mark.parametrize("command", ["analyze", "diff"])
+def test_steps_that_match_nothing_are_refused(command, capsys):
+    from tests.realruns import RUNS
+
+    run = str(RUNS / "zoo" / "straggler")
+    runs = [run] if command == "analyze" else [run, run]
+    assert main([command, *runs, "--no-cache", "--steps", "9:12"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no report of steps it would say were left out
+    assert captured.err.strip() == ("profkit: error: --steps 9:12: no step of this run is in "
+                                    "that range (ranks 0-1: steps 2-4)")
+    # a range that meets some steps is a report
+    assert main(["analyze", run, "--no-cache", "--steps", "3:12"]) == 0
+    assert "ranks 0-1: 2 of 3 (3-4)" in capsys.readouterr().out
+
+
+def test_steps_on_a_trace_without_steps_are_refused(capsys):
+    from tests.realruns import RUNS
+
+    assert main(["analyze", str(RUNS / "diagnosis" / "marker_steps"), "--no-cache",
+                 "--steps", "1:2"]) == 2
+    assert "this run has no step ranges" in capsys.readouterr().err
+
+
+def test_merge_steps_that_match_nothing_name_the_steps(tmp_path, capsys):
+    from tests.realruns import RUNS
+
+    assert main(["merge", str(RUNS / "zoo" / "straggler"), "--no-cache", "--steps", "9:12",
+                 "-o", str(tmp_path / "m.json")]) == 2
+    assert "(the run has steps 2-4)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["analyze", "summary", "merge"])
+def test_ranks_that_match_nothing_are_refused(command, tmp_path, capsys):
+    from tests.realruns import RUNS
+
+    run = RUNS / "zoo" / "straggler"
+    extra = ["-o", str(tmp_path / "m.json")] if command == "merge" else []
+    assert main([command, str(run), "--no-cache", "--ranks", "5", *extra]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"profkit: error: --ranks 5: {run} has no trace of rank 5; it has traces of ranks 0-1")
+    assert not (tmp_path / "m.json").exists()
+    # some of them there: the others are named in a note
+    assert main(["analyze", str(run), "--no-cache", "--ranks", "1,5"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 2 ranks analysed (ranks 1,5 asked for)" in out
+    assert "note: --ranks: no trace of rank 5 in this run (it has traces of ranks 0-1)" in out
+    assert main(["analyze", str(run), "--no-cache", "--ranks", "1"]) == 0
+    assert "(rank 1 asked for)" in capsys.readouterr().out  # "rank 1", not "ranks 1"
+
+
+def test_launch_errors_have_one_prefix(tmp_path):
+    proc = run_cli("launch", "--run-dir", tmp_path / "run", "--")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "profkit: error: no command given after '--'"
+    proc = subprocess.run([sys.executable, "-m", "profkit.collectors.launch", "--run-dir",
+                           str(tmp_path / "run"), "--", str(tmp_path / "nope")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stderr.strip() == (f"profkit launch: error: cannot run '{tmp_path / 'nope'}': "
+                                   "No such file or directory")
+
+
+def test_counts_read_as_words(tmp_path, capsys):
+    from tests.realruns import RUNS
+
+    run = RUNS / "diagnosis" / "graph_capture_only"
+    assert main(["analyze", str(run), "--no-cache"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 of 1 rank analysed" in out and "(1 kernel kept)" in out
+    assert "1 rank, 3 rank-steps" in out and "(s)" not in out
+    assert main(["merge", str(RUNS / "zoo" / "straggler"), "--no-cache", "-q",
+                 "-o", str(tmp_path / "m.json")]) == 0
+    assert "events from ranks 0-1 (open it" in capsys.readouterr().out

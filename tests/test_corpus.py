@@ -28,7 +28,7 @@ def test_corpus_trace_ingests_merges_and_summarises(path, tmp_path):
     merged = json.loads(gzip.decompress(out.read_bytes()))
     assert sum(e["ph"] == "X" for e in merged["traceEvents"]) == len(raw_x)
     assert report.skipped == []
-    assert f"{len(run.ranks)} rank(s) read" in format_summary(run)
+    assert f"{len(run.ranks)} rank read" in format_summary(run)  # one rank per corpus trace
 
 
 EXPECTED_COMM = {

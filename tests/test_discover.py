@@ -54,8 +54,36 @@ def test_fifos_devices_and_broken_links_are_named_never_opened(run):
     assert names(traces) == TRACES
     why = reasons(skipped)
     assert why["rank2.pt.trace.json.gz"] == "a FIFO, not a trace file: not opened"
-    assert why["rank3.pt.trace.json.gz"] == "a character device, not a trace file: not opened"
+    assert why["rank3.pt.trace.json.gz"] == ("a symbolic link to /dev/null, a character device, "
+                                             "not a trace file: not opened")
     assert why["rank4.pt.trace.json.gz"].startswith(f"a broken symbolic link (to {run / 'gone.json.gz'}")
+
+
+def test_a_folder_named_like_a_trace_is_named(run):
+    (run / "traces" / "rank2.json").mkdir()
+    traces, skipped = find_trace_files(run)
+    assert names(traces) == TRACES
+    assert reasons(skipped) == {"rank2.json": "a folder, not a trace file: not searched"}
+
+
+@pytest.mark.parametrize("entry", ["link", "folder"])
+def test_nothing_readable_names_what_was_left_out(tmp_path, capsys, entry):
+    from profkit import cli
+
+    run = tmp_path / "run"
+    run.mkdir()
+    if entry == "link":
+        (run / "rank0.json").symlink_to("/dev/zero")  # reading it would never end
+        why = "a symbolic link to /dev/zero, a character device, not a trace file: not opened"
+    else:
+        (run / "rank0.json").mkdir()
+        why = "a folder, not a trace file: not searched"
+    assert cli.main(["analyze", str(run)]) == 4
+    assert f"no trace files (.json or .json.gz) found (skipped: {run / 'rank0.json'}: {why})" \
+        in capsys.readouterr().err
+    if entry == "link":  # the link itself as the input
+        assert cli.main(["summary", str(run / "rank0.json")]) == 2
+        assert f"{run / 'rank0.json'}: {why}" in capsys.readouterr().err
 
 
 def test_files_being_written_are_skipped_silently(run):
@@ -89,3 +117,17 @@ def test_profkit_names(name, expected):
 def test_capture_numbers():
     assert discover.capture_number(Path("capture-3-20261122T000000")) == 3
     assert discover.capture_number(Path("captures")) is None
+
+
+def test_files_that_cannot_be_traces_are_not_listed(run):
+    """A README, LICENSE, SOURCE.md or notes beside the traces are not a line in every
+    report; a file named like a trace in a form profkit does not read is."""
+    for name in ("LICENSE", "SOURCE.md", "README.md", "notes.txt", "train.py", "run.log"):
+        (run / name).write_text("not a trace")
+    for name in ("rank2.json.zst", "rank3.pt.trace.json.gz.1", "rank4.pt.trace"):
+        (run / name).write_bytes(b"\x28\xb5\x2f\xfd")
+    traces, skipped = find_trace_files(run)
+    assert names(traces) == TRACES
+    assert reasons(skipped) == {n: "not a trace file (expected .json or .json.gz)"
+                                for n in ("rank2.json.zst", "rank3.pt.trace.json.gz.1",
+                                          "rank4.pt.trace")}

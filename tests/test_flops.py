@@ -7,7 +7,7 @@ import pytest
 from profkit.analyzers.findings.judge import judged
 
 from profkit import schema as S
-from profkit.classify.flops import dtype_precision, flops_from_shapes, kernel_precision
+from profkit.classify.flops import dtype_precision, flops_from_shapes, kernel_precision, shape_flops
 from profkit.run.loader import load_run
 from tests.conftest import CORPUS, PUBLIC_CORPUS
 from tests.factories import trace_doc, write_trace, x
@@ -84,6 +84,39 @@ def test_flops_from_shapes(name, dims, concrete, expected):
 ])
 def test_unknown_ops_and_shapes_have_no_flops(name, dims, concrete):
     assert math.isnan(flops_from_shapes(name, dims, concrete))
+
+
+HUGE = 2**62  # a dimension no tensor has
+
+
+@pytest.mark.parametrize("name, dims, concrete", [
+    ("aten::linear", [[HUGE] * 20, [HUGE, HUGE]], None),  # an int past any float: overflow
+    ("aten::scaled_dot_product_attention", [[HUGE] * 20] * 3, None),
+    ("aten::mm", [[HUGE, HUGE], [HUGE, HUGE]], None),     # 1.9e56 FLOPs: no op does that
+    ("aten::mm", [[-4, 3], [3, 4]], None),                # negative
+    ("aten::mm", [[1e308, 2], [2, 1e308]], None),         # inf
+    ("aten::conv2d", [X9, W3, [], [], [], [], []],        # stride 0: a division by zero
+     ["", "", "", "[0, 0]", "[1, 1]", "[1, 1]", "1"]),
+])
+def test_shapes_no_op_can_have_drop_that_ops_flops(name, dims, concrete):
+    flops, dropped = shape_flops(name, dims, concrete)
+    assert math.isnan(flops) and dropped
+    assert math.isnan(flops_from_shapes(name, dims, concrete))
+
+
+def test_a_hostile_op_costs_only_its_own_flops(tmp_path):
+    """One op with 2**62-sized dimensions (it raised OverflowError and lost the whole rank)
+    and one with an impossible recorded count: both lose their FLOPs, with one note; the
+    other ops keep theirs."""
+    ev = _events(tmp_path, [
+        x("aten::linear", "cpu_op", 0.5, 7.0, **{"Input Dims": [[HUGE] * 20, [HUGE, HUGE]]}),
+        x("aten::mm", "cpu_op", 8.0, 5.0, flops=1e308),
+        x("aten::mm", "cpu_op", 20.0, 5.0, **{"Input Dims": [[64, 32], [32, 16]]})])
+    assert ev[S.FLOPS].isna().tolist() == [True, True, False]
+    assert ev[S.FLOPS].iloc[2] == 2 * 64 * 16 * 32
+    run = load_run(tmp_path / "t.json", cache=False)
+    notes = [n for n in run.notes if "FLOPs of 2 ops dropped" in n]
+    assert len(notes) == 1 and "t.json" in notes[0]
 
 
 @pytest.mark.parametrize("name, precision", [

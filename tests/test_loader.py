@@ -54,11 +54,13 @@ def test_bad_and_foreign_files_are_skipped_and_others_load(tmp_path):
     bad.write_bytes(bad.read_bytes()[:100])
     (tmp_path / "notes.txt").write_text("hello")
     (tmp_path / "config.json").write_text('{"lr": 0.1}')
+    (tmp_path / "rank2.json.zst").write_bytes(b"\x28\xb5\x2f\xfd")
     run = load_run(tmp_path)
     assert run.rank_ids == [0]
     why = reasons(run)
     assert "gzip" in why["rank1.json.gz"]
-    assert "not a trace file" in why["notes.txt"]
+    assert "notes.txt" not in why  # cannot be a trace: not a line about it
+    assert "not a trace file" in why["rank2.json.zst"]  # named like one: worth a line
     assert "no traceEvents" in why["config.json"]
 
 
@@ -280,7 +282,7 @@ def test_every_profiler_cycle_is_read_as_steps_of_its_rank(tmp_path, clean):
     write_profkit_cycles(run, [2, 3])  # rank{R}.pt.trace.json.gz: step 2; .cycle1: steps 3-4
     loaded = load_run(run, cache=False)
     assert [list(d.steps[S.STEP]) for d in loaded.ranks.values()] == [[2, 3, 4], [2, 3, 4]]
-    assert loaded.notes == ["rank 0-1: 2 profiler cycles read as steps 2-4"]
+    assert loaded.notes == ["ranks 0-1: 2 profiler cycles read as steps 2-4"]
     assert loaded.meta["rank_files"]["1"] == [str(run / "traces" / "rank1.pt.trace.json.gz"),
                                               str(run / "traces" / "rank1.cycle1.pt.trace.json.gz")]
     assert loaded.skipped == []
@@ -294,7 +296,7 @@ def test_one_cycle_is_read_with_cycle(tmp_path):
     write_profkit_cycles(run, [2, 3])
     loaded = load_run(run, cache=False, cycle=1)
     assert [list(d.steps[S.STEP]) for d in loaded.ranks.values()] == [[3, 4], [3, 4]]
-    assert loaded.notes == ["rank 0-1: profiler cycle 1 read"]
+    assert loaded.notes == ["ranks 0-1: profiler cycle 1 read"]
     with pytest.raises(NoTracesError, match="no rank has profiler cycle 2"):
         load_run(run, cycle=2)
 
@@ -392,11 +394,11 @@ def test_cycle_option_on_the_command_line(tmp_path, capsys):
     out = tmp_path / "a.json"
     assert cli_main(["analyze", str(run), "--cycle", "1", "--format", "json", "-o", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["run"]["notes"] == ["rank 0-1: profiler cycle 1 read"]
+    assert doc["run"]["notes"] == ["ranks 0-1: profiler cycle 1 read"]
     assert doc["run"]["rank_files"]["0"] == [str(run / "traces" / "rank0.cycle1.pt.trace.json.gz")]
     assert [r["steps"] for r in doc["ranks"]] == [2, 2]
     assert cli_main(["summary", str(run)]) == 0
-    assert "note: rank 0-1: 2 profiler cycles read as steps 2-4" in capsys.readouterr().out
+    assert "note: ranks 0-1: 2 profiler cycles read as steps 2-4" in capsys.readouterr().out
 
 
 def test_a_real_capture_with_repeating_cycles_is_read_whole(tmp_path):

@@ -133,3 +133,17 @@ def test_merge_writes_every_profiler_cycle_of_a_rank(tmp_path):
     steps = {e["name"] for e in merged["traceEvents"] if str(e.get("name")).startswith("ProfilerStep#")}
     assert steps == {"ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"}
     assert merged["profkit"]["schema"] == "profkit.merged/1"
+
+
+def test_processes_get_clean_names(tmp_path):
+    """Kineto's pid -1 (events of no process) is "CPU", a process with an empty label is the
+    rank alone: never "rank 0 · " or "CPU (pid -1)"."""
+    from tests.realruns import RUNS
+
+    out = tmp_path / "m.json"
+    merge_run(load_run(RUNS / "stock_ddp", cache=False), out)
+    names = [e["args"]["name"] for e in read(out)["traceEvents"] if e.get("name") == "process_name"]
+    assert not [n for n in names if n.endswith((" · ", "·")) or "pid -1" in n or "  " in n]
+    for rank in (0, 1):
+        mine = {n for n in names if n.split(" · ")[0] == f"rank {rank}"}
+        assert {f"rank {rank}", f"rank {rank} · CPU", f"rank {rank} · GPU {rank}"} <= mine

@@ -39,6 +39,7 @@ from profkit.analyzers.thresholds import Thresholds
 from profkit.analyzers.units import pct
 
 from profkit import schema as S
+from profkit.textout import plural
 
 
 def collective_findings(result: Result, th: Thresholds | None = None) -> list[Finding]:
@@ -126,7 +127,7 @@ def _group_findings(table: pd.DataFrame) -> list[Finding]:
             category="communication", severity="warning",
             message=(f"process group {pg} (ranks {worst['ranks']}) runs {worst[S.COLL_NAME]} of "
                      f"{_size(worst[S.MSG_BYTES])} {worst['slowdown']:.1f}x slower than its "
-                     f"{int(worst['peer_groups'])} peer group(s) doing the same work (median "
+                     f"{plural(int(worst['peer_groups']), 'peer group')} doing the same work (median "
                      f"{worst['median_latency_ns'] / 1e3:.0f} us vs "
                      f"{worst['peer_median_latency_ns'] / 1e3:.0f} us): a slow link among its ranks"),
             evidence={"pg": str(pg), "ranks": worst["ranks"],

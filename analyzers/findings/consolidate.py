@@ -25,6 +25,7 @@ from dataclasses import replace
 
 import pandas as pd
 from profkit.analyzers.findings.savings import SAVING_PARTS, as_fraction, part_savings, rank_means
+from profkit.analyzers.findings.trust import saving_beyond_step
 from profkit.analyzers.result import SEVERITIES, Finding
 
 LAUNCH_EVIDENCE = ("short_frac", "kernels", "launch_calls", "launch_time_frac",
@@ -56,7 +57,8 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         f = _estimate(f, saving, means, tables, steps, median_step)
         if f is not None:
             out.append(f)
-    return order(_round_trips(_code_into_cause(out)), verdict.get("primary"))
+    return order([_trusted_saving(f) for f in _round_trips(_code_into_cause(out))],
+                 verdict.get("primary"))
 
 
 def _code_into_cause(findings: list[Finding]) -> list[Finding]:
@@ -102,6 +104,19 @@ def _round_trips(findings: list[Finding]) -> list[Finding]:
             f = f.with_saving(a["ms_per_step"] + b["ms_per_step"], a["fraction"] + b["fraction"])
         out.append(f)
     return out
+
+
+def _trusted_saving(f: Finding) -> Finding:
+    """A saving larger than its step, or not a time, is dropped: the finding's evidence says
+    why instead (profkit.analyzers.findings.trust)."""
+    if not f.estimated_saving:
+        return f
+    ms, frac = f.estimated_saving["ms_per_step"], f.estimated_saving["fraction"]
+    step_ms = ms / frac if math.isfinite(frac) and frac > 0 else float("nan")
+    why = saving_beyond_step(ms, step_ms)
+    if why is None:
+        return f
+    return replace(f, estimated_saving=None, evidence={**f.evidence, "saving_untrusted": why})
 
 
 def fold_measured(findings: list[Finding]) -> list[Finding]:

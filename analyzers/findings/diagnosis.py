@@ -5,21 +5,30 @@ capture recorded), and the code the GPU waited for."""
 from __future__ import annotations
 
 import pandas as pd
-from profkit.analyzers.measure.health import capture_only, records_lost
+from profkit.analyzers.measure.health import capture_only, records_lost, time_collapsed
 from profkit.analyzers.measure.steps import REASON, USED
 from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.result import Finding
 
 from profkit import schema as S
+from profkit.textout import ranks_text
 
 HOST_PARTS = ("cpu_launch", "host_work", "host_sync", "data_loading")
 
 
+UNUSABLE_WHY = {"collapsed": "the trace's events all start at one instant",
+                "capture": "the trace records CUDA-graph capture, not execution",
+                "lost": "kernel records are missing from the trace"}
+
+
 def unusable_ranks(health: dict[int, dict]) -> dict[int, str]:
-    """Ranks whose breakdown would mislead, with why: {rank: "capture" | "lost"}."""
+    """Ranks whose breakdown would mislead, with why: {rank: "collapsed" | "capture" |
+    "lost"} (:data:`UNUSABLE_WHY`)."""
     out = {}
     for rank, h in health.items():
-        if capture_only(h):
+        if time_collapsed(h):
+            out[rank] = "collapsed"
+        elif capture_only(h):
             out[rank] = "capture"
         elif records_lost(h):
             out[rank] = "lost"
@@ -30,7 +39,9 @@ def health_findings(health: dict[int, dict], unusable: dict[int, str]) -> list[F
     findings = []
     for rank, why in sorted(unusable.items()):
         h = health[rank]
-        if why == "capture":
+        if why == "collapsed":
+            findings.append(_collapsed_finding(rank, h))
+        elif why == "capture":
             findings.append(Finding(
                 category="trace", severity="warning", rank=rank,
                 message=(f"rank {rank}: the trace records CUDA-graph capture, not execution "
@@ -58,6 +69,18 @@ def health_findings(health: dict[int, dict], unusable: dict[int, str]) -> list[F
     return findings
 
 
+def _collapsed_finding(rank: int, h: dict) -> Finding:
+    return Finding(
+        category="trace", severity="critical", rank=rank,
+        message=(f"rank {rank}: {h['events_at_one_instant']} of its {h['events']} events start "
+                 "at the same instant, so its timestamps cannot be trusted: no breakdown, "
+                 "waits, skew or bandwidth from it, and no verdict"),
+        evidence={k: h[k] for k in ("events", "events_at_one_instant")},
+        recommendation=("The trace's timestamps were lost or overwritten (a converter or "
+                        "editor that rewrote ts, or a clock that did not advance): capture "
+                        "the rank again with torch.profiler and use its file as written."))
+
+
 def steps_report(steps: pd.DataFrame, infos: dict[int, dict]) -> dict[str, dict]:
     """Per rank: where steps came from, which were used and why others were not."""
     out = {}
@@ -81,7 +104,7 @@ def steps_line(report: dict[str, dict]) -> str:
         text = (f"{len(r['used'])} of {r['recorded']} ({_span(r['used'])})" if r["recorded"]
                 else "one window (the trace has no step ranges)")
         by_text.setdefault(text, []).append(int(rank))
-    return "; ".join(f"rank {rank_ranges(ranks)}: {text}" for text, ranks in by_text.items())
+    return "; ".join(f"{ranks_text(ranks)}: {text}" for text, ranks in by_text.items())
 
 
 def step_notes(report: dict[str, dict], one_offs: pd.DataFrame) -> list[str]:
@@ -103,7 +126,7 @@ def step_notes(report: dict[str, dict], one_offs: pd.DataFrame) -> list[str]:
                     f"({_span(r['used'])}); left out: {left}")
         by_text.setdefault(text, []).append(int(rank))
     for text, ranks in by_text.items():
-        notes.append(f"rank {rank_ranges(ranks)}: {text}")
+        notes.append(f"{ranks_text(ranks)}: {text}")
     for row in one_offs.to_dict("records") if len(one_offs) else []:
         notes.append(f"rank {row['rank']}: one {row['name']} call took {row[S.DUR_NS] / 1e6:.1f} ms "
                      "(a one-off, e.g. CUDA lazy module loading): left out of the window")
@@ -141,5 +164,6 @@ def idle_code_findings(code: pd.DataFrame, ranks: pd.DataFrame, verdict: str | N
 def no_gpu_finding() -> Finding:
     """A run with no GPU events at all (and no rank whose trace explains why)."""
     return Finding(category="input", severity="info", message=(
-        "no GPU events in this run: the breakdown, kernels and efficiency cannot be computed"),
+        "no GPU events in this run (a CPU-only trace): no step breakdown, kernels or "
+        "efficiency, only the CPU ops"),
         recommendation="Profile with ProfilerActivity.CUDA on a GPU machine.")

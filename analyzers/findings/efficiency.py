@@ -5,9 +5,11 @@ of :mod:`profkit.analyzers.measure.efficiency` (its rows as facts)."""
 from __future__ import annotations
 
 import numpy as np
-from profkit.analyzers.measure.tables import RANK, plain, rank_ranges
+from profkit.analyzers.measure.tables import RANK, plain
 from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.thresholds import Thresholds
+
+from profkit.textout import ranks_text
 
 
 def judge_efficiency(result: Result, th: Thresholds) -> list[Finding]:
@@ -75,7 +77,7 @@ def mfu_notes(effs: list[dict], th: Thresholds) -> list[Finding]:
     out = []
     if none:
         out.append(Finding(category="mfu", severity="info", message=(
-            f"MFU not computed on rank(s) {rank_ranges(e[RANK] for e in none)}: no op in the "
+            f"MFU not computed on {ranks_text(e[RANK] for e in none)}: no op in the "
             "trace has a known FLOP count."), recommendation=(
             f"{model}, or profile with record_shapes=True so profkit counts matmul, "
             "convolution and attention FLOPs from the op shapes.")))
@@ -84,14 +86,14 @@ def mfu_notes(effs: list[dict], th: Thresholds) -> list[Finding]:
         out.append(Finding(category="mfu", severity="info", evidence={
             "flop_coverage_min": float(cov.min()), "flop_coverage_max": float(cov.max()),
             "min_flop_coverage_frac": th.min_flop_coverage_frac}, message=(
-            f"MFU not judged on rank(s) {rank_ranges(e[RANK] for e in low)}: ops with known "
+            f"MFU not judged on {ranks_text(e[RANK] for e in low)}: ops with known "
             f"FLOPs launched only {cov.max():.0%} (or less) of the compute-kernel time that "
             f"can carry FLOPs (below {th.min_flop_coverage_frac:.0%}), so the counted "
             f"{max(e['achieved_tflops'] for e in low):.1f} TFLOP/s is a lower bound."),
             recommendation=f"{model} to judge MFU."))
     if no_peak:
         out.append(Finding(category="mfu", severity="info", message=(
-            f"MFU not computed on rank(s) {rank_ranges(e[RANK] for e in no_peak)}: the "
+            f"MFU not computed on {ranks_text(e[RANK] for e in no_peak)}: the "
             f"device ({no_peak[0]['device_name'] or 'unnamed'}) is not in the peak table."),
             recommendation="Pass its dense peak (--peak-tflops / Thresholds.peak_tflops)."))
     return out

@@ -76,6 +76,8 @@ def rank_steps(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
     starts, ends, numbers, slow = _windows(data, gpu)
     if one_offs is not None:
         one_offs.append(slow)
+    if not len(starts):  # no window has any length: every event at one instant, 0 ns long
+        return pd.DataFrame(columns=list(STEP_COLUMNS))
     parts = charged_intervals(data, int(starts.min()), int(ends.max()), by_thread)
     table = pd.DataFrame({"rank": data.rank, S.STEP: numbers, "step_ns": ends - starts})
     for part in (*PARTS, BLOCKING_COPY, AFTER_SYNC, OVERLAP):
@@ -155,7 +157,11 @@ RANK_COLUMNS = ("rank", "steps", "steps_recorded", "step_time_ms", *PARTS,
 
 def combine_breakdown(parts: list[dict]) -> Result:
     """:func:`analyze_breakdown` from every rank's :func:`rank_parts`."""
-    steps = pd.concat([p["step_breakdown"] for p in parts], ignore_index=True)
+    # a rank without GPU work has no step rows (an untyped empty frame): left out of the
+    # concat, so that the others' columns stay numeric
+    frames = [p["step_breakdown"] for p in parts if len(p["step_breakdown"])]
+    steps = pd.concat(frames, ignore_index=True) if frames else \
+        pd.DataFrame(columns=list(STEP_COLUMNS))
     rows = []
     for rank, group in steps.groupby("rank"):
         used = group[group[USED].astype(bool)]

@@ -7,6 +7,9 @@
 - Graph capture: inside ``cudaStreamBeginCapture``...``EndCapture`` launches are recorded
   into a graph and nothing runs, so a capture window looks like a host launching thousands
   of kernels to an idle GPU. It is set-up, not execution.
+- Collapsed time: (almost) every event starts at one instant (timestamps lost or
+  overwritten). Durations may still be real, but nothing measured between events (idle
+  time, waits, skew, bandwidth over a window) means anything.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from profkit.columns import category_mask
 KERNEL_LAUNCH_RE = r"^(?:cuda|hip|cu)(?:LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|ExtModuleLaunchKernel)|^cuLaunchKernel"
 GRAPH_LAUNCH_RE = r"^(?:cuda|hip|cu)GraphLaunch"
 MISSING_FRAC = 0.5  # more than this share of launches without GPU records: records were lost
+COLLAPSED_FRAC = 0.9  # more than this share of a rank's events at one instant: no timeline
 
 
 def rank_health(events: pd.DataFrame) -> dict:
@@ -43,7 +47,24 @@ def rank_health(events: pd.DataFrame) -> dict:
         "capture_windows": int(len(capture[0])),
         "capture_calls": capture_calls(events),
         "graph_launches": int(category_mask(host[S.NAME], GRAPH_LAUNCH_RE).sum()),
+        **_instants(events[S.TS_NS].to_numpy()),
     }
+
+
+def _instants(ts_ns: np.ndarray) -> dict:
+    """How many events there are, and how many of them start at the most common instant."""
+    if not len(ts_ns):
+        return {"events": 0, "events_at_one_instant": 0}
+    ts_ns = np.sort(ts_ns)
+    edges = np.flatnonzero(np.diff(ts_ns)) + 1
+    runs = np.diff(np.concatenate(([0], edges, [len(ts_ns)])))
+    return {"events": int(len(ts_ns)), "events_at_one_instant": int(runs.max())}
+
+
+def time_collapsed(health: dict) -> bool:
+    """(Almost) every event of the rank starts at one instant."""
+    n = health.get("events", 0)
+    return n >= 2 and health.get("events_at_one_instant", 0) > COLLAPSED_FRAC * n
 
 
 def records_lost(health: dict) -> bool:

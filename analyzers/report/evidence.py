@@ -16,6 +16,7 @@ from profkit.analyzers import units as U
 from profkit.analyzers.measure.fusion import SEQUENCE_SEP
 
 from profkit.classify.names import short_kernel_name
+from profkit.textout import plural
 
 MAX_ITEMS = 4
 MAX_CHARS = 200  # one evidence line, at most
@@ -41,6 +42,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "count": lambda v: str(len(v)) if isinstance(v, (list, dict)) else U.number(v),
     "list": lambda v: ", ".join(map(str, v[:3])) if isinstance(v, list) else str(v),
     "calls": _calls, "kernels": _kernels, "text": lambda v: U.clip(str(v), 60),
+    "slow_calls": lambda v: plural(int(v), "slow call") if U.finite(v) is not None else U.MISSING,
 }
 
 _PART = (("{} ({} of a {} step)", "ms_per_step:ms/step", "fraction:pct", "step_time_ms:ms"),
@@ -88,7 +90,7 @@ ITEMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "memory": (("peak {} of {} ({})", "peak_mem_bytes", "mem_capacity_bytes", "peak_mem_frac"),),
     "idle_code": (("GPU idle {}", "idle_ms_per_step:ms/step"),
                   ("longest: {} ({})", "top.0.code:text", "top.0.ms_per_step:ms/step")),
-    "runtime_calls": (("{} slow call(s), {} ({} of the step)", "slow_runtime_calls:num",
+    "runtime_calls": (("{}, {} ({} of the step)", "slow_runtime_calls:slow_calls",
                        "slow_runtime_ns", "slow_frac:pct"), ("{}", "calls:calls")),
     "fusion": (("{} sequences, the first x{}", "sequences:count", "counts.0:num"),
                ("first: {}", "sequences.0:kernels")),

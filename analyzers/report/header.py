@@ -28,6 +28,7 @@ from profkit.analyzers.units import clip
 from profkit.run.discover import QUIET_DIRS as SIDECAR_DIRS
 from profkit.run.discover import is_trace_name
 from profkit.run.loader import MERGED_OUTPUT
+from profkit.textout import plural, ranks_text
 
 MAX_STATUS_RANKS = 3  # the status line names this many failed ranks, then counts the rest
 MAX_SKIPPED_SHOWN = 10  # text and Markdown list this many skipped files, then count the rest
@@ -44,7 +45,7 @@ def status_line(run: dict[str, Any]) -> str | None:
     errors = sorted((run.get("rank_errors") or {}).items(), key=lambda kv: _rank_key(kv[0]))
     shown = [f"rank {r}: {clip(why, 160)}" for r, why in errors[:MAX_STATUS_RANKS]]
     if len(errors) > MAX_STATUS_RANKS:
-        shown.append(f"{len(errors) - MAX_STATUS_RANKS} more rank(s)")
+        shown.append(f"{plural(len(errors) - MAX_STATUS_RANKS, 'more rank', 'more ranks')}")
     return f"{status} ({'; '.join(shown)})" if shown else str(status)
 
 
@@ -56,20 +57,22 @@ def ranks_line(run: dict[str, Any]) -> str:
     """``2 of 2 ranks analysed``; ``1 of 8 ranks analysed: 7 missing (1-7)``."""
     analysed = len(run.get("ranks_analyzed") or [])
     world = max(int(run.get("world_size") or 0), analysed)
-    text = f"{analysed} of {world} ranks analysed"
+    text = f"{analysed} of {plural(world, 'rank')} analysed"
     selected = run.get("ranks_selected")
     if selected is not None:
-        text += f" (ranks {clip(rank_ranges(selected), 80)} asked for)"
+        text += f" ({clip(ranks_text(selected), 86)} asked for)"
     missing = missing_ranks(run)
     if missing:
         text += f": {len(missing)} missing ({clip(rank_ranges(missing), 80)})"
     return text
 
 
-def skipped_lines(run: dict[str, Any]) -> list[str]:
-    """``path: reason`` per skipped file, the first :data:`MAX_SKIPPED_SHOWN` of them."""
+def skipped_lines(run: dict[str, Any], path=str) -> list[str]:
+    """``path: reason`` per skipped file, the first :data:`MAX_SKIPPED_SHOWN` of them;
+    ``path`` formats the path (the text report keeps it on one line)."""
     skipped = run.get("skipped_files") or []
-    lines = [f"{s['path']}: {clip(s['reason'], 200)}" for s in skipped[:MAX_SKIPPED_SHOWN]]
+    lines = [f"{path(str(s['path']))}: {clip(s['reason'], 200)}"
+             for s in skipped[:MAX_SKIPPED_SHOWN]]
     if len(skipped) > MAX_SKIPPED_SHOWN:
         lines.append(f"... and {len(skipped) - MAX_SKIPPED_SHOWN} more (all in --format json)")
     return lines
@@ -105,10 +108,10 @@ def problems(run: dict[str, Any]) -> list[str]:
                    f"({clip(rank_ranges(missing), 80)})")
     bad = [s for s in run.get("skipped_files") or [] if counts_against(s)]
     if bad:
-        out.append(f"{len(bad)} trace file(s) skipped (first: {bad[0]['path']})")
+        out.append(f"{plural(len(bad), 'trace file')} skipped (first: {bad[0]['path']})")
     guessed = [n for n in run.get("notes") or [] if str(n).endswith(GUESSED_RANK)]
     if guessed:
-        out.append(f"{len(guessed)} rank(s) numbered by file order, not by the trace")
+        out.append(f"{plural(len(guessed), 'rank')} numbered by file order, not by the trace")
     return out
 
 

@@ -13,6 +13,8 @@ from profkit.analyzers.compare.diff import Diff
 from profkit.analyzers.measure.breakdown import PARTS
 from profkit.analyzers.report.render_text import saving_text
 
+from profkit.textout import plural
+
 # One colour per breakdown part (colour-blind-safe palette, Okabe & Ito).
 PART_COLORS = {"compute": "#0072B2", "memcpy": "#56B4E9", "communication": "#E69F00",
                "cpu_launch": "#D55E00", "host_work": "#882255", "data_loading": "#CC79A7",
@@ -73,14 +75,18 @@ def findings_list(findings: list) -> str:
     return f"<h4>Findings</h4><ul>{''.join(items)}{more}</ul>"
 
 
-def analysis_html(a: Analysis) -> str:
-    """The verdict, the breakdown chart and the findings of ``a``."""
+def analysis_html(a: Analysis, heading: bool = True) -> str:
+    """The verdict, the breakdown chart and the findings of ``a``; ``heading``: begin with
+    a line naming the run (a page that has its own title leaves it out)."""
     run = a.run or {}
-    head = (f"<b>profkit analysis</b> of <code>{escape(str(run.get('path', '')))}</code>: "
-            f"{run.get('world_size', '?')} rank(s)")
-    status = run.get("status")
-    if status and status != "ok":
-        head += f', run status <b style="color:#B00020">{escape(str(status))}</b>'
+    head = ""
+    if heading:
+        world = run.get("world_size")
+        head = (f"<b>profkit analysis</b> of <code>{escape(str(run.get('path', '')))}</code>: "
+                f"{plural(world, 'rank') if isinstance(world, int) else '? ranks'}")
+        status = run.get("status")
+        if status and status != "ok":
+            head += f', run status <b style="color:#B00020">{escape(str(status))}</b>'
     verdict = f'<p style="font-size:15px"><b>{escape(a.verdict.get("summary", ""))}</b></p>'
     return (f'<div style="{BOX}">{head}{verdict}'
             f'{breakdown_chart(a.verdict, a.table("rank_breakdown"))}'

@@ -14,6 +14,7 @@ from profkit.analyzers.report import header as H
 from profkit.analyzers.report.html import BOX, analysis_html, diff_html
 from profkit.analyzers.report.sections import sections
 
+H1 = "font-size:20px;margin:0 0 8px"
 PAGE_STYLE = ("body{margin:24px;color:#222}table{border-collapse:collapse;margin:4px 0 16px}"
               "th,td{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right;"
               "font-size:12px}th{background:#f4f4f4}td:first-child,th:first-child{text-align:"
@@ -21,9 +22,12 @@ PAGE_STYLE = ("body{margin:24px;color:#222}table{border-collapse:collapse;margin
 
 
 def to_html(a: Analysis) -> str:
+    """The page: its title first (``<h1>``), the truth about the run, the verdict, chart and
+    findings, then the tables."""
     run = a.run or {}
     title = f"profkit analysis of {run.get('path', '')}"
-    body = [f'<div style="{BOX}">', _header(run), "</div>", analysis_html(a)]
+    body = [f'<div style="{BOX}"><h1 style="{H1}">{escape(title)}</h1>', _header(run), "</div>",
+            analysis_html(a, heading=False)]
     body += [f'<div style="{BOX}">' + _section(s) + "</div>" for s in sections(a)]
     return _page(title, body)
 
@@ -31,7 +35,8 @@ def to_html(a: Analysis) -> str:
 def diff_page(d) -> str:
     """``profkit diff --format html``: the diff's notebook view as a page of its own."""
     title = f"profkit diff: {d.base} -> {d.new}"
-    return _page(title, [f'<div style="{BOX}"><h2>{escape(title)}</h2></div>', diff_html(d)])
+    return _page(title, [f'<div style="{BOX}"><h1 style="{H1}">{escape(title)}</h1></div>',
+                         diff_html(d)])
 
 
 def _page(title: str, body: list[str]) -> str:

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 import pandas as pd
-from profkit.analyzers.analyze import Analysis
+from profkit.analyzers.analyze import PART_NAMES, Analysis, part_label
 from profkit.analyzers.findings.diagnosis import steps_line
 from profkit.analyzers.measure.breakdown import PARTS
 from profkit.analyzers.measure.tables import rank_ranges
@@ -20,6 +20,14 @@ from profkit.analyzers.report import header as H
 from profkit.analyzers.report import sections as sec
 from profkit.analyzers.report.evidence import evidence_text
 from profkit.analyzers.units import pct
+
+from profkit.textout import PIPE_WIDTH, glue, table_lines, wrap
+
+# Categories whose message and advice already state every number of their evidence (the
+# straggler's: its late arrivals, what the others lose, its compute against theirs): the
+# text and Markdown reports give them no evidence line, so that each fact is said once.
+SAID_IN_MESSAGE = {"straggler"}
+STEP_MS = "step ms"  # the step time column of the step-time-by-part table
 
 
 def sorted_findings(a: Analysis) -> list:
@@ -48,25 +56,33 @@ def saving_text(f) -> str:
 
 
 def rank_table(a: Analysis) -> pd.DataFrame:
-    """One row per rank; past MAX_RANK_ROWS ranks, the spread over ranks instead (min,
-    median, max of each column, with the ranks at the extremes of the step time)."""
+    """One row per rank: step time (ms), each part's % of it, the largest part; past
+    MAX_RANK_ROWS ranks, the spread over ranks instead (min, median, max of each column,
+    with the ranks at the extremes of the step time). Columns as the reports name them."""
     ranks = a.table("rank_breakdown")
     if ranks.empty:
         return ranks
-    table = ranks[["rank", "steps", "step_time_ms"]].copy()
+    table = pd.DataFrame({"rank": ranks["rank"], STEP_MS: ranks["step_time_ms"]})
     for p in PARTS:
-        table[p] = (100 * ranks[p]).round(1)
-    table["primary"] = ranks["primary"]
+        table[part_label(p)] = (100 * ranks[p]).round(1)
+    table["primary"] = [part_label(str(p)) for p in ranks["primary"]]
     if len(table) <= sec.MAX_RANK_ROWS:
         return table
     numbers = table.drop(columns=["rank", "primary"])
     spread = pd.DataFrame({"min": numbers.min(), "median": numbers.median(),
                            "max": numbers.max()}).T.round(1)
-    fastest, slowest = (table.loc[table["step_time_ms"].idxmin(), "rank"],
-                        table.loc[table["step_time_ms"].idxmax(), "rank"])
+    fastest, slowest = (table.loc[table[STEP_MS].idxmin(), "rank"],
+                        table.loc[table[STEP_MS].idxmax(), "rank"])
     spread.insert(0, "over ranks", ["min", "median", "max"])
     spread["rank (step time)"] = [int(fastest), "", int(slowest)]
     return spread
+
+
+
+def part_legend() -> str:
+    """What the part names that need it mean (``held work: queued, ...``)."""
+    return "; ".join(f"{part_label(p)}: {name.split(' (', 1)[1].rstrip(')')}"
+                     for p, name in PART_NAMES.items() if " (" in name)
 
 
 def _fmt(v: Any) -> str:
@@ -83,63 +99,82 @@ def markdown_table(table: pd.DataFrame) -> list[str]:
 
 # --- text ---------------------------------------------------------------------------------
 
-def text_table(table: pd.DataFrame, indent: str = "  ") -> list[str]:
-    """Lines of a table of display strings: names left-aligned, numbers right-aligned."""
-    cells = {c: [str(v) for v in table[c]] for c in table.columns}
-    lines = []
-    for row in [list(map(str, table.columns))] + [list(r) for r in zip(*cells.values())]:
-        lines.append(indent + "  ".join(_align(v, c, cells[c]) for v, c in zip(row, cells)))
-    return [line.rstrip() for line in lines]
+def text_table(table: pd.DataFrame, width: int = PIPE_WIDTH, indent: str = "  ",
+               clip: tuple[str, ...] = (), fold: tuple[str, ...] = ()) -> list[str]:
+    """Lines of a table of display strings within ``width`` columns: names left-aligned,
+    numbers right-aligned (:func:`profkit.textout.table_lines`); ``clip``: the name columns
+    that may be cut to fit, ``fold``: the descriptive ones that may wrap."""
+    columns = [str(c) for c in table.columns]
+    rows = [[_cell(v) for v in row] for row in table.itertuples(index=False)]
+    return table_lines(columns, rows, width, indent,
+                       clip=[i for i, c in enumerate(columns) if c in clip],
+                       fold=[i for i, c in enumerate(columns) if c in fold])
 
 
-def _align(value: str, column: str, values: list[str]) -> str:
-    width = max([len(column)] + [len(v) for v in values])
-    numeric = all(not v or v[0] in "0123456789-+." for v in values)
-    return value.rjust(width) if numeric else value.ljust(width)
+def _cell(v: Any) -> str:
+    return f"{v:.1f}" if isinstance(v, float) else str(v)
 
 
-def text_header(run: dict[str, Any]) -> list[str]:
+def text_header(run: dict[str, Any], width: int = PIPE_WIDTH) -> list[str]:
     """The first lines of the text report: status, ranks, skipped files, notes."""
-    lines = [f"profkit analysis of {run['path']}"]
+    lines = [f"profkit analysis of {run['path']}"]  # the title: one line, however long
     status = H.status_line(run)
     if status:
-        lines.append(f"RUN STATUS: {status}")
-    lines.append(H.ranks_line(run))
-    lines += [f"skipped: {s}" for s in H.skipped_lines(run)]
-    lines += [f"note: {n}" for n in H.note_lines(run)]
+        lines += wrap(status, width, "RUN STATUS: ", "  ")
+    lines += wrap(H.ranks_line(run), width)
+    for s in H.skipped_lines(run, path=glue):
+        lines += wrap(s, width, "skipped: ", "  ")
+    for n in H.note_lines(run):
+        lines += wrap(n, width, "note: ", "  ")
     return lines
 
 
-def to_text(a: Analysis) -> str:
-    lines = text_header(a.run) + ["", f"VERDICT: {a.verdict['summary']}"]
+def to_text(a: Analysis, width: int = PIPE_WIDTH) -> str:
+    """The report for a terminal of ``width`` columns: prose wrapped at spaces, tables
+    fitted (headers over two lines, long names cut, or split), no line longer except a
+    word that is (a long path)."""
+    lines = text_header(a.run, width) + [""] + wrap(a.verdict["summary"], width, "VERDICT: ", "  ")
     if a.run.get("steps"):
-        lines.append(f"steps used: {steps_line(a.run['steps'])}")
-    lines.append("")
+        lines += wrap(steps_line(a.run["steps"]), width, "steps used: ", "  ")
     table = rank_table(a)
     if not table.empty:
-        lines += ["Step time by part, % (per rank):",
-                  table.to_string(index=False, float_format=lambda v: f"{v:.1f}"), ""]
-    for s in a.stragglers:
-        lines.append(f"STRAGGLER: rank {s['rank']}: "
-                     f"{evidence_text('straggler_row', s['evidence'])}")
-    lines += _text_findings(a)
+        lines += ["", "Step time by part, % (per rank):"] + text_table(table, width)
+        lines += wrap(f"({part_legend()})", width, "  ", "   ")
+    for s in _stragglers_without_finding(a):
+        lines += [""] + wrap(f"rank {s['rank']}: "
+                             f"{evidence_text('straggler_row', s['evidence'])}",
+                             width, "STRAGGLER: ", "  ")
+    lines += _text_findings(a, width)
     for section in sec.sections(a):
-        lines += ["", f"{section.title}:"] + text_table(section.table)
-        lines += [f"  ({n})" for n in section.notes]
+        lines += [""] + wrap(f"{section.title}:", width)
+        lines += text_table(section.table, width, clip=section.clip, fold=section.fold)
+        for n in section.notes:
+            lines += wrap(f"({n})", width, "  ", "   ")
     return "\n".join(lines) + "\n"
 
 
-def _text_findings(a: Analysis) -> list[str]:
+def _stragglers_without_finding(a: Analysis) -> list[dict]:
+    """The analysis' stragglers that no finding reports (a finding says it all)."""
+    told = {f.rank for f, _ in grouped_findings(a) if f.category == "straggler"}
+    return [s for s in a.stragglers if s["rank"] not in told]
+
+
+def finding_evidence(f) -> str:
+    """The evidence line of a finding, empty where its message says it all."""
+    return "" if f.category in SAID_IN_MESSAGE else evidence_text(f.category, f.evidence)
+
+
+def _text_findings(a: Analysis, width: int) -> list[str]:
     grouped = grouped_findings(a)
     findings = [g for g in grouped if g[0].severity != "info"] or grouped[:3]
     lines = ["", "Findings and what to change:"] if findings else []
     for f, others in findings:
-        also = f" (similar on ranks {others})" if others else ""
-        lines.append(f"- [{f.severity}] {f.message}{also}{saving_text(f)}")
-        evidence = evidence_text(f.category, f.evidence)
+        also = f" (similar on {'rank' if others.isdigit() else 'ranks'} {others})" if others else ""
+        lines += wrap(f"[{f.severity}] {f.message}{also}{saving_text(f)}", width, "- ", "  ")
+        evidence = finding_evidence(f)
         if evidence:
-            lines.append(f"    evidence: {evidence}")
-        lines.append(f"    do: {f.recommendation}")
+            lines += wrap(evidence, width, "    evidence: ", "      ")
+        lines += wrap(f.recommendation, width, "    do: ", "      ")
     return lines
 
 
@@ -166,8 +201,8 @@ def to_markdown(a: Analysis) -> str:
         lines += [f"Steps used: {steps_line(a.run['steps'])}", ""]
     table = rank_table(a)
     if not table.empty:
-        lines += markdown_table(table) + [""]
-    for s in a.stragglers:
+        lines += markdown_table(table) + ["", f"_{_md(part_legend())}_", ""]
+    for s in _stragglers_without_finding(a):
         lines.append(f"**Straggler:** rank {s['rank']} "
                      f"({evidence_text('straggler_row', s['evidence'])})")
     findings = grouped_findings(a)
@@ -177,7 +212,7 @@ def to_markdown(a: Analysis) -> str:
     for f, others in findings:
         rank = "run" if f.rank is None else ",".join(filter(None, [str(f.rank), others]))
         lines.append(f"| {f.severity} | {rank} | {_md(f.message)}{saving_text(f)} | "
-                     f"{_md(evidence_text(f.category, f.evidence))} | {_md(f.recommendation)} |")
+                     f"{_md(finding_evidence(f))} | {_md(f.recommendation)} |")
     for section in sec.sections(a):
         cells = section.table.astype(str).map(lambda v: v.replace("<", "&lt;"))
         lines += ["", f"### {section.title}", ""] + markdown_table(cells)

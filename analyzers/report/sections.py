@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from profkit.analyzers import units as U
-from profkit.analyzers.analyze import Analysis, part_name
+from profkit.analyzers.analyze import Analysis, part_label
 from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.thresholds import DEFAULT
 
 from profkit.classify.names import short_kernel_names
+from profkit.textout import plural
 
 MAX_RANK_ROWS = 16  # larger runs get a per-part distribution instead of a row per rank
 TOP_ROWS = 10  # rows of the kernel, op and collective tables
@@ -29,6 +30,8 @@ class Section:
     title: str
     table: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    clip: tuple[str, ...] = ()  # name columns the text report may cut to fit the terminal
+    fold: tuple[str, ...] = ()  # descriptive columns whose cells may wrap over lines there
 
 
 def sections(a: Analysis) -> list[Section]:
@@ -40,10 +43,13 @@ def sections(a: Analysis) -> list[Section]:
 
 def recorded_steps(a: Analysis) -> int:
     """Rank-steps the kernel and op totals cover: each GPU rank's recorded steps (a rank
-    without step ranges counts its one window)."""
+    without step ranges counts its one window); in a run without GPU events, every rank's."""
     eff = a.table("efficiency")
     if not eff.empty and "steps" in eff:
         return int(np.maximum(eff["steps"].fillna(0).to_numpy(), 1).sum())
+    cpu = a.table("cpu_steps")  # a run without GPU events: each rank's recorded steps
+    if not cpu.empty:
+        return int(np.maximum(cpu["steps"].to_numpy(), 1).sum())
     return max(len(a.table("rank_breakdown")), 1)
 
 
@@ -61,17 +67,19 @@ def kernels_section(a: Analysis) -> Section | None:
     steps = recorded_steps(a)
     top = k.head(TOP_ROWS)
     table = pd.DataFrame({
-        "kernel": short_kernel_names(top["name"].astype(str).tolist()), "class": top["cls"],
+        "kernel": short_kernel_names(top["name"].astype(str).tolist()),
+        "class": [part_label(str(c)) for c in top["cls"]],
         "calls/step": [U.number(round(c / steps, 1)) for c in top["count"]],
         "ms/step": [U.ms_of_ns(t / steps) for t in top["total_ns"]],
         "share": [U.pct(s) for s in top["share"]]})
     if n_ranks > 1:  # a straggler's kernels show in the spread
         per_rank = steps / n_ranks
-        table["per rank"] = [f"{U.ms_of_ns(lo / per_rank)} to {U.ms_of_ns(hi / per_rank)}"
+        table["per rank"] = [U.ms_range(lo / per_rank, hi / per_rank)
                              for lo, hi in zip(top["rank_min_total_ns"], top["rank_max_total_ns"])]
-    return Section(f"Top kernels (GPU time per step, {n_ranks} rank(s), {steps} rank-step(s))",
+    return Section(f"Top kernels (GPU time per step, {plural(n_ranks, 'rank')}, "
+                   f"{plural(steps, 'rank-step')})",
                    table, [f"share: of all kernel time; full names in --format json and "
-                           f"--tables ({len(k)} kernels kept)"])
+                           f"--tables ({plural(len(k), 'kernel')} kept)"], clip=("kernel",))
 
 
 def ncu_section(a: Analysis) -> Section | None:
@@ -122,7 +130,7 @@ def ops_section(a: Analysis) -> Section | None:
         "self ms/step": [U.ms_of_ns(t / steps) for t in top["self_ns"]],
         "total ms/step": [U.ms_of_ns(t / steps) for t in top["total_ns"]],
         "self share": [U.pct(s) for s in top["self_share"]]})
-    return Section("Top CPU ops (self time per step)", table)
+    return Section("Top CPU ops (self time per step)", table, clip=("op",))
 
 
 def efficiency_section(a: Analysis) -> Section | None:
@@ -178,11 +186,32 @@ def collectives_section(a: Analysis) -> Section | None:
         "link peak": [U.gbps(v) for v in top["link_gbps"]],
         "of link": [U.pct(b / p) if U.finite(p) else U.MISSING
                     for b, p in zip(top["busbw_gbps"], top["link_gbps"])]})
-    notes = [f"{len(coll)} collectives matched across ranks, in {len(groups)} row(s) of one "
-             "kind, size and group size"]
+    notes = [f"{plural(len(coll), 'collective')} matched across ranks, in "
+             f"{plural(len(groups), 'row')} of one kind, size and group size"]
     if top["link_gbps"].isna().all():
-        notes.append("link peak unknown: ranks on several hosts, or a device not in the table")
+        notes.append(f"link peak unknown: {_why_no_link_peak(a)}")
     return Section("Collectives (matched across ranks, by kind and size)", table, notes)
+
+
+def _why_no_link_peak(a: Analysis) -> str:
+    """Why the collectives have no link to be judged against (the cases of
+    measure.links.link_peak): ranks on several hosts, no GPU, or a GPU not in the table."""
+    hosts = a.table("clock_offsets")
+    names = set(hosts["host"].dropna().astype(str)) - {""} if "host" in hosts else set()
+    if len(names) > 1:
+        return (f"the ranks run on {plural(len(names), 'host')} (across hosts the network "
+                "is the limit, and its speed is not in the trace)")
+    eff = a.table("efficiency")
+    if eff.empty:
+        return "no GPU events in this run (collectives on the CPU, e.g. gloo)"
+    shown = _values(eff, "device_model") or _values(eff, "device_name")
+    if shown:
+        return f"{', '.join(shown)}: not in profkit's table of GPU links"
+    return "the GPU model is not in the trace"
+
+
+def _values(table: pd.DataFrame, column: str) -> list[str]:
+    return sorted(set(table[column].dropna().astype(str)) - {""}) if column in table else []
 
 
 def transfers_section(a: Analysis) -> Section | None:
@@ -197,6 +226,8 @@ def transfers_section(a: Analysis) -> Section | None:
         steps = used_steps(a, g["rank"])
         achieved = g["bytes"].sum() / g["gpu_ns"].sum() if g["gpu_ns"].sum() else np.nan
         peak = g["peak_gbps"].median()
+        if g["achieved_gbps"].isna().all() or (U.finite(peak) and achieved > peak):
+            achieved = np.nan  # faster than the link: a note says why (findings/trust.py)
         rows.append({"direction": direction, "memory": memory,
                      "copies/step": U.number(round(g["copies"].sum() / steps, 1)),
                      "size/step": U.size(g["bytes"].sum() / steps), "GB/s": U.gbps(achieved),
@@ -204,7 +235,8 @@ def transfers_section(a: Analysis) -> Section | None:
                      "of peak": U.pct(achieved / peak) if U.finite(peak) else U.MISSING,
                      "link": str(g["link"].iloc[0] or "unknown"),
                      "ranks": U.clip(rank_ranges(g["rank"]), 30)})
-    return Section("Transfers (memory copies in the steps)", pd.DataFrame(rows))
+    return Section("Transfers (memory copies in the steps)", pd.DataFrame(rows),
+                   fold=("link",), clip=("ranks",))
 
 
 def idle_section(a: Analysis) -> Section | None:
@@ -214,7 +246,7 @@ def idle_section(a: Analysis) -> Section | None:
         return None
     rows = []
     for (part, label), g in code.groupby(["part", "code"], sort=False):
-        rows.append({"part": part_name(part), "code": U.clip(label, 70),
+        rows.append({"part": part_label(part), "code": U.clip(label, 70),
                      "ns_per_step": g["idle_ns"].sum() / used_steps(a, g["rank"]),
                      "ranks": U.clip(rank_ranges(g["rank"]), 30)})
     table = pd.DataFrame(rows).sort_values("ns_per_step", ascending=False, kind="stable")
@@ -222,7 +254,8 @@ def idle_section(a: Analysis) -> Section | None:
     top = top.assign(ns_per_step=[U.ms_of_ns(v, "step") for v in top["ns_per_step"]])
     top = top.rename(columns={"ns_per_step": "GPU idle"})[["part", "code", "GPU idle", "ranks"]]
     return Section("Where the GPU waits for the host (idle time by the code running)", top,
-                   ["per step of the ranks listed; capture with_stack=True to see Python lines"])
+                   ["per step of the ranks listed; capture with_stack=True to see Python lines"],
+                   fold=("code",), clip=("ranks",))
 
 
 def device_label(model, name) -> str:

@@ -290,16 +290,33 @@ FLOP_OPS: dict[str, Formula] = {
 }
 
 
-def flops_from_shapes(name: str, dims: object, concrete: object = None) -> float:
-    """FLOPs of one op from its ``Input Dims`` (and ``Concrete Inputs``); NaN when the op,
-    its shapes or the arguments its formula needs are not known."""
+MAX_OP_FLOPS = 1e22  # a day (the longest event kept) at 10 PFLOP/s, past every device peak
+
+
+def plausible_flops(value: float) -> bool:
+    """Whether ``value`` can be one op's FLOP count: 0 to MAX_OP_FLOPS (not NaN or inf)."""
+    return 0.0 <= value <= MAX_OP_FLOPS
+
+
+def shape_flops(name: str, dims: object, concrete: object = None) -> tuple[float, bool]:
+    """(FLOPs, dropped) of one op from its shapes: NaN when the op, its shapes or arguments
+    are unknown; NaN and dropped when they give no count an op can have (2**62-sized
+    dimensions overflow a float, a stride of 0, negative or absurd counts)."""
     fn = FLOP_OPS.get(name)
     if fn is None or not isinstance(dims, list):
-        return math.nan
+        return math.nan, False
     try:
-        return float(fn(dims, concrete if isinstance(concrete, list) else []))
+        value = float(fn(dims, concrete if isinstance(concrete, list) else []))
     except (TypeError, ValueError, IndexError, AttributeError):
-        return math.nan
+        return math.nan, False
+    except ArithmeticError:  # OverflowError, ZeroDivisionError
+        return math.nan, True
+    return (value, False) if plausible_flops(value) else (math.nan, True)
+
+
+def flops_from_shapes(name: str, dims: object, concrete: object = None) -> float:
+    """FLOPs of one op from its shapes (:func:`shape_flops`), NaN when unknown or dropped."""
+    return shape_flops(name, dims, concrete)[0]
 
 
 # --- links between convolution events (traces without Concrete Inputs) ---------------------
@@ -331,6 +348,7 @@ class ConvLinks:
         self.grad_out: dict[int, list] = {}  # sequence number -> output gradient dims
         self.backward: list[tuple[int, float]] = []  # (row, FLOPs of one gradient)
         self.leaves: list[int] = []
+        self.dropped = 0  # forward convs whose linked shapes give no plausible count
         self._wanted: dict[str, bool] = {}
 
     def wants(self, name: str) -> bool:
@@ -363,10 +381,17 @@ class ConvLinks:
         for row, dims, seq in self.forward:
             grad = self.grad_out.get(seq)
             try:  # the gradient must be [N, Cout, ...] of this very conv
-                if grad[:2] == [dims[0][0], dims[1][0]]:
-                    flops[row] = conv_work(dims[0], dims[1], grad[2:])
+                if grad[:2] != [dims[0][0], dims[1][0]]:
+                    continue
+                work = conv_work(dims[0], dims[1], grad[2:])
             except (TypeError, ValueError, IndexError):
                 continue
+            except ArithmeticError:
+                work = math.nan
+            if plausible_flops(work):
+                flops[row] = work
+            else:
+                self.dropped += 1
         leaves = np.asarray(self.leaves, dtype=np.int64)
         for row, one in self.backward:
             inside = leaves[(tid[leaves] == tid[row]) & (ts[leaves] >= ts[row])

@@ -80,7 +80,8 @@ def parse_rules(items: Any, source: str) -> Rules:
         where += f" (pattern {item['pattern']!r})"
         unknown = sorted(set(item) - _KEYS)
         if unknown:
-            raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)}; "
+            raise UsageError(f"{where}: unknown {'key' if len(unknown) == 1 else 'keys'} "
+                             f"{', '.join(unknown)}; "
                              f"expected {', '.join(sorted(_KEYS))}")
         cls, sub = item.get("class"), item.get("subclass", "")
         if cls not in SUBCLASSES:

@@ -9,8 +9,11 @@ from pathlib import Path
 
 from profkit.cli.options import parse_ranks, parse_span, progress
 from profkit.errors import IncompleteRunError, OutputError, UsageError
+from profkit.textout import PIPE_WIDTH, rank_ranges, ranks_text, terminal_width
 
 log = logging.getLogger(__name__)
+NO_STEP_RANGES = ("this run has no step ranges (ProfilerStep#); --step-marker NAME makes "
+                  "the ranges of a record_function recorded once per step its steps")
 SLOWER_EXIT = 8  # profkit diff --fail-if-slower: the new run is surely slower than allowed
 
 def _thresholds(args):
@@ -37,8 +40,9 @@ def _analysis_key(args, run: str, thresholds) -> str:
     options = _analysis_options(args)
     code = "|".join(cache.run_fingerprint(Path(pkg.__file__).parent)  # any code change
                     for pkg in (profkit, profkit.analyzers))
-    # --strict loads differently (a conflict between traces is an error, not a skip)
-    key_text = (f"{args.ranks}|{args.cycle}|{thresholds_key(thresholds)}|{args.strict}|"
+    # --strict loads differently (a conflict between traces is an error, not a skip); the
+    # path as given is in the report's first line, so another spelling is another entry
+    key_text = (f"{run}|{args.ranks}|{args.cycle}|{thresholds_key(thresholds)}|{args.strict}|"
                 f"{rules_fingerprint()}|{options.key()}")
     return cache.run_fingerprint(Path(run), f"analyze|{__version__}|{code}|{key_text}")
 
@@ -56,7 +60,7 @@ def _cached_analysis(args, run: str, thresholds, fmt: str):
         cached = cache.load_result(Path(run), key, Analysis)
         if cached is not None and _renders(cached, fmt):
             log.debug("analysis of %s from the result cache", run)
-            return cached
+            return _steps_found(args, cached)
     analysis = analyze_run(run, scheduler=getattr(args, "scheduler", None),
                            workers=args.workers, cache=not args.no_cache, strict=args.strict,
                            ranks=parse_ranks(args.ranks), cycle=args.cycle,
@@ -64,7 +68,25 @@ def _cached_analysis(args, run: str, thresholds, fmt: str):
                            thresholds=thresholds)
     if not args.no_cache:
         cache.store_result(Path(run), key, analysis)
-    return analysis
+    return _steps_found(args, analysis)
+
+
+def _steps_found(args, analysis):
+    """``analysis``, unless ``--steps`` matched no step of any rank: then a UsageError
+    naming the steps the run has (a report of no steps would show the tables of steps it
+    says it left out)."""
+    info = analysis.run.get("steps") or {}
+    if not getattr(args, "steps", None) or any(r.get("used") for r in info.values()):
+        return analysis
+    by_steps: dict[str, list[int]] = {}
+    for rank, r in info.items():
+        steps = r.get("used", []) + [e["step"] for e in r.get("excluded", []) if e["step"] >= 0]
+        by_steps.setdefault(rank_ranges(steps), []).append(int(rank))
+    has = "; ".join(f"{ranks_text(ranks)}: steps {steps}" for steps, ranks in by_steps.items()
+                    if steps)
+    if not has:
+        raise UsageError(f"--steps {args.steps}: {NO_STEP_RANGES}")
+    raise UsageError(f"--steps {args.steps}: no step of this run is in that range ({has})")
 
 
 def _analysis_options(args):
@@ -82,7 +104,7 @@ def _renders(analysis, fmt: str) -> bool:
     """Whether a cached analysis renders: it decoded as data, but it lies in a folder others
     may write, so one that does not render is a cache miss, never an error."""
     try:
-        _render_analysis(analysis, fmt)
+        _render_analysis(analysis, fmt, terminal_width(False))
         str(analysis.verdict["summary"])
     except Exception as exc:  # noqa: BLE001 - any fault of the entry is a miss
         log.debug("cached analysis of this run does not render, analysing again: %r", exc)
@@ -90,7 +112,8 @@ def _renders(analysis, fmt: str) -> bool:
     return True
 
 
-def _render_analysis(analysis, fmt: str) -> bytes:
+def _render_analysis(analysis, fmt: str, width: int = PIPE_WIDTH) -> bytes:
+    """The report in ``fmt``; text is laid out for ``width`` columns."""
     import orjson
 
     from profkit.analyzers.report.render import to_json, to_markdown, to_text
@@ -101,24 +124,28 @@ def _render_analysis(analysis, fmt: str) -> bytes:
         from profkit.analyzers.report.html_page import to_html
 
         return to_html(analysis).encode()
-    return (to_markdown if fmt == "markdown" else to_text)(analysis).encode()
+    if fmt == "markdown":
+        return to_markdown(analysis).encode()
+    return to_text(analysis, width).encode()
 
 
 def cmd_analyze(args) -> int:
     from profkit.run import cache
 
     thresholds = _thresholds(args)
+    width = terminal_width(args.output is None and sys.stdout.isatty())
     # The rendered report is cached too: the same command on an unchanged run prints it
     # without importing the analysis (pandas and numpy are most of a cached run's time).
+    layout = f"-{width}" if args.format == "text" else ""
     key = None if args.no_cache or args.tables or not Path(args.run).exists() else \
-        f"{_analysis_key(args, args.run, thresholds)}-{args.format}"
+        f"{_analysis_key(args, args.run, thresholds)}-{args.format}{layout}"
     report = cache.load_report(Path(args.run), key) if key else None
     analysis = None
     if report is None:
         from profkit.analyzers.report.render import problems
 
         analysis = _cached_analysis(args, args.run, thresholds, args.format)
-        report = {"data": _render_analysis(analysis, args.format).decode(),
+        report = {"data": _render_analysis(analysis, args.format, width).decode(),
                   "summary": analysis.verdict["summary"], "problems": problems(analysis.run)}
         if key:
             cache.store_report(Path(args.run), key, **report)

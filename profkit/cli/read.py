@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from profkit.cli.options import load, parse_span
+from profkit.textout import plural, ranks_text
 
 
 def cmd_merge(args) -> int:
@@ -19,8 +20,8 @@ def cmd_merge(args) -> int:
     report = merge_run(run, output, window=window)
     for skipped in report.skipped:
         print(f"skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
-    print(f"wrote {report.output}: {report.events_written} events from rank(s) "
-          f"{', '.join(map(str, report.ranks))} (open it at https://ui.perfetto.dev)")
+    print(f"wrote {report.output}: {plural(report.events_written, 'event')} from "
+          f"{ranks_text(report.ranks)} (open it at https://ui.perfetto.dev)")
     if not args.quiet:
         print(format_summary(run))
     return 0

@@ -58,6 +58,13 @@ def _folder_for(run_dir: Path) -> Path:
     return folder
 
 
+def sweep_temporaries(traces: list[str]) -> None:
+    """Remove the temporaries that killed writers (a pool's workers stopped by Ctrl-C) left
+    in these traces' cache folders."""
+    for folder in {cache_dir_for(Path(t)) for t in traces}:
+        sweep_stale(folder)
+
+
 def _writable(folder: Path) -> bool:
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -46,6 +46,15 @@ def is_trace_name(path: Path) -> bool:
     return name.endswith(TRACE_SUFFIXES) and name != RUN_JSON and not name.startswith(TMP_PREFIX)
 
 
+def may_be_trace(path: Path) -> bool:
+    """Whether a file profkit does not read is named like a trace all the same (worth a
+    line in the report): ``rank0.json.zst``, ``trace.json.gz.1``, ``rank1.pt.trace``; not a
+    README, a LICENSE, notes or a script."""
+    name = path.name.lower()
+    return (name != RUN_JSON and not name.startswith(".")
+            and (".json" in name or ".pt.trace" in name))
+
+
 def rank_from_name(path: str | Path) -> int | None:
     """Rank from a file name such as ``rank3.json``, ``rank-3.json.gz`` or
     ``rank_3.<worker>.pt.trace.json``; None if the name carries none."""
@@ -117,8 +126,16 @@ def _walk(folder: Path, depth: int, found: Found) -> None:
         elif stat.S_ISREG(st.st_mode):
             _add_file(item, st, found)
         else:
-            kind = next((what for test, what in _SPECIAL if test(st.st_mode)), "not a regular file")
-            found.skipped.append(SkippedFile(str(item), f"{kind}, not a trace file: not opened"))
+            found.skipped.append(SkippedFile(str(item), not_a_file_reason(item, st)))
+
+
+def not_a_file_reason(item: Path, st: os.stat_result) -> str:
+    """Why an entry that is neither a file nor a folder is not read: what it is (and where
+    a symbolic link points)."""
+    kind = next((what for test, what in _SPECIAL if test(st.st_mode)), "not a regular file")
+    if item.is_symlink():
+        kind = f"a symbolic link to {os.readlink(item)}, {kind}"
+    return f"{kind}, not a trace file: not opened"
 
 
 def _stat(item: Path) -> tuple[os.stat_result | None, str | None]:
@@ -135,6 +152,9 @@ def _enter(item: Path, st: os.stat_result, depth: int, found: Found) -> None:
     if capture_number(item) is not None:
         found.captures.append(item)
         return
+    if is_trace_name(item):  # rank1.json/: named, so that a missing rank is explained
+        found.skipped.append(SkippedFile(str(item), "a folder, not a trace file: not searched"))
+        return
     if item.name in QUIET_DIRS or item.name.startswith(".") or depth + 1 >= MAX_DEPTH:
         return
     first = found.seen.setdefault((st.st_dev, st.st_ino), item)
@@ -149,9 +169,9 @@ def _add_file(item: Path, st: os.stat_result, found: Found) -> None:
     if item.parent.name in QUIET_DIRS or name.startswith(TMP_PREFIX):
         return  # a profkit data folder, or a file still being written
     if not is_trace_name(item):
-        if name != RUN_JSON and not name.startswith("."):
+        if may_be_trace(item):  # named like a trace in a form profkit does not read
             found.skipped.append(SkippedFile(str(item), "not a trace file (expected .json or .json.gz)"))
-        return
+        return  # a README, LICENSE, notes.txt, a script: not a trace, said nowhere
     first = found.seen.setdefault((st.st_dev, st.st_ino), item)
     if first != item:
         found.skipped.append(SkippedFile(str(item), f"the same file as {first}, read once"))

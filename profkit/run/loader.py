@@ -19,13 +19,14 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from profkit import schema as S
-from profkit.children import process_pool
 from profkit.errors import NoTracesError, TraceError, UsageError, error_text
 from profkit.model import RankData, Run, SkippedFile
 from profkit.run import cache, discover, rankfiles, runmeta
 from profkit.run.counters import load_counters
 from profkit.run.ncufiles import load_ncu_counters
+from profkit.run.pool import process_pool, sigint_blocked
 from profkit.run.rankfiles import RankFiles
+from profkit.textout import rank_ranges, ranks_text
 from profkit.trace import ingest, tracefile
 from profkit.trace.header import header_facts, process_names, thread_names
 
@@ -84,6 +85,9 @@ def ingest_file(path: str, use_cache: bool = True) -> Ingested:
             return Ingested(path, error=MERGED_OUTPUT)
         events, collectives, steps, metadata = ingest.build_tables(trace)
         meta = trace_meta(trace_path, trace, metadata)
+        empty = ingest.unusable_reason(events, len(trace), list(trace.all_problems()))
+        if empty:  # named once, as a skipped file: there is no rank to read
+            return Ingested(path, error=empty)
     except TraceError as exc:
         return Ingested(path, error=exc.problem)
     except MemoryError:
@@ -134,9 +138,12 @@ def _ingest_all(files: list[Path], use_cache: bool, workers: int | None,
         for i in misses:
             finish(i, ingest_file(str(files[i]), use_cache))
     else:
-        with process_pool(workers) as pool:
-            paths = [str(files[i]) for i in misses]
-            for i, res in zip(misses, pool.map(ingest_file, paths, [use_cache] * len(paths))):
+        paths = [str(files[i]) for i in misses]
+        swept = (lambda: cache.sweep_temporaries(paths)) if use_cache else None
+        with process_pool(workers, on_kill=swept) as pool:
+            with sigint_blocked():  # the workers start here: with SIGINT held back
+                ingested = pool.map(ingest_file, paths, [use_cache] * len(paths))
+            for i, res in zip(misses, ingested):
                 finish(i, res)
     return [results[i] for i in range(len(files))]
 
@@ -222,14 +229,23 @@ def open_run(path: str | Path) -> tuple[Path, Path, dict[str, Any], list[Path], 
     if not root.exists():
         raise UsageError(f"{root}: no such file or folder")
     if not (root.is_dir() or root.is_file()):
-        raise UsageError(f"{root}: not a regular file or folder (a FIFO or a device?): not opened")
+        raise UsageError(f"{root}: {discover.not_a_file_reason(root, root.stat())}")
     folder = discover.run_folder(root)
     meta = read_run_json(folder) if root.is_dir() else {}
     files, skipped = discover.find_trace_files(root)
     if not files:
         lost = "".join(f"; rank {r}: {why}" for r, why in capture_losses(folder).items())
-        raise NoTracesError(f"{root}: no trace files (.json or .json.gz) found{lost}")
+        raise NoTracesError(f"{root}: no trace files (.json or .json.gz) found{lost}"
+                            f"{_listing(skipped)}")
     return root, folder, meta, files, skipped
+
+
+def _listing(skipped: list[SkippedFile], most: int = 5) -> str:
+    """The entries a walk left out, for an error that says nothing was found."""
+    if not skipped:
+        return ""
+    more = f"; and {len(skipped) - most} more" if len(skipped) > most else ""
+    return " (skipped: " + "; ".join(f"{s.path}: {s.reason}" for s in skipped[:most]) + more + ")"
 
 
 def choose_ranks(root: Path, results: list, meta: dict, skipped: list[SkippedFile],
@@ -249,7 +265,7 @@ def choose_ranks(root: Path, results: list, meta: dict, skipped: list[SkippedFil
     wanted = None if ranks is None else set(ranks)
     chosen = rankfiles.assign(good, meta, skipped, notes, strict, wanted)
     if wanted is not None:
-        chosen = {r: c for r, c in chosen.items() if r in wanted}
+        chosen = _wanted_ranks(root, chosen, wanted, notes)
     if chosen and cycle is not None:
         chosen = rankfiles.select_cycle(chosen, cycle, notes)
         if not chosen:
@@ -259,6 +275,21 @@ def choose_ranks(root: Path, results: list, meta: dict, skipped: list[SkippedFil
         detail = "; ".join(f"{s.path}: {s.reason}" for s in skipped) or "nothing readable"
         raise NoTracesError(f"{root}: no readable trace ({detail})")
     return chosen
+
+
+def _wanted_ranks(root: Path, chosen: dict[int, RankFiles], wanted: set[int],
+                  notes: list[str]) -> dict[int, RankFiles]:
+    """The ranks of ``chosen`` that ``--ranks`` asked for; a :class:`UsageError` naming the
+    ranks the run has when none of them is there, a note naming those that are not."""
+    kept = {r: c for r, c in chosen.items() if r in wanted}
+    absent = sorted(wanted - set(chosen))
+    has = f"it has traces of {ranks_text(chosen)}" if chosen else "it has no readable trace"
+    if not kept and chosen:
+        raise UsageError(f"--ranks {rank_ranges(wanted)}: {root} has no trace of "
+                         f"{ranks_text(absent)}; {has}")
+    if absent and kept:
+        notes.append(f"--ranks: no trace of {ranks_text(absent)} in this run ({has})")
+    return kept
 
 
 def rank_data(files: list[Ingested] | Ingested, rank: int, source: str) -> RankData:

@@ -22,7 +22,6 @@ with ``path``, ``meta`` and ``error`` (the loader's ingested files, the map's re
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -34,6 +33,7 @@ from profkit import schema as S
 from profkit.errors import RunConflictError
 from profkit.model import SkippedFile
 from profkit.run import discover
+from profkit.textout import rank_ranges, ranks_text  # noqa: F401  (rank_ranges: kept importable from here)
 
 log = logging.getLogger(__name__)
 # Event kinds recorded by the profiled process itself (GPU events use the device as pid).
@@ -81,7 +81,7 @@ def assign(records: list, meta: dict, skipped: list[SkippedFile], notes: list[st
            strict: bool, wanted: set[int] | None = None) -> dict[int, RankFiles]:
     """{rank: RankFiles} for readable records in file order (see module doc). ``wanted``:
     only these ranks matter (conflicts elsewhere are not errors)."""
-    judge = _Judge(meta, skipped, strict)
+    judge = _Judge(meta, skipped, strict, notes)
     claims: dict[int, list] = {}
     unranked: list = []
     for rec in judge.drop_foreign(records):
@@ -109,8 +109,10 @@ def assign(records: list, meta: dict, skipped: list[SkippedFile], notes: list[st
 class _Judge:
     """The run's facts, and the list its decisions to skip a file go to."""
 
-    def __init__(self, meta: dict, skipped: list[SkippedFile], strict: bool):
+    def __init__(self, meta: dict, skipped: list[SkippedFile], strict: bool,
+                 notes: list[str] | None = None):
         self.meta, self.skipped, self.strict = meta, skipped, strict
+        self.notes = notes if notes is not None else []
         declared = meta.get("ranks")
         self.declared = declared if isinstance(declared, dict) else {}
 
@@ -121,24 +123,39 @@ class _Judge:
 
     def drop_foreign(self, records: list) -> list:
         """Records that can belong to this run: not another profkit run id, not another
-        world size than run.json's (else the traces' most common one)."""
-        def world(rec):
-            return (rec.meta.get("distributed") or {}).get("world_size")
-
+        world size than the run's (:meth:`run_world`)."""
         run_id = self.meta.get("run_id")
-        sizes = Counter(w for w in map(world, records) if isinstance(w, int))
-        expected = self.meta.get("world_size") or (sizes.most_common(1)[0][0] if sizes else None)
+        expected = self.run_world(records)
         kept = []
         for rec in records:
             theirs = rec.meta.get("profkit_run_id")
             if run_id and theirs and theirs != run_id:
                 self.skip(rec, f"from another run (run id {theirs}, this run is {run_id})")
-            elif expected and isinstance(world(rec), int) and world(rec) != expected:
-                self.skip(rec, f"from another run (world size {world(rec)}, the run has "
+            elif expected and _world(rec) is not None and _world(rec) != expected:
+                self.skip(rec, f"from another run (world size {_world(rec)}, the run has "
                           f"{expected})")
             else:
                 kept.append(rec)
         return kept
+
+    def run_world(self, records: list) -> int | None:
+        """The run's world size: run.json's when a trace agrees with it (or none says);
+        else the traces' own, by :func:`world_evidence`: the world of the most ranks, then
+        the most complete one. When the traces overrule run.json, run.json's facts say so
+        from then on (``world_size``) and a note says why."""
+        declared = self.meta.get("world_size")
+        sizes = {w for w in map(_world, records) if w is not None}
+        if not sizes or declared in sizes:
+            return declared
+        evidence = world_evidence(records)
+        best = max(sizes, key=evidence.__getitem__)  # a tie: the first in file order
+        if declared:
+            agree = sum(_world(r) == best for r in records)
+            self.notes.append(f"run.json says world size {declared}, but no trace does: read as "
+                              f"the traces' world size {best} ({agree} trace(s) say so)")
+            log.warning("%s", self.notes[-1])
+            self.meta["world_size"] = best
+        return best
 
     def same_process(self, rec, rank: int) -> bool:
         """False (and the file skipped) when run.json records rank ``rank`` on another host
@@ -183,6 +200,28 @@ class _Judge:
             for rec in group if i != pick else []:
                 self.skip(rec, f"duplicate rank {rank}: {why} {ordered[pick][0].path}")
         return ordered[pick]
+
+
+def _world(rec) -> int | None:
+    world = (rec.meta.get("distributed") or {}).get("world_size")
+    return world if isinstance(world, int) and world > 0 else None
+
+
+def world_evidence(records: list) -> dict[int, tuple[int, float]]:
+    """Per world size the traces claim: (distinct ranks claimed by traces of that world,
+    share of its ranks present, counting traces that name no world size). A complete
+    2-rank run beats one trace claiming rank 34 of 300; eight ranks of a 300-rank job beat
+    one trace of another 2-rank job."""
+    claimed: dict[int, set] = {}
+    for rec in records:
+        if _world(rec) is not None:
+            claimed.setdefault(_world(rec), set()).add(rank_of(rec)[0])
+    unsized = {rank_of(rec)[0] for rec in records if _world(rec) is None}
+    out = {}
+    for world, ranks in claimed.items():
+        present = {r for r in ranks | unsized if r is not None and r < world}
+        out[world] = (len(ranks - {None}), len(present) / world)
+    return out
 
 
 def as_cycles(recs: list) -> list | None:
@@ -231,7 +270,7 @@ def select_cycle(chosen: dict[int, RankFiles], cycle: int, notes: list[str]) -> 
         else:
             missing.append(rank)
     if missing:
-        notes.append(f"rank(s) {rank_ranges(missing)}: no profiler cycle {cycle}; left out")
+        notes.append(f"{ranks_text(missing)}: no profiler cycle {cycle}; left out")
     return out
 
 
@@ -248,7 +287,7 @@ def cycle_notes(chosen: dict[int, RankFiles], cycle: int | None) -> list[str]:
         else:
             continue
         by_text.setdefault(text, []).append(rank)
-    return [f"rank {rank_ranges(ranks)}: {text}" for text, ranks in by_text.items()]
+    return [f"{ranks_text(ranks)}: {text}" for text, ranks in by_text.items()]
 
 
 def _steps_text(metas: list[dict]) -> str:
@@ -259,18 +298,6 @@ def _steps_text(metas: list[dict]) -> str:
         return ""
     renumbered = " (renumbered: the cycles' ProfilerStep numbers repeat)" if any(offsets) else ""
     return f" as steps {ranges[0][0]}-{ranges[-1][1]}{renumbered}"
-
-
-def rank_ranges(ranks) -> str:
-    """Ranks as a compact string: [0, 1, 2, 3, 5] -> "0-3,5"."""
-    ranks = sorted(set(int(r) for r in ranks))
-    parts, start = [], None
-    for i, r in enumerate(ranks):
-        start = r if start is None else start
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            parts.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ",".join(parts)
 
 
 def _short(host: str) -> str:

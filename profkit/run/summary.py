@@ -12,12 +12,16 @@ import pandas as pd
 from profkit import intervals
 from profkit import schema as S
 from profkit.model import RankData, Run, step_spans, step_times_ns
+from profkit.textout import PIPE_WIDTH, plural, table_lines, wrap
 
 
 def rank_summary(data: RankData) -> dict:
     """Counts and GPU time of one rank. Window: the profiled steps (CPU ranges joined with
     the GPU work they launched; the time between profiler cycles is not in it) when the
-    trace has them, else first GPU start to last GPU end. Times in ms."""
+    trace has them, else first GPU start to last GPU end (one "step"). Counts (``events``,
+    ``gpu_events``, ``collectives``) are totals over the trace; ``{class}_ms_per_step`` is
+    the GPU time of each kernel class in the window over its steps, the mean per step, as
+    the analysis gives its times; ``step_ms_median`` the median step."""
     ev = data.events
     gpu = ev[ev[S.KIND].isin(S.GPU_KINDS)]
     row = {
@@ -34,11 +38,12 @@ def rank_summary(data: RankData) -> dict:
     row["window_ms"] = window_ns / 1e6
     busy = intervals.intersect(intervals.union(gpu[S.TS_NS], gpu[S.TS_NS] + gpu[S.DUR_NS]), window)
     row["gpu_busy_pct"] = 100.0 * intervals.total(busy) / window_ns if window_ns else np.nan
+    steps = max(len(data.steps), 1)
     for cls in S.CLASSES:
         part = gpu[gpu[S.CLASS] == cls]
         iv = intervals.intersect(intervals.union(part[S.TS_NS], part[S.TS_NS] + part[S.DUR_NS]),
                                  window)
-        row[f"{cls}_ms"] = intervals.total(iv) / 1e6
+        row[f"{cls}_ms_per_step"] = intervals.total(iv) / 1e6 / steps
     return row
 
 
@@ -54,16 +59,32 @@ def run_summary(run: Run) -> pd.DataFrame:
     return pd.DataFrame([rank_summary(d) for d in run.ranks.values()])
 
 
-def format_summary(run: Run) -> str:
+# What format_summary prints: (column, header), and what the headers mean.
+SHOWN = (("rank", "rank"), ("steps", "steps"), ("step_ms_median", "step ms (median)"),
+         ("events", "events"), ("gpu_events", "GPU events"), ("gpu_busy_pct", "% GPU busy"),
+         ("compute_ms_per_step", "compute ms/step"),
+         ("communication_ms_per_step", "communication ms/step"),
+         ("memcpy_ms_per_step", "transfer ms/step"), ("collectives", "collectives"))
+LEGEND = ("ms/step: GPU time per step (the mean over the profiled steps, or over the one "
+          "window of a trace without steps); events and collectives: totals over the trace")
+
+
+def format_summary(run: Run, width: int = PIPE_WIDTH) -> str:
+    """The summary as text for ``width`` columns."""
     table = run_summary(run)
-    lines = [f"run {run.path}: world size {run.world_size}, {len(run.ranks)} rank(s) read"]
-    cols = ["rank", "steps", "step_ms_median", "events", "gpu_events", "gpu_busy_pct",
-            "compute_ms", "communication_ms", "memcpy_ms", "collectives"]
-    lines.append(table[cols].to_string(index=False, float_format=lambda v: f"{v:.1f}"))
-    for note in run.notes:
-        lines.append(f"note: {note}")
-    for s in run.skipped:
-        lines.append(f"skipped: {s.path}: {s.reason}")
+    lines = [f"run {run.path}: world size {run.world_size}, "
+             f"{plural(len(run.ranks), 'rank')} read"]
+    rows = [[_cell(v) for v in table[col]] for col, _ in SHOWN]
+    lines += table_lines([head for _, head in SHOWN], [list(r) for r in zip(*rows)], width)
+    lines += wrap(f"({LEGEND})", width, "  ", "   ")
+    lines += [f"note: {note}" for note in run.notes]  # one line each, to grep for
+    lines += [f"skipped: {s.path}: {s.reason}" for s in run.skipped]
     if not any(d.has_gpu for d in run.ranks.values()):
         lines.append("note: no GPU events in this run; GPU time cannot be computed")
     return "\n".join(lines)
+
+
+def _cell(value) -> str:
+    if isinstance(value, (float, np.floating)):
+        return "-" if not np.isfinite(value) else f"{value:.1f}"
+    return str(value)

@@ -250,8 +250,8 @@ class _PidMap:
             args = {}
         args = args if isinstance(args, dict) else {}
         key = str(ev.pid)
-        if isinstance(args.get("labels"), str):
-            self.labels[key] = args["labels"]
+        if isinstance(args.get("labels"), str) and args["labels"].strip():
+            self.labels[key] = args["labels"].strip()
         if isinstance(args.get("name"), str):
             self.names[key] = args["name"]
 
@@ -271,13 +271,20 @@ class _PidMap:
             return f"GPU {pid}"
         if key.startswith("gpu"):
             return f"GPU {key[3:]}"
-        return f"CPU (pid {pid})" if isinstance(pid, int) else key
+        if isinstance(pid, int):  # Kineto writes pid -1 for events of no process
+            return f"CPU (pid {pid})" if pid >= 0 else "CPU"
+        return key.strip()
+
+    def process_name(self, pid: Any) -> str:
+        """``rank 0 · host · GPU 0``; a part that is empty (a process without a label) is
+        left out, so a nameless process is just ``rank 0``."""
+        parts = [f"rank {self.rank}", self.host or "", self._label(pid)]
+        return " · ".join(p for p in parts if p)
 
     def metadata_events(self) -> list[MEvent]:
         out = []
         for old, new in self.mapping.items():
-            parts = [f"rank {self.rank}"] + ([self.host] if self.host else []) + [self._label(old)]
-            name = orjson.dumps({"name": " · ".join(parts)})
+            name = orjson.dumps({"name": self.process_name(old)})
             sort = orjson.dumps({"sort_index": new})
             out.append(MEvent(ph="M", name=Raw(b'"process_name"'), pid=new, tid=Raw(b"0"), args=Raw(name)))
             out.append(MEvent(ph="M", name=Raw(b'"process_sort_index"'), pid=new, tid=Raw(b"0"), args=Raw(sort)))

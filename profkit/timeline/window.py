@@ -7,6 +7,7 @@ import math
 from profkit import schema as S
 from profkit.errors import UsageError
 from profkit.model import Run, step_spans
+from profkit.textout import rank_ranges
 from profkit.timeline.merge import Window
 
 
@@ -30,6 +31,9 @@ def window_for(run: Run, steps: tuple[float, float] | None,
                 starts, ends = step_spans(st)
                 spans.append((int(starts.min()), int(ends.max())))
         if not spans:
-            raise UsageError(f"--steps {lo:g}:{hi:g}: no rank has ProfilerSteps in that range")
+            have = sorted({int(n) for d in run.ranks.values() for n in d.steps[S.STEP] if n >= 0})
+            has = f"the run has steps {rank_ranges(have)}" if have else "the run has none"
+            raise UsageError(f"--steps {lo:g}:{hi:g}: no rank has ProfilerSteps in that range "
+                             f"({has})")
         return Window(min(s for s, _ in spans), max(e for _, e in spans))
     return Window()

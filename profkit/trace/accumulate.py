@@ -18,15 +18,16 @@ from profkit import schema as S
 from profkit.classify import events as classify
 from profkit.classify.flops import (
     FLOP_OPS,
+    MAX_OP_FLOPS,
     PRECISIONS,
     ConvLinks,
     dtype_precision,
-    flops_from_shapes,
+    shape_flops,
 )
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns
 from profkit.trace.traceevents import Args, Event, Meta
 from profkit.trace.tracefile import Trace
-from profkit.validate import MAX_ABS_NS
+from profkit.validate import MAX_ABS_NS, MAX_NAME_CHARS, cap_name
 
 EMPTY_ARGS = Args()
 _TS = attrgetter("ts")
@@ -48,14 +49,21 @@ class SparseArgs(dict):
 class Codes:
     """Trace-wide dictionary coding of string values (None and non-strings as text)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cap: bool = False) -> None:
         self.index: dict[str, int] = {}
+        self.limit = MAX_NAME_CHARS if cap else None  # longer values are cut (validate.cap_name)
+        self.capped = 0  # distinct values cut
 
     def encode(self, values: list) -> np.ndarray:
         codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
-        lut = np.array([self.index.setdefault("" if u is None else str(u), len(self.index))
-                        for u in uniques], dtype=np.int32)
+        lut = np.array([self._code("" if u is None else str(u)) for u in uniques], dtype=np.int32)
         return lut[codes] if len(codes) else np.empty(0, np.int32)
+
+    def _code(self, text: str) -> int:
+        if self.limit is not None and len(text) > self.limit:
+            text = cap_name(text)
+            self.capped += text not in self.index
+        return self.index.setdefault(text, len(self.index))
 
     def categorical(self, codes: np.ndarray) -> pd.Categorical:
         return pd.Categorical.from_codes(codes, categories=pd.Index(list(self.index), dtype=str))
@@ -81,8 +89,9 @@ class Accumulator:
         self.base_ns = base_ns
         # Relative ts (us) that place an event within +-MAX_ABS_NS epoch ns; others are dropped.
         self.ts_range_us = ((-MAX_ABS_NS - base_ns) / 1000, (MAX_ABS_NS - base_ns) / 1000)
-        self.dropped_ts = self.bad_dur = self.oversized_ids = 0
-        self.names, self.cats, self.dims = Codes(), Codes(), Codes()
+        self.dropped_ts = self.bad_dur = self.oversized_ids = self.dropped_flops = 0
+        # names and categories are cut (regexes read them); input shapes are kept whole
+        self.names, self.cats, self.dims = Codes(cap=True), Codes(cap=True), Codes()
         self.cat_kind: list[str] = []  # kind of each category code
         self.cat_kind_code: list[int] = []  # the same as a code (index in _KIND_CODE)
         self.name_wanted: list[bool] = []  # per name code: FLOPs from shapes (_wanted_names)
@@ -132,6 +141,10 @@ class Accumulator:
         """FLOPs of matmul / conv / attention ops from their shapes where the trace has
         none, and the precision of their inputs (profkit.classify.flops)."""
         precision = np.zeros(len(names), dtype=np.int8)  # 0: unknown, else 1 + PRECISIONS index
+        # the trace's own counts: one no op can have (inf, negative, 1e308) is dropped
+        absurd = ~np.isnan(flops) & ~((flops >= 0) & (flops <= MAX_OP_FLOPS))
+        flops[absurd] = np.nan
+        self.dropped_flops += int(absurd.sum())
         # Only the rows of wanted names are looked at (decided once per name, not per event).
         for i in np.flatnonzero(self._wanted_names()[name_codes]).tolist():
             a, name = args[i], names[i]
@@ -139,7 +152,8 @@ class Accumulator:
                 continue
             dims, concrete = _json(a.input_dims), _json(a.concrete_inputs)
             if np.isnan(flops[i]):
-                flops[i] = flops_from_shapes(name, dims, concrete)
+                flops[i], dropped = shape_flops(name, dims, concrete)
+                self.dropped_flops += dropped
             self.conv_links.note(self.rows + i, name, dims, concrete, a.seq_number, flops[i])
             if name in FLOP_OPS:
                 found = dtype_precision(_json(a.input_types))
@@ -152,8 +166,9 @@ class Accumulator:
         self.name_wanted.extend(bool(n) and self.conv_links.wants(n) for n in new)
         return np.asarray(self.name_wanted, dtype=bool)
 
-    def _resolve_conv_links(self) -> None:
-        """FLOPs that needed a later event (profkit.classify.flops.ConvLinks), on the unsorted rows."""
+    def resolve_conv_links(self) -> None:
+        """FLOPs that needed a later event (profkit.classify.flops.ConvLinks), on the
+        unsorted rows; once every batch is added, before :meth:`frame`."""
         flops = self._take(S.FLOPS)
         ts_us = np.concatenate(self.parts.get("ts_us", [np.empty(0)]))
         end_us = ts_us + np.concatenate(self.parts.get(S.DUR_NS, [np.empty(0)])) / 1000
@@ -179,6 +194,14 @@ class Accumulator:
                        "(set to 0 or clipped to a day)")
         if self.oversized_ids:
             out.append(f"{self.oversized_ids} pid/tid values beyond int64 (read as stable ids)")
+        capped = self.names.capped + self.cats.capped
+        if capped:
+            out.append(f"{capped} event names or categories longer than {MAX_NAME_CHARS:,} "
+                       "characters cut to their start and a hash")
+        dropped_flops = self.dropped_flops + self.conv_links.dropped
+        if dropped_flops:
+            out.append(f"FLOPs of {dropped_flops} ops dropped: their shapes or counts give no "
+                       "count an op can have (e.g. 2**62-sized dimensions)")
         return out
 
     def _extend_kinds(self) -> None:
@@ -194,7 +217,6 @@ class Accumulator:
         """The events table, sorted by start time (ts on the epoch clock; stream and device
         set on GPU rows). Consumes the collected parts; ``coll_args`` is re-keyed to the
         sorted rows."""
-        self._resolve_conv_links()
         ts_us = self._take("ts_us")
         order = np.argsort(ts_us, kind="stable")
         self._rekey_args(order)
@@ -279,5 +301,6 @@ def accumulate(trace: Trace, base_ns: int = 0) -> Accumulator:
     for batch in trace.batches():
         acc.add(batch)
     trace.release()
+    acc.resolve_conv_links()
     trace.problems.extend(acc.problems())
     return acc

@@ -46,6 +46,21 @@ def build_tables(trace: Trace) -> Tables:
     return Tables(ev[list(S.EVENT_COLUMNS)], coll, steps, acc.metadata)
 
 
+def unusable_reason(events: pd.DataFrame, raw_count: int, problems: list[str]) -> str | None:
+    """Why a trace holds nothing to read (no event of a profiler category left after
+    decoding), naming what was dropped; None when it holds something."""
+    if (events[S.KIND] != S.KIND_OTHER).any():
+        return None
+    if not raw_count:
+        why = "the trace holds no events"
+    elif len(events):
+        why = f"its {len(events)} timed event(s) have no profiler category (not a PyTorch trace?)"
+    else:
+        why = f"none of its {raw_count} events is a complete event with a usable time"
+    dropped = "; ".join(problems)
+    return f"no usable events: {why}" + (f" ({dropped})" if dropped else "")
+
+
 def _classify_gpu(ev: pd.DataFrame, is_gpu: np.ndarray, args: SparseArgs) -> None:
     """Class of GPU events by name and user rules (classify), then by the evidence around
     them (comm_evidence)."""

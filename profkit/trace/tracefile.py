@@ -109,11 +109,12 @@ class Trace:
     def all_problems(self) -> Problems:
         """What was repaired in the file and in its events (complete once it is decoded)."""
         out = Problems(self.problems)
-        dropped = self.repairs.pop("dropped", 0)
+        dropped = self.repairs.get("dropped", 0)
         if dropped:
             out.append(f"{dropped} events dropped (not a JSON object, or ph not text)")
-        if self.repairs:
-            fields = ", ".join(f"{k} ({n})" for k, n in sorted(self.repairs.items()))
+        fields = ", ".join(f"{k} ({n})" for k, n in sorted(self.repairs.items())
+                           if k != "dropped")
+        if fields:
             out.append(f"values of the wrong type ignored in events: {fields}")
         return out
 

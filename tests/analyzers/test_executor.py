@@ -136,7 +136,7 @@ def test_profiler_cycles_are_one_task_per_rank_and_match_the_loader(tmp_path):
         ["rank0.cycle1.pt.trace.json.gz", "rank0.pt.trace.json.gz"],
         ["rank1.cycle1.pt.trace.json.gz", "rank1.pt.trace.json.gz"]]
     whole = analyze(load_run(run))
-    assert whole.run["notes"] == ["rank 0-1: 2 profiler cycles read as steps 2-4"]
+    assert whole.run["notes"] == ["ranks 0-1: 2 profiler cycles read as steps 2-4"]
     assert_same(analyze_run(run, workers=2), whole)  # a local process pool
     assert_same(analyze_run(run, workers=1, cycle=1), analyze(load_run(run, cycle=1)))
 

@@ -91,3 +91,24 @@ def test_top_level_api_is_lazy_and_importable(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        cwd=tmp_path, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_repr_is_one_short_line(analysis):
+    text = repr(analysis)
+    assert "\n" not in text and len(text) < 300
+    assert text.startswith(f"<Analysis of {RUN}: ranks 0-1; ")
+    assert analysis.verdict["summary"] in text and text.endswith(" findings>")
+
+
+def test_the_html_page_opens_with_its_title(analysis):
+    from profkit.analyzers.report.html_page import to_html
+
+    page = to_html(analysis)
+    body = page[page.index("<body>"):]
+    title = f"profkit analysis of {escape(str(RUN))}"
+    assert f"<title>{title}</title>" in page and page.count("<h1") == 1
+    h1 = body.index("<h1")
+    assert body[body.index(">", h1) + 1:body.index("</h1>")] == title
+    assert h1 < body.index("ranks analysed") < body.index(escape(analysis.verdict["summary"]))
+    assert "<b>profkit analysis</b>" not in page  # the title is said once
+    assert "rank(s)" not in page

@@ -12,6 +12,7 @@ from profkit.analyzers import units as U
 from profkit.analyzers.executor import analyze_run
 from profkit.analyzers.report.evidence import MAX_CHARS, evidence_text
 from profkit.analyzers.report.render import to_json, to_markdown, to_text
+from profkit.analyzers.report.render_text import finding_evidence, grouped_findings
 
 from tests.conftest import CORPUS, REPO
 
@@ -58,13 +59,15 @@ def test_the_straggler_evidence_reads_in_ms(straggler):
     # independent: the exposed wait rank 0 (the waiting rank) has per step, from rank_waits
     waits = straggler.table("rank_waits").set_index("rank")
     assert round(waits.loc[0, "exposed_wait_ns_per_step"] / 1e6, 2) == 1.47
-    text = to_text(straggler)
-    [evidence] = [ln for ln in text.splitlines()
-                  if ln.strip().startswith("evidence: others wait")]
-    assert evidence.strip().startswith("evidence: others wait 1.47 ms/step (14% of their step)")
+    [found] = [f for f in straggler.findings if f.category == "straggler"]
+    evidence = evidence_text("straggler", found.evidence)  # as the dashboard shows it
+    assert evidence.startswith("others wait 1.47 ms/step (14% of their step)")
     assert "last at 18 of 18 collectives" in evidence
     assert not RAW_FLOAT.search(evidence) and "_ns" not in evidence
-    assert "others wait 1.47 ms/step" in to_markdown(straggler)
+    # the text and Markdown reports say these facts once: in the finding's message
+    for report in (to_text(straggler), to_markdown(straggler)):
+        assert "others wait 1.47 ms/step" not in report
+        assert "1.47 ms per step (14% of their 10.41 ms step)" in " ".join(report.split())
     # JSON keeps the raw numbers
     [finding] = [f for f in to_json(straggler)["findings"] if f["category"] == "straggler"]
     assert finding["evidence"]["others_exposed_wait_ns_per_step"] == \
@@ -85,7 +88,9 @@ def test_evidence_lines_are_short_and_in_units(folder):
     a = analyze_run(folder, workers=1)
     lines = [ln.strip() for ln in to_text(a).splitlines()]
     evidence = [ln for ln in lines if ln.startswith("evidence:")]
-    shown = [g for g in a.findings if g.evidence and evidence_text(g.category, g.evidence)]
+    grouped = [f for f, _ in grouped_findings(a)]
+    listed = [f for f in grouped if f.severity != "info"] or grouped[:3]  # as the report does
+    shown = [f for f in listed if f.evidence and finding_evidence(f)]
     assert evidence or not shown
     for line in evidence:
         assert len(line) <= len("evidence: ") + MAX_CHARS, line
@@ -93,3 +98,14 @@ def test_evidence_lines_are_short_and_in_units(folder):
         assert not re.search(r"void |at::native|anonymous namespace", line), line
     # the fusion message names kernels the short way too
     assert all(len(ln) < 400 for ln in lines if "repeat in fixed sequences" in ln)
+
+
+def test_counts_in_findings_read_as_words():
+    assert evidence_text("runtime_calls", {"slow_runtime_calls": 1, "slow_runtime_ns": 2e6,
+                                           "slow_frac": 0.1}) == "1 slow call, 2 ms (10% of the step)"
+    assert evidence_text("runtime_calls", {"slow_runtime_calls": 3, "slow_runtime_ns": 2e6,
+                                           "slow_frac": 0.1}).startswith("3 slow calls, ")
+    a = analyze_run(RUNS / "why" / "eltwise_chain", workers=1)
+    messages = [f.message for f in a.findings if f.category == "mfu"]
+    assert messages and all("rank(s)" not in m for m in messages)
+    assert any(m.startswith("MFU not computed on rank 0: ") for m in messages)

@@ -63,7 +63,7 @@ def test_every_page_shows_rank_0_and_names_the_bad_file(page, bad_runs, name):
     assert note is not None and BAD_TRACE in note
     if "1 missing" in note:  # rank 1 set aside, with its reason
         assert "1 of 2 ranks analysed: 1 missing (1)" in note
-        assert "over 1 rank(s)" in verdict and not rank1_drawn
+        assert "over 1 rank," in verdict and not rank1_drawn
     else:  # the loader repaired the value (a note says which) and read rank 1: shown too
         assert "2 of 2 ranks analysed" in note and "wrong type ignored" in note
-        assert "over 2 rank(s)" in verdict and rank1_drawn
+        assert "over 2 ranks," in verdict and rank1_drawn
