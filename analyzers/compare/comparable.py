@@ -39,7 +39,7 @@ from profkit.analyzers.compare.sides import (  # noqa: F401 (re-exported: the di
 from profkit.analyzers.measure.coverage import ended_badly, missing_ranks
 from profkit.analyzers.thresholds import Thresholds
 
-from profkit.run.rankfiles import rank_ranges
+from profkit.textout import plural, rank_ranges
 
 
 @dataclass
@@ -150,10 +150,10 @@ def _coverage(base, new, out: Comparability) -> None:
         if missing:
             listed = rank_ranges(missing)
             listed = listed if len(listed) <= 80 else listed[:77] + "..."
-            analysed = len(a.run.get("ranks_analyzed") or [])
+            analysed = plural(len(a.run.get("ranks_analyzed") or []), "rank")
             out.warnings.append(f"{side}: {len(missing)} of {a.run.get('world_size')} ranks "
                                 f"missing ({listed}); its steps are those of the {analysed} "
-                                "rank(s) analysed")
+                                "analysed")
 
 
 def comparability(base, new, th: Thresholds) -> Comparability:

@@ -93,6 +93,13 @@ def thread_names(metadata: list, problems: Problems) -> dict[str, str]:
     return names
 
 
+def metadata_names(metadata: list, problems: Problems) -> dict[str, dict]:
+    """``process_names`` and ``thread_names`` of the trace's 'M' events, as the model keeps
+    them (:class:`profkit.model.RankData`)."""
+    return {"process_names": process_names(metadata, problems),
+            "thread_names": thread_names(metadata, problems)}
+
+
 def header_facts(header: Any, problems: Problems) -> dict[str, Any]:
     """The header keys the model keeps (see :class:`profkit.model.RankData`), validated."""
     head = {"host_name": header.host_name, "hostname": header.hostname,

@@ -191,7 +191,7 @@ def test_a_side_missing_a_rank_is_judged_with_a_warning(tmp_path):
     shutil.copytree(ZOO / "straggler", part, ignore=shutil.ignore_patterns(".profkit"))
     (part / "traces" / "rank1.pt.trace.json.gz").unlink()
     v = diff(ZOO / "straggler", part).verdict
-    warning = "new: 1 of 2 ranks missing (1); its steps are those of the 1 rank(s) analysed"
+    warning = "new: 1 of 2 ranks missing (1); its steps are those of the 1 rank analysed"
     assert v["warnings"] == [warning] and v["evidence"]["ranks_missing"] == [[], [1]]
     assert f"\nWARNING: {warning}" in diff_to_text(diff(ZOO / "straggler", part))
 
