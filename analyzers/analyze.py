@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from profkit.analyzers.findings.advice import breakdown_findings
+from profkit.analyzers.findings.compilation import compile_findings
 from profkit.analyzers.findings.consolidate import consolidate
 from profkit.analyzers.findings.diagnosis import UNUSABLE_WHY
 from profkit.analyzers.findings.judge import measurement_findings
@@ -17,7 +18,8 @@ from profkit.analyzers.measure.breakdown import (
     combine_breakdown,
     dominant_part,
 )
-from profkit.analyzers.measure.steps import run_median_step_ms
+from profkit.analyzers.measure.compilation import COMPILE_NS
+from profkit.analyzers.measure.steps import compiling_ranks, run_median_step_ms
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.result import Finding
 from profkit.analyzers.summaries import RankSummary, summarize_rank
@@ -106,8 +108,10 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
     if steps.empty or steps["step_ns"].sum() == 0:
         reasons = set(recorded["excluded_reason"]) if len(recorded) else set()
         causes = set((unusable or {}).values()) | {"capture" for r in reasons if "capture" in r}
-        why = next((UNUSABLE_WHY[c] for c in UNUSABLE_WHY if c in causes),
-                   NO_GPU_EVENTS if cpu_only else "no GPU work in the profiled steps")
+        cause = next((c for c in UNUSABLE_WHY if c in causes), None)
+        why = (_compile_why(recorded, unusable or {}) if cause == "compile"
+               else UNUSABLE_WHY[cause] if cause
+               else NO_GPU_EVENTS if cpu_only else "no GPU work in the profiled steps")
         return {"primary": None, "summary": f"{why}: no verdict", "fractions": {}}
     total = steps[list(PARTS)].sum()
     fractions = (total / total.sum()).round(4).to_dict()
@@ -128,6 +132,20 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
                     + (f" in {where}" if where else ""))
     return {"primary": primary, "summary": summary, "fractions": fractions,
             "median_step_ms": median_ms}
+
+
+def _compile_why(recorded: pd.DataFrame, unusable: dict[int, str]) -> str:
+    """'every profiled step compiles (3 of 3, 99% of each in torch.compile), ...': the ranks
+    whose every used step compiles (``steps.compiling_ranks``) give no verdict."""
+    compiling = [r for r, why in unusable.items() if why == "compile"]
+    rows = recorded[recorded["rank"].isin(compiling) & recorded["used"].astype(bool)]
+    share = rows[COMPILE_NS] / rows["step_ns"].clip(lower=1)
+    low, high = f"{share.min():.0%}", f"{share.max():.0%}"
+    per_rank = rows.groupby("rank").size()
+    steps = (f"{per_rank.iloc[0]} of {per_rank.iloc[0]}" if per_rank.nunique() == 1
+             else f"{len(rows)} rank-steps")
+    return (f"{UNUSABLE_WHY['compile']} ({steps}, {low if low == high else f'{low}-{high}'} "
+            "of each in torch.compile), so none shows the steady state")
 
 
 def _bound_text(primary: str, fractions: dict[str, float]) -> str:
@@ -174,6 +192,9 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     results.append(ncu.join_counters(tables["top_kernels"], header.ncu, tables.get("roofline"),
                                      thresholds))
     tables.update(results[-1].tables)
+    unusable.update({r: "compile" for r in compiling_ranks(tables["step_breakdown"],
+                                                            thresholds.compile_step_frac)
+                     if r not in unusable})
     tables["rank_breakdown"] = tables["rank_breakdown"][
         ~tables["rank_breakdown"]["rank"].isin(list(unusable))].reset_index(drop=True)
     tables["transfers"] = moved
@@ -181,10 +202,12 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     straggler_rows = _straggler_rows(tables.get("stragglers"))
     verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable, cpu_only=not gpu)
     steps = diagnosis.steps_report(tables["step_breakdown"],
-                                   {s.rank: s.breakdown.get("steps_info") or {} for s in timed})
+                                   {s.rank: s.breakdown.get("steps_info") or {} for s in timed},
+                                   tables.get("compilation"))
     findings = diagnosis.health_findings(health, unusable)
     findings += breakdown_findings(tables["rank_breakdown"], thresholds,
                                    tables["step_breakdown"], tables["transfers"])
+    findings += compile_findings(tables.get("compilation"), tables["step_breakdown"], thresholds)
     findings += diagnosis.idle_code_findings(
         tables.get("idle_code", pd.DataFrame()), tables["rank_breakdown"], verdict["primary"],
         {int(r): len(v["used"]) for r, v in steps.items()})
@@ -208,7 +231,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
 def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict],
              thresholds: Thresholds) -> tuple[list, pd.DataFrame, list[str]]:
     """Every cross-rank measurement over the ranks with a timeline (breakdown, collectives,
-    stragglers, links, slow groups, kernels, efficiency), the transfers table, and the notes
+    stragglers, links, slow groups, kernels, efficiency, roofline), the transfers table, and the notes
     on the figures that broke physics and were dropped."""
     from profkit.analyzers.findings import trust
     from profkit.analyzers.measure import (
@@ -217,6 +240,7 @@ def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict]
         groups,
         kernels,
         links,
+        roofline,
         stragglers,
         transfers,
     )
@@ -237,6 +261,8 @@ def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict]
         links.judge_links(coll, peak, thresholds),
         groups.find_slow_groups(coll, thresholds),
         kernels.combine_kernels([s.kernels for s in gpu], thresholds), used,
+        roofline.combine_roofline([s.roofline for s in gpu if s.roofline],
+                                  used.tables["nvml"], thresholds),
     ]
     return results, moved, untrusted
 
@@ -263,12 +289,12 @@ def _needs_gpu_events(f: Finding) -> bool:
 
 def _drop_unsupported(findings: list[Finding], unusable: dict[int, str],
                       gpu_ranks: set[int]) -> list[Finding]:
-    """Findings a rank's trace cannot support (graph capture only, kernel records lost) go:
-    only the finding that says why stays."""
+    """Findings a rank's trace cannot support (graph capture only, kernel records lost,
+    every step compiling) go: only the finding that says why stays."""
     if not unusable:
         return findings
     nothing_left = not (gpu_ranks - set(unusable))
-    return [f for f in findings if f.category == "trace"
+    return [f for f in findings if f.category in ("trace", "compile")
             or (f.rank not in unusable and not (nothing_left and f.rank is None))]
 
 

@@ -18,11 +18,13 @@ class Finding:
     """One observation with its evidence and what to change. ``rank``/``step`` are None for
     run-wide findings. ``evidence`` holds plain numbers and strings (JSON-ready)."""
 
-    def with_saving(self, ms_per_step: float, fraction: float) -> Finding:
+    def with_saving(self, ms_per_step: float, fraction: float, per: str = "") -> Finding:
+        """This finding saving ``ms_per_step`` (``fraction`` of the step); ``per`` names the
+        steps it is per when they are not the rank's used steps (``"compiling step"``)."""
         from dataclasses import replace
 
-        return replace(self, estimated_saving={"ms_per_step": round(float(ms_per_step), 3),
-                                               "fraction": round(float(fraction), 4)})
+        saving = {"ms_per_step": round(float(ms_per_step), 3), "fraction": round(float(fraction), 4)}
+        return replace(self, estimated_saving={**saving, **({"per": per} if per else {})})
 
     category: str
     severity: str
@@ -33,7 +35,8 @@ class Finding:
     step: int | None = None
     estimated_saving: dict[str, float] | None = None
     """What removing this cause would save: ``{"ms_per_step": x, "fraction": f}`` (f of the
-    step time of the rank, or of the others for a straggler); None when not estimated."""
+    step time of the rank, or of the others for a straggler; with ``"per"`` when the steps are
+    others than the rank's used steps: ``"compiling step"``); None when not estimated."""
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

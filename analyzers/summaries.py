@@ -16,7 +16,15 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import pandas as pd
-from profkit.analyzers.measure import breakdown, comms, efficiency, kernels, stragglers, transfers
+from profkit.analyzers.measure import (
+    breakdown,
+    comms,
+    efficiency,
+    kernels,
+    roofline,
+    stragglers,
+    transfers,
+)
 from profkit.analyzers.measure.steps import apply_step_marker, marker_candidates
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.result import Finding
@@ -50,6 +58,7 @@ class RankSummary:
     efficiency: tuple[dict, dict | None] | None = None  # GPU ranks only
     transfers: pd.DataFrame | None = None  # GPU ranks only: copies by direction and memory
     cpu_ops: pd.DataFrame | None = None  # ranks without GPU events: their CPU op totals
+    roofline: dict[str, Any] | None = None  # GPU ranks only: roofline rows and facts
 
     def relabel(self, rank: int) -> RankSummary:
         """The same summary under another rank number (a trace whose rank was only known
@@ -117,6 +126,8 @@ def summarize_rank(data: RankData, run_meta: dict[str, Any],
         efficiency=efficiency.rank_efficiency(data.rank, data, run_meta) if gpu else None,
         transfers=transfers.rank_transfers(data, bool(len(data.steps))) if gpu else None,
         cpu_ops=None if gpu else kernels.op_totals(data),
+        roofline=roofline.rank_roofline(data.rank, data, run_meta, used_steps(parts), thresholds)
+        if gpu else None,
     )
 
 

@@ -57,6 +57,16 @@ class Thresholds:
     FLOP/s are only a lower bound. Seen: 0.7-1.0 on eager training and inference traces
     recorded with shapes (samples/runs, ResNets, Qwen, BERT), 0.3-0.4 with fbgemm custom
     ops, 0-0.1 on CUDA-graph replays and custom-op MoE models."""
+    roofline_latency_ns: int = 5_000
+    """A kernel whose work takes less than this at the device's roofs (FLOPs at the compute
+    peak, bytes at the HBM peak) is latency-bound: launch and ramp-up, 2-5 us per kernel on
+    current GPUs, dominate (docs/roofline.md)."""
+    memory_bound_frac: float = 0.25
+    """Memory-bound kernels (roofline) taking at least this share of the step: say so, with
+    the ops and the fix (fusion, fused optimizers, channels_last, a better implementation)."""
+    precision_min_gemm_frac: float = 0.20
+    """fp32 GEMMs off the tensor cores are worth a finding only when GEMMs take at least this
+    share of the step: a GNN whose GEMMs are 7% of it gains little from tensor cores."""
     flops_per_step: float | None = None
     """Model FLOPs of one step on one rank (e.g. 6 x parameters x tokens for a dense
     transformer), used instead of the FLOPs counted from the trace; MFU is then judged
@@ -90,6 +100,13 @@ class Thresholds:
     profiler start-up and the final drain (a public ResNet-50 trace: +32% and +53%), and a
     step in the middle that far out is a one-off (checkpoint, evaluation). Steady steps of
     the labelled runs vary by a few percent."""
+    compile_step_frac: float = 0.05
+    """A recorded step at least this share of which is compilation (torch.compile's Dynamo,
+    AOTAutograd, Inductor ranges, Triton autotuning) is left out of verdicts: its time is the
+    compiler's, not the workload's (when every step compiles, the rank gets no verdict).
+    samples/runs/why/recompile compiles for 99% of each profiled step (2.6-3.0 s of 2.6-3.1 s
+    steps, 22-34 ms left); its mark_dynamic twin and every other bundled capture and public
+    trace record no compile range at all."""
     ncu_roof_frac: float = 0.60
     """Nsight Compute: a kernel whose busiest unit (DRAM or memory pipes vs SM pipes) runs
     below this share of its peak is latency-bound, not memory- or math-bound (the share

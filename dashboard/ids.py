@@ -44,6 +44,7 @@ K_KERNELS = "k-kernels"
 K_OPS = "k-ops"
 K_SHORT = "k-short"
 K_LAUNCHES = "k-launches"
+K_ROOFLINE = "k-roofline"
 
 # communication
 C_TABLE = "c-table"

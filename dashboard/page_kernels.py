@@ -1,5 +1,5 @@
-"""Kernels & ops: the top kernels (short names, the full name on hover) and CPU ops, the
-launch statistics and short kernels; every table sortable, filterable and exportable. The
+"""Kernels & ops: the top kernels (short names, the full name on hover), their roofline,
+the CPU ops, the launch statistics and short kernels; every table sortable, filterable and exportable. The
 class picker narrows the chart and the kernel table."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dash.exceptions import PreventUpdate
 from profkit.analyzers.analyze import part_name
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
+from profkit.dashboard import figures_roofline as R
 from profkit.dashboard import grids as G
 from profkit.dashboard import ids
 from profkit.dashboard import tables as T
@@ -43,6 +44,8 @@ def _kernels_card(a) -> html.Section:
 def body(a) -> list:
     return [
         C.panel("Kernels", lambda: _kernels_card(a)),
+        C.panel("Roofline", lambda: C.card("Roofline", C.graph(
+            ids.K_ROOFLINE, R.roofline_figure(a.table("roofline"))))),
         C.panel("CPU ops", lambda: C.table_card(ids.K_OPS, T.OPS, a.table("top_ops"))),
         C.panel("Launches", lambda: C.table_card(ids.K_LAUNCHES, T.BY_NAME["launches"],
                                                 a.table("launches"))),

@@ -142,6 +142,16 @@ TABLES: tuple[TableSpec, ...] = (
           ("copies", "copies", None), ("bytes", "size (MB)", MB), ("gpu_ns", "copy time (ms)", MS),
           ("achieved_gbps", "achieved (GB/s)", None), ("peak_gbps", "link peak (GB/s)", None),
           ("peak_frac", "of peak (%)", PCT), ("link", "link", None)),
+    _spec("roofline", "Kernel roofline: math-, memory- or latency-bound",
+          ("rank", "rank", None), ("kernel", "kernel", NAME), ("op", "op", None),
+          ("bound", "bound", None), ("calls_per_step", "calls/step", None),
+          ("kernel_ms_per_step", "time (ms/step)", None),
+          ("achieved_tflops", "achieved (TFLOP/s)", None),
+          ("achieved_gbps", "achieved (GB/s)", None), ("peak_tflops", "peak (TFLOP/s)", None),
+          ("peak_gbps", "peak (GB/s)", None),
+          ("intensity_flop_per_byte", "FLOP per byte", None),
+          ("bytes_per_step", "moved (GB/step)", GB),
+          note="FLOPs and bytes from the ops' recorded shapes (docs/roofline.md)."),
     _spec("idle_code", "Where the GPU waits for the host (GPU idle by the code running)",
           ("rank", "rank", None), ("part", "cause", PART), ("code", "code", None),
           ("idle_ns", "GPU idle (ms)", MS),
@@ -156,7 +166,7 @@ CITED = {
     "launch": "launches", "runtime_calls": "launches", "cpu_launch": "launches", "host_work": "launches",
     "fusion": "fusion_candidates", "throttling": "nvml", "memory": "nvml",
     "memcpy": "transfers", "idle_code": "idle_code", "data_loading": "idle_code",
-    "host_sync": "idle_code", "idle_other": "stream_breakdown",
+    "host_sync": "idle_code", "idle_other": "stream_breakdown", "memory_bound": "roofline",
 }
 
 

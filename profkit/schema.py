@@ -29,16 +29,24 @@ BLOCKS_PER_SM = "blocks_per_sm"  # kernels only, NaN otherwise
 OCCUPANCY_PCT = "occupancy_pct"  # kernels: 'est. achieved occupancy %', NaN otherwise
 FLOPS = "flops"  # CPU ops: the trace's count, else from input shapes (profkit.classify.flops); NaN otherwise
 BYTES = "bytes"  # memcpy / memset bytes, NaN otherwise
-FLOPS_DTYPE = "flops_dtype"  # CPU ops with a FLOP formula: precision of their inputs
+FLOPS_DTYPE = "flops_dtype"  # CPU ops with a FLOP or cost formula: precision of their inputs
 # (profkit.classify.flops.PRECISIONS), "" when unknown or not such an op (categorical)
 INPUT_DIMS = "input_dims"  # CPU ops recorded with shapes: their ``Input Dims`` as JSON text,
 # e.g. "[[8, 512, 1024], [3072, 1024], []]"; "" when absent (categorical)
+# CPU ops with a cost formula (profkit.classify.traffic), from input shapes and dtypes; NaN
+# otherwise (float32): the bytes their kernels read and write in device memory (compulsory
+# traffic), and the FLOPs of ops outside the matmul / conv / attention formulas of ``flops``
+# (elementwise, norms, reductions, optimizers: a few per element, on the vector units).
+OP_READ_BYTES = "op_read_bytes"
+OP_WRITE_BYTES = "op_write_bytes"
+VECTOR_FLOPS = "vector_flops"
 
 EVENT_COLUMNS = (
     TS_NS, DUR_NS, NAME, CAT, KIND, CLASS, SUBCLASS, PID, TID, STREAM, DEVICE,
     CORRELATION, EXTERNAL_ID, STEP, BLOCKS_PER_SM, OCCUPANCY_PCT, FLOPS, BYTES, FLOPS_DTYPE,
-    INPUT_DIMS,
+    INPUT_DIMS, OP_READ_BYTES, OP_WRITE_BYTES, VECTOR_FLOPS,
 )
+COST_COLUMNS = (OP_READ_BYTES, OP_WRITE_BYTES, VECTOR_FLOPS)
 
 # Normalised event kinds.
 KIND_KERNEL = "kernel"

@@ -7,14 +7,20 @@ model, given what fixing each would save, and ordered by it.
   a cpu_launch finding (the host keeps up) they are no finding at all.
 - Slow runtime calls (allocations, graph instantiation) are kept only for the GPU-idle time
   spent inside them (``idle_code``).
-- MFU, precision and fusion advice makes a step shorter only when compute is what bounds
-  it: kept for ranks whose verdict is compute, dropped where the cause is data loading, host
-  syncs, transfers or launches.
+- MFU, precision, fusion and memory-bound advice makes a step shorter only when compute is
+  what bounds it: kept for ranks whose verdict is compute, dropped where the cause is data
+  loading, host syncs, transfers or launches. On ranks whose kernel time is mostly
+  memory-bound (the roofline), compute advice speaks of memory-bound work, not tensor cores
+  (:func:`profkit.analyzers.findings.roofline.memory_advice`).
 - Nsight Compute's ``tensor_cores`` finding measures what the trace's ``precision`` finding
   infers (GEMMs without tensor cores): where both exist it becomes that finding's evidence.
 - A blocking sync and the host work on its result are one round trip: one finding, one
   saving (``_round_trips``).
-- Every actionable finding carries ``estimated_saving`` (:mod:`profkit.analyzers.findings.savings`);
+- Compilation inside the steps (recompiles) saves its compile time per step it happened in,
+  at most those steps' time: the steps are left out of the verdict, so not per used step.
+- Every actionable finding carries ``estimated_saving`` (:mod:`profkit.analyzers.findings.savings`;
+  a judge's own estimate, ``saving_ns_per_step`` in its evidence, is capped here by the
+  finding's share of the step and the rank's charged compute time);
   findings of the verdict's cause come first, then by saving, then by severity.
 """
 
@@ -24,13 +30,14 @@ import math
 from dataclasses import replace
 
 import pandas as pd
+from profkit.analyzers.findings.roofline import memory_advice
 from profkit.analyzers.findings.savings import SAVING_PARTS, as_fraction, part_savings, rank_means
 from profkit.analyzers.findings.trust import saving_beyond_step
 from profkit.analyzers.result import SEVERITIES, Finding
 
 LAUNCH_EVIDENCE = ("short_frac", "kernels", "launch_calls", "launch_time_frac",
                    "launch_median_ns", "max_queue_depth", "graph_launches")
-COMPUTE_ONLY = ("mfu", "precision", "fusion")
+COMPUTE_ONLY = ("mfu", "precision", "fusion", "memory_bound")
 MIN_SAVING_FRAC = 0.01  # a finding that would save less than this of the step is not advice
 
 
@@ -46,6 +53,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         if len(ranks) else {}
     launch = {f.rank: f for f in findings if f.category == "launch"}
     findings = fold_measured(findings)
+    findings = memory_advice(findings, tables.get("roofline"))
     out = []
     for f in findings:
         if f.category == "launch":
@@ -168,6 +176,12 @@ def _estimate(f: Finding, saving: dict, means: pd.DataFrame,
             f = replace(f, evidence={**f.evidence, "overlap_saving_ms": round(overlap / 1e6, 3)})
         # never more than the charged time of the cause (the finding's own fraction)
         return _with_saving(f, ns, means, median_step, cap=f.evidence.get("fraction"))
+    if f.rank is not None and "saving_ns_per_step" in f.evidence and f.rank in means.index:
+        row = means.loc[f.rank]
+        compute = float(row["compute"]) / float(row["step_ns"]) if row["step_ns"] else 0.0
+        cap = min(float(f.evidence.get("fraction", 1.0)), compute)
+        return _with_saving(f, float(f.evidence["saving_ns_per_step"]), means, median_step,
+                            cap=cap)
     if f.category == "straggler":
         f = with_host_lateness(f, tables)
         wait = f.evidence.get("others_exposed_wait_ns_per_step") or 0.0
@@ -176,6 +190,8 @@ def _estimate(f: Finding, saving: dict, means: pd.DataFrame,
         wait = max(wait, (f.evidence.get("host_excess_ms_per_step") or 0.0) * 1e6)
         step = f.evidence.get("others_step_ns") or 0.0
         return f.with_saving(wait / 1e6, as_fraction(wait, step))
+    if f.category == "compile":
+        return _compile_saving(f)
     if f.category == "runtime_calls" and f.rank in means.index:
         return _runtime_saving(f, means, median_step, tables.get("idle_code", pd.DataFrame()),
                                steps.get(f.rank, 1))
@@ -192,6 +208,17 @@ def _with_saving(f: Finding, ns: float, means: pd.DataFrame, median_step: dict[i
         frac = min(frac, float(cap))
     step_ms = median_step.get(f.rank, float(means.loc[f.rank, "step_ns"]) / 1e6)
     return f.with_saving(frac * step_ms if math.isfinite(frac) else ns / 1e6, frac)
+
+
+def _compile_saving(f: Finding) -> Finding:
+    """Recompiles (compiling in two steps or more) would save their compile time per step
+    they happened in, never more than those steps took; a single compile, a warm-up the
+    profiler caught, saves the job nothing: no estimate."""
+    if len(f.evidence.get("compiling_steps") or []) < 2:
+        return f
+    step_ms = float(f.evidence.get("compiling_step_ms") or 0.0)
+    ms = min(float(f.evidence.get("compile_ms_per_step") or 0.0), step_ms)
+    return f.with_saving(ms, as_fraction(ms, step_ms), per="compiling step")
 
 
 HOST_IDLE_PARTS = ("cpu_launch", "host_work", "data_loading", "host_sync")

@@ -5,6 +5,8 @@ capture recorded), and the code the GPU waited for."""
 from __future__ import annotations
 
 import pandas as pd
+from profkit.analyzers import units as U
+from profkit.analyzers.measure.compilation import COMPILE_NS
 from profkit.analyzers.measure.health import capture_only, records_lost, time_collapsed
 from profkit.analyzers.measure.steps import REASON, USED
 from profkit.analyzers.measure.tables import rank_ranges
@@ -18,12 +20,14 @@ HOST_PARTS = ("cpu_launch", "host_work", "host_sync", "data_loading")
 
 UNUSABLE_WHY = {"collapsed": "the trace's events all start at one instant",
                 "capture": "the trace records CUDA-graph capture, not execution",
+                "compile": "every profiled step compiles",
                 "lost": "kernel records are missing from the trace"}
 
 
 def unusable_ranks(health: dict[int, dict]) -> dict[int, str]:
     """Ranks whose breakdown would mislead, with why: {rank: "collapsed" | "capture" |
-    "lost"} (:data:`UNUSABLE_WHY`)."""
+    "lost"} (:data:`UNUSABLE_WHY`; analyze adds "compile": ranks whose every step compiles,
+    ``steps.compiling_ranks``)."""
     out = {}
     for rank, h in health.items():
         if time_collapsed(h):
@@ -38,7 +42,9 @@ def unusable_ranks(health: dict[int, dict]) -> dict[int, str]:
 def health_findings(health: dict[int, dict], unusable: dict[int, str]) -> list[Finding]:
     findings = []
     for rank, why in sorted(unusable.items()):
-        h = health[rank]
+        h = health.get(rank) or {}
+        if why == "compile":  # said by the compile finding (findings/compilation.py)
+            continue
         if why == "collapsed":
             findings.append(_collapsed_finding(rank, h))
         elif why == "capture":
@@ -81,8 +87,10 @@ def _collapsed_finding(rank: int, h: dict) -> Finding:
                         "the rank again with torch.profiler and use its file as written."))
 
 
-def steps_report(steps: pd.DataFrame, infos: dict[int, dict]) -> dict[str, dict]:
-    """Per rank: where steps came from, which were used and why others were not."""
+def steps_report(steps: pd.DataFrame, infos: dict[int, dict],
+                 compilation: pd.DataFrame | None = None) -> dict[str, dict]:
+    """Per rank: where steps came from, which were used and why others were not, and the
+    steps that compiled (``compiled``: step and compile_ms, from ``compilation``)."""
     out = {}
     for rank, group in steps.groupby("rank"):
         info = infos.get(int(rank), {})
@@ -93,18 +101,41 @@ def steps_report(steps: pd.DataFrame, infos: dict[int, dict]) -> dict[str, dict]
             "used": [int(s) for s in used],
             "excluded": [{"step": int(r[S.STEP]), "reason": r[REASON]} for r in left.to_dict("records")],
             "candidates": info.get("candidates", []),
+            "compiled": _compiled(compilation, int(rank)),
         }
     return out
 
 
+def _compiled(compilation: pd.DataFrame | None, rank: int) -> list[dict]:
+    if compilation is None or compilation.empty:
+        return []
+    mine = compilation[compilation["rank"] == rank]
+    return [{"step": int(r[S.STEP]), "compile_ms": round(float(r[COMPILE_NS]) / 1e6, 3)}
+            for r in mine.to_dict("records")]
+
+
 def steps_line(report: dict[str, dict]) -> str:
-    """One line saying which steps the verdict used, per group of ranks alike."""
+    """One line saying which steps the verdict used, and which compiled, per group of ranks
+    alike."""
     by_text: dict[str, list[int]] = {}
     for rank, r in report.items():
         text = (f"{len(r['used'])} of {r['recorded']} ({_span(r['used'])})" if r["recorded"]
                 else "one window (the trace has no step ranges)")
+        text += _compiled_text(r.get("compiled") or [])
         by_text.setdefault(text, []).append(int(rank))
     return "; ".join(f"{ranks_text(ranks)}: {text}" for text, ranks in by_text.items())
+
+
+def _compiled_text(compiled: list[dict]) -> str:
+    """', compiling in 2-4 (2602 to 3030 ms each)' for the steps that compiled."""
+    if not compiled:
+        return ""
+    steps = [c["step"] for c in compiled if c["step"] >= 0]
+    ms = [c["compile_ms"] for c in compiled]
+    where = f"in {rank_ranges(steps)} " if steps else ""
+    each = " each" if len(ms) > 1 else ""
+    span = U.ms(ms[0]) if min(ms) == max(ms) else U.ms_range(min(ms) * 1e6, max(ms) * 1e6)
+    return f", compiling {where}({span}{each})"
 
 
 def step_notes(report: dict[str, dict], one_offs: pd.DataFrame) -> list[str]:
@@ -130,6 +161,11 @@ def step_notes(report: dict[str, dict], one_offs: pd.DataFrame) -> list[str]:
     for row in one_offs.to_dict("records") if len(one_offs) else []:
         notes.append(f"rank {row['rank']}: one {row['name']} call took {row[S.DUR_NS] / 1e6:.1f} ms "
                      "(a one-off, e.g. CUDA lazy module loading): left out of the window")
+    for rank, r in report.items():
+        window = [c for c in r.get("compiled") or [] if c["step"] < 0]
+        if window and not r["recorded"]:
+            notes.append(f"rank {rank}: torch.compile compiled for "
+                         f"{U.ms(window[0]['compile_ms'])} inside the window: left out of it")
     return notes
 
 

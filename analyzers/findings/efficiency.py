@@ -4,7 +4,11 @@ of :mod:`profkit.analyzers.measure.efficiency` (its rows as facts)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from profkit.analyzers.findings.savings import ACHIEVABLE_TENSOR_FRAC, bf16_gemm_ns
+from profkit.analyzers.measure.devices import DEVICES
 from profkit.analyzers.measure.tables import RANK, plain
 from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.thresholds import Thresholds
@@ -32,14 +36,41 @@ def efficiency_findings(eff: dict, th: Thresholds) -> list[Finding]:
             recommendation="Find where the step goes (breakdown, kernels): raise arithmetic "
                            "intensity (larger batch / sequence, bf16), fuse small ops, "
                            "overlap communication."))
-    if eff["gemm_time_ns"] and eff["tensor_core_gemm_frac"] == 0 and eff["fp32_gemm_ns"]:
+    # tensor-core work: the GEMMs, and the convolutions autocast also moves to them
+    eligible = eff["gemm_time_ns"] + eff.get("fp32_conv_ns", 0)
+    if eff["gemm_time_ns"] and eff["tensor_core_gemm_frac"] == 0 and eff["fp32_gemm_ns"] \
+            and eligible >= th.precision_min_gemm_frac * eff["step_time_ns"]:
+        ev.update(precision_evidence(eff))
+        conv = eff.get("fp32_conv_ns", 0) / max(int(eff["steps"]), 1)
         out.append(Finding(
             category="precision", severity="warning", rank=rank, evidence=ev,
             message=f"No GEMM runs on tensor cores; fp32 GEMMs take "
-                    f"{eff['fp32_gemm_ns'] / 1e6:.1f} ms.",
+                    f"{ev['fp32_gemm_ns_per_step'] / 1e6:.3g} ms per step "
+                    f"({ev['fraction']:.0%} of the step)"
+                    + (f", fp32 convolutions {conv / 1e6:.3g} ms" if conv else ""),
             recommendation="Use mixed precision: torch.autocast(dtype=torch.bfloat16) (or "
                            "fp16 with a GradScaler), or at least TF32 via "
                            "torch.backends.cuda.matmul.allow_tf32 = True."))
+    return out
+
+
+def precision_evidence(eff: dict) -> dict:
+    """Per step: the fp32 GEMMs' time, GEMM time, their share of the step, and what bf16
+    would save (analyzers/findings/savings.py) where their FLOPs and the device are known."""
+    steps = max(int(eff["steps"]), 1)
+    out = {"fp32_gemm_ns_per_step": eff["fp32_gemm_ns"] / steps,
+           "gemm_ns_per_step": eff["gemm_time_ns"] / steps,
+           "fraction": round(eff["fp32_gemm_ns"] / eff["step_time_ns"], 4)
+           if eff["step_time_ns"] else 1.0}
+    peak = DEVICES.get(eff["device_model"])
+    if peak is None or not eff.get("fp32_gemm_flops", 0) > 0:
+        return out
+    bf16 = bf16_gemm_ns(eff["fp32_gemm_flops"], eff.get("fp32_gemm_bytes") or 0.0, peak)
+    saving = max(eff["fp32_gemm_known_ns"] - bf16, 0.0) / steps
+    if math.isfinite(saving):
+        out.update(bf16_estimate_ns_per_step=round(bf16 / steps, 1),
+                   achievable_tensor_frac=ACHIEVABLE_TENSOR_FRAC,
+                   saving_ns_per_step=round(saving, 1))
     return out
 
 
@@ -75,12 +106,22 @@ def mfu_notes(effs: list[dict], th: Thresholds) -> list[Finding]:
     no_peak = [e for e in missing if e not in none and e not in low]
     model = "Pass the model's FLOPs per step (--flops-per-step / Thresholds.flops_per_step)"
     out = []
-    if none:
+    shaped = [e for e in none if e.get("shapes_recorded")]
+    unshaped = [e for e in none if not e.get("shapes_recorded")]
+    if unshaped:
         out.append(Finding(category="mfu", severity="info", message=(
-            f"MFU not computed on {ranks_text(e[RANK] for e in none)}: no op in the "
-            "trace has a known FLOP count."), recommendation=(
+            f"MFU not computed on {ranks_text(e[RANK] for e in unshaped)}: no op in "
+            "the trace has a known FLOP count."), recommendation=(
             f"{model}, or profile with record_shapes=True so profkit counts matmul, "
             "convolution and attention FLOPs from the op shapes.")))
+    if shaped:
+        out.append(Finding(category="mfu", severity="info", message=(
+            f"MFU not computed on {ranks_text(e[RANK] for e in shaped)}: no "
+            "matmul, convolution or attention op ran in the profiled steps (the FLOPs MFU "
+            "counts)."), recommendation=(
+            f"The roofline table shows how close each kernel comes to the device's memory "
+            f"and compute peaks; {model[0].lower() + model[1:]} if the model's FLOPs run "
+            "in ops profkit has no formula for.")))
     if low:
         cov = np.nan_to_num([e["flop_coverage"] for e in low])  # NaN: no compute kernels
         out.append(Finding(category="mfu", severity="info", evidence={

@@ -15,6 +15,14 @@ saving is the step time it would give back if it were gone while the work stays:
   straggler), hidden under compute at most as long as there is compute to hide it under.
 - a straggler: the time the other ranks wait, exposed, for it each step (its own extra work
   stays), as a share of their step.
+- ``precision`` (fp32 GEMMs off the tensor cores): their time minus what their FLOPs take in
+  bf16 at an achievable share of the device's bf16 tensor peak (not the ratio of peaks:
+  fp32 GEMMs run near their peak, bf16 ones do not reach theirs), or their bytes, halved, at
+  an achievable share of HBM bandwidth when that is slower (:func:`bf16_gemm_ns`).
+- ``memory_bound``: the runs of fusable memory-bound kernels' time minus the bytes one fused
+  kernel must still move at the bandwidth the run reached (analyzers/measure/memruns.py).
+Both are capped by the finding's share of the step and the rank's compute time
+(consolidate.py).
 """
 
 from __future__ import annotations
@@ -22,8 +30,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.charge import BLOCKING_COPY
+from profkit.analyzers.measure.devices import DevicePeak
 
 ACHIEVABLE_LINK_FRAC = 0.85  # async pinned copies reach ~85-90% of PCIe peak (55 of 63 GB/s on H200)
+# Large bf16 GEMMs reach 0.7-0.85 of the dense peak (cuBLAS on Hopper; samples/runs/diagnosis
+# nvml_active_h100: 8192-wide bf16 matmuls at 731-761 of 989 TFLOP/s, 0.74-0.77).
+ACHIEVABLE_TENSOR_FRAC = 0.70
+# PyTorch's elementwise kernels move 70-91% of HBM peak (ncu, samples/runs/why/ncu).
+ACHIEVABLE_HBM_FRAC = 0.80
 SAVING_PARTS = ("cpu_launch", "host_work", "data_loading", "host_sync", "memcpy",
                 "communication")
 
@@ -79,6 +93,15 @@ def _async_copy_ns(transfers: pd.DataFrame, rank: int, n_steps: int) -> float:
         if row.get("bytes") and peak and np.isfinite(peak):
             total += float(row["bytes"]) / (ACHIEVABLE_LINK_FRAC * float(peak))  # GB/s = B/ns
     return total / max(n_steps, 1)
+
+
+def bf16_gemm_ns(flops: float, nbytes: float, peak: DevicePeak) -> float:
+    """ns that GEMMs of ``flops`` moving ``nbytes`` in fp32 would take in bf16 on ``peak``
+    (module doc: the slower of math at an achievable share of the bf16 peak and half the
+    bytes at an achievable share of HBM bandwidth)."""
+    math_ns = flops / (ACHIEVABLE_TENSOR_FRAC * peak.bf16_tflops * 1e3)  # 1 TFLOP/s: 1e3 FLOP/ns
+    memory_ns = 0.5 * nbytes / (ACHIEVABLE_HBM_FRAC * peak.mem_bw_tbps * 1e3)  # 1 GB/s: 1 B/ns
+    return max(math_ns, memory_ns)
 
 
 def as_fraction(saving_ns: float, step_ns: float) -> float:

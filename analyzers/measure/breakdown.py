@@ -6,7 +6,8 @@ The parts of a step sum to its time (``steps.step_windows``). A rank's fractions
 primary part use only its *used* steps: the first and last recorded steps and one-off steps
 are left out (``excluded_reason`` says why) unless ``--steps`` names the steps to use.
 Without ``ProfilerStep#`` ranges the window is first GPU start to last GPU end, minus
-one-off host calls (``steps.one_off_spans``), as one step numbered -1.
+one-off host calls (``steps.one_off_spans``) and compilation (:mod:`.compilation`), as one
+step numbered -1.
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ from profkit.analyzers.measure.charge import (
     OVERLAP,
     PARTS,
     charged_intervals,
+)
+from profkit.analyzers.measure.compilation import (
+    COMPILE_NS,
+    compile_ranges,
+    compile_spans,
+    window_compilation,
 )
 from profkit.analyzers.measure.health import rank_health
 from profkit.analyzers.measure.idle_code import idle_code
@@ -47,33 +54,41 @@ VERDICT_CLASSES = ("compute", "communication", "memcpy", "cpu_launch", "host_wor
 HOST_SIDE = ("cpu_launch", "host_work")
 CAPTURE = "capture_ns"
 STEP_COLUMNS = ("rank", S.STEP, "step_ns", *PARTS, BLOCKING_COPY, AFTER_SYNC, OVERLAP, CAPTURE,
-                USED, REASON)
+                COMPILE_NS, USED, REASON)
 ONE_OFF_COLUMNS = ("rank", "name", S.TS_NS, S.DUR_NS)
 
 
-def _windows(data: RankData, gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                        pd.DataFrame]:
+def _windows(data: RankData, gpu: pd.DataFrame, compiling: iv.Intervals
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, pd.DataFrame]:
     """(starts, ends, step numbers, one-off calls cut out) of the windows to break down."""
     if len(data.steps):
         starts, ends, numbers = step_windows(data.steps)
         return starts, ends, numbers, data.events.iloc[:0]
-    lo = int(gpu[S.TS_NS].min())
-    hi = int((gpu[S.TS_NS] + gpu[S.DUR_NS]).max())
+    lo, hi = gpu_span(gpu)
     slow = one_off_spans(data.events, lo, hi)
-    cut = iv.complement(iv.union(slow[S.TS_NS], slow[S.TS_NS] + slow[S.DUR_NS]), lo, hi)
+    slow_spans = iv.union(slow[S.TS_NS], slow[S.TS_NS] + slow[S.DUR_NS])
+    cut = iv.complement(iv.union_of(slow_spans, compiling), lo, hi)
+    if not len(cut[0]):  # nothing but compilation: keep it, for the steps to say so
+        cut = iv.complement(slow_spans, lo, hi)
     return cut[0], cut[1], np.full(len(cut[0]), -1), slow
+
+
+def gpu_span(gpu: pd.DataFrame) -> tuple[int, int]:
+    """(first GPU start, last GPU end) in ns: the window of a trace without steps."""
+    return int(gpu[S.TS_NS].min()), int((gpu[S.TS_NS] + gpu[S.DUR_NS]).max())
 
 
 def rank_steps(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
                th: Thresholds = DEFAULT, by_thread: dict | None = None,
                one_offs: list | None = None) -> pd.DataFrame:
     """One row per step: step_ns and the ns charged to each part (summing to step_ns), the
-    GPU-busy share of host_sync, hidden communication, graph capture time, and whether the
-    step is used for the rank's verdict (with the reason when not)."""
+    GPU-busy share of host_sync, hidden communication, graph capture and compile time, and
+    whether the step is used for the rank's verdict (with the reason when not)."""
     gpu = data.events[data.events[S.KIND].isin(S.GPU_KINDS)]
     if gpu.empty:  # a CPU-only trace: there is no GPU time to break down
         return pd.DataFrame(columns=list(STEP_COLUMNS))
-    starts, ends, numbers, slow = _windows(data, gpu)
+    compiling = compile_spans(compile_ranges(data.events))
+    starts, ends, numbers, slow = _windows(data, gpu, compiling)
     if one_offs is not None:
         one_offs.append(slow)
     if not len(starts):  # no window has any length: every event at one instant, 0 ns long
@@ -83,10 +98,12 @@ def rank_steps(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
     for part in (*PARTS, BLOCKING_COPY, AFTER_SYNC, OVERLAP):
         table[part] = iv.per_window(parts[part], starts, ends)
     table[CAPTURE] = iv.per_window(capture_spans(data.events), starts, ends)
+    table[COMPILE_NS] = iv.per_window(compiling, starts, ends)
     if not len(data.steps):
         table = table.groupby(["rank", S.STEP], as_index=False).sum()
     used, reasons = choose_steps(table, table[CAPTURE].to_numpy(), opts.steps,
-                                 th.step_outlier_frac)
+                                 th.step_outlier_frac, table[COMPILE_NS].to_numpy(),
+                                 th.compile_step_frac)
     table[USED], table[REASON] = used, reasons
     if by_thread is not None:
         keep = iv.union(starts[np.isin(numbers, table.loc[used, S.STEP])],
@@ -94,6 +111,20 @@ def rank_steps(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
         for key, ivs in by_thread.items():
             by_thread[key] = iv.intersect(ivs, keep)
     return table[list(STEP_COLUMNS)]
+
+
+def rank_compilation(data: RankData) -> pd.DataFrame:
+    """Compilation per step of one rank (:func:`.compilation.window_compilation`); without
+    steps, over the whole window as step -1 (where it is cut out of the breakdown)."""
+    if len(data.steps):
+        starts, ends, numbers = step_windows(data.steps)
+    else:
+        gpu = data.events[data.events[S.KIND].isin(S.GPU_KINDS)]
+        if gpu.empty:
+            return window_compilation(data.events, np.empty(0), np.empty(0), np.empty(0), data.rank)
+        lo, hi = gpu_span(gpu)
+        starts, ends, numbers = np.array([lo]), np.array([hi]), np.array([-1])
+    return window_compilation(data.events, starts, ends, numbers, data.rank)
 
 
 def stream_table(data: RankData) -> pd.DataFrame:
@@ -137,6 +168,7 @@ def rank_parts(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
                                            S.TS_NS: slow[S.TS_NS], S.DUR_NS: slow[S.DUR_NS]},
                                           columns=list(ONE_OFF_COLUMNS)),
             "health": rank_health(data.events),
+            "compilation": rank_compilation(data),
             **used_step_work(data, steps)}
 
 
@@ -146,7 +178,8 @@ def analyze_breakdown(run: Run, opts: AnalysisOptions = DEFAULT_OPTIONS,
     used, steps recorded, step_time_ms median of the used steps, one fraction column per
     part, comm_overlap_frac, primary), ``stream_breakdown`` (rank, stream, ns per class, ops,
     busy_ns), ``compute_subclasses`` (rank, subcls, kernel_ns, kernels, share), ``idle_code``
-    (rank, part, code, idle_ns), ``one_off_calls`` (rank, name, ts_ns, dur_ns), and what
+    (rank, part, code, idle_ns), ``one_off_calls`` (rank, name, ts_ns, dur_ns),
+    ``compilation`` (steps that compiled: :data:`.compilation.COMPILE_COLUMNS`), and what
     the used steps ran (``used_step_kernels``, ``used_step_ops``: :mod:`.stepwork`)."""
     return combine_breakdown([rank_parts(d, opts, th) for d in run.ranks.values()])
 
@@ -179,7 +212,7 @@ def combine_breakdown(parts: list[dict]) -> Result:
                      "primary": primary})
     tables = {"step_breakdown": steps, "rank_breakdown": pd.DataFrame(rows, columns=list(RANK_COLUMNS))}
     for name in ("stream_breakdown", "compute_subclasses", "idle_code", "one_off_calls",
-                 *USED_WORK_TABLES):
+                 "compilation", *USED_WORK_TABLES):
         frames = [p[name] for p in parts if p.get(name) is not None and len(p[name])]
         tables[name] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return Result(tables=tables)

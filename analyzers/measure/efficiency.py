@@ -9,7 +9,9 @@ of GPU work):
   (merged kernel time / step time), estimated SM efficiency (time-average of min(sum of
   blocks-per-SM of running kernels, 1), idle time counting 0), estimated occupancy
   (duration-weighted ``est. achieved occupancy %``) and the share of GEMM time in
-  tensor-core precisions (tf32, 16-bit, fp8, fp4).
+  tensor-core precisions (tf32, 16-bit, fp8, fp4): a GEMM's precision is its kernel name's,
+  else its op's input dtype (analyzers/measure/kernelcost.py). The rows also carry, for the
+  precision finding, the fp32 GEMMs' FLOPs and bytes and the fp32 convolutions' time.
 - ``nvml``: SM clock, throttle reasons, power, energy per step, GPM tensor / DRAM activity
   beside the share of the step in GEMM/attention kernels, peak memory vs capacity.
 
@@ -35,7 +37,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.devices import DEVICES, DevicePeak, device_info, match_device
-from profkit.analyzers.measure.flopcount import count_flops, kernel_time_mix, name_values
+from profkit.analyzers.measure.flopcount import count_flops, kernel_time_mix
+from profkit.analyzers.measure.kernelcost import kernel_costs
 from profkit.analyzers.measure.kernels import no_gpu_result
 from profkit.analyzers.measure.tables import RANK, empty
 from profkit.analyzers.result import Result
@@ -43,7 +46,6 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds, with_mfu_options
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.classify.flops import kernel_precision
 from profkit.model import RankData, Run, step_spans
 
 # flops: what MFU is computed from (``flops_source`` "trace" or "model formula");
@@ -111,15 +113,26 @@ def sm_efficiency(k: pd.DataFrame, window: int) -> float:
     return float(covered.sum() / window)
 
 
-def gemm_precision(k: pd.DataFrame) -> tuple[int, float, int]:
-    """(GEMM kernel ns, share of it in tensor-core precisions, ns in fp32 GEMMs)."""
-    g = k[k[S.SUBCLASS] == "gemm"]
+def gemm_precision(rd: RankData, k: pd.DataFrame) -> dict:
+    """GEMM kernel ns, the share of it in tensor-core precisions, the fp32 GEMMs' ns, FLOPs
+    and bytes, and the fp32 convolutions' ns. A kernel's precision is its name's, else its
+    op's input dtype (analyzers/measure/kernelcost.py: a custom kernel under an fp32 op is
+    fp32)."""
+    mm = kernel_costs(rd, k[k[S.SUBCLASS].isin(("gemm", "conv"))])
+    fp32 = mm["precision"].to_numpy(dtype=object) == "fp32"
+    conv = (mm[S.SUBCLASS] == "conv").to_numpy()
+    g = mm[~conv]
     total = int(g[S.DUR_NS].sum())
-    precision = name_values(g[S.NAME], kernel_precision)
-    dur = g[S.DUR_NS].to_numpy()
-    tc = np.isin(precision, TENSOR_CORE_PRECISIONS)
-    frac = dur[tc].sum() / total if total else np.nan
-    return total, float(frac), int(dur[precision == "fp32"].sum())
+    tc = np.isin(g["precision"].to_numpy(dtype=object), TENSOR_CORE_PRECISIONS)
+    fp32_gemm = mm[fp32 & ~conv]
+    known = fp32_gemm[np.isfinite(fp32_gemm["flops"]) & (fp32_gemm["flops"] > 0)]
+    return {"gemm_time_ns": total,
+            "tensor_core_gemm_frac": float(g[S.DUR_NS][tc].sum() / total) if total else np.nan,
+            "fp32_gemm_ns": int(fp32_gemm[S.DUR_NS].sum()),
+            "fp32_gemm_known_ns": int(known[S.DUR_NS].sum()),  # those with known FLOPs:
+            "fp32_gemm_flops": float(known["flops"].sum()),
+            "fp32_gemm_bytes": float(np.nansum(known["read_bytes"] + known["write_bytes"])),
+            "fp32_conv_ns": int(mm[S.DUR_NS][fp32 & conv].sum())}
 
 
 def flop_facts(rd: RankData, k: pd.DataFrame, peak: DevicePeak | None,
@@ -151,7 +164,6 @@ def efficiency_row(rank: int, rd: RankData, run_meta: dict, peak_dtype: str | No
     dur = k[S.DUR_NS].to_numpy()
     occ = k[S.OCCUPANCY_PCT].to_numpy(dtype=float)
     has_occ = np.isfinite(occ) & (dur > 0)
-    gemm_ns, tc_frac, fp32_ns = gemm_precision(k)
     return {RANK: rank, "device": device, "device_name": info["name"],
             "device_model": peak.key if peak else "", "steps": len(rd.steps),
             "step_time_ns": window, "flops": np.nan, "flops_source": "",
@@ -161,7 +173,13 @@ def efficiency_row(rank: int, rd: RankData, run_meta: dict, peak_dtype: str | No
             "sm_efficiency": sm_efficiency(k, window),
             "occupancy_pct": float((occ * dur)[has_occ].sum() / dur[has_occ].sum())
             if has_occ.any() else np.nan,
-            "gemm_time_ns": gemm_ns, "tensor_core_gemm_frac": tc_frac, "fp32_gemm_ns": fp32_ns}
+            **gemm_precision(rd, k), "shapes_recorded": shapes_recorded(rd)}
+
+
+def shapes_recorded(rd: RankData) -> bool:
+    """Whether the trace recorded op shapes (some op has a cost worked out from them)."""
+    ops = rd.events[rd.events[S.KIND] == S.KIND_CPU_OP]
+    return bool(ops[S.OP_READ_BYTES].notna().any() or (ops[S.FLOPS] > 0).any())
 
 
 def judge_mfu(eff: dict, th: Thresholds) -> dict:

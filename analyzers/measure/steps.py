@@ -4,9 +4,14 @@
 - :func:`apply_step_marker`: steps from a user annotation (``--step-marker train_step``) for
   traces without ``ProfilerStep#`` ranges.
 - :func:`choose_steps`: the steps a verdict should use. Profiler start and stop distort the
-  first and last recorded step (CUPTI start-up, a final drain), and a one-off step (a
-  checkpoint, an evaluation) is not the steady state: such steps are left out of verdicts,
-  with the reason, unless ``--steps A:B`` names the steps to use.
+  first and last recorded step (CUPTI start-up, a final drain), a one-off step (a
+  checkpoint, an evaluation) is not the steady state, and neither is a step that records a
+  CUDA graph or compiles (torch.compile's Dynamo, AOTAutograd, Inductor, Triton autotuning:
+  :mod:`.compilation`): such steps are left out of verdicts, with the reason, unless
+  ``--steps A:B`` names the steps to use. When every step compiles, recompiling is the
+  run's steady state: its steps stay its steps (step time, ``profkit diff``), and the rank
+  gets no bottleneck verdict (:func:`compiling_ranks`), rather than compile time read as
+  launch overhead.
 - :func:`capture_spans`: CUDA-graph capture windows (launches recorded, nothing executed).
 - :func:`one_off_spans`: single host calls so slow they are not the workload (CUDA lazy
   module loading in a first ``cudaLaunchKernel``, ...): cut out of a step-less window.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.units import ms_of_ns
 
 from profkit import intervals as iv
 from profkit import schema as S
@@ -119,14 +125,16 @@ def capture_calls(events: pd.DataFrame) -> int:
 
 
 def choose_steps(table: pd.DataFrame, capture_ns: np.ndarray, chosen: tuple | None,
-                 tolerance: float) -> tuple[np.ndarray, list[str]]:
+                 tolerance: float, compile_ns: np.ndarray | None = None,
+                 compile_frac: float = 0.05) -> tuple[np.ndarray, list[str]]:
     """(used mask, reason per step) for one rank's ``step_breakdown`` rows (time order).
 
     ``chosen`` (lo, hi) step numbers from ``--steps``: exactly those are used. Otherwise a
-    step is left out when most of it is CUDA-graph capture, or when its time is more than
-    ``tolerance`` above (or below 1/(1+tolerance) of) the median step: at the
+    step is left out when most of it is CUDA-graph capture, when at least ``compile_frac`` of
+    it is compilation (``compile_ns``) while other steps do not compile, or when its time is
+    more than ``tolerance`` above (or below 1/(1+tolerance) of) the median step: at the
     edges of the recording that is profiler start-up or a final drain, in the middle a
-    one-off. At most half the steps are left out, and with fewer than 3 steps none."""
+    one-off. At most half the steps are left out as outliers, and with fewer than 3 none."""
     n = len(table)
     steps = table[S.STEP].to_numpy()
     reasons = [""] * n
@@ -138,12 +146,38 @@ def choose_steps(table: pd.DataFrame, capture_ns: np.ndarray, chosen: tuple | No
     capture = capture_ns / np.maximum(step_ns, 1) > 0.5
     for i in np.flatnonzero(capture):
         reasons[i] = "CUDA graph capture (launches recorded, nothing ran)"
-    if n - capture.sum() >= 3:
-        _outliers(step_ns, ~capture, tolerance, reasons)
+    compiling = _compiling(step_ns, compile_ns, compile_frac) & ~capture
+    if compiling.sum() == (~capture).sum():  # every step compiles: that is the run's steady state
+        compiling[:] = False
+    for i in np.flatnonzero(compiling):
+        reasons[i] = f"compiles: {ms_of_ns(compile_ns[i])} of {ms_of_ns(step_ns[i])} in torch.compile"
+    steady = ~capture & ~compiling
+    if steady.sum() >= 3:
+        _outliers(step_ns, steady, tolerance, reasons)
     used = np.array([r == "" for r in reasons])
     if not used.any():
-        return np.ones(n, bool) if not capture.all() else used, reasons
+        return np.ones(n, bool) if steady.all() else used, reasons
     return used, reasons
+
+
+def _compiling(step_ns: np.ndarray, compile_ns: np.ndarray | None, frac: float) -> np.ndarray:
+    """Steps at least ``frac`` of which is compilation."""
+    if compile_ns is None:
+        return np.zeros(len(step_ns), bool)
+    return (compile_ns > 0) & (compile_ns >= frac * np.maximum(step_ns, 1))
+
+
+def compiling_ranks(steps: pd.DataFrame, frac: float) -> list[int]:
+    """Ranks whose every used step compiles for at least ``frac`` of its time (``compile_ns``
+    of ``step_breakdown``): their steps show the compiler, so they get no bottleneck
+    verdict."""
+    if steps.empty or "compile_ns" not in steps:
+        return []
+    used = steps[steps[USED].astype(bool)]
+    compiling = _compiling(used["step_ns"].to_numpy(np.float64), used["compile_ns"].to_numpy(),
+                           frac)
+    every = pd.Series(compiling, index=used.index).groupby(used["rank"]).all()
+    return [int(r) for r in every[every].index]
 
 
 def _outliers(step_ns: np.ndarray, candidates: np.ndarray, tolerance: float,

@@ -30,6 +30,9 @@ __all__ = ["MAX_RANK_ROWS", "MAX_STATUS_RANKS", "clean_json", "grouped_findings"
            "status_line", "to_json", "to_markdown", "to_text"]
 
 
+ROOFLINE_ROWS = 200  # rows of the roofline table in the JSON report
+
+
 def clean_json(value: Any) -> Any:
     """JSON-ready: numpy scalars to Python, NaN/inf to None."""
     if isinstance(value, dict):
@@ -46,8 +49,9 @@ def clean_json(value: Any) -> Any:
 def to_json(a: Analysis) -> dict[str, Any]:
     """The ``profkit.analysis/1`` document: ``run`` opens with the truth about the run
     (status, ranks analysed and missing, skipped files, notes, the problems --strict fails
-    on); every evidence key is kept, and ``top_kernels`` has each kernel's full name beside
-    its short one."""
+    on); every evidence key is kept, ``top_kernels`` has each kernel's full name beside
+    its short one, and ``roofline`` the kernels that take the most time per step (at most
+    :data:`ROOFLINE_ROWS`; ``--tables`` writes them all)."""
     ranks = a.table("rank_breakdown")
     rank_rows = [{
         "rank": int(r["rank"]), "steps": int(r["steps"]), "step_time_ms": float(r["step_time_ms"]),
@@ -64,6 +68,8 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "stragglers": a.stragglers,
         "findings": [f.as_dict() for f in sorted_findings(a)],
         "top_kernels": kernel_rows(a),
+        "roofline": a.table("roofline").nlargest(ROOFLINE_ROWS, "kernel_ms_per_step")
+        .to_dict("records") if len(a.table("roofline")) else [],
     }
     ncu = a.table("ncu_kernels")
     if not ncu.empty:  # measured by profkit ncu: Nsight Compute's counters per kernel

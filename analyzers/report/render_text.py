@@ -52,7 +52,8 @@ def saving_text(f) -> str:
     ms, frac = s.get("ms_per_step"), s.get("fraction")
     if ms is None or frac is None or not math.isfinite(ms) or not math.isfinite(frac):
         return ""
-    return f"; could save ~{ms:.2f} ms/step ({pct(frac)})"
+    per = s.get("per") or "step"
+    return f"; could save ~{ms:.2f} ms/{per} ({pct(frac)})"
 
 
 def rank_table(a: Analysis) -> pd.DataFrame:

@@ -36,8 +36,8 @@ class Section:
 
 def sections(a: Analysis) -> list[Section]:
     """Every section with something to show, in report order."""
-    built = (kernels_section(a), ncu_section(a), efficiency_section(a), collectives_section(a),
-             transfers_section(a), idle_section(a), ops_section(a))
+    built = (kernels_section(a), roofline_section(a), ncu_section(a), efficiency_section(a),
+             collectives_section(a), transfers_section(a), idle_section(a), ops_section(a))
     return [s for s in built if s is not None and not s.table.empty]
 
 
@@ -80,6 +80,33 @@ def kernels_section(a: Analysis) -> Section | None:
                    f"{plural(steps, 'rank-step')})",
                    table, [f"share: of all kernel time; full names in --format json and "
                            f"--tables ({plural(len(k), 'kernel')} kept)"], clip=("kernel",))
+
+
+def roofline_section(a: Analysis) -> Section | None:
+    """The kernels taking the most time, with their class of work and how close they come
+    to the roof that bounds them (per rank that ran them, averaged)."""
+    roof = a.table("roofline")
+    if roof.empty:
+        return None
+    g = roof.assign(s=roof["kernel_ms_per_step"] * 1e-3).groupby("kernel", sort=False).agg(
+        short=("short_name", "first"), op=("op", "first"), bound=("bound", "first"),
+        ms=("kernel_ms_per_step", "mean"), s=("s", "sum"), flops=("flops_per_step", "sum"),
+        nbytes=("bytes_per_step", "sum"), peak_tflops=("peak_tflops", "mean"),
+        peak_gbps=("peak_gbps", "mean"))
+    top = g.sort_values("ms", ascending=False, kind="stable").head(TOP_ROWS)
+    tflops = top["flops"] / top["s"] / 1e12
+    gbps = top["nbytes"] / top["s"] / 1e9
+    roof_frac = np.where(top["bound"] == "math", tflops / top["peak_tflops"], gbps / top["peak_gbps"])
+    table = pd.DataFrame({
+        "kernel": [U.clip(n, NAME_CHARS) for n in top["short"]],
+        "op": [U.clip(n, 30) for n in top["op"]], "bound": top["bound"],
+        "ms/step": [U.ms(v) for v in top["ms"]], "TFLOP/s": [U.tflops(v) for v in tflops],
+        "GB/s": [U.gbps(v) for v in gbps],
+        "of its roof": [U.pct(f) if b in ("math", "memory") else U.MISSING
+                        for f, b in zip(roof_frac, top["bound"])]})
+    return Section("Kernel roofline (per step; FLOPs and bytes from the ops' shapes)", table, [
+        "bound: memory or math by FLOPs per byte against the device's peaks; latency: too "
+        "little work to reach either; unknown: no shapes or no peaks (docs/roofline.md)"])
 
 
 def ncu_section(a: Analysis) -> Section | None:

@@ -20,7 +20,7 @@ is_causal, output_mask). A multiply-add counts as 2 FLOPs, the usual convention 
   counted from the ``*_backward_input`` / ``*_backward_weight`` ops nested inside (old
   traces), else both are assumed.
 - Attention (scaled_dot_product_attention and its flash / efficient / cudnn / cpu kernels,
-  ``_flash_attention_*``, ``_efficient_attention_*``): q·kᵀ and p·v, 2 x B x H x S x Sk x
+  ``_flash_attention_*``, ``_efficient_attention_*``, ``_cudnn_attention_*``): q·kᵀ and p·v, 2 x B x H x S x Sk x
   (D + Dv); backward 2.5x the forward (five products instead of two). Causal masking
   (``is_causal``, or a non-zero ``custom_mask_type``) with as many queries as keys does
   (S + 1) / 2S of the work; other causal shapes are counted in full (an upper bound).
@@ -281,12 +281,14 @@ FLOP_OPS: dict[str, Formula] = {
     "aten::_scaled_dot_product_cudnn_attention": _attention("bhsd", 6, False),
     "aten::_flash_attention_forward": _attention("bshd", 8, False),
     "aten::_efficient_attention_forward": _attention("bshd", 9, False),
+    "aten::_cudnn_attention_forward": _attention("bhsd", 10, False),
     "aten::_scaled_dot_product_flash_attention_backward": _attention("bhsd", 11, True),
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward": _attention("bhsd", 7, True),
     "aten::_scaled_dot_product_efficient_attention_backward": _attention("bhsd", 11, True),
     "aten::_scaled_dot_product_cudnn_attention_backward": _attention("bhsd", 14, True),
     "aten::_flash_attention_backward": _attention("bshd", 11, True),
     "aten::_efficient_attention_backward": _attention("bshd", 14, True),
+    "aten::_cudnn_attention_backward": _attention("bhsd", 14, True),
 }
 
 

@@ -88,6 +88,10 @@ def load(trace: Path) -> tuple[dict[str, pd.DataFrame], dict] | None:
     except (OSError, ValueError) as exc:
         log.debug("cache miss for %s: %s", trace, exc)
         return None
+    if not set(S.EVENT_COLUMNS) <= set(tables["events"].columns):
+        # written by another build of the same tables version (two checkouts, one cache)
+        log.debug("cache miss for %s: columns of another build", trace)
+        return None
     return tables, meta
 
 

@@ -17,13 +17,14 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify import events as classify
 from profkit.classify.flops import (
-    FLOP_OPS,
     MAX_OP_FLOPS,
     PRECISIONS,
     ConvLinks,
     dtype_precision,
     shape_flops,
 )
+from profkit.classify.opfamilies import op_family
+from profkit.classify.traffic import UNKNOWN, op_cost
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns
 from profkit.trace.traceevents import Args, Event, Meta
 from profkit.trace.tracefile import Trace
@@ -37,6 +38,7 @@ _NO_COLL = (None, None)
 _KIND_CODE = {k: i for i, k in enumerate(S.KINDS)}
 MAX_DUR_US = 86_400e6  # one day: longer is no profiled event; clipped to this
 MAX_DIMS_CHARS = 4000  # an op's Input Dims text kept up to this (longer: cut, unreadable)
+MAX_MEMO = 200_000  # distinct (op, shapes) costs remembered per trace before starting over
 
 
 class SparseArgs(dict):
@@ -94,7 +96,8 @@ class Accumulator:
         self.names, self.cats, self.dims = Codes(cap=True), Codes(cap=True), Codes()
         self.cat_kind: list[str] = []  # kind of each category code
         self.cat_kind_code: list[int] = []  # the same as a code (index in _KIND_CODE)
-        self.name_wanted: list[bool] = []  # per name code: FLOPs from shapes (_wanted_names)
+        self.name_wanted: list[bool] = []  # per name code: costs from shapes (_wanted_names)
+        self.memo: dict[tuple, tuple] = {}  # (name, raw shapes) -> what _shape_costs found
         self.parts: dict[str, list[np.ndarray]] = {}
         self.coll_args = SparseArgs()
         self.metadata: list[Meta] = []
@@ -128,7 +131,7 @@ class Accumulator:
         for column, attr, kinds in _ARG_COLUMNS:
             values = _read_arg(args, kind, attr, kinds)
             if column == S.FLOPS:
-                self._add_shape_flops(values, name_codes, name, args)
+                self._add_shape_costs(values, name_codes, name, args)
             self._put(column, values)
         self._put(S.INPUT_DIMS, self.dims.encode(_dims_texts(args, kind)))
         has_coll = np.fromiter(map(_NO_COLL.__ne__, map(_COLL, args)), bool, len(args))
@@ -136,11 +139,15 @@ class Accumulator:
             self.coll_args[self.rows + i] = args[i]
         self.rows += len(xs)
 
-    def _add_shape_flops(self, flops: np.ndarray, name_codes: np.ndarray, names: list,
+    def _add_shape_costs(self, flops: np.ndarray, name_codes: np.ndarray, names: list,
                          args: list[Args]) -> None:
         """FLOPs of matmul / conv / attention ops from their shapes where the trace has
-        none, and the precision of their inputs (profkit.classify.flops)."""
-        precision = np.zeros(len(names), dtype=np.int8)  # 0: unknown, else 1 + PRECISIONS index
+        none, the bytes and vector FLOPs of every op with a cost formula, and the precision
+        of their inputs (profkit.classify.flops, profkit.classify.traffic). One op's costs
+        are worked out once per distinct set of shapes (memo)."""
+        n = len(names)
+        precision = np.zeros(n, dtype=np.int8)  # 0: unknown, else 1 + PRECISIONS index
+        costs = np.full((3, n), np.nan, dtype=np.float32)  # read, write, vector FLOPs
         # the trace's own counts: one no op can have (inf, negative, 1e308) is dropped
         absurd = ~np.isnan(flops) & ~((flops >= 0) & (flops <= MAX_OP_FLOPS))
         flops[absurd] = np.nan
@@ -150,20 +157,30 @@ class Accumulator:
             a, name = args[i], names[i]
             if not len(a.input_dims):
                 continue
-            dims, concrete = _json(a.input_dims), _json(a.concrete_inputs)
+            key = (name, bytes(a.input_dims), bytes(a.input_types), bytes(a.concrete_inputs),
+                   bytes(a.input_strides))
+            hit = self.memo.get(key)
+            if hit is None:
+                if len(self.memo) >= MAX_MEMO:
+                    self.memo.clear()
+                hit = self.memo[key] = _shape_costs(name, a, self.conv_links.wants(name))
+            shape_value, dropped, cost, found, dims, concrete = hit
             if np.isnan(flops[i]):
-                flops[i], dropped = shape_flops(name, dims, concrete)
+                flops[i] = shape_value
                 self.dropped_flops += dropped
-            self.conv_links.note(self.rows + i, name, dims, concrete, a.seq_number, flops[i])
-            if name in FLOP_OPS:
-                found = dtype_precision(_json(a.input_types))
-                precision[i] = PRECISIONS.index(found) + 1 if found else 0
+            if dims is not None:
+                self.conv_links.note(self.rows + i, name, dims, concrete, a.seq_number, flops[i])
+            costs[:, i] = cost
+            precision[i] = found
         self._put(S.FLOPS_DTYPE, precision)
+        for column, values in zip(S.COST_COLUMNS, costs):
+            self._put(column, values)
 
     def _wanted_names(self) -> np.ndarray:
-        """Per name code: whether the name has a FLOP formula or a conv link."""
+        """Per name code: whether the name has a FLOP or cost formula or a conv link."""
         new = list(self.names.index)[len(self.name_wanted):]
-        self.name_wanted.extend(bool(n) and self.conv_links.wants(n) for n in new)
+        self.name_wanted.extend(bool(n) and (self.conv_links.wants(n) or bool(op_family(n)))
+                                for n in new)
         return np.asarray(self.name_wanted, dtype=bool)
 
     def resolve_conv_links(self) -> None:
@@ -244,6 +261,8 @@ class Accumulator:
         ev[S.FLOPS_DTYPE] = pd.Categorical.from_codes(
             self._take(S.FLOPS_DTYPE, order).astype(np.int8), categories=("",) + PRECISIONS)
         ev[S.INPUT_DIMS] = self.dims.categorical(self._take(S.INPUT_DIMS, order).astype(np.int32))
+        for name in S.COST_COLUMNS:
+            ev[name] = self._take(name, order).astype(np.float32)
         return ev
 
     def _take(self, column: str, order: np.ndarray | None = None) -> np.ndarray:
@@ -270,6 +289,22 @@ def _read_arg(args: list[Args], kind: np.ndarray, attr: str, kinds: tuple | None
     if rows:
         out[rows] = to_float(list(map(get, map(args.__getitem__, rows))))
     return out
+
+
+def _shape_costs(name: str, a: Args, linked: bool) -> tuple:
+    """(FLOPs from shapes, whether they were dropped as impossible, (read, write, vector
+    FLOPs), precision code, dims, concrete) of one op; dims and concrete are kept only for the
+    convolution links (``linked``)."""
+    dims, concrete, types = _json(a.input_dims), _json(a.concrete_inputs), _json(a.input_types)
+    value, dropped = shape_flops(name, dims, concrete)
+    try:
+        cost = (op_cost(name, dims, types, concrete, value, _json(a.input_strides))
+                if op_family(name) else UNKNOWN)
+    except (ArithmeticError, ValueError, TypeError):  # hostile shapes cost only this op
+        cost, dropped = UNKNOWN, True
+    found = dtype_precision(types)
+    code = PRECISIONS.index(found) + 1 if found else 0
+    return value, dropped, cost, code, dims if linked else None, concrete if linked else None
 
 
 def _dims_texts(args: list[Args], kind: np.ndarray) -> list:

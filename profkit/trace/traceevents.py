@@ -20,6 +20,7 @@ from typing import Any, Union
 import msgspec
 
 NAN = math.nan
+RAW_ARGS = frozenset(("Input Dims", "Input type", "Input Strides", "Concrete Inputs"))
 DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 _NO_RAW = msgspec.Raw()  # one shared empty Raw: the argument is absent
 
@@ -37,6 +38,7 @@ class Args(msgspec.Struct, gc=False):
     # Raw JSON, parsed only for the few ops whose FLOPs come from shapes (empty if absent).
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
+    input_strides: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Strides")
     concrete_inputs: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
     seq_number: Any = msgspec.field(default=None, name="Sequence number")  # fwd op <-> backward node
     bytes: Any = None
@@ -128,8 +130,9 @@ def _repair_event(raw: msgspec.Raw, repairs: Counter) -> Any:
     if args is not None and not isinstance(args, dict):
         repairs["args"] += 1
         ev.pop("args")
-    elif args is not None and "Input Dims" in args:  # a raw field: kept as JSON text
-        args["Input Dims"] = msgspec.Raw(json.dumps(args["Input Dims"]).encode())
+    elif args is not None:  # the raw fields: kept as JSON text
+        for key in RAW_ARGS.intersection(args):
+            args[key] = msgspec.Raw(json.dumps(args[key]).encode())
     try:
         return msgspec.convert(ev, kind)
     except (msgspec.ValidationError, RecursionError):

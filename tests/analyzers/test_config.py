@@ -124,8 +124,8 @@ def test_cli_bad_config_is_one_line_and_writes_nothing(tmp_path, capsys):
     assert err == f"profkit: error: {cfg}: data_loading_frac: expected a number, got 'high' (str)\n"
 
 
-def test_the_readme_example_loads(tmp_path):
-    text = (REPO / "README.md").read_text()
+def test_the_documented_example_loads(tmp_path):
+    text = (REPO / "docs" / "analysis.md").read_text()
     block = text[text.index("```toml\n# profkit.toml"):]
     block = block[len("```toml\n"):block.index("```", 3)]
     own, _, project = block.partition("# pyproject.toml")

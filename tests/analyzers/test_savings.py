@@ -44,7 +44,8 @@ def test_the_straggler_saving_is_the_others_exposed_wait_not_their_raw_wait(rows
 
 CAPPED_BY = {"cpu_launch": "fraction", "host_work": "fraction", "data_loading": "fraction",
              "host_sync": "fraction",
-             "memcpy": "fraction", "communication": "fraction", "runtime_calls": "slow_frac"}
+             "memcpy": "fraction", "communication": "fraction", "runtime_calls": "slow_frac",
+             "memory_bound": "fraction", "precision": "fraction"}
 SAMPLES = sorted(p.parent for p in (REPO / "samples" / "runs").rglob("run.json")) + [
     REPO / "samples" / "runs" / "stock_ddp", REPO / "samples" / "runs" / "stock_ddp_stack",
     *sorted((REPO / "tests" / "data" / "public").iterdir())]

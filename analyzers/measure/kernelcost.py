@@ -1,0 +1,102 @@
+"""What each kernel costs: the FLOPs and bytes of the op that launched it, and the precision
+it ran in.
+
+Costs sit on CPU ops, worked out once at ingest from their shapes and dtypes (``flops``:
+matmul / conv / attention FLOPs; ``op_read_bytes``, ``op_write_bytes``, ``vector_flops``:
+profkit.classify.traffic). A kernel belongs to the op its ``External id`` names, which is
+the innermost op on the stack when it was launched (``aten::mm`` under ``aten::linear``), so
+nothing is counted twice. An op launching several kernels splits its bytes and vector FLOPs
+among them by duration, and its matmul FLOPs among its GEMM / conv / attention kernels.
+Kernels without a known op (CUDA-graph replays, kernels launched outside recorded ops, ops
+without a cost formula) get NaN.
+
+Precision: the kernel's name when it says (``kernel_precision``: an fp32 op running TF32
+kernels is tf32), else the dtype of its op's inputs (a custom kernel under an fp32 op is
+fp32), else "".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from profkit.analyzers.measure.flopcount import name_values
+
+from profkit import schema as S
+from profkit.classify.flops import kernel_precision
+from profkit.classify.opfamilies import op_family
+from profkit.model import RankData
+
+MATMUL_SUBCLASSES = ("gemm", "conv", "attention")
+MATMUL_FAMILIES = ("matmul", "conv", "attention")  # ops whose FLOPs are in ``flops``
+COST_KEYS = [S.EXTERNAL_ID, S.STEP]
+KERNEL_COST_COLUMNS = (S.TS_NS, S.DUR_NS, S.NAME, S.SUBCLASS, S.STREAM, S.STEP, "op", "op_id",
+                       "family", "flops", "read_bytes", "write_bytes", "precision")
+
+
+def launching_ops(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
+    """The CPU ops ``kernels`` name by (External id, step), where the pair names one op
+    only; their name and costs (names as text)."""
+    ev = rd.events
+    ext = ev[S.EXTERNAL_ID].to_numpy()
+    wanted = np.unique(kernels[S.EXTERNAL_ID].to_numpy())
+    rows = (ev[S.KIND] == S.KIND_CPU_OP).to_numpy() & (ext >= 0) & np.isin(ext, wanted)
+    ops = ev.loc[rows, COST_KEYS + [S.NAME, S.FLOPS, S.FLOPS_DTYPE, *S.COST_COLUMNS]]
+    ops = ops.drop_duplicates(COST_KEYS, keep=False)
+    return ops.rename(columns={S.NAME: "op"}).astype({"op": str, S.FLOPS_DTYPE: str})
+
+
+def kernel_precisions(rd: RankData, kernels: pd.DataFrame) -> np.ndarray:
+    """Precision of each kernel (module doc)."""
+    named = name_values(kernels[S.NAME], kernel_precision)
+    if (named != "").all() or kernels.empty:
+        return named
+    ops = launching_ops(rd, kernels)[COST_KEYS + [S.FLOPS_DTYPE]]
+    dtype = kernels[COST_KEYS].merge(ops, on=COST_KEYS, how="left")[S.FLOPS_DTYPE]
+    return np.where(named != "", named, dtype.fillna("").to_numpy(dtype=object))
+
+
+def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
+    """One row per kernel of ``kernels`` (name and subclass categorical, as there) with its
+    op (name, and ``op_id``: one number per op
+    call, -1 without one), the op's family, its share of the op's FLOPs and bytes (NaN where
+    unknown) and its precision (KERNEL_COST_COLUMNS)."""
+    k = kernels[[S.TS_NS, S.DUR_NS, S.NAME, S.SUBCLASS, S.STREAM, S.STEP, S.EXTERNAL_ID]]
+    k = k.reset_index(drop=True)
+    j = k.merge(launching_ops(rd, k), on=COST_KEYS, how="left")
+    dur = np.maximum(j[S.DUR_NS].to_numpy(dtype=float), 1.0)  # zero-length kernels share too
+    has_op = j["op"].notna().to_numpy()
+    op_id = np.where(has_op, j.groupby(COST_KEYS).ngroup().to_numpy(), -1)
+    mm = j[S.SUBCLASS].isin(MATMUL_SUBCLASSES).to_numpy()
+    total = _group_sum(op_id, dur)
+    total_mm = _group_sum(op_id, dur * mm)
+    w_all = dur / total
+    w_mm = np.where(total_mm > 0, dur * mm / np.where(total_mm > 0, total_mm, 1.0), w_all)
+    matmul = j[S.FLOPS].to_numpy(dtype=float)
+    vector = j[S.VECTOR_FLOPS].to_numpy(dtype=float)
+    flops = np.where(matmul > 0, matmul * w_mm, vector * w_all)
+    precision = name_values(j[S.NAME], kernel_precision)
+    dtype = j[S.FLOPS_DTYPE].fillna("").to_numpy(dtype=object)
+    ops = j["op"].fillna("")
+    family = name_values(ops, op_family)
+    # A matmul / conv / attention op whose FLOPs are unknown has no cost: its bytes alone
+    # would make it look memory-bound.
+    known = ~np.isin(family, MATMUL_FAMILIES) | (matmul > 0)
+    w_all = np.where(known, w_all, np.nan)
+    return pd.DataFrame({
+        S.TS_NS: j[S.TS_NS].to_numpy(), S.DUR_NS: j[S.DUR_NS].to_numpy(),
+        S.NAME: j[S.NAME].to_numpy(), S.SUBCLASS: j[S.SUBCLASS].to_numpy(),
+        S.STREAM: j[S.STREAM].to_numpy(), S.STEP: j[S.STEP].to_numpy(),
+        "op": ops.to_numpy(dtype=object), "op_id": op_id, "family": family,
+        "flops": np.where(known, flops, np.nan), "read_bytes": j[S.OP_READ_BYTES].to_numpy(dtype=float) * w_all,
+        "write_bytes": j[S.OP_WRITE_BYTES].to_numpy(dtype=float) * w_all,
+        "precision": np.where(precision != "", precision, dtype)})
+
+
+def _group_sum(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each row's group total of ``values`` (a row of group -1: its own value)."""
+    out = values.copy()
+    inside = group >= 0
+    if inside.any():
+        sums = np.bincount(group[inside], weights=values[inside])
+        out[inside] = sums[group[inside]]
+    return out
