@@ -28,7 +28,7 @@ from profkit.run.pool import process_pool, sigint_blocked
 from profkit.run.rankfiles import RankFiles
 from profkit.textout import rank_ranges, ranks_text
 from profkit.trace import ingest, tracefile
-from profkit.trace.header import header_facts, process_names
+from profkit.trace.header import header_facts, metadata_names
 
 log = logging.getLogger(__name__)
 PARALLEL_MIN_BYTES = 16 << 20  # below this, process start-up costs more than it saves
@@ -66,7 +66,7 @@ def trace_meta(path: Path, trace: tracefile.Trace, metadata: list) -> dict[str, 
     validated; ``problems`` holds one line naming the file and what was repaired, if anything."""
     problems = trace.all_problems()
     meta = {"source": str(path), **header_facts(trace.header, problems),
-            "process_names": process_names(metadata, problems), "raw_event_count": len(trace)}
+            **metadata_names(metadata, problems), "raw_event_count": len(trace)}
     meta["problems"] = [problems.line(path)] if problems else []
     return meta
 
