@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profkit import datacodec
+from profkit import children, datacodec
 from profkit.classify import events as classify
 from profkit.errors import UsageError
 from profkit.model import SkippedFile, clock_offset_ns
@@ -287,6 +287,8 @@ def _outcome(fut, task: FileTask) -> FileResult:
     try:
         return fut.result()
     except Exception as exc:  # a worker that died (killed for memory, ...) loses one rank
+        if children.stop_signal() is not None:  # ended by the command's stop: no rank lost
+            raise children.Stopped(children.stop_signal()) from exc
         return _failed(task, f"worker failed ({type(exc).__name__}: {exc})")
 
 

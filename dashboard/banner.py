@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dash import html
+from profkit.analyzers.measure.coverage import ended_badly, missing_ranks
 from profkit.analyzers.report import header as H
 from profkit.dashboard import ids
 
@@ -76,10 +77,32 @@ def ranks_text(info: dict[str, Any]) -> str:
 
 def status_text(info: dict[str, Any]) -> str | None:
     """The Runs table's status pill: the run's status when it did not end well, else
-    "incomplete" when ranks or trace files are missing; None for a complete run."""
-    if info.get("status") in H.BAD_STATUS:
+    "incomplete" when ranks of its world are missing; None for a run with every rank. Files
+    skipped and notes are not a status: :func:`notes_text` says them."""
+    if ended_badly(info):
         return str(info["status"])
-    return "incomplete" if H.problems(info) else None
+    return "incomplete" if missing_ranks(info) else None
+
+
+def notes_text(info: dict[str, Any]) -> str | None:
+    """``2 files skipped``, ``1 file skipped, 1 rank numbered by file order``: what was set
+    aside or guessed while the run was read, for the Runs table (the lines:
+    :func:`notes_title`; the other notes, on how the steps were chosen, are the banner's).
+    None when there is nothing of the kind."""
+    skipped, guessed = len(info.get("skipped_files") or []), len(_guessed(info))
+    parts = [f"{skipped} file{'s' * (skipped > 1)} skipped"] if skipped else []
+    parts += [f"{guessed} rank{'s' * (guessed > 1)} numbered by file order"] if guessed else []
+    return ", ".join(parts) or None
+
+
+def notes_title(info: dict[str, Any]) -> str:
+    """The skipped files (relative to the run folder, with their reasons) and the ranks
+    numbered by file order, one per line: the hover text of :func:`notes_text`."""
+    return "\n".join(H.skipped_lines(_relative(info)) + _guessed(info))
+
+
+def _guessed(info: dict[str, Any]) -> list[str]:
+    return [str(n) for n in info.get("notes") or [] if str(n).endswith(H.GUESSED_RANK)]
 
 
 def problems_title(info: dict[str, Any]) -> str:

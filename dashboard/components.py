@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import logging
-import math
 from urllib.parse import quote
 
 import dash
 import pandas as pd
-from dash import dash_table, dcc, html
+from dash import dcc, html
 from dash.exceptions import PreventUpdate
 from plotly.io.json import to_json_plotly
 from profkit.analyzers import units as U
 from profkit.analyzers.analyze import part_name
 from profkit.dashboard import banner, ids
+from profkit.dashboard import grids as G
 from profkit.dashboard import tables as T
 from profkit.dashboard.figures import CLASS_COLORS
 from profkit.dashboard.loading import describe
@@ -28,11 +28,6 @@ RUN_TABS = (("", "Overview"), ("timeline", "Timeline"), ("kernels", "Kernels & o
 # unit endings of the analyzers' keys (longest first), dropped from labels: values say them
 UNIT_SUFFIXES = ("_ns_per_step", "_ms_per_step", "_j_per_step", "_bytes", "_gbps", "_tflops",
                  "_frac", "_mhz", "_pct", "_ns", "_ms", "_us", "_w")
-FONT_STACK = "Inter, system-ui, -apple-system, Segoe UI, Roboto, sans-serif"
-DELTA_STYLES = [  # a diff's delta column: slower red, faster green
-    {"if": {"filter_query": "{delta_ms} > 0", "column_id": "delta_ms"}, "color": "#dc2626"},
-    {"if": {"filter_query": "{delta_ms} < 0", "column_id": "delta_ms"}, "color": "#16a34a"},
-]
 # Every chart's plotly config: nothing that sends a chart or links off this machine (the
 # plotly logo, "edit in Chart Studio", "send data to cloud"); the PNG download stays.
 GRAPH_CONFIG = {"displaylogo": False, "showSendToCloud": False, "showEditInChartStudio": False,
@@ -189,37 +184,15 @@ def graph(graph_id: str, figure, **kwargs) -> dcc.Graph:
     return dcc.Graph(id=graph_id, figure=figure, config=GRAPH_CONFIG, **kwargs)
 
 
-def _cell(value):
-    if isinstance(value, float):
-        return None if not math.isfinite(value) else round(value, 3)
-    return value
-
-
 def data_table(table_id: str, frame: pd.DataFrame, page_size: int = 12,
-               full: dict[str, list[str]] | None = None, **kwargs):
+               full: dict[str, list[str]] | None = None, **kwargs) -> html.Div:
     """A sortable, filterable table of ``frame`` (numbers rounded, NaN as blanks) with a
     CSV export (made in the browser); ``full``: the full text of shortened columns, shown
-    on hover."""
-    records = [{k: _cell(v) for k, v in row.items()} for row in frame.to_dict("records")]
-    columns = [{"name": c, "id": c, "type": "numeric" if pd.api.types.is_numeric_dtype(frame[c])
-                else "text"} for c in frame.columns]
-    tooltips = [{c: {"value": values[i], "type": "text"} for c, values in (full or {}).items()}
-                for i in range(len(frame))] if full else None
-    return dash_table.DataTable(
-        id=table_id, data=records, columns=columns, page_size=page_size,
-        sort_action="native", filter_action="native", filter_options={"case": "insensitive"},
-        export_format="csv", export_headers="display", tooltip_data=tooltips,
-        style_table={"overflowX": "auto"}, style_as_list_view=True,
-        style_cell={"fontFamily": FONT_STACK, "fontSize": "13px", "padding": "6px 10px",
-                    "maxWidth": "340px", "minWidth": "64px", "overflow": "hidden",
-                    "textOverflow": "ellipsis", "textAlign": "left"},
-        style_data_conditional=DELTA_STYLES,
-        style_header={"fontWeight": "600", "backgroundColor": "#f8fafc",
-                      "whiteSpace": "normal", "height": "auto"},
-        tooltip_duration=None, **kwargs)
+    on hover; ``kwargs``: :func:`profkit.dashboard.grids.grid`'s (headers, sort, deltas)."""
+    return G.table(table_id, frame, page_size=page_size, full=full, **kwargs)
 
 
-def readable_table(table_id: str, spec, frame: pd.DataFrame, **kwargs):
+def readable_table(table_id: str, spec, frame: pd.DataFrame, **kwargs) -> html.Div:
     """:func:`data_table` of an analysis table in display names and units
     (:func:`profkit.dashboard.tables.readable`), full kernel names on hover."""
     display, full = T.readable(spec, frame)

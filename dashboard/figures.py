@@ -28,6 +28,8 @@ CPU_KIND_COLORS = {"cpu_op": "#64748b", "runtime": "#8b5cf6", "driver": "#a78bfa
                    "annotation": "#cbd5e1", "python": "#94a3b8", "sync": "#dc2626",
                    "other": "#e2e8f0", "gpu_annotation": "#cbd5e1"}
 STRAGGLER_COLOR = "#dc2626"
+LABEL_SHARE = 0.05  # a step narrower than this share of the axis is labelled with the others
+LEFT_OUT, LEFT_OUT_COLOR = "left out of the verdict", "#b45309"  # steps the verdict skips
 FONT = dict(family="Inter, system-ui, -apple-system, Segoe UI, sans-serif", size=12,
             color="#1f2937")
 
@@ -96,17 +98,42 @@ def breakdown_bars(ranks: pd.DataFrame, stragglers: list[int] = (),
 
 def step_heatmap(steps: pd.DataFrame) -> go.Figure:
     """Rank x step heatmap of step time (ms). The colour scale starts at 0 ms, so that
-    steps of 10.4 and 10.7 ms look alike and a step twice as long stands out."""
+    steps of 10.4 and 10.7 ms look alike and a step twice as long stands out. Steps the
+    analysis left out of the verdict (``used`` False) are crossed in amber, with why on
+    hover."""
     if steps.empty:
         return empty_figure("no profiled steps")
     grid = steps.pivot_table(index="rank", columns="step", values="step_ns", aggfunc="sum") / 1e6
+    why = _step_status(steps).reindex(index=grid.index, columns=grid.columns)
+    x, y = [f"step {s}" for s in grid.columns], [f"rank {r}" for r in grid.index]
     fig = go.Figure(go.Heatmap(
-        z=grid.to_numpy(), x=[f"step {s}" for s in grid.columns],
-        y=[f"rank {r}" for r in grid.index], colorscale="Blues", colorbar=dict(title="ms"),
-        zmin=0, zmax=_top(grid.to_numpy()),
-        hovertemplate="%{y}, %{x}: %{z:.2f} ms<extra></extra>", xgap=2, ygap=2))
+        z=grid.to_numpy(), x=x, y=y, colorscale="Blues", colorbar=dict(title="ms"),
+        customdata=why.fillna("").to_numpy(), zmin=0, zmax=_top(grid.to_numpy()),
+        hovertemplate="%{y}, %{x}: %{z:.2f} ms<br>%{customdata}<extra></extra>", xgap=2, ygap=2))
+    out = why.stack()
+    out = out[out.str.startswith("left out")]
+    if len(out):
+        fig.add_scatter(
+            x=[f"step {s}" for _, s in out.index], y=[f"rank {r}" for r, _ in out.index],
+            text=out.tolist(), mode="markers", name=LEFT_OUT, showlegend=True,
+            marker=dict(symbol="x-thin", size=14, line=dict(width=2.5, color=LEFT_OUT_COLOR)),
+            hovertemplate="%{y}, %{x}: %{text}<extra></extra>")
     fig.update_yaxes(autorange="reversed")
-    return base_layout(fig, "Step time, rank x step", height=max(200, 90 + 40 * len(grid)))
+    fig.update_layout(legend=dict(y=-0.25))
+    return base_layout(fig, "Step time, rank x step", height=max(220, 110 + 40 * len(grid)))
+
+
+def _step_status(steps: pd.DataFrame) -> pd.DataFrame:
+    """Rank x step: "used for the verdict", or "left out of the verdict: <why>"."""
+    n = len(steps)
+    used = steps["used"].astype(bool).to_numpy() if "used" in steps else np.ones(n, bool)
+    reasons = (steps["excluded_reason"].fillna("").astype(str).to_numpy()
+               if "excluded_reason" in steps else np.full(n, ""))
+    text = ["used for the verdict" if u else f"{LEFT_OUT}: {r}" if r else LEFT_OUT
+            for u, r in zip(used, reasons)]
+    frame = steps[["rank", "step"]].assign(status=text)
+    return frame.drop_duplicates(["rank", "step"]).pivot(index="rank", columns="step",
+                                                         values="status")
 
 
 def rank_steps_bars(steps: pd.DataFrame, rank: int) -> go.Figure:
@@ -190,16 +217,25 @@ def skew_scatter(collectives: pd.DataFrame, base_ns: int) -> go.Figure:
     return base_layout(fig, "Arrival skew over time")
 
 
-def step_shading(fig: go.Figure, steps: pd.DataFrame, base_ns: int) -> None:
-    """Alternate light bands for steps, labelled, across every subplot."""
-    for i, row in enumerate(steps.itertuples(index=False)):
-        x0 = (row.ts_ns - base_ns) / 1e6
-        x1 = (max(row.ts_ns + row.dur_ns, row.gpu_end_ns) - base_ns) / 1e6
+def step_shading(fig: go.Figure, steps: pd.DataFrame, base_ns: int,
+                 span_ms: float | None = None) -> None:
+    """Alternate light bands for steps across every subplot, each labelled; when the steps
+    are too narrow for their labels in a ``span_ms`` wide axis, one label names them all."""
+    starts = (steps["ts_ns"].to_numpy(float) - base_ns) / 1e6
+    ends = (np.maximum(steps["ts_ns"] + steps["dur_ns"], steps["gpu_end_ns"]).to_numpy(float)
+            - base_ns) / 1e6
+    for i, (x0, x1) in enumerate(zip(starts, ends)):
         fig.add_vrect(x0=x0, x1=x1, fillcolor="#e0e7ff" if i % 2 == 0 else "#f1f5f9",
                       opacity=0.5, line_width=0, layer="below", row="all", col=1)
-        fig.add_annotation(x=x0, y=1.0, yref="paper", xanchor="left", yanchor="bottom",
-                           text=f"step {row.step}", showarrow=False,
-                           font=dict(size=10, color="#4f46e5"))
+    if not len(steps):
+        return
+    numbers = steps["step"].tolist()
+    crowded = span_ms is not None and (ends - starts).min() < LABEL_SHARE * span_ms
+    labels = ([(starts[0], f"steps {numbers[0]}-{numbers[-1]}")] if crowded and len(steps) > 1
+              else [(x, f"step {n}") for x, n in zip(starts, numbers)])
+    for x, text in labels:
+        fig.add_annotation(x=x, y=1.0, yref="paper", xanchor="left", yanchor="bottom",
+                           text=text, showarrow=False, font=dict(size=10, color="#4f46e5"))
 
 
 def counters_figure(counters: pd.DataFrame, metrics: list[str], steps: pd.DataFrame,
@@ -218,7 +254,8 @@ def counters_figure(counters: pd.DataFrame, metrics: list[str], steps: pd.DataFr
                             mode="lines+markers", name=f"rank {rank}", legendgroup=str(rank),
                             showlegend=i == 1, line=dict(color=palette[j % len(palette)]),
                             hovertemplate=f"rank {rank} {metric}: " + "%{y:.1f}<extra></extra>")
-    step_shading(fig, steps, base_ns)
+    times = [(counters["ts_ns"] - base_ns) / 1e6, (steps["ts_ns"] - base_ns) / 1e6]
+    step_shading(fig, steps, base_ns, span_ms=float(pd.concat(times).max() - pd.concat(times).min()))
     for row in (throttled if throttled is not None else pd.DataFrame()).itertuples(index=False):
         fig.add_vrect(x0=(row.t0_ns - base_ns) / 1e6, x1=(row.t1_ns - base_ns) / 1e6,
                       fillcolor=STRAGGLER_COLOR, opacity=0.18, line_width=0, row="all", col=1)

@@ -31,6 +31,9 @@ STEP_EDGE = "#a5b4fc"
 LEFT_OUT_FILL, LEFT_OUT_EDGE = "#fde68a", "#b45309"
 MAX_BANDS = 300  # step bands drawn per rank up to this many in all, else the first rank's only
 MAX_LABELS = 40  # step labels per rank in one window
+LABEL_MIN_SHARE = 0.02  # a step showing less of the window than this gets no label
+RIGHT_EDGE = 0.9  # a label starting past this share of the window is right-aligned
+BAR_THICKNESS = 0.7  # an event's bar, in lanes
 UNITS = {"_pct": "%", "_mhz": "MHz", "_w": "W", "_bytes": "bytes", "_mibps": "MiB/s",
          "_c": "°C", "_mj": "mJ"}
 
@@ -47,30 +50,26 @@ def positions(view) -> dict[str, int]:
     return {lane: n - 1 - i for i, lane in enumerate(view.lanes)}
 
 
-def _segments(ev: pd.DataFrame, pos: dict[str, int]) -> tuple[np.ndarray, ...]:
-    """x, y, hover text of line segments (start, end, gap) for one group of events."""
-    n = len(ev)
-    x, y, text = (np.empty(3 * n, dtype=object) for _ in range(3))
-    x[0::3], x[1::3], x[2::3] = ev["start_ms"], ev["end_ms"], None
-    y[0::3] = y[1::3] = ev["lane"].map(pos).to_numpy()
-    y[2::3] = None
-    # the lane is on the axis: the label is what runs there (hover text is most of a zoom's bytes)
-    label = ev["name"].str.slice(0, 80) + " (" + \
-        ((ev["end_ms"] - ev["start_ms"]) * 1e3).round(1).astype(str) + " us)"
-    text[0::3], text[1::3], text[2::3] = label, label, None
-    return x, y, text
-
-
-def add_events(fig: go.Figure, view, width_px: float) -> None:
+def add_events(fig: go.Figure, view, thickness: float = BAR_THICKNESS) -> None:
+    """One horizontal bar per event from its start to its end, ``thickness`` lanes tall:
+    hover and click work anywhere on a bar. Each bar carries (rank, layer, row) for the
+    click's details (:mod:`~profkit.dashboard.timeline_event`); the lane is on the axis,
+    so the hover says what runs there (its text is most of a zoom's bytes)."""
     if view.events.empty:
         return
     pos = positions(view)
     for group, ev in view.events.groupby("group", sort=False):
-        x, y, text = _segments(ev, pos)
-        fig.add_trace(go.Scattergl(
-            x=x, y=y, text=text, mode="lines", name=group, showlegend=False,
-            line=dict(width=width_px, color=GROUP_COLORS.get(group, "#6b7280")),
-            hovertemplate="%{text}<extra>" + group + "</extra>", _validate=False), row=1, col=1)
+        dur = ev["end_ms"] - ev["start_ms"]
+        label = ev["name"].str.slice(0, 80) + " (" + (dur * 1e3).round(1).astype(str) + " us)"
+        fig.add_trace(go.Bar(
+            orientation="h", base=ev["start_ms"].to_numpy(), x=dur.to_numpy(),
+            y=ev["lane"].map(pos).to_numpy(), width=thickness, name=group, showlegend=False,
+            customdata=np.c_[ev["rank"].to_numpy(object), ev["layer"].to_numpy(object),
+                             ev["row"].to_numpy(object)],
+            hovertext=label.to_numpy(), marker=dict(color=GROUP_COLORS.get(group, "#6b7280"),
+                                                    line=dict(width=0)),
+            hovertemplate="%{hovertext}<extra>" + group + "</extra>", _validate=False),
+            row=1, col=1)
 
 
 def _rows(grid: np.ndarray) -> list[list]:
@@ -172,8 +171,8 @@ def step_bands(view) -> tuple[list[dict], list[dict]]:
         for i, s in enumerate(mine.itertuples(index=False)):
             shapes.append(_band(s, rank, i, y0, y1))
             if len(mine) <= MAX_LABELS:
-                labels.append(_band_label(s, y1))
-    return shapes, labels
+                labels.append(_band_label(s, y1, view.x0_ms, view.x1_ms))
+    return shapes, [label for label in labels if label is not None]
 
 
 def _band(s, rank: int, i: int, y0: float, y1: float) -> dict:
@@ -186,9 +185,17 @@ def _band(s, rank: int, i: int, y0: float, y1: float) -> dict:
                 else dict(width=1, color=STEP_EDGE))
 
 
-def _band_label(s, y_top: float) -> dict:
+def _band_label(s, y_top: float, x0: float, x1: float) -> dict | None:
+    """A step's label inside the plot: at the left of the step's visible part, or
+    right-aligned at its visible end when it begins by the right edge (a label past the
+    edge is cut); none when too little of the step shows for a label."""
+    lo, hi = max(s.start_ms, x0), min(s.end_ms, x1)
+    if hi - lo < LABEL_MIN_SHARE * (x1 - x0):
+        return None
+    right = lo > x0 + RIGHT_EDGE * (x1 - x0)
     left_out = not s.used
-    return dict(x=s.start_ms, y=y_top, xref="x", yref="y", xanchor="left", yanchor="top",
+    return dict(x=hi if right else lo, y=y_top, xref="x", yref="y",
+                xanchor="right" if right else "left", yanchor="top",
                 text=f"step {s.step}" + (" · left out" if left_out else ""), showarrow=False,
                 font=dict(size=10, color=LEFT_OUT_EDGE if left_out else "#4f46e5"),
                 bgcolor="rgba(255,255,255,0.8)",
@@ -228,8 +235,16 @@ def add_counters(fig: go.Figure, view, metrics: list[str]) -> None:
 
 
 def tick_labels(view, stragglers) -> list[str]:
-    return [f"<span style='color:{STRAGGLER_COLOR}'>{lane}</span>"
-            if view.rank_of[lane] in stragglers else lane for lane in view.lanes]
+    """Each lane's label, the straggler's in red; a CPU thread's depth rows after its first
+    say only their depth (the thread is named once)."""
+    out, thread = [], None
+    for lane in view.lanes:
+        owner, _, depth = lane.rpartition(" · depth ")
+        text = f"depth {depth}" if owner and owner == thread else lane
+        thread = owner or None
+        out.append(f"<span style='color:{STRAGGLER_COLOR}'>{text}</span>"
+                   if view.rank_of[lane] in stragglers else text)
+    return out
 
 
 def timeline_figure(view, stragglers=()) -> go.Figure:
@@ -244,8 +259,11 @@ def timeline_figure(view, stragglers=()) -> go.Figure:
                         # unvalidated: checking a few hundred step bands and traces property
                         # by property took most of a zoom's 0.5 s (the tests check the output)
                         figure=go.Figure(_validate=False))
+    # the counters' titles (how many samples the window holds) start at the plot's left
+    # edge: centred, a long one ran past both sides of a narrow figure
+    fig.update_annotations(x=0, xanchor="left", font=dict(size=11))
     if view.mode == "events":
-        add_events(fig, view, lane_px * 0.6)
+        add_events(fig, view)
     elif len(view.bins):
         add_bins(fig, view)
     add_links(fig, view)
@@ -259,6 +277,7 @@ def timeline_figure(view, stragglers=()) -> go.Figure:
     fig = base_layout(fig, height=sum(heights) + 90)
     fig.update_layout(uirevision="timeline", dragmode="zoom", margin=dict(l=230, t=40),
                       shapes=shapes, annotations=list(fig.layout.annotations) + labels,
-                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1,
-                                  xanchor="right"), hovermode="closest")
+                      # the counters' legend at the left: the modebar sits at the right
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0,
+                                  xanchor="left"), hovermode="closest", barmode="overlay")
     return fig

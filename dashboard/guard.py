@@ -75,6 +75,7 @@ PROP_TYPES: dict[tuple[str, str], Callable[[object], bool]] = {
     (ids.TL_CPU, "value"): _optional(_texts),
     (ids.TL_WINDOW, "data"): _optional(_window),
     (ids.TL_ZOOM, "data"): _optional(_dict),
+    (ids.TL_GRAPH, "clickData"): _optional(_dict),
     (ids.TL_DOWNLOAD_BTN, "n_clicks"): _optional(_int),
     (ids.K_CLASS, "value"): _optional(_text),
     (ids.C_WAITS, "clickData"): _optional(_dict),

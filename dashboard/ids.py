@@ -33,6 +33,7 @@ TL_INFO = "tl-info"
 TL_NOTE = "tl-note"  # what the NVML rows can and cannot tell about the window
 TL_ZOOM = "tl-zoom"  # the graph's relayouts that are about the x axis (kept in the browser)
 TL_WINDOW = "tl-window"  # [t0_ms, t1_ms] drawn, None for every step: kept across rank changes
+TL_EVENT = "tl-event"  # the clicked event's details, beside the figure
 TL_DOWNLOAD_BTN = "tl-download-btn"
 TL_DOWNLOAD = "tl-download"
 
@@ -56,6 +57,7 @@ C_STRAGGLERS = "c-stragglers"
 N_METRICS = "n-metrics"
 N_GRAPH = "n-graph"
 N_SUMMARY = "n-summary"
+N_NONE = "n-none"  # the line saying the run has no NVML samples
 
 # tables
 TABLES_BODY = "tables-body"

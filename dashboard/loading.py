@@ -51,6 +51,22 @@ class Shown:
                         for r, w in self.set_aside.items()))
 
 
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """What the Runs table shows of a run (small: kept for every run, while the analyses
+    themselves are evicted from memory): its ``run`` record, verdict, stragglers and facts."""
+
+    run: dict[str, Any]
+    verdict: dict[str, Any]
+    stragglers: list
+    facts: dict[str, Any]
+
+    @classmethod
+    def of(cls, shown: Shown) -> Summary:
+        a = shown.analysis
+        return cls(a.run, a.verdict, list(a.stragglers), shown.facts)
+
+
 class RunReadError(ProfkitError):
     """A run the dashboard can show nothing of: its message names the files and causes."""
 

@@ -1,5 +1,7 @@
 """Compare: pick two runs, see whether the change helped: the diff verdict (the same as
-``profkit diff``: improved, regressed, unchanged, or not comparable, with its warnings),
+``profkit diff``, from :mod:`profkit.analyzers.compare`: improved, regressed, unchanged, or
+not comparable with its reasons; its warnings: a side missing ranks, other GPUs or world
+size, kernels or CPU ops that barely overlap), what it measured of how alike the runs are,
 step time by part (base vs new) and the kernels and ops that moved most.
 
 No pair is picked for the user. The URL carries the pair (``/compare?base=KEY&new=KEY``) and
@@ -55,30 +57,49 @@ def _notes(items: list[str], class_name: str) -> html.Ul | None:
     return html.Ul([html.Li(t) for t in items], className=class_name) if items else None
 
 
+def likeness(evidence: dict | None) -> str | None:
+    """What the diff measured of how alike the two runs are (its ``evidence``), in words:
+    the facts behind its reasons and warnings, for a reader to judge the ones under the
+    thresholds too."""
+    ev = evidence or {}
+    facts = []
+    if ev.get("kernel_overlap") is not None:
+        facts.append(f"{ev['kernel_overlap']:.0%} of GPU time in kernels both ran")
+    if ev.get("op_overlap") is not None:
+        facts.append(f"{ev['op_overlap']:.0%} overlap of CPU op calls per step")
+    devices = ev.get("devices") or []
+    if len(devices) == 2 and all(devices):
+        facts.append("GPUs " + " vs ".join(", ".join(d) for d in devices))
+    world = ev.get("world_size") or []
+    if len(world) == 2 and None not in world:
+        facts.append(f"world size {world[0]} vs {world[1]}")
+    return "How alike: " + "; ".join(facts) if facts else None
+
+
 def _diff_parts(d) -> tuple:
     v = d.verdict
+    alike = likeness(v.get("evidence"))
     verdict = [C.badge(v.get("verdict"), VERDICT_KINDS.get(v.get("verdict"))),
                html.P(v.get("headline", v.get("summary", "")), className="summary"),
                _notes([f"warning: {w}" for w in v.get("warnings", [])], "diff-warnings"),
-               _notes(v.get("changes", []), "diff-changes")]
+               _notes(v.get("changes", []), "diff-changes"),
+               html.P(alike, className="hint diff-alike") if alike else None]
     return ([c for c in verdict if c is not None],
             F.diff_parts_bars(d.tables.get("diff_parts", pd.DataFrame())),
             delta_rows(d.tables.get("diff_kernels", pd.DataFrame()), "kernel"),
             delta_rows(d.tables.get("diff_ops", pd.DataFrame()), "op"))
 
 
-def _table(table_id: str, what: str, rows: list[dict]):
-    cols = pd.DataFrame(columns=[what, "base_ms", "new_ms", "delta_ms"])
-    cols = cols.astype({c: float for c in ("base_ms", "new_ms", "delta_ms")})
-    table = C.data_table(table_id, cols, page_size=10)
-    # units in the headers; the ids stay (the delta colours filter on delta_ms)
-    table.columns = [{**c, "name": SHOWN.get(c["id"], c["name"])} for c in table.columns]
-    if what == "kernel" and rows:  # short names, the full one on hover
-        full = [str(r.get("kernel", "")) for r in rows]
-        rows = [{**r, "kernel": name} for r, name in zip(rows, short_kernel_names(full))]
-        table.tooltip_data = [{"kernel": {"value": name, "type": "text"}} for name in full]
-    table.data = rows
-    return table
+def _table(table_id: str, what: str, rows: list[dict]) -> html.Div:
+    """The kernels or ops that moved: base, new and change per step and rank (ms), names
+    short with the full one on hover, the change coloured (slower red, faster green)."""
+    frame = pd.DataFrame(rows, columns=[what, *SHOWN]).astype({c: float for c in SHOWN})
+    full = None
+    if what == "kernel" and len(frame):  # short names, the full one on hover
+        full = {what: frame[what].astype(str).tolist()}
+        frame[what] = short_kernel_names(full[what])
+    return C.data_table(table_id, frame, page_size=10, full=full, headers=SHOWN,
+                        deltas=("delta_ms",))
 
 
 def _picker(label: str, picker_id: str, options: list[dict], value: str | None,

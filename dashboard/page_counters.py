@@ -1,5 +1,6 @@
 """Counters: NVML / GPM time series per GPU, aligned with the profiled steps; periods with a
-clock-throttle reason set are shaded red. The metric picker chooses the rows."""
+clock-throttle reason set are shaded red. The metric picker chooses the rows. A run without
+NVML samples gets one line saying so, no empty chart or table."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from profkit.dashboard.page_timeline import base_ns
 DEFAULT_METRICS = ("sm_clock_mhz", "power_w", "gpu_util_pct", "gpm_sm_active_pct",
                    "gpm_tensor_active_pct")
 REASONS = "clocks_event_reasons"
+NO_NVML = ("This run has no NVML samples: profkit.profile records them beside the traces "
+           "(nvml/rank{R}.{C}.npz); stock torch.profiler traces have none.")
 
 
 def all_counters(run) -> pd.DataFrame:
@@ -63,22 +66,34 @@ def figure_or_error(run, metrics: list[str]):
 
 
 def layout(results, run_key: str = "") -> html.Div:
-    return C.run_page(results, run_key, "counters", lambda run, a: [
-        C.panel("NVML counters", lambda: _counters_card(run)),
-        C.panel("NVML summary", lambda: C.table_card(ids.N_SUMMARY, T.BY_NAME["nvml"],
-                                                     a.table("nvml")))], keep=True)
+    return C.run_page(results, run_key, "counters", lambda run, a: body(run, a), keep=True)
 
 
-def _counters_card(run) -> html.Section:
-    available = sorted(set(all_counters(run)["metric"]) - {REASONS})
+def body(run, a) -> list:
+    """The counters and the NVML table; for a run without NVML samples, one line saying so
+    (an empty chart and table would say it three times)."""
+    counters = all_counters(run)
+    if counters.empty:
+        return [C.card("Counters", html.P(NO_NVML, id=ids.N_NONE, className="muted"))]
+    panels = [C.panel("NVML counters", lambda: _counters_card(run, counters))]
+    if not a.table("nvml").empty:
+        panels.append(C.panel("NVML summary", lambda: C.table_card(
+            ids.N_SUMMARY, T.BY_NAME["nvml"], a.table("nvml"))))
+    return panels
+
+
+def _counters_card(run, counters: pd.DataFrame) -> html.Section:
+    metrics = set(counters["metric"])
+    available = sorted(metrics - {REASONS})
     chosen = [m for m in DEFAULT_METRICS if m in available]
     options = [{"label": F.metric_label(m), "value": m} for m in available]
     picker = dcc.Dropdown(id=ids.N_METRICS, options=options, value=chosen, multi=True,
                           placeholder="metrics", className="dropdown wide")
+    hint = "Steps are shaded blue" + ("; periods with a clock-throttle reason are red."
+                                      if REASONS in metrics else ".")
     return C.card("NVML counters", picker,
                   C.loading(C.graph(ids.N_GRAPH, figure_or_error(run, chosen))),
-                  html.P("Steps are shaded blue; periods with a clock-throttle reason are red.",
-                         className="hint"))
+                  html.P(hint, className="hint"))
 
 
 def register(app, results) -> None:

@@ -11,6 +11,7 @@ from profkit.analyzers.analyze import part_name
 from profkit.dashboard import components as C
 from profkit.dashboard import figures as F
 from profkit.dashboard import figures_roofline as R
+from profkit.dashboard import grids as G
 from profkit.dashboard import ids
 from profkit.dashboard import tables as T
 
@@ -35,8 +36,7 @@ def _kernels_card(a) -> html.Section:
     picker = dcc.RadioItems(id=ids.K_CLASS, value=ALL, inline=True, className="radio",
                             options=[{"label": "all classes", "value": ALL}] +
                             [{"label": part_name(c), "value": c} for c in classes_of(kernels)])
-    table = C.readable_table(ids.K_KERNELS, T.KERNELS, kernels,
-                             sort_by=[{"column_id": "GPU time (ms)", "direction": "desc"}])
+    table = C.readable_table(ids.K_KERNELS, T.KERNELS, kernels, sort={"GPU time (ms)": "desc"})
     return C.card("Kernels", picker, C.loading(C.graph(ids.K_CHART, F.kernel_bars(kernels))),
                   C.loading(table))
 
@@ -58,8 +58,7 @@ def register(app, results) -> None:
     C.register_run_page(__name__, results, layout, tab="kernels", name="Kernels & ops",
                         title="kernels", order=3)
 
-    @app.callback(Output(ids.K_CHART, "figure"), Output(ids.K_KERNELS, "data"),
-                  Output(ids.K_KERNELS, "tooltip_data"),
+    @app.callback(Output(ids.K_CHART, "figure"), Output(ids.K_KERNELS, "rowData"),
                   Input(ids.K_CLASS, "value"), State(ids.RUN_STORE, "data"),
                   prevent_initial_call=True)
     def pick_class(cls, store):
@@ -68,5 +67,4 @@ def register(app, results) -> None:
         if cls != ALL and cls not in classes_of(kernels):
             raise PreventUpdate
         chosen = of_class(kernels, cls)
-        table = C.readable_table("tmp", T.KERNELS, chosen)
-        return F.kernel_bars(chosen), table.data, table.tooltip_data
+        return F.kernel_bars(chosen), G.records(*T.readable(T.KERNELS, chosen))

@@ -1,5 +1,6 @@
-"""Runs: every configured run with its status, verdict, ranks analysed of its world, GPUs,
-date and step time.
+"""Runs: every configured run with its status (failed, running, or incomplete when ranks of
+its world are missing), the files skipped and ranks numbered by guess while reading it
+(their lines on hover), verdict, ranks analysed of its world, GPUs, date and step time.
 
 The root folders are rescanned on every load of this page, so new runs appear without a
 restart. The page is drawn at once; the runs not analysed yet are analysed in the background
@@ -23,25 +24,30 @@ POLL_MS = 500
 WAITING = {R.QUEUED: "queued", R.ANALYSING: "analysing...", "": "queued"}
 
 
-def _done_cells(entry, shown) -> list:
-    a, facts = shown.analysis, shown.facts
+def _done_cells(entry, a) -> list:
+    """The cells of an analysed run (``a``: its :class:`~profkit.dashboard.loading.Summary`)."""
+    facts = a.facts
     status = banner.status_text(a.run)
     pill = html.Span(status, className=f"badge badge-status badge-{status}",
-                     title=banner.problems_title(a.run)) if status else html.Span("ok", className="muted")
+                     title=banner.problems_title(a.run)) if status else \
+        html.Span("ok", className="muted status-ok")
+    notes = banner.notes_text(a.run)
+    notes = html.Span(notes, className="run-notes", title=banner.notes_title(a.run)) if notes else None
     straggler = [html.Span("straggler: rank " + ", ".join(str(s["rank"]) for s in a.stragglers),
                            className="pill-warn")] if a.stragglers else []
     ranks = banner.ranks_text(a.run)
     ranks_cell = html.Span(ranks, className="pill-warn" if " of " in ranks else "",
                            title=banner.problems_title(a.run))
     step = C.median_step_text(a)
-    return [pill, html.Span([C.verdict_badge(a.verdict.get("primary")), *straggler]), ranks_cell,
-            facts.get("gpus", "-"), facts.get("date", "-"), step]
+    verdict = html.Span([C.verdict_badge(a.verdict.get("primary")), *straggler])
+    return [html.Span([pill, notes]), verdict, ranks_cell, facts.get("gpus", "-"),
+            facts.get("date", "-"), step]
 
 
 def _row(results, entry) -> tuple[html.Tr, str]:
     """One run's row as far as it is known now, and the run's state."""
-    value = results.peek_shown(entry.key)
-    if isinstance(value, loading.Shown):
+    value = results.peek_summary(entry.key)
+    if isinstance(value, loading.Summary):
         cells = C.attempt(f"the row of {entry.label}", lambda: _done_cells(entry, value),
                           lambda why: _other_cells(html.Span(f"unreadable: {why}", className="error")))
         state = R.DONE
@@ -101,6 +107,6 @@ def register(app, results) -> None:
                   prevent_initial_call=True)
     def poll(_n):
         # the page's runs only, as the last rescan found them: a request names no run
-        results.prefetch([e.key for e in results.registry.entries()])  # any evicted since
+        results.prefetch([e.key for e in results.registry.entries()])  # any changed since
         body, done, total = table(results)
         return body, progress(done, total), done >= total

@@ -1,6 +1,8 @@
-"""Timeline: the ranks that matter on one time axis (by default the straggler and the peer
-that waits for it most), with matched collectives linked across ranks, the analysis' step
-windows, each rank's GPU-idle time coloured by its cause and NVML counters below. Every
+"""Timeline: the ranks that matter on one time axis (by default up to eight: the straggler
+and the peer that waits for it most first), with matched collectives linked across ranks,
+the analysis' step windows, each rank's GPU-idle time coloured by its cause, CPU threads on
+demand and NVML counters below. Events are bars: hover anywhere on one for its name, click
+it for its details beside the figure. Every
 range change, zoom in or out, re-queries the server, which sends the events of the window,
 or their busy fraction per lane and bin when the window holds too many to draw.
 ``?ranks=1,0&t0=..&t1=..`` (ms after the first step) opens a given view: the Overview's
@@ -19,6 +21,7 @@ from profkit.dashboard import figures as F
 from profkit.dashboard import figures_timeline as FT
 from profkit.dashboard import ids
 from profkit.dashboard import timeline_data as TD
+from profkit.dashboard import timeline_event as TE
 from profkit.dashboard import timeline_links as TL
 from profkit.dashboard import timeline_view as TV
 
@@ -163,8 +166,12 @@ def _timeline_card(results, run_key: str, run, analysis, query: dict) -> html.Se
     ])
     graph = dcc.Graph(id=ids.TL_GRAPH, figure=fig,  # a double-click zooms out to the whole run
                       config={**C.GRAPH_CONFIG, "doubleClick": "autosize"})
+    event = html.Aside(className="tl-event", children=[
+        html.H2("Event"), C.loading(html.Div(TE.hint(), id=ids.TL_EVENT))])
     return C.card(None, controls, html.P(info, id=ids.TL_INFO, className="muted"),
-                  C.legend(LEGEND), dcc.Loading(graph, type="dot"),
+                  C.legend(LEGEND),
+                  html.Div([html.Div(dcc.Loading(graph, type="dot"), className="tl-figure"),
+                            event], className="tl-body"),
                   html.P(note, id=ids.TL_NOTE, className="hint"), dcc.Store(id=ids.TL_ZOOM),
                   dcc.Store(id=ids.TL_WINDOW, data=list(window) if window else None))
 
@@ -209,6 +216,14 @@ def register(app, results) -> None:
     # while a zoom's request is in flight would swallow the zoom's answer.
     app.clientside_callback(ZOOM_FILTER_JS, Output(ids.TL_ZOOM, "data"),
                             Input(ids.TL_GRAPH, "relayoutData"), prevent_initial_call=True)
+
+    @app.callback(Output(ids.TL_EVENT, "children"), Input(ids.TL_GRAPH, "clickData"),
+                  State(ids.RUN_STORE, "data"), prevent_initial_call=True)
+    def show_event(click, store):
+        """The clicked event's details beside the figure."""
+        key = C.stored_run(results, store)
+        return C.attempt("the event", lambda: TE.details(lane_cache(results, key), click),
+                         lambda why: html.P(f"could not be shown: {why}", className="error"))
 
     @app.callback(Output(ids.TL_DOWNLOAD, "data"), Input(ids.TL_DOWNLOAD_BTN, "n_clicks"),
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)

@@ -126,6 +126,7 @@ class ResultCache:
         self._code = code_fingerprint()
         self._lock = threading.Lock()
         self._progress: dict[str, str] = {}  # run key -> QUEUED / ANALYSING
+        self._summaries: dict[str, tuple[str, Any]] = {}  # run key -> (fingerprint, Summary)
 
     # --- generic ---------------------------------------------------------------------
     def entry(self, key: object) -> RunEntry:
@@ -152,6 +153,9 @@ class ResultCache:
         entry = self.entry(key)
         fp = self.fingerprint(key)
         value = self._items.get_or_compute(("shown", key, fp), lambda: self._show(entry, fp))
+        with self._lock:
+            self._summaries[key] = (fp, loading.Summary.of(value)
+                                    if isinstance(value, loading.Shown) else value)
         if isinstance(value, loading.RunReadError):
             raise loading.RunReadError(str(value))  # a fresh one: no traceback piles up
         return value
@@ -187,6 +191,19 @@ class ResultCache:
         except (UnknownRun, OSError):
             return None
 
+    def peek_summary(self, key: str):
+        """What the Runs table shows of the run (a :class:`~profkit.dashboard.loading.Summary`)
+        if it was analysed for its current files, its RunReadError if it failed, None while
+        it is not known yet. Kept for every run, so that more runs than the memory holds
+        analyses of still fill the table once each."""
+        try:
+            fp = self.fingerprint(key)
+        except (UnknownRun, OSError):
+            return None
+        with self._lock:
+            kept = self._summaries.get(key)
+        return kept[1] if kept is not None and kept[0] == fp else None
+
     def peek_analysis(self, key: str):
         """The run's analysis if it is cached (None while it is not, or when it failed)."""
         value = self.peek_shown(key)
@@ -212,7 +229,7 @@ class ResultCache:
     # --- background analysis ---------------------------------------------------------------
     def state(self, key: str) -> str:
         """QUEUED, ANALYSING, DONE or FAILED; "" when nobody asked for it yet."""
-        value = self.peek_shown(key)
+        value = self.peek_summary(key)
         if value is not None:
             return FAILED if isinstance(value, loading.RunReadError) else DONE
         with self._lock:
@@ -221,8 +238,9 @@ class ResultCache:
     def prefetch(self, keys: list[str]) -> None:
         """Analyse the runs under ``keys`` that are not known yet in the background, as
         many at once as the CPUs and the free memory allow."""
+        unknown = [k for k in keys if self.peek_summary(k) is None]
         with self._lock:
-            todo = [k for k in keys if k not in self._progress and self.peek_shown(k) is None]
+            todo = [k for k in unknown if k not in self._progress]
             self._progress.update({k: QUEUED for k in todo})
         if not todo:
             return

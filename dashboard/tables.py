@@ -2,7 +2,8 @@
 scaled to it (``median queue delay (us)`` rather than ``delay_median_ns``), kernel names
 shortened (:func:`~profkit.classify.names.short_kernel_names`) with the full name kept for
 hover, parts by their display names. Numbers stay numbers, so a table sorts and filters
-by value (``> 2`` in a filter box).
+by value (:mod:`~profkit.dashboard.grids`: equal to, greater than, ... from a column's
+filter menu).
 
 :data:`TABLES` lists every table a finding may point at, in the order the Tables page shows
 them; :func:`cited_table` says which one a finding points at.

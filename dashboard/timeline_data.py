@@ -2,8 +2,9 @@
 
 A rank's lanes, top to bottom: its GPU streams; its GPU-idle cause lane (the idle parts of
 the charged-time model, :mod:`profkit.analyzers.measure.charge`, so that a launch-bound step reads
-as a purple lane even where the kernels are too short to see); then its CPU threads, one
-row per nesting depth (drawn on demand). Each lane also belongs to a *row* of the compact
+as a purple lane even where the kernels are too short to see); then its CPU threads, named
+as the trace's metadata names them, one row per nesting depth (drawn on demand; a window
+shows only the rows it has events on). Each lane also belongs to a *row* of the compact
 view (one row per rank and layer: GPU, idle cause, CPU) used when many ranks are shown.
 
 Times are ms after the run's origin (:func:`origin_ns`). Covered time is kept per lane
@@ -133,12 +134,16 @@ def nesting_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 
 def _frame(layer: str, codes: np.ndarray, names: list[str], group, name, start_ns,
-           end_ns) -> pd.DataFrame:
-    """A layer's events, sorted by start, lanes as a categorical of ``names``."""
+           end_ns, source=None) -> pd.DataFrame:
+    """A layer's events, sorted by start, lanes as a categorical of ``names``; ``source``:
+    each event's row in the rank's events table (-1: none, the cause lane's segments)."""
+    n = len(codes)
     frame = pd.DataFrame({"lane": pd.Categorical.from_codes(codes, names),
                           "group": pd.Categorical(group), "name": pd.Categorical(name),
                           "start_ns": np.asarray(start_ns, np.int64),
-                          "end_ns": np.asarray(end_ns, np.int64)})
+                          "end_ns": np.asarray(end_ns, np.int64),
+                          "source": np.full(n, -1, np.int64) if source is None
+                          else np.asarray(source, np.int64)})
     frame = frame.sort_values("start_ns", kind="stable", ignore_index=True)
     frame["start_ms"], frame["end_ms"] = frame["start_ns"] / 1e6, frame["end_ns"] / 1e6
     return frame
@@ -149,37 +154,55 @@ def gpu_rows(rank: int, events: pd.DataFrame, origin: int) -> pd.DataFrame:
     number), grouped by class, named as people read them (profkit/classify/names.py: a templated
     kernel's full name is ~150 characters, sent twice per event on every zoom). GPU
     annotations are left out: they are copies of CPU ranges drawn over the kernels."""
-    gpu = events[events[S.KIND].isin(S.GPU_KINDS).to_numpy()]
+    rows = np.flatnonzero(events[S.KIND].isin(S.GPU_KINDS).to_numpy())
+    gpu = events.iloc[rows]
     streams, codes = np.unique(gpu[S.STREAM].to_numpy(), return_inverse=True)
     start = gpu[S.TS_NS].to_numpy(np.int64) - origin
     names = pd.Categorical(gpu[S.NAME].astype(str))
     short = pd.Categorical.from_codes(names.codes, short_kernel_names(list(names.categories)))
     return _frame(GPU, codes, [f"rank {rank} · GPU stream {s}" for s in streams],
-                  gpu[S.CLASS].array, short, start, start + gpu[S.DUR_NS].to_numpy(np.int64))
+                  gpu[S.CLASS].array, short, start, start + gpu[S.DUR_NS].to_numpy(np.int64),
+                  rows)
 
 
-def cpu_rows(rank: int, events: pd.DataFrame, origin: int) -> pd.DataFrame:
-    """Host ranges on ``rank {R} · CPU {tid} · depth {d}`` lanes: nested ranges (step
-    annotation > module > op > launch call) stacked one row per depth, the busiest thread
-    first."""
-    cpu = events[events[S.KIND].isin(CPU_KINDS).to_numpy()]
+def thread_labels(pids: np.ndarray, tids: np.ndarray, names: dict[str, str]) -> list[str]:
+    """Each thread's name as the trace's metadata gives it (``names``: {"pid:tid": name},
+    Kineto writes ``thread 1099 (pt_autograd_0)``), else ``thread <tid>``; a name that two
+    threads share gets the tid."""
+    labels = [names.get(f"{p}:{t}") or f"thread {t}" for p, t in zip(pids, tids)]
+    shared = {lab for lab in labels if labels.count(lab) > 1}
+    return [f"{lab} ({t})" if lab in shared else lab for lab, t in zip(labels, tids)]
+
+
+def cpu_rows(rank: int, events: pd.DataFrame, origin: int,
+             thread_names: dict[str, str] | None = None) -> pd.DataFrame:
+    """Host ranges on ``rank {R} · {thread} · depth {d}`` lanes (:func:`thread_labels`):
+    nested ranges (step annotation > module > op > launch call) stacked one row per depth,
+    the busiest thread first. The profiler's own span (category ``Trace``, the whole
+    capture on a thread of its own) is left out."""
+    mask = events[S.KIND].isin(CPU_KINDS).to_numpy() & (events[S.CAT].astype(str) != "Trace").to_numpy()
+    rows = np.flatnonzero(mask)
+    cpu = events.iloc[rows]
     tid, ts = cpu[S.TID].to_numpy(), cpu[S.TS_NS].to_numpy(np.int64)
+    pid = cpu[S.PID].to_numpy()
     end = ts + cpu[S.DUR_NS].to_numpy(np.int64)
     order = np.lexsort((-end, ts, tid))
-    tid, ts, end = tid[order], ts[order], end[order]
+    tid, ts, end, pid, rows = tid[order], ts[order], end[order], pid[order], rows[order]
     depth = np.zeros(len(ts), dtype=np.int64)
     bounds = np.flatnonzero(np.diff(tid)) + 1
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(ts)]):
         depth[lo:hi] = nesting_depth(ts[lo:hi], end[lo:hi])
-    threads, thread_code = np.unique(tid, return_inverse=True)
+    threads, first, thread_code = np.unique(tid, return_index=True, return_inverse=True)
+    labels = thread_labels(pid[first], threads, thread_names or {})
     rank_of_thread = np.argsort(np.argsort(-np.bincount(thread_code, weights=end - ts),
                                            kind="stable"), kind="stable")
     key = rank_of_thread[thread_code] * (MAX_DEPTH + 1) + np.minimum(depth, MAX_DEPTH)
     keys, codes = np.unique(key, return_inverse=True)  # sorted: busiest thread, then depth
-    names = [f"rank {rank} · CPU {threads[np.flatnonzero(rank_of_thread == k // (MAX_DEPTH + 1))[0]]}"
-             f" · depth {k % (MAX_DEPTH + 1)}" for k in keys]
+    thread_at = np.argsort(rank_of_thread)  # busyness order -> thread
+    names = [f"rank {rank} · {labels[thread_at[k // (MAX_DEPTH + 1)]]} · depth {k % (MAX_DEPTH + 1)}"
+             for k in keys]
     return _frame(CPU, codes, names, cpu[S.KIND].array.take(order),
-                  cpu[S.NAME].array.take(order), ts - origin, end - origin)
+                  cpu[S.NAME].array.take(order), ts - origin, end - origin, rows)
 
 
 def cause_rows(data: RankData, origin: int) -> pd.DataFrame:
@@ -237,7 +260,7 @@ def counter_table(counters: pd.DataFrame, origin: int) -> pd.DataFrame:
 def rank_lanes(data: RankData, origin: int, status: pd.DataFrame | None = None) -> RankLanes:
     """Everything the timeline draws of one rank (``status``: its step_breakdown rows)."""
     built = {GPU: gpu_rows(data.rank, data.events, origin), CAUSE: cause_rows(data, origin),
-             CPU: cpu_rows(data.rank, data.events, origin)}
+             CPU: cpu_rows(data.rank, data.events, origin, data.meta.get("thread_names"))}
     events = {layer: f for layer, f in built.items() if len(f)}
     lanes, layer_of, cover = [], {}, {}
     for layer, frame in events.items():

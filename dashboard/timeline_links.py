@@ -1,7 +1,8 @@
-"""Where the timeline opens and what it joins across ranks: the ranks shown by default (the
-straggler first, then the peer that waits for it most), the window a finding points at and
-the URL of that view (``/run/<key>/timeline?ranks=1,0&t0=..&t1=..``, ms after the run's
-origin), and the matched collectives linked from rank to rank. Pure functions over the run
+"""Where the timeline opens and what it joins across ranks: the ranks shown by default (up
+to eight: the straggler first, then the peer that waits for it most, then the others), the
+window a finding points at and the URL of that view
+(``/run/<key>/timeline?ranks=1,0&t0=..&t1=..``, ms after the run's origin), and the matched
+collectives linked from rank to rank. Pure functions over the run
 and its analysis.
 """
 
@@ -17,7 +18,7 @@ from profkit.analyzers.report.render import sorted_findings
 from profkit.dashboard.components import run_href
 from profkit.dashboard.timeline_data import GPU, origin_ns, rank_windows, row_name
 
-RANK_CAP = 8  # ranks shown by default when no straggler is named
+RANK_CAP = 8  # ranks shown by default (the straggler and its peer first)
 PAD = 0.05  # a finding's window is widened by this share of its length on each side
 MAX_LINKS = 300  # matched collectives drawn in one window (the largest skews first)
 MAX_MS = 1e12  # a URL time beyond this (~30 years) is no time of any run
@@ -29,13 +30,14 @@ LINK_COLUMNS = ["key", "rank", "start_ms", "stream", "collective", "bytes", "ske
 
 
 def default_ranks(run, analysis, cap: int = RANK_CAP) -> list[int]:
-    """The straggler and the peer that waits for it most; else every rank up to ``cap``."""
+    """Up to ``cap`` ranks: the stragglers and the peer that waits for the first one most,
+    then the other ranks in order."""
     ids = run.rank_ids
-    named = [int(s["rank"]) for s in analysis.stragglers if int(s["rank"]) in run.ranks]
-    if not named:
-        return ids[:cap]
-    peer = waiting_peer(analysis, named[0], ids)
-    return [named[0]] + ([peer] if peer is not None else [])
+    first = [int(s["rank"]) for s in analysis.stragglers if int(s["rank"]) in run.ranks]
+    if first:
+        peer = waiting_peer(analysis, first[0], ids)
+        first += [peer] if peer is not None else []
+    return list(dict.fromkeys(first + list(ids)))[:cap]
 
 
 def waiting_peer(analysis, rank: int, ids: list[int]) -> int | None:

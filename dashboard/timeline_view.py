@@ -2,7 +2,8 @@
 either every event of the window or, when the window holds more than ``MAX_EVENTS``, the
 busy fraction per bin: the bin's covered time over its length (never a max or a count),
 coloured by the group that covers most of it. Above ``COMPACT_ABOVE`` ranks each rank
-is one row per layer (GPU, idle cause, CPU), always binned. Pure functions over
+is one row per layer (GPU, idle cause, CPU), always binned; otherwise a CPU thread shows
+only the depth rows that the window has events on. Pure functions over
 :class:`~profkit.dashboard.timeline_data.RankLanes`; times in ms after the run's origin.
 """
 
@@ -19,7 +20,7 @@ MAX_EVENTS = 4000  # above this many events in the window, draw busy-fraction bi
 N_BINS = 400
 COMPACT_ABOVE = 8  # more ranks than this: one row per rank and layer
 BIN_COLUMNS = ["lane", "bin_ms", "busy", "group"]
-EVENT_COLUMNS = ["lane", "group", "name", "start_ms", "end_ms"]
+EVENT_COLUMNS = ["lane", "group", "name", "start_ms", "end_ms", "rank", "layer", "row"]
 
 
 @dataclass
@@ -36,7 +37,7 @@ class TimelineView:
     mode: str  # "events" or "bins"
     compact: bool
     n_events: int  # events of the lanes shown that overlap the window
-    events: pd.DataFrame = field(default_factory=pd.DataFrame)  # lane, group, name, start/end_ms
+    events: pd.DataFrame = field(default_factory=pd.DataFrame)  # EVENT_COLUMNS
     bins: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=BIN_COLUMNS))
     bin_ms: float = 0.0
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)  # rank, step, start/end_ms, used, reason
@@ -73,6 +74,9 @@ def timeline_view(ranks: list[RankLanes], window: tuple[float, float] | None = N
         view.bins = bin_lanes(ranks, lanes, rank_of, x0, x1, n_bins)
     else:
         view.events = events_in_window(ranks, layers, x0, x1)
+    if not compact:  # a thread's depth rows: those the window has events on
+        drawn = set((view.bins if view.mode == "bins" else view.events)["lane"])
+        view.lanes = [lane for lane in lanes if layer_of[lane] != CPU or lane in drawn]
     view.steps = steps_in_window(ranks, x0, x1)
     view.counters, view.periods_ms = counters_in_window(ranks, x0, x1)
     return view
@@ -91,6 +95,8 @@ def clamp_window(window: tuple[float, float] | None, full: tuple[float, float]
 
 
 def events_in_window(ranks: list[RankLanes], layers, x0: float, x1: float) -> pd.DataFrame:
+    """The events of ``layers`` overlapping [x0, x1] ms, each with its rank, layer and
+    row in the rank's layer table (what a click on it sends back: :mod:`.timeline_event`)."""
     parts = []
     for r in ranks:
         for layer in layers:
@@ -98,7 +104,8 @@ def events_in_window(ranks: list[RankLanes], layers, x0: float, x1: float) -> pd
             if ev is None:
                 continue
             head = ev.iloc[: int(np.searchsorted(ev["start_ms"].to_numpy(), x1, side="right"))]
-            parts.append(head.loc[head["end_ms"].to_numpy() >= x0, EVENT_COLUMNS])
+            mine = head.loc[head["end_ms"].to_numpy() >= x0, EVENT_COLUMNS[:5]]
+            parts.append(mine.assign(rank=r.rank, layer=layer, row=mine.index.to_numpy()))
     if not parts:
         return pd.DataFrame(columns=EVENT_COLUMNS)
     out = pd.concat([p.astype({c: str for c in EVENT_COLUMNS[:3]}) for p in parts],

@@ -37,8 +37,10 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent(parent_pid: int | None) -> None:
-    """Pool initializer: be killed when the parent dies; leave Ctrl-C to the parent."""
+    """Pool initializer: be killed when the parent dies; leave Ctrl-C to the parent; end
+    at once on SIGTERM (not by the handler a fork copied from the parent's SignalStop)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -130,10 +132,22 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+_stopping: list[int] = []  # the signal a SignalStop of this process took, if any
+
+
+def stop_signal() -> int | None:
+    """The signal stopping this process (a :class:`SignalStop` took it), else None. Python
+    drops an exception raised where it cannot propagate (a weakref callback of the import
+    system, a finalizer), so code that meets the stop's echo (a pool whose workers it
+    ended) raises :class:`Stopped` again instead of going on."""
+    return _stopping[0] if _stopping else None
+
+
 class SignalStop:
     """While inside (the main thread only), SIGTERM or SIGINT ends every process below this
     one and raises :class:`Stopped`; :attr:`signum` then names the signal, also when some
-    code swallowed the exception, and :meth:`exit` ends the process by it. A second signal
+    code swallowed the exception (:func:`stop_signal`; Python's report of the dropped
+    exception is not printed), and :meth:`exit` ends the process by it. A second signal
     ends the process at once (the default action is back)."""
 
     def __init__(self, signums: tuple[int, ...] = STOP_SIGNALS):
@@ -144,18 +158,26 @@ class SignalStop:
     def __enter__(self) -> SignalStop:
         if threading.current_thread() is threading.main_thread():
             self._previous = {s: signal.signal(s, self._handle) for s in self.signums}
+            self._hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         return self
 
     def __exit__(self, *exc_info) -> None:
         for s, previous in self._previous.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(s, previous)
+        if self._previous:
+            sys.unraisablehook = self._hook
         self._previous = {}
+
+    def _unraisable(self, unraisable) -> None:
+        if not isinstance(unraisable.exc_value, Stopped):  # a dropped Stopped is no error
+            self._hook(unraisable)
 
     def _handle(self, signum: int, frame) -> None:
         for s in self.signums:
             signal.signal(s, signal.SIG_DFL)
         self.signum = signum
+        _stopping[:] = [signum]
         end_children()
         watchdog = threading.Timer(EXIT_AFTER_S, self.exit)  # should the unwinding hang
         watchdog.daemon = True
@@ -170,7 +192,8 @@ class SignalStop:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
-        signal.signal(self.signum, signal.SIG_DFL)
+        with contextlib.suppress(ValueError):  # the watchdog's thread: _handle already did
+            signal.signal(self.signum, signal.SIG_DFL)
         os.kill(os.getpid(), self.signum)
         time.sleep(1.0)  # the signal is delivered at once; this is never reached in practice
         os._exit(128 + self.signum)

@@ -48,12 +48,13 @@ def ids_to_int(values: list) -> tuple[np.ndarray, int]:
     """(pid/tid values as int64: ints as they are, strings and ints too large for int64 as
     a stable negative id; how many distinct ints were too large)."""
     codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
-    mapped = np.array([_stable_id(u) for u in uniques], dtype=np.int64)
+    mapped = np.array([stable_id(u) for u in uniques], dtype=np.int64)
     oversized = sum(1 for u in uniques if isinstance(u, int) and not -INT64_SAFE <= u <= INT64_SAFE)
     return mapped[codes], oversized
 
 
-def _stable_id(value) -> int:
+def stable_id(value) -> int:
+    """One pid/tid value as :func:`ids_to_int` maps it."""
     if isinstance(value, int) and -INT64_SAFE <= value <= INT64_SAFE:
         return value
     text = str(value)

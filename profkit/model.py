@@ -52,7 +52,8 @@ class RankData:
 
     ``meta`` holds the trace's header: ``distributed`` (Kineto's distributedInfo),
     ``devices`` (deviceProperties), ``base_time_ns``, ``host``, ``trace_id``,
-    ``process_names`` and ``source`` (the trace file).
+    ``process_names``, ``thread_names`` ({"pid:tid": name}, pid and tid as the events
+    table holds them) and ``source`` (the trace file).
     """
 
     rank: int

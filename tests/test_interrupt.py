@@ -114,3 +114,46 @@ def test_no_worker_outlives_an_interrupted_command(busy_run, tmp_path):
     while not group_gone(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert group_gone(proc.pid), "a worker process outlived the command"
+
+
+def test_a_stop_python_dropped_still_stops_the_pool(monkeypatch):
+    """Python drops an exception raised where it cannot propagate (the signal handler ran in
+    a weakref callback of the import system): the command then met only the echo, a pool
+    whose workers the stop had ended, and died with a BrokenProcessPool traceback (exit 1).
+    The pool raises the stop again instead."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from profkit import children
+    from profkit.run.pool import process_pool
+
+    monkeypatch.setattr(children, "_stopping", [signal.SIGINT])
+    with pytest.raises(children.Stopped), process_pool(1):
+        raise BrokenProcessPool("ended by the stop")
+
+
+def test_a_dropped_stop_is_not_reported(monkeypatch):
+    """Python's report of the dropped stop ('Exception ignored in ...' and a traceback) is
+    not printed; any other dropped exception still is."""
+    import gc
+    import weakref
+
+    from profkit import children
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(type(u.exc_value)))
+
+    class Thing:
+        pass
+
+    def raising(error):
+        def callback(_):
+            raise error
+        return callback
+
+    with children.SignalStop():
+        for error in (children.Stopped(signal.SIGINT), ValueError("a real one")):
+            thing = Thing()
+            ref = weakref.ref(thing, raising(error))
+            del thing
+            gc.collect()
+    assert ref() is None and reported == [ValueError]

@@ -10,6 +10,10 @@ change (:mod:`.workload`), never from kernel names, which every optimization cha
 - **Another setting** (``warnings``: the verdict stands, flagged): other GPU models, another
   world size, inputs that differ beyond the batch, other module names. Comparing one
   workload on other hardware or at another scale is a question users ask on purpose.
+- **Part of a run** (``warnings``): a side missing ranks of its world, or whose run did not
+  end well (:mod:`profkit.analyzers.measure.coverage`, what the report header says too):
+  its step times are those of the ranks analysed, and a straggler among the missing is not
+  seen.
 - **Besides** (``notes``): user annotations renamed, more forward passes per step: said,
   not held against the verdict.
 
@@ -32,7 +36,10 @@ from profkit.analyzers.compare.sides import (  # noqa: F401 (re-exported: the di
     trains,
     used_rank_steps,
 )
+from profkit.analyzers.measure.coverage import ended_badly, missing_ranks
 from profkit.analyzers.thresholds import Thresholds
+
+from profkit.textout import plural, rank_ranges
 
 
 @dataclass
@@ -133,6 +140,22 @@ def _setting(base, new, out: Comparability) -> None:
         out.warnings.append(f"different world size: {world[0]} vs {world[1]}")
 
 
+def _coverage(base, new, out: Comparability) -> None:
+    """A side that is not the whole run: ranks missing, or a run that did not end well."""
+    out.evidence["ranks_missing"] = [missing_ranks(a.run) for a in (base, new)]
+    for side, a in (("base", base), ("new", new)):
+        if ended_badly(a.run):
+            out.warnings.append(f"{side} run status: {a.run['status']}")
+        missing = missing_ranks(a.run)
+        if missing:
+            listed = rank_ranges(missing)
+            listed = listed if len(listed) <= 80 else listed[:77] + "..."
+            analysed = plural(len(a.run.get("ranks_analyzed") or []), "rank")
+            out.warnings.append(f"{side}: {len(missing)} of {a.run.get('world_size')} ranks "
+                                f"missing ({listed}); its steps are those of the {analysed} "
+                                "analysed")
+
+
 def comparability(base, new, th: Thresholds) -> Comparability:
     """What stops two analyses being compared, and what differs besides (module doc)."""
     out = Comparability()
@@ -140,4 +163,5 @@ def comparability(base, new, th: Thresholds) -> Comparability:
     known = _structure(base, new, out)
     _mix(base, new, th, out, decides=not known)
     _setting(base, new, out)
+    _coverage(base, new, out)
     return out

@@ -43,8 +43,10 @@ TOP_OPS = 5
 
 def used_kernels(rd: RankData, used: dict[int, int] | None) -> tuple[pd.DataFrame, int, float]:
     """(kernels of the used steps, number of steps, mean step ns); without a step table,
-    the window's kernels as one step."""
+    the window's kernels as one step. Communication kernels are no point on a roofline
+    (their time is the link's and their peers'), so they are left out."""
     k = kernels_of(rd)
+    k = k[(k[S.CLASS] != S.CLS_COMMUNICATION).to_numpy()]
     if used:
         return k[k[S.STEP].isin(list(used))], len(used), sum(used.values()) / len(used)
     k = in_steps(k, rd)

@@ -8,7 +8,9 @@ ranks were analysed, which files were skipped and why, and the notes on how it w
 - missing ranks: fewer ranks analysed than the world size (ranks left out with ``--ranks``
   are not missing);
 - skipped files that could have held a rank's trace: any but files that are not traces by
-  name (a README), profkit's own merged output and a second name of a file already read;
+  name (a README), the sidecars of a profkit run (``ranks/``, ``nvml/``, ``nccl/``: a bad
+  one is listed, never counted), profkit's own merged output and a second name of a file
+  already read;
 - ranks whose number was guessed from file order (no rank in the trace or its name).
 
 Other notes (cycles joined, steps left out, no ProfilerStep ranges) describe how a complete
@@ -19,9 +21,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from profkit.analyzers.measure.coverage import BAD_STATUS, missing_ranks
 from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.units import clip
 
+from profkit.run.discover import QUIET_DIRS as SIDECAR_DIRS
 from profkit.run.discover import is_trace_name
 from profkit.run.loader import MERGED_OUTPUT
 from profkit.textout import plural, ranks_text
@@ -29,7 +33,6 @@ from profkit.textout import plural, ranks_text
 MAX_STATUS_RANKS = 3  # the status line names this many failed ranks, then counts the rest
 MAX_SKIPPED_SHOWN = 10  # text and Markdown list this many skipped files, then count the rest
 MAX_NOTES_SHOWN = 10
-BAD_STATUS = ("failed", "incomplete", "running")
 GUESSED_RANK = "by file order"  # the end of the loader's note for a rank taken from file order
 
 
@@ -48,15 +51,6 @@ def status_line(run: dict[str, Any]) -> str | None:
 
 def _rank_key(rank: Any) -> tuple[int, str]:
     return (int(rank), "") if str(rank).isdigit() else (1 << 62, str(rank))
-
-
-def missing_ranks(run: dict[str, Any]) -> list[int]:
-    """Ranks of the world that were not analysed (and not left out on purpose)."""
-    world = int(run.get("world_size") or 0)
-    analysed = {int(r) for r in run.get("ranks_analyzed") or []}
-    selected = run.get("ranks_selected")
-    wanted = set(range(world)) if selected is None else {int(r) for r in selected} & set(range(world))
-    return sorted(wanted - analysed)
 
 
 def ranks_line(run: dict[str, Any]) -> str:
@@ -97,8 +91,9 @@ def counts_against(skipped: dict[str, str]) -> bool:
     reason = str(skipped.get("reason", ""))
     if reason.startswith("cannot list this folder"):
         return True  # traces may lie in it
-    if not is_trace_name(Path(str(skipped.get("path", "")))):
-        return False
+    path = Path(str(skipped.get("path", "")))
+    if not is_trace_name(path) or path.parent.name in SIDECAR_DIRS:
+        return False  # a README; a rank status file, NVML chunk or NCCL dump (not a trace)
     return reason != MERGED_OUTPUT and not reason.startswith("the same file as")
 
 

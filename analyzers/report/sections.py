@@ -99,14 +99,15 @@ def roofline_section(a: Analysis) -> Section | None:
     roof_frac = np.where(top["bound"] == "math", tflops / top["peak_tflops"], gbps / top["peak_gbps"])
     table = pd.DataFrame({
         "kernel": [U.clip(n, NAME_CHARS) for n in top["short"]],
-        "op": [U.clip(n, 30) for n in top["op"]], "bound": top["bound"],
+        "op": [U.clip(n, 18) for n in top["op"]], "bound": top["bound"],
         "ms/step": [U.ms(v) for v in top["ms"]], "TFLOP/s": [U.tflops(v) for v in tflops],
         "GB/s": [U.gbps(v) for v in gbps],
         "of its roof": [U.pct(f) if b in ("math", "memory") else U.MISSING
                         for f, b in zip(roof_frac, top["bound"])]})
     return Section("Kernel roofline (per step; FLOPs and bytes from the ops' shapes)", table, [
         "bound: memory or math by FLOPs per byte against the device's peaks; latency: too "
-        "little work to reach either; unknown: no shapes or no peaks (docs/roofline.md)"])
+        "little work to reach either; unknown: no shapes or no peaks (docs/roofline.md)"],
+        clip=("kernel",))
 
 
 def ncu_section(a: Analysis) -> Section | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -159,7 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     from profkit.children import SignalStop
 
     with SignalStop() as stop:
-        code = _run(args)
+        try:
+            code = _run(args)
+        except Exception:  # stopped: an echo of the stop (a pool whose workers it ended)
+            if stop.signum is None:
+                raise
+            print(f"profkit: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
+            code = 128 + stop.signum
     if stop.signum is not None:
         stop.exit()
     return code

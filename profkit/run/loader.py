@@ -28,7 +28,7 @@ from profkit.run.pool import process_pool, sigint_blocked
 from profkit.run.rankfiles import RankFiles
 from profkit.textout import rank_ranges, ranks_text
 from profkit.trace import ingest, tracefile
-from profkit.trace.header import header_facts, process_names
+from profkit.trace.header import header_facts, metadata_names
 
 log = logging.getLogger(__name__)
 PARALLEL_MIN_BYTES = 16 << 20  # below this, process start-up costs more than it saves
@@ -66,7 +66,7 @@ def trace_meta(path: Path, trace: tracefile.Trace, metadata: list) -> dict[str, 
     validated; ``problems`` holds one line naming the file and what was repaired, if anything."""
     problems = trace.all_problems()
     meta = {"source": str(path), **header_facts(trace.header, problems),
-            "process_names": process_names(metadata, problems), "raw_event_count": len(trace)}
+            **metadata_names(metadata, problems), "raw_event_count": len(trace)}
     meta["problems"] = [problems.line(path)] if problems else []
     return meta
 
@@ -233,7 +233,7 @@ def open_run(path: str | Path) -> tuple[Path, Path, dict[str, Any], list[Path], 
     meta = read_run_json(folder) if root.is_dir() else {}
     files, skipped = discover.find_trace_files(root)
     if not files:
-        lost = "".join(f"; rank {r}: {why}" for r, why in capture_losses(folder).items())
+        lost = "".join(f"; rank {r}: {why}" for r, why in runmeta.capture_losses(folder).items())
         raise NoTracesError(f"{root}: no trace files (.json or .json.gz) found{lost}"
                             f"{_listing(skipped)}")
     return root, folder, meta, files, skipped
@@ -333,29 +333,6 @@ def join_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return out.sort_values(S.TS_NS, kind="stable").reset_index(drop=True)
 
 
-def read_rank_status(folder: Path, skipped: list[SkippedFile] | None = None) -> dict[int, dict]:
-    """Each rank's own final status (``ranks/rank{R}.json``) in a profkit run directory; a
-    bad file is logged and listed in ``skipped``."""
-    out = {}
-    for path in sorted((folder / runmeta.RANK_STATUS_DIR).glob("rank*.json")):
-        try:
-            status = runmeta.read_rank_status_file(path)
-        except (OSError, ValueError) as exc:
-            log.warning("%s: unreadable rank status skipped (%s)", path, exc)
-            if skipped is not None:
-                skipped.append(SkippedFile(str(path), f"unreadable rank status ({exc})"))
-            continue
-        out[status["rank"]] = status
-    return out
-
-
-def capture_losses(folder: Path) -> dict[int, str]:
-    """rank -> what its capture lost (a write failed during the job), from the rank status
-    files of a profkit run directory."""
-    found = {r: runmeta.capture_loss(s) for r, s in read_rank_status(folder).items()}
-    return {r: why for r, why in sorted(found.items()) if why}
-
-
 def complete_meta(meta: dict, chosen: dict[int, RankFiles], folder: Path,
                   skipped: list[SkippedFile] | None = None) -> dict[str, Any]:
     """run.json's facts, completed from the traces; a run is failed if any rank says so.
@@ -363,7 +340,7 @@ def complete_meta(meta: dict, chosen: dict[int, RankFiles], folder: Path,
     ``skipped``."""
     rank_metas = {r: rf.files[0].meta for r, rf in chosen.items()}
     out = dict(meta, rank_files={str(r): rf.paths for r, rf in chosen.items()})
-    status = read_rank_status(folder, skipped) if meta else {}
+    status = runmeta.read_rank_status(folder, skipped) if meta else {}
     if status:
         out["rank_status"] = {str(r): s.get("status") for r, s in status.items()}
         failed = {r: s for r, s in status.items() if s.get("status") == "failed"}

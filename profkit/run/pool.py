@@ -50,11 +50,14 @@ def process_pool(workers: int, *, on_kill: Callable[[], None] | None = None
     pool = children.process_pool(workers)
     try:
         yield pool
-    except BaseException:
+    except BaseException as exc:
         with sigint_blocked():  # a second Ctrl-C must not cut the clean-up short
             kill_workers(pool)
             if on_kill is not None:
                 on_kill()
+        stopped = children.stop_signal()
+        if stopped is not None and not isinstance(exc, KeyboardInterrupt):
+            raise children.Stopped(stopped) from exc  # a broken pool: the stop's echo
         raise
     pool.shutdown(wait=True)
 

@@ -8,11 +8,13 @@ as written. See docs/run-directory.md for the layout.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from profkit.model import SkippedFile
 from profkit.validate import (
     MAX_ABS_NS,
     MAX_OFFSET_NS,
@@ -36,6 +38,8 @@ _RANK_INTS = {"pid": (0, MAX_ABS_NS), "local_rank": (0, MAX_RANKS - 1), "device"
 _RANK_TEXTS = ("host", "gpu_uuid")
 _GPU_INTS = {"sm_count": (1, INT32_MAX), "memory_bytes": (0, MAX_ABS_NS), "index": (0, INT32_MAX)}
 _GPU_TEXTS = ("name", "uuid", "host")
+
+log = logging.getLogger(__name__)
 
 
 def read_json(path: Path) -> Any:
@@ -193,3 +197,26 @@ def _lost_item(entry: dict[str, Any]) -> str:
 
 def _text(value: Any) -> str:
     return " ".join(str(value).split())[:120] if value is not None else "?"
+
+
+def read_rank_status(folder: Path, skipped: list[SkippedFile] | None = None) -> dict[int, dict]:
+    """Each rank's own final status (``ranks/rank{R}.json``) in a profkit run directory; a
+    bad file is logged and listed in ``skipped``."""
+    out = {}
+    for path in sorted((folder / RANK_STATUS_DIR).glob("rank*.json")):
+        try:
+            status = read_rank_status_file(path)
+        except (OSError, ValueError) as exc:
+            log.warning("%s: unreadable rank status skipped (%s)", path, exc)
+            if skipped is not None:
+                skipped.append(SkippedFile(str(path), f"unreadable rank status ({exc})"))
+            continue
+        out[status["rank"]] = status
+    return out
+
+
+def capture_losses(folder: Path) -> dict[int, str]:
+    """rank -> what its capture lost (a write failed during the job), from the rank status
+    files of a profkit run directory."""
+    found = {r: capture_loss(s) for r, s in read_rank_status(folder).items()}
+    return {r: why for r, why in sorted(found.items()) if why}

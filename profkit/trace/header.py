@@ -1,7 +1,7 @@
 """The header facts of one Kineto trace, validated (see :mod:`profkit.validate`).
 
 ``distributedInfo``, ``deviceProperties``, ``baseTimeNanoseconds``, the host name, the ids and
-the process names of 'M' events become typed values; a value of the wrong type or out of
+the process and thread names of 'M' events become typed values; a value of the wrong type or out of
 range falls back to "unknown" (the rank then comes from the file name, the base time is 0)
 and is noted once in the file's problems.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from profkit.columns import stable_id
 from profkit.validate import (
     MAX_ABS_NS,
     MAX_RANKS,
@@ -76,6 +77,27 @@ def process_names(metadata: list, problems: Problems) -> dict[str, dict[str, str
         if text is not None:
             names.setdefault(str(ev.pid), {})[ev.name] = text
     return names
+
+
+def thread_names(metadata: list, problems: Problems) -> dict[str, str]:
+    """{"pid:tid": name} from the trace's 'thread_name' events (pid and tid as the events
+    table holds them, :func:`profkit.columns.ids_to_int`); a later name of a thread wins
+    (Kineto names the autograd thread twice, the second time as what it is)."""
+    names: dict[str, str] = {}
+    for ev in metadata:
+        if ev.name != "thread_name" or ev.args is None:
+            continue
+        text = field_text({"name": ev.args.name}, "name", problems, "thread_name args.name")
+        if text and text.strip():
+            names[f"{stable_id(ev.pid)}:{stable_id(ev.tid)}"] = text.strip()
+    return names
+
+
+def metadata_names(metadata: list, problems: Problems) -> dict[str, dict]:
+    """``process_names`` and ``thread_names`` of the trace's 'M' events, as the model keeps
+    them (:class:`profkit.model.RankData`)."""
+    return {"process_names": process_names(metadata, problems),
+            "thread_names": thread_names(metadata, problems)}
 
 
 def header_facts(header: Any, problems: Problems) -> dict[str, Any]:

@@ -4,6 +4,7 @@ removed, inference vs training, A100 vs V100, a planted straggler)."""
 
 import itertools
 import json
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -181,6 +182,18 @@ def test_a100_vs_v100_is_judged_with_a_hardware_warning():
     assert v["tested"] and (v["base_steps"], v["new_steps"]) == (6, 5)
     text = diff_to_text(d)
     assert "\nWARNING: different GPUs" in text
+
+
+def test_a_side_missing_a_rank_is_judged_with_a_warning(tmp_path):
+    """zoo/straggler against itself without rank 1's trace: the same steps (unchanged), but
+    the new side is half the run, which the verdict must say (as the report header does)."""
+    part = tmp_path / "straggler-missing-rank"
+    shutil.copytree(ZOO / "straggler", part, ignore=shutil.ignore_patterns(".profkit"))
+    (part / "traces" / "rank1.pt.trace.json.gz").unlink()
+    v = diff(ZOO / "straggler", part).verdict
+    warning = "new: 1 of 2 ranks missing (1); its steps are those of the 1 rank analysed"
+    assert v["warnings"] == [warning] and v["evidence"]["ranks_missing"] == [[], [1]]
+    assert f"\nWARNING: {warning}" in diff_to_text(diff(ZOO / "straggler", part))
 
 
 def test_a_straggler_that_appears_and_goes():

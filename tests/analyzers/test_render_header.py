@@ -79,6 +79,10 @@ def _run(**kw):
     ("r/rank1.json", "truncated JSON", True),
     ("r/rank1.json.gz", "from another run (run id b, this run is a)", True),
     ("r/sub", "cannot list this folder: Permission denied", True),
+    # sidecars of a profkit run: never a rank's trace, whatever their name
+    ("r/ranks/rank0.json", "unreadable rank status (unexpected character)", False),
+    ("r/nvml/rank1.0.npz", "NVML chunk skipped: no ts_ns column", False),
+    ("r/nccl/flight_recorder_rank0.pkl", "truncated pickle", False),
 ])
 def test_which_skipped_files_count_against_strict(path, reason, counts):
     run = _run(skipped_files=[{"path": path, "reason": reason}])

@@ -13,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 CHROMIUM = Path(os.environ.get("PROFKIT_CHROMIUM", "/usr/bin/chromium"))
@@ -21,6 +22,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 REPO = Path(__file__).resolve().parents[2]
 STRAGGLER = REPO / "samples" / "runs" / "zoo" / "straggler"
 BAD_TRACE = "traces/rank1.pt.trace.json.gz"  # the file each bad run spoils
+BAD_STATUS, BAD_CHUNK = "ranks/rank0.json", "nvml/rank1.0.npz"  # the sidecars bad_sidecars spoils
 
 
 def free_port() -> int:
@@ -80,6 +82,22 @@ def missing_run(tmp_path_factory) -> Path:
     return folder
 
 
+def bad_sidecars(folder: Path) -> Path:
+    """A copy of zoo/straggler (both ranks' traces intact) whose rank 0 status file and
+    rank 1 NVML chunk cannot be used."""
+    shutil.copytree(STRAGGLER, folder, ignore=shutil.ignore_patterns(".profkit"))
+    (folder / BAD_STATUS).write_text("{not json")
+    with (folder / BAD_CHUNK).open("wb") as f:  # a 2-D column: not NVML samples
+        np.savez(f, ts_ns=np.arange(4, dtype=np.int64), power_w=np.ones((4, 2)))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def sidecar_run(tmp_path_factory) -> Path:
+    """:func:`bad_sidecars` of zoo/straggler: every rank there, two sidecars skipped."""
+    return bad_sidecars(tmp_path_factory.mktemp("sidecars") / "straggler-bad-sidecars")
+
+
 @pytest.fixture(scope="session")
 def server_log(tmp_path_factory) -> Path:
     """The session server's stderr: its log, tracebacks included."""
@@ -87,12 +105,13 @@ def server_log(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def server(bad_runs, missing_run, server_log):
-    """Base URL of `profkit dashboard` (the bundled sample runs, the bad runs and the run
-    missing a trace) on a free local port."""
+def server(bad_runs, missing_run, sidecar_run, server_log):
+    """Base URL of `profkit dashboard` (the bundled sample runs, the bad runs, the run
+    missing a trace and the one with bad sidecars) on a free local port."""
     port = free_port()
     cmd = [sys.executable, "-m", "profkit", "dashboard", "--port", str(port),
-           *map(str, bad_runs.values()), str(missing_run), "--root", str(REPO / "samples" / "runs")]
+           *map(str, bad_runs.values()), str(missing_run), str(sidecar_run),
+           "--root", str(REPO / "samples" / "runs")]
     with server_log.open("wb") as log_file:  # a file, not a pipe nobody drains
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log_file)
     url = f"http://127.0.0.1:{port}"

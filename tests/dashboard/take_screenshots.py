@@ -1,5 +1,6 @@
 """Screenshots of the dashboard's pages for the docs: ``docs/img/<page>.png``, each page of
-``samples/runs/zoo/straggler`` (Compare: zoo/balanced -> zoo/straggler) in headless chromium.
+``samples/runs/zoo/straggler`` (Compare: zoo/balanced -> zoo/straggler; the timeline with an
+all_reduce clicked) in headless chromium.
 
     python tests/dashboard/take_screenshots.py [--out docs/img]
 """
@@ -19,7 +20,17 @@ from tests.dashboard.conftest import CHROMIUM, CHROMIUM_ARGS, free_port, wait_fo
 
 RUNS = REPO / "samples" / "runs"
 WIDTH, HEIGHT = 1280, 860
-TALL = {"overview": 1560, "communication": 1100}  # pages whose charts lie below the fold
+TALL = {"overview": 1560, "communication": 1100, "timeline": 1000}  # charts below the fold
+# The timeline with an event clicked: the longest all_reduce, its details beside the figure.
+CLICK_BAR_JS = """() => {
+  const g = document.querySelector('#tl-graph .js-plotly-plot');
+  const t = g._fullData.find(d => d.type === 'bar' && d.name === 'communication');
+  let best = 0;
+  t.x.forEach((w, i) => { if (w > t.x[best]) best = i; });
+  const xa = g._fullLayout.xaxis, ya = g._fullLayout.yaxis, box = g.getBoundingClientRect();
+  return {x: box.left + xa._offset + xa.l2p(t.base[best] + t.x[best] / 2),
+          y: box.top + ya._offset + ya.l2p(t.y[best])};
+}"""
 
 
 def pages(straggler: str, balanced: str) -> dict[str, tuple[str, str]]:
@@ -28,6 +39,7 @@ def pages(straggler: str, balanced: str) -> dict[str, tuple[str, str]]:
     return {
         "runs": ("/", f'tr[data-run="{straggler}"][data-state="done"]'),
         "overview": (run, "#rank-detail .main-svg"),
+        "timeline": (run + "/timeline", "#tl-graph .main-svg"),
         "kernels": (run + "/kernels", "#k-chart .main-svg"),
         "communication": (run + "/comms", "#c-skew .main-svg"),
         "counters": (run + "/counters", "#n-graph .main-svg"),
@@ -61,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
                 page.goto(base + path)
                 page.wait_for_selector(ready, timeout=120_000)
                 page.wait_for_timeout(1200)  # charts settle (responsive resize)
+                if name == "timeline":
+                    bar = page.evaluate(CLICK_BAR_JS)
+                    page.mouse.click(bar["x"], bar["y"])
+                    page.wait_for_selector("#tl-event .tl-event-name", timeout=60_000)
+                    page.mouse.move(bar["x"], bar["y"])  # and its hover label
+                    page.wait_for_timeout(600)
                 target = args.out / f"{name}.png"
                 page.screenshot(path=str(target), full_page=False)
                 print(f"{target}: {target.stat().st_size // 1024} KB")

@@ -7,7 +7,16 @@ import shutil
 import pytest
 from profkit.dashboard import banner, loading
 
-from tests.dashboard.conftest import BAD_TRACE, REPO, STRAGGLER, _truncate, spoiled_copy
+from tests.dashboard.conftest import (
+    BAD_CHUNK,
+    BAD_STATUS,
+    BAD_TRACE,
+    REPO,
+    STRAGGLER,
+    _truncate,
+    bad_sidecars,
+    spoiled_copy,
+)
 from tests.dashboard.test_loading import text_of
 
 COMPLETE = REPO / "samples" / "runs" / "zoo" / "compute"
@@ -46,6 +55,33 @@ def test_a_complete_run_has_no_banner_and_its_gpu_counted_once():
     assert (banner.ranks_text(s.analysis.run), banner.status_text(s.analysis.run)) == ("1", None)
     # run.json lists both GPUs of the host; its one rank ran on one
     assert s.facts["gpus"] == "1 x NVIDIA H200"
+
+
+def test_bad_sidecars_of_a_whole_run_are_notes_not_incomplete(tmp_path):
+    """Both ranks analysed: a rank status file and an NVML chunk that could not be used
+    are listed (on the Runs row as notes, in the banner), the run is not incomplete."""
+    info = shown(bad_sidecars(tmp_path / "run")).analysis.run
+    assert (banner.ranks_text(info), banner.status_text(info)) == ("2", None)
+    assert banner.level(info) == banner.INFO
+    assert banner.notes_text(info) == "2 files skipped"
+    title = banner.notes_title(info)
+    assert f"{BAD_STATUS}: unreadable rank status" in title
+    assert f"{BAD_CHUNK}: NVML chunk skipped" in title
+    assert "1 file(s) skipped" not in text_of(banner.run_banner(info))
+    assert "2 file(s) skipped" in text_of(banner.run_banner(info))
+
+
+def test_only_missing_ranks_or_a_bad_end_make_a_run_incomplete():
+    whole = {"status": "ok", "world_size": 2, "ranks_analyzed": [0, 1], "notes": [
+        "rank 1: rank numbered by file order"],
+        "skipped_files": [{"path": "r/b.json", "reason": "from another run"}]}
+    assert banner.status_text(whole) is None  # --strict still fails it: a note says why
+    assert banner.notes_text(whole) == "1 file skipped, 1 rank numbered by file order"
+    steps = {**whole, "skipped_files": [], "notes": ["rank 0: steps from ProfilerStep#: 2 of 3 used"]}
+    assert banner.notes_text(steps) is None  # how steps were chosen: the banner says it
+    assert banner.status_text({**whole, "ranks_analyzed": [0]}) == "incomplete"
+    assert banner.status_text({**whole, "status": "running"}) == "running"
+    assert banner.notes_text({"status": "ok", "world_size": 1, "ranks_analyzed": [0]}) is None
 
 
 @pytest.mark.parametrize("status", ["failed", "running"])

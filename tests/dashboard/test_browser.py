@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 from profkit.dashboard.app import default_roots
-from profkit.dashboard.registry import RunRegistry
+from profkit.dashboard.registry import RunRegistry, run_key
 
 from tests.dashboard.conftest import BAD_RUNS
 
@@ -29,8 +29,8 @@ def test_runs_page_lists_every_sample_with_its_verdict(page):
     # halfway down the list can take longer than the 60 s default wait under load.
     row.locator(".badge").wait_for(timeout=ALL_RUNS_MS)
     assert row.locator(".badge").inner_text().lower() == "compute"
-    assert page.locator("a.runlink").count() == len(KEYS) + len(BAD_RUNS) + 1  # the bad runs and
-    # the one missing a trace too
+    # the bad runs, the one missing a trace and the one with bad sidecars too
+    assert page.locator("a.runlink").count() == len(KEYS) + len(BAD_RUNS) + 2
     # rows fill in as their runs are analysed (in the background)
     straggler = page.locator(f'tr[data-run="{KEYS["zoo/straggler"]}"][data-state="done"]')
     straggler.wait_for(timeout=ALL_RUNS_MS)
@@ -102,10 +102,10 @@ def test_kernels_tables_and_class_filter(page):
     graph_ready(page, "k-chart")
     table = page.locator("#k-kernels")
     # kernel names as people read them, the full name on hover
-    cell = table.locator("td:has-text('nccl AllReduce f32')").first
+    cell = table.locator(".ag-cell:has-text('nccl AllReduce f32')").first
     assert "ncclDevKernel" not in table.inner_text()
     cell.hover()
-    tip = page.locator(".dash-table-tooltip")
+    tip = page.locator(".ag-tooltip")
     tip.wait_for()
     assert "ncclDevKernel_AllReduce_Sum_f32" in tip.inner_text()
     assert "aten::mm" in page.locator("#k-ops").inner_text()
@@ -134,9 +134,30 @@ def test_counters_page_series_and_metric_picker(page):
     page.goto(f"{page.base}/run/{KEYS['profkit_ddp']}/counters")
     graph_ready(page, "n-graph")
     assert "sm clock (MHz)" in page.locator("#n-graph").text_content()  # in words and units
+    assert "clock-throttle" in page.locator(".content").inner_text()
+    assert page.locator("#n-summary .ag-row").count() == 2  # the NVML table, one row a GPU
+
+
+def test_counters_page_of_a_run_without_nvml_says_so_once(page):
+    """stock torch.profiler traces have no NVML samples: one line says so, with no empty
+    chart, no empty NVML table and no hint about throttle shading."""
     page.goto(f"{page.base}/run/{STOCK}/counters")
-    page.wait_for_selector("#n-graph .main-svg")
-    assert "no NVML counters" in page.locator("#n-graph").text_content()
+    none = page.locator("#n-none")
+    none.wait_for()
+    assert "no NVML samples" in none.inner_text()
+    for absent in ("#n-graph", "#n-summary", "#n-metrics"):
+        assert page.locator(absent).count() == 0, absent
+    text = page.locator(".content").inner_text()
+    assert "throttle" not in text and text.count("NVML") == 1
+
+
+def test_overview_heatmap_marks_the_steps_left_out_of_the_verdict(page):
+    """pairs/data_loading/after: step 3 is a one-off (0.7x the median), left out."""
+    page.goto(f"{page.base}/run/{KEYS['pairs/data_loading/after']}")
+    graph_ready(page, "step-heatmap")
+    heatmap = page.locator("#step-heatmap")
+    assert "left out of the verdict" in heatmap.locator(".legendtext").all_text_contents()
+    assert heatmap.locator(".scatterlayer .point").count() == 1  # one rank-step marked
 
 
 def test_compare_renders_the_diff(page):
@@ -146,7 +167,7 @@ def test_compare_renders_the_diff(page):
     assert "regressed" in verdict.inner_text()
     graph_ready(page, "cmp-parts")
     assert "nccl AllReduce" in page.locator("#cmp-kernels").inner_text()  # short names
-    assert page.locator("#cmp-ops tbody tr").count() > 2
+    assert page.locator("#cmp-ops .ag-center-cols-container .ag-row").count() > 2
     assert "rank 1 became a straggler" in verdict.inner_text()
 
 
@@ -186,6 +207,28 @@ def test_compare_shows_the_diff_verdict_and_its_reasons(page, base, new, verdict
     box.locator(".badge").wait_for()
     assert box.locator(".badge").inner_text().lower() == verdict
     assert why in box.inner_text()
+
+
+def test_compare_warns_when_a_side_misses_a_rank_and_shows_every_column(page, missing_run):
+    """zoo/straggler against itself without rank 1: the steps match (unchanged), and the
+    verdict says, as `profkit diff` does, that the new side is half the run. At the test
+    viewport (1400 px) every column of the tables that moved is inside its card."""
+    new = run_key(missing_run.name, missing_run.resolve())
+    page.goto(f"{page.base}/compare?base={KEYS['zoo/straggler']}&new={new}")
+    box = page.locator("#cmp-verdict")
+    box.locator(".badge").wait_for()
+    assert box.locator(".badge").inner_text().lower() == "unchanged"
+    warnings = box.locator(".diff-warnings").inner_text()
+    assert "new: 1 of 2 ranks missing (1); its steps are those of the 1 rank analysed" in warnings
+    alike = box.locator(".diff-alike").inner_text()  # the diff's measures, in words
+    assert "of GPU time in kernels both ran" in alike and "world size 2 vs 2" in alike
+    for table in ("#cmp-kernels", "#cmp-ops"):
+        card = page.locator(table).locator("xpath=ancestor::section[1]").bounding_box()
+        header = page.locator(f"{table} [role=columnheader][col-id='delta_ms']")
+        header.wait_for()
+        cell = header.bounding_box()
+        assert "change (ms/step/rank)" in header.inner_text()
+        assert card["x"] <= cell["x"] and cell["x"] + cell["width"] <= card["x"] + card["width"]
 
 
 @pytest.mark.parametrize("bad", ["not-a-run", "..%2F..%2Fetc%2Fpasswd", "..%2Fpyproject.toml"])

@@ -24,8 +24,8 @@ def step_table():
 
 
 # the parts as the reports name them (profkit.analyzers.analyze.part_name), in PARTS order
-SHOWN_PARTS = ["compute", "communication", "transfer", "cpu launch", "data loading",
-               "host sync", "held work (queued, waiting on a stream or event)"]
+SHOWN_PARTS = ["compute", "communication", "transfer", "launch overhead", "host work",
+               "data loading", "host sync", "held work (queued, waiting on a stream or event)"]
 
 
 def test_breakdown_bars_stack_parts_in_order_with_part_colours():
@@ -53,6 +53,19 @@ def test_step_heatmap_is_rank_by_step_in_ms():
     hm = fig.data[0]
     assert list(hm.x) == ["step 5", "step 6"] and list(hm.y) == ["rank 0", "rank 1"]
     assert hm.z[1][0] == pytest.approx(7.0)  # rank 1, step 5: 1 + 1 + 5 ms
+
+
+def test_step_heatmap_marks_the_steps_left_out_with_why():
+    steps = step_table().assign(used=[True, True, True, False],
+                                excluded_reason=["", "", "", "one-off step: 1.4x the median"])
+    fig = F.step_heatmap(steps)
+    marks = [t for t in fig.data if t.name == F.LEFT_OUT]
+    assert len(marks) == 1 and list(marks[0].x) == ["step 6"] and list(marks[0].y) == ["rank 1"]
+    assert "one-off step: 1.4x the median" in marks[0].text[0] and marks[0].showlegend
+    hm = fig.data[0]
+    assert hm.customdata[1][1] == "left out of the verdict: one-off step: 1.4x the median"
+    assert hm.customdata[0][0] == "used for the verdict"
+    assert not [t for t in F.step_heatmap(step_table()).data if t.name == F.LEFT_OUT]
 
 
 def test_step_heatmap_colour_scale_starts_at_zero():
@@ -138,11 +151,27 @@ def test_counters_figure_rows_per_metric_and_red_throttle_bands():
         .startswith("no NVML")
 
 
+def test_counter_step_labels_never_overlap():
+    """Three 10 ms steps on a 300 ms axis of samples: one label names them; steps wide
+    enough for their own labels keep them."""
+    counters = pd.DataFrame({"ts_ns": [-230_000_000, 70_000_000], "device": 0, "rank": 0,
+                             "metric": "power_w", "value": [120.0, 130.0]})
+    steps = pd.DataFrame({"step": [2, 3, 4], "ts_ns": [0, 10_000_000, 20_000_000],
+                          "dur_ns": 10_000_000, "gpu_ts_ns": 0, "gpu_end_ns": 0})
+    labels = [a.text for a in F.counters_figure(counters, ["power_w"], steps, 0).layout.annotations
+              if a.text.startswith("step")]
+    assert labels == ["steps 2-4"]
+    wide = counters.assign(ts_ns=[0, 30_000_000])
+    labels = [a.text for a in F.counters_figure(wide, ["power_w"], steps, 0).layout.annotations
+              if a.text.startswith("step")]
+    assert labels == ["step 2", "step 3", "step 4"]
+
+
 def test_diff_parts_bars_base_and_new_per_part_in_parts_order():
     parts = pd.DataFrame({"part": ["cpu_launch", "compute"], "base_ms": [1.0, 5.0],
                           "new_ms": [2.0, 4.0], "delta_ms": [1.0, -1.0]})
     fig = F.diff_parts_bars(parts)
     assert [t.name for t in fig.data] == ["base", "new"]
-    assert list(fig.data[1].y) == ["compute", "cpu launch"]  # display names, horizontal
+    assert list(fig.data[1].y) == ["compute", "launch overhead"]  # display names, horizontal
     assert list(fig.data[1].x) == [4.0, 2.0] and fig.data[1].orientation == "h"
     assert list(fig.data[1].marker.color) == [F.PART_COLORS["compute"], F.PART_COLORS["cpu_launch"]]

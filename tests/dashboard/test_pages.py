@@ -5,12 +5,13 @@ breakdown chart keeps its plot area at 1024 px."""
 
 import re
 import urllib.request
+from csv import reader
 
 import pytest
 from profkit.dashboard.app import default_roots
 from profkit.dashboard.registry import RunRegistry, run_key
 
-from tests.dashboard.conftest import BAD_TRACE
+from tests.dashboard.conftest import BAD_CHUNK, BAD_STATUS, BAD_TRACE
 
 KEYS = {e.label: e.key for e in RunRegistry([], default_roots()).entries()}
 pytestmark = pytest.mark.skipif("zoo/straggler" not in KEYS, reason="no bundled sample runs")
@@ -19,6 +20,7 @@ NAMESPACES = re.compile(r"^http://www\.w3\.org/(2000/svg|1999/xlink|2000/xmlns/?
 # an absolute address anywhere, or one that starts the value (protocol-relative)
 ABSOLUTE = re.compile(r"https?://|^\s*//", re.I)
 GRAPHS = {"Runs": 0, "Tables": 0}  # pages without charts; the others have at least one
+ALL_RUNS_MS = 600_000  # the Runs page analysing every sample run from nothing
 
 # Every attribute of every element (shadow roots included) as [tag, name, value].
 ALL_ATTRIBUTES_JS = """
@@ -39,23 +41,33 @@ def row(page, label_or_key):
     locator = page.locator(f'tr[data-run="{key}"][data-state="done"]')
     # every sample run is analysed on a cold server (after a code change the result cache
     # is stale): minutes on a small shared machine
-    locator.wait_for(timeout=300_000)
+    locator.wait_for(timeout=ALL_RUNS_MS)
     return locator.locator("td")
 
 
-def test_runs_rows_say_how_many_ranks_were_read_and_the_gpus_used(page, bad_runs, missing_run):
+def test_runs_rows_say_how_many_ranks_were_read_and_the_gpus_used(page, bad_runs, missing_run,
+                                                                 sidecar_run):
     page.goto(page.base + "/")
     for folder in (bad_runs["straggler-truncated"], missing_run):
         cells = row(page, run_key(folder.name, folder.resolve()))
-        assert cells.nth(1).text_content() == "incomplete"  # the status pill
+        assert cells.nth(1).locator(".badge").text_content() == "incomplete"  # the status pill
         assert cells.nth(3).inner_text() == "1 of 2"
         assert "1 of 2 ranks missing (1)" in cells.nth(3).locator("span").get_attribute("title")
     cells = row(page, "zoo/straggler")
     assert (cells.nth(1).text_content(), cells.nth(3).inner_text()) == ("ok", "2")
+    # every rank there, two sidecars skipped: not incomplete, the files listed as notes
+    cells = row(page, run_key(sidecar_run.name, sidecar_run.resolve()))
+    assert cells.nth(1).locator(".badge").count() == 0 and cells.nth(3).inner_text() == "2"
+    assert cells.nth(1).locator(".status-ok").text_content() == "ok"
+    notes = cells.nth(1).locator(".run-notes")
+    assert notes.text_content() == "2 files skipped"
+    assert f"{BAD_STATUS}: unreadable rank status" in notes.get_attribute("title")
+    assert f"{BAD_CHUNK}: NVML chunk skipped" in notes.get_attribute("title")
     assert cells.nth(4).inner_text() == "2 x NVIDIA H200"
     # one rank on a host of two GPUs: the GPU of that rank, not the host's list
     assert row(page, "zoo/compute").nth(4).inner_text() == "1 x NVIDIA H200"
-    page.wait_for_selector("#runs-progress:has-text('runs analysed')")
+    # every sample run (55 with the runs/why captures) analysed: minutes on a busy machine
+    page.wait_for_selector("#runs-progress:has-text('runs analysed')", timeout=ALL_RUNS_MS)
     assert page.locator('tr[data-state="done"]').count() + page.locator(
         'tr[data-state="failed"]').count() == page.locator("a.runlink").count()
 
@@ -134,25 +146,60 @@ def test_a_finding_links_to_its_table_which_sorts_filters_and_exports(page):
     assert "others wait (ms/step)" in table.inner_text()
     for name in ("efficiency", "stream_breakdown", "compute_subclasses", "collectives",
                  "queue_depth", "nvml", "transfers", "idle_code"):
-        assert page.locator(f"#table-{name} .dash-spreadsheet-container").count() == 1, name
+        assert page.locator(f"#table-{name} .ag-root").count() == 1, name
     assert "link peak (GB/s)" in page.locator("#t-collectives").inner_text()
     # sort the stragglers by rank, descending: rank 1 first
-    rank_header = table.locator("th.dash-header", has_text="rank").first
-    rank_header.locator(".column-header--sort").click()
-    rank_header.locator(".column-header--sort").click()
-    page.wait_for_function(
-        "document.querySelector('#t-stragglers td[data-dash-column=\"rank\"]').textContent === '1'")
+    rank_header = table.locator(".ag-header-cell[col-id='rank'] .ag-header-cell-label")
+    rank_header.click()
+    rank_header.click()
+    first_rank = "#t-stragglers .ag-center-cols-container .ag-row[row-index='0'] [col-id='rank']"
+    page.wait_for_function(f"document.querySelector(\"{first_rank}\").textContent === '1'")
     # filter: rank 0 only
-    box = table.locator("th.dash-filter[data-dash-column='rank'] input[type=text]")
+    box = table.locator(".ag-floating-filter[col-id='rank'] input:enabled")
     box.fill("0")
-    box.press("Enter")
-    page.wait_for_function(
-        "document.querySelectorAll('#t-stragglers td[data-dash-column=\"rank\"]').length === 1")
-    with page.expect_download() as info:
-        table.locator("button.export").click()
-    csv = open(info.value.path(), encoding="utf-8-sig").read().splitlines()
+    page.wait_for_function("document.querySelectorAll("
+                           "'#t-stragglers .ag-center-cols-container .ag-row').length === 1")
+    csv = export_csv(page, "t-stragglers")
     assert csv[0].startswith("rank,straggler,arrived last") and len(csv) == 2  # the filtered row
     assert csv[1].startswith("0,")
+
+
+def export_csv(page, grid_id: str) -> list[str]:
+    """The lines of the CSV that a grid's export button downloads."""
+    with page.expect_download() as info:
+        page.locator(f"button.export[data-csv-grid='{grid_id}']").click()
+    assert info.value.suggested_filename == f"{grid_id}.csv"
+    return open(info.value.path(), encoding="utf-8-sig").read().splitlines()
+
+
+def grid_column(page, grid_id: str, col: str) -> list[str]:
+    """The texts of a grid column, rows in the order shown."""
+    return page.locator(f"#{grid_id} .ag-center-cols-container .ag-row").evaluate_all(
+        "(rows, col) => rows.sort((a, b) => a.getAttribute('row-index') - b.getAttribute('row-index'))"
+        ".map(r => r.querySelector(`[col-id='${col}']`).textContent)", col)
+
+
+def test_kernels_grid_sorts_filters_and_exports_what_it_shows(page):
+    page.goto(f"{page.base}/run/{KEYS['stock_ddp']}/kernels")
+    grid = page.locator("#k-kernels")
+    grid.locator(".ag-row").first.wait_for()
+    times = [float(t) for t in grid_column(page, "k-kernels", "GPU time (ms)")]
+    assert times == sorted(times, reverse=True) and len(times) > 3  # most GPU time first
+    # a text filter: kernels whose short name holds "gemm", any case
+    grid.locator(".ag-floating-filter[col-id='kernel'] input:enabled").fill("GEMM")
+    page.wait_for_function("[...document.querySelectorAll('#k-kernels .ag-center-cols-container "
+                           "[col-id=kernel]')].every(c => c.textContent.includes('gemm'))")
+    # sort by calls, ascending
+    grid.locator(".ag-header-cell[col-id='calls'] .ag-header-cell-label").click()
+    grid.locator(".ag-header-cell[col-id='calls'][aria-sort='ascending']").wait_for()
+    names = grid_column(page, "k-kernels", "kernel")
+    calls = [int(c) for c in grid_column(page, "k-kernels", "calls")]
+    assert calls == sorted(calls) and 0 < len(names) < len(times)
+    csv = export_csv(page, "k-kernels")
+    assert csv[0] == ("kernel,class,subclass,calls,GPU time (ms),mean (us),"
+                      "share of kernel time (%),least on a rank (ms),most on a rank (ms)")
+    rows = list(reader(csv[1:]))
+    assert [r[0] for r in rows] == names and [int(r[3]) for r in rows] == calls  # as shown
 
 
 def test_overview_breakdown_keeps_its_plot_area_at_1024_px(browser, server):

@@ -47,6 +47,26 @@ def test_the_runs_table_fills_in_as_the_background_analyses_finish(runs):
     assert "1 x NVIDIA H200" in str(body)
 
 
+def test_more_runs_than_the_cache_holds_are_each_analysed_once(runs, tmp_path, monkeypatch):
+    """Three runs, room for two analyses in memory: the Runs table still completes (each
+    row keeps its small summary), and asking again analyses nothing again (it used to
+    analyse the evicted runs again and again, never reaching "all runs analysed")."""
+    third = tmp_path / "compute-copy"
+    shutil.copytree(runs[0], third)
+    results = R.ResultCache(RunRegistry([*runs, third], []), max_items=2, persist=False)
+    keys = [e.key for e in results.registry.entries()]
+    shows = []
+    real_show = loading.show
+    monkeypatch.setattr(loading, "show", lambda path: shows.append(path) or real_show(path))
+    results.prefetch(keys)
+    wait_done(results, keys)
+    body, done, total = page_runs.table(results)
+    assert (done, total) == (3, 3) and len(shows) == 3
+    results.prefetch(keys)  # what the page's poll does
+    assert page_runs.table(results)[1:] == (3, 3) and len(shows) == 3
+    assert str(body).count("1 x NVIDIA H200") == 3
+
+
 def test_a_restarted_dashboard_shows_a_run_without_reading_its_traces(runs, monkeypatch):
     first = R.ResultCache(RunRegistry(runs[:1], []))
     key = first.registry.entries()[0].key

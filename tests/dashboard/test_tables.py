@@ -4,10 +4,12 @@ finding cites reachable, every column a spec names present in real analyses."""
 
 from pathlib import Path
 
+import dash_ag_grid as dag
 import pandas as pd
 import pytest
 from profkit.analyzers.analyze import analyze
 from profkit.dashboard import components as C
+from profkit.dashboard import grids as G
 from profkit.dashboard import tables as T
 
 from profkit.run import loader
@@ -34,14 +36,36 @@ def test_launch_times_read_in_microseconds_under_a_named_column():
 def test_kernel_names_are_short_with_the_full_name_on_hover():
     kernels = pd.DataFrame({"name": [LONG, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"],
                             "cls": ["compute", "communication"], "total_ns": [2e6, 1e6]})
-    table = C.readable_table("t", T.KERNELS, kernels)
-    names = [row["kernel"] for row in table.data]
+    grid = G.grid_in(C.readable_table("t", T.KERNELS, kernels))
+    names = [row["kernel"] for row in grid.rowData]
     assert "GeluCUDA" in names[0] and "TensorIteratorBase" not in names[0]
-    assert [row["GPU time (ms)"] for row in table.data] == [2.0, 1.0]
-    assert [row["class"] for row in table.data] == ["compute", "communication"]
-    assert table.tooltip_data[0]["kernel"]["value"] == LONG
-    assert table.export_format == "csv"
-    assert table.sort_action == "native" and table.filter_action == "native"
+    assert [row["GPU time (ms)"] for row in grid.rowData] == [2.0, 1.0]
+    assert [row["class"] for row in grid.rowData] == ["compute", "communication"]
+    kernel = next(c for c in grid.columnDefs if c["field"] == "kernel")
+    assert grid.rowData[0][kernel["tooltipField"]] == LONG
+
+
+def test_tables_are_grids_that_sort_filter_and_export():
+    """AG Grid, not the deprecated DataTable: every column sorts and has a filter box (by
+    value for numbers), rows page, a CSV button names the grid; blanks for NaN, booleans
+    as words, numbers rounded."""
+    frame = pd.DataFrame({"rank": [0, 1], "straggler": [False, True],
+                          "wait (ms)": [1.23456, float("nan")]})
+    table = C.data_table("t-x", frame, page_size=5)
+    grid = G.grid_in(table)
+    assert isinstance(grid, dag.AgGrid) and grid.id == "t-x"
+    assert grid.defaultColDef["sortable"] and grid.defaultColDef["floatingFilter"]
+    filters = {c["field"]: c["filter"] for c in grid.columnDefs}
+    assert filters == {"rank": "agNumberColumnFilter", "straggler": "agTextColumnFilter",
+                       "wait (ms)": "agNumberColumnFilter"}
+    assert grid.rowData == [{"rank": 0, "straggler": "false", "wait (ms)": 1.235},
+                            {"rank": 1, "straggler": "true", "wait (ms)": None}]
+    assert not grid.dashGridOptions["pagination"]  # two rows: one page, no page bar
+    paged = G.grid("t-y", pd.DataFrame({"rank": range(7)}), page_size=5).dashGridOptions
+    assert paged["pagination"] and paged["paginationPageSize"] == 5
+    assert table.children[0].to_plotly_json()["props"][G.CSV_ATTR] == "t-x"
+    dashboard = REPO / "dashboard"
+    assert not [p.name for p in dashboard.glob("*.py") if "dash_table" in p.read_text()]
 
 
 def test_fusion_sequences_shorten_each_kernel():

@@ -75,9 +75,64 @@ def test_both_ranks_straggler_first_with_collectives_linked_and_nvml_held(page):
     assert counters and all(t["shape"] == "hv" and "markers" in t["mode"] for t in counters)
     note = page.locator("#tl-note").inner_text()
     assert re.match(r"gpu_util_pct samples in this [\d.]+ ms window: rank 1: \d+, rank 0: \d+\. NVML", note)
-    # CPU threads on demand, nested ranges one row per depth
+    # CPU threads on demand, named as the trace names them, nested ranges one row per depth
     page.get_by_label("CPU threads").check()
     page.wait_for_function("document.querySelector('#tl-graph').textContent.includes('depth 1')")
+    ticks = page.evaluate(FIGURE_JS)["ticktext"]
+    assert any("thread 1099 (pt_autograd_0) · depth 0" in t for t in ticks)
+    assert not [t for t in ticks if "CPU -" in t or "PyTorch Profiler" in t]
+
+
+# The pixel centre of the longest bar of a group, from plotly's own axes.
+BAR_CENTRE_JS = """(group) => {
+  const g = document.querySelector('#tl-graph .js-plotly-plot');
+  const t = g._fullData.find(d => d.type === 'bar' && d.name === group);
+  let best = 0;
+  t.x.forEach((w, i) => { if (w > t.x[best]) best = i; });
+  const xa = g._fullLayout.xaxis, ya = g._fullLayout.yaxis, box = g.getBoundingClientRect();
+  return {x: box.left + xa._offset + xa.l2p(t.base[best] + t.x[best] * 0.5),
+          y: box.top + ya._offset + ya.l2p(t.y[best]), start: t.base[best], width: t.x[best],
+          name: t.hovertext[best]};
+}"""
+
+
+def test_a_bar_hovers_anywhere_and_a_click_shows_the_event(page):
+    """The middle of a long bar (an all_reduce of ~3 ms), far from its ends, hovers; a
+    click shows the event with its full kernel name beside the figure."""
+    open_timeline(page, "zoo/straggler")
+    bar = page.evaluate(BAR_CENTRE_JS, "communication")
+    assert bar["width"] > 1.0  # ms: the pointer is > 0.5 ms from either end
+    page.mouse.move(bar["x"], bar["y"])
+    hover = page.locator("#tl-graph .hoverlayer .hovertext")
+    hover.wait_for()
+    assert bar["name"].split(" (")[0] in hover.text_content()
+    assert "Click an event" in page.locator("#tl-event").inner_text()
+    page.mouse.click(bar["x"], bar["y"])
+    page.wait_for_function("document.querySelector('#tl-event .tl-event-name') !== null")
+    panel = page.locator("#tl-event").inner_text()
+    assert "ncclDevKernel_AllReduce" in panel  # the full name; the bar has the short one
+    assert f"{bar['start']:.3f} ms" in panel and "duration" in panel and "stream" in panel
+    box, event = (page.locator(s).bounding_box() for s in ("#tl-graph", "#tl-event"))
+    assert event["x"] >= box["x"] + box["width"] - 1  # beside the figure, in view
+    assert event["y"] < box["y"] + 400
+
+
+def test_step_labels_stay_inside_the_plot(page):
+    """A window that ends 0.6 ms into the last step: its label is right-aligned at the
+    plot's edge, not cut there; every label lies inside the plot."""
+    fig = open_timeline(page, "zoo/straggler")
+    last = max(s["x0"] for s in fig["shapes"] if s.get("name", "").startswith("step"))
+    x0, x1 = 5.0, last + 0.6
+    page.evaluate("([a, b]) => Plotly.relayout(document.querySelector('#tl-graph "
+                  ".js-plotly-plot'), {'xaxis.range[0]': a, 'xaxis.range[1]': b})", [x0, x1])
+    page.wait_for_function(f"{INFO}.includes(' in {x1 - x0:.2f} ms')")
+    plot = page.locator("#tl-graph .nsewdrag").first.bounding_box()
+    labels = page.locator("#tl-graph .annotation", has_text=re.compile(r"^step \d"))
+    texts = labels.all_text_contents()
+    assert len(texts) >= 3 and texts.count("step 4") == 2  # on both ranks' lanes
+    for i in range(labels.count()):
+        box = labels.nth(i).bounding_box()
+        assert plot["x"] - 1 <= box["x"] and box["x"] + box["width"] <= plot["x"] + plot["width"] + 1
 
 
 def zoom_to_one_ms(page) -> str:

@@ -11,6 +11,7 @@ from profkit.dashboard import timeline_view as TV
 from profkit.run.loader import load_run
 from tests.dashboard import timeline_hand
 from tests.dashboard.conftest import STRAGGLER
+from tests.factories import trace_doc, write_trace, x
 
 GPU_LANE, CAUSE_LANE = "rank 0 · GPU stream 7", "rank 0 · GPU idle cause"
 
@@ -53,19 +54,54 @@ def test_nesting_depth(starts, ends, depth):
 
 def test_lanes_of_a_rank_gpu_then_cause_then_cpu_by_depth(lanes):
     r = lanes[0]
-    assert r.lanes == [GPU_LANE, CAUSE_LANE, "rank 0 · CPU 100 · depth 0",
-                       "rank 0 · CPU 100 · depth 1", "rank 0 · CPU 100 · depth 2"]
+    assert r.lanes == [GPU_LANE, CAUSE_LANE, "rank 0 · thread 100 · depth 0",
+                       "rank 0 · thread 100 · depth 1", "rank 0 · thread 100 · depth 2"]
     cpu = r.events["cpu"]
-    depth2 = cpu[cpu["lane"] == "rank 0 · CPU 100 · depth 2"]
+    depth2 = cpu[cpu["lane"] == "rank 0 · thread 100 · depth 2"]
     assert depth2["name"].astype(str).tolist() == ["cudaLaunchKernel"]  # the one inside aten::mm
     assert r.rows() == ["rank 0 · GPU", "rank 0 · GPU idle cause", "rank 0 · CPU"]
 
 
+def test_cpu_threads_are_named_by_the_trace_with_only_the_depths_they_use(tmp_path):
+    """Thread 100 named in the metadata, thread 200 not (its tid then), the profiler's own
+    span (category Trace, on a thread called by a string) not drawn; thread 200 nests one
+    range in another: two rows, not eight."""
+    events = timeline_hand.hand_events() + [
+        {"ph": "M", "name": "thread_name", "pid": 100, "tid": 100,
+         "args": {"name": "thread 100 (python3)"}},
+        {"ph": "M", "name": "thread_name", "pid": 100, "tid": 100,
+         "args": {"name": "thread 100 (pt_main)"}},  # a later name wins
+        x("PyTorch Profiler (0)", "Trace", 0, 7000, pid="Spans", tid="PyTorch Profiler"),
+        x("loader", "user_annotation", 100, 500, tid=200),
+        x("aten::copy_", "cpu_op", 200, 100, tid=200)]
+    run = load_run(write_trace(tmp_path / "rank0.json", trace_doc(rank=0, world_size=1,
+                                                                  events=events)), cache=False)
+    r = TD.rank_lanes(run.ranks[0], TD.origin_ns(run))
+    cpu = [lane for lane in r.lanes if r.layer_of[lane] == TD.CPU]
+    assert cpu == ["rank 0 · thread 100 (pt_main) · depth 0", "rank 0 · thread 100 (pt_main) · depth 1",
+                   "rank 0 · thread 100 (pt_main) · depth 2", "rank 0 · thread 200 · depth 0",
+                   "rank 0 · thread 200 · depth 1"]
+    assert "PyTorch Profiler (0)" not in set(r.events[TD.CPU]["name"].astype(str))
+    assert TD.thread_labels([1, 1], [5, 6], {"1:5": "worker", "1:6": "worker"}) == [
+        "worker (5)", "worker (6)"]
+
+
+def test_a_window_shows_only_the_cpu_rows_it_has_events_on(lanes):
+    """In [5.5, 6.5] ms only step 3's range (depth 0) runs on the host: one CPU row."""
+    view = TV.timeline_view(lanes[:1], (5.5, 6.5), show_cpu=True)
+    assert view.mode == "events"
+    assert [lane for lane in view.lanes if view.layer_of[lane] == TD.CPU] == [
+        "rank 0 · thread 100 · depth 0"]
+    whole = TV.timeline_view(lanes[:1], None, show_cpu=True)
+    assert sum(whole.layer_of[lane] == TD.CPU for lane in whole.lanes) == 3
+
+
 def test_cause_lane_is_the_charged_idle_time(lanes):
     cause = lanes[0].events["cause"]
-    assert spans(cause, "cpu_launch") == [(0.0, 0.96), (2.0, 2.42)]
+    assert spans(cause, "host_work") == [(0.0, 0.9), (2.0, 2.4)]  # before the launch calls
+    assert spans(cause, "cpu_launch") == [(0.9, 0.96), (2.4, 2.42)]
     assert spans(cause, "idle_other") == [(0.96, 1.0)]
-    assert set(cause["group"].astype(str)) == {"cpu_launch", "idle_other"}
+    assert set(cause["group"].astype(str)) == {"host_work", "cpu_launch", "idle_other"}
 
 
 def test_steps_are_the_disjoint_windows_not_cpu_start_to_gpu_end(lanes):
@@ -92,7 +128,7 @@ def test_bins_hold_busy_fraction_covered_over_bin_length(lanes):
     assert gpu.tolist() == pytest.approx([1, 0.58, 1, 1, 1, 1])
     cause = view.bins[view.bins["lane"] == CAUSE_LANE].set_index("bin_ms")
     assert cause["busy"].to_dict() == pytest.approx({0.0: 1.0, 2.0: 0.42})
-    assert cause["group"].tolist() == ["cpu_launch", "cpu_launch"]  # 0.96 of bin 0
+    assert cause["group"].tolist() == ["host_work", "host_work"]  # 0.9 of bin 0
 
 
 def test_nested_cpu_ranges_never_count_twice_in_a_compact_row(lanes):
@@ -106,13 +142,16 @@ def test_nested_cpu_ranges_never_count_twice_in_a_compact_row(lanes):
 
 def test_events_until_the_budget_then_bins_and_back_when_zoomed(lanes):
     full = TV.timeline_view(lanes, None, max_events=5)
-    assert (full.mode, full.n_events, (full.x0_ms, full.x1_ms)) == ("bins", 12, (0.0, 7.0))
-    # in [1.5, 2.5] ms per rank: kernels [1, 2) and [2.42, 5), cpu_launch [2, 2.42)
-    zoomed = TV.timeline_view(lanes, (1.5, 2.5), max_events=10)
-    assert (zoomed.mode, zoomed.n_events, len(zoomed.events)) == ("events", 6, 6)
-    with_cpu = TV.timeline_view(lanes, (1.5, 2.5), show_cpu=True, max_events=10)
-    assert with_cpu.n_events == 10  # + the step 2 annotation and the launch 2.40..2.41
-    assert with_cpu.lanes[:2] == [GPU_LANE, CAUSE_LANE] and len(with_cpu.lanes) == 10
+    assert (full.mode, full.n_events, (full.x0_ms, full.x1_ms)) == ("bins", 16, (0.0, 7.0))
+    # in [1.5, 2.5] ms per rank: kernels [1, 2) and [2.42, 5), host_work [2, 2.4),
+    # cpu_launch [2.4, 2.42)
+    zoomed = TV.timeline_view(lanes, (1.5, 2.5), max_events=12)
+    assert (zoomed.mode, zoomed.n_events, len(zoomed.events)) == ("events", 8, 8)
+    with_cpu = TV.timeline_view(lanes, (1.5, 2.5), show_cpu=True, max_events=12)
+    assert with_cpu.n_events == 12  # + the step 2 annotation and the launch 2.40..2.41
+    # per rank: GPU, cause, depth 0 and 1 (the depth 2 row, aten::mm's launch at 0.9 ms,
+    # has nothing in the window and is not drawn)
+    assert with_cpu.lanes[:2] == [GPU_LANE, CAUSE_LANE] and len(with_cpu.lanes) == 8
 
 
 def test_ranks_in_the_order_asked_and_compact_rows_above_the_cap(lanes):

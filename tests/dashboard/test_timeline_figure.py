@@ -31,15 +31,53 @@ def steps(rows):
 def test_lanes_are_labelled_rows_top_first_straggler_in_red():
     ev = pd.DataFrame({"lane": [LANES[0], LANES[3]], "group": ["compute", "cpu_launch"],
                        "name": ["gemm", "cpu_launch"], "start_ms": [1.0, 2.0],
-                       "end_ms": [1.5, 2.5]})
+                       "end_ms": [1.5, 2.5], "rank": [1, 0], "layer": ["gpu", "cause"],
+                       "row": [4, 9]})
     fig = FT.timeline_figure(view(events=ev, n_events=2), stragglers=[1])
     assert list(fig.layout.yaxis.tickvals) == [3, 2, 1, 0]
     assert fig.layout.yaxis.ticktext[2] == LANES[2]
     assert "#dc2626" in fig.layout.yaxis.ticktext[0] and LANES[0] in fig.layout.yaxis.ticktext[0]
     by_name = {t.name: t for t in fig.data}
-    assert list(by_name["compute"].x) == [1.0, 1.5, None] and by_name["compute"].y[0] == 3
     assert by_name["cpu_launch"].y[0] == 0  # the bottom lane
-    assert by_name["cpu_launch"].line.color == PART_COLORS["cpu_launch"]
+    assert by_name["cpu_launch"].marker.color == PART_COLORS["cpu_launch"]
+
+
+def test_events_are_bars_that_hover_anywhere_and_say_which_event_a_click_is():
+    """A horizontal bar from start to end (hover and click anywhere on it, not only near
+    its ends as on a line), carrying (rank, layer, row) for the click's details."""
+    ev = pd.DataFrame({"lane": [LANES[0]], "group": ["compute"], "name": ["gemm"],
+                       "start_ms": [1.0], "end_ms": [1.5], "rank": [1], "layer": ["gpu"],
+                       "row": [4]})
+    fig = FT.timeline_figure(view(events=ev, n_events=1))
+    (bar,) = [t for t in fig.data if t.name == "compute"]
+    assert bar.type == "bar" and bar.orientation == "h" and fig.layout.barmode == "overlay"
+    assert list(bar.base) == [1.0] and list(bar.x) == pytest.approx([0.5]) and list(bar.y) == [3]
+    assert list(bar.customdata[0]) == [1, "gpu", 4] and bar.hovertext[0] == "gemm (500.0 us)"
+    assert 0.5 <= bar.width <= 0.9 and fig.layout.hovermode == "closest"
+
+
+def test_a_threads_depth_rows_name_the_thread_once():
+    lanes = ["rank 0 · GPU stream 7", "rank 0 · thread 9 (python3) · depth 0",
+             "rank 0 · thread 9 (python3) · depth 1", "rank 0 · thread 12 · depth 3"]
+    v = view(ranks=[0], lanes=lanes, rank_of=dict.fromkeys(lanes, 0),
+             layer_of={lane: "gpu" if "GPU" in lane else "cpu" for lane in lanes})
+    assert FT.tick_labels(v, set()) == ["rank 0 · GPU stream 7",
+                                        "rank 0 · thread 9 (python3) · depth 0", "depth 1",
+                                        "rank 0 · thread 12 · depth 3"]
+
+
+def test_step_labels_stay_inside_the_plot():
+    """A step that began before the window is labelled at the window's left edge; one that
+    begins near the right edge is labelled right-aligned at its visible end; a step too
+    narrow in the window for a label gets none."""
+    s = steps([[1, 2, -3.0, 2.0, True, ""], [1, 3, 2.0, 2.05, True, ""],
+               [1, 4, 2.05, 9.7, True, ""], [1, 5, 9.7, 14.0, True, ""]])
+    fig = FT.timeline_figure(view(steps=s))
+    labels = {a.text: a for a in fig.layout.annotations if a.text.startswith("step")}
+    assert set(labels) == {"step 2", "step 4", "step 5"}
+    assert (labels["step 2"].x, labels["step 2"].xanchor) == (0.0, "left")
+    assert (labels["step 4"].x, labels["step 4"].xanchor) == (2.05, "left")
+    assert (labels["step 5"].x, labels["step 5"].xanchor) == (10.0, "right")
 
 
 def test_bins_are_one_heatmap_whose_cells_decode_to_group_and_busy_fraction():

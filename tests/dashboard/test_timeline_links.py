@@ -3,6 +3,8 @@ finding, and matched collectives linked across ranks. Hand-made analysis tables 
 hand-built two-rank trace of test_timeline_data (every time chosen by hand), and the real
 zoo/straggler run checked against its own per-rank collective records."""
 
+from types import SimpleNamespace
+
 import pandas as pd
 import pytest
 from profkit.analyzers.analyze import Analysis
@@ -50,6 +52,17 @@ def test_default_ranks_the_straggler_first_then_the_peer_waiting_most(hand_run):
     assert TL.default_ranks(hand_run, a) == [1, 0]
     assert TL.default_ranks(hand_run, analysis()) == [0, 1]
     assert TL.default_ranks(hand_run, analysis(), cap=1) == [0]
+
+
+def test_default_ranks_up_to_eight_the_straggler_and_its_peer_first():
+    """Twelve ranks, rank 9 the straggler and rank 4 waiting for it most: those two, then
+    the others in order, eight in all."""
+    run = SimpleNamespace(rank_ids=list(range(12)), ranks=dict.fromkeys(range(12)))
+    waits = {"rank": list(range(12)), "wait_ns": [MS] * 4 + [9 * MS] + [MS] * 7}
+    assert TL.default_ranks(run, analysis(stragglers=[9], rank_waits=waits)) == [
+        9, 4, 0, 1, 2, 3, 5, 6]
+    assert TL.default_ranks(run, analysis()) == list(range(8))
+    assert TL.RANK_CAP == 8
 
 
 @pytest.mark.parametrize("text, ranks", [

@@ -1,9 +1,14 @@
-"""The timeline page's texts from hand-made views: what the info line says about the window
-and what the NVML note says about the samples in it."""
+"""The timeline page's texts from hand-made views: what the info line says about the window,
+what the NVML note says about the samples in it, and what a click on an event shows."""
 
 import pandas as pd
 from profkit.dashboard import page_timeline as PT
+from profkit.dashboard import timeline_event as TE
 from profkit.dashboard.timeline_view import TimelineView
+
+import profkit
+from tests.dashboard import timeline_hand
+from tests.dashboard.test_loading import text_of
 
 
 def view(**kw) -> TimelineView:
@@ -45,3 +50,19 @@ def test_info_names_the_ranks_the_window_and_what_is_drawn():
         "rank 1, rank 0: 1,234 events in 31.00 ms shown as busy fraction per bin (500 us bins);"
         " zoom in for events; 3 of 5 matched collectives linked (largest skews)")
     assert PT.info_text(view(ranks=list(range(9))), set()).startswith("9 ranks: ")
+
+
+def test_a_click_shows_the_event_it_names_and_nothing_it_does_not(tmp_path):
+    """The hand-built run: the bar of rank 0's first kernel names (0, "gpu", 0); a click
+    shows its full name and times. Rows, ranks and layers the run lacks show the hint."""
+    run = timeline_hand.hand_run(tmp_path)
+    cache = PT.LaneCache(run, profkit.analyze(run))
+    click = {"points": [{"customdata": [0, "gpu", 0], "x": 1.2}]}
+    text = text_of(TE.details(cache, click))
+    assert text.startswith("gemm rank 0 lane rank 0 · GPU stream 7 start 1.000 ms end 2.000 ms")
+    assert "duration 1.000 ms" in text and "stream 7" in text and "step 2" in text
+    idle = text_of(TE.details(cache, {"points": [{"customdata": [0, "cause", 0]}]}))
+    assert idle.startswith("GPU idle: host work")  # the host before the first launch call
+    for bad in ([0, "gpu", 99], [5, "gpu", 0], [0, "disk", 0], [0, "gpu", True], "x", None):
+        assert text_of(TE.details(cache, {"points": [{"customdata": bad}]})) == TE.HINT
+    assert "zoom in" in text_of(TE.details(cache, {"points": [{"customdata": 0.5, "x": 3.0}]}))

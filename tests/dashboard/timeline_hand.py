@@ -12,9 +12,10 @@ def hand_events() -> list[dict]:
     step 3: CPU [3000, 6000), kernel [5000, 7000) (launch 3100..3110): span [3000, 7000)
 
     Disjoint windows: step 2 [0, 5) ms, step 3 [5, 7) ms. GPU idle: [0, 1000) before the
-    first kernel, whose launch returned at 910 and then (late launch) up to 50 us of launch
-    latency: cpu_launch [0, 960), idle_other [960, 1000); [2000, 2420), launched at
-    2400..2410, 2410 + 50 > 2420: cpu_launch [2000, 2420).
+    first kernel: the host at work until its launch call at 900 (host_work [0, 900)), the
+    call returning at 910 and then up to 50 us of launch latency (cpu_launch [900, 960)),
+    idle_other [960, 1000); [2000, 2420), launched at 2400..2410, 2410 + 50 > 2420:
+    host_work [2000, 2400), cpu_launch [2400, 2420).
     """
     return [step(2, 0, 3000), step(3, 3000, 3000), x("aten::mm", "cpu_op", 850, 100),
             launch(900, 10, corr=1), kernel("gemm", 1000, 1000, corr=1),

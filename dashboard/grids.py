@@ -1,0 +1,129 @@
+"""Tables as AG Grid (``dash-ag-grid``): every column sortable (click its header) and
+filterable (a box under each header: numbers by value, with the comparisons in the filter
+menu; text by substring, any case), pages of rows, and a CSV export of the rows as
+filtered and sorted, made in the browser (``assets/grids.js``). Shortened text (kernel
+names) keeps its full form for hover.
+
+Pure builders: a frame in, components out, so that the pages' callbacks send the same rows
+(:func:`records`) as the layouts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import dash_ag_grid as dag
+import pandas as pd
+from dash import html
+
+FULL = "__full__"  # prefix of the hidden row fields holding a shortened column's full text
+CSV_ATTR = "data-csv-grid"  # the export button's attribute naming its grid (assets/grids.js)
+WIDE = 3  # flex weight of long text columns (names, code) against 1 for numbers and words
+LONG_TEXT = 24  # characters: text columns with longer values are the wide ones
+# A change column (a diff's ``delta_ms``): slower red, faster green.
+DELTA_STYLE = {"styleConditions": [
+    {"condition": "params.value > 0", "style": {"color": "#dc2626"}},
+    {"condition": "params.value < 0", "style": {"color": "#16a34a"}},
+]}
+GRID_OPTIONS = {
+    "domLayout": "autoHeight", "tooltipShowDelay": 250,
+    "enableCellTextSelection": True, "ensureDomOrder": True,
+    # every column in the page (tests and find-in-page see them); tables are narrow enough
+    "suppressColumnVirtualisation": True,
+    # column names such as "size (MB)" are fields, not paths into nested objects
+    "suppressFieldDotNotation": True,
+}
+
+
+def _cell(value):
+    """A JSON value a grid cell shows: floats rounded, NaN and infinities blank, booleans
+    as the words the tables have always shown."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return round(value, 3) if math.isfinite(value) else None
+    return value
+
+
+def records(frame: pd.DataFrame, full: dict[str, list[str]] | None = None) -> list[dict]:
+    """The grid's rows of ``frame``; ``full``: the full text of shortened columns, kept in
+    hidden fields for hover."""
+    rows = [{k: _cell(v) for k, v in row.items()} for row in frame.to_dict("records")]
+    for column, values in (full or {}).items():
+        for row, text in zip(rows, values):
+            row[FULL + column] = text
+    return rows
+
+
+def column_defs(frame: pd.DataFrame, *, headers: dict[str, str] | None = None,
+                full: dict[str, list[str]] | None = None, sort: dict[str, str] | None = None,
+                deltas: tuple[str, ...] = ()) -> list[dict]:
+    """One column per frame column: its field, header (``headers`` or the name), a number
+    or text filter by its type, its initial ``sort`` ("asc"/"desc"), its hover text."""
+    out = []
+    for name in frame.columns:
+        numeric = pd.api.types.is_numeric_dtype(frame[name]) and \
+            not pd.api.types.is_bool_dtype(frame[name])
+        wide = not numeric and frame[name].astype(str).str.len().max() > LONG_TEXT
+        col = {"field": name, "headerName": (headers or {}).get(name, name),
+               "filter": "agNumberColumnFilter" if numeric else "agTextColumnFilter",
+               "flex": WIDE if wide else 1, "minWidth": 200 if wide else 112}
+        if numeric:
+            col["type"] = "numericColumn"
+        if name in (full or {}):
+            col["tooltipField"] = FULL + name
+        if name in (sort or {}):
+            col["sort"] = sort[name]
+        if name in deltas:
+            col["cellStyle"] = DELTA_STYLE
+        out.append(col)
+    return out
+
+
+def grid(grid_id: str, frame: pd.DataFrame, *, page_size: int = 12,
+         full: dict[str, list[str]] | None = None, headers: dict[str, str] | None = None,
+         sort: dict[str, str] | None = None, deltas: tuple[str, ...] = ()) -> dag.AgGrid:
+    """The grid of ``frame`` (see the module doc and :func:`column_defs`)."""
+    return dag.AgGrid(
+        id=grid_id, rowData=records(frame, full),
+        columnDefs=column_defs(frame, headers=headers, full=full, sort=sort, deltas=deltas),
+        defaultColDef={"sortable": True, "filter": True, "floatingFilter": True,
+                       "resizable": True, "wrapHeaderText": True, "autoHeaderHeight": True,
+                       "cellDataType": False,  # no checkbox or date guessed from values
+                       "filterParams": {"buttons": ["reset"], "maxNumConditions": 1}},
+        dashGridOptions={**GRID_OPTIONS, **_pages(len(frame), page_size)},
+        csvExportParams={"fileName": f"{grid_id}.csv"}, className="profkit-grid",
+        style={"width": "100%"})
+
+
+def _pages(rows: int, page_size: int) -> dict:
+    """Pages of ``page_size`` rows with a choice of larger pages; none for a table that
+    fits on one (no page bar under two rows)."""
+    if rows <= page_size:
+        return {"pagination": False}
+    return {"pagination": True, "paginationPageSize": page_size,
+            "paginationPageSizeSelector": sorted({page_size, 50, 200})}
+
+
+def export_button(grid_id: str) -> html.Button:
+    """The CSV button of a grid: the rows as filtered and sorted, headers as shown."""
+    return html.Button("Export CSV", className="export", title="download these rows as CSV",
+                       **{CSV_ATTR: grid_id})
+
+
+def table(grid_id: str, frame: pd.DataFrame, **kwargs) -> html.Div:
+    """:func:`grid` with its CSV button above it."""
+    return html.Div([export_button(grid_id), grid(grid_id, frame, **kwargs)],
+                    className="grid-table")
+
+
+def grid_in(component) -> dag.AgGrid | None:
+    """The grid inside a component built by :func:`table` (or the grid itself)."""
+    if isinstance(component, dag.AgGrid):
+        return component
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, list) else [children]:
+        found = grid_in(child) if child is not None and not isinstance(child, str) else None
+        if found is not None:
+            return found
+    return None
