@@ -41,7 +41,11 @@ def _cell(value):
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return round(value, 3) if math.isfinite(value) else None
+        if not math.isfinite(value):
+            return None
+        # three decimals, but a small value keeps three significant digits (a p-value of
+        # 8.4e-09 is not 0)
+        return round(value, 3) if value == 0 or abs(value) >= 1e-3 else float(f"{value:.3g}")
     return value
 
 

@@ -116,9 +116,10 @@ def mfu_notes(effs: list[dict], th: Thresholds) -> list[Finding]:
             "convolution and attention FLOPs from the op shapes.")))
     if shaped:
         out.append(Finding(category="mfu", severity="info", message=(
-            f"MFU not computed on {ranks_text(e[RANK] for e in shaped)}: no "
-            "matmul, convolution or attention op ran in the profiled steps (the FLOPs MFU "
-            "counts)."), recommendation=(
+            f"MFU not computed on {ranks_text(e[RANK] for e in shaped)}: shapes are "
+            "recorded, but no matmul, convolution or attention op (the FLOPs MFU counts) "
+            "in the profiled steps; kernels replayed by CUDA graphs or launched outside "
+            "recorded ops have none."), recommendation=(
             f"The roofline table shows how close each kernel comes to the device's memory "
             f"and compute peaks; {model[0].lower() + model[1:]} if the model's FLOPs run "
             "in ops profkit has no formula for.")))

@@ -115,16 +115,19 @@ def _round(value) -> float | None:
 
 
 def memory_ranks(roofline: pd.DataFrame) -> dict[int, float]:
-    """Ranks whose memory-bound kernel time exceeds their math-bound time: {rank: share of
-    their classified kernel time that is memory-bound}."""
+    """Ranks whose kernel time is mostly classified (at least half of it has a known cost)
+    and more memory-bound than math-bound: {rank: memory-bound share of its kernel time}.
+    A CUDA-graph replay whose few recorded kernels are memory-bound is not such a rank."""
     if roofline is None or roofline.empty:
         return {}
     t = roofline.pivot_table(index=RANK, columns="bound", values="kernel_ms_per_step",
                              aggfunc="sum", fill_value=0.0)
-    t = t.reindex(columns=["math", "memory", "latency"], fill_value=0.0)
-    known = t.sum(axis=1)
-    share = (t["memory"] / known.where(known > 0)).fillna(0.0)
-    return {int(r): float(share[r]) for r in t.index if t.loc[r, "memory"] > t.loc[r, "math"]}
+    t = t.reindex(columns=["math", "memory", "latency", "unknown"], fill_value=0.0)
+    total = t.sum(axis=1)
+    known = total - t["unknown"]
+    share = (t["memory"] / total.where(total > 0)).fillna(0.0)
+    return {int(r): float(share[r]) for r in t.index
+            if t.loc[r, "memory"] > t.loc[r, "math"] and known[r] >= 0.5 * total[r] > 0}
 
 
 def memory_advice(findings: list[Finding], roofline: pd.DataFrame) -> list[Finding]:

@@ -202,6 +202,19 @@ def test_shapes_recorded_without_matmuls_is_no_reason_to_record_shapes():
     a = analyze(load_run(REPO / "samples" / "runs" / "why" / "eltwise_chain", cache=False))
     note = next(f for f in a.findings if f.category == "mfu")
     assert "record_shapes" not in note.message + note.recommendation
-    assert "no matmul" in note.message
+    assert "no matmul" in note.message and "shapes are recorded" in note.message
     compute = next(f for f in a.findings if f.category == "compute")
     assert "memory-bound" in compute.message and "tensor cores" not in compute.recommendation.split(".")[0]
+
+
+def test_compute_advice_changes_only_where_most_kernel_time_is_classified():
+    """A CUDA-graph replay records few ops: its 3 ms of memory-bound kernels beside 96 ms
+    without a cost say nothing about the rank (public vLLM replays); a rank 90% classified,
+    60 of its 100 ms memory-bound, is a memory-bound rank."""
+    import pandas as pd
+    from profkit.analyzers.findings.roofline import memory_ranks
+
+    rows = [(0, "memory", 3.0), (0, "math", 1.0), (0, "unknown", 96.0),
+            (1, "memory", 60.0), (1, "math", 30.0), (1, "unknown", 10.0)]
+    roof = pd.DataFrame(rows, columns=["rank", "bound", "kernel_ms_per_step"])
+    assert memory_ranks(roof) == {1: pytest.approx(0.6)}

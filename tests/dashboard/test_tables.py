@@ -102,3 +102,12 @@ def test_every_column_the_specs_name_is_in_a_real_analysis(run):
         assert missing == [], f"{spec.name}: {missing}"
     links = T.with_links(a)
     assert links["link_gbps"].notna().all()  # every collective against its link's peak
+
+
+def test_a_tiny_p_value_is_not_shown_as_zero():
+    """The stragglers table's p value of 8.4e-09 once read 0 in the grid."""
+    from profkit.dashboard.grids import _cell
+
+    assert _cell(8.4e-09) == 8.4e-09
+    assert _cell(0.0123456) == 0.012 and _cell(1234.56789) == 1234.568 and _cell(0.0) == 0.0
+    assert _cell(float("nan")) is None
