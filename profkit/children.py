@@ -32,6 +32,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 GRACE_S = 0.5  # a worker asked to stop (SIGTERM) is killed after this long
 EXIT_AFTER_S = 1.5  # a stopped command still unwinding then is ended all the same
+RAISE_AGAIN_AFTER_S = 0.01  # a stop Python dropped is raised again this much later
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _PR_SET_PDEATHSIG = 1
 
@@ -132,6 +133,14 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+class _StopAgain(Stopped):
+    """The stop raised again in the main thread after Python dropped it (an asynchronous
+    exception is raised from its class, without arguments)."""
+
+    def __init__(self, signum: int | None = None):
+        super().__init__(signum or stop_signal() or signal.SIGINT)
+
+
 _stopping: list[int] = []  # the signal a SignalStop of this process took, if any
 
 
@@ -141,6 +150,13 @@ def stop_signal() -> int | None:
     system, a finalizer), so code that meets the stop's echo (a pool whose workers it
     ended) raises :class:`Stopped` again instead of going on."""
     return _stopping[0] if _stopping else None
+
+
+def _raise_in(thread_id: int) -> None:
+    """Raise :class:`_StopAgain` in the thread ``thread_id`` (at its next bytecode)."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
+                                                   ctypes.py_object(_StopAgain))
 
 
 class SignalStop:
@@ -170,8 +186,16 @@ class SignalStop:
         self._previous = {}
 
     def _unraisable(self, unraisable) -> None:
-        if not isinstance(unraisable.exc_value, Stopped):  # a dropped Stopped is no error
+        """A Stopped that Python dropped (raised in a weakref callback or a finalizer) is
+        raised again in the main thread, once this hook and the callback have returned
+        (from another thread: an asynchronous exception set here would fire in this hook);
+        dropped again, it comes back again. No report is printed."""
+        if not isinstance(unraisable.exc_value, Stopped):
             self._hook(unraisable)
+        elif threading.current_thread() is threading.main_thread():
+            again = threading.Timer(RAISE_AGAIN_AFTER_S, _raise_in, (threading.get_ident(),))
+            again.daemon = True
+            again.start()
 
     def _handle(self, signum: int, frame) -> None:
         for s in self.signums:
@@ -179,10 +203,15 @@ class SignalStop:
         self.signum = signum
         _stopping[:] = [signum]
         end_children()
-        watchdog = threading.Timer(EXIT_AFTER_S, self.exit)  # should the unwinding hang
+        watchdog = threading.Timer(EXIT_AFTER_S, self._expire)  # should the unwinding hang
         watchdog.daemon = True
         watchdog.start()
         raise Stopped(signum)
+
+    def _expire(self) -> None:
+        with contextlib.suppress(Exception):
+            print(f"profkit: stopped by {signal.Signals(self.signum).name}", file=sys.stderr)
+        self.exit()
 
     def exit(self) -> None:
         """End every process below this one, then this one, by the signal that stopped it

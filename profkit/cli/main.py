@@ -165,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # stopped: an echo of the stop (a pool whose workers it ended)
             if stop.signum is None:
                 raise
-            print(f"profkit: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
-            code = 128 + stop.signum
+            code = None
     if stop.signum is not None:
+        if code != 130:  # the stop's own line was not said (_run says it for Stopped)
+            print(f"profkit: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
         stop.exit()
     return code
 

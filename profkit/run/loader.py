@@ -141,9 +141,9 @@ def _ingest_all(files: list[Path], use_cache: bool, workers: int | None,
         swept = (lambda: cache.sweep_temporaries(paths)) if use_cache else None
         with process_pool(workers, on_kill=swept) as pool:
             with sigint_blocked():  # the workers start here: with SIGINT held back
-                ingested = pool.map(ingest_file, paths, [use_cache] * len(paths))
-            for i, res in zip(misses, ingested):
-                finish(i, res)
+                futures = [pool.submit(ingest_file, path, use_cache) for path in paths]
+            for i, fut in zip(misses, futures):  # (map would cancel them when stopped)
+                finish(i, fut.result())
     return [results[i] for i in range(len(files))]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 
@@ -63,14 +64,19 @@ def process_pool(workers: int, *, on_kill: Callable[[], None] | None = None
 
 
 def kill_workers(pool: ProcessPoolExecutor) -> None:
-    """Kill the pool's workers (SIGKILL: a task is never finished first), cancel queued
-    work and reap the workers."""
+    """Kill the pool's workers (SIGKILL: a task is never finished first), reap them, and let
+    the pool's manager thread mark the pool broken before it is shut down. Nothing is
+    cancelled: on Python 3.11 a future cancelled while that thread fails it raises
+    InvalidStateError there, a traceback on the way out."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
     for proc in processes:
         with contextlib.suppress(OSError, ValueError):
             proc.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
     for proc in processes:
         with contextlib.suppress(OSError, ValueError, AssertionError):
             proc.join(REAP_TIMEOUT_S)
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None and manager is not threading.current_thread():
+        manager.join(REAP_TIMEOUT_S)
+    pool.shutdown(wait=False)
     log.debug("killed %d worker process(es)", len(processes))
