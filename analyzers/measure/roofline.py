@@ -83,8 +83,9 @@ def classify(flops: np.ndarray, nbytes: np.ndarray, peak_tflops: np.ndarray,
              peak_gbps: np.ndarray, latency_ns: float) -> np.ndarray:
     """The class of work of ``flops`` and ``nbytes`` per call (module doc); 1 TFLOP/s is
     1e3 FLOP per ns and 1 GB/s one byte per ns."""
-    t_math = np.nan_to_num(flops) / (peak_tflops * 1e3)
-    t_mem = nbytes / peak_gbps
+    with np.errstate(divide="ignore", invalid="ignore"):  # no peak (unknown device): NaN
+        t_math = np.nan_to_num(flops) / (peak_tflops * 1e3)
+        t_mem = nbytes / peak_gbps
     out = np.where(t_mem >= t_math, "memory", "math").astype(object)
     out[np.maximum(t_math, t_mem) < latency_ns] = "latency"
     out[~np.isfinite(nbytes) | ~np.isfinite(peak_gbps)] = "unknown"
