@@ -169,11 +169,9 @@ def tail_probability(chances: np.ndarray, k: int) -> float:
 def _others_wait(coll: pd.DataFrame, waits: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Per late rank: the other ranks' mean wait for it, summed over the collectives inside
     profiled steps where it arrived last (ns; raw and exposed)."""
-    w = waits.merge(coll[[KEY, LAST_RANK, N_RANKS]], on=KEY, how="inner")
-    w = w[(w[LAST_RANK] >= 0) & (w[RANK] != w[LAST_RANK]) & (w[S.STEP] >= 0)]
-    share = 1.0 / (w[N_RANKS] - 1)  # each other rank's part of the mean over the others
-    raw = (w[WAIT_NS] * share).groupby(w[LAST_RANK]).sum()
-    exposed = (w[EXPOSED_WAIT_NS] * share).groupby(w[LAST_RANK]).sum()
+    w = _late_waits(coll, waits)
+    raw = (w[WAIT_NS] * w["share"]).groupby(w[LAST_RANK]).sum()
+    exposed = (w[EXPOSED_WAIT_NS] * w["share"]).groupby(w[LAST_RANK]).sum()
     return raw, exposed
 
 
