@@ -10,9 +10,13 @@ summed RSS of the process tree, workers included, sampled every 50 ms):
 - base cold (optional): the same command with another checkout's interpreter;
 - HTA: ``TraceAnalysis(trace_dir)`` plus its temporal, idle-time and communication-overlap
   breakdowns, the closest HTA equivalent of profkit's step breakdown;
-- profkit cached: the same command again on the unchanged run (report cache present).
-The cold rows and HTA alternate (one repeat of each in turn); wall is the median.
-Targets (issue 15): cold >= 8x faster than HTA, cold peak <= 0.5x HTA's, cached >= 30x.
+- profkit cached: the same command again on the unchanged run (report cache present);
+- the floor: a whole ``python`` process that reads every rank file and ``orjson.loads`` it
+  (garbage collector off), one process per rank as profkit's pool does, and all ranks in one
+  process as ``--workers 1`` does. No loader in Python parses JSON faster than this.
+The cold rows, the floors and HTA alternate (one repeat of each in turn); wall is the
+median, best the minimum. Targets: cold >= 8x faster than HTA, cold peak <= 0.5x HTA's,
+cached >= 30x, and the pool costing no more CPU than one process doing the same work.
 """
 
 from __future__ import annotations
@@ -34,6 +38,24 @@ a.get_temporal_breakdown(visualize=False)
 a.get_idle_time_breakdown(visualize=False)
 a.get_comm_comp_overlap(visualize=False)
 """
+FLOOR = """
+import gc, gzip, os, sys, orjson
+from concurrent.futures import ProcessPoolExecutor
+def parse(path):
+    gc.disable()
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    if path.endswith(".gz"):
+        raw = gzip.decompress(raw)
+    return len(orjson.loads(raw)["traceEvents"])
+if __name__ == "__main__":
+    files, per_rank = sys.argv[2:], sys.argv[1] == "pool"
+    if per_rank and len(files) > 1:
+        with ProcessPoolExecutor(min(len(files), os.cpu_count() or 1)) as pool:
+            sum(pool.map(parse, files))
+    else:
+        sum(map(parse, files))
+"""
 TARGETS = (("cold", "faster", 8.0), ("cold", "memory", 0.5), ("cached", "faster", 30.0))
 
 
@@ -46,6 +68,9 @@ def _commands(args, out: Path) -> dict[str, list[str]]:
             "cold1": analyze(sys.executable, "--no-cache", "--workers", "1")}
     if args.base_python:
         cmds["base"] = analyze(args.base_python, "--no-cache")
+    files = [str(f) for f in bl.rank_files(args.run)]
+    cmds["floor"] = [sys.executable, "-c", FLOOR, "pool", *files]
+    cmds["floor1"] = [sys.executable, "-c", FLOOR, "one", *files]
     hta_python, note = bl.ensure_hta_venv(args.hta_venv)
     if hta_python is not None:
         hta_dir = bl.hta_dir_for(bl.rank_files(args.run), out.parent)
@@ -57,7 +82,10 @@ def _commands(args, out: Path) -> dict[str, list[str]]:
 
 LABELS = {"cold": "profkit analyze --no-cache", "cold1": "profkit analyze --no-cache --workers 1",
           "base": "base checkout, analyze --no-cache", "hta": "HTA load + temporal/idle/overlap",
-          "cached": "profkit analyze (cached)"}
+          "cached": "profkit analyze (cached)",
+          "floor": "floor: read + orjson.loads, 1 process per rank",
+          "floor1": "floor: read + orjson.loads, 1 process"}
+FLOOR_OF = {"cold": "floor", "cold1": "floor1", "base": "floor"}  # the floor each row compares to
 
 
 def run_rows(args) -> dict[str, bl.Row]:
@@ -82,16 +110,21 @@ def report(args, rows: dict[str, bl.Row]) -> None:
           f"machine: {bl.machine_info()}")
     hta = rows.get("hta") if rows.get("hta") and rows["hta"].ok else None
     print("| measurement | wall s | best s | cpu s | peak MiB | HTA / this (time) "
-          "| this / HTA (memory) | other load, cores |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+          "| this / HTA (memory) | this / floor (time) | other load, cores |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows.values():
         if not r.ok:
-            print(f"| {r.label} | failed: {r.error} | | | | | | |")
+            print(f"| {r.label} | failed: {r.error} | | | | | | | |")
             continue
         speed = f"{hta.wall / r.wall:.1f}x" if hta else "n/a"
         memory = f"{r.peak / hta.peak:.2f}x" if hta else "n/a"
-        cpu = sorted(r.cpus)[len(r.cpus) // 2]
-        print(f"| {r.label} | {r.wall:.2f} | {r.best:.2f} | {cpu:.2f} | {r.peak:,.0f} | {speed} "
-              f"| {memory} | {min(r.bgs):.2f}-{max(r.bgs):.2f} |")
+        floor = rows.get(FLOOR_OF.get(r.key, ""))
+        vs_floor = f"{r.wall / floor.wall:.2f}x" if floor is not None and floor.ok else ""
+        print(f"| {r.label} | {r.wall:.2f} | {r.best:.2f} | {_cpu(r):.2f} | {r.peak:,.0f} "
+              f"| {speed} | {memory} | {vs_floor} | {min(r.bgs):.2f}-{max(r.bgs):.2f} |")
+    if rows["cold"].ok and rows["cold1"].ok:
+        ratio = _cpu(rows["cold"]) / _cpu(rows["cold1"])
+        print(f"target pool cpu <= 1-process cpu: {ratio:.2f}x {'PASS' if ratio <= 1 else 'FAIL'}")
     if hta:
         for key, what, target in TARGETS:
             row = rows[key]
@@ -99,6 +132,10 @@ def report(args, rows: dict[str, bl.Row]) -> None:
             met = got >= target if what == "faster" else got <= target
             sign = ">=" if what == "faster" else "<="
             print(f"target {key} {what} {sign} {target}x HTA: {got:.2f}x {'PASS' if met else 'FAIL'}")
+
+
+def _cpu(row: bl.Row) -> float:
+    return sorted(row.cpus)[len(row.cpus) // 2]
 
 
 def main() -> int:

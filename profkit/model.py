@@ -13,6 +13,7 @@ import pandas as pd
 
 from profkit import datacodec
 from profkit import schema as S
+from profkit.columns import values_in
 from profkit.errors import TraceError
 from profkit.validate import MAX_OFFSET_NS, int_in
 
@@ -67,11 +68,11 @@ class RankData:
 
     @property
     def gpu_events(self) -> pd.DataFrame:
-        return self.events[self.events[S.KIND].isin(S.GPU_KINDS)]
+        return self.events[values_in(self.events[S.KIND], S.GPU_KINDS)]
 
     @property
     def has_gpu(self) -> bool:
-        return bool(self.events[S.KIND].isin(S.GPU_KINDS).any())
+        return bool(values_in(self.events[S.KIND], S.GPU_KINDS).any())
 
 
 @dataclass

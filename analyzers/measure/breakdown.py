@@ -44,6 +44,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals as iv
 from profkit import schema as S
+from profkit.columns import values_in
 from profkit.model import RankData, Run
 
 VERDICT_CLASSES = ("compute", "communication", "memcpy", "cpu_launch", "host_work",
@@ -84,7 +85,7 @@ def rank_steps(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
     """One row per step: step_ns and the ns charged to each part (summing to step_ns), the
     GPU-busy share of host_sync, hidden communication, graph capture and compile time, and
     whether the step is used for the rank's verdict (with the reason when not)."""
-    gpu = data.events[data.events[S.KIND].isin(S.GPU_KINDS)]
+    gpu = data.events[values_in(data.events[S.KIND], S.GPU_KINDS)]
     if gpu.empty:  # a CPU-only trace: there is no GPU time to break down
         return pd.DataFrame(columns=list(STEP_COLUMNS))
     compiling = compile_spans(compile_ranges(data.events))
@@ -119,7 +120,7 @@ def rank_compilation(data: RankData) -> pd.DataFrame:
     if len(data.steps):
         starts, ends, numbers = step_windows(data.steps)
     else:
-        gpu = data.events[data.events[S.KIND].isin(S.GPU_KINDS)]
+        gpu = data.events[values_in(data.events[S.KIND], S.GPU_KINDS)]
         if gpu.empty:
             return window_compilation(data.events, np.empty(0), np.empty(0), np.empty(0), data.rank)
         lo, hi = gpu_span(gpu)
@@ -129,7 +130,7 @@ def rank_compilation(data: RankData) -> pd.DataFrame:
 
 def stream_table(data: RankData) -> pd.DataFrame:
     """Per stream of one rank: GPU time by class in the profiled steps (ns) and op count."""
-    gpu = data.events[data.events[S.KIND].isin(S.GPU_KINDS)]
+    gpu = data.events[values_in(data.events[S.KIND], S.GPU_KINDS)]
     if len(data.steps):
         gpu = gpu[gpu[S.STEP] >= 0]
     table = gpu.pivot_table(index=S.STREAM, columns=S.CLASS, values=S.DUR_NS, aggfunc="sum",

@@ -35,7 +35,7 @@ import pandas as pd
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask
+from profkit.columns import category_mask, values_in
 from profkit.model import RankData
 
 PARTS = ("compute", "communication", "memcpy", "cpu_launch", "host_work", "data_loading",
@@ -72,7 +72,7 @@ def spans(frame: pd.DataFrame) -> Intervals:
 def blocking_copies(ev: pd.DataFrame, copies: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     """(mask over ``copies`` of copies whose own call blocked the host, those calls): pageable
     copies and copies issued by a synchronous memcpy API."""
-    cpu = ev[ev[S.KIND].isin(LAUNCH_KINDS).to_numpy() & (ev[S.CORRELATION] >= 0).to_numpy()]
+    cpu = ev[values_in(ev[S.KIND], LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy()]
     calls = cpu[category_mask(cpu[S.NAME], COPY_CALLS_RE)]
     sync_api = calls[~category_mask(calls[S.NAME], "Async")]
     pageable = category_mask(copies[S.NAME], PAGEABLE_RE) if len(copies) else np.zeros(0, bool)
@@ -86,10 +86,10 @@ def host_ranges(ev: pd.DataFrame, blocked_calls: pd.DataFrame) -> dict[str, dict
     """Per thread: ``sync`` (blocked in a synchronising call or a blocking copy call),
     ``loader`` (inside a DataLoader ``__next__``) and ``launching`` (inside a launch call, or
     an op that launched GPU work: the op the launch call's External id names) time ranges."""
-    cpu = ev[ev[S.KIND].isin(HOST_KINDS).to_numpy()]
+    cpu = ev[values_in(ev[S.KIND], HOST_KINDS)]
     sync = pd.concat([cpu[cpu[S.NAME].isin(SYNC_CALLS).to_numpy()], blocked_calls])
     loader = cpu[category_mask(cpu[S.NAME], DATALOADER_RE)]
-    launch = cpu[cpu[S.KIND].isin(LAUNCH_KINDS).to_numpy() & (cpu[S.CORRELATION] >= 0).to_numpy()]
+    launch = cpu[values_in(cpu[S.KIND], LAUNCH_KINDS) & (cpu[S.CORRELATION] >= 0).to_numpy()]
     ops = cpu[(cpu[S.KIND] == S.KIND_CPU_OP).to_numpy() & (cpu[S.EXTERNAL_ID] >= 0).to_numpy()]
     ops = ops[ops[S.EXTERNAL_ID].isin(launch[S.EXTERNAL_ID]).to_numpy()]
     return {"sync": _by_thread(sync), "loader": _by_thread(loader),
@@ -109,7 +109,7 @@ def charged_intervals(data: RankData, lo: int, hi: int,
     idle gap: a round trip, GPU result -> host work -> next launch). ``by_thread``, when
     given, is filled with {(thread, part): intervals} of the host-side idle parts."""
     ev = data.events
-    gpu = ev[ev[S.KIND].isin(S.GPU_KINDS).to_numpy()]
+    gpu = ev[values_in(ev[S.KIND], S.GPU_KINDS)]
     cls = gpu[S.CLASS].astype(str).to_numpy()
     copies = gpu[cls == S.CLS_MEMCPY]
     blocking, blocked_calls = blocking_copies(ev, copies)
@@ -201,7 +201,7 @@ def next_launches(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals
     n = len(gaps[0])
     start, end = gaps[1].copy(), gaps[1].copy()
     tid = np.full(n, main_launch_thread(ev), dtype=np.int64)
-    launch = ev[ev[S.KIND].isin(LAUNCH_KINDS).to_numpy() & (ev[S.CORRELATION] >= 0).to_numpy()]
+    launch = ev[values_in(ev[S.KIND], LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy()]
     launch = launch.drop_duplicates(S.CORRELATION).set_index(S.CORRELATION)
     order = np.argsort(gpu[S.TS_NS].to_numpy(), kind="stable")
     op_start = gpu[S.TS_NS].to_numpy()[order]
@@ -220,6 +220,6 @@ def next_launches(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals
 
 def main_launch_thread(ev: pd.DataFrame) -> int:
     """The thread that issued the most launch calls (-1 if none)."""
-    launch = ev.loc[ev[S.KIND].isin(LAUNCH_KINDS).to_numpy() & (ev[S.CORRELATION] >= 0).to_numpy(),
+    launch = ev.loc[values_in(ev[S.KIND], LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy(),
                     S.TID]
     return int(launch.value_counts().idxmax()) if len(launch) else -1

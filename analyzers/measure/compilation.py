@@ -15,7 +15,7 @@ import pandas as pd
 from profkit import intervals as iv
 from profkit import schema as S
 from profkit.classify.compilation import COMPILE_PHASES, FRAME_COMPILE_RE, compile_phase
-from profkit.columns import category_mask
+from profkit.columns import category_mask, values_in
 
 COMPILE_NS = "compile_ns"
 FRAME_COMPILES = "frame_compiles"
@@ -27,7 +27,7 @@ RANGE_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION)
 def compile_ranges(events: pd.DataFrame) -> pd.DataFrame:
     """The host ranges that are compilation, with their ``phase``; the vocabulary runs once
     per unique name."""
-    host = events[events[S.KIND].isin(RANGE_KINDS).to_numpy()]
+    host = events[values_in(events[S.KIND], RANGE_KINDS)]
     names = host[S.NAME]
     if isinstance(names.dtype, pd.CategoricalDtype):  # the names host rows use, once each
         codes = names.cat.codes.to_numpy()

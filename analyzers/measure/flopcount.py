@@ -31,6 +31,7 @@ import pandas as pd
 
 from profkit import schema as S
 from profkit.classify.flops import kernel_precision
+from profkit.columns import values_in
 from profkit.model import RankData
 
 MATMUL_SUBCLASSES = ("gemm", "conv", "attention")  # the kernels that carry an op's FLOPs
@@ -79,7 +80,7 @@ def kernel_owners(rd: RankData, ops: pd.DataFrame, kernels: pd.DataFrame) -> np.
         return owner
     ev = rd.events
     corr = ev[S.CORRELATION].to_numpy()
-    rows = ev[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER)).to_numpy() & (corr >= 0)
+    rows = values_in(ev[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER)) & (corr >= 0)
     launch = pd.DataFrame({c: ev[c].to_numpy()[rows] for c in (S.CORRELATION, S.TS_NS, S.PID, S.TID)})
     launch = launch.drop_duplicates(S.CORRELATION)
     spans = ops[[S.TS_NS, "end", S.PID, S.TID]].assign(op=np.arange(len(ops)))

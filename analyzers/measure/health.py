@@ -20,7 +20,7 @@ from profkit.analyzers.measure.steps import capture_calls, capture_spans
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask
+from profkit.columns import category_mask, values_in
 
 KERNEL_LAUNCH_RE = r"^(?:cuda|hip|cu)(?:LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|ExtModuleLaunchKernel)|^cuLaunchKernel"
 GRAPH_LAUNCH_RE = r"^(?:cuda|hip|cu)GraphLaunch"
@@ -30,8 +30,8 @@ COLLAPSED_FRAC = 0.9  # more than this share of a rank's events at one instant: 
 
 def rank_health(events: pd.DataFrame) -> dict:
     """Counts behind the checks (see module doc); plain numbers."""
-    host = events[events[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER)).to_numpy()]
-    gpu = events[events[S.KIND].isin(S.GPU_KINDS).to_numpy()]
+    host = events[values_in(events[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))]
+    gpu = events[values_in(events[S.KIND], S.GPU_KINDS)]
     capture = capture_spans(events)
     launches = host[category_mask(host[S.NAME], KERNEL_LAUNCH_RE)
                     & (host[S.CORRELATION] >= 0).to_numpy()]

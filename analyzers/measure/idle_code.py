@@ -18,7 +18,7 @@ import pandas as pd
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask
+from profkit.columns import category_mask, values_in
 
 CODE_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_PYTHON, S.KIND_RUNTIME, S.KIND_DRIVER,
               S.KIND_SYNC)
@@ -40,7 +40,7 @@ def idle_code(events: pd.DataFrame, by_thread: dict, rank: int) -> pd.DataFrame:
     rows = []
     for thread, parts in parts_by_thread.items():
         host = events[(events[S.TID] == thread).to_numpy()
-                      & events[S.KIND].isin(CODE_KINDS).to_numpy()]
+                      & values_in(events[S.KIND], CODE_KINDS)]
         host = host[~category_mask(host[S.NAME], SKIP_RE)]
         # one nesting of the thread's ranges serves every part (a range that overlaps only
         # another part's idle time owns none of this part's)

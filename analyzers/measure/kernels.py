@@ -42,6 +42,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals as iv
 from profkit import schema as S
+from profkit.columns import values_in
 from profkit.model import RankData, Run
 
 TOP_KERNEL_COLUMNS = (S.NAME, S.CLASS, S.SUBCLASS, "count", "total_ns", "mean_ns", "share",
@@ -124,7 +125,7 @@ def self_times(cpu: pd.DataFrame) -> np.ndarray:
 
 def op_totals(rd: RankData) -> pd.DataFrame:
     """Count, self and inclusive time of each CPU op name of one rank."""
-    cpu = rd.events[rd.events[S.KIND].isin(CPU_NEST_KINDS)]
+    cpu = rd.events[values_in(rd.events[S.KIND], CPU_NEST_KINDS)]
     is_op = (cpu[S.KIND] == S.KIND_CPU_OP).to_numpy()
     ops = pd.DataFrame({"code": cpu[S.NAME].cat.codes.to_numpy()[is_op],
                         "self_ns": self_times(cpu)[is_op],
@@ -177,8 +178,8 @@ def launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
     GPU ops sharing a correlation (graph replays) get their graph launch's start but no
     delay; so does any op whose launch call is a graph launch."""
     ev = rd.events
-    cpu = ev[ev[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER))]
-    gpu = ev[ev[S.KIND].isin(S.GPU_KINDS)]
+    cpu = ev[values_in(ev[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))]
+    gpu = ev[values_in(ev[S.KIND], S.GPU_KINDS)]
     gpu_corr = gpu[S.CORRELATION][gpu[S.CORRELATION] >= 0]
     is_launch = name_mask(cpu[S.NAME], LAUNCH_RE) | (
         cpu[S.CORRELATION].isin(gpu_corr).to_numpy() & (cpu[S.CORRELATION] >= 0).to_numpy())
@@ -204,7 +205,7 @@ def launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 def slow_calls(rd: RankData, th: Thresholds) -> pd.DataFrame:
     """Runtime/driver calls in the steps above slow_runtime_call_ns, synchronisations and
     copies aside (a copy that blocks is host_sync's, an async one is a launch)."""
-    rt = in_steps(rd.events[rd.events[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER))], rd)
+    rt = in_steps(rd.events[values_in(rd.events[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))], rd)
     return rt[(rt[S.DUR_NS] > th.slow_runtime_call_ns).to_numpy()
               & ~name_mask(rt[S.NAME], SYNC_CALL_RE) & ~name_mask(rt[S.NAME], COPY_CALL_RE)]
 

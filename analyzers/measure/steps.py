@@ -25,7 +25,7 @@ from profkit.analyzers.units import ms_of_ns
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask
+from profkit.columns import category_mask, values_in
 from profkit.model import RankData, step_spans
 from profkit.trace.ingest import add_gpu_spans, assign_steps
 
@@ -51,7 +51,7 @@ def step_windows(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def marker_ranges(events: pd.DataFrame, name: str) -> pd.DataFrame:
     """Host ranges named ``name`` (exactly, else matching it as a regex), outermost only."""
-    host = events[events[S.KIND].isin((S.KIND_ANNOTATION, S.KIND_CPU_OP, S.KIND_PYTHON))]
+    host = events[values_in(events[S.KIND], (S.KIND_ANNOTATION, S.KIND_CPU_OP, S.KIND_PYTHON))]
     rows = host[(host[S.NAME] == name).to_numpy()]
     if rows.empty:
         rows = host[category_mask(host[S.NAME], name)]
@@ -100,7 +100,7 @@ def marker_candidates(events: pd.DataFrame, min_count: int = 3) -> list[tuple[st
 def capture_spans(events: pd.DataFrame) -> iv.Intervals:
     """CUDA/HIP graph capture windows: from each BeginCapture to the next EndCapture on the
     same thread (to the thread's last event when the capture never ends in the trace)."""
-    host = events[events[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER))]
+    host = events[values_in(events[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))]
     begin = host[category_mask(host[S.NAME], CAPTURE_BEGIN_RE)]
     end = host[category_mask(host[S.NAME], CAPTURE_END_RE)]
     starts, stops = [], []
@@ -120,7 +120,7 @@ def capture_spans(events: pd.DataFrame) -> iv.Intervals:
 def capture_calls(events: pd.DataFrame) -> int:
     """Capture-state queries (``cudaStreamGetCaptureInfo``) in the trace:
     graph capture in progress when the Begin/End calls themselves fall outside it."""
-    host = events[events[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER))]
+    host = events[values_in(events[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))]
     return int(category_mask(host[S.NAME], CAPTURE_INFO_RE).sum())
 
 
@@ -204,7 +204,7 @@ def one_off_spans(events: pd.DataFrame, lo: int, hi: int, min_ns: int = 10_000_0
     loading, JIT, first-call set-up) rather than the workload's behaviour. Calls that wait
     for the GPU (copies, synchronisations, event waits) are never one-offs: their length is
     the work they wait for."""
-    host = events[events[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER)).to_numpy()
+    host = events[values_in(events[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))
                   & (events[S.DUR_NS] >= min_ns).to_numpy()]
     host = host[~category_mask(host[S.NAME], WAITING_CALL_RE)]
     if host.empty:

@@ -27,6 +27,7 @@ from profkit.analyzers.measure.steps import USED
 from profkit.analyzers.measure.tables import name_mask
 
 from profkit import schema as S
+from profkit.columns import values_in
 from profkit.model import RankData
 
 KERNEL_COLUMNS = ("rank", S.NAME, "count", "total_ns", "group")
@@ -84,13 +85,13 @@ def used_step_work(data: RankData, steps: pd.DataFrame) -> dict[str, pd.DataFram
     the module doc) from its ``step_breakdown`` rows ``steps``."""
     used = steps.loc[steps[USED].astype(bool), S.STEP].to_numpy() if len(steps) else []
     ev = data.events
-    gpu = ev[ev[S.KIND].isin(S.GPU_KINDS).to_numpy()]
+    gpu = ev[values_in(ev[S.KIND], S.GPU_KINDS)]
     gpu = gpu[_in_used(gpu, data, used)]
     kernels = _by_name(data.rank, gpu, {"total_ns": gpu[S.DUR_NS].to_numpy()},
                        KERNEL_COLUMNS[:-1])
     kernels["group"] = kernels[S.NAME].map(_groups(gpu)).fillna("other")
     optimizer = (ev[S.KIND] == S.KIND_ANNOTATION).to_numpy() & name_mask(ev[S.NAME], OPTIMIZER_RE)
-    nest = ev[ev[S.KIND].isin(CPU_NEST_KINDS).to_numpy() | optimizer]
+    nest = ev[values_in(ev[S.KIND], CPU_NEST_KINDS) | optimizer]
     self_ns = self_times(nest)
     keep = ((nest[S.KIND] == S.KIND_CPU_OP).to_numpy() | (nest[S.KIND] == S.KIND_ANNOTATION).to_numpy()) \
         & ~name_mask(nest[S.NAME], STEP_RE) & _in_used(nest, data, used)

@@ -11,7 +11,7 @@ import pandas as pd
 
 from profkit import schema as S
 from profkit.classify import events as classify
-from profkit.columns import INT64_SAFE, category_mask, to_float, to_int
+from profkit.columns import INT64_SAFE, category_mask, to_float, to_int, values_in
 
 RECORD_PARAM_COMMS = "record_param_comms"
 _ARG_COLUMNS = (
@@ -30,7 +30,7 @@ def build_collectives(ev: pd.DataFrame, args: list) -> pd.DataFrame:
     kind = ev[S.KIND].to_numpy()
     is_kernel = kind == S.KIND_KERNEL
     comm = np.flatnonzero(is_kernel & (ev[S.CLASS] == S.CLS_COMMUNICATION).to_numpy())
-    is_gpu = ev[S.KIND].isin(S.GPU_KINDS).to_numpy()
+    is_gpu = values_in(ev[S.KIND], S.GPU_KINDS)
     names = ev[S.NAME]
     rpc = np.flatnonzero(~is_gpu & (names == RECORD_PARAM_COMMS).to_numpy())
     cpu = _rows(ev, args, rpc, arg_fn)
@@ -69,7 +69,7 @@ def _attach_cpu_ops(ev: pd.DataFrame, gpu: pd.DataFrame, cpu: pd.DataFrame,
                     fill_time: bool) -> pd.DataFrame:
     """Fill args the kernels lack from the CPU op that launched them: the op on the
     launching thread whose time range holds the launch call (found by correlation)."""
-    launch_mask = ev[S.KIND].isin((S.KIND_RUNTIME, S.KIND_DRIVER)) & (ev[S.CORRELATION] >= 0)
+    launch_mask = values_in(ev[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER)) & (ev[S.CORRELATION] >= 0)
     launches = ev.loc[launch_mask, [S.CORRELATION, S.TS_NS, S.TID]].drop_duplicates(S.CORRELATION)
     launches = launches.rename(columns={S.TS_NS: "launch_ts", S.TID: "launch_tid"})
     gpu = gpu.merge(launches, on=S.CORRELATION, how="left")

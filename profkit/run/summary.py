@@ -11,6 +11,7 @@ import pandas as pd
 
 from profkit import intervals
 from profkit import schema as S
+from profkit.columns import values_in
 from profkit.model import RankData, Run, step_spans, step_times_ns
 from profkit.textout import PIPE_WIDTH, plural, table_lines, wrap
 
@@ -23,7 +24,7 @@ def rank_summary(data: RankData) -> dict:
     the GPU time of each kernel class in the window over its steps, the mean per step, as
     the analysis gives its times; ``step_ms_median`` the median step."""
     ev = data.events
-    gpu = ev[ev[S.KIND].isin(S.GPU_KINDS)]
+    gpu = ev[values_in(ev[S.KIND], S.GPU_KINDS)]
     row = {
         "rank": data.rank,
         "events": len(ev),
