@@ -121,6 +121,10 @@ def main() -> int:
     parser.add_argument("--ranks", default="8,64,256,1024")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--work", type=Path, default=Path("/tmp/profkit-scale"))
+    parser.add_argument("--executors", default="pool,dask", help="pool, dask or both")
+    parser.add_argument("--flat", type=float, default=1.25,
+                        help="target: ms per rank at any size at most this times the smallest "
+                             "size's (per executor)")
     parser.add_argument("--one", nargs=2, metavar=("RUN", "EXECUTOR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -130,7 +134,7 @@ def main() -> int:
     for n in [int(x) for x in args.ranks.split(",")]:
         run = make(n, args.work)
         mb = sum(f.stat().st_size for f in run.glob("*.json.gz")) / n / 1e6
-        for executor in ("pool", "dask"):
+        for executor in args.executors.split(","):
             out = subprocess.run([sys.executable, __file__, "--one", str(run), executor,
                                   "--workers", str(args.workers)],
                                  capture_output=True, text=True, check=True)
@@ -150,6 +154,15 @@ def main() -> int:
               f"{r['tree_peak_mb']:>8.0f} {r['driver_peak_mb']:>10.0f} "
               f"{'found' if r['straggler_ok'] else 'MISSED':>9} "
               f"{'found' if r['slow_group_ok'] else 'MISSED':>8}")
+    for executor in args.executors.split(","):
+        per_rank = {r["ranks"]: (r["map_s"] + r["reduce_s"]) / r["ranks"]
+                    for r in rows if r["executor"] == executor}
+        if len(per_rank) > 1:
+            first, last = min(per_rank), max(per_rank)
+            worst = max(per_rank.values()) / per_rank[first]
+            print(f"target {executor}: ms/rank at {last} ranks {1000 * per_rank[last]:.0f} vs "
+                  f"{1000 * per_rank[first]:.0f} at {first} (worst size {worst:.2f}x, "
+                  f"flat <= {args.flat:g}x): {'PASS' if worst <= args.flat else 'FAIL'}")
     print(f"\nper-rank trace: {rows[0]['gz_mb_per_rank']:.2f} MB gzip "
           f"(stock_ddp rank 0, ~4 MB JSON); {args.workers} worker processes; cache off")
     return 0
