@@ -13,6 +13,7 @@ Whatever is left is cut from the right, after the meaningful part, at :data:`MAX
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -63,6 +64,7 @@ _NCCL_PROTOS = {"LL", "LL128", "SIMPLE"}
 _NCCL_OPS = {"Sum", "Prod", "Max", "Min", "PreMulSum", "SumPostDiv"}
 
 
+@functools.lru_cache(maxsize=8192)  # the reports and the dashboard ask for a name many times
 def short_kernel_name(name: str) -> str:
     """The name of a GPU kernel as people read it (see the module doc); never longer than
     :data:`MAX_CHARS`. Two different kernels may share a short name: use
