@@ -8,6 +8,10 @@ runs in, so that a later writer can tell an orphan (left by a process that was k
 temporary that a live process is still writing. Files are created as ``open()`` creates them:
 mode 0666 less the umask, or the mode of the file they replace.
 
+A target that is no regular file (``/dev/null``, ``/dev/stdout``, a named pipe) is written
+in place: renaming a temporary over it would replace the device with a file (as root, that
+breaks ``/dev/null`` for the whole machine).
+
 A failure to write (no space, no permission, a folder in the way) raises
 :class:`~profkit.errors.OutputError` naming the target; the temporary is removed and an
 existing target is left as it was.
@@ -128,6 +132,10 @@ def atomic_open(dest: str | os.PathLike, *, sweep: bool = True) -> Iterator[Bina
     removed and ``dest`` is left as it was. ``sweep`` first removes abandoned temporaries of
     ``dest`` (writers of many files in one folder sweep the folder once instead)."""
     dest = Path(dest)
+    if is_special(dest):
+        with _in_place(dest) as fh:
+            yield fh
+        return
     fd, tmp = _create(dest, sweep)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -144,6 +152,31 @@ def atomic_open(dest: str | os.PathLike, *, sweep: bool = True) -> Iterator[Bina
                 and exc.filename in (None, str(tmp)):
             raise OutputError(dest, exc) from exc
         raise
+
+
+def is_special(dest: Path) -> bool:
+    """Whether ``dest`` (or what its link points to) exists and is neither a regular file
+    nor a folder: a device, a named pipe or a socket, written in place, never replaced."""
+    try:
+        mode = dest.stat().st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+@contextlib.contextmanager
+def _in_place(dest: Path) -> Iterator[BinaryIO]:
+    try:
+        fh = open(dest, "wb")  # noqa: SIM115 - closed below, errors named after dest
+    except OSError as exc:
+        raise OutputError(dest, exc) from exc
+    try:
+        with fh:
+            yield fh
+    except OSError as exc:
+        if isinstance(exc, OutputError) or exc.filename not in (None, str(dest)):
+            raise
+        raise OutputError(dest, exc) from exc
 
 
 def _create(dest: Path, sweep: bool) -> tuple[int, Path]:

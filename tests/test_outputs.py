@@ -372,3 +372,46 @@ def test_a_capture_temporary_is_never_read_as_a_trace(tmp_path):
     orphan(run, "rank1.json", os.getpid(), suffix=".json")  # half a trace being written
     loaded = load_run(run, cache=False)
     assert loaded.rank_ids == [0, 1] and loaded.skipped == []
+
+
+# ---- targets that are no regular file ------------------------------------------------------
+
+def test_a_link_to_dev_null_stays_a_link_and_dev_null_a_device(tmp_path):
+    """``-o /dev/null`` (here through a link, so that a regression cannot break this
+    machine's /dev/null) is written in place: renaming a temporary over it would replace
+    the device with a file."""
+    out = tmp_path / "report.json"
+    out.symlink_to("/dev/null")
+    rc = main(["analyze", str(tiny_run(tmp_path / "run")), "--format", "json", "-o", str(out)])
+    assert rc == 0
+    assert out.is_symlink() and os.readlink(out) == "/dev/null"
+    assert Path("/dev/null").is_char_device()
+    assert not leftovers(tmp_path)
+
+
+def test_a_named_pipe_gets_the_report_and_stays_a_pipe(tmp_path):
+    import json
+    import threading
+
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    rc = main(["analyze", str(tiny_run(tmp_path / "run")), "--format", "json", "-o", str(fifo)])
+    reader.join(30)
+    assert rc == 0
+    assert fifo.is_fifo()
+    assert json.loads(got[0])["run"]["world_size"] == 2
+    assert not leftovers(tmp_path)
+
+
+def test_only_devices_pipes_and_sockets_are_written_in_place(tmp_path):
+    (tmp_path / "file").write_text("x")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    assert atomic.is_special(Path("/dev/null"))
+    assert atomic.is_special(tmp_path / "fifo")
+    assert not atomic.is_special(tmp_path / "file")
+    assert not atomic.is_special(tmp_path / "dir")
+    assert not atomic.is_special(tmp_path / "absent")
