@@ -265,17 +265,19 @@ def mark(args: argparse.Namespace, name: str) -> contextlib.AbstractContextManag
 
 
 # ------------------------------------------------------------------------------- step loop
-class _StepClock:
-    """Per-step times in ms without a per-step host synchronisation.
+class StepClock:
+    """Per-step times in ms without a per-step host synchronisation (also the framework
+    samples' time of each optimizer step).
 
     On CUDA an event is recorded at every step boundary and read after one synchronize at
     the end: a torch.cuda.synchronize() inside every step would itself show up in the
     trace as a host sync that drains the GPU queue, and skew every sample towards
     'host sync'. The deltas between boundary events are the steady-state step period.
+    Elsewhere the host clock.
     """
 
-    def __init__(self, env: Env) -> None:
-        self.cuda = env.is_cuda
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
         self.marks: list = []
 
     def tick(self) -> None:
@@ -296,7 +298,7 @@ class _StepClock:
 def run_steps(args: argparse.Namespace, env: Env, step_fn: Callable[[int], object]
               ) -> list[float]:
     """Run step_fn(i) for --steps steps under the chosen profiler; return step times (ms)."""
-    clock = _StepClock(env)
+    clock = StepClock(env.device)
     wall0 = time.perf_counter()
     last_warmup = PROFILE_WAIT + PROFILE_WARMUP - 1
     marker = getattr(args, "step_marker", None)
