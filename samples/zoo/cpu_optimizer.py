@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import common  # noqa: E402
 import groundtruth  # noqa: E402
 import torch  # noqa: E402
+from model import mlp  # noqa: E402
 
 FULL = dict(dim=2048, tokens=16384, layers=6)
 TINY = dict(dim=64, tokens=64, layers=2)
@@ -50,10 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     with common.session(args) as env:
         torch.manual_seed(0)
-        layers = []
-        for _ in range(args.layers):
-            layers += [torch.nn.Linear(args.dim, args.dim, bias=False), torch.nn.GELU("tanh")]
-        model = torch.nn.Sequential(*layers).to(env.device)
+        model = mlp(args.dim, args.layers).to(env.device)
         params = list(model.parameters())
         x = torch.randn(args.tokens, args.dim, device=env.device)
         amp = torch.bfloat16 if env.is_cuda else None

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import common  # noqa: E402
 import groundtruth  # noqa: E402
 import torch  # noqa: E402
+from model import mlp  # noqa: E402
 
 FULL = dict(tokens=8192, dim=2048, layers=4, replays=8, host_ms=1.5)
 TINY = dict(tokens=16, dim=32, layers=2, replays=3, host_ms=0.5)
@@ -68,10 +69,7 @@ def main(argv: list[str] | None = None) -> None:
             print("graph_hooks.py: no CUDA device, the 'graph' runs eagerly (smoke test)")
         dtype = torch.bfloat16 if env.is_cuda else torch.float32
         torch.manual_seed(0)
-        layers = []
-        for _ in range(args.layers):
-            layers += [torch.nn.Linear(args.dim, args.dim, bias=False), torch.nn.GELU("tanh")]
-        model = torch.nn.Sequential(*layers).to(env.device, dtype).eval()
+        model = mlp(args.dim, args.layers).to(env.device, dtype).eval()
         latent = torch.randn(args.tokens, args.dim, device=env.device, dtype=dtype)
         static_out = torch.empty_like(latent)
 

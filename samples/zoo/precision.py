@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import common  # noqa: E402
 import groundtruth  # noqa: E402
 import torch  # noqa: E402
+from model import mlp  # noqa: E402
 
 FULL = dict(dim=4096, tokens=8192, layers=3)
 TINY = dict(dim=64, tokens=64, layers=2)
@@ -51,10 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_float32_matmul_precision("highest")
     with common.session(args) as env:
         torch.manual_seed(0)
-        layers = []
-        for _ in range(args.layers):
-            layers += [torch.nn.Linear(args.dim, args.dim, bias=False), torch.nn.GELU("tanh")]
-        model = torch.nn.Sequential(*layers).to(env.device)
+        model = mlp(args.dim, args.layers).to(env.device)
         opt = torch.optim.SGD(model.parameters(), lr=1e-6)
         x = torch.randn(args.tokens, args.dim, device=env.device)
         amp = torch.bfloat16 if args.bf16 else None
