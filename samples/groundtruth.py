@@ -82,6 +82,20 @@ def split_times(times: list[float], active: int) -> dict[str, object]:
             "unprofiled_steps": len(clean)}
 
 
+def run_measured(args: argparse.Namespace, env: common.Env, step_fn: Callable[[int], object]
+                 ) -> tuple[list[float], dict[str, object]]:
+    """common.run_steps with step --ncu-step bracketed (NcuWindow): the step times and
+    their split_times."""
+    times = common.run_steps(args, env, NcuWindow(args, env).wrap(step_fn))
+    return times, split_times(times, args.active)
+
+
+def achieved_tflops(flop_per_step: float, split: dict[str, object]) -> float:
+    """TFLOP/s at the median unprofiled step of split (nan without one), to 0.1."""
+    clean = split["unprofiled_median_ms"] or float("nan")
+    return round(flop_per_step / (clean * 1e-3) / 1e12, 1)
+
+
 class HostClock:
     """Wall time of named host-side phases, per step: ``with clock("adam"): ...``."""
 

@@ -81,15 +81,12 @@ def main(argv: list[str] | None = None) -> None:
             opt.zero_grad(set_to_none=True)
 
         flops = groundtruth.count_flops(train_step)
-        ncu = groundtruth.NcuWindow(args, env)
-        times = common.run_steps(args, env, ncu.wrap(lambda _: train_step()))
-        split = groundtruth.split_times(times, args.active)
-        clean = split["unprofiled_median_ms"] or float("nan")
+        times, split = groundtruth.run_measured(args, env, lambda _: train_step())
         common.report(args, env, "zoo/attention", times,
                       label="attention_flash" if args.flash else "attention_math",
                       backend=backend.name, batch=args.batch, seq=args.seq, dim=args.dim,
                       heads=args.heads, layers=args.layers, flop_per_step=flops,
-                      achieved_tflops=round(flops / (clean * 1e-3) / 1e12, 1), **split)
+                      achieved_tflops=groundtruth.achieved_tflops(flops, split), **split)
 
 
 if __name__ == "__main__":

@@ -97,9 +97,7 @@ def main(argv: list[str] | None = None) -> None:
 
         flops = groundtruth.count_flops(forward_backward)
         model.zero_grad(set_to_none=True)
-        ncu = groundtruth.NcuWindow(args, env)
-        times = common.run_steps(args, env, ncu.wrap(lambda _: train_step()))
-        split = groundtruth.split_times(times, args.active)
+        times, split = groundtruth.run_measured(args, env, lambda _: train_step())
         n_params = sum(p.numel() for p in params)
         common.report(args, env, "zoo/cpu_optimizer", times,
                       label="host_work_removed" if args.gpu_optimizer else "host_work",

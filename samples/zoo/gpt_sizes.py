@@ -69,16 +69,14 @@ def main(argv: list[str] | None = None) -> None:
             last["loss"] = loss.detach()
 
         flops = groundtruth.count_flops(train_step)
-        ncu = groundtruth.NcuWindow(args, env)
-        times = common.run_steps(args, env, ncu.wrap(lambda _: train_step()))
-        split = groundtruth.split_times(times, args.active)
+        times, split = groundtruth.run_measured(args, env, lambda _: train_step())
         clean = split["unprofiled_median_ms"] or float("nan")
         n_tokens = args.batch * args.seq
         common.report(args, env, "zoo/gpt_sizes", times, label="size", batch=args.batch,
                       seq=args.seq, layers=args.layers, dim=args.dim, heads=args.heads,
                       vocab=args.vocab, params=sum(p.numel() for p in model.parameters()),
                       tokens_per_step=n_tokens, flop_per_step=flops,
-                      achieved_tflops=round(flops / (clean * 1e-3) / 1e12, 1),
+                      achieved_tflops=groundtruth.achieved_tflops(flops, split),
                       tokens_per_s=round(n_tokens / (clean * 1e-3)),
                       final_loss=round(float(last["loss"]), 4), **split)
 

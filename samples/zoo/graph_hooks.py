@@ -107,9 +107,7 @@ def main(argv: list[str] | None = None) -> None:
                         dt = scheduler_step(i * args.replays + r, budget_s)
                 latent.add_(static_out - latent, alpha=dt)  # the scheduler's update
 
-        ncu = groundtruth.NcuWindow(args, env)
-        times = common.run_steps(args, env, ncu.wrap(step))
-        split = groundtruth.split_times(times, args.active)
+        times, split = groundtruth.run_measured(args, env, step)
         common.report(args, env, "zoo/graph_hooks", times,
                       label="host_work_removed" if args.no_hooks else "host_work",
                       cuda_graph=graph is not None, no_hooks=args.no_hooks,

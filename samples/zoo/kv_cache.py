@@ -86,9 +86,7 @@ def main(argv: list[str] | None = None) -> None:
             last["tokens"] = generate(prompt)
 
         flops = groundtruth.count_flops(lambda: step(0))
-        ncu = groundtruth.NcuWindow(args, env)
-        times = common.run_steps(args, env, ncu.wrap(step))
-        split = groundtruth.split_times(times, args.active)
+        times, split = groundtruth.run_measured(args, env, step)
         common.report(args, env, "zoo/kv_cache", times,
                       label="kv_cache" if args.kv_cache else "no_kv_cache",
                       kv_cache=args.kv_cache, batch=args.batch, prompt=args.prompt,

@@ -65,16 +65,13 @@ def main(argv: list[str] | None = None) -> None:
             opt.zero_grad(set_to_none=True)
 
         flops = groundtruth.count_flops(train_step)
-        ncu = groundtruth.NcuWindow(args, env)
-        times = common.run_steps(args, env, ncu.wrap(lambda _: train_step()))
-        split = groundtruth.split_times(times, args.active)
-        clean = split["unprofiled_median_ms"] or float("nan")
+        times, split = groundtruth.run_measured(args, env, lambda _: train_step())
         common.report(args, env, "zoo/precision", times,
                       label="compute_fp32_removed" if args.bf16 else "compute_fp32",
                       dtype="bf16-autocast" if args.bf16 else "fp32", allow_tf32=False,
                       dim=args.dim, tokens=args.tokens, layers=args.layers,
                       flop_per_step=flops,
-                      achieved_tflops=round(flops / (clean * 1e-3) / 1e12, 1), **split)
+                      achieved_tflops=groundtruth.achieved_tflops(flops, split), **split)
 
 
 if __name__ == "__main__":

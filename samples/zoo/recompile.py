@@ -121,14 +121,12 @@ def main(argv: list[str] | None = None) -> None:
         common.sync_if_cuda(env)
         host.steps.clear()
         before = _frames_compiled()
-        ncu = groundtruth.NcuWindow(args, env)
 
         def step(i: int) -> None:
             host.new_step()
             train_step(compiled, lengths[i])
 
-        times = common.run_steps(args, env, ncu.wrap(step))
-        split = groundtruth.split_times(times, args.active)
+        times, split = groundtruth.run_measured(args, env, step)
         per_token = (flops[-1] - flops[0]) / max(lengths[-1] - lengths[0], 1)
         common.report(args, env, "zoo/recompile", times,
                       label="compile_removed" if args.mark_dynamic else "compile",
