@@ -83,6 +83,29 @@ def add_common_args(
     return parser
 
 
+def sample_parser(doc: str, *, profiler: str = "profkit", steps: int = 8
+                  ) -> argparse.ArgumentParser:
+    """A sample's parser: its docstring's first line as the description, the common options."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    return add_common_args(parser, profiler=profiler, steps=steps)
+
+
+def add_size_args(parser: argparse.ArgumentParser, sizes: dict, **helps: str) -> None:
+    """One option per key of a size preset (``new_tokens``: ``--new-tokens``), in its order,
+    of the type of its value, with the help given for it; left at None, resolve_sizes fills
+    it in."""
+    for key, value in sizes.items():
+        parser.add_argument("--" + key.replace("_", "-"), type=type(value), help=helps.get(key))
+
+
+def parse_sized(parser: argparse.ArgumentParser, argv: list[str] | None, full: dict,
+                tiny: dict, script: str) -> argparse.Namespace:
+    """Parse argv, fill the sizes from the presets (resolve_sizes), validate for script."""
+    args = resolve_sizes(parser.parse_args(argv), full, tiny)
+    validate(args, script)
+    return args
+
+
 def resolve_sizes(args: argparse.Namespace, full: dict, tiny: dict) -> argparse.Namespace:
     """Fill every size option left at None from the full (GPU) or tiny (CPU) presets."""
     for key, value in (tiny if args.tiny else full).items():

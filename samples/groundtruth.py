@@ -34,6 +34,13 @@ def add_truth_args(parser: argparse.ArgumentParser) -> None:
                         "--profile-from-start off); use with --profiler none")
 
 
+def truth_parser(doc: str, *, steps: int = 10) -> argparse.ArgumentParser:
+    """The parser of a "why" sample: common.sample_parser's options and --ncu-step."""
+    parser = common.sample_parser(doc, steps=steps)
+    add_truth_args(parser)
+    return parser
+
+
 def count_flops(fn: Callable[[], object]) -> int:
     """FLOPs of one call of fn, as FlopCounterMode counts them (mm/conv/sdpa only)."""
     from torch.utils.flop_counter import FlopCounterMode

@@ -32,19 +32,11 @@ TINY = dict(batch=2, seq=16, dim=32, heads=4, layers=1)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="profkit", steps=10)
-    groundtruth.add_truth_args(p)
-    p.add_argument("--batch", type=int)
-    p.add_argument("--seq", type=int)
-    p.add_argument("--dim", type=int)
-    p.add_argument("--heads", type=int)
-    p.add_argument("--layers", type=int)
+    p = groundtruth.truth_parser(__doc__)
+    common.add_size_args(p, FULL)
     p.add_argument("--flash", action="store_true",
                    help="the after: FlashAttention backend instead of the math one")
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "zoo_attention")
-    return args
+    return common.parse_sized(p, argv, FULL, TINY, "zoo_attention")
 
 
 class Attention(torch.nn.Module):

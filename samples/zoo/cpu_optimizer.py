@@ -34,17 +34,11 @@ TINY = dict(dim=64, tokens=64, layers=2)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="profkit", steps=10)
-    groundtruth.add_truth_args(p)
-    p.add_argument("--dim", type=int, help="layer width")
-    p.add_argument("--tokens", type=int, help="rows of the activation matrix")
-    p.add_argument("--layers", type=int)
+    p = groundtruth.truth_parser(__doc__)
+    common.add_size_args(p, FULL, dim="layer width", tokens="rows of the activation matrix")
     p.add_argument("--gpu-optimizer", action="store_true",
                    help="the twin without the cause: fused Adam on the GPU")
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "zoo_cpu_optimizer")
-    return args
+    return common.parse_sized(p, argv, FULL, TINY, "zoo_cpu_optimizer")
 
 
 def main(argv: list[str] | None = None) -> None:

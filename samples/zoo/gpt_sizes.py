@@ -30,18 +30,9 @@ TINY = dict(batch=2, seq=32, layers=2, dim=64, heads=4, vocab=256)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="profkit", steps=10)
-    groundtruth.add_truth_args(p)
-    p.add_argument("--batch", type=int, help="sequences per step")
-    p.add_argument("--seq", type=int, help="tokens per sequence")
-    p.add_argument("--layers", type=int)
-    p.add_argument("--dim", type=int)
-    p.add_argument("--heads", type=int)
-    p.add_argument("--vocab", type=int)
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "zoo_gpt_sizes")
-    return args
+    p = groundtruth.truth_parser(__doc__)
+    common.add_size_args(p, FULL, batch="sequences per step", seq="tokens per sequence")
+    return common.parse_sized(p, argv, FULL, TINY, "zoo_gpt_sizes")
 
 
 def main(argv: list[str] | None = None) -> None:

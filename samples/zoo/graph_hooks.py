@@ -37,19 +37,14 @@ TINY = dict(tokens=16, dim=32, layers=2, replays=3, host_ms=0.5)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="profkit", steps=10)
-    groundtruth.add_truth_args(p)
-    p.add_argument("--tokens", type=int, help="rows of the latent")
-    p.add_argument("--dim", type=int)
-    p.add_argument("--layers", type=int, help="MLP layers inside the graph")
-    p.add_argument("--replays", type=int, help="graph replays (denoising iterations) per step")
-    p.add_argument("--host-ms", type=float, help="Python work after each replay")
+    p = groundtruth.truth_parser(__doc__)
+    common.add_size_args(p, FULL, tokens="rows of the latent",
+                         layers="MLP layers inside the graph",
+                         replays="graph replays (denoising iterations) per step",
+                         host_ms="Python work after each replay")
     p.add_argument("--no-hooks", action="store_true",
                    help="the twin without the cause: no host work between the replays")
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "zoo_graph_hooks")
-    return args
+    return common.parse_sized(p, argv, FULL, TINY, "zoo_graph_hooks")
 
 
 def scheduler_step(t: int, budget_s: float) -> float:
