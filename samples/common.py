@@ -83,6 +83,29 @@ def add_common_args(
     return parser
 
 
+def sample_parser(doc: str, *, profiler: str = "profkit", steps: int = 8
+                  ) -> argparse.ArgumentParser:
+    """A sample's parser: its docstring's first line as the description, the common options."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    return add_common_args(parser, profiler=profiler, steps=steps)
+
+
+def add_size_args(parser: argparse.ArgumentParser, sizes: dict, **helps: str) -> None:
+    """One option per key of a size preset (``new_tokens``: ``--new-tokens``), in its order,
+    of the type of its value, with the help given for it; left at None, resolve_sizes fills
+    it in."""
+    for key, value in sizes.items():
+        parser.add_argument("--" + key.replace("_", "-"), type=type(value), help=helps.get(key))
+
+
+def parse_sized(parser: argparse.ArgumentParser, argv: list[str] | None, full: dict,
+                tiny: dict, script: str) -> argparse.Namespace:
+    """Parse argv, fill the sizes from the presets (resolve_sizes), validate for script."""
+    args = resolve_sizes(parser.parse_args(argv), full, tiny)
+    validate(args, script)
+    return args
+
+
 def resolve_sizes(args: argparse.Namespace, full: dict, tiny: dict) -> argparse.Namespace:
     """Fill every size option left at None from the full (GPU) or tiny (CPU) presets."""
     for key, value in (tiny if args.tiny else full).items():
@@ -265,17 +288,19 @@ def mark(args: argparse.Namespace, name: str) -> contextlib.AbstractContextManag
 
 
 # ------------------------------------------------------------------------------- step loop
-class _StepClock:
-    """Per-step times in ms without a per-step host synchronisation.
+class StepClock:
+    """Per-step times in ms without a per-step host synchronisation (also the framework
+    samples' time of each optimizer step).
 
     On CUDA an event is recorded at every step boundary and read after one synchronize at
     the end: a torch.cuda.synchronize() inside every step would itself show up in the
     trace as a host sync that drains the GPU queue, and skew every sample towards
     'host sync'. The deltas between boundary events are the steady-state step period.
+    Elsewhere the host clock.
     """
 
-    def __init__(self, env: Env) -> None:
-        self.cuda = env.is_cuda
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
         self.marks: list = []
 
     def tick(self) -> None:
@@ -296,7 +321,7 @@ class _StepClock:
 def run_steps(args: argparse.Namespace, env: Env, step_fn: Callable[[int], object]
               ) -> list[float]:
     """Run step_fn(i) for --steps steps under the chosen profiler; return step times (ms)."""
-    clock = _StepClock(env)
+    clock = StepClock(env.device)
     wall0 = time.perf_counter()
     last_warmup = PROFILE_WAIT + PROFILE_WARMUP - 1
     marker = getattr(args, "step_marker", None)

@@ -1,15 +1,13 @@
 """Shared by the framework samples (hf_trainer.py, lightning_train.py): options, random
-token data, per-optimizer-step timing, and importing profkit.integrations from an
-uninstalled checkout."""
+token data and importing profkit.integrations from an uninstalled checkout (each optimizer
+step is timed by common.StepClock)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import itertools
 import os
 import sys
-import time
 
 import common
 import torch
@@ -78,29 +76,6 @@ class RandomTokens(torch.utils.data.Dataset):
         g = torch.Generator().manual_seed(i)
         ids = torch.randint(self.vocab, (self.seq + 1,), generator=g)
         return {"input_ids": ids[:-1], "labels": ids[1:]}
-
-
-class StepClock:
-    """Time of each optimizer step (ms): CUDA events recorded at step ends and read once at
-    the end (a per-step synchronize would itself show in the trace), else the host clock."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.marks: list = []
-
-    def tick(self) -> None:
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            self.marks.append(event)
-        else:
-            self.marks.append(time.perf_counter())
-
-    def step_ms(self) -> list[float]:
-        if self.cuda:
-            torch.cuda.synchronize()
-            return [a.elapsed_time(b) for a, b in itertools.pairwise(self.marks)]
-        return [(b - a) * 1e3 for a, b in itertools.pairwise(self.marks)]
 
 
 def profkit_callback(framework: str, args: argparse.Namespace, device: torch.device):

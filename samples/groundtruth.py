@@ -34,6 +34,13 @@ def add_truth_args(parser: argparse.ArgumentParser) -> None:
                         "--profile-from-start off); use with --profiler none")
 
 
+def truth_parser(doc: str, *, steps: int = 10) -> argparse.ArgumentParser:
+    """The parser of a "why" sample: common.sample_parser's options and --ncu-step."""
+    parser = common.sample_parser(doc, steps=steps)
+    add_truth_args(parser)
+    return parser
+
+
 def count_flops(fn: Callable[[], object]) -> int:
     """FLOPs of one call of fn, as FlopCounterMode counts them (mm/conv/sdpa only)."""
     from torch.utils.flop_counter import FlopCounterMode
@@ -80,6 +87,20 @@ def split_times(times: list[float], active: int) -> dict[str, object]:
     clean = times[first + active + 1:]
     return {"profiled_median_ms": _median(profiled), "unprofiled_median_ms": _median(clean),
             "unprofiled_steps": len(clean)}
+
+
+def run_measured(args: argparse.Namespace, env: common.Env, step_fn: Callable[[int], object]
+                 ) -> tuple[list[float], dict[str, object]]:
+    """common.run_steps with step --ncu-step bracketed (NcuWindow): the step times and
+    their split_times."""
+    times = common.run_steps(args, env, NcuWindow(args, env).wrap(step_fn))
+    return times, split_times(times, args.active)
+
+
+def achieved_tflops(flop_per_step: float, split: dict[str, object]) -> float:
+    """TFLOP/s at the median unprofiled step of split (nan without one), to 0.1."""
+    clean = split["unprofiled_median_ms"] or float("nan")
+    return round(flop_per_step / (clean * 1e-3) / 1e12, 1)
 
 
 class HostClock:

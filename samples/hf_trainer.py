@@ -27,7 +27,7 @@ from transformers import (  # noqa: E402
 
 
 class _Clock(TrainerCallback):
-    def __init__(self, clock: frameworks.StepClock):
+    def __init__(self, clock: common.StepClock):
         self.clock = clock
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     args = frameworks.parse_args(__doc__.split("\n")[0], "hf_trainer", argv, batch=16)
     device = frameworks.device_of(args)
     env = frameworks.env_of(device)
-    clock = frameworks.StepClock(device)
+    clock = common.StepClock(device)
     profiler = frameworks.profkit_callback("hf", args, device)
     data = frameworks.RandomTokens(args.steps * args.batch * env.world_size, args.seq,
                                    args.vocab)

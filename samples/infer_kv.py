@@ -21,20 +21,13 @@ TINY = dict(batch=2, prompt=16, new_tokens=4, layers=2, dim=64, heads=4, vocab=2
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="none", steps=6)
+    p = common.sample_parser(__doc__, profiler="none", steps=6)
     p.add_argument("--dtype", choices=("bf16", "fp32"), default=None,
                    help="default: bf16 on CUDA, fp32 on CPU")
-    p.add_argument("--batch", type=int, help="prompts per generate call")
-    p.add_argument("--prompt", type=int, help="prompt length in tokens")
-    p.add_argument("--new-tokens", type=int, help="tokens decoded after the prefill")
-    p.add_argument("--layers", type=int)
-    p.add_argument("--dim", type=int)
-    p.add_argument("--heads", type=int)
-    p.add_argument("--vocab", type=int)
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "infer_kv")
-    return args
+    common.add_size_args(p, FULL, batch="prompts per generate call",
+                         prompt="prompt length in tokens",
+                         new_tokens="tokens decoded after the prefill")
+    return common.parse_sized(p, argv, FULL, TINY, "infer_kv")
 
 
 @torch.inference_mode()

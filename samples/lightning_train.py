@@ -23,7 +23,7 @@ except ImportError:
 
 
 class LitGPT(pl.LightningModule):
-    def __init__(self, cfg: GPTConfig, clock: frameworks.StepClock):
+    def __init__(self, cfg: GPTConfig, clock: common.StepClock):
         super().__init__()
         self.model, self.clock, self.vocab = GPT(cfg), clock, cfg.vocab_size
         self.last_loss = float("nan")
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     args = frameworks.parse_args(__doc__.split("\n")[0], "lightning_train", argv, batch=48)
     device = frameworks.device_of(args)
     env = frameworks.env_of(device)
-    clock = frameworks.StepClock(device)
+    clock = common.StepClock(device)
     profiler = frameworks.profkit_callback("lightning", args, device)
     cfg = GPTConfig(vocab_size=args.vocab, max_seq=args.seq, n_layer=args.layers,
                     dim=args.dim, n_head=args.heads)

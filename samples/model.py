@@ -119,3 +119,12 @@ class GPT(nn.Module):
 def _init_weights(module: nn.Module) -> None:
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, std=0.02)
+
+
+def mlp(dim: int, layers: int) -> nn.Sequential:
+    """``layers`` bias-free dim x dim Linear layers, each followed by a tanh GELU (the zoo's
+    GEMM-bound MLP), on the CPU in fp32: the caller moves it."""
+    blocks: list[nn.Module] = []
+    for _ in range(layers):
+        blocks += [nn.Linear(dim, dim, bias=False), nn.GELU("tanh")]
+    return nn.Sequential(*blocks)

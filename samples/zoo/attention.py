@@ -32,19 +32,11 @@ TINY = dict(batch=2, seq=16, dim=32, heads=4, layers=1)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="profkit", steps=10)
-    groundtruth.add_truth_args(p)
-    p.add_argument("--batch", type=int)
-    p.add_argument("--seq", type=int)
-    p.add_argument("--dim", type=int)
-    p.add_argument("--heads", type=int)
-    p.add_argument("--layers", type=int)
+    p = groundtruth.truth_parser(__doc__)
+    common.add_size_args(p, FULL)
     p.add_argument("--flash", action="store_true",
                    help="the after: FlashAttention backend instead of the math one")
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "zoo_attention")
-    return args
+    return common.parse_sized(p, argv, FULL, TINY, "zoo_attention")
 
 
 class Attention(torch.nn.Module):
@@ -81,15 +73,12 @@ def main(argv: list[str] | None = None) -> None:
             opt.zero_grad(set_to_none=True)
 
         flops = groundtruth.count_flops(train_step)
-        ncu = groundtruth.NcuWindow(args, env)
-        times = common.run_steps(args, env, ncu.wrap(lambda _: train_step()))
-        split = groundtruth.split_times(times, args.active)
-        clean = split["unprofiled_median_ms"] or float("nan")
+        times, split = groundtruth.run_measured(args, env, lambda _: train_step())
         common.report(args, env, "zoo/attention", times,
                       label="attention_flash" if args.flash else "attention_math",
                       backend=backend.name, batch=args.batch, seq=args.seq, dim=args.dim,
                       heads=args.heads, layers=args.layers, flop_per_step=flops,
-                      achieved_tflops=round(flops / (clean * 1e-3) / 1e12, 1), **split)
+                      achieved_tflops=groundtruth.achieved_tflops(flops, split), **split)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import common  # noqa: E402
 import torch  # noqa: E402
+from model import mlp  # noqa: E402
 
 FULL = dict(dim=8192, tokens=8192, layers=4)
 TINY = dict(dim=64, tokens=64, layers=2)
@@ -38,10 +39,7 @@ def main(argv: list[str] | None = None) -> None:
         # bf16 parameters directly (no autocast): no cast kernels between the GEMMs.
         dtype = torch.bfloat16 if env.is_cuda else torch.float32
         torch.manual_seed(0)
-        layers = []
-        for _ in range(args.layers):
-            layers += [torch.nn.Linear(args.dim, args.dim, bias=False), torch.nn.GELU("tanh")]
-        model = torch.nn.Sequential(*layers).to(env.device, dtype)
+        model = mlp(args.dim, args.layers).to(env.device, dtype)
         opt = torch.optim.SGD(model.parameters(), lr=1e-6)
         x = torch.randn(args.tokens, args.dim, device=env.device, dtype=dtype)
 

@@ -27,33 +27,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import common  # noqa: E402
 import groundtruth  # noqa: E402
 import torch  # noqa: E402
+from model import mlp  # noqa: E402
 
 FULL = dict(dim=2048, tokens=16384, layers=6)
 TINY = dict(dim=64, tokens=64, layers=2)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="profkit", steps=10)
-    groundtruth.add_truth_args(p)
-    p.add_argument("--dim", type=int, help="layer width")
-    p.add_argument("--tokens", type=int, help="rows of the activation matrix")
-    p.add_argument("--layers", type=int)
+    p = groundtruth.truth_parser(__doc__)
+    common.add_size_args(p, FULL, dim="layer width", tokens="rows of the activation matrix")
     p.add_argument("--gpu-optimizer", action="store_true",
                    help="the twin without the cause: fused Adam on the GPU")
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "zoo_cpu_optimizer")
-    return args
+    return common.parse_sized(p, argv, FULL, TINY, "zoo_cpu_optimizer")
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     with common.session(args) as env:
         torch.manual_seed(0)
-        layers = []
-        for _ in range(args.layers):
-            layers += [torch.nn.Linear(args.dim, args.dim, bias=False), torch.nn.GELU("tanh")]
-        model = torch.nn.Sequential(*layers).to(env.device)
+        model = mlp(args.dim, args.layers).to(env.device)
         params = list(model.parameters())
         x = torch.randn(args.tokens, args.dim, device=env.device)
         amp = torch.bfloat16 if env.is_cuda else None
@@ -99,9 +91,7 @@ def main(argv: list[str] | None = None) -> None:
 
         flops = groundtruth.count_flops(forward_backward)
         model.zero_grad(set_to_none=True)
-        ncu = groundtruth.NcuWindow(args, env)
-        times = common.run_steps(args, env, ncu.wrap(lambda _: train_step()))
-        split = groundtruth.split_times(times, args.active)
+        times, split = groundtruth.run_measured(args, env, lambda _: train_step())
         n_params = sum(p.numel() for p in params)
         common.report(args, env, "zoo/cpu_optimizer", times,
                       label="host_work_removed" if args.gpu_optimizer else "host_work",

@@ -45,19 +45,13 @@ class SlowDataset(Dataset):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="profkit", steps=8)
-    p.add_argument("--batch", type=int)
-    p.add_argument("--features", type=int)
-    p.add_argument("--hidden", type=int)
-    p.add_argument("--ms-per-batch", type=float, help="CPU ms the dataset spends per batch")
+    p = common.sample_parser(__doc__)
+    common.add_size_args(p, FULL, ms_per_batch="CPU ms the dataset spends per batch")
     p.add_argument("--workers", type=int, default=0, help="DataLoader num_workers")
     p.add_argument("--preload", action="store_true",
                    help="the twin without the cause: every batch is built before the loop, so "
                    "the steps do the same GPU work without waiting for the DataLoader")
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "zoo_data_loading")
-    return args
+    return common.parse_sized(p, argv, FULL, TINY, "zoo_data_loading")
 
 
 def main(argv: list[str] | None = None) -> None:

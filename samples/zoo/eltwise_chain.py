@@ -82,14 +82,12 @@ def main(argv: list[str] | None = None) -> None:
                 fn(x, w, b)
         common.sync_if_cuda(env)
         out: dict[str, torch.Tensor] = {}
-        ncu = groundtruth.NcuWindow(args, env)
 
         @torch.no_grad()
         def step(_: int) -> None:
             out["y"] = fn(x, w, b)
 
-        times = common.run_steps(args, env, ncu.wrap(step))
-        split = groundtruth.split_times(times, args.active)
+        times, split = groundtruth.run_measured(args, env, step)
         fused_min = 2 * x.numel() * x.element_size()
         clean = split["unprofiled_median_ms"] or float("nan")
         common.report(args, env, "zoo/eltwise_chain", times,

@@ -30,18 +30,9 @@ TINY = dict(batch=2, seq=32, layers=2, dim=64, heads=4, vocab=256)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="profkit", steps=10)
-    groundtruth.add_truth_args(p)
-    p.add_argument("--batch", type=int, help="sequences per step")
-    p.add_argument("--seq", type=int, help="tokens per sequence")
-    p.add_argument("--layers", type=int)
-    p.add_argument("--dim", type=int)
-    p.add_argument("--heads", type=int)
-    p.add_argument("--vocab", type=int)
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "zoo_gpt_sizes")
-    return args
+    p = groundtruth.truth_parser(__doc__)
+    common.add_size_args(p, FULL, batch="sequences per step", seq="tokens per sequence")
+    return common.parse_sized(p, argv, FULL, TINY, "zoo_gpt_sizes")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,16 +60,14 @@ def main(argv: list[str] | None = None) -> None:
             last["loss"] = loss.detach()
 
         flops = groundtruth.count_flops(train_step)
-        ncu = groundtruth.NcuWindow(args, env)
-        times = common.run_steps(args, env, ncu.wrap(lambda _: train_step()))
-        split = groundtruth.split_times(times, args.active)
+        times, split = groundtruth.run_measured(args, env, lambda _: train_step())
         clean = split["unprofiled_median_ms"] or float("nan")
         n_tokens = args.batch * args.seq
         common.report(args, env, "zoo/gpt_sizes", times, label="size", batch=args.batch,
                       seq=args.seq, layers=args.layers, dim=args.dim, heads=args.heads,
                       vocab=args.vocab, params=sum(p.numel() for p in model.parameters()),
                       tokens_per_step=n_tokens, flop_per_step=flops,
-                      achieved_tflops=round(flops / (clean * 1e-3) / 1e12, 1),
+                      achieved_tflops=groundtruth.achieved_tflops(flops, split),
                       tokens_per_s=round(n_tokens / (clean * 1e-3)),
                       final_loss=round(float(last["loss"]), 4), **split)
 

@@ -30,25 +30,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import common  # noqa: E402
 import groundtruth  # noqa: E402
 import torch  # noqa: E402
+from model import mlp  # noqa: E402
 
 FULL = dict(tokens=8192, dim=2048, layers=4, replays=8, host_ms=1.5)
 TINY = dict(tokens=16, dim=32, layers=2, replays=3, host_ms=0.5)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="profkit", steps=10)
-    groundtruth.add_truth_args(p)
-    p.add_argument("--tokens", type=int, help="rows of the latent")
-    p.add_argument("--dim", type=int)
-    p.add_argument("--layers", type=int, help="MLP layers inside the graph")
-    p.add_argument("--replays", type=int, help="graph replays (denoising iterations) per step")
-    p.add_argument("--host-ms", type=float, help="Python work after each replay")
+    p = groundtruth.truth_parser(__doc__)
+    common.add_size_args(p, FULL, tokens="rows of the latent",
+                         layers="MLP layers inside the graph",
+                         replays="graph replays (denoising iterations) per step",
+                         host_ms="Python work after each replay")
     p.add_argument("--no-hooks", action="store_true",
                    help="the twin without the cause: no host work between the replays")
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "zoo_graph_hooks")
-    return args
+    return common.parse_sized(p, argv, FULL, TINY, "zoo_graph_hooks")
 
 
 def scheduler_step(t: int, budget_s: float) -> float:
@@ -68,10 +64,7 @@ def main(argv: list[str] | None = None) -> None:
             print("graph_hooks.py: no CUDA device, the 'graph' runs eagerly (smoke test)")
         dtype = torch.bfloat16 if env.is_cuda else torch.float32
         torch.manual_seed(0)
-        layers = []
-        for _ in range(args.layers):
-            layers += [torch.nn.Linear(args.dim, args.dim, bias=False), torch.nn.GELU("tanh")]
-        model = torch.nn.Sequential(*layers).to(env.device, dtype).eval()
+        model = mlp(args.dim, args.layers).to(env.device, dtype).eval()
         latent = torch.randn(args.tokens, args.dim, device=env.device, dtype=dtype)
         static_out = torch.empty_like(latent)
 
@@ -109,9 +102,7 @@ def main(argv: list[str] | None = None) -> None:
                         dt = scheduler_step(i * args.replays + r, budget_s)
                 latent.add_(static_out - latent, alpha=dt)  # the scheduler's update
 
-        ncu = groundtruth.NcuWindow(args, env)
-        times = common.run_steps(args, env, ncu.wrap(step))
-        split = groundtruth.split_times(times, args.active)
+        times, split = groundtruth.run_measured(args, env, step)
         common.report(args, env, "zoo/graph_hooks", times,
                       label="host_work_removed" if args.no_hooks else "host_work",
                       cuda_graph=graph is not None, no_hooks=args.no_hooks,

@@ -30,21 +30,12 @@ TINY = dict(batch=2, prompt=16, new_tokens=4, layers=2, dim=64, heads=4, vocab=2
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="profkit", steps=10)
-    groundtruth.add_truth_args(p)
-    p.add_argument("--batch", type=int, help="prompts per generate call")
-    p.add_argument("--prompt", type=int, help="prompt length in tokens")
-    p.add_argument("--new-tokens", type=int, help="tokens generated per call")
-    p.add_argument("--layers", type=int)
-    p.add_argument("--dim", type=int)
-    p.add_argument("--heads", type=int)
-    p.add_argument("--vocab", type=int)
+    p = groundtruth.truth_parser(__doc__)
+    common.add_size_args(p, FULL, batch="prompts per generate call",
+                         prompt="prompt length in tokens", new_tokens="tokens generated per call")
     p.add_argument("--kv-cache", action="store_true",
                    help="the after: prefill once, then one-token forwards over a KV cache")
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "zoo_kv_cache")
-    return args
+    return common.parse_sized(p, argv, FULL, TINY, "zoo_kv_cache")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -86,9 +77,7 @@ def main(argv: list[str] | None = None) -> None:
             last["tokens"] = generate(prompt)
 
         flops = groundtruth.count_flops(lambda: step(0))
-        ncu = groundtruth.NcuWindow(args, env)
-        times = common.run_steps(args, env, ncu.wrap(step))
-        split = groundtruth.split_times(times, args.active)
+        times, split = groundtruth.run_measured(args, env, step)
         common.report(args, env, "zoo/kv_cache", times,
                       label="kv_cache" if args.kv_cache else "no_kv_cache",
                       kv_cache=args.kv_cache, batch=args.batch, prompt=args.prompt,

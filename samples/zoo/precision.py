@@ -24,23 +24,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import common  # noqa: E402
 import groundtruth  # noqa: E402
 import torch  # noqa: E402
+from model import mlp  # noqa: E402
 
 FULL = dict(dim=4096, tokens=8192, layers=3)
 TINY = dict(dim=64, tokens=64, layers=2)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="profkit", steps=10)
-    groundtruth.add_truth_args(p)
-    p.add_argument("--dim", type=int, help="layer width")
-    p.add_argument("--tokens", type=int, help="rows of the activation matrix")
-    p.add_argument("--layers", type=int)
+    p = groundtruth.truth_parser(__doc__)
+    common.add_size_args(p, FULL, dim="layer width", tokens="rows of the activation matrix")
     p.add_argument("--bf16", action="store_true",
                    help="the twin without the cause: bf16 autocast (tensor cores)")
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "zoo_precision")
-    return args
+    return common.parse_sized(p, argv, FULL, TINY, "zoo_precision")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -51,10 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_float32_matmul_precision("highest")
     with common.session(args) as env:
         torch.manual_seed(0)
-        layers = []
-        for _ in range(args.layers):
-            layers += [torch.nn.Linear(args.dim, args.dim, bias=False), torch.nn.GELU("tanh")]
-        model = torch.nn.Sequential(*layers).to(env.device)
+        model = mlp(args.dim, args.layers).to(env.device)
         opt = torch.optim.SGD(model.parameters(), lr=1e-6)
         x = torch.randn(args.tokens, args.dim, device=env.device)
         amp = torch.bfloat16 if args.bf16 else None
@@ -67,16 +59,13 @@ def main(argv: list[str] | None = None) -> None:
             opt.zero_grad(set_to_none=True)
 
         flops = groundtruth.count_flops(train_step)
-        ncu = groundtruth.NcuWindow(args, env)
-        times = common.run_steps(args, env, ncu.wrap(lambda _: train_step()))
-        split = groundtruth.split_times(times, args.active)
-        clean = split["unprofiled_median_ms"] or float("nan")
+        times, split = groundtruth.run_measured(args, env, lambda _: train_step())
         common.report(args, env, "zoo/precision", times,
                       label="compute_fp32_removed" if args.bf16 else "compute_fp32",
                       dtype="bf16-autocast" if args.bf16 else "fp32", allow_tf32=False,
                       dim=args.dim, tokens=args.tokens, layers=args.layers,
                       flop_per_step=flops,
-                      achieved_tflops=round(flops / (clean * 1e-3) / 1e12, 1), **split)
+                      achieved_tflops=groundtruth.achieved_tflops(flops, split), **split)
 
 
 if __name__ == "__main__":

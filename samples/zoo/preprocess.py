@@ -145,9 +145,7 @@ def main(argv: list[str] | None = None) -> None:
             lambda: forward_backward(x0, torch.zeros(args.batch, dtype=torch.long,
                                                      device=env.device)))
         model.zero_grad(set_to_none=True)
-        ncu = groundtruth.NcuWindow(args, env)
-        times = common.run_steps(args, env, ncu.wrap(step))
-        split = groundtruth.split_times(times, args.active)
+        times, split = groundtruth.run_measured(args, env, step)
         common.report(args, env, "zoo/preprocess", times,
                       label="host_work_removed" if args.workers else "host_work",
                       workers=args.workers, batch=args.batch, raw=args.raw, crop=args.crop,

@@ -35,19 +35,12 @@ TINY = dict(batch=2, seq=8, seq_step=2, dim=32, layers=1)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="profkit", steps=8)
-    groundtruth.add_truth_args(p)
-    p.add_argument("--batch", type=int, help="sequences per step")
-    p.add_argument("--seq", type=int, help="sequence length of step 0")
-    p.add_argument("--seq-step", type=int, help="length added at every step")
-    p.add_argument("--dim", type=int)
-    p.add_argument("--layers", type=int)
+    p = groundtruth.truth_parser(__doc__, steps=8)
+    common.add_size_args(p, FULL, batch="sequences per step", seq="sequence length of step 0",
+                         seq_step="length added at every step")
     p.add_argument("--mark-dynamic", action="store_true",
                    help="the twin without the cause: mark the sequence dimension dynamic")
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "zoo_recompile")
-    return args
+    return common.parse_sized(p, argv, FULL, TINY, "zoo_recompile")
 
 
 class Block(torch.nn.Module):
@@ -121,14 +114,12 @@ def main(argv: list[str] | None = None) -> None:
         common.sync_if_cuda(env)
         host.steps.clear()
         before = _frames_compiled()
-        ncu = groundtruth.NcuWindow(args, env)
 
         def step(i: int) -> None:
             host.new_step()
             train_step(compiled, lengths[i])
 
-        times = common.run_steps(args, env, ncu.wrap(step))
-        split = groundtruth.split_times(times, args.active)
+        times, split = groundtruth.run_measured(args, env, step)
         per_token = (flops[-1] - flops[0]) / max(lengths[-1] - lengths[0], 1)
         common.report(args, env, "zoo/recompile", times,
                       label="compile_removed" if args.mark_dynamic else "compile",

@@ -34,17 +34,14 @@ TINY = dict(syncs=10, dim=32, copy_mb=1)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="profkit", steps=8)
-    p.add_argument("--syncs", type=int, help="blocking GPU->host reads per step")
-    p.add_argument("--dim", type=int, help="size of the square matmul between syncs")
-    p.add_argument("--copy-mb", type=int, help="MiB copied to pageable host memory per step")
+    p = common.sample_parser(__doc__)
+    common.add_size_args(p, FULL, syncs="blocking GPU->host reads per step",
+                         dim="size of the square matmul between syncs",
+                         copy_mb="MiB copied to pageable host memory per step")
     p.add_argument("--no-sync", action="store_true",
                    help="the twin without the cause: the same GPU work, but the values stay on "
                    "the GPU (no .cpu(), no host round trip), so nothing blocks the host")
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "zoo_round_trip")
-    return args
+    return common.parse_sized(p, argv, FULL, TINY, "zoo_round_trip")
 
 
 def main(argv: list[str] | None = None) -> None:

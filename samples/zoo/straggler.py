@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import common  # noqa: E402
 import torch  # noqa: E402
+from model import mlp  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 FULL = dict(dim=4096, tokens=8192, layers=6, extra_matmuls=7)
@@ -56,10 +57,7 @@ def main(argv: list[str] | None = None, *, straggler: bool = True) -> None:
     with common.session(args, need_group=True) as env:
         dtype = torch.bfloat16 if env.is_cuda else torch.float32
         torch.manual_seed(0)  # same initial weights on every rank
-        layers = []
-        for _ in range(args.layers):
-            layers += [torch.nn.Linear(args.dim, args.dim, bias=False), torch.nn.GELU("tanh")]
-        model = torch.nn.Sequential(*layers).to(env.device, dtype)
+        model = mlp(args.dim, args.layers).to(env.device, dtype)
         model = DistributedDataParallel(model,
                                         device_ids=[env.local_rank] if env.is_cuda else None)
         opt = torch.optim.SGD(model.parameters(), lr=1e-6)
