@@ -3,11 +3,12 @@ keyed by run key and the fingerprint of the run's files (so a changed run is re-
 unchanged one never). The browser holds only keys and selections.
 
 What a run's pages show without its events (:class:`~profkit.dashboard.loading.Shown`: the
-analysis and the Runs table's facts) is also kept on disk with the run's result cache
+analysis, made as ``profkit analyze`` makes it, and the Runs table's facts) is also kept on disk with the run's result cache
 (:func:`profkit.run.cache.store_result`, data only, never pickle), under the fingerprint of the
 run's files and of profkit's code: a restarted dashboard shows an unchanged run without
-reading its traces. The events are read (from the ingest cache) only for the pages that
-draw them, and only a few runs' events are held at once: they are the large part.
+reading its traces. The events are read (from the ingest cache the analysis wrote) only for
+the pages that draw them, when they are first asked for, and only a few runs' events are
+held at once: they are the large part.
 
 The Runs page asks for every run at once: :meth:`ResultCache.prefetch` analyses them on a
 few threads in the background, as many at once as the free memory allows
@@ -167,13 +168,8 @@ class ResultCache:
             if kept is not None and kept.valid():
                 log.debug("%s: shown from the result cache", entry.path)
                 return kept
-        value = loading.show(entry.path)
-        if isinstance(value, loading.RunReadError):
-            return value
-        run, shown = value
-        if self._progress.get(entry.key) is None:  # a page waits for it: keep its events
-            self._runs.put(("run", entry.key, fp), run)
-        if self.persist:
+        shown = loading.show(entry.path)
+        if self.persist and isinstance(shown, loading.Shown):
             cache.store_result(entry.path, disk_key, shown)
         return shown
 
@@ -216,7 +212,7 @@ class ResultCache:
         shown = self.shown(key)
         entry, fp = self.entry(key), self.fingerprint(key)
         value = self._runs.get_or_compute(("run", key, fp),
-                                          lambda: loading.reload(entry.path, shown.set_aside))
+                                          lambda: loading.reload(entry.path, shown))
         if isinstance(value, loading.RunReadError):
             raise loading.RunReadError(str(value))
         return value
