@@ -60,6 +60,34 @@ def test_overview_verdict_first_then_graphs_and_a_rank_click(page):
         "document.querySelector('#rank-detail .gtitle').textContent === 'Rank 1: every step'")
 
 
+def test_overview_verdict_is_on_screen_while_its_charts_are_still_coming(page):
+    """The charts are a second request: held back here, the verdict and findings are shown
+    without them; let go, they are drawn in their places."""
+    held = []
+
+    def hold_charts(route):
+        if "overview-charts" in (route.request.post_data or ""):
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/_dash-update-component*", hold_charts)
+    page.goto(f"{page.base}/run/{STOCK}")
+    assert "compute bound" in page.locator("#verdict").inner_text()
+    for _ in range(100):  # the charts' request is sent once the page is shown
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert len(held) == 1
+    assert page.locator("#findings .finding").count() >= 2
+    assert page.locator(".chart-pending").count() == 3
+    assert page.locator("#rank-bars, #step-heatmap, #rank-detail").count() == 0
+    held[0].continue_()
+    for gid in ("rank-bars", "step-heatmap", "rank-detail"):
+        graph_ready(page, gid)
+    assert page.locator(".chart-pending").count() == 0
+
+
 def test_overview_calls_out_the_straggler(page):
     page.goto(f"{page.base}/run/{KEYS['zoo/straggler']}")
     callout = page.locator("#straggler-callout")
