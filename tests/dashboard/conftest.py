@@ -2,6 +2,7 @@
 rank), and a headless chromium, shared by the browser tests. Both skip cleanly when chromium
 or playwright is absent."""
 
+import fcntl
 import gzip
 import json
 import os
@@ -96,6 +97,31 @@ def bad_sidecars(folder: Path) -> Path:
 def sidecar_run(tmp_path_factory) -> Path:
     """:func:`bad_sidecars` of zoo/straggler: every rank there, two sidecars skipped."""
     return bad_sidecars(tmp_path_factory.mktemp("sidecars") / "straggler-bad-sidecars")
+
+
+@pytest.fixture(scope="session")
+def analysed_samples(tmp_path_factory) -> None:
+    """Every bundled sample run's analysis kept on disk, as the dashboard keeps it
+    (:class:`~profkit.dashboard.results.ResultCache`, under the fingerprint of the run's files
+    and of profkit's code), so that the Runs page of a server reads them back instead of
+    analysing 55 runs again in every test session and every xdist worker. Made once per
+    version of the code; a lock beside the workers' temp folders lets one worker make them
+    while the others wait, then read them. The runs the tests spoil (bad ranks, a missing
+    trace, bad sidecars) are not among them: the server analyses those itself."""
+    from profkit.dashboard.app import default_roots
+    from profkit.dashboard.loading import RunReadError
+    from profkit.dashboard.registry import RunRegistry
+    from profkit.dashboard.results import ResultCache
+
+    lock = tmp_path_factory.getbasetemp().parent / "profkit-analysed-samples.lock"
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        results = ResultCache(RunRegistry([], default_roots()))
+        for entry in results.registry.entries():
+            try:
+                results.shown(entry.key)
+            except RunReadError:  # kept as the run's error, as the page shows it
+                pass
 
 
 @pytest.fixture(scope="session")
