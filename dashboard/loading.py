@@ -110,7 +110,6 @@ def show(path: Path) -> Shown | RunReadError:
 
     try:
         analysis, set_aside = analyze_run(path, cache=True), {}
-        list_sidecar_skips(analysis, Path(path))
     except (ProfkitError, OSError) as exc:
         return RunReadError(str(exc))
     except Exception as exc:  # a malformed value that breaks the reduce: rank by rank
@@ -120,6 +119,8 @@ def show(path: Path) -> Shown | RunReadError:
             return value
         run, analysis = value
         set_aside = set_aside_ranks(run)
+    else:
+        list_sidecar_skips(analysis, Path(path))
     return Shown(analysis, runfacts.facts(analysis, path), set_aside)
 
 
@@ -129,18 +130,15 @@ def list_sidecar_skips(analysis, path: Path) -> None:
     Compute's table): ``analyze_run``'s map reads a rank's NVML samples without naming a
     bad chunk, and reads no NCCL file, so its report would not say that they were left
     out."""
-    from profkit.run.counters import load_counters
-
     if not path.is_dir():
         return
     folder = discover.run_folder(path)
-    skipped: list[SkippedFile] = []
-    for rank in analysis.run.get("ranks_analyzed") or []:
-        load_counters(folder, int(rank), skipped)
-    if (folder / "nccl").is_dir():
-        from profkit.nccl.logs import load_nccl_dir
-
-        load_nccl_dir(folder, skipped, runmeta.read_run_meta(folder)[0].get("ranks") or {})
+    try:
+        skipped = _sidecar_skips(folder, analysis.run.get("ranks_analyzed") or [])
+    except Exception as exc:  # a note that could not be made never costs the run
+        log.warning("%s: its NVML and NCCL files could not be checked (%s)", path,
+                    describe(exc))
+        return
     listed = analysis.run.setdefault("skipped_files", [])
     known = {str(s.get("path")) for s in listed if isinstance(s, dict)}
     new = [s.as_dict() for s in skipped if str(s.path) not in known]
@@ -148,6 +146,19 @@ def list_sidecar_skips(analysis, path: Path) -> None:
     at = next((i for i, s in enumerate(listed)
                if isinstance(s, dict) and str(s.get("path", "")).startswith(ncu)), len(listed))
     listed[at:at] = new
+
+
+def _sidecar_skips(folder: Path, ranks: list[int]) -> list[SkippedFile]:
+    from profkit.run.counters import load_counters
+
+    skipped: list[SkippedFile] = []
+    for rank in ranks:
+        load_counters(folder, int(rank), skipped)
+    if (folder / "nccl").is_dir():
+        from profkit.nccl.logs import load_nccl_dir
+
+        load_nccl_dir(folder, skipped, runmeta.read_run_meta(folder)[0].get("ranks") or {})
+    return skipped
 
 
 NOT_ANALYSED = "rank not analysed"
