@@ -1,15 +1,18 @@
 """Time to interactive of the dashboard's Overview and Timeline pages and the Timeline's zoom
-latency, measured in a real browser.
+latency, measured in a real browser, each figure printed beside its peer or its goal.
 
 For each repetition: start a fresh `profkit dashboard RUN` server (nothing warmed: no
-analysis in memory), open /run/<key> in a fresh headless-chromium context (empty browser
-cache) and time from the request until the verdict and the first graph have rendered
-(Overview cold); load it again (warm: the analysis cached on the server, the JS bundles in
-the browser). Then the Timeline the same way, until its graph has rendered (cold: the lane
-tables of the ranks shown are built; the analysis is already cached by the Overview), and
-again (warm). Then zoom: each window of ``ZOOMS`` is sent as a plotly relayout, and the
-time is taken from the relayout until the server's answer is on screen (the event count
-and span text changed), ending with a zoom back out to the whole run (autorange).
+analysis in memory; like any `profkit dashboard RUN`, it starts analysing RUN as it starts),
+open /run/<key> in a fresh headless-chromium context (empty browser cache) and time from the
+request until the verdict is on screen, then until the three charts are drawn (Overview cold;
+the verdict is also timed from the server's launch); load it again (warm: the analysis
+cached on the server, the JS bundles in the browser). Then the Timeline the same way, until
+its graph has rendered (cold: the events are read from the ingest cache the analysis wrote
+and the lane tables of the ranks shown are built), and again (warm). Then zoom: each window
+of ``ZOOMS`` is sent as a plotly relayout, and the time is taken from the relayout until the
+server's answer is on screen (the event count and span text changed), ending with a zoom
+back out to the whole run (autorange); the server's part is the answer's request, sent to
+fully received (Resource Timing).
 
 Three cases, each on a fresh copy of the run (the run itself is never written to):
 "nothing cached": the traces are parsed and analysed on the first request; "ingest cache":
@@ -17,16 +20,25 @@ the traces' Parquet ingest cache on disk (as after any earlier `profkit` command
 dashboard's kept analysis deleted; "result cache": both on disk, as after any earlier view
 of the run: the analysis is read back (:mod:`profkit.datacodec`), the traces are not read.
 
+The peers, measured in the same script: a cold `profkit analyze RUN --no-cache` of another
+fresh copy (a fresh process, wall clock), alternating with the dashboard's rounds; and the
+Runs page over ``--runs-root`` (cold, see bench/runs_page_tti.py) beside a cold `profkit
+analyze --no-cache` of its first row's run. The goals: cold Overview (verdict on screen) no
+later than the cold analyze + 2 s; warm Overview (charts drawn) within 1 s; a zoom's server
+part within 0.5 s; the Runs page's first verdict in about one run's analysis.
+
 The large run of BENCHMARKS.md:
 
-    python bench/make_big_run.py samples/runs/stock_ddp_stack BIG/stock_ddp_stack_big \
-        --target-mb 130 --gzip
-    python bench/dashboard_tti.py --run BIG/stock_ddp_stack_big [--repeat 3]
+    python bench/make_big_run.py samples/runs/stock_ddp_stack BIG/run75 --ranks 2 \
+        --target-mb 75
+    python bench/dashboard_tti.py --run BIG/run75 [--repeat 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import shutil
 import statistics
 import subprocess
@@ -37,29 +49,39 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "dashboard"))
+sys.path.insert(0, str(REPO / "bench"))
+from benchlib import machine_info  # noqa: E402
 from conftest import CHROMIUM, CHROMIUM_ARGS, free_port, wait_for  # noqa: E402
 from profkit.dashboard.registry import run_key  # noqa: E402
+from runs_page_tti import analyze_wall_s, runs_page_round  # noqa: E402
 
-OVERVIEW_READY = "#verdict", "#rank-bars .main-svg"
+VERDICT = "#verdict"
+CHARTS = ("#rank-bars .main-svg", "#step-heatmap .main-svg", "#rank-detail .main-svg")
 TIMELINE_READY = ("#tl-graph .main-svg",)
 # Windows as shares of the run's span: a few steps, a tenth, a sliver; then the whole run.
 ZOOMS = [(0.40, 0.42), (0.30, 0.40), (0.50, 0.5004), None]
 INFO = "document.querySelector('#tl-info').textContent"
 GRAPH = "document.querySelector('#tl-graph .js-plotly-plot')"
+CASES = ("nothing cached", "ingest cache", "result cache")
+GOALS = {"cold overview slack s": 2.0, "warm overview s": 1.0, "zoom server s": 0.5}
 
 
-def timed_load(page, url: str, ready) -> float:
-    """ms from the request until every ``ready`` selector is on screen."""
+def timed_load(page, url: str, *stages) -> list[float]:
+    """Seconds from the request until each stage's selectors are all on screen."""
     start = time.perf_counter()
     page.goto(url)
-    for selector in ready:
-        page.wait_for_selector(selector, timeout=300_000)
-    return (time.perf_counter() - start) * 1e3
+    out = []
+    for selectors in stages:
+        for selector in selectors:
+            page.wait_for_selector(selector, timeout=300_000)
+        out.append(time.perf_counter() - start)
+    return out
 
 
 def timed_zoom(page, share: tuple[float, float] | None) -> tuple[float, float]:
-    """ms from a relayout to ``share`` of the run's span (None: autorange) until the
-    server's answer is drawn, and ms of that answer's request (sent to fully received)."""
+    """Seconds from a relayout to ``share`` of the run's span (None: autorange) until the
+    server's answer is drawn, and seconds of that answer's request (sent to fully
+    received)."""
     before = page.locator("#tl-info").inner_text()
     if share is None:
         update = "{'xaxis.autorange': true}"
@@ -78,30 +100,33 @@ def timed_zoom(page, share: tuple[float, float] | None) -> tuple[float, float]:
         raise RuntimeError(f"zoom to {share}: the page still says {before!r}; "
                            f"{answer.value.status} {answer.value.text()[:300]}") from None
     page.evaluate("new Promise(r => requestAnimationFrame(() => r()))")  # painted
-    total = (time.perf_counter() - start) * 1e3
+    total = time.perf_counter() - start
     answer.value.finished()
     timing = answer.value.request.timing
-    return total, timing["responseEnd"] - timing["requestStart"]
+    return total, (timing["responseEnd"] - timing["requestStart"]) / 1e3
 
 
-def one_round(browser, run: Path, log_path: Path) -> dict[str, float | list[float]]:
+def one_round(browser, run: Path, log_path: Path) -> dict:
+    """One server's pages and zooms over ``run`` (seconds; see the module doc)."""
     port = free_port()
+    launched = time.perf_counter()
     with log_path.open("wb") as log_file:  # a file, not a pipe nobody drains
         proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", str(run),
                                  "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL,
                                 stderr=log_file)
     try:
         base = f"http://127.0.0.1:{port}"
-        # the server answers; nothing analyzed yet
-        wait_for(base + "/_dash-layout", proc, log_path, timeout=120)
+        wait_for(base + "/_dash-layout", proc, log_path, timeout=120)  # the server answers
         url = f"{base}/run/{run_key(run.name, run.resolve())}"
         context = browser.new_context(viewport={"width": 1400, "height": 900})
         page = context.new_page()
-        out: dict[str, float | list[float]] = {
-            "overview cold": timed_load(page, url, OVERVIEW_READY),
-            "overview warm": timed_load(page, url, OVERVIEW_READY),
-            "timeline cold": timed_load(page, url + "/timeline", TIMELINE_READY),
-            "timeline warm": timed_load(page, url + "/timeline", TIMELINE_READY)}
+        asked = time.perf_counter()
+        verdict, charts = timed_load(page, url, (VERDICT,), CHARTS)
+        out = {"overview verdict": verdict, "overview charts": charts,
+               "overview verdict from launch": asked + verdict - launched}
+        out["warm verdict"], out["warm charts"] = timed_load(page, url, (VERDICT,), CHARTS)
+        out["timeline cold"], = timed_load(page, url + "/timeline", TIMELINE_READY)
+        out["timeline warm"], = timed_load(page, url + "/timeline", TIMELINE_READY)
         out["zoom"] = [timed_zoom(page, share) for share in ZOOMS]
         context.close()
         return out
@@ -123,47 +148,110 @@ def drop_kept_analyses(run: Path) -> None:
         kept.unlink()
 
 
-def report(run: Path, rows: list[tuple[str, list[dict]]]) -> None:
-    print(f"Dashboard TTI of {run.name} (ms: request -> page drawn; zoom: relayout -> "
-          "the server's window drawn; medians of each round's values)")
-    heads = ["overview cold", "overview warm", "timeline cold", "timeline warm"]
-    print(f"{'case':<18}" + "".join(f"{h:>15}" for h in heads) + f"{'zoom median':>13}"
-          f"{'zoom max':>10}{'zoom out':>10}{'server':>8}")
-    for name, rounds in rows:
-        cells = [statistics.median(r[h] for r in rounds) for h in heads]
+def med(values) -> float:
+    return statistics.median(values)
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def pages_table(rows: dict[str, list[dict]]) -> None:
+    heads = ["overview verdict", "overview charts", "warm charts", "timeline cold",
+             "timeline warm"]
+    print("| case | " + " | ".join(heads) + " | zoom median | zoom max | zoom server max |")
+    print("| --- |" + " ---: |" * (len(heads) + 3))
+    for name, rounds in rows.items():
         zooms = [z for r in rounds for z, _ in r["zoom"]]
-        zoom_out = [r["zoom"][-1][0] for r in rounds]
         server = [s for r in rounds for _, s in r["zoom"]]
-        print(f"{name:<18}" + "".join(f"{c:>15.0f}" for c in cells)
-              + f"{statistics.median(zooms):>13.0f}{max(zooms):>10.0f}"
-              f"{statistics.median(zoom_out):>10.0f}{statistics.median(server):>8.0f}")
-    print("(server: median ms of a zoom's request, sent to received)")
-    for name, rounds in rows:
+        cells = [med(r[h] for r in rounds) for h in heads] + [med(zooms), max(zooms), max(server)]
+        print(f"| {name} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
+    for name, rounds in rows.items():
         for i, r in enumerate(rounds):
-            print(f"  {name} round {i}: zooms " + ", ".join(f"{z:.0f} (server {s:.0f})"
-                                                         for z, s in r["zoom"]) + " ms")
+            print(f"  {name} round {i}: zooms " + ", ".join(
+                f"{z:.2f} (server {s:.2f})" for z, s in r["zoom"]) + " s")
+
+
+def goals_table(rows: dict[str, list[dict]], analyze_s: list[float], runs: list[dict]) -> None:
+    cold = rows["nothing cached"]
+    peer = med(analyze_s)
+    warm = max(r["warm charts"] for rs in rows.values() for r in rs)
+    server = max(s for rs in rows.values() for r in rs for _, s in r["zoom"])
+    lines = [
+        ("cold Overview: request -> verdict", med(r["overview verdict"] for r in cold),
+         f"cold analyze {peer:.2f} + 2 = {peer + 2:.2f}", peer + GOALS["cold overview slack s"]),
+        ("cold Overview: server launch -> verdict",
+         med(r["overview verdict from launch"] for r in cold),
+         f"cold analyze {peer:.2f} + 2 = {peer + 2:.2f}", peer + GOALS["cold overview slack s"]),
+        ("cold Overview: request -> charts", med(r["overview charts"] for r in cold), "-", None),
+        ("warm Overview: request -> charts (max)", warm, "1.00", GOALS["warm overview s"]),
+        ("zoom: server part (max)", server, "0.50", GOALS["zoom server s"]),
+    ]
+    if runs:
+        first, one = med(r["first row"] for r in runs), med(r["first run analyze"] for r in runs)
+        lines += [(f"Runs page ({runs[0]['rows']} runs): first row's verdict", first,
+                   f"one run's cold analyze {one:.2f}", None),
+                  ("Runs page: every row", med(r["all rows"] for r in runs), "-", None)]
+    print("| figure | measured s (median) | peer or goal s | met |")
+    print("| --- | ---: | --- | --- |")
+    for name, value, peer_text, limit in lines:
+        met = "-" if limit is None else ("yes" if value <= limit else "no")
+        print(f"| {name} | {value:.2f} | {peer_text} | {met} |")
+    print("(cold analyze: `profkit analyze RUN --no-cache`, a fresh process, medians of "
+          + ", ".join(f"{s:.2f}" for s in analyze_s) + " s)")
+
+
+def report(run: Path, rows: dict, analyze_s: list[float], runs: list[dict],
+           loads: list[str]) -> None:
+    m = machine_info()
+    print(f"## Dashboard TTI of {run.name}\n")
+    print(f"Machine: {m['cpu_model']}, {m['cpus']} CPUs, {m['mem_gib']:.0f} GiB, "
+          f"{platform.platform()}, Python {m['python']}, {m['date']}; load average "
+          f"(1, 5, 15 min) at start {loads[0]}, at end {loads[-1]}.\n")
+    goals_table(rows, analyze_s, runs)
+    print("\nEvery page figure (s, request -> drawn; medians of the rounds):\n")
+    pages_table(rows)
+    for i, r in enumerate(runs):
+        print(f"  Runs page round {i}: first row ({r['first run']}) {r['first row']:.2f} s, "
+              f"its cold analyze {r['first run analyze']:.2f} s, every row {r['all rows']:.1f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run", type=Path, default=REPO / "samples" / "runs" / "stock_ddp")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--runs-root", type=Path, default=REPO / "samples" / "runs",
+                        help="the Runs page's root (none: --runs-root '')")
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
+    loads = [load_average()]
+    rows: dict[str, list[dict]] = {case: [] for case in CASES}
+    analyze_s: list[float] = []
+    runs: list[dict] = []
     with sync_playwright() as p, tempfile.TemporaryDirectory() as tmp:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         log = Path(tmp) / "server.log"
-        rows: dict[str, list[dict]] = {"nothing cached": [], "ingest cache": [],
-                                       "result cache": []}
         for i in range(args.repeat):
+            def analyze(i=i):
+                analyze_s.append(analyze_wall_s(fresh_copy(args.run, Path(tmp) / f"a{i}")))
+            if i % 2 == 0:  # alternate which goes first
+                analyze()
             copy = fresh_copy(args.run, Path(tmp) / f"r{i}")
             rows["nothing cached"].append(one_round(browser, copy, log))
             drop_kept_analyses(copy)
             rows["ingest cache"].append(one_round(browser, copy, log))
             rows["result cache"].append(one_round(browser, copy, log))
+            if i % 2 == 1:
+                analyze()
+            shutil.rmtree(Path(tmp) / f"a{i}", ignore_errors=True)
+            shutil.rmtree(Path(tmp) / f"r{i}", ignore_errors=True)
+            if str(args.runs_root) not in ("", "."):
+                with tempfile.TemporaryDirectory() as runs_tmp:
+                    runs.append(runs_page_round(browser, args.runs_root, Path(runs_tmp)))
+            loads.append(load_average())
         browser.close()
-    report(args.run, list(rows.items()))
+    report(args.run, rows, analyze_s, runs, loads)
     return 0
 
 

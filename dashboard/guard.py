@@ -70,6 +70,7 @@ PROP_TYPES: dict[tuple[str, str], Callable[[object], bool]] = {
     (ids.RANK_BARS, "clickData"): _optional(_dict),
     (ids.STEP_HEATMAP, "clickData"): _optional(_dict),
     (ids.SELECTED_RANK, "data"): _optional(_int),
+    (ids.OVERVIEW_CHARTS, "data"): _optional(_dict),
     (ids.RUN_STORE, "data"): _optional(_dict),
     (ids.TL_RANKS, "value"): _optional(_ints),
     (ids.TL_CPU, "value"): _optional(_texts),

@@ -24,6 +24,10 @@ RANK_BARS = "rank-bars"
 STEP_HEATMAP = "step-heatmap"
 RANK_DETAIL = "rank-detail"
 SELECTED_RANK = "selected-rank"
+OVERVIEW_CHARTS = "overview-charts"  # {"run": key}: asks for the charts once the page is shown
+RANK_BARS_SLOT = "rank-bars-slot"  # where each chart goes when it arrives
+STEP_HEATMAP_SLOT = "step-heatmap-slot"
+RANK_DETAIL_SLOT = "rank-detail-slot"
 
 # timeline
 TL_RANKS = "tl-ranks"  # the ranks drawn, in order (the straggler first)

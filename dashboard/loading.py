@@ -6,38 +6,38 @@ holds, ...). Then each rank is analysed alone and the ranks whose analysis fails
 aside as skipped files with the cause, so the others are still shown. When the run cannot
 be read at all, the error names the trace file that fails and why.
 
+The analysis is ``profkit analyze``'s (:func:`show`: map/reduce over a process pool); the run is
+read whole with its events only for the pages that draw them (:func:`reload`, from the ingest
+cache the analysis wrote) and, in one process, when the analysis itself fails (:func:`load`).
 What the pages show without the events (the analysis, the Runs table's facts, the ranks set
-aside) is a :class:`Shown`, which :mod:`profkit.datacodec` can keep on disk; the events are
-read again only for the pages that draw them (:func:`reload`).
+aside) is a :class:`Shown`, which :mod:`profkit.datacodec` can keep on disk.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import Counter
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from profkit.analyzers.analyze import Analysis
+from profkit.dashboard import runfacts
 
 from profkit import datacodec
 from profkit.errors import ProfkitError
 from profkit.model import Run, SkippedFile
-from profkit.run import loader
+from profkit.run import discover, loader, runmeta
 
 log = logging.getLogger(__name__)
 MAX_CAUSE_CHARS = 300
-NO_GPU = "no GPU events"
 
 
 @datacodec.register
 @dataclasses.dataclass
 class Shown:
     """A run as the pages show it without its events: its analysis, the facts of the Runs
-    table (:func:`run_facts`) and the ranks set aside because their analysis failed
-    (rank -> the skipped-file reason), so that :func:`reload` sets the same ones aside."""
+    table (:func:`profkit.dashboard.runfacts.facts`) and the ranks set aside because their
+    analysis in this process failed (rank -> the skipped-file reason; :func:`load`)."""
 
     analysis: Analysis
     facts: dict[str, Any]
@@ -98,22 +98,87 @@ def load(path: Path):
         return RunReadError(f"{path}: could not be analysed ({describe(exc)})")
 
 
-def show(path: Path) -> tuple[Run, Shown] | RunReadError:
-    """``(run, shown)`` of the run at ``path`` (see :func:`load`), or its RunReadError."""
-    value = load(path)
-    if isinstance(value, RunReadError):
-        return value
-    run, analysis = value
-    return run, Shown(analysis, run_facts(run), set_aside_ranks(run))
+def show(path: Path) -> Shown | RunReadError:
+    """What the pages show of the run at ``path`` without its events: its analysis as
+    ``profkit analyze`` makes it (:func:`~profkit.analyzers.executor.analyze_run`: each
+    rank summarised in a pool of processes, its ingest cache written for the pages that
+    read the events later; a rank it cannot read or summarise is a skipped file with the
+    cause) and the Runs table's facts (:mod:`~profkit.dashboard.runfacts`). When the
+    analysis itself fails, the run is read whole and each rank analysed alone
+    (:func:`load`), so that one bad rank costs that rank only."""
+    from profkit.analyzers.executor import analyze_run
+
+    try:
+        analysis, set_aside = analyze_run(path, cache=True), {}
+    except (ProfkitError, OSError) as exc:
+        return RunReadError(str(exc))
+    except Exception as exc:  # a malformed value that breaks the reduce: rank by rank
+        log.warning("%s: analysis failed (%s); reading the run whole", path, describe(exc))
+        value = load(path)
+        if isinstance(value, RunReadError):
+            return value
+        run, analysis = value
+        set_aside = set_aside_ranks(run)
+    else:
+        list_sidecar_skips(analysis, Path(path))
+    return Shown(analysis, runfacts.facts(analysis, path), set_aside)
 
 
-def reload(path: Path, set_aside: dict[int, str]) -> Run | RunReadError:
-    """The run at ``path`` with its events, the ranks ``set_aside`` when it was shown set
-    aside again (each listed as a skipped file with its reason)."""
+def list_sidecar_skips(analysis, path: Path) -> None:
+    """List the analysed ranks' NVML chunks and the NCCL files that cannot be used among
+    the analysis' skipped files, where reading the run whole lists them (before Nsight
+    Compute's table): ``analyze_run``'s map reads a rank's NVML samples without naming a
+    bad chunk, and reads no NCCL file, so its report would not say that they were left
+    out."""
+    if not path.is_dir():
+        return
+    folder = discover.run_folder(path)
+    try:
+        skipped = _sidecar_skips(folder, analysis.run.get("ranks_analyzed") or [])
+    except Exception as exc:  # a note that could not be made never costs the run
+        log.warning("%s: its NVML and NCCL files could not be checked (%s)", path,
+                    describe(exc))
+        return
+    listed = analysis.run.setdefault("skipped_files", [])
+    known = {str(s.get("path")) for s in listed if isinstance(s, dict)}
+    new = [s.as_dict() for s in skipped if str(s.path) not in known]
+    ncu = str(folder / "ncu")
+    at = next((i for i, s in enumerate(listed)
+               if isinstance(s, dict) and str(s.get("path", "")).startswith(ncu)), len(listed))
+    listed[at:at] = new
+
+
+def _sidecar_skips(folder: Path, ranks: list[int]) -> list[SkippedFile]:
+    from profkit.run.counters import load_counters
+
+    skipped: list[SkippedFile] = []
+    for rank in ranks:
+        load_counters(folder, int(rank), skipped)
+    if (folder / "nccl").is_dir():
+        from profkit.nccl.logs import load_nccl_dir
+
+        load_nccl_dir(folder, skipped, runmeta.read_run_meta(folder)[0].get("ranks") or {})
+    return skipped
+
+
+NOT_ANALYSED = "rank not analysed"
+
+
+def reload(path: Path, shown: Shown) -> Run | RunReadError:
+    """The run at ``path`` with its events (from the ingest cache its analysis wrote), with
+    the ranks of its analysis only: the others (set aside, or a rank whose summary failed)
+    are listed as skipped files with their reason, as the analysis lists them."""
     run = _read(path)
-    if isinstance(run, RunReadError) or not set_aside:
+    if isinstance(run, RunReadError):
         return run
-    return _without(run, {r: why for r, why in set_aside.items() if r in run.ranks})
+    analysed = set(shown.analysis.run.get("ranks_analyzed") or [])
+    extra = [r for r in run.rank_ids if r not in analysed]
+    if not extra or len(extra) == len(run.ranks):
+        return run
+    reasons = {str(s.get("path")): str(s.get("reason"))
+               for s in shown.analysis.run.get("skipped_files") or [] if isinstance(s, dict)}
+    return _without(run, {r: shown.set_aside.get(r) or reasons.get(str(run.ranks[r].path))
+                          or NOT_ANALYSED for r in extra})
 
 
 def _read(path: Path) -> Run | RunReadError:
@@ -154,41 +219,6 @@ def _without(run: Run, reasons: dict[int, str]) -> Run:
 def set_aside_ranks(run: Run) -> dict[int, str]:
     """The ranks :func:`without_failing_ranks` set aside, with their reasons."""
     return {int(r): str(why) for r, why in (run.meta.get("set_aside") or {}).items()}
-
-
-def run_facts(run: Run) -> dict[str, Any]:
-    """What the Runs table says of a run beside its analysis: the GPU of each analysed
-    rank, the capture date and the time origin of its charts (the timeline's)."""
-    from profkit.dashboard.page_timeline import base_ns  # a page module: imported late
-
-    return {"gpus": gpu_names(run), "date": capture_date(run), "origin_ns": base_ns(run)}
-
-
-def gpu_names(run: Run) -> str:
-    """``2 x NVIDIA H200``: the GPU each analysed rank ran on, counted (run.json lists
-    every GPU of the host, also those no rank used)."""
-    names = Counter(_rank_gpu(data) for data in run.ranks.values())
-    return ", ".join(f"{n} x {name}" for name, n in names.items()) or "-"
-
-
-def _rank_gpu(data) -> str:
-    used = data.events.loc[data.events["device"] >= 0, "device"]
-    if not len(used):
-        return NO_GPU
-    devices = data.meta.get("devices") or []
-    device = next((d for d in devices if d.get("id") == int(used.iloc[0])), None)
-    return str((device or {}).get("name") or f"GPU {int(used.iloc[0])}")
-
-
-def capture_date(run: Run) -> str:
-    started = run.meta.get("started_ns")
-    if not started:
-        starts = [int(d.steps["ts_ns"].min()) for d in run.ranks.values() if len(d.steps)]
-        started = min(starts) if starts else None
-    if not started:
-        return "-"
-    return datetime.fromtimestamp(started / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
-
 
 
 def unreadable_message(path: Path, exc: Exception) -> str:

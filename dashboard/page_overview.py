@@ -101,10 +101,9 @@ def default_rank(a) -> int | None:
 
 
 def body(a, run_key: str) -> list:
-    """The overview's panels, each drawn on its own (one that fails leaves the others)."""
-    stragglers = [int(s["rank"]) for s in a.stragglers]
-    steps = a.table("step_breakdown")
-    rank = default_rank(a)
+    """The overview's panels, each drawn on its own (one that fails leaves the others). The
+    verdict, facts and findings come with the page; the charts follow in a second request
+    (:func:`charts`), so that the verdict is on screen without waiting for them."""
     return [
         html.Div(className="grid two", children=[
             html.Div([C.panel("Verdict", lambda: verdict_card(a)),
@@ -112,18 +111,37 @@ def body(a, run_key: str) -> list:
                       C.panel("Run facts", lambda: facts_card(a))]),
             C.panel("Evidence & recommendations", lambda: findings_card(a, run_key))]),
         html.Div(className="grid two", children=[
-            C.panel("Step breakdown per rank", lambda: C.card(None, C.loading(C.graph(
-                ids.RANK_BARS, F.breakdown_bars(a.table("rank_breakdown"), stragglers, rank))),
-                C.legend(F.part_legend()),
-                html.P("Click a rank to see its steps.", className="hint"))),
-            C.panel("Step time, rank x step",
-                    lambda: C.card(None, C.graph(ids.STEP_HEATMAP, F.step_heatmap(steps)))),
+            C.card(None, _slot(ids.RANK_BARS_SLOT), C.legend(F.part_legend()),
+                   html.P("Click a rank to see its steps.", className="hint")),
+            C.card(None, _slot(ids.STEP_HEATMAP_SLOT)),
         ]),
-        C.panel("Steps of one rank", lambda: C.card(None, C.loading(C.graph(
-            ids.RANK_DETAIL, F.rank_steps_bars(steps, rank) if rank is not None
-            else F.empty_figure("no ranks"))), C.legend(F.part_legend()))),
-        dcc.Store(id=ids.SELECTED_RANK, data=rank),
+        C.card(None, _slot(ids.RANK_DETAIL_SLOT), C.legend(F.part_legend())),
+        dcc.Store(id=ids.SELECTED_RANK, data=default_rank(a)),
+        dcc.Store(id=ids.OVERVIEW_CHARTS, data={"run": run_key}),
     ]
+
+
+def _slot(slot_id: str) -> html.Div:
+    """Where a chart goes when it arrives: as high as the chart, so nothing jumps."""
+    return html.Div(id=slot_id, className="chart-slot",
+                    children=html.P("drawing the chart...", className="muted chart-pending"))
+
+
+def charts(a) -> tuple:
+    """The overview's three charts (the slots' children): the per-rank step breakdown, the
+    rank x step heatmap and the steps of the default rank, each drawn on its own."""
+    stragglers = [int(s["rank"]) for s in a.stragglers]
+    steps = a.table("step_breakdown")
+    rank = default_rank(a)
+    return (
+        C.panel("Step breakdown per rank", lambda: C.loading(C.graph(
+            ids.RANK_BARS, F.breakdown_bars(a.table("rank_breakdown"), stragglers, rank)))),
+        C.panel("Step time, rank x step", lambda: C.graph(ids.STEP_HEATMAP,
+                                                           F.step_heatmap(steps))),
+        C.panel("Steps of one rank", lambda: C.loading(C.graph(
+            ids.RANK_DETAIL, F.rank_steps_bars(steps, rank) if rank is not None
+            else F.empty_figure("no ranks")))),
+    )
 
 
 def layout(results, run_key: str = "") -> html.Div:
@@ -148,6 +166,15 @@ def register(app, results) -> None:
     # order: after the /run/<key>/<tab> pages, since this template's "*" matches "/"
     C.register_run_page(__name__, results, layout, tab="", name="Overview", title="overview",
                         order=9)
+
+    @app.callback(Output(ids.RANK_BARS_SLOT, "children"), Output(ids.STEP_HEATMAP_SLOT, "children"),
+                  Output(ids.RANK_DETAIL_SLOT, "children"), Input(ids.OVERVIEW_CHARTS, "data"))
+    def fill_charts(store):
+        key = C.stored_run(results, store)
+        # drawn once per version of the run's files, like the page itself
+        return C.attempt("the charts", lambda: results.page(
+            "overview-charts", key, lambda: charts(results.analysis(key))),
+            lambda why: (html.P(f"could not be drawn: {why}", className="error"),) * 3)
 
     @app.callback(Output(ids.SELECTED_RANK, "data"), Input(ids.RANK_BARS, "clickData"),
                   Input(ids.STEP_HEATMAP, "clickData"), prevent_initial_call=True)

@@ -4,15 +4,18 @@ its world are missing), the files skipped and ranks numbered by guess while read
 
 The root folders are rescanned on every load of this page, so new runs appear without a
 restart. The page is drawn at once; the runs not analysed yet are analysed in the background
-(:meth:`~profkit.dashboard.results.ResultCache.prefetch`) and each row fills in as its run
+(:meth:`~profkit.dashboard.results.ResultCache.prefetch`) in the order of the rows, from the
+moment the browser asks for the page (:func:`start_early`), and each row fills in as its run
 is done, with a count of how many are.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 
 import dash
+import flask
 from dash import Input, Output, dcc, html
 from profkit.dashboard import banner, ids, loading
 from profkit.dashboard import components as C
@@ -98,9 +101,20 @@ def layout(results) -> html.Div:
     ])
 
 
+def start_early(results) -> None:
+    """Start on the runs (the first rows first) when the browser asks for the Runs page's
+    HTML: its scripts load for a second or more before it asks for the table, the time of
+    a few small runs' analyses. In a thread: the HTML is not held back."""
+    if flask.request.method == "GET" and flask.request.path == "/":
+        keys = [e.key for e in results.registry.entries()]
+        threading.Thread(target=results.prefetch, args=(keys,), name="profkit-runs-early",
+                         daemon=True).start()
+
+
 def register(app, results) -> None:
     dash.register_page(__name__, path="/", name="Runs", title="profkit: runs", order=0,
                        layout=lambda **_query: layout(results))
+    app.server.before_request(lambda: start_early(results))
 
     @app.callback(Output(ids.RUNS_TABLE, "children"), Output(ids.RUNS_PROGRESS, "children"),
                   Output(ids.RUNS_POLL, "disabled"), Input(ids.RUNS_POLL, "n_intervals"),

@@ -3,32 +3,32 @@ keyed by run key and the fingerprint of the run's files (so a changed run is re-
 unchanged one never). The browser holds only keys and selections.
 
 What a run's pages show without its events (:class:`~profkit.dashboard.loading.Shown`: the
-analysis and the Runs table's facts) is also kept on disk with the run's result cache
+analysis, made as ``profkit analyze`` makes it, and the Runs table's facts) is also kept on disk with the run's result cache
 (:func:`profkit.run.cache.store_result`, data only, never pickle), under the fingerprint of the
 run's files and of profkit's code: a restarted dashboard shows an unchanged run without
-reading its traces. The events are read (from the ingest cache) only for the pages that
-draw them, and only a few runs' events are held at once: they are the large part.
+reading its traces. The events are read (from the ingest cache the analysis wrote) only for
+the pages that draw them, when they are first asked for, and only a few runs' events are
+held at once: they are the large part.
 
-The Runs page asks for every run at once: :meth:`ResultCache.prefetch` analyses them on a
-few threads in the background, as many at once as the free memory allows
-(:func:`profkit.run.loader.memory_safe_workers`; a large run's traces are parsed in processes of
-their own), and the page shows each one as it finishes.
+The Runs page asks for every run at once: :meth:`ResultCache.prefetch` analyses them in the
+background (:mod:`~profkit.dashboard.background`) in the order the page shows them, the first
+rows first, one at a time (:data:`BACKGROUND_THREADS`; a large run's traces are summarised in
+processes of their own), and the page shows each one as it finishes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from profkit.dashboard import loading
+from profkit.dashboard.background import ANALYSING, QUEUED, Background  # noqa: F401 (states)
 from profkit.dashboard.registry import RunEntry, RunRegistry
 
 from profkit.errors import ProfkitError
@@ -39,7 +39,11 @@ log = logging.getLogger(__name__)
 MAX_ITEMS = 48  # analyses, diffs and tables derived from them
 MAX_RUNS = 3  # runs held with their events (every rank's events: the large items)
 MAX_PAGES = 16  # run pages as drawn: a second view of one is sent without drawing it again
-QUEUED, ANALYSING, DONE, FAILED = "queued", "analysing", "done", "failed"
+DONE, FAILED = "done", "failed"
+# Runs analysed at once in the background. One: a large run's analysis is spread over a
+# pool of processes already, and small runs are analysed in this process, where a second
+# thread mostly waits for the first (the GIL) and makes the first row's verdict later.
+BACKGROUND_THREADS = 1
 
 
 class UnknownRun(LookupError):
@@ -125,7 +129,9 @@ class ResultCache:
         self._pages = Lru(MAX_PAGES)
         self._code = code_fingerprint()
         self._lock = threading.Lock()
-        self._progress: dict[str, str] = {}  # run key -> QUEUED / ANALYSING
+        self._background = Background(self._analyse)
+        self._sizes: dict[str, int] = {}  # run key -> bytes of JSON its traces hold
+        self.background_threads = BACKGROUND_THREADS
         self._summaries: dict[str, tuple[str, Any]] = {}  # run key -> (fingerprint, Summary)
 
     # --- generic ---------------------------------------------------------------------
@@ -167,13 +173,8 @@ class ResultCache:
             if kept is not None and kept.valid():
                 log.debug("%s: shown from the result cache", entry.path)
                 return kept
-        value = loading.show(entry.path)
-        if isinstance(value, loading.RunReadError):
-            return value
-        run, shown = value
-        if self._progress.get(entry.key) is None:  # a page waits for it: keep its events
-            self._runs.put(("run", entry.key, fp), run)
-        if self.persist:
+        shown = loading.show(entry.path)
+        if self.persist and isinstance(shown, loading.Shown):
             cache.store_result(entry.path, disk_key, shown)
         return shown
 
@@ -216,7 +217,7 @@ class ResultCache:
         shown = self.shown(key)
         entry, fp = self.entry(key), self.fingerprint(key)
         value = self._runs.get_or_compute(("run", key, fp),
-                                          lambda: loading.reload(entry.path, shown.set_aside))
+                                          lambda: loading.reload(entry.path, shown))
         if isinstance(value, loading.RunReadError):
             raise loading.RunReadError(str(value))
         return value
@@ -232,35 +233,28 @@ class ResultCache:
         value = self.peek_summary(key)
         if value is not None:
             return FAILED if isinstance(value, loading.RunReadError) else DONE
-        with self._lock:
-            return self._progress.get(key, "")
+        return self._background.state(key)
 
     def prefetch(self, keys: list[str]) -> None:
-        """Analyse the runs under ``keys`` that are not known yet in the background, as
-        many at once as the CPUs and the free memory allow."""
+        """Analyse the runs under ``keys`` that are not known yet in the background, in
+        this order (the order a page shows them), ahead of any others still waiting; as
+        many at once as :data:`BACKGROUND_THREADS` and the free memory allow."""
         unknown = [k for k in keys if self.peek_summary(k) is None]
-        with self._lock:
-            todo = [k for k in unknown if k not in self._progress]
-            self._progress.update({k: QUEUED for k in todo})
-        if not todo:
+        if not unknown:
             return
-        sizes = [run_json_bytes(self.entry(k).path) for k in todo]
-        workers = memory_safe_workers(sizes, min(len(todo), os.cpu_count() or 1))
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="profkit-runs")
-        for k in todo:
-            pool.submit(self._background, k)
-        pool.shutdown(wait=False)  # the threads end when the queue is done
-
-    def _background(self, key: str) -> None:
         with self._lock:
-            self._progress[key] = ANALYSING
+            for k in unknown:
+                if k not in self._sizes:
+                    self._sizes[k] = run_json_bytes(self.entry(k).path)
+            sizes = [self._sizes[k] for k in unknown]
+        self._background.want(unknown, memory_safe_workers(
+            sizes, min(len(unknown), self.background_threads)))
+
+    def _analyse(self, key: str) -> None:
         try:
             self.shown(key)
-        except Exception as exc:  # cached as the run's error; never kills the pool
+        except Exception as exc:  # cached as the run's error; never ends the queue
             log.debug("%s: %s", key, loading.describe(exc))
-        finally:
-            with self._lock:
-                self._progress.pop(key, None)
 
     def page(self, tab: str, key: str, draw: Callable[[], Any]) -> Any:
         """A run page (``tab``) as ``draw()`` draws it, drawn once for the run's files: a

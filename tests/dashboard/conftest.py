@@ -2,6 +2,7 @@
 rank), and a headless chromium, shared by the browser tests. Both skip cleanly when chromium
 or playwright is absent."""
 
+import contextlib
 import gzip
 import json
 import os
@@ -104,23 +105,54 @@ def server_log(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("server") / "stderr.log"
 
 
-@pytest.fixture(scope="session")
-def server(bad_runs, missing_run, sidecar_run, server_log):
-    """Base URL of `profkit dashboard` (the bundled sample runs, the bad runs, the run
-    missing a trace and the one with bad sidecars) on a free local port."""
+@contextlib.contextmanager
+def serving(args: list[str], log_path: Path):
+    """Base URL of ``profkit dashboard ARGS`` on a free local port, while in the block."""
     port = free_port()
-    cmd = [sys.executable, "-m", "profkit", "dashboard", "--port", str(port),
-           *map(str, bad_runs.values()), str(missing_run), str(sidecar_run),
-           "--root", str(REPO / "samples" / "runs")]
-    with server_log.open("wb") as log_file:  # a file, not a pipe nobody drains
+    cmd = [sys.executable, "-m", "profkit", "dashboard", "--port", str(port), *args]
+    with log_path.open("wb") as log_file:  # a file, not a pipe nobody drains
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log_file)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(url + "/", proc, server_log)
+        wait_for(url + "/", proc, log_path)
         yield url
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def server(bad_runs, missing_run, sidecar_run, server_log):
+    """Base URL of `profkit dashboard` (the bundled sample runs, the bad runs, the run
+    missing a trace and the one with bad sidecars) on a free local port."""
+    with serving([*map(str, bad_runs.values()), str(missing_run), str(sidecar_run),
+                  "--root", str(REPO / "samples" / "runs")], server_log) as url:
+        yield url
+
+
+# The sample runs the Runs page tests read (under the same labels as in samples/runs): one
+# of each kind they check (two ranks with a straggler, one rank on a host of two GPUs,
+# stock torch.profiler traces without run.json), so that the page completes in seconds
+# where the 55 sample runs take a minute or more to analyse on a small machine.
+RUNS_PAGE_SAMPLES = ("zoo/straggler", "zoo/compute", "stock_ddp")
+
+
+@pytest.fixture(scope="session")
+def runs_server(bad_runs, missing_run, sidecar_run, tmp_path_factory):
+    """``(base URL, {label: key})`` of a `profkit dashboard` for the Runs page tests: the
+    runs the session server names (bad runs, a missing trace, bad sidecars) and a root of
+    copies of :data:`RUNS_PAGE_SAMPLES`."""
+    from profkit.dashboard.registry import RunRegistry
+
+    folder = tmp_path_factory.mktemp("runs-page")
+    root = folder / "runs"
+    for label in RUNS_PAGE_SAMPLES:
+        shutil.copytree(REPO / "samples" / "runs" / label, root / label,
+                        ignore=shutil.ignore_patterns(".profkit"))
+    named = [*bad_runs.values(), missing_run, sidecar_run]
+    keys = {e.label: e.key for e in RunRegistry(named, [root]).entries()}
+    with serving([*map(str, named), "--root", str(root)], folder / "stderr.log") as url:
+        yield url, keys
 
 
 @pytest.fixture(scope="session")
@@ -137,16 +169,29 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser, server):
-    """A fresh page; the test fails if the browser logs an error or a script throws."""
+def _page(browser, base: str):
     context = browser.new_context(viewport={"width": 1400, "height": 900}, accept_downloads=True)
     pg = context.new_page()
     errors: list[str] = []
     pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     pg.on("pageerror", lambda e: errors.append(str(e)))
     pg.set_default_timeout(60_000)
-    pg.base = server
+    pg.base = base
     yield pg
     context.close()
     assert errors == [], f"browser console errors: {errors}"
+
+
+@pytest.fixture
+def page(browser, server):
+    """A fresh page; the test fails if the browser logs an error or a script throws."""
+    yield from _page(browser, server)
+
+
+@pytest.fixture
+def runs_page(browser, runs_server):
+    """A fresh page of :func:`runs_server` (``.keys``: its runs' keys by label); fails on
+    browser errors as :func:`page` does."""
+    for pg in _page(browser, runs_server[0]):
+        pg.keys = runs_server[1]
+        yield pg

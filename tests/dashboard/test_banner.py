@@ -25,7 +25,7 @@ COMPLETE = REPO / "samples" / "runs" / "zoo" / "compute"
 def shown(path):
     value = loading.show(path)
     assert not isinstance(value, loading.RunReadError), value
-    return value[1]
+    return value
 
 
 def test_a_truncated_rank_is_named_in_the_banner_and_the_runs_row(tmp_path):

@@ -27,6 +27,7 @@ VALID = {
     ("rank-bars", "clickData"): {"points": [{"x": "rank 1", "y": 3.0}]},
     ("step-heatmap", "clickData"): {"points": [{"x": "step 3", "y": "rank 0", "z": 1.0}]},
     ("selected-rank", "data"): 0,
+    ("overview-charts", "data"): {"run": STOCK},
     ("run-store", "data"): {"run": STOCK},
     ("tl-ranks", "value"): [1, 0],
     ("tl-cpu", "value"): ["cpu"],

@@ -19,10 +19,12 @@ def test_a_failing_panel_names_its_cause_and_the_others_render(monkeypatch):
     results = ResultCache(RunRegistry([STRAGGLER], []))
     (entry,) = results.registry.entries()
     page = page_overview.layout(results, entry.key)
-    text = text_of(page)
+    bars, heatmap, detail = page_overview.charts(results.analysis(entry.key))  # sent after it
+    text = text_of(page) + text_of(heatmap)
     assert "Step time, rank x step could not be drawn: RuntimeError: heatmap broke" in text
     assert "rank 1 is a straggler" in text  # the panels beside it
     assert "Evidence & recommendations" in text and "Could not analyze" not in text
+    assert [type(c).__name__ for c in (bars.children, detail.children)] == ["Graph", "Graph"]
 
 
 def test_a_panel_whose_value_json_cannot_carry_fails_in_its_panel():

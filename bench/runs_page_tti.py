@@ -1,0 +1,112 @@
+"""Time to the first row's verdict and to every row's on a cold Runs page, in a real
+browser, next to one cold ``profkit analyze`` of the run in the first row.
+
+Each round copies the root (``samples/runs`` by default, 55 runs) without any cache, starts
+a fresh ``profkit dashboard --root COPY``, opens ``/`` in a fresh headless-chromium context
+and times from the request until the first row has its verdict (its state ``done`` or
+``failed``) and until the page says every run is analysed. Then ``profkit analyze
+--no-cache`` of the first row's run, a fresh process, timed by wall clock: the peer of the
+first row (which also pays the dashboard's poll, every 0.5 s).
+
+    python bench/runs_page_tti.py [--root samples/runs] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "dashboard"))
+from conftest import CHROMIUM, CHROMIUM_ARGS, free_port, wait_for  # noqa: E402
+
+FIRST_DONE = "tbody tr:first-child:is([data-state='done'], [data-state='failed'])"
+ALL_DONE = "#runs-progress:has-text('runs analysed')"
+TIMEOUT_MS = 900_000
+
+
+def cold_copy(root: Path, folder: Path) -> Path:
+    """A copy of ``root`` without any of profkit's caches."""
+    copy = folder / root.name
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".profkit"))
+    return copy
+
+
+def analyze_wall_s(run: Path) -> float:
+    """Seconds of a cold ``profkit analyze --no-cache`` of ``run`` (a fresh process)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "profkit", "analyze", str(run), "--no-cache"],
+                   cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def runs_page_round(browser, root: Path, tmp: Path) -> dict[str, float | str]:
+    """One cold round over a fresh copy of ``root`` (see the module doc); seconds."""
+    copy = cold_copy(root, tmp)
+    port, log_path = free_port(), tmp / "runs-server.log"
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", "--root",
+                                 str(copy), "--port", str(port)], cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=log_file)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for(base + "/_dash-layout", proc, log_path, timeout=120)
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        page = context.new_page()
+        start = time.perf_counter()
+        page.goto(base + "/")
+        page.wait_for_selector(FIRST_DONE, timeout=TIMEOUT_MS)
+        first = time.perf_counter() - start
+        label = page.locator("tbody tr:first-child a.runlink").inner_text()
+        rows = page.locator("a.runlink").count()
+        page.wait_for_selector(ALL_DONE, timeout=TIMEOUT_MS)
+        every = time.perf_counter() - start
+        context.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    first_run = copy / label
+    shutil.rmtree(first_run / ".profkit", ignore_errors=True)
+    return {"first row": first, "all rows": every, "rows": rows, "first run": label,
+            "first run analyze": analyze_wall_s(first_run)}
+
+
+def report(rounds: list[dict]) -> None:
+    med = {k: statistics.median(r[k] for r in rounds)
+           for k in ("first row", "all rows", "first run analyze")}
+    print(f"Runs page, {rounds[0]['rows']} runs, first row {rounds[0]['first run']} "
+          f"(s, median of {len(rounds)})")
+    print("| first row verdict | profkit analyze --no-cache of that run | all rows |")
+    print("| ---: | ---: | ---: |")
+    print(f"| {med['first row']:.2f} | {med['first run analyze']:.2f} | {med['all rows']:.1f} |")
+    for i, r in enumerate(rounds):
+        print(f"  round {i}: first row {r['first row']:.2f} s, its analyze "
+              f"{r['first run analyze']:.2f} s, all rows {r['all rows']:.1f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", type=Path, default=REPO / "samples" / "runs")
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args(argv)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        rounds = []
+        for _ in range(args.repeat):
+            with tempfile.TemporaryDirectory() as tmp:
+                rounds.append(runs_page_round(browser, args.root, Path(tmp)))
+        browser.close()
+    report(rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
