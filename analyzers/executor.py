@@ -78,6 +78,7 @@ class FileResult:
     summary: Any = None
     error: str | None = None
     parts: list[FileResult] = field(default_factory=list)
+    sidecars: list[dict[str, str]] = field(default_factory=list)  # NVML chunks left out
 
     def records(self) -> list[FileResult]:
         """One record per file (``path``, ``meta``, ``error``), for the rank assignment."""
@@ -120,12 +121,14 @@ def _summarize(task: FileTask, ingested: list) -> FileResult:
     rank, source = rankfiles.rank_of(files[0])
     data = loader.rank_data(files, 0 if rank is None else rank, source or "file order")
     del ingested, good, files
+    sidecars: list[SkippedFile] = []
     if rank is not None:
-        data.counters = load_counters(Path(task.folder), rank)
+        data.counters = load_counters(Path(task.folder), rank, sidecars)
     loader.align_clock(data, clock_offset_ns(task.run_meta, data.rank))
     summary = summarize_rank(data, task.run_meta, task.thresholds or DEFAULT,
                              task.options or DEFAULT_OPTIONS)
-    return FileResult(task.path, summary.meta, summary, parts=parts)  # trimmed header facts
+    return FileResult(task.path, summary.meta, summary, parts=parts,  # trimmed header facts
+                      sidecars=[s.as_dict() for s in sidecars])
 
 
 def _failed(task: FileTask, error: str) -> FileResult:
@@ -226,7 +229,7 @@ def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
                 for paths in missing]
         for res in (remap or _in_process)(more):
             made.setdefault(res.covers(), res)
-    summaries = []
+    summaries, sidecars = [], []
     for rank, rf in list(chosen.items()):
         res = made.get(frozenset(rf.paths))
         if res is None:
@@ -237,9 +240,13 @@ def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
         summary = res.summary if res.summary.rank == rank else res.summary.relabel(rank)
         summary.rank_source = rf.source
         summaries.append(summary)
-    run_meta = loader.complete_meta(meta, chosen, discover.run_folder(root), skipped)
+        sidecars += [SkippedFile(**s) for s in res.sidecars]
+    folder = discover.run_folder(root)
+    run_meta = loader.complete_meta(meta, chosen, folder, skipped)
     notes += loader.problem_notes(run_meta, {r: rf.files[0].meta for r, rf in chosen.items()})
-    counters = load_ncu_counters(discover.run_folder(root), skipped)
+    skipped += sidecars  # the NVML chunks, then the NCCL files, as the loader lists them
+    loader.nccl_tables(folder, skipped, run_meta.get("ranks") or {})
+    counters = load_ncu_counters(folder, skipped)
     header = RunHeader(str(root), run_meta, [s.as_dict() for s in skipped], notes, counters)
     analysis = combine(header, summaries, thresholds)
     if ranks is not None:  # ranks left out on purpose are not missing (analyzers/report/header.py)

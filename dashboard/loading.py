@@ -26,7 +26,7 @@ from profkit.dashboard import runfacts
 from profkit import datacodec
 from profkit.errors import ProfkitError
 from profkit.model import Run, SkippedFile
-from profkit.run import discover, loader, runmeta
+from profkit.run import loader
 
 log = logging.getLogger(__name__)
 MAX_CAUSE_CHARS = 300
@@ -119,46 +119,7 @@ def show(path: Path) -> Shown | RunReadError:
             return value
         run, analysis = value
         set_aside = set_aside_ranks(run)
-    else:
-        list_sidecar_skips(analysis, Path(path))
     return Shown(analysis, runfacts.facts(analysis, path), set_aside)
-
-
-def list_sidecar_skips(analysis, path: Path) -> None:
-    """List the analysed ranks' NVML chunks and the NCCL files that cannot be used among
-    the analysis' skipped files, where reading the run whole lists them (before Nsight
-    Compute's table): ``analyze_run``'s map reads a rank's NVML samples without naming a
-    bad chunk, and reads no NCCL file, so its report would not say that they were left
-    out."""
-    if not path.is_dir():
-        return
-    folder = discover.run_folder(path)
-    try:
-        skipped = _sidecar_skips(folder, analysis.run.get("ranks_analyzed") or [])
-    except Exception as exc:  # a note that could not be made never costs the run
-        log.warning("%s: its NVML and NCCL files could not be checked (%s)", path,
-                    describe(exc))
-        return
-    listed = analysis.run.setdefault("skipped_files", [])
-    known = {str(s.get("path")) for s in listed if isinstance(s, dict)}
-    new = [s.as_dict() for s in skipped if str(s.path) not in known]
-    ncu = str(folder / "ncu")
-    at = next((i for i, s in enumerate(listed)
-               if isinstance(s, dict) and str(s.get("path", "")).startswith(ncu)), len(listed))
-    listed[at:at] = new
-
-
-def _sidecar_skips(folder: Path, ranks: list[int]) -> list[SkippedFile]:
-    from profkit.run.counters import load_counters
-
-    skipped: list[SkippedFile] = []
-    for rank in ranks:
-        load_counters(folder, int(rank), skipped)
-    if (folder / "nccl").is_dir():
-        from profkit.nccl.logs import load_nccl_dir
-
-        load_nccl_dir(folder, skipped, runmeta.read_run_meta(folder)[0].get("ranks") or {})
-    return skipped
 
 
 NOT_ANALYSED = "rank not analysed"

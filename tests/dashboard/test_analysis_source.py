@@ -123,7 +123,7 @@ def test_the_cases_cover_what_they_say(case):
         assert facts["date"] == "-" and all(not len(d.steps) for d in run.ranks.values())
     elif path.name == "clock_offset":
         assert run.clock_offset_ns(1) == 3_000_000
-    elif path.name == "bad_sidecars":  # listed by the dashboard where analyze_run does not
+    elif path.name == "bad_sidecars":  # analyze_run lists them as the loader does
         assert any(s["path"].endswith("rank1.0.npz") for s in shown.analysis.run["skipped_files"])
 
 
