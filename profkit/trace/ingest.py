@@ -44,9 +44,10 @@ def build_tables(trace: Trace) -> Tables:
     ev[S.STEP] = assign_steps(ev, steps)
     steps = add_gpu_spans(steps, ev)
     coll = build_collectives(ev, args)
-    # one block per dtype (a copy consolidates): every row selection the analyzers make
-    # then takes a few 2-D blocks instead of one array per column (~10% of a rank's analysis)
-    return Tables(ev[list(S.EVENT_COLUMNS)].copy(), coll, steps, acc.metadata)
+    # Not consolidated into one block per dtype (.copy()): that sped a rank's analysis up by
+    # ~8% in one warm process but not in the pool's fresh workers, where the copy raised each
+    # worker's peak by ~30 MB (BENCHMARKS.md).
+    return Tables(ev[list(S.EVENT_COLUMNS)], coll, steps, acc.metadata)
 
 
 def unusable_reason(events: pd.DataFrame, raw_count: int, problems: list[str]) -> str | None:
