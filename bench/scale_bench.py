@@ -120,7 +120,9 @@ def _straggler_found(stragglers: list[dict], planted: dict) -> str:
     """"found" when the planted straggler is the costliest rank flagged; "+N" counts the
     other ranks flagged beside it (a rank of the slow group can be, with weak evidence:
     the group's lateness in the world's collective falls on its last rank)."""
-    ranks = [s["rank"] for s in stragglers]
+    cost = {s["rank"]: (s.get("evidence") or {}).get("others_wait_ms_per_step") or 0
+            for s in stragglers}
+    ranks = sorted(cost, key=cost.get, reverse=True)
     if not ranks or ranks[0] != planted["straggler"]:
         return "MISSED"
     return "found" + (f"+{len(ranks) - 1}" if len(ranks) > 1 else "")
