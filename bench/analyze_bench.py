@@ -38,16 +38,8 @@ a.get_temporal_breakdown(visualize=False)
 a.get_idle_time_breakdown(visualize=False)
 a.get_comm_comp_overlap(visualize=False)
 """
-FLOOR = """
-import gc, gzip, os, sys, orjson
-from concurrent.futures import ProcessPoolExecutor
-def parse(path):
-    gc.disable()
-    with open(path, "rb") as fh:
-        raw = fh.read()
-    if path.endswith(".gz"):
-        raw = gzip.decompress(raw)
-    return len(orjson.loads(raw)["traceEvents"])
+FLOOR = bl.FLOOR_PARSE + """
+import os, sys
 if __name__ == "__main__":
     files, per_rank = sys.argv[2:], sys.argv[1] == "pool"
     if per_rank and len(files) > 1:

@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (  # noqa: E402  (the shared measuring code)
     CHILD_PRELUDE,
     DEFAULT_HTA_VENV,
+    FLOOR_PARSE,
     MIB,
     QUIET,
     Row,
@@ -96,16 +97,7 @@ gc.enable()
 report(wall=t1 - t0, events=n, read_s=t_read, gunzip_s=t_gunzip)
 """
 
-FLOOR_PAR_CHILD = CHILD_PRELUDE + r"""
-import gc, gzip, orjson
-from concurrent.futures import ProcessPoolExecutor
-def parse(path):
-    gc.disable()
-    with open(path, "rb") as fh:
-        raw = fh.read()
-    if path.endswith(".gz"):
-        raw = gzip.decompress(raw)
-    return len(orjson.loads(raw)["traceEvents"])
+FLOOR_PAR_CHILD = CHILD_PRELUDE + FLOOR_PARSE + r"""
 if __name__ == "__main__":
     t0 = time.perf_counter()
     with ProcessPoolExecutor(min(len(ARGS["files"]), os.cpu_count() or 1)) as pool:
