@@ -146,12 +146,18 @@ def atomic_open(dest: str | os.PathLike, *, sweep: bool = True) -> Iterator[Bina
     except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        # Errors of writes, flushes and the rename carry no file name or the temporary's;
-        # an error opening some input inside the block names that input and stays as it is.
-        if isinstance(exc, OSError) and not isinstance(exc, OutputError) \
-                and exc.filename in (None, str(tmp)):
-            raise OutputError(dest, exc) from exc
+        _raise_named(exc, dest, tmp)
         raise
+
+
+def _raise_named(exc: BaseException, dest: Path, written: Path) -> None:
+    """Raise an :class:`OutputError` naming ``dest`` for an error of writing ``written``
+    (errors of opens, writes, flushes and renames carry no file name or ``written``'s);
+    return for any other error (one opening some input inside the block names that input
+    and stays as it is)."""
+    if isinstance(exc, OSError) and not isinstance(exc, OutputError) \
+            and exc.filename in (None, str(written)):
+        raise OutputError(dest, exc) from exc
 
 
 def is_special(dest: Path) -> bool:
@@ -167,16 +173,11 @@ def is_special(dest: Path) -> bool:
 @contextlib.contextmanager
 def _in_place(dest: Path) -> Iterator[BinaryIO]:
     try:
-        fh = open(dest, "wb")  # noqa: SIM115 - closed below, errors named after dest
-    except OSError as exc:
-        raise OutputError(dest, exc) from exc
-    try:
-        with fh:
+        with open(dest, "wb") as fh:
             yield fh
-    except OSError as exc:
-        if isinstance(exc, OutputError) or exc.filename not in (None, str(dest)):
-            raise
-        raise OutputError(dest, exc) from exc
+    except BaseException as exc:
+        _raise_named(exc, dest, dest)
+        raise
 
 
 def _create(dest: Path, sweep: bool) -> tuple[int, Path]:
