@@ -147,3 +147,25 @@ def test_an_op_with_shapes_but_no_name_is_read(tmp_path):
     ev, _, _, _ = build_tables(tracefile.load(write_trace(tmp_path / "a.json", doc)))
     assert np.isnan(ev[S.FLOPS].iloc[0])
     assert ev[S.FLOPS].iloc[1] == 2 * 2 * 3 * 4  # 2 FLOPs per multiply-add of a 2x3 @ 3x4
+
+
+def test_kept_collective_args_hold_no_raw_json_of_their_batch():
+    """A collective's args are kept past their batch (for the collectives table); their raw
+    JSON fields would keep the whole batch's decoded buffer alive, so they are emptied."""
+    import json
+
+    from profkit.trace.accumulate import Accumulator
+    from profkit.trace.traceevents import BATCH_DECODER
+
+    event = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 1.0, "dur": 2.0,
+             "pid": 1, "tid": 1, "args": {"Collective name": "allreduce", "In msg nelems": 4,
+                                          "Input Dims": [[4]], "Input type": ["float"],
+                                          "Concrete Inputs": [""], "Input Strides": [[1]]}}
+    batch = BATCH_DECODER.decode(json.dumps([event]).encode())
+    assert len(batch[0].args.input_dims)  # decoded raw, pointing into the batch's buffer
+    acc = Accumulator()
+    acc.add(batch)
+    kept = acc.coll_args[0]
+    assert (kept.collective, kept.in_nelems) == ("allreduce", 4)
+    assert [len(getattr(kept, f)) for f in ("input_dims", "input_types", "concrete_inputs",
+                                            "input_strides")] == [0, 0, 0, 0]

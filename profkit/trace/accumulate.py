@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-import msgspec
 import numpy as np
 import orjson
 import pandas as pd
@@ -27,7 +26,7 @@ from profkit.classify.flops import (
 from profkit.classify.opfamilies import op_family
 from profkit.classify.traffic import UNKNOWN, op_cost
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns
-from profkit.trace.traceevents import Args, Event, Meta
+from profkit.trace.traceevents import Args, Event, Meta, without_raw
 from profkit.trace.tracefile import Trace
 from profkit.validate import MAX_ABS_NS, MAX_NAME_CHARS, cap_name
 
@@ -137,7 +136,7 @@ class Accumulator:
         self._put(S.INPUT_DIMS, self.dims.encode(_dims_texts(args, kind)))
         has_coll = np.fromiter(map(_NO_COLL.__ne__, map(_COLL, args)), bool, len(args))
         for i in np.flatnonzero(has_coll).tolist():
-            self.coll_args[self.rows + i] = _without_raw(args[i])
+            self.coll_args[self.rows + i] = without_raw(args[i])
         self.rows += len(xs)
 
     def _add_shape_costs(self, flops: np.ndarray, name_codes: np.ndarray, names: list,
@@ -277,16 +276,6 @@ class Accumulator:
         new_row = np.empty(len(order), dtype=np.int64)
         new_row[order] = np.arange(len(order))
         self.coll_args = SparseArgs({int(new_row[i]): a for i, a in self.coll_args.items()})
-
-
-def _without_raw(a: Args) -> Args:
-    """The args without their raw JSON fields: those point into the whole batch's buffer,
-    which one kept event would otherwise keep alive (3 MB per batch)."""
-    return msgspec.structs.replace(a, **_NO_RAW_ARGS)
-
-
-_NO_RAW_ARGS = {f: msgspec.Raw() for f in ("input_dims", "input_types", "input_strides",
-                                          "concrete_inputs")}
 
 
 def _read_arg(args: list[Args], kind: np.ndarray, attr: str, kinds: tuple | None) -> np.ndarray:

@@ -57,6 +57,17 @@ class Args(msgspec.Struct, gc=False):
     labels: Any = None  # metadata events: process labels ("GPU 0", "CPU")
 
 
+# The Args fields kept as raw JSON (empty where absent), and a copy of some args without them:
+# raw values point into the buffer the whole batch was decoded from, which one kept Args
+# would otherwise keep alive (3 MB per batch).
+_RAW_FIELDS = {f.name: _NO_RAW for f in msgspec.structs.fields(Args) if f.type is msgspec.Raw}
+
+
+def without_raw(args: Args) -> Args:
+    """``args`` with its raw JSON fields emptied (see :data:`_RAW_FIELDS`)."""
+    return msgspec.structs.replace(args, **_RAW_FIELDS)
+
+
 class _Range(msgspec.Struct, gc=False):
     """The fields a complete or metadata event carries (the two phases are checked alike)."""
 
