@@ -78,7 +78,7 @@ class FileResult:
     summary: Any = None
     error: str | None = None
     parts: list[FileResult] = field(default_factory=list)
-    sidecars: list[dict[str, str]] = field(default_factory=list)  # NVML chunks left out
+    sidecars: list[SkippedFile] = field(default_factory=list)  # NVML chunks left out
 
     def records(self) -> list[FileResult]:
         """One record per file (``path``, ``meta``, ``error``), for the rank assignment."""
@@ -128,7 +128,7 @@ def _summarize(task: FileTask, ingested: list) -> FileResult:
     summary = summarize_rank(data, task.run_meta, task.thresholds or DEFAULT,
                              task.options or DEFAULT_OPTIONS)
     return FileResult(task.path, summary.meta, summary, parts=parts,  # trimmed header facts
-                      sidecars=[s.as_dict() for s in sidecars])
+                      sidecars=sidecars)
 
 
 def _failed(task: FileTask, error: str) -> FileResult:
@@ -223,8 +223,8 @@ def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
     chosen = loader.choose_ranks(root, records, meta, skipped, notes, strict, ranks, cycle)
     made = {res.covers(): res for res in results if res.summary is not None}
     missing = [rf.paths for rf in chosen.values() if frozenset(rf.paths) not in made]
+    folder = discover.run_folder(root)
     if missing:
-        folder = discover.run_folder(root)
         more = [task_for(folder, meta, paths, use_cache, thresholds, options)
                 for paths in missing]
         for res in (remap or _in_process)(more):
@@ -240,12 +240,10 @@ def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
         summary = res.summary if res.summary.rank == rank else res.summary.relabel(rank)
         summary.rank_source = rf.source
         summaries.append(summary)
-        sidecars += [SkippedFile(**s) for s in res.sidecars]
-    folder = discover.run_folder(root)
+        sidecars += res.sidecars
     run_meta = loader.complete_meta(meta, chosen, folder, skipped)
     notes += loader.problem_notes(run_meta, {r: rf.files[0].meta for r, rf in chosen.items()})
-    skipped += sidecars  # the NVML chunks, then the NCCL files, as the loader lists them
-    loader.nccl_tables(folder, skipped, run_meta.get("ranks") or {})
+    skipped += sidecars  # the NVML chunks the map left out, as the loader lists them
     counters = load_ncu_counters(folder, skipped)
     header = RunHeader(str(root), run_meta, [s.as_dict() for s in skipped], notes, counters)
     analysis = combine(header, summaries, thresholds)

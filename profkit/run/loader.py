@@ -195,7 +195,7 @@ def load_run(path: str | Path, *, cache: bool = True, workers: int | None = None
     run_meta = complete_meta(meta, chosen, folder, skipped)
     run = Run(str(root), run_meta, datas, skipped, notes + problem_notes(run_meta, rank_metas))
     _attach_counters(run, folder)
-    run.nccl = nccl_tables(folder, run.skipped, run.meta.get("ranks") or {})
+    _attach_nccl(run, folder)
     run.ncu = load_ncu_counters(folder, run.skipped)
     for rank, data in run.ranks.items():
         align_clock(data, run.clock_offset_ns(rank))
@@ -365,14 +365,14 @@ def _attach_counters(run: Run, folder: Path) -> None:
         data.counters = load_counters(folder, rank, run.skipped)
 
 
-def nccl_tables(folder: Path, skipped: list[SkippedFile], ranks: dict) -> dict:
-    """NCCL logs and flight-recorder dumps of a profkit run, as tables ({} without any); a
-    bad file is listed in ``skipped`` and never blocks the traces. ``ranks``: run.json's."""
+def _attach_nccl(run: Run, folder: Path) -> None:
+    """NCCL logs and flight-recorder dumps of a profkit run, as tables; a bad file is
+    listed in ``run.skipped`` and never blocks the traces."""
     if not (folder / "nccl").is_dir():
-        return {}
+        return
     from profkit.nccl.logs import load_nccl_dir
 
-    return load_nccl_dir(folder, skipped, ranks)
+    run.nccl = load_nccl_dir(folder, run.skipped, run.meta.get("ranks") or {})
 
 
 def align_clock(data: RankData, offset: int) -> None:
