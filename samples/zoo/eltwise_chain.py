@@ -32,16 +32,11 @@ TINY = dict(rows=64, cols=128)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    common.add_common_args(p, profiler="profkit", steps=12)
-    groundtruth.add_truth_args(p)
-    p.add_argument("--rows", type=int)
-    p.add_argument("--cols", type=int, help="last dimension (the LayerNorm / softmax one)")
+    p = groundtruth.truth_parser(__doc__, steps=12)
+    common.add_size_args(p, FULL, cols="last dimension (the LayerNorm / softmax one)")
     p.add_argument("--compile", action="store_true",
                    help="the twin without the cause: the same chain under torch.compile")
-    args = common.resolve_sizes(p.parse_args(argv), FULL, TINY)
-    common.validate(args, "zoo_eltwise_chain")
-    return args
+    return common.parse_sized(p, argv, FULL, TINY, "zoo_eltwise_chain")
 
 
 def chain(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
