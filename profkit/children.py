@@ -164,11 +164,13 @@ class SignalStop:
     one and raises :class:`Stopped`; :attr:`signum` then names the signal, also when some
     code swallowed the exception (:func:`stop_signal`; Python's report of the dropped
     exception is not printed), and :meth:`exit` ends the process by it. A second signal
-    ends the process at once (the default action is back)."""
+    ends the process at once (the default action is back). Once the work is done,
+    :meth:`finish` makes the rest of the process's life deaf to these signals."""
 
     def __init__(self, signums: tuple[int, ...] = STOP_SIGNALS):
         self.signums = signums
         self.signum: int | None = None
+        self.finished = False
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> SignalStop:
@@ -177,12 +179,23 @@ class SignalStop:
             self._hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         return self
 
+    def finish(self) -> None:
+        """The command's work is done and its exit status decided: a stop signal from now
+        until the process ends is ignored (left ignored by :meth:`__exit__`). Python's
+        shutdown puts its own handlers back to the default action, so a Ctrl-C in its last
+        tens of milliseconds ended a finished command by the signal without a word."""
+        self.finished = True
+        if self._previous:
+            for s in self.signums:
+                signal.signal(s, signal.SIG_IGN)
+
     def __exit__(self, *exc_info) -> None:
-        for s, previous in self._previous.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(s, previous)
         if self._previous:
             sys.unraisablehook = self._hook
+        for s, previous in self._previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                if not self.finished:
+                    signal.signal(s, previous)
         self._previous = {}
 
     def _unraisable(self, unraisable) -> None:
@@ -198,6 +211,8 @@ class SignalStop:
             again.start()
 
     def _handle(self, signum: int, frame) -> None:
+        if self.finished:  # came between finish()'s flag and its SIG_IGN
+            return
         for s in self.signums:
             signal.signal(s, signal.SIG_DFL)
         self.signum = signum

@@ -162,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     with SignalStop() as stop:
         try:
             code = _run(args)
-        except Exception:  # stopped: an echo of the stop (a pool whose workers it ended)
-            if stop.signum is None:
+            stop.finish()  # done: a Ctrl-C during Python's shutdown no longer kills it
+        except BaseException:  # stopped: an echo of the stop (a pool whose workers it
+            if stop.signum is None:  # ended), or the stop itself, outside _run's handler
                 raise
             code = None
     if stop.signum is not None:
