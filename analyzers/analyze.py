@@ -255,11 +255,12 @@ def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict]
     moved = transfers.add_peaks(_concat([s.transfers for s in gpu if s.transfers is not None]),
                                 metas, header.meta)
     untrusted += trust.transfers_within_link(moved)
+    slow = groups.find_slow_groups(coll, thresholds)
+    late = stragglers.judge_stragglers(coll, {s.rank: s.step_stats for s in timed}, thresholds)
     results = [
         combine_breakdown([s.breakdown for s in timed]), coll,
-        stragglers.judge_stragglers(coll, {s.rank: s.step_stats for s in timed}, thresholds),
-        links.judge_links(coll, peak, thresholds),
-        groups.find_slow_groups(coll, thresholds),
+        stragglers.excuse_slow_groups(late, coll, slow, thresholds),
+        links.judge_links(coll, peak, thresholds), slow,
         kernels.combine_kernels([s.kernels for s in gpu], thresholds), used,
         roofline.combine_roofline([s.roofline for s in gpu if s.roofline],
                                   used.tables["nvml"], thresholds),

@@ -118,8 +118,8 @@ def one(run: str, executor: str, workers: int) -> dict:
 
 def _straggler_found(stragglers: list[dict], planted: dict) -> str:
     """"found" when the planted straggler is the costliest rank flagged; "+N" counts the
-    other ranks flagged beside it (a rank of the slow group can be, with weak evidence:
-    the group's lateness in the world's collective falls on its last rank)."""
+    other ranks flagged beside it (none should be: the slow group's lateness in the world's
+    collective falls on its last rank, which the analysis excuses as the group's)."""
     cost = {s["rank"]: (s.get("evidence") or {}).get("others_wait_ms_per_step") or 0
             for s in stragglers}
     ranks = sorted(cost, key=cost.get, reverse=True)

@@ -18,6 +18,11 @@ row names the collective the others wait in most (kind, size, process group), an
 say which rank cost the others most in each step, so a straggler that changes during the run
 is said.
 
+A process group with a slow link (:mod:`groups`) arrives late as a whole at the collectives
+that follow, and whichever of its ranks is last by a hair would look like the others'
+straggler: :func:`excuse_slow_groups` keeps such a rank flagged only if arriving on time by
+itself would save the others enough, so that the slow group is the one cause said.
+
 Exposed wait is the part of a rank's wait in which its GPU ran nothing but the collective
 (from :mod:`comms`). Raw wait overstates the cost wherever the collective overlaps compute:
 in DDP the gradient all_reduce waits while backward keeps the GPU busy. On the 2 x H200
@@ -260,6 +265,62 @@ def costliest_by_step(coll: pd.DataFrame, waits: pd.DataFrame, table: pd.DataFra
         if np.isfinite(step_ns) and ns >= th.straggler_min_wait_frac * step_ns:
             out[int(step)] = int(rank)
     return out
+
+
+def excuse_slow_groups(result: Result, comms: Result, slow: Result,
+                       th: Thresholds = DEFAULT) -> Result:
+    """``result`` (:func:`judge_stragglers`) without the stragglers whose lateness is their
+    slow process group's (:func:`groups.find_slow_groups`): a group whose link is slow
+    arrives late together at the collectives that follow, and one of its ranks, last by a
+    hair, looks like the others' straggler. A flagged rank inside a slow group stays
+    flagged only if arriving on time by itself (at the second-latest rank's time) would
+    save the others at least ``straggler_min_wait_frac`` of their step; else its row says
+    so and the slow group's finding is the one cause. Outside slow groups nothing changes
+    (two ranks slow alike are both stragglers)."""
+    table, groups = result.facts.get("table"), slow.tables.get("group_latency")
+    if table is None or groups is None or not table[STRAGGLER].any() or \
+            not groups["slow"].any():
+        return result
+    coll, waits = comms.tables[COLLECTIVES], comms.tables[COLLECTIVE_WAITS]
+    member = _slow_group_of(coll, waits, set(groups.loc[groups["slow"], "pg"]))
+    alone = _saving_alone(coll, waits)
+    n_steps = coll.loc[coll[S.STEP] >= 0, S.STEP].nunique()
+    table = table.copy()
+    excused = set()
+    for i in np.flatnonzero(table[STRAGGLER].to_numpy()):
+        rank, step_ns = int(table[RANK].iat[i]), float(table[OTHERS_STEP_NS].iat[i])
+        saved_ns = float(alone.get(rank, 0.0)) / n_steps if n_steps else 0.0
+        if rank not in member or saved_ns >= th.straggler_min_wait_frac * step_ns:
+            continue
+        excused.add(rank)
+        table.iat[i, table.columns.get_loc(STRAGGLER)] = False
+        table.iat[i, table.columns.get_loc(EVIDENCE)] += (
+            f"; late with its slow process group {member[rank]}: on time by itself it would "
+            f"save the others {ms_text(saved_ns)}/step")
+    by_step = {s: r for s, r in (result.facts.get("costliest_by_step") or {}).items()
+               if r not in excused}
+    return Result(tables={**result.tables, STRAGGLERS: table[list(STRAGGLER_COLUMNS)]},
+                  facts={**result.facts, "table": table, "costliest_by_step": by_step})
+
+
+def _slow_group_of(coll: pd.DataFrame, waits: pd.DataFrame, slow_pgs: set) -> dict[int, str]:
+    """{rank: the first (by name) of the slow process groups ``slow_pgs`` it belongs to}."""
+    ranks = waits[[KEY, RANK]].merge(coll[[KEY, "pg"]], on=KEY)
+    ranks = ranks[ranks["pg"].isin(slow_pgs)].drop_duplicates([RANK, "pg"])
+    out: dict[int, str] = {}
+    for rank, pg in sorted(zip(ranks[RANK].tolist(), ranks["pg"].astype(str).tolist()),
+                           key=lambda rp: rp[1]):
+        out.setdefault(int(rank), pg)
+    return out
+
+
+def _saving_alone(coll: pd.DataFrame, waits: pd.DataFrame) -> pd.Series:
+    """Per late rank: what the others' mean exposed wait would lose, summed over the
+    collectives in profiled steps where it was last, had it arrived with the second-latest
+    rank (each other rank's exposed wait, at most the gap between the last two; ns)."""
+    w = _late_waits(coll, waits)
+    gap = w.groupby(KEY)[WAIT_NS].transform("min")
+    return (np.minimum(w[EXPOSED_WAIT_NS], gap) * w["share"]).groupby(w[LAST_RANK]).sum()
 
 
 def ms_text(ns: float) -> str:

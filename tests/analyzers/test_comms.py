@@ -350,3 +350,72 @@ def test_every_costly_rank_is_a_straggler_with_its_collective_and_the_change():
     assert "weak evidence" in by_rank[3].message and "weak evidence" not in by_rank[2].message
     assert "mostly in all_reduce of 2.0 MiB in process group 0" in by_rank[2].message
     assert "changed during the run: rank 2 in steps 0-6, rank 3 in steps 7-9" in by_rank[3].message
+
+
+def slow_group_run():
+    """Eight ranks, 20 steps of 1 ms. Each step, groups g0 (ranks 0-3) and g1 (ranks 4-7)
+    run an all_reduce of 1 MiB: all start at +100_000, g0 leaves at +150_000, g1 at +300_000
+    (latency 50 us vs 200 us: g1 is 4x slower than its peer). Then every rank joins a world
+    all_reduce of 2 MiB in group 0, all leaving at +900_000: in steps 0-9 g1 arrives 300 us
+    late as a group (at +700_000, rank 6 a further 1 us later), in steps 10-19 rank 2 alone
+    arrives 200 us late. No compute, so every wait is exposed. By hand: rank 6 is last in 10
+    of 20 world collectives, where the seven others wait (4 x 301 + 3 x 1) / 7 = 172.4 us on
+    average for it: 10 x 172.4 / 20 = 86.2 us/step (8.6%, a straggler), but on time by itself
+    it saves them only the 1 us between it and the rest of g1 (0.5 us/step, 0.05%); rank 2
+    costs them 10 x 200 us / 20 = 100 us/step (10%)."""
+    def rank(r):
+        group, pg = (range(4), "g0") if r < 4 else (range(4, 8), "g1")
+        inner, world = [], []
+        for k in range(20):
+            t0 = k * 1_000_000
+            leave = 150_000 if pg == "g0" else 300_000
+            inner.append((t0 + 100_000, leave - 100_000, "all_reduce", 2**20, k))
+            start = 400_000
+            if k < 10 and r in range(4, 8):
+                start = 700_000 + (1_000 if r == 6 else 0)
+            if k >= 10 and r == 2:
+                start = 600_000
+            world.append((t0 + start, 900_000 - start, "all_reduce", 2 * 2**20, k))
+        assert r in group
+        frame = pd.concat([colls(inner, pg=pg, group_size=4), colls(world, group_size=8)])
+        return frame.sort_values(S.TS_NS, kind="stable").reset_index(drop=True)
+    return make_run({r: rank(r) for r in range(8)}, n_steps=20)
+
+
+def test_a_slow_groups_last_rank_is_no_straggler_of_its_own():
+    """One cause, one finding: the slow group's rank that happens to arrive last is not
+    called a straggler (it was: last at 10 of 20 world collectives), a real straggler beside it
+    still is, and the steps that cost the others most name only it."""
+    from profkit.analyzers.measure.groups import find_slow_groups
+    from profkit.analyzers.measure.stragglers import excuse_slow_groups
+
+    run = slow_group_run()
+    coll = analyze_collectives(run)
+    late = find_stragglers(run, coll, Thresholds())
+    before = late.tables[STRAGGLERS].set_index(C.RANK)
+    assert before[STRAGGLER].tolist() == [False, False, True, False, False, False, True, False]
+    assert before.loc[6, "others_exposed_wait_ns_per_step"] == pytest.approx(10 * 1207e3 / 7 / 20)
+    slow = find_slow_groups(coll, Thresholds())
+    groups = slow.tables["group_latency"]
+    assert groups.loc[groups["slow"], "pg"].tolist() == ["g1"]
+    res = judged(excuse_slow_groups(late, coll, slow, Thresholds()))
+    table = res.tables[STRAGGLERS].set_index(C.RANK)
+    assert table[STRAGGLER].tolist() == [False, False, True, False, False, False, False, False]
+    assert table.loc[2, "others_exposed_wait_ns_per_step"] == pytest.approx(100_000)
+    assert ("late with its slow process group g1: on time by itself it would save the others "
+            "0.00 ms/step") in table.loc[6, "evidence"]
+    assert [f.rank for f in res.findings] == [2]
+    assert "changed during the run" not in res.findings[0].message
+
+
+def test_two_ranks_slow_alike_outside_any_slow_group_stay_stragglers():
+    """The excuse is only for a slow group's ranks: with no slow group, nothing changes."""
+    from profkit.analyzers.measure.groups import find_slow_groups
+    from profkit.analyzers.measure.stragglers import excuse_slow_groups
+
+    run = two_late_ranks_run()
+    coll = analyze_collectives(run)
+    late = find_stragglers(run, coll, Thresholds())
+    out = excuse_slow_groups(late, coll, find_slow_groups(coll, Thresholds()), Thresholds())
+    assert out is late
+    assert out.tables[STRAGGLERS][STRAGGLER].tolist() == [False, False, True, True]
