@@ -2,6 +2,7 @@
 key elements; clicks change the view; compare, download and bogus run ids."""
 
 import gzip
+import time
 import urllib.error
 import urllib.request
 
@@ -256,12 +257,19 @@ def test_compare_warns_when_a_side_misses_a_rank_and_shows_every_column(page, mi
     alike = box.locator(".diff-alike").inner_text()  # the diff's measures, in words
     assert "of GPU time in kernels both ran" in alike and "world size 2 vs 2" in alike
     for table in ("#cmp-kernels", "#cmp-ops"):
-        card = page.locator(table).locator("xpath=ancestor::section[1]").bounding_box()
         header = page.locator(f"{table} [role=columnheader][col-id='delta_ms']")
         header.wait_for()
-        cell = header.bounding_box()
         assert "change (ms/step/rank)" in header.inner_text()
-        assert card["x"] <= cell["x"] and cell["x"] + cell["width"] <= card["x"] + card["width"]
+        deadline = time.monotonic() + 5  # the grid sizes its columns after it is drawn
+        while True:
+            card = page.locator(table).locator("xpath=ancestor::section[1]").bounding_box()
+            cell = header.bounding_box()
+            inside = card["x"] <= cell["x"] and \
+                cell["x"] + cell["width"] <= card["x"] + card["width"]
+            if inside or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert inside, (table, card, cell)
 
 
 @pytest.mark.parametrize("bad", ["not-a-run", "..%2F..%2Fetc%2Fpasswd", "..%2Fpyproject.toml"])
