@@ -59,9 +59,11 @@ def _import_analysis_code() -> None:
     import profkit.run.loader  # noqa: F401
 
 
-def create_app(runs: list[Path], roots: list[Path]) -> Dash:
+def create_app(runs: list[Path], roots: list[Path], results: ResultCache | None = None) -> Dash:
     """The dashboard over ``runs`` (run folders or trace files) and every run found under
-    ``roots`` (rescanned whenever the Runs page loads)."""
+    ``roots`` (rescanned whenever the Runs page loads), its results kept in ``results`` (one
+    over the same runs and roots, made before Dash was imported so that the named runs'
+    analysis has started) or a new one."""
     app = Dash(__name__, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
                serve_locally=True, external_stylesheets=[], external_scripts=[],
                title="profkit", update_title=None, suppress_callback_exceptions=True,
@@ -70,7 +72,7 @@ def create_app(runs: list[Path], roots: list[Path]) -> Dash:
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
     guard.install(app)
     _import_analysis_code()
-    results = ResultCache(RunRegistry(runs, roots))
+    results = results or ResultCache(RunRegistry(runs, roots))
     for page in _pages():
         page.register(app, results)
     app.layout = html.Div(className="app", children=[
@@ -87,9 +89,7 @@ def warm_up(app: Dash, runs: list[Path]) -> None:
     """Start on what the first page will need while the browser connects: the runs named on
     the command line (read and analysed, or read back from the result cache, in the
     background) and plotly's figure classes (imported on first use: about a second)."""
-    named = {Path(r).resolve() for r in runs}
-    results = app.profkit_results
-    results.prefetch([e.key for e in results.registry.entries() if e.path in named])
+    app.profkit_results.prefetch_named(runs)
     threading.Thread(target=_first_figure, name="profkit-warm-up", daemon=True).start()
 
 

@@ -250,6 +250,11 @@ class ResultCache:
         self._background.want(unknown, memory_safe_workers(
             sizes, min(len(unknown), self.background_threads)))
 
+    def prefetch_named(self, runs: list[Path]) -> None:
+        """:meth:`prefetch` the configured runs at ``runs`` (named on the command line)."""
+        named = {Path(r).resolve() for r in runs}
+        self.prefetch([e.key for e in self.registry.entries() if e.path in named])
+
     def _analyse(self, key: str) -> None:
         try:
             self.shown(key)

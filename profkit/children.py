@@ -5,7 +5,9 @@ Two guards, so that no worker outlives the command that started it:
 - :func:`process_pool` starts the workers of a pool (the loader's parsing of traces, the
   analyzers' map over ranks) so that each one asks the kernel to kill it when its parent
   dies (Linux ``PR_SET_PDEATHSIG``), however the parent dies (``kill -9`` too), and ignores
-  Ctrl-C (the parent ends it; a traceback from every worker says nothing).
+  Ctrl-C (the parent ends it; a traceback from every worker says nothing). They are forked
+  from this process, or, once :func:`start_workers_by` chose it (the dashboard, whose
+  threads may hold locks a forked worker would wait on forever), from a forkserver of ours.
 - :class:`SignalStop` (installed by the ``profkit`` program for every command but
   ``launch``, which forwards SIGTERM to its job and waits for it) makes SIGTERM and SIGINT
   end every process below this one at once (:func:`end_children`: SIGTERM, then SIGKILL
@@ -33,15 +35,20 @@ log = logging.getLogger(__name__)
 GRACE_S = 0.5  # a worker asked to stop (SIGTERM) is killed after this long
 EXIT_AFTER_S = 1.5  # a stopped command still unwinding then is ended all the same
 RAISE_AGAIN_AFTER_S = 0.01  # a stop Python dropped is raised again this much later
+OWNER_POLL_S = 0.2  # without pidfds: how often a forkserver's worker looks for its owner
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent_pid: int | None) -> None:
+def _die_with_parent(parent_pid: int | None, owner_pid: int | None = None) -> None:
     """Pool initializer: be killed when the parent dies; leave Ctrl-C to the parent; end
-    at once on SIGTERM (not by the handler a fork copied from the parent's SignalStop)."""
+    at once on SIGTERM (not by the handler a fork copied from the parent's SignalStop).
+    A forkserver's worker also ends when ``owner_pid`` (the process whose pool it serves)
+    does: the server outlives its owner as long as any worker of it lives."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if owner_pid is not None:
+        _exit_with(owner_pid)
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -53,14 +60,65 @@ def _die_with_parent(parent_pid: int | None) -> None:
         os._exit(1)  # the parent died before prctl took effect
 
 
+def _exit_with(pid: int) -> None:
+    """End this process as soon as process ``pid`` ends (a daemon thread waiting on it:
+    a pidfd where Linux has them, else a look every :data:`OWNER_POLL_S`)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+
+    def wait() -> None:
+        if fd is not None:
+            import select
+
+            select.select([fd], [], [])  # readable once the process has ended
+        else:
+            while _exists(pid):
+                time.sleep(OWNER_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=wait, name="profkit-owner", daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    if Path("/proc/self/stat").exists():
+        return alive(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: it exists
+        pass
+    return True
+
+
+_start_method: list[str] = []  # how later pools start their workers (empty: the default)
+
+
+def start_workers_by(method: str | None, preload: tuple[str, ...] = ()) -> None:
+    """Start the workers of later pools by ``method`` (None: the platform's default, fork
+    on Linux). A process with threads at work (the dashboard's server and background
+    analyses) uses "forkserver": a worker forked from it while another thread held a lock
+    (an import's, say) would wait for that lock forever. The server process is started here,
+    at once, and imports ``preload`` (the analysis code) while the caller goes on, so that
+    each worker forked from it later starts with that code loaded."""
+    _start_method[:] = [method] if method else []
+    if method == "forkserver":
+        from multiprocessing import forkserver
+
+        multiprocessing.get_context(method).set_forkserver_preload(list(preload))
+        forkserver.ensure_running()
+
+
 def process_pool(max_workers: int) -> ProcessPoolExecutor:
     """A process pool whose workers die with this process (see the module doc)."""
-    method = multiprocessing.get_start_method(allow_none=True) or \
-        multiprocessing.get_context().get_start_method()
-    # a forkserver's workers are its children, not ours; it ends when we do
-    parent = os.getpid() if method != "forkserver" else None
-    return ProcessPoolExecutor(max_workers=max_workers, initializer=_die_with_parent,
-                               initargs=(parent,))
+    context = multiprocessing.get_context(_start_method[0] if _start_method else None)
+    # a forkserver's workers are its children, not ours: they watch this process instead
+    served = context.get_start_method() == "forkserver"
+    initargs = (None, os.getpid()) if served else (os.getpid(),)
+    return ProcessPoolExecutor(max_workers=max_workers, mp_context=context,
+                               initializer=_die_with_parent, initargs=initargs)
 
 
 def descendants(pid: int | None = None) -> list[int]:

@@ -11,6 +11,7 @@ analysis and the writing."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -186,3 +187,94 @@ def test_a_stop_after_the_work_is_done_is_ignored():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           cwd=REPO, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (3, "still here\n", "")
+
+
+FORKSERVER_SCRIPT = """
+import json, os, sys
+from profkit import children
+children.start_workers_by("forkserver", ("json",))
+with children.process_pool(2) as pool:
+    parents = sorted({f.result() for f in [pool.submit(os.getppid) for _ in range(4)]})
+    below = {p: open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")
+             for p in children.descendants()}
+    mine = [p for p in below if children._parent_map().get(p) == os.getpid()]
+print(json.dumps({"me": os.getpid(), "worker_parents": parents,
+                  "servers": [p for p in mine if "multiprocessing.forkserver" in below[p]]}))
+children.end_children()
+print(json.dumps(children.descendants()))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_started_by_a_forkserver_are_its_children_and_end_with_ours():
+    """start_workers_by("forkserver"): a pool's workers are forked by a server process of
+    ours (not by this process, whose threads may hold locks), run the work, and are ended
+    with it by end_children (as a stopped dashboard ends them)."""
+    done = subprocess.run([sys.executable, "-c", FORKSERVER_SCRIPT], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    first, after = done.stdout.strip().splitlines()
+    facts = json.loads(first)
+    assert len(facts["servers"]) == 1
+    assert facts["worker_parents"] == facts["servers"]  # not facts["me"]
+    assert facts["me"] not in facts["worker_parents"]
+    assert json.loads(after) == []
+
+
+def test_the_dashboard_starts_its_worker_server_first_and_ends_it(tmp_path):
+    """``profkit dashboard RUN`` starts the forkserver its analyses' pools fork from before
+    it has a thread (or Dash) of its own; Ctrl-C ends it with the server."""
+    from tests.dashboard.conftest import free_port, wait_for
+
+    port, log_path = free_port(), tmp_path / "server.log"
+    run = shutil.copytree(REPO / "samples" / "runs" / "stock_ddp", tmp_path / "run")
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", str(run),
+                                 "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=log_file, start_new_session=True)
+    try:
+        wait_for(f"http://127.0.0.1:{port}/_dash-layout", proc, log_path, timeout=120)
+        from profkit.children import descendants
+
+        below = descendants(proc.pid)
+        cmdlines = [Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")
+                    for p in below if Path(f"/proc/{p}/cmdline").exists()]
+        assert any("multiprocessing.forkserver" in c for c in cmdlines), cmdlines
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) in INTERRUPTED
+        deadline = time.monotonic() + 2.0
+        while not group_gone(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert group_gone(proc.pid), "a process of the dashboard outlived it"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+def test_a_forkserver_worker_ends_when_its_owner_does(pidfd):
+    """A forkserver's worker outlives its owner's SIGKILL unless it watches the owner: the
+    server stays up while a worker holds its pipe, and the worker's parent is the server.
+    It watches through a pidfd, or by looking every OWNER_POLL_S where there is none."""
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    script = ("import os, sys, time\n"
+              "from profkit import children\n"
+              + ("" if pidfd else "del os.pidfd_open\n")
+              + f"children._exit_with({owner.pid})\n"
+              "print('watching', flush=True)\n"
+              "time.sleep(30)\n")
+    watcher = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, text=True,
+                               stdout=subprocess.PIPE)
+    try:
+        assert watcher.stdout.readline().strip() == "watching"
+        time.sleep(0.3)
+        assert watcher.poll() is None  # the owner lives: so does the worker
+        owner.kill()
+        owner.wait()
+        assert watcher.wait(timeout=3) == 1
+    finally:
+        for proc in (owner, watcher):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

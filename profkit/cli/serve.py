@@ -24,10 +24,13 @@ TOKEN_ENV = "PROFKIT_DASHBOARD_TOKEN"
 
 
 NEW_TOKEN = "new"  # --token without a value: make one up
+# what a large run's analysis workers import, once, in the dashboard's worker server
+WORKER_PRELOAD = ("profkit.analyzers.executor", "profkit.analyzers.summaries",
+                  "profkit.run.counters")
 
 
 def cmd_dashboard(args) -> int:
-    from profkit.dashboard.app import create_app, default_roots, warm_up
+    from profkit.children import start_workers_by
     from profkit.dashboard.hosts import allowed_names
     from profkit.dashboard.serving import new_token, serve
 
@@ -44,8 +47,20 @@ def cmd_dashboard(args) -> int:
         allowed = allowed_names(args.allowed_host or ())
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    # while this process has one thread (the server's threads must not fork workers), and
+    # so that the worker server loads the analysis code while this one loads Dash
+    start_workers_by("forkserver", WORKER_PRELOAD)
+    results = None
+    if args.runs:  # analyse the named runs from now on, while Dash loads
+        from profkit.dashboard.registry import RunRegistry
+        from profkit.dashboard.results import ResultCache
+
+        results = ResultCache(RunRegistry([Path(p) for p in args.runs], list(args.root or [])))
+        results.prefetch_named([Path(p) for p in args.runs])
+    from profkit.dashboard.app import create_app, default_roots, warm_up
+
     roots = list(args.root or []) or ([] if args.runs else default_roots())
-    app = create_app([Path(p) for p in args.runs], roots)
+    app = create_app([Path(p) for p in args.runs], roots, results)
     if args.host not in LOOPBACK and token is None:
         log.warning("serving on %s with no authentication: anyone who can reach port %d can "
                     "read these runs. Add --token, or serve on 127.0.0.1 behind an SSH tunnel",
