@@ -25,6 +25,13 @@ log = logging.getLogger(__name__)
 ASSETS = Path(__file__).parent / "assets"
 MAX_REQUEST_BYTES = 1 << 20  # callback payloads are keys and selections: a few KB
 REPO_SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "runs"
+# Code chunks of the component libraries that no page renders (date pickers, sliders, uploads,
+# Markdown and MathJax, the DataTable, AG Grid's enterprise modules), by library module. Dash's
+# eager loading (create_app) would fetch and parse them with the page: ~6 of its ~12 MB of
+# script, parsed while the run is analysed on the same cores. They load on demand instead.
+UNUSED_CHUNKS = {"dash.dcc": ("datepicker", "highlight", "markdown", "mathjax", "slider", "upload"),
+                 "dash.dash_table": ("export", "highlight", "table"),
+                 "dash_ag_grid": ("enterprise",)}
 
 
 def default_roots() -> list[Path]:
@@ -59,16 +66,29 @@ def _import_analysis_code() -> None:
     import profkit.run.loader  # noqa: F401
 
 
+def _load_unused_chunks_on_demand() -> None:
+    """Mark the :data:`UNUSED_CHUNKS` "lazy" (Dash fetches them only if a component asks)."""
+    import importlib
+
+    for module_name, chunks in UNUSED_CHUNKS.items():
+        names = {f"async-{chunk}.js" for chunk in chunks}
+        for resource in getattr(importlib.import_module(module_name), "_js_dist", []):
+            if Path(resource.get("relative_package_path", "")).name in names:
+                resource["async"] = "lazy"
+
+
 def create_app(runs: list[Path], roots: list[Path], results: ResultCache | None = None) -> Dash:
     """The dashboard over ``runs`` (run folders or trace files) and every run found under
     ``roots`` (rescanned whenever the Runs page loads), its results kept in ``results`` (one
     over the same runs and roots, made before Dash was imported so that the named runs'
     analysis has started) or a new one."""
+    _load_unused_chunks_on_demand()
     app = Dash(__name__, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
                serve_locally=True, external_stylesheets=[], external_scripts=[],
                title="profkit", update_title=None, suppress_callback_exceptions=True,
                compress=False, eager_loading=True)  # eager: plotly.js is fetched and
-    # parsed with the other bundles, while the server draws the page, not after it
+    # parsed with the other bundles, while the server draws the page, not after it (the
+    # chunks no page uses are left to load on demand first)
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
     guard.install(app)
     _import_analysis_code()
