@@ -117,6 +117,10 @@ def report(args, rows: dict[str, bl.Row]) -> None:
     if rows["cold"].ok and rows["cold1"].ok:
         ratio = _cpu(rows["cold"]) / _cpu(rows["cold1"])
         print(f"target pool cpu <= 1-process cpu: {ratio:.2f}x {'PASS' if ratio <= 1 else 'FAIL'}")
+        # each repeat ran the two back to back: their ratio cancels the machine's drift
+        pairs = sorted(p / o for p, o in zip(rows["cold"].cpus, rows["cold1"].cpus))
+        print(f"  per alternating pair: median {pairs[len(pairs) // 2]:.2f}x, "
+              f"{pairs[0]:.2f}x-{pairs[-1]:.2f}x ({len(pairs)} pairs)")
     if hta:
         for key, what, target in TARGETS:
             row = rows[key]
