@@ -77,11 +77,13 @@ def _load_unused_chunks_on_demand() -> None:
                 resource["async"] = "lazy"
 
 
-def create_app(runs: list[Path], roots: list[Path], results: ResultCache | None = None) -> Dash:
+def create_app(runs: list[Path], roots: list[Path], results: ResultCache | None = None,
+               background: bool = True) -> Dash:
     """The dashboard over ``runs`` (run folders or trace files) and every run found under
     ``roots`` (rescanned whenever the Runs page loads), its results kept in ``results`` (one
     over the same runs and roots, made before Dash was imported so that the named runs'
-    analysis has started) or a new one."""
+    analysis has started) or a new one; ``background``: whether the Runs page analyses
+    the runs it lists of its own accord (for a new one)."""
     _load_unused_chunks_on_demand()
     app = Dash(__name__, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
                serve_locally=True, external_stylesheets=[], external_scripts=[],
@@ -92,7 +94,7 @@ def create_app(runs: list[Path], roots: list[Path], results: ResultCache | None 
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
     guard.install(app)
     _import_analysis_code()
-    results = results or ResultCache(RunRegistry(runs, roots))
+    results = results or ResultCache(RunRegistry(runs, roots), background=background)
     for page in _pages():
         page.register(app, results)
     app.layout = html.Div(className="app", children=[

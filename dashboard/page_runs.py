@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import NamedTuple
 
 import dash
 import flask
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 COLUMNS = ("run", "status", "verdict", "ranks", "GPUs", "date (UTC)", "median step", "")
 POLL_MS = 500
 WAITING = {R.QUEUED: "queued", R.ANALYSING: "analysing...", "": "queued"}
+UNASKED = "not analysed yet: open it"  # a row nobody asked for (dashboard --no-background)
 
 
 def _done_cells(entry, a) -> list:
@@ -58,7 +60,8 @@ def _row(results, entry) -> tuple[html.Tr, str]:
         cells, state = _other_cells(html.Span(f"unreadable: {value}", className="error")), R.FAILED
     else:
         state = results.state(entry.key)
-        cells = _other_cells(html.Span(WAITING.get(state, state), className="muted pending"))
+        waiting = UNASKED if state == "" and not results.background else WAITING.get(state, state)
+        cells = _other_cells(html.Span(waiting, className="muted pending"))
     link = dcc.Link(entry.label, href=C.run_href(entry.key), className="runlink")
     cells = [link, *cells, dcc.Link("open", href=C.run_href(entry.key), className="button small")]
     return html.Tr([html.Td(c) for c in cells], **{"data-run": entry.key, "data-state": state}), state
@@ -68,24 +71,43 @@ def _other_cells(verdict) -> list:
     return ["", verdict, "", "", "", ""]
 
 
-def table(results) -> tuple[html.Table, int, int]:
-    """The runs table now, how many runs are done (or failed) and how many there are."""
+class RunsTable(NamedTuple):
+    body: html.Table
+    done: int  # runs analysed (or failed)
+    total: int
+    unasked: int  # runs nobody asked for, left until opened (dashboard --no-background)
+
+    @property
+    def settled(self) -> bool:
+        """Nothing more will fill in without a run being opened: the polling can stop."""
+        return self.done + self.unasked >= self.total
+
+
+def table(results) -> RunsTable:
+    """The runs table now, how many runs are done (or failed), how many there are and how
+    many wait for nothing but being opened."""
     entries = results.registry.entries()
     rows, states = zip(*[_row(results, e) for e in entries]) if entries else ((), ())
     done = sum(s in (R.DONE, R.FAILED) for s in states)
+    unasked = 0 if results.background else sum(s == "" for s in states)
     head = html.Thead(html.Tr([html.Th(c) for c in COLUMNS]))
-    return html.Table([head, html.Tbody(list(rows))], className="table runs"), done, len(entries)
+    return RunsTable(html.Table([head, html.Tbody(list(rows))], className="table runs"), done,
+                     len(entries), unasked)
 
 
-def progress(done: int, total: int) -> str:
+def progress(done: int, total: int, unasked: int = 0) -> str:
+    if unasked and done + unasked >= total:
+        return (f"{done} of {total} runs analysed; the others are analysed when opened "
+                "(the dashboard runs with --no-background)")
     return (f"all {total} runs analysed" if done >= total
             else f"analysing: {done} of {total} runs done, the others fill in as they finish")
 
 
 def layout(results) -> html.Div:
     results.registry.rescan()
-    results.prefetch([e.key for e in results.registry.entries()])
-    body, done, total = table(results)
+    results.prefetch_listed([e.key for e in results.registry.entries()])
+    runs = table(results)
+    body, total = runs.body, runs.total
     if not total:
         body = html.P("No runs found. Start with `profkit dashboard RUN` or `--root DIR`.",
                       className="muted")
@@ -95,9 +117,10 @@ def layout(results) -> html.Div:
             html.P("Pick a run to see where its step time goes, or compare two runs.",
                    className="muted"),
         ]),
-        C.card(None, html.P(progress(done, total), id=ids.RUNS_PROGRESS, className="hint"),
+        C.card(None, html.P(progress(runs.done, total, runs.unasked), id=ids.RUNS_PROGRESS,
+                            className="hint"),
                html.Div(body, id=ids.RUNS_TABLE)),
-        dcc.Interval(id=ids.RUNS_POLL, interval=POLL_MS, disabled=done >= total),
+        dcc.Interval(id=ids.RUNS_POLL, interval=POLL_MS, disabled=runs.settled),
     ])
 
 
@@ -107,7 +130,7 @@ def start_early(results) -> None:
     a few small runs' analyses. In a thread: the HTML is not held back."""
     if flask.request.method == "GET" and flask.request.path == "/":
         keys = [e.key for e in results.registry.entries()]
-        threading.Thread(target=results.prefetch, args=(keys,), name="profkit-runs-early",
+        threading.Thread(target=results.prefetch_listed, args=(keys,), name="profkit-runs-early",
                          daemon=True).start()
 
 
@@ -121,6 +144,6 @@ def register(app, results) -> None:
                   prevent_initial_call=True)
     def poll(_n):
         # the page's runs only, as the last rescan found them: a request names no run
-        results.prefetch([e.key for e in results.registry.entries()])  # any changed since
-        body, done, total = table(results)
-        return body, progress(done, total), done >= total
+        results.prefetch_listed([e.key for e in results.registry.entries()])  # changed since
+        runs = table(results)
+        return runs.body, progress(runs.done, runs.total, runs.unasked), runs.settled

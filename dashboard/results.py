@@ -101,9 +101,9 @@ def code_fingerprint() -> str:
     import profkit
     from profkit.classify import events as classify
 
-    folders = (Path(p.__file__).parent for p in (profkit, profkit.analyzers, profkit.dashboard))
-    parts = [cache.run_fingerprint(f) for f in folders] + [classify.rules_fingerprint()]
-    return f"dashboard|{profkit.__version__}|" + "|".join(parts)
+    code = cache.code_fingerprint(*(Path(p.__file__).parent
+                                    for p in (profkit, profkit.analyzers, profkit.dashboard)))
+    return f"dashboard|{profkit.__version__}|{code}|{classify.rules_fingerprint()}"
 
 
 def run_json_bytes(path: Path) -> int:
@@ -121,8 +121,11 @@ class ResultCache:
     """The results of the configured runs (see the module doc)."""
 
     def __init__(self, registry: RunRegistry, max_items: int = MAX_ITEMS,
-                 max_runs: int = MAX_RUNS, persist: bool = True):
+                 max_runs: int = MAX_RUNS, persist: bool = True, background: bool = True):
         self.registry = registry
+        # False: the Runs page analyses no run of its own accord (each is analysed when one
+        # of its pages is opened); the runs named on the command line still are, at start
+        self.background = background
         self.persist = persist
         self._items = Lru(max_items)
         self._runs = Lru(max_runs)
@@ -249,6 +252,12 @@ class ResultCache:
             sizes = [self._sizes[k] for k in unknown]
         self._background.want(unknown, memory_safe_workers(
             sizes, min(len(unknown), self.background_threads)))
+
+    def prefetch_listed(self, keys: list[str]) -> None:
+        """:meth:`prefetch` the runs a page lists, unless this cache analyses no run in the
+        background (``background=False``)."""
+        if self.background:
+            self.prefetch(keys)
 
     def prefetch_named(self, runs: list[Path]) -> None:
         """:meth:`prefetch` the configured runs at ``runs`` (named on the command line)."""

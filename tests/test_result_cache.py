@@ -120,6 +120,25 @@ def test_a_changed_run_is_not_served_its_old_report(cached, tmp_path):
     assert analyze_cli(run) == analyze_cli(run, "--no-cache") != cached.report
 
 
+def test_the_code_key_follows_the_source_not_the_bytecode_python_writes(tmp_path):
+    """A cached result is made stale by a change to profkit's source, never by Python
+    writing a module's bytecode on its first import (which once made the first runs of a
+    fresh install analyse every run again)."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    module = pkg / "sub" / "mod.py"
+    module.write_text("X = 1\n")
+    before = cache.code_fingerprint(pkg)
+    subprocess.run([sys.executable, "-c", "import pkg.sub.mod"], cwd=tmp_path, check=True,
+                   env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""})
+    assert list(pkg.rglob("*.pyc")), "python wrote no bytecode: the test proves nothing"
+    (pkg / "notes.txt").write_text("not code")
+    assert cache.code_fingerprint(pkg) == before
+    module.write_text("X = 2\n")
+    assert cache.code_fingerprint(pkg) != before
+
+
 @pytest.mark.parametrize("run_dir", [RUNS / "zoo" / "straggler", *[
     pytest.param(p, marks=pytest.mark.slow) for p in ALL if p.name != "straggler"]],
     ids=lambda p: str(p.relative_to(RUNS)))

@@ -38,8 +38,8 @@ def _analysis_key(args, run: str, thresholds) -> str:
     from profkit.run import cache
 
     options = _analysis_options(args)
-    code = "|".join(cache.run_fingerprint(Path(pkg.__file__).parent)  # any code change
-                    for pkg in (profkit, profkit.analyzers))
+    code = cache.code_fingerprint(*(Path(pkg.__file__).parent  # any code change
+                                    for pkg in (profkit, profkit.analyzers)))
     # --strict loads differently (a conflict between traces is an error, not a skip); the
     # path as given is in the report's first line, so another spelling is another entry
     key_text = (f"{run}|{args.ranks}|{args.cycle}|{thresholds_key(thresholds)}|{args.strict}|"

@@ -118,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "$PROFKIT_DASHBOARD_ALLOWED_HOSTS, comma-separated). By default only "
                    "loopback names and the --host address are answered: a page of another "
                    "site that points its name at this machine gets 421")
+    p.add_argument("--no-background", dest="background", action="store_false",
+                   help="analyse a listed run only when one of its pages is opened, not "
+                   "every run the Runs page lists in the background (a root of many runs on "
+                   "a shared machine); the runs named on the command line are still "
+                   "analysed at start")
     p.set_defaults(func=cmd_dashboard)
 
     # The options are declared here, not in the launch module, so that `profkit --help`

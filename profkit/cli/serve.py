@@ -55,12 +55,13 @@ def cmd_dashboard(args) -> int:
         from profkit.dashboard.registry import RunRegistry
         from profkit.dashboard.results import ResultCache
 
-        results = ResultCache(RunRegistry([Path(p) for p in args.runs], list(args.root or [])))
+        results = ResultCache(RunRegistry([Path(p) for p in args.runs], list(args.root or [])),
+                              background=args.background)
         results.prefetch_named([Path(p) for p in args.runs])
     from profkit.dashboard.app import create_app, default_roots, warm_up
 
     roots = list(args.root or []) or ([] if args.runs else default_roots())
-    app = create_app([Path(p) for p in args.runs], roots, results)
+    app = create_app([Path(p) for p in args.runs], roots, results, background=args.background)
     if args.host not in LOOPBACK and token is None:
         log.warning("serving on %s with no authentication: anyone who can reach port %d can "
                     "read these runs. Add --token, or serve on 127.0.0.1 behind an SSH tunnel",

@@ -125,6 +125,19 @@ def run_fingerprint(path: Path, extra: str = "") -> str:
     return h.hexdigest()[:24]
 
 
+def code_fingerprint(*packages: Path) -> str:
+    """A key that changes whenever the source of these package folders does: the path,
+    size and mtime of every ``.py`` file under them. Compiled bytecode is left out: Python
+    writes it as each module is first imported, which must not make every cached result
+    stale."""
+    h = hashlib.sha1()
+    for folder in packages:
+        for f in sorted(Path(folder).resolve().rglob("*.py")):
+            st = f.stat()
+            h.update(f"{f}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:24]
+
+
 def _results_dir(path: Path) -> Path:
     path = Path(path)
     return _folder_for(path if path.is_dir() else path.parent)  # profkit.run.discover.run_folder

@@ -124,9 +124,13 @@ def serving(args: list[str], log_path: Path):
 @pytest.fixture(scope="session")
 def server(bad_runs, missing_run, sidecar_run, server_log):
     """Base URL of `profkit dashboard` (the bundled sample runs, the bad runs, the run
-    missing a trace and the one with bad sidecars) on a free local port."""
+    missing a trace and the one with bad sidecars) on a free local port. With
+    --no-background: each run is analysed when a test opens it, not all 55 sample runs as
+    soon as anything asks for the Runs page (minutes of CPU under the other tests; the
+    background analysis is tested on :func:`runs_server`)."""
     with serving([*map(str, bad_runs.values()), str(missing_run), str(sidecar_run),
-                  "--root", str(REPO / "samples" / "runs")], server_log) as url:
+                  "--root", str(REPO / "samples" / "runs"), "--no-background"],
+                 server_log) as url:
         yield url
 
 

@@ -28,6 +28,9 @@ def test_runs_page_lists_every_sample_with_its_verdict(page, runs_page):
     page.goto(page.base + "/")
     page.locator("a.runlink").first.wait_for()
     assert page.locator("a.runlink").count() == len(KEYS) + len(BAD_RUNS) + 2
+    # this server runs with --no-background: the runs no test opened wait to be opened
+    page.wait_for_function("document.querySelector('#runs-progress').textContent"
+                           ".includes('the others are analysed when opened')")
     # their verdicts, on a page of one sample run of each kind (analysing all 55 takes a
     # minute or more on a small machine): rows fill in as their runs are analysed, in the
     # background, in the order of the rows

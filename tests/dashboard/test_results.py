@@ -36,15 +36,36 @@ def wait_done(results, keys, timeout_s=120):
 def test_the_runs_table_fills_in_as_the_background_analyses_finish(runs):
     results = R.ResultCache(RunRegistry(runs, []), persist=False)
     keys = [e.key for e in results.registry.entries()]
-    _, done, total = page_runs.table(results)
+    _, done, total, _ = page_runs.table(results)
     assert (done, total) == (0, 2) and [results.state(k) for k in keys] == ["", ""]
     results.prefetch(keys)
     assert all(results.state(k) in (R.QUEUED, R.ANALYSING, R.DONE) for k in keys)
     wait_done(results, keys)
-    body, done, total = page_runs.table(results)
+    body, done, total, _ = page_runs.table(results)
     assert (done, total) == (2, 2)
     assert page_runs.progress(done, total) == "all 2 runs analysed"
     assert "1 x NVIDIA H200" in str(body)
+
+
+def test_without_background_analysis_a_listed_run_waits_until_it_is_opened(runs):
+    """``profkit dashboard --no-background``: the Runs page queues nothing; its rows say so
+    and its polling stops; a run opened is analysed and its row filled in."""
+    results = R.ResultCache(RunRegistry(runs, []), persist=False, background=False)
+    keys = [e.key for e in results.registry.entries()]
+    results.prefetch_listed(keys)  # what the Runs page does as it is drawn and polled
+    time.sleep(0.5)
+    assert [results.state(k) for k in keys] == ["", ""]
+    runs_table = page_runs.table(results)
+    assert runs_table[1:] == (0, 2, 2) and runs_table.settled
+    assert str(runs_table.body).count(page_runs.UNASKED) == 2
+    results.shown(keys[0])  # the run's page opened
+    runs_table = page_runs.table(results)
+    assert runs_table[1:] == (1, 2, 1) and runs_table.settled
+    assert page_runs.progress(*runs_table[1:]).startswith("1 of 2 runs analysed; the others")
+    with_background = R.ResultCache(RunRegistry(runs, []), persist=False)
+    with_background.prefetch_listed(keys)
+    assert not page_runs.table(with_background).settled
+    wait_done(with_background, keys)
 
 
 def test_more_runs_than_the_cache_holds_are_each_analysed_once(runs, tmp_path, monkeypatch):
@@ -60,10 +81,10 @@ def test_more_runs_than_the_cache_holds_are_each_analysed_once(runs, tmp_path, m
     monkeypatch.setattr(loading, "show", lambda path: shows.append(path) or real_show(path))
     results.prefetch(keys)
     wait_done(results, keys)
-    body, done, total = page_runs.table(results)
+    body, done, total, _ = page_runs.table(results)
     assert (done, total) == (3, 3) and len(shows) == 3
     results.prefetch(keys)  # what the page's poll does
-    assert page_runs.table(results)[1:] == (3, 3) and len(shows) == 3
+    assert page_runs.table(results)[1:3] == (3, 3) and len(shows) == 3
     assert str(body).count("1 x NVIDIA H200") == 3
 
 
