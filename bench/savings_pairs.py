@@ -23,14 +23,17 @@ BAR = 0.15
 PAIR_FILE = "pair.toml"  # cause, what; before/after when not the folders of those names
 
 
-def pair_rows(pairs_dir: Path) -> list[dict]:
+def pair_rows(pairs_dir: Path, analyse=None) -> list[dict]:
+    """One row per pair; ``analyse(run folder)``: its analysis (default: analyze_run, in
+    this process, no cache)."""
     from profkit.analyzers.executor import analyze_run
 
+    analyse = analyse or (lambda run: analyze_run(run, cache=False, workers=1))
     rows = []
     for pair in sorted(p for p in pairs_dir.iterdir() if (p / PAIR_FILE).is_file()):
         spec = tomllib.loads((pair / PAIR_FILE).read_text())
-        before = analyze_run(pair / spec.get("before", "before"), cache=False, workers=1)
-        after = analyze_run(pair / spec.get("after", "after"), cache=False, workers=1)
+        before = analyse(pair / spec.get("before", "before"))
+        after = analyse(pair / spec.get("after", "after"))
         step_b = _step_ms(before)
         step_a = _step_ms(after)
         cause = spec["cause"]

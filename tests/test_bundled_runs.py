@@ -10,8 +10,8 @@ import pytest
 
 from profkit import schema as S
 from profkit.model import step_times_ns
-from profkit.run.loader import load_run
 from profkit.timeline.merge import merge_run
+from tests.analysed import loaded
 from tests.conftest import REPO
 
 RUNS = REPO / "samples" / "runs"
@@ -29,7 +29,7 @@ def measured_ms() -> dict[str, float]:
 
 @pytest.mark.parametrize("run_dir", ALL, ids=lambda p: str(p.relative_to(RUNS)))
 def test_bundled_run_loads_cleanly(run_dir, tmp_path):
-    run = load_run(run_dir, cache=False)
+    run = loaded(run_dir)
     assert run.skipped == [] and run.notes == []
     assert run.rank_ids == list(range(run.world_size))
     # the samples profile 3 active steps unless run.json says otherwise; the with-stack
@@ -41,7 +41,7 @@ def test_bundled_run_loads_cleanly(run_dir, tmp_path):
 
 
 def test_stock_ddp_sample(tmp_path):
-    run = load_run(RUNS / "stock_ddp", cache=False)
+    run = loaded(RUNS / "stock_ddp")
     assert {d.rank_source for d in run.ranks.values()} == {"distributedInfo"}
     for data in run.ranks.values():
         coll = data.collectives
@@ -68,13 +68,13 @@ WORKLOADS = {"stock_ddp": "stock_ddp", "profkit_ddp": "profkit_ddp", "profkit_fs
 def test_step_time_agrees_with_cuda_events(name):
     """Step time from the trace vs the script's own CUDA-event timing of the same steps' run
     (a median over all but the first step, so the profiled steps are a subset): within 15%."""
-    run = load_run(RUNS / WORKLOADS[name], cache=False)
+    run = loaded(RUNS / WORKLOADS[name])
     ours = np.median(step_times_ns(run.ranks[0].steps)) / 1e6
     assert ours == pytest.approx(measured_ms()[name], rel=0.15)
 
 
 def test_profkit_run_has_counters_and_nccl_tables():
-    run = load_run(RUNS / "profkit_ddp", cache=False)
+    run = loaded(RUNS / "profkit_ddp")
     assert run.meta["status"] == "ok" and run.meta["world_size"] == 2
     assert re.match(r"NVIDIA H200", run.meta["gpus"][0]["name"])
     for data in run.ranks.values():
@@ -87,7 +87,7 @@ def test_profkit_run_has_counters_and_nccl_tables():
 
 def test_merged_profkit_run_shows_nvml_tracks_beside_each_gpu(tmp_path):
     out = tmp_path / "m.json.gz"
-    merge_run(load_run(RUNS / "profkit_ddp", cache=False), out)
+    merge_run(loaded(RUNS / "profkit_ddp"), out)
     events = json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
     kernel_pids = {e["pid"] for e in events if e.get("cat") == "kernel"}

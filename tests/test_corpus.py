@@ -6,9 +6,9 @@ import json
 import pytest
 
 from profkit import schema as S
-from profkit.run.loader import load_run
 from profkit.run.summary import format_summary
 from profkit.timeline.merge import merge_run
+from tests.analysed import loaded
 from tests.conftest import CORPUS
 
 FILES = sorted(CORPUS.rglob("*.json.gz")) if CORPUS.is_dir() else []
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not FILES, reason=f"corpus not found at {CORPUS}
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(CORPUS)))
 def test_corpus_trace_ingests_merges_and_summarises(path, tmp_path):
-    run = load_run(path, cache=False)
+    run = loaded(path)
     (data,) = run.ranks.values()
     raw = json.loads(gzip.decompress(path.read_bytes()))
     raw_x = [e for e in raw["traceEvents"] if e.get("ph") == "X" and "ts" in e]
@@ -41,7 +41,7 @@ EXPECTED_COMM = {
 @pytest.mark.parametrize("name", sorted(EXPECTED_COMM))
 def test_corpus_collectives_are_recognised(name):
     """The corpus README lists which collectives these traces hold."""
-    run = load_run(CORPUS / name, cache=False)
+    run = loaded(CORPUS / name)
     (data,) = run.ranks.values()
     found = set(data.collectives[S.COLL_NAME].astype(str))
     assert set(EXPECTED_COMM[name]) <= found
@@ -49,11 +49,11 @@ def test_corpus_collectives_are_recognised(name):
 
 def test_gpuless_traces_say_so():
     for name in ("hta/cpu_only", "hta/rank_non_gpu"):
-        run = load_run(CORPUS / name, cache=False)
+        run = loaded(CORPUS / name)
         assert "no GPU events" in format_summary(run)
 
 
 def test_amd_trace_kernels_and_copies_are_classified():
-    run = load_run(CORPUS / "hta/amd_trace", cache=False)
+    run = loaded(CORPUS / "hta/amd_trace")
     gpu = run.ranks[0].gpu_events
     assert set(gpu[S.CLASS].astype(str)) == {S.CLS_COMPUTE, S.CLS_MEMCPY}

@@ -6,11 +6,10 @@ import subprocess
 import sys
 
 import pytest
-from profkit.analyzers.analyze import analyze
 from profkit.analyzers.measure.breakdown import PARTS, VERDICT_CLASSES
 from profkit.analyzers.report.render import to_json, to_markdown, to_text
 
-from profkit.run.loader import load_run
+from tests.analysed import analysed_whole, loaded
 from tests.conftest import CORPUS, REPO
 
 RUNS = REPO / "samples" / "runs"
@@ -33,7 +32,7 @@ def check_contract(doc):
 
 
 def test_json_contract_on_the_bundled_run():
-    doc = to_json(analyze(load_run(RUNS / "stock_ddp", cache=False)))
+    doc = to_json(analysed_whole(RUNS / "stock_ddp"))
     check_contract(doc)
     assert doc["run"]["world_size"] == 2 and doc["run"]["ranks_analyzed"] == [0, 1]
     assert doc["verdict"]["primary"] == "compute"
@@ -41,7 +40,7 @@ def test_json_contract_on_the_bundled_run():
 
 
 def test_reports_lead_with_the_verdict_and_recommend():
-    a = analyze(load_run(RUNS / "zoo" / "data_loading", cache=False))
+    a = analysed_whole(RUNS / "zoo" / "data_loading")
     text = to_text(a)
     assert text.splitlines()[3].startswith("VERDICT: data loading bound")
     assert "num_workers" in text
@@ -65,10 +64,10 @@ FILES = sorted(CORPUS.rglob("*.json.gz")) if CORPUS.is_dir() else []
 @pytest.mark.skipif(not FILES, reason="corpus not found")
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name[:40])
 def test_every_corpus_trace_analyzes(path):
-    a = analyze(load_run(path, cache=False))
+    a = analysed_whole(path)
     doc = to_json(a)
     json.dumps(doc)
-    if not any(d.has_gpu for d in load_run(path, cache=False).ranks.values()):
+    if not any(d.has_gpu for d in loaded(path).ranks.values()):
         assert doc["verdict"]["primary"] is None
         assert any("no GPU events" in f["message"] for f in doc["findings"])
     elif doc["verdict"]["primary"] is None:  # a trace of graph capture or lost records
@@ -81,7 +80,7 @@ def test_every_corpus_trace_analyzes(path):
     ("zoo/straggler", [1]), ("zoo/balanced", []), ("stock_ddp", []), ("profkit_ddp", []),
 ])
 def test_straggler_only_on_evidence(name, stragglers):
-    doc = to_json(analyze(load_run(RUNS / name, cache=False)))
+    doc = to_json(analysed_whole(RUNS / name))
     check_contract(doc)
     assert [s["rank"] for s in doc["stragglers"]] == stragglers
     if stragglers:
@@ -103,14 +102,14 @@ def test_misaligned_ranks_get_no_straggler_verdict(tmp_path):
         if rank == 0:
             doc["baseTimeNanoseconds"] += 1_000_000_000
         write_trace(tmp_path / f"rank{rank}.json", doc)
-    doc = to_json(analyze(load_run(tmp_path, cache=False)))
+    doc = to_json(analysed_whole(tmp_path))
     assert doc["stragglers"] == []
     assert any(f["category"] == "collectives" and "not aligned" in f["message"]
                for f in doc["findings"])
 
 
 def test_communication_splits_into_waiting_and_transfer():
-    doc = to_json(analyze(load_run(RUNS / "zoo" / "straggler", cache=False)))
+    doc = to_json(analysed_whole(RUNS / "zoo" / "straggler"))
     by_rank = {r["rank"]: r for r in doc["ranks"]}
     for r in by_rank.values():
         split = r["communication_split"]
@@ -127,9 +126,8 @@ def test_one_median_step_for_a_run_everywhere():
     from profkit.analyzers.compare.diff import step_samples
     from profkit.dashboard.components import median_step_text
 
-    from profkit.run.loader import load_run
 
-    a = analyze(load_run(REPO / "samples" / "runs" / "profkit_fsdp"))
+    a = analysed_whole(REPO / "samples" / "runs" / "profkit_fsdp")
     steps = a.table("step_breakdown")
     used = steps[steps["used"].astype(bool)]
     by_step = {s: float(np.median(g["step_ns"])) for s, g in used.groupby("step")}

@@ -12,7 +12,7 @@ from profkit.analyzers.thresholds import Thresholds
 
 from profkit import schema as S
 from profkit.model import RankData, Run, empty_frame
-from profkit.run.loader import load_run
+from tests.analysed import loaded
 from tests.conftest import CORPUS, REPO
 
 RUNS = REPO / "samples" / "runs"
@@ -243,7 +243,7 @@ def analysed():
 
     def get(name):
         if name not in cache:
-            run = load_run(RUNS / name, cache=False)
+            run = loaded(RUNS / name)
             res = judged(analyze_collectives(run))
             cache[name] = (res, judged(find_stragglers(run, res)))
         return cache[name]
@@ -299,7 +299,7 @@ CORPUS_FILES = sorted(CORPUS.rglob("*.json.gz")) if CORPUS.is_dir() else []
 @pytest.mark.skipif(not CORPUS_FILES, reason=f"corpus not found at {CORPUS}")
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: str(p.relative_to(CORPUS)))
 def test_corpus_traces_do_not_crash(path):
-    run = load_run(path, cache=False)
+    run = loaded(path)
     res = judged(analyze_collectives(run))
     strag = judged(find_stragglers(run, res))
     # single-rank traces: collectives exist, but nothing has a second rank to match against

@@ -14,13 +14,12 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 import pytest
-from profkit.analyzers.analyze import analyze
 from profkit.analyzers.executor import analyze_run
 from profkit.analyzers.measure.steps import choose_steps
 from profkit.analyzers.measure.stragglers import tail_probability
 from profkit.analyzers.options import AnalysisOptions
 
-from profkit.run.loader import load_run
+from tests.analysed import analysed, analysed_whole, loaded
 from tests.conftest import CORPUS, REPO
 from tests.factories import kernel, launch, step, trace_doc, write_trace
 
@@ -41,7 +40,7 @@ def raw_events(path) -> list[dict]:
 
 
 def test_pinned_upload_is_transfer_bound_at_the_pcie_rate():
-    a = analyze_run(DIAG / "transfer", cache=False, workers=1)
+    a = analysed(DIAG / "transfer")
     assert a.verdict["primary"] == "memcpy"
     assert a.verdict["summary"].startswith("transfer bound")
     ranks = a.table("rank_breakdown").iloc[0]
@@ -63,7 +62,7 @@ def test_pinned_upload_is_transfer_bound_at_the_pcie_rate():
 
 
 def test_pageable_upload_blocks_the_host_and_the_advice_is_to_pin():
-    a = analyze_run(DIAG / "transfer_pageable", cache=False, workers=1)
+    a = analysed(DIAG / "transfer_pageable")
     assert a.verdict["primary"] == "host_sync"
     finding = next(f for f in a.findings if f.category == "host_sync")
     assert finding.evidence["blocking_copy_share"] > 0.95
@@ -73,7 +72,7 @@ def test_pageable_upload_blocks_the_host_and_the_advice_is_to_pin():
 
 
 def test_round_trips_are_host_work_after_syncs_not_launch_overhead():
-    a = analyze_run(ZOO / "round_trip", cache=False, workers=1)
+    a = analysed(ZOO / "round_trip")
     assert a.verdict["primary"] == "host_work"
     finding = next(f for f in a.findings if f.category == "host_work")
     assert finding.evidence["after_sync_share"] > 0.9
@@ -82,7 +81,7 @@ def test_round_trips_are_host_work_after_syncs_not_launch_overhead():
 
 
 def test_a_launch_bound_loop_is_not_a_round_trip():
-    a = analyze_run(ZOO / "cpu_launch", cache=False, workers=1)
+    a = analysed(ZOO / "cpu_launch")
     finding = next(f for f in a.findings if f.category == "cpu_launch")
     assert finding.evidence["after_sync_share"] < 0.05
     assert "CUDA graphs" in finding.recommendation
@@ -90,7 +89,7 @@ def test_a_launch_bound_loop_is_not_a_round_trip():
 
 def test_steps_from_a_user_annotation():
     """A stock trace without ProfilerStep#: each step is a record_function('train_step')."""
-    plain = analyze_run(DIAG / "marker_steps", cache=False, workers=1)
+    plain = analysed(DIAG / "marker_steps")
     note = " ".join(plain.run["notes"])
     assert "no ProfilerStep# ranges" in note and "train_step x3" in note
     marked = analyze_run(DIAG / "marker_steps", cache=False, workers=1,
@@ -102,10 +101,10 @@ def test_steps_from_a_user_annotation():
 
 
 def test_graph_capture_is_not_execution():
-    only = analyze_run(DIAG / "graph_capture_only", cache=False, workers=1)
+    only = analysed(DIAG / "graph_capture_only")
     assert only.verdict["primary"] is None and "graph capture" in only.verdict["summary"].lower()
     assert [f.category for f in only.findings] == ["trace"]
-    mixed = analyze_run(DIAG / "graph_capture", cache=False, workers=1)
+    mixed = analysed(DIAG / "graph_capture")
     steps = mixed.run["steps"]["0"]
     assert steps["used"] == [3, 4]  # step 2 captured the graph, 3 and 4 replayed it
     assert "CUDA graph capture" in steps["excluded"][0]["reason"]
@@ -114,7 +113,7 @@ def test_graph_capture_is_not_execution():
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="needs ../shared/corpus")
 def test_the_public_vllm_capture_trace_gets_no_launch_verdict():
     path = next((CORPUS / "tracelens" / "inference").rglob("graph_capture*.json.gz"))
-    a = analyze_run(path, cache=False, workers=1)
+    a = analysed(path)
     assert a.verdict["primary"] is None
     assert not any("CUDA graph" in f.recommendation and f.category == "cpu_launch"
                    for f in a.findings)
@@ -127,7 +126,7 @@ def test_missing_kernel_records_get_no_verdict(tmp_path):
                                       "rank0.pt.trace.json.gz").read_bytes()))
     doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "kernel"]
     path = write_trace(tmp_path / "rank0.json", doc)
-    a = analyze_run(path, cache=False, workers=1)
+    a = analysed(path)
     assert a.verdict["primary"] is None and "missing" in a.verdict["summary"]
     finding = next(f for f in a.findings if f.category == "trace")
     assert "kernel records are missing" in finding.message
@@ -137,7 +136,7 @@ def test_missing_kernel_records_get_no_verdict(tmp_path):
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="needs ../shared/corpus")
 def test_one_off_calls_are_cut_out_of_a_stepless_window():
     path = CORPUS / "hta" / "critical_path" / "alexnet"
-    a = analyze_run(path, cache=False, workers=1)
+    a = analysed(path)
     notes = " ".join(a.run["notes"])
     # Independently: the longest runtime call in the raw trace is a ~29.9 s
     # cudaDeviceGetStreamPriorityRange (first CUDA call: context creation).
@@ -174,7 +173,7 @@ def test_edge_steps_do_not_drive_the_verdict(tmp_path):
         events += [step(i, t0, 1000.0 if i else 4000.0), launch(t0 + 1.0, 1.0, i + 1)]
         events.append(kernel("sm90_xmma_gemm_bf16", (i * 1000.0) + 5.0, 990.0, i + 1))
     path = write_trace(tmp_path / "rank0.json", trace_doc(rank=0, world_size=1, events=events))
-    a = analyze(load_run(path, cache=False))
+    a = analysed_whole(path)
     assert a.run["steps"]["0"]["used"] == [1, 2, 3, 4]
     # each used step: 10 us of launch gaps around a 990 us kernel
     assert a.verdict["primary"] == "compute" and a.verdict["fractions"]["cpu_launch"] < 0.02
@@ -183,11 +182,11 @@ def test_edge_steps_do_not_drive_the_verdict(tmp_path):
 def test_the_idle_code_agrees_with_a_brute_force_sampling():
     """Which host range the GPU waits for, checked by sampling idle instants and finding the
     innermost host range on the launching thread by brute force."""
-    a = analyze_run(ZOO / "cpu_launch", cache=False, workers=1)
+    a = analysed(ZOO / "cpu_launch")
     code = a.table("idle_code")
     share = code.groupby("code")["idle_ns"].sum() / code["idle_ns"].sum()
     launches = sum(share[k] for k in share.index if k.endswith("-> cudaLaunchKernel"))
-    run = load_run(ZOO / "cpu_launch", cache=False)
+    run = loaded(ZOO / "cpu_launch")
     ev = run.ranks[0].events
     host = ev[ev["kind"].isin(["cpu_op", "runtime"]) & (ev["tid"] == ev.loc[
         ev["name"] == "cudaLaunchKernel", "tid"].iloc[0])]
@@ -228,7 +227,7 @@ def test_straggler_p_value_is_the_binomial_tail():
 def test_balanced_run_has_a_rank_always_last_but_no_straggler():
     """zoo/balanced: rank 0 starts every all_reduce last (p < 0.001) but costs the other
     0.7% of its step: significant, not costly, so not flagged."""
-    a = analyze_run(ZOO / "balanced", cache=False, workers=1)
+    a = analysed(ZOO / "balanced")
     table = a.table("stragglers").set_index("rank")
     assert table.loc[0, "p_value"] < 1e-3 and not table["straggler"].any()
 
@@ -241,7 +240,7 @@ def test_public_resnet_pageable_first_batch_is_host_sync_not_launch():
     recorded step waits ~36 ms inside a pageable HtoD cudaMemcpyAsync (the independent
     checker: a 45 ms gap, 36.4 ms of it in that call). It is host_sync (and the step is left
     out as profiler start-up), not cpu_launch with CUDA-graph advice."""
-    a = analyze_run(PUBLIC / "resnet50_nw4", cache=False, workers=1)
+    a = analysed(PUBLIC / "resnet50_nw4")
     steps = a.table("step_breakdown").set_index("step")
     assert steps.loc[5, "host_sync"] > 30e6 and steps.loc[5, "cpu_launch"] < steps.loc[5, "host_sync"]
     info = a.run["steps"]["0"]
@@ -250,7 +249,7 @@ def test_public_resnet_pageable_first_batch_is_host_sync_not_launch():
 
 
 def test_public_resnet_workers_0_waits_in_the_dataloader():
-    a = analyze_run(PUBLIC / "resnet50_nw0", cache=False, workers=1)
+    a = analysed(PUBLIC / "resnet50_nw0")
     code = a.table("idle_code")
     top = code[code["part"] == "data_loading"].nlargest(1, "idle_ns")["code"].iloc[0]
     assert top == "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -259,9 +258,9 @@ def test_public_resnet_workers_0_waits_in_the_dataloader():
 
 
 def test_public_capture_and_lost_record_traces_get_no_verdict():
-    capture = analyze_run(PUBLIC / "sglang_decode_capture", cache=False, workers=1)
+    capture = analysed(PUBLIC / "sglang_decode_capture")
     assert capture.verdict["primary"] is None and "capture" in capture.verdict["summary"]
-    lost = analyze_run(PUBLIC / "hta_cupti_range", cache=False, workers=1)
+    lost = analysed(PUBLIC / "hta_cupti_range")
     assert lost.verdict["primary"] is None and "missing" in lost.verdict["summary"]
     assert not any("ProfilerActivity.CUDA" in f.recommendation for f in lost.findings)
 
@@ -276,7 +275,7 @@ def test_host_work_is_not_launch_overhead(name, host_ms):
     between CUDA-graph replays. The workloads timed their own host phase (host_ms per step,
     SUMMARY.txt / README): the verdict is host work, most of the host phase is charged to
     it, and no advice to use CUDA graphs or to fuse launches is given."""
-    a = analyze_run(WHY / name, cache=False, workers=1)
+    a = analysed(WHY / name)
     assert a.verdict["primary"] == "host_work", a.verdict["summary"]
     ranks = a.table("rank_breakdown").iloc[0]
     charged_ms = ranks["host_work"] * ranks["step_time_ms"]
@@ -288,7 +287,7 @@ def test_host_work_is_not_launch_overhead(name, host_ms):
 def test_graph_replays_are_never_told_to_use_cuda_graphs():
     """why/graph_hooks replays CUDA graphs (cudaGraphLaunch): whatever bounds it, no finding
     recommends capturing CUDA graphs."""
-    a = analyze_run(WHY / "graph_hooks", cache=False, workers=1)
+    a = analysed(WHY / "graph_hooks")
     for f in a.findings:
         assert "CUDA graph" not in f.recommendation or "already" in f.recommendation, f
 
@@ -297,12 +296,12 @@ def test_findings_agree_with_their_evidence():
     """transfer_pageable: the code the GPU idles on is evidence of the host-sync finding, not
     a second finding with a smaller 'host sync' figure (0.13 ms/step beside 26.3 ms/step);
     graph_capture_only: the message and the evidence count the same launches."""
-    a = analyze_run(DIAG / "transfer_pageable", cache=False, workers=1)
+    a = analysed(DIAG / "transfer_pageable")
     assert not [f for f in a.findings if f.category == "idle_code"]
     (sync,) = [f for f in a.findings if f.category == "host_sync"]
     assert "cudaMemcpyAsync" in sync.evidence["code"]
     assert sync.evidence["code_idle_ms_per_step"] <= sync.evidence["ms_per_step"]
-    b = analyze_run(DIAG / "graph_capture_only", cache=False, workers=1)
+    b = analysed(DIAG / "graph_capture_only")
     (trace,) = [f for f in b.findings if f.category == "trace"]
     assert f"{trace.evidence['captured_launches']} launches captured" in trace.message
 
@@ -310,7 +309,7 @@ def test_findings_agree_with_their_evidence():
 def test_a_trace_without_steps_has_no_median_step():
     """diagnosis/marker_steps without --step-marker: no ProfilerStep#, so the verdict speaks
     of one window, never of a 'median step' (the window held three train_step ranges)."""
-    a = analyze_run(DIAG / "marker_steps", cache=False, workers=1)
+    a = analysed(DIAG / "marker_steps")
     assert "median step" not in a.verdict["summary"]
     assert "window (no steps recorded)" in a.verdict["summary"]
     assert a.verdict["median_step_ms"] is None

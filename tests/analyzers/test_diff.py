@@ -14,13 +14,12 @@ import pytest
 import tomllib
 from profkit.analyzers.compare import stats
 from profkit.analyzers.compare.diff import diff_analyses, step_verdict
-from profkit.analyzers.executor import analyze_run
 from profkit.analyzers.options import AnalysisOptions
 from profkit.analyzers.report.diff_text import diff_to_json, diff_to_text
 from profkit.analyzers.thresholds import DEFAULT
 
 from profkit import schema as S
-from profkit.run.loader import load_run
+from tests.analysed import analysed, loaded
 from tests.conftest import CORPUS, REPO
 
 RUNS = REPO / "samples" / "runs"
@@ -28,16 +27,11 @@ ZOO = RUNS / "zoo"
 PAIRS = RUNS / "pairs"
 PUBLIC = REPO / "tests" / "data" / "public"
 HTA = CORPUS / "hta" / "trace_diff"
-_ANALYSES: dict = {}
 
 
 def analysis(path, **options):
-    """analyze_run(path), once per module (no cache on disk)."""
-    key = (str(path), tuple(sorted(options.items())))
-    if key not in _ANALYSES:
-        opts = AnalysisOptions(**options) if options else None
-        _ANALYSES[key] = analyze_run(path, cache=False, workers=1, options=opts)
-    return _ANALYSES[key]
+    """analyze_run(path) with these analysis options, once per test process."""
+    return analysed(path, options=AnalysisOptions(**options) if options else None)
 
 
 def diff(base, new, **options):
@@ -139,7 +133,7 @@ def test_kernels_are_attributed_per_used_step():
     """The per-step kernel time of nw4 is over steps 6, 7, 8 and 10 only, as the raw events
     of those steps add up."""
     d = diff(PUBLIC / "resnet50_nw0", PUBLIC / "resnet50_nw4")
-    ev = load_run(PUBLIC / "resnet50_nw4", cache=False).ranks[0].events
+    ev = loaded(PUBLIC / "resnet50_nw4").ranks[0].events
     used = ev[ev[S.KIND].isin(S.GPU_KINDS) & ev[S.STEP].isin([6, 7, 8, 10])]
     per_step_ms = used.groupby(used[S.NAME].astype(str))[S.DUR_NS].sum() / 4 / 1e6
     table = d.tables["diff_kernels"].set_index("name")
@@ -255,7 +249,7 @@ def test_diff_calls_every_savings_pair_right():
     pairs = REPO / "samples" / "runs" / "pairs"
     for pair in sorted(p for p in pairs.iterdir() if (p / "pair.toml").is_file()):
         spec = tomllib.loads((pair / "pair.toml").read_text())
-        runs = [analyze_run(pair / spec.get(side, side), cache=False, workers=1)
+        runs = [analysed(pair / spec.get(side, side))
                 for side in ("before", "after")]
         d = diff_analyses(*runs)
         expected = "unchanged" if pair.name == "launch_sync" else "improved"

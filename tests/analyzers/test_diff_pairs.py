@@ -45,9 +45,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from profkit.analyzers.compare.diff import NOT_COMPARABLE, diff_analyses, slower_than
-from profkit.analyzers.executor import analyze_run
 from profkit.analyzers.report.diff_text import diff_to_json, diff_to_text, shown
 
+from tests.analysed import analysed
 from tests.conftest import REPO
 
 RUNS = REPO / "samples" / "runs"
@@ -98,7 +98,7 @@ PAIR_TABLE = [
 
 @cache
 def analysis(run: str):
-    return analyze_run(RUNS / run, cache=False, workers=1)
+    return analysed(RUNS / run)
 
 
 @cache

@@ -15,6 +15,7 @@ from profkit.analyzers.thresholds import Thresholds
 from profkit import schema as S
 from profkit.model import Run
 from profkit.run.loader import load_run
+from tests.analysed import loaded
 from tests.conftest import CORPUS, REPO
 from tests.factories import BASE_NS, kernel, launch, step, trace_doc, write_trace, x
 
@@ -49,7 +50,7 @@ def timeline(gemm="sm90_xmma_gemm_bf16bf16_bf16f32"):
 
 def load(tmp_path, events, devices=(H100,)) -> Run:
     doc = trace_doc(rank=0, world_size=1, events=events, deviceProperties=list(devices))
-    return load_run(write_trace(tmp_path / "rank0.json", doc), cache=False)
+    return loaded(write_trace(tmp_path / "rank0.json", doc))
 
 
 def counters(rows):
@@ -217,7 +218,7 @@ def test_cpu_launch_run_has_low_utilisation_but_no_batch_size_advice():
 @pytest.mark.skipif(not CORPUS_FILES, reason=f"corpus not found at {CORPUS}")
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: str(p.relative_to(CORPUS)))
 def test_corpus_traces(path):
-    run = load_run(path, cache=False)
+    run = loaded(path)
     res = judged(analyze_efficiency(run))
     assert set(res.tables) == {name for name, _ in TABLES}
     if any(rd.has_gpu for rd in run.ranks.values()):
@@ -307,6 +308,6 @@ def test_corpus_b200_block_scaled_gemms_and_vllm_graph_replay():
                                        cache=False))).tables["efficiency"].iloc[0]
     assert b200["fp32_gemm_ns"] == 0 and b200["tensor_core_gemm_frac"] == 1.0
     vllm = next((CORPUS / "tracelens" / "inference").rglob("*.json.gz"))
-    res = judged(analyze_efficiency(load_run(vllm, cache=False)))
+    res = judged(analyze_efficiency(loaded(vllm)))
     assert np.isnan(res.tables["efficiency"].iloc[0]["mfu"])
     assert not [f for f in res.findings if f.category == "mfu" and f.severity == "warning"]

@@ -10,6 +10,7 @@ from profkit.analyzers.thresholds import Thresholds
 
 from profkit import schema as S
 from profkit.run.loader import load_run
+from tests.analysed import loaded
 from tests.conftest import CORPUS, REPO
 from tests.factories import kernel, launch, step, trace_doc, write_trace, x
 
@@ -49,7 +50,7 @@ def timeline():
 @pytest.fixture
 def run(tmp_path):
     path = write_trace(tmp_path / "rank0.json", trace_doc(rank=0, world_size=1, events=timeline()))
-    return load_run(path, cache=False)
+    return loaded(path)
 
 
 def test_short_kernels_and_kernels_per_step(run):
@@ -130,7 +131,7 @@ def test_library_sorts_and_gemms_are_never_fusion_candidates(tmp_path):
             ev += [launch(t - 5, 2.0, corr), kernel(name, t, 3.0, corr)]
             t, corr = t + 6, corr + 1
     path = write_trace(tmp_path / "rank0.json", trace_doc(rank=0, world_size=1, events=ev))
-    fusion = judged(analyze_kernels(load_run(path, cache=False))).tables["fusion_candidates"]
+    fusion = judged(analyze_kernels(loaded(path))).tables["fusion_candidates"]
     assert len(fusion) and not fusion["sequence"].str.contains("Radix|gemm").any()
     assert "vectorized_elementwise_kernel<4, add> -> vectorized_elementwise_kernel<4, mul> -> " \
            "reduce_kernel<512, sum>" in set(fusion["sequence"])
@@ -170,7 +171,7 @@ def test_compute_run_is_not_launch_bound():
 @pytest.mark.skipif(not CORPUS_FILES, reason=f"corpus not found at {CORPUS}")
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: str(p.relative_to(CORPUS)))
 def test_corpus_traces(path):
-    run = load_run(path, cache=False)
+    run = loaded(path)
     res = judged(analyze_kernels(run))
     assert set(res.tables) == {name for name, _ in K.TABLES}
     if any(rd.has_gpu for rd in run.ranks.values()):

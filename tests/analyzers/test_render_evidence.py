@@ -9,11 +9,11 @@ import re
 
 import pytest
 from profkit.analyzers import units as U
-from profkit.analyzers.executor import analyze_run
 from profkit.analyzers.report.evidence import MAX_CHARS, evidence_text
 from profkit.analyzers.report.render import to_json, to_markdown, to_text
 from profkit.analyzers.report.render_text import finding_evidence, grouped_findings
 
+from tests.analysed import analysed
 from tests.conftest import CORPUS, REPO
 
 RUNS = REPO / "samples" / "runs"
@@ -52,7 +52,7 @@ def test_items_worth_saying_only_when_not_zero():
 
 @pytest.fixture(scope="module")
 def straggler():
-    return analyze_run(RUNS / "zoo" / "straggler", workers=1)
+    return analysed(RUNS / "zoo" / "straggler")
 
 
 def test_the_straggler_evidence_reads_in_ms(straggler):
@@ -85,7 +85,7 @@ REAL = [RUNS / "zoo" / "straggler", RUNS / "zoo" / "cpu_launch", RUNS / "zoo" / 
 def test_evidence_lines_are_short_and_in_units(folder):
     if not folder.exists():
         pytest.skip(f"{folder} not found")
-    a = analyze_run(folder, workers=1)
+    a = analysed(folder)
     lines = [ln.strip() for ln in to_text(a).splitlines()]
     evidence = [ln for ln in lines if ln.startswith("evidence:")]
     grouped = [f for f, _ in grouped_findings(a)]
@@ -105,7 +105,7 @@ def test_counts_in_findings_read_as_words():
                                            "slow_frac": 0.1}) == "1 slow call, 2 ms (10% of the step)"
     assert evidence_text("runtime_calls", {"slow_runtime_calls": 3, "slow_runtime_ns": 2e6,
                                            "slow_frac": 0.1}).startswith("3 slow calls, ")
-    a = analyze_run(RUNS / "why" / "eltwise_chain", workers=1)
+    a = analysed(RUNS / "why" / "eltwise_chain")
     messages = [f.message for f in a.findings if f.category == "mfu"]
     assert messages and all("rank(s)" not in m for m in messages)
     assert any(m.startswith("MFU not computed on rank 0: ") for m in messages)
