@@ -118,11 +118,7 @@ def run_fingerprint(path: Path, extra: str = "") -> str:
     files = [path] if path.is_file() else sorted(
         p for p in path.rglob("*") if p.is_file() and not p.name.startswith(TMP_PREFIX)
         and ".profkit" not in p.relative_to(path).parts)
-    h = hashlib.sha1(f"{path}|v{S.TABLES_VERSION}|{extra}".encode())
-    for f in files:
-        st = f.stat()
-        h.update(f"{f}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()[:24]
+    return _files_key(hashlib.sha1(f"{path}|v{S.TABLES_VERSION}|{extra}".encode()), files)
 
 
 def code_fingerprint(*packages: Path) -> str:
@@ -130,11 +126,15 @@ def code_fingerprint(*packages: Path) -> str:
     size and mtime of every ``.py`` file under them. Compiled bytecode is left out: Python
     writes it as each module is first imported, which must not make every cached result
     stale."""
-    h = hashlib.sha1()
-    for folder in packages:
-        for f in sorted(Path(folder).resolve().rglob("*.py")):
-            st = f.stat()
-            h.update(f"{f}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return _files_key(hashlib.sha1(), [f for folder in packages
+                                       for f in sorted(Path(folder).resolve().rglob("*.py"))])
+
+
+def _files_key(h, files: list[Path]) -> str:
+    """``h`` updated with the path, size and mtime of each file, as a 24-digit key."""
+    for f in files:
+        st = f.stat()
+        h.update(f"{f}|{st.st_size}|{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:24]
 
 
