@@ -82,6 +82,16 @@ class RunsTable(NamedTuple):
         """Nothing more will fill in without a run being opened: the polling can stop."""
         return self.done + self.unasked >= self.total
 
+    @property
+    def progress(self) -> str:
+        """The line above the table: how far the analyses are."""
+        if self.unasked and self.settled:
+            return (f"{self.done} of {self.total} runs analysed; the others are analysed "
+                    "when opened (the dashboard runs with --no-background)")
+        return (f"all {self.total} runs analysed" if self.done >= self.total else
+                f"analysing: {self.done} of {self.total} runs done, the others fill in as "
+                "they finish")
+
 
 def table(results) -> RunsTable:
     """The runs table now, how many runs are done (or failed), how many there are and how
@@ -93,14 +103,6 @@ def table(results) -> RunsTable:
     head = html.Thead(html.Tr([html.Th(c) for c in COLUMNS]))
     return RunsTable(html.Table([head, html.Tbody(list(rows))], className="table runs"), done,
                      len(entries), unasked)
-
-
-def progress(done: int, total: int, unasked: int = 0) -> str:
-    if unasked and done + unasked >= total:
-        return (f"{done} of {total} runs analysed; the others are analysed when opened "
-                "(the dashboard runs with --no-background)")
-    return (f"all {total} runs analysed" if done >= total
-            else f"analysing: {done} of {total} runs done, the others fill in as they finish")
 
 
 def layout(results) -> html.Div:
@@ -117,8 +119,7 @@ def layout(results) -> html.Div:
             html.P("Pick a run to see where its step time goes, or compare two runs.",
                    className="muted"),
         ]),
-        C.card(None, html.P(progress(runs.done, total, runs.unasked), id=ids.RUNS_PROGRESS,
-                            className="hint"),
+        C.card(None, html.P(runs.progress, id=ids.RUNS_PROGRESS, className="hint"),
                html.Div(body, id=ids.RUNS_TABLE)),
         dcc.Interval(id=ids.RUNS_POLL, interval=POLL_MS, disabled=runs.settled),
     ])
@@ -146,4 +147,4 @@ def register(app, results) -> None:
         # the page's runs only, as the last rescan found them: a request names no run
         results.prefetch_listed([e.key for e in results.registry.entries()])  # changed since
         runs = table(results)
-        return runs.body, progress(runs.done, runs.total, runs.unasked), runs.settled
+        return runs.body, runs.progress, runs.settled

@@ -41,10 +41,10 @@ def test_the_runs_table_fills_in_as_the_background_analyses_finish(runs):
     results.prefetch(keys)
     assert all(results.state(k) in (R.QUEUED, R.ANALYSING, R.DONE) for k in keys)
     wait_done(results, keys)
-    body, done, total, _ = page_runs.table(results)
-    assert (done, total) == (2, 2)
-    assert page_runs.progress(done, total) == "all 2 runs analysed"
-    assert "1 x NVIDIA H200" in str(body)
+    runs_table = page_runs.table(results)
+    assert runs_table[1:3] == (2, 2)
+    assert runs_table.progress == "all 2 runs analysed"
+    assert "1 x NVIDIA H200" in str(runs_table.body)
 
 
 def test_without_background_analysis_a_listed_run_waits_until_it_is_opened(runs):
@@ -61,7 +61,7 @@ def test_without_background_analysis_a_listed_run_waits_until_it_is_opened(runs)
     results.shown(keys[0])  # the run's page opened
     runs_table = page_runs.table(results)
     assert runs_table[1:] == (1, 2, 1) and runs_table.settled
-    assert page_runs.progress(*runs_table[1:]).startswith("1 of 2 runs analysed; the others")
+    assert runs_table.progress.startswith("1 of 2 runs analysed; the others")
     with_background = R.ResultCache(RunRegistry(runs, []), persist=False)
     with_background.prefetch_listed(keys)
     assert not page_runs.table(with_background).settled
