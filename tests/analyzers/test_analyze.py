@@ -6,9 +6,11 @@ import subprocess
 import sys
 
 import pytest
+from profkit.analyzers.analyze import analyze
 from profkit.analyzers.measure.breakdown import PARTS, VERDICT_CLASSES
 from profkit.analyzers.report.render import to_json, to_markdown, to_text
 
+from profkit.run.loader import load_run
 from tests.analysed import analysed_whole, loaded
 from tests.conftest import CORPUS, REPO
 
@@ -102,7 +104,7 @@ def test_misaligned_ranks_get_no_straggler_verdict(tmp_path):
         if rank == 0:
             doc["baseTimeNanoseconds"] += 1_000_000_000
         write_trace(tmp_path / f"rank{rank}.json", doc)
-    doc = to_json(analysed_whole(tmp_path))
+    doc = to_json(analyze(load_run(tmp_path, cache=False)))
     assert doc["stragglers"] == []
     assert any(f["category"] == "collectives" and "not aligned" in f["message"]
                for f in doc["findings"])
@@ -125,7 +127,6 @@ def test_one_median_step_for_a_run_everywhere():
     import numpy as np
     from profkit.analyzers.compare.diff import step_samples
     from profkit.dashboard.components import median_step_text
-
 
     a = analysed_whole(REPO / "samples" / "runs" / "profkit_fsdp")
     steps = a.table("step_breakdown")

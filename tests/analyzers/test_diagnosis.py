@@ -14,12 +14,14 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 import pytest
+from profkit.analyzers.analyze import analyze
 from profkit.analyzers.executor import analyze_run
 from profkit.analyzers.measure.steps import choose_steps
 from profkit.analyzers.measure.stragglers import tail_probability
 from profkit.analyzers.options import AnalysisOptions
 
-from tests.analysed import analysed, analysed_whole, loaded
+from profkit.run.loader import load_run
+from tests.analysed import analysed, loaded
 from tests.conftest import CORPUS, REPO
 from tests.factories import kernel, launch, step, trace_doc, write_trace
 
@@ -126,7 +128,7 @@ def test_missing_kernel_records_get_no_verdict(tmp_path):
                                       "rank0.pt.trace.json.gz").read_bytes()))
     doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "kernel"]
     path = write_trace(tmp_path / "rank0.json", doc)
-    a = analysed(path)
+    a = analyze_run(path, cache=False, workers=1)
     assert a.verdict["primary"] is None and "missing" in a.verdict["summary"]
     finding = next(f for f in a.findings if f.category == "trace")
     assert "kernel records are missing" in finding.message
@@ -173,7 +175,7 @@ def test_edge_steps_do_not_drive_the_verdict(tmp_path):
         events += [step(i, t0, 1000.0 if i else 4000.0), launch(t0 + 1.0, 1.0, i + 1)]
         events.append(kernel("sm90_xmma_gemm_bf16", (i * 1000.0) + 5.0, 990.0, i + 1))
     path = write_trace(tmp_path / "rank0.json", trace_doc(rank=0, world_size=1, events=events))
-    a = analysed_whole(path)
+    a = analyze(load_run(path, cache=False))
     assert a.run["steps"]["0"]["used"] == [1, 2, 3, 4]
     # each used step: 10 us of launch gaps around a 990 us kernel
     assert a.verdict["primary"] == "compute" and a.verdict["fractions"]["cpu_launch"] < 0.02

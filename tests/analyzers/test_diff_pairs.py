@@ -96,7 +96,6 @@ PAIR_TABLE = [
 ]
 
 
-@cache
 def analysis(run: str):
     return analysed(RUNS / run)
 

@@ -50,7 +50,7 @@ def timeline(gemm="sm90_xmma_gemm_bf16bf16_bf16f32"):
 
 def load(tmp_path, events, devices=(H100,)) -> Run:
     doc = trace_doc(rank=0, world_size=1, events=events, deviceProperties=list(devices))
-    return loaded(write_trace(tmp_path / "rank0.json", doc))
+    return load_run(write_trace(tmp_path / "rank0.json", doc), cache=False)
 
 
 def counters(rows):

@@ -50,7 +50,7 @@ def timeline():
 @pytest.fixture
 def run(tmp_path):
     path = write_trace(tmp_path / "rank0.json", trace_doc(rank=0, world_size=1, events=timeline()))
-    return loaded(path)
+    return load_run(path, cache=False)
 
 
 def test_short_kernels_and_kernels_per_step(run):
@@ -131,7 +131,7 @@ def test_library_sorts_and_gemms_are_never_fusion_candidates(tmp_path):
             ev += [launch(t - 5, 2.0, corr), kernel(name, t, 3.0, corr)]
             t, corr = t + 6, corr + 1
     path = write_trace(tmp_path / "rank0.json", trace_doc(rank=0, world_size=1, events=ev))
-    fusion = judged(analyze_kernels(loaded(path))).tables["fusion_candidates"]
+    fusion = judged(analyze_kernels(load_run(path, cache=False))).tables["fusion_candidates"]
     assert len(fusion) and not fusion["sequence"].str.contains("Radix|gemm").any()
     assert "vectorized_elementwise_kernel<4, add> -> vectorized_elementwise_kernel<4, mul> -> " \
            "reduce_kernel<512, sum>" in set(fusion["sequence"])

@@ -78,8 +78,6 @@ def test_a_round_trip_is_one_finding_with_one_saving():
     """zoo/round_trip: the blocking read-backs (host sync) and the NumPy work on their results
     (host work) are one round trip: one finding, whose saving adds both parts; the twin
     without the round trips measured 63.4 -> 11.2 ms (82%, SUMMARY.txt)."""
-
-
     a = analysed_whole(REPO / "samples" / "runs" / "pairs" / "round_trip" / "before")
     assert not [f for f in a.findings if f.category == "host_sync"]
     (trip,) = [f for f in a.findings if f.category == "host_work"]
@@ -93,8 +91,6 @@ def test_a_straggler_late_on_its_host_names_the_host_work(rows):
     """straggler_sleep: rank 1 sleeps 3 ms inside profkit/straggler_extra before backward (the
     script's own range). The finding names that range and counts the rank's own host
     lateness in its saving; the pair measured 9.81 -> 8.46 ms (14%, balanced twin)."""
-
-
     a = analysed_whole(PAIRS / "straggler_sleep" / "before")
     (f,) = [f for f in a.findings if f.category == "straggler"]
     assert f.rank == 1 and f.evidence["host_excess_ms_per_step"] > 1.0
