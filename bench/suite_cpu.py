@@ -41,7 +41,7 @@ def classify(argv: list[str]) -> str | None:
     exe = os.path.basename(argv[0])
     if "chrom" in exe or "headless_shell" in exe:
         return "chromium (browser tests)"
-    if exe == "node" or "playwright" in line and "driver" in line:
+    if exe == "node" or ("playwright" in line and "driver" in line):
         return "playwright driver"
     if "multiprocessing" in line and ("spawn_main" in line or "forkserver" in line
                                       or "resource_tracker" in line):
@@ -102,15 +102,15 @@ def measure(cmd: list[str], interval_s: float,
             if key[0] not in ours and parent not in ours:
                 continue
             ours.add(key[0])
-            if key not in label:
-                argv = _argv(key[0])
+            argv = _argv(key[0])  # read again each time: a child forked from a worker
+            if argv:  # holds the worker's command line until it execs its own
                 label[key], line[key] = classify(argv), " ".join(argv)[:120]
             seen[key] = cpu_s
         time.sleep(interval_s)
     wall_s, busy_s = time.monotonic() - start, _busy_s() - busy0
     by_class: Counter = Counter()
     for key, cpu_s in seen.items():
-        if label[key]:
+        if label.get(key):
             by_class[label[key]] += cpu_s
             if by_command is not None:
                 by_command[line[key]] += cpu_s
