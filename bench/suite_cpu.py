@@ -28,6 +28,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from benchlib import _cpu_busy_s, _descendants  # noqa: E402  (the shared /proc readers)
+
 REPO = Path(__file__).resolve().parents[1]
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 XDIST_WORKER = "exec(eval(sys.stdin.readline()))"  # how execnet starts a worker
@@ -59,17 +62,17 @@ def classify(argv: list[str]) -> str | None:
     return None
 
 
-def _stat(pid: str) -> tuple[tuple[str, str], str, float] | None:
-    """((pid, start time), parent pid, CPU seconds) of a process, None if it is gone."""
+def _stat(pid: int) -> tuple[tuple[int, str], float] | None:
+    """((pid, start time), CPU seconds) of a process, None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return (pid, fields[19]), fields[1], (int(fields[11]) + int(fields[12])) * TICK_S
+    return (pid, fields[19]), (int(fields[11]) + int(fields[12])) * TICK_S
 
 
-def _argv(pid: str) -> list[str]:
+def _argv(pid: int) -> list[str]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
@@ -77,48 +80,32 @@ def _argv(pid: str) -> list[str]:
         return []
 
 
-def _busy_s() -> float:
-    """CPU seconds the whole machine has been busy (all cores, since boot)."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) * TICK_S  # less idle and iowait
-
-
 def measure(cmd: list[str], interval_s: float,
             by_command: Counter | None = None) -> tuple[Counter, float, float, int]:
     """(CPU s per class, wall s, machine busy s, exit code) of running ``cmd``: the CPU of
-    ``cmd`` and its descendants (those still attached to it: a daemon that detaches to
-    init is not followed). ``by_command``, if given, gets the CPU s of each command line
-    (cut to 120 characters) added to it."""
-    seen: dict[tuple[str, str], float] = {}
-    label: dict[tuple[str, str], str | None] = {}
-    line: dict[tuple[str, str], str] = {}
-    busy0, start = _busy_s(), time.monotonic()
+    ``cmd`` and its descendants at each sample (one that detaches to init is not followed).
+    ``by_command``, if given, gets the CPU s of each command line (cut to 120 characters)
+    added to it."""
+    seen: dict[tuple[int, str], float] = {}
+    argvs: dict[tuple[int, str], list[str]] = {}
+    busy0, start = _cpu_busy_s(), time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO)
-    ours = {str(proc.pid)}
     while proc.poll() is None:
-        for found in sorted(filter(None, map(_stat, _pids())), key=lambda f: int(f[0][0])):
-            key, parent, cpu_s = found
-            if key[0] not in ours and parent not in ours:
-                continue
-            ours.add(key[0])
+        for key, cpu_s in filter(None, map(_stat, _descendants(proc.pid))):
             argv = _argv(key[0])  # read again each time: a child forked from a worker
             if argv:  # holds the worker's command line until it execs its own
-                label[key], line[key] = classify(argv), " ".join(argv)[:120]
+                argvs[key] = argv
             seen[key] = cpu_s
         time.sleep(interval_s)
-    wall_s, busy_s = time.monotonic() - start, _busy_s() - busy0
+    wall_s, busy_s = time.monotonic() - start, _cpu_busy_s() - busy0
     by_class: Counter = Counter()
     for key, cpu_s in seen.items():
-        if label.get(key):
-            by_class[label[key]] += cpu_s
+        name = classify(argvs.get(key, []))
+        if name:
+            by_class[name] += cpu_s
             if by_command is not None:
-                by_command[line[key]] += cpu_s
+                by_command[" ".join(argvs[key])[:120]] += cpu_s
     return by_class, wall_s, busy_s, proc.returncode
-
-
-def _pids() -> list[str]:
-    return [p for p in os.listdir("/proc") if p.isdigit()]
 
 
 def table(by_class: Counter, wall_s: float, busy_s: float) -> str:

@@ -17,6 +17,7 @@ suite_cpu = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(suite_cpu)
 
 PY = "/work/main/.venv/bin/python"
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {}: pass"
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -41,7 +42,7 @@ def test_each_process_of_a_test_run_gets_its_class(argv, expected):
 
 
 def test_a_child_burning_half_a_second_is_measured_in_its_class():
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"
+    burn = BURN.format(0.5)
     by_command = Counter()
     by_class, wall_s, busy_s, code = suite_cpu.measure([sys.executable, "-c", burn], 0.02,
                                                        by_command)
@@ -61,10 +62,9 @@ def test_the_table_shares_and_the_unseen_remainder():
 
 
 def test_a_process_outside_the_measured_command_is_not_counted():
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < {}: pass"
-    bystander = subprocess.Popen([sys.executable, "-c", burn.format(1.5)])
+    bystander = subprocess.Popen([sys.executable, "-c", BURN.format(1.5)])
     try:
-        by_class, _, _, code = suite_cpu.measure([sys.executable, "-c", burn.format(0.3)], 0.02)
+        by_class, _, _, code = suite_cpu.measure([sys.executable, "-c", BURN.format(0.3)], 0.02)
     finally:
         bystander.wait()
     assert code == 0
