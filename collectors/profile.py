@@ -117,12 +117,13 @@ class Profile:
         self.step_num += 1
         if self._off:
             return
-        if self.session is not None:
-            self.session.step()
-            if self.trigger is not None and self.session.steps >= self.config.capture_steps:
-                self._finish(None)
-        elif self.trigger is not None and self._triggered():
-            self._start_capture()
+        with self._term.held("in the profiler's step", warn=False):  # else the trace is lost
+            if self.session is not None:
+                self.session.step()
+                if self.trigger is not None and self.session.steps >= self.config.capture_steps:
+                    self._finish(None)
+            elif self.trigger is not None and self._triggered():
+                self._start_capture()
 
     def _triggered(self) -> bool:
         every = getattr(self.trigger, "every", 1)

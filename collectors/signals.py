@@ -25,6 +25,7 @@ class TermHandler:
         self._prev: dict[int, Any] = {}
         self._holding = 0  # depth of held() blocks
         self._pending: int | None = None  # a signal that came while held
+        self._during: list[tuple[str, bool]] = []  # each held() block's (what, warn)
 
     def install(self) -> bool:
         if threading.current_thread() is not threading.main_thread():
@@ -42,25 +43,30 @@ class TermHandler:
         self._prev.clear()
 
     @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        """Inside, a signal waits until the block ends, then is handled as usual. For the
-        saving of a capture already under way: the handler runs on this same thread, so it
-        could not let that saving finish, and a process that dies half-way through it
-        leaves no status on disk (torchrun's SIGTERM to the other ranks comes right when
-        they are saving after a peer failed)."""
+    def held(self, during: str = "saving the capture", warn: bool = True) -> Iterator[None]:
+        """Inside, a signal waits until the block ends, then is handled as usual. The
+        handler runs on this same thread, so it must not cut into work it would undo or
+        redo: the saving of a capture under way (a process that dies half-way through it
+        leaves no status on disk; torchrun's SIGTERM to the other ranks comes right when
+        they are saving after a peer failed), or the profiler's own step (stopping the
+        profiler between its step's end and the next step's start fails, and the trace
+        is lost). ``warn``: say so when a signal waits (not for a wait of microseconds)."""
         self._holding += 1
+        self._during.append((during, warn))
         try:
             yield
         finally:
             self._holding -= 1
+            self._during.pop()
             if not self._holding and self._pending is not None:
                 signum, self._pending = self._pending, None
                 self._handle(signum, None)
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self._holding:
-            log.warning("profkit: signal %s while saving the capture; handled once saved",
-                        signum)
+            during, warn = self._during[-1]  # what is being done now
+            log.log(logging.WARNING if warn else logging.DEBUG,
+                    "profkit: signal %s while %s; handled once that is done", signum, during)
             self._pending = signum
             return
         prev = self._prev.get(signum, signal.SIG_DFL)

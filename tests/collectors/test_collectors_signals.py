@@ -22,6 +22,14 @@ JOB = textwrap.dedent("""
             sys.exit(3)
         signal.signal(signal.SIGTERM, prev)
     extra = {}
+    if mode == "in_step":  # SIGTERM lands in the profiler's step, between its two halves
+        import torch.autograd.profiler as tap
+        enter = tap.record_function.__enter__
+        def enter_killed(self):
+            if (out / "ready").exists() and self.name.startswith("ProfilerStep"):
+                os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before `enter`
+            return enter(self)
+        tap.record_function.__enter__ = enter_killed
     if mode == "while_saving":  # the trace is saved at exit; SIGTERM comes right then
         extra["on_trace_ready"] = lambda prof: os.kill(os.getpid(), signal.SIGTERM)
     model = torch.nn.Linear(8, 8)
@@ -73,4 +81,21 @@ def test_sigterm_while_saving_waits_until_the_status_is_on_disk(tmp_path, trace_
     assert doc["status"] == "failed" and doc["error"] == status["error"]
     trace = trace_reader.read(tmp_path / "run" / "traces" / "rank0.pt.trace.json.gz")
     assert "ProfilerStep#3" in trace_reader.names(trace)
-    assert "while saving the capture; handled once saved" in proc.stderr
+    assert "while saving the capture; handled once that is done" in proc.stderr
+
+
+def test_sigterm_inside_the_profilers_step_keeps_the_trace(tmp_path, trace_reader):
+    """A SIGTERM handled half-way through the profiler's step (the last step's range ended,
+    the next one's not yet begun) waits until the step is done: stopping the profiler
+    there fails and lost the whole trace (seen in CI, under load)."""
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path), "in_step"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr[-2000:]
+    status = json.loads((tmp_path / "run" / "ranks" / "rank0.json").read_text())
+    assert status["error"]["type"] == "signal.SIGTERM"
+    assert status["traces"] == ["rank0.pt.trace.json.gz"], proc.stderr[-2000:]
+    trace = trace_reader.read(tmp_path / "run" / "traces" / "rank0.pt.trace.json.gz")
+    assert {"ProfilerStep#0", "ProfilerStep#3"} <= trace_reader.names(trace)
+    assert "saving the profiler output failed" not in proc.stderr
