@@ -66,36 +66,35 @@ def test_sigterm_saves_capture(tmp_path, trace_reader, mode, rc):
         assert (tmp_path / "prev_called").read_text() == str(int(signal.SIGTERM))
 
 
+def _run_killed(tmp_path, mode):
+    """Run the job to its end (it sends itself the SIGTERM); its status and stderr."""
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path), mode],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr[-2000:]
+    return json.loads((tmp_path / "run" / "ranks" / "rank0.json").read_text()), proc.stderr
+
 def test_sigterm_while_saving_waits_until_the_status_is_on_disk(tmp_path, trace_reader):
     """As on a rank that failed after losing a peer, when torchrun's SIGTERM arrives while
     it saves: the signal still ends the process, once the status is written."""
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path), "while_saving"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == -signal.SIGTERM, proc.stderr[-2000:]
-    status = json.loads((tmp_path / "run" / "ranks" / "rank0.json").read_text())
+    status, stderr = _run_killed(tmp_path, "while_saving")
     assert status["status"] == "failed"
     assert status["error"] == {"type": "RuntimeError", "message": "lost a peer"}
     doc = json.loads((tmp_path / "run" / "run.json").read_text())
     assert doc["status"] == "failed" and doc["error"] == status["error"]
     trace = trace_reader.read(tmp_path / "run" / "traces" / "rank0.pt.trace.json.gz")
     assert "ProfilerStep#3" in trace_reader.names(trace)
-    assert "while saving the capture; handled once that is done" in proc.stderr
+    assert "while saving the capture; handled once that is done" in stderr
 
 
 def test_sigterm_inside_the_profilers_step_keeps_the_trace(tmp_path, trace_reader):
     """A SIGTERM handled half-way through the profiler's step (the last step's range ended,
     the next one's not yet begun) waits until the step is done: stopping the profiler
     there fails and lost the whole trace (seen in CI, under load)."""
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path), "in_step"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == -signal.SIGTERM, proc.stderr[-2000:]
-    status = json.loads((tmp_path / "run" / "ranks" / "rank0.json").read_text())
+    status, stderr = _run_killed(tmp_path, "in_step")
     assert status["error"]["type"] == "signal.SIGTERM"
-    assert status["traces"] == ["rank0.pt.trace.json.gz"], proc.stderr[-2000:]
+    assert status["traces"] == ["rank0.pt.trace.json.gz"], stderr[-2000:]
     trace = trace_reader.read(tmp_path / "run" / "traces" / "rank0.pt.trace.json.gz")
     assert {"ProfilerStep#0", "ProfilerStep#3"} <= trace_reader.names(trace)
-    assert "saving the profiler output failed" not in proc.stderr
+    assert "saving the profiler output failed" not in stderr
