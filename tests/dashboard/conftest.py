@@ -18,6 +18,13 @@ import numpy as np
 import pytest
 
 CHROMIUM = Path(os.environ.get("PROFKIT_CHROMIUM", "/usr/bin/chromium"))
+# The browser tests' browser: Debian's chromium-headless-shell where installed (the same
+# Blink and V8 without the browser's own UI, which cost a third of chromium's CPU per page
+# here; BENCHMARKS.md), else CHROMIUM. The benchmarks and screenshots keep CHROMIUM, the
+# browser a user has.
+HEADLESS_SHELL = Path("/usr/lib/chromium/chromium-headless-shell")
+TEST_CHROMIUM = (CHROMIUM if "PROFKIT_CHROMIUM" in os.environ or not HEADLESS_SHELL.exists()
+                 else HEADLESS_SHELL)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]
 REPO = Path(__file__).resolve().parents[2]
@@ -161,14 +168,15 @@ def runs_server(bad_runs, missing_run, sidecar_run, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"browser tests need chromium at {CHROMIUM} (apt-get install chromium)")
+    if not TEST_CHROMIUM.exists():
+        pytest.skip(f"browser tests need chromium at {CHROMIUM} (apt-get install "
+                    "chromium-headless-shell, or chromium)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.skip("browser tests need the playwright package (pip install playwright)")
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        b = p.chromium.launch(executable_path=str(TEST_CHROMIUM), args=CHROMIUM_ARGS)
         yield b
         b.close()
 
