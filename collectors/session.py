@@ -278,6 +278,12 @@ class CaptureSession:
     def _stop_profiler(self) -> None:
         if self.prof is not None:
             prof, self.prof = self.prof, None
+            step_range = getattr(prof, "step_rec_fn", None)
+            if step_range is not None and getattr(step_range, "record", None) is None:
+                # An exception (Ctrl-C, a user's alarm) cut the profiler's step between the
+                # end of one step's range and the start of the next: that range was never
+                # entered, and stop() would fail closing it, losing the whole trace.
+                prof.step_rec_fn = None
             prof.stop()
 
     def _stop_sampler(self) -> None:
