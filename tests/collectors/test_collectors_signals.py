@@ -25,6 +25,7 @@ JOB = textwrap.dedent("""
     if mode.startswith("in_step"):  # the signal lands in the profiler's step, between its
         import torch.autograd.profiler as tap  # two halves
         enter, signum = tap.record_function.__enter__, getattr(signal, mode.split("-")[1])
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # pytest-xdist ignores it
         def enter_killed(self):
             if (out / "ready").exists() and self.name.startswith("ProfilerStep"):
                 os.kill(os.getpid(), signum)  # its handler runs before `enter`
