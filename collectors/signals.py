@@ -23,9 +23,8 @@ class TermHandler:
     def __init__(self, on_term: Callable[[int], None], signums: tuple[int, ...] = TERM_SIGNALS):
         self.on_term, self.signums = on_term, signums
         self._prev: dict[int, Any] = {}
-        self._holding = 0  # depth of held() blocks
         self._pending: int | None = None  # a signal that came while held
-        self._during: list[tuple[str, bool]] = []  # each held() block's (what, warn)
+        self._held: list[tuple[str, bool]] = []  # each open held() block's (during, warn)
 
     def install(self) -> bool:
         if threading.current_thread() is not threading.main_thread():
@@ -51,20 +50,18 @@ class TermHandler:
         they are saving after a peer failed), or the profiler's own step (stopping the
         profiler between its step's end and the next step's start fails, and the trace
         is lost). ``warn``: say so when a signal waits (not for a wait of microseconds)."""
-        self._holding += 1
-        self._during.append((during, warn))
+        self._held.append((during, warn))
         try:
             yield
         finally:
-            self._holding -= 1
-            self._during.pop()
-            if not self._holding and self._pending is not None:
+            self._held.pop()
+            if not self._held and self._pending is not None:
                 signum, self._pending = self._pending, None
                 self._handle(signum, None)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self._holding:
-            during, warn = self._during[-1]  # what is being done now
+        if self._held:
+            during, warn = self._held[-1]  # what is being done now
             log.log(logging.WARNING if warn else logging.DEBUG,
                     "profkit: signal %s while %s; handled once that is done", signum, during)
             self._pending = signum
