@@ -68,8 +68,9 @@ class CaptureLosses:
                step: int, after_capture: bool = False, **detail: Any) -> None:
         """A write of ``what`` (``trace``, ``nvml``, ...) into ``path`` failed with ``exc``
         (None: it was dropped because the capture had stopped); ``detail`` adds to the
-        record (``cycle``, ``samples``). ``after_capture``: a write after the capture (the
-        in-job report), which stops nothing and is only listed."""
+        record (``cycle``, ``samples``). ``after_capture``: a write at or after the
+        capture's end (the in-job report, a profiler that failed to stop), which stops
+        nothing and is only listed."""
         entry = {"what": what, "file": self._relative(path),
                  "cause": cause(exc) if exc is not None else "capture stopped before it",
                  **detail}

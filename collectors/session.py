@@ -273,6 +273,9 @@ class CaptureSession:
             except Exception as e:  # noqa: BLE001 - keep saving the other parts
                 log.error("profkit: saving the %s output failed", what, exc_info=True)
                 errors.append({"type": f"profkit.{what}", "message": repr(e)})
+                # listed as lost, so that the analysis says why the rank has no trace
+                self.losses.record("trace" if what == "profiler" else what, None, e,
+                                   self.steps, after_capture=True)
         return errors
 
     def _stop_profiler(self) -> None:

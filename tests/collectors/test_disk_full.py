@@ -16,6 +16,7 @@ import torch
 from profkit.collectors import profile
 
 from profkit.cli import main
+from profkit.run.runmeta import capture_loss
 
 LOSSES_LOG = "profkit.collectors.losses"
 
@@ -201,3 +202,33 @@ def test_a_profiler_that_raises_in_step_stops_the_capture(tmp_path, monkeypatch,
     status = status_of(tmp_path)
     assert status["status"] == "incomplete"
     assert status["capture_stopped"]["what"] == "profiler" and len(calls) == 2
+
+
+def test_a_profiler_that_fails_to_stop_lists_the_trace_as_lost(tmp_path, monkeypatch,
+                                                               capsys):
+    """The trace is saved when the profiler stops; a stop that raises loses it, and the
+    status says so (else a rank with no trace would have no reason)."""
+    import torch.profiler
+
+    real_stop, refused = torch.profiler.profile.stop, []
+
+    def stop(self):
+        refused.append(self)
+        raise RuntimeError("Kineto is unwell")
+
+    monkeypatch.setattr(torch.profiler.profile, "stop", stop)
+    with profile(tmp_path, wait=0, warmup=0, active=5, nvml=False) as p:
+        assert train(p, 2) == 2
+    monkeypatch.undo()
+    real_stop(refused[0])  # no profiler left running for the next test
+    for trace in (tmp_path / "traces").glob("*"):
+        trace.unlink()  # what that stop saved
+    assert main(["analyze", str(tmp_path)]) != 0
+    assert "lost: the trace" in capsys.readouterr().err
+    status = status_of(tmp_path)
+    assert status["status"] == "failed" and status["traces"] == []
+    assert status["error"] == {"type": "profkit.profiler",
+                               "message": "RuntimeError('Kineto is unwell')"}
+    assert status["lost"] == [{"what": "trace", "file": None, "cause": "Kineto is unwell"}]
+    assert status["capture_stopped"] is None
+    assert capture_loss(status) == "lost: the trace"
