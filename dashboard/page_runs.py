@@ -51,15 +51,13 @@ def _done_cells(entry, a) -> list:
 
 def _row(results, entry) -> tuple[html.Tr, str]:
     """One run's row as far as it is known now, and the run's state."""
-    value = results.peek_summary(entry.key)
+    value, state = results.summary_state(entry.key)
     if isinstance(value, loading.Summary):
         cells = C.attempt(f"the row of {entry.label}", lambda: _done_cells(entry, value),
                           lambda why: _other_cells(html.Span(f"unreadable: {why}", className="error")))
-        state = R.DONE
     elif isinstance(value, loading.RunReadError):
-        cells, state = _other_cells(html.Span(f"unreadable: {value}", className="error")), R.FAILED
+        cells = _other_cells(html.Span(f"unreadable: {value}", className="error"))
     else:
-        state = results.state(entry.key)
         waiting = UNASKED if state == "" and not results.background else WAITING.get(state, state)
         cells = _other_cells(html.Span(waiting, className="muted pending"))
     link = dcc.Link(entry.label, href=C.run_href(entry.key), className="runlink")

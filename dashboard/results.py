@@ -233,10 +233,15 @@ class ResultCache:
     # --- background analysis ---------------------------------------------------------------
     def state(self, key: str) -> str:
         """QUEUED, ANALYSING, DONE or FAILED; "" when nobody asked for it yet."""
+        return self.summary_state(key)[1]
+
+    def summary_state(self, key: str) -> tuple[Any, str]:
+        """:meth:`peek_summary`'s value and :meth:`state`, from one look at the summary: a
+        run whose analysis ends between two looks is never called done without it."""
         value = self.peek_summary(key)
         if value is not None:
-            return FAILED if isinstance(value, loading.RunReadError) else DONE
-        return self._background.state(key)
+            return value, FAILED if isinstance(value, loading.RunReadError) else DONE
+        return None, self._background.state(key)
 
     def prefetch(self, keys: list[str]) -> None:
         """Analyse the runs under ``keys`` that are not known yet in the background, in

@@ -47,6 +47,27 @@ def test_the_runs_table_fills_in_as_the_background_analyses_finish(runs):
     assert "1 x NVIDIA H200" in str(runs_table.body)
 
 
+def test_a_row_is_done_only_with_its_results_even_when_the_analysis_ends_meanwhile(runs):
+    """A run whose analysis ends while its row is drawn (seen in CI: the row said "done"
+    with empty cells until the next poll, and a browser test read them) is drawn as still
+    pending, never as done without its summary."""
+    results = R.ResultCache(RunRegistry(runs, []), persist=False)
+    keys = [e.key for e in results.registry.entries()]
+    results.prefetch(keys)
+    wait_done(results, keys)
+    peek, looks = results.peek_summary, []
+
+    def first_look_too_early(key):  # as if the analysis ended right after the first look
+        looks.append(key)
+        return None if looks.count(key) == 1 else peek(key)
+
+    results.peek_summary = first_look_too_early
+    body = str(page_runs.table(results).body)
+    assert "data-state='done'" not in body and body.count("data-state=''") == 2
+    rows = str(page_runs.table(results).body)  # the next poll: both filled in
+    assert rows.count("data-state='done'") == 2 and rows.count("1 x NVIDIA H200") == 2
+
+
 def test_without_background_analysis_a_listed_run_waits_until_it_is_opened(runs):
     """``profkit dashboard --no-background``: the Runs page queues nothing; its rows say so
     and its polling stops; a run opened is analysed and its row filled in."""
