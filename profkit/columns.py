@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 import zlib
 
 import numpy as np
@@ -69,10 +70,10 @@ def stable_id(value) -> int:
 
 def category_mask(column: pd.Series, pattern: str) -> np.ndarray:
     """Rows of a categorical column whose category matches a regex (checked per category)."""
-    cats = column.cat.categories
-    hit = np.asarray(cats.str.contains(pattern, regex=True), dtype=bool)
-    codes = column.cat.codes.to_numpy()
-    return np.where(codes >= 0, hit[codes], False) if len(cats) else np.zeros(len(column), bool)
+    def hits(cats: pd.Index) -> np.ndarray:
+        return np.asarray(cats.str.contains(pattern, regex=True), dtype=bool)
+
+    return _by_code(column, ("match", pattern), hits)
 
 
 def values_in(column: pd.Series, values) -> np.ndarray:
@@ -81,6 +82,47 @@ def values_in(column: pd.Series, values) -> np.ndarray:
     analyzers call dozens of times per rank on the events' kind)."""
     if not isinstance(column.dtype, pd.CategoricalDtype):
         return column.isin(values).to_numpy()
-    lut = np.zeros(len(column.cat.categories) + 1, dtype=bool)  # code -1 (missing): the last
-    lut[:-1] = column.cat.categories.isin(values)
-    return lut[column.cat.codes.to_numpy()]
+    wanted = tuple(values)
+    return _by_code(column, ("in", wanted), lambda cats: np.asarray(cats.isin(wanted), bool))
+
+
+# Per-category answers, kept while the categories live: every row selection of a table
+# shares its categories, so a rank's dozens of lookups on the same column are one each.
+_BY_CATEGORIES: dict[int, tuple[weakref.ref, dict]] = {}
+
+
+def _by_code(column: pd.Series, key: tuple, per_category) -> np.ndarray:
+    """``per_category(categories)`` (one bool per category, remembered under ``key``) read
+    for every row by its code; a missing value (code -1) is False."""
+    cats = column.dtype.categories
+    entry = _BY_CATEGORIES.get(id(cats))
+    if entry is None or entry[0]() is not cats:
+        ident = id(cats)
+        entry = (weakref.ref(cats, lambda _gone: _BY_CATEGORIES.pop(ident, None)), {})
+        _BY_CATEGORIES[ident] = entry
+    lut = entry[1].get(key)
+    if lut is None:
+        lut = np.zeros(len(cats) + 1, dtype=bool)  # the last: code -1
+        lut[:-1] = per_category(cats)
+        lut.flags.writeable = False
+        entry[1][key] = lut
+    return lut[column.array.codes]
+
+
+def aggregate(grouped, spec: dict[str, tuple[str, str]]) -> pd.DataFrame:
+    """What ``grouped.agg(**spec)`` gives (named aggregation, ``{output: (column, how)}``;
+    ``grouped`` a ``groupby(...)`` with its keys as the index), made with one pass per
+    ``how`` over all of its columns instead of one per output: the same cython reductions,
+    so the same values to the last bit, at a third of the cost on a rank's small tables."""
+    columns: dict[str, pd.Series] = {}
+    by_how: dict[str, list[tuple[str, str]]] = {}
+    for out, (column, how) in spec.items():
+        by_how.setdefault(how, []).append((out, column))
+    for how, pairs in by_how.items():
+        if how == "size":
+            size = grouped.size()
+            columns.update((out, size) for out, _ in pairs)
+            continue
+        done = getattr(grouped[list(dict.fromkeys(c for _, c in pairs))], how)()
+        columns.update((out, done[column]) for out, column in pairs)
+    return pd.DataFrame({out: columns[out] for out in spec})

@@ -40,7 +40,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals
 from profkit import schema as S
-from profkit.columns import values_in
+from profkit.columns import aggregate, values_in
 from profkit.model import RankData, Run
 
 # Output tables and their columns (units in the names).
@@ -316,7 +316,7 @@ def _collective_table(rows: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return _empty(COLLECTIVE_TABLE_COLUMNS)
     g = rows.groupby(KEY, sort=False)
-    t = g.agg(**{S.COLL_NAME: (S.COLL_NAME, "first"), PG: (PG, "first"),
+    t = aggregate(g, {S.COLL_NAME: (S.COLL_NAME, "first"), PG: (PG, "first"),
                  N_RANKS: (RANK, "size"), S.GROUP_SIZE: (S.GROUP_SIZE, "max"),
                  S.MSG_BYTES: (S.MSG_BYTES, "max"), LATENCY_NS: (S.DUR_NS, "min"),
                  START_NS: (START_NS, "min"), "last_start": (START_NS, "max"),

@@ -9,6 +9,7 @@ import pandas as pd
 from profkit.analyzers.measure.tables import RANK, empty, kernels_of, name_mask
 
 from profkit import schema as S
+from profkit.columns import aggregate
 from profkit.model import RankData
 
 FUSION_COLUMNS = ("sequence", "n", "count", "per_step", "total_ns", "ranks")
@@ -52,8 +53,8 @@ def fusion_candidates(grams: list[pd.DataFrame], n_steps: int, top_n: int,
     grams = pd.concat(grams, ignore_index=True) if grams else pd.DataFrame()
     if grams.empty:
         return empty(FUSION_COLUMNS)
-    out = grams.groupby("sequence").agg(count=("count", "sum"), total_ns=("total_ns", "sum"),
-                                        ranks=(RANK, "nunique")).reset_index()
+    out = aggregate(grams.groupby("sequence"), dict(
+        count=("count", "sum"), total_ns=("total_ns", "sum"), ranks=(RANK, "nunique"))).reset_index()
     out["per_step"] = out["count"] / n_steps if n_steps else np.nan
     out["n"] = n
     out = out.sort_values(["count", "total_ns"], ascending=False, kind="stable").head(top_n)

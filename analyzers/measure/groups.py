@@ -19,6 +19,7 @@ from profkit.analyzers.result import Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import schema as S
+from profkit.columns import aggregate
 
 GROUP_COLUMNS = ("pg", S.COLL_NAME, S.MSG_BYTES, S.GROUP_SIZE, "collectives",
                  "median_latency_ns", "peer_groups", "peer_median_latency_ns", "slowdown",
@@ -32,9 +33,9 @@ def find_slow_groups(comms: Result, th: Thresholds = DEFAULT) -> Result:
     if coll is None or coll.empty:
         return Result(tables={"group_latency": _empty()})
     work = [S.COLL_NAME, S.MSG_BYTES, S.GROUP_SIZE]
-    per = (coll.groupby(["pg", *work], dropna=False)
-           .agg(collectives=("latency_ns", "size"), median_latency_ns=("latency_ns", "median"),
-                median_busbw_gbps=("busbw_gbps", "median")).reset_index())
+    per = aggregate(coll.groupby(["pg", *work], dropna=False), dict(
+        collectives=("latency_ns", "size"), median_latency_ns=("latency_ns", "median"),
+        median_busbw_gbps=("busbw_gbps", "median"))).reset_index()
     per["peer_groups"] = per.groupby(work, dropna=False)["pg"].transform("size") - 1
     per = per[per["peer_groups"] >= 1].reset_index(drop=True)
     if per.empty:

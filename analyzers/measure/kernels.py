@@ -42,7 +42,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import values_in
+from profkit.columns import aggregate, values_in
 from profkit.model import RankData, Run
 
 TOP_KERNEL_COLUMNS = (S.NAME, S.CLASS, S.SUBCLASS, "count", "total_ns", "mean_ns", "share",
@@ -87,10 +87,9 @@ def top_kernels(totals: list[pd.DataFrame], n_ranks: int, top_n: int) -> pd.Data
     per_rank = pd.concat(totals, ignore_index=True) if totals else pd.DataFrame()
     if per_rank.empty:
         return empty(TOP_KERNEL_COLUMNS)
-    out = per_rank.groupby(keys).agg(count=("size", "sum"), total_ns=("sum", "sum"),
-                                     present=(RANK, "nunique"),
-                                     rank_min_total_ns=("sum", "min"),
-                                     rank_max_total_ns=("sum", "max")).reset_index()
+    out = aggregate(per_rank.groupby(keys), dict(
+        count=("size", "sum"), total_ns=("sum", "sum"), present=(RANK, "nunique"),
+        rank_min_total_ns=("sum", "min"), rank_max_total_ns=("sum", "max"))).reset_index()
     out.loc[out["present"] < n_ranks, "rank_min_total_ns"] = 0
     out["mean_ns"] = out["total_ns"] / out["count"]
     out["share"] = out["total_ns"] / out["total_ns"].sum()
@@ -131,8 +130,8 @@ def op_totals(rd: RankData) -> pd.DataFrame:
                         "self_ns": self_times(cpu)[is_op],
                         "total_ns": cpu[S.DUR_NS].to_numpy()[is_op]})
     # Aggregate on category codes, then name the (few) groups: no per-row strings.
-    agg = ops.groupby("code").agg(count=("self_ns", "size"), self_ns=("self_ns", "sum"),
-                                  total_ns=("total_ns", "sum"))
+    agg = aggregate(ops.groupby("code"), dict(count=("self_ns", "size"), self_ns=("self_ns", "sum"),
+                                              total_ns=("total_ns", "sum")))
     agg[S.NAME] = np.asarray(cpu[S.NAME].cat.categories, dtype=object)[agg.index.to_numpy()]
     return agg.reset_index(drop=True)
 
@@ -142,8 +141,8 @@ def top_ops(totals: list[pd.DataFrame], top_n: int) -> pd.DataFrame:
     ops = pd.concat(totals, ignore_index=True) if totals else pd.DataFrame()
     if ops.empty:
         return empty(TOP_OP_COLUMNS)
-    out = ops.groupby(S.NAME).agg(count=("count", "sum"), self_ns=("self_ns", "sum"),
-                                  total_ns=("total_ns", "sum")).reset_index()
+    out = aggregate(ops.groupby(S.NAME), dict(count=("count", "sum"), self_ns=("self_ns", "sum"),
+                                              total_ns=("total_ns", "sum"))).reset_index()
     out["mean_self_ns"] = out["self_ns"] / out["count"]
     out["self_share"] = out["self_ns"] / max(out["self_ns"].sum(), 1)
     out = out.sort_values("self_ns", ascending=False, kind="stable").head(top_n)
@@ -249,8 +248,9 @@ def queue_depth(rank: int, enq: pd.DataFrame) -> pd.DataFrame:
     same = np.append(stream[1:] == stream[:-1], False)
     dt = np.where(same, np.append(np.diff(t), 0), 0)
     sweep = pd.DataFrame({S.STREAM: stream, "t": t, "depth": depth, "area": depth * dt})
-    out = sweep.groupby(S.STREAM).agg(max_depth=("depth", "max"), area=("area", "sum"),
-                                      t0=("t", "min"), t1=("t", "max")).reset_index()
+    out = aggregate(sweep.groupby(S.STREAM), dict(
+        max_depth=("depth", "max"), area=("area", "sum"), t0=("t", "min"), t1=("t", "max"))
+    ).reset_index()
     out["mean_depth"] = out["area"] / (out["t1"] - out["t0"]).where(lambda x: x > 0)
     out["gpu_ops"] = out[S.STREAM].map(enq[S.STREAM].value_counts())
     return out.assign(rank=rank)[list(QUEUE_COLUMNS)]

@@ -25,6 +25,7 @@ import pandas as pd
 
 from profkit import schema as S
 from profkit.classify.opfamilies import FUSABLE
+from profkit.columns import aggregate
 
 TOP_RUN_OPS = 5
 
@@ -54,8 +55,9 @@ def fusion_runs(calls: pd.DataFrame, n_steps: int) -> dict:
     if frame.empty:
         return none
     frame["kernels"] = c["kernels"].to_numpy()[ok]
-    runs = frame.groupby("run").agg(n=("ns", "size"), ns=("ns", "sum"), nbytes=("bytes", "sum"),
-                                    min_bytes=("min", "sum"), kernels=("kernels", "sum"))
+    runs = aggregate(frame.groupby("run"), dict(n=("ns", "size"), ns=("ns", "sum"),
+                                                nbytes=("bytes", "sum"), min_bytes=("min", "sum"),
+                                                kernels=("kernels", "sum")))
     runs = runs[runs["n"] >= 2]
     if runs.empty:
         return none

@@ -32,6 +32,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import schema as S
 from profkit.classify.names import short_kernel_names
+from profkit.columns import aggregate
 from profkit.model import RankData
 
 ROOFLINE_COLUMNS = (RANK, "kernel", "short_name", "op", "calls_per_step", "kernel_ms_per_step",
@@ -123,9 +124,10 @@ def roofline_rows(rank: int, calls: pd.DataFrame, n_steps: int, latency_ns: floa
     c["flops_ns"] = np.where(np.isfinite(c["flops"]), c[S.DUR_NS], 0)
     c["tflops_x_ns"] = c["peak_tflops"] * c[S.DUR_NS]
     g = c.groupby(S.NAME, sort=False, observed=True)
-    out = g.agg(calls=(S.DUR_NS, "size"), ns=(S.DUR_NS, "sum"), known_ns=("known_ns", "sum"),
-                flops_ns=("flops_ns", "sum"), nbytes=("bytes", "sum"), flops=("flops", "sum"),
-                tflops_x_ns=("tflops_x_ns", "sum"), peak_gbps=("peak_gbps", "first"))
+    out = aggregate(g, dict(calls=(S.DUR_NS, "size"), ns=(S.DUR_NS, "sum"),
+                            known_ns=("known_ns", "sum"), flops_ns=("flops_ns", "sum"),
+                            nbytes=("bytes", "sum"), flops=("flops", "sum"),
+                            tflops_x_ns=("tflops_x_ns", "sum"), peak_gbps=("peak_gbps", "first")))
     out["op"] = _top_op(c)
     ns = np.maximum(out["ns"].to_numpy(dtype=float), 1.0)
     known = out["known_ns"].to_numpy(dtype=float)

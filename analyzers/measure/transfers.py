@@ -17,6 +17,7 @@ import pandas as pd
 from profkit.analyzers.measure.devices import device_info, match_device
 
 from profkit import schema as S
+from profkit.columns import aggregate
 from profkit.model import RankData
 
 COLUMNS = ("rank", "direction", "memory", "copies", "bytes", "gpu_ns", "achieved_gbps",
@@ -48,8 +49,8 @@ def rank_transfers(data: RankData, in_steps: bool) -> pd.DataFrame:
     frame = pd.DataFrame({"direction": copies[S.SUBCLASS].astype(str).to_numpy(),
                           "memory": memory, "bytes": copies[S.BYTES].to_numpy(),
                           "gpu_ns": copies[S.DUR_NS].to_numpy()})
-    table = frame.groupby(["direction", "memory"], as_index=False).agg(
-        copies=("gpu_ns", "size"), bytes=("bytes", "sum"), gpu_ns=("gpu_ns", "sum"))
+    table = aggregate(frame.groupby(["direction", "memory"]), dict(
+        copies=("gpu_ns", "size"), bytes=("bytes", "sum"), gpu_ns=("gpu_ns", "sum"))).reset_index()
     known = frame.dropna(subset=["bytes"]).groupby(["direction", "memory"])["gpu_ns"].sum()
     timed = table.set_index(["direction", "memory"]).index.map(known).to_numpy(np.float64)
     table["achieved_gbps"] = np.where(timed > 0, table["bytes"] / np.where(timed > 0, timed, 1), np.nan)

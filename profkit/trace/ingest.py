@@ -15,7 +15,7 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify import comm as comm_evidence
 from profkit.classify import events as classify
-from profkit.columns import values_in
+from profkit.columns import aggregate, values_in
 from profkit.nccl.collectives import build_collectives
 from profkit.trace.accumulate import SparseArgs, accumulate
 from profkit.trace.header import base_time_ns
@@ -109,7 +109,7 @@ def add_gpu_spans(steps: pd.DataFrame, ev: pd.DataFrame) -> pd.DataFrame:
     gpu = ev[values_in(ev[S.KIND], S.GPU_KINDS) & (ev[S.STEP] >= 0).to_numpy()]
     spans = pd.DataFrame({S.STEP: gpu[S.STEP], "start": gpu[S.TS_NS],
                           "end": gpu[S.TS_NS] + gpu[S.DUR_NS]})
-    spans = spans.groupby(S.STEP).agg(start=("start", "min"), end=("end", "max"))
+    spans = aggregate(spans.groupby(S.STEP), dict(start=("start", "min"), end=("end", "max")))
     out = steps.copy()
     out[S.GPU_START_NS] = out[S.STEP].map(spans["start"]).fillna(-1).astype(np.int64)
     out[S.GPU_END_NS] = out[S.STEP].map(spans["end"]).fillna(-1).astype(np.int64)
