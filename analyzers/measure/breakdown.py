@@ -129,23 +129,32 @@ def rank_compilation(data: RankData) -> pd.DataFrame:
 
 
 def stream_table(data: RankData) -> pd.DataFrame:
-    """Per stream of one rank: GPU time by class in the profiled steps (ns) and op count."""
-    gpu = data.events[values_in(data.events[S.KIND], S.GPU_KINDS)]
+    """Per stream of one rank: GPU time by class in the profiled steps (ns) and op count
+    (the classes a stream ran, in category order; streams whose ops all lack a class are
+    left out)."""
+    ev = data.events
+    rows = values_in(ev[S.KIND], S.GPU_KINDS)
     if len(data.steps):
-        gpu = gpu[gpu[S.STEP] >= 0]
-    table = gpu.pivot_table(index=S.STREAM, columns=S.CLASS, values=S.DUR_NS, aggfunc="sum",
-                            observed=True, fill_value=0)
-    table.columns = [f"{c}_ns" for c in table.columns]
-    table["ops"] = gpu.groupby(S.STREAM).size()
-    table["busy_ns"] = table.filter(like="_ns").sum(axis=1)
-    return table.reset_index().assign(rank=data.rank)
+        rows &= ev[S.STEP].to_numpy() >= 0
+    cls, stream = ev[S.CLASS].array.codes[rows], ev[S.STREAM].to_numpy()[rows]
+    named = cls >= 0
+    streams, at = np.unique(stream[named], return_inverse=True)
+    used, column = np.unique(cls[named], return_inverse=True)
+    ns = np.zeros((len(streams), len(used)), dtype=np.int64)
+    np.add.at(ns, (at, column), ev[S.DUR_NS].to_numpy()[rows][named])
+    table = pd.DataFrame(ns, columns=[f"{c}_ns" for c in ev[S.CLASS].dtype.categories[used]])
+    table.insert(0, S.STREAM, streams)
+    every, ops = np.unique(stream, return_counts=True)
+    table["ops"] = ops[np.searchsorted(every, streams)]
+    table["busy_ns"] = ns.sum(axis=1)
+    return table.assign(rank=data.rank)
 
 
 def compute_subclasses(data: RankData) -> pd.DataFrame:
     """Compute kernel time in the profiled steps by sub-class (gemm, attention, ...), ns, and
     its share of all compute kernel time (kernels summed, overlaps not merged)."""
     ev = data.events
-    comp = ev[(ev[S.CLASS] == S.CLS_COMPUTE) & ((ev[S.STEP] >= 0) | (not len(data.steps)))]
+    comp = ev[values_in(ev[S.CLASS], (S.CLS_COMPUTE,)) & ((ev[S.STEP] >= 0).to_numpy() | (not len(data.steps)))]
     table = comp.groupby(S.SUBCLASS, observed=True)[S.DUR_NS].agg(["sum", "count"])
     table.columns = ["kernel_ns", "kernels"]
     table["share"] = table["kernel_ns"] / table["kernel_ns"].sum() if len(table) else []

@@ -90,7 +90,7 @@ def host_ranges(ev: pd.DataFrame, blocked_calls: pd.DataFrame) -> dict[str, dict
     sync = pd.concat([cpu[cpu[S.NAME].isin(SYNC_CALLS).to_numpy()], blocked_calls])
     loader = cpu[category_mask(cpu[S.NAME], DATALOADER_RE)]
     launch = cpu[values_in(cpu[S.KIND], LAUNCH_KINDS) & (cpu[S.CORRELATION] >= 0).to_numpy()]
-    ops = cpu[(cpu[S.KIND] == S.KIND_CPU_OP).to_numpy() & (cpu[S.EXTERNAL_ID] >= 0).to_numpy()]
+    ops = cpu[values_in(cpu[S.KIND], (S.KIND_CPU_OP,)) & (cpu[S.EXTERNAL_ID] >= 0).to_numpy()]
     ops = ops[ops[S.EXTERNAL_ID].isin(launch[S.EXTERNAL_ID]).to_numpy()]
     return {"sync": _by_thread(sync), "loader": _by_thread(loader),
             "launching": _by_thread(pd.concat([launch, ops]))}

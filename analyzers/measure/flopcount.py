@@ -63,7 +63,7 @@ def name_values(names: pd.Series, fn: Callable[[str], str]) -> np.ndarray:
 def outer_ops(rd: RankData) -> pd.DataFrame:
     """CPU ops carrying FLOPs in the steps that no earlier op on their thread contains."""
     ev = rd.events
-    ops = ev[(ev[S.KIND] == S.KIND_CPU_OP) & (ev[S.FLOPS] > 0)]
+    ops = ev[values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & (ev[S.FLOPS] > 0).to_numpy()]
     ops = ops[ops[S.STEP] >= 0] if len(rd.steps) else ops
     ops = ops.assign(end=ops[S.TS_NS] + ops[S.DUR_NS]).sort_values(
         [S.PID, S.TID, S.TS_NS, S.DUR_NS], ascending=[True, True, True, False])

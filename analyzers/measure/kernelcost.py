@@ -24,6 +24,7 @@ from profkit.analyzers.measure.flopcount import name_values
 from profkit import schema as S
 from profkit.classify.flops import kernel_precision
 from profkit.classify.opfamilies import op_family
+from profkit.columns import values_in
 from profkit.model import RankData
 
 MATMUL_SUBCLASSES = ("gemm", "conv", "attention")
@@ -39,7 +40,7 @@ def launching_ops(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     ev = rd.events
     ext = ev[S.EXTERNAL_ID].to_numpy()
     wanted = np.unique(kernels[S.EXTERNAL_ID].to_numpy())
-    rows = (ev[S.KIND] == S.KIND_CPU_OP).to_numpy() & (ext >= 0) & np.isin(ext, wanted)
+    rows = values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & (ext >= 0) & np.isin(ext, wanted)
     ops = ev.loc[rows, COST_KEYS + [S.NAME, S.FLOPS, S.FLOPS_DTYPE, *S.COST_COLUMNS]]
     ops = ops.drop_duplicates(COST_KEYS, keep=False)
     return ops.rename(columns={S.NAME: "op"}).astype({"op": str, S.FLOPS_DTYPE: str})

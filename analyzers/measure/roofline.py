@@ -32,7 +32,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import schema as S
 from profkit.classify.names import short_kernel_names
-from profkit.columns import aggregate
+from profkit.columns import aggregate, values_in
 from profkit.model import RankData
 
 ROOFLINE_COLUMNS = (RANK, "kernel", "short_name", "op", "calls_per_step", "kernel_ms_per_step",
@@ -47,7 +47,7 @@ def used_kernels(rd: RankData, used: dict[int, int] | None) -> tuple[pd.DataFram
     the window's kernels as one step. Communication kernels are no point on a roofline
     (their time is the link's and their peers'), so they are left out."""
     k = kernels_of(rd)
-    k = k[(k[S.CLASS] != S.CLS_COMMUNICATION).to_numpy()]
+    k = k[~values_in(k[S.CLASS], (S.CLS_COMMUNICATION,))]
     if used:
         return k[k[S.STEP].isin(list(used))], len(used), sum(used.values()) / len(used)
     k = in_steps(k, rd)

@@ -84,7 +84,7 @@ def apply_step_marker(data: RankData, name: str) -> int:
 def marker_candidates(events: pd.DataFrame, min_count: int = 3) -> list[tuple[str, int]]:
     """User annotations that repeat and never overlap themselves: names a trace without
     ``ProfilerStep#`` could use as ``--step-marker`` (name, count), most frequent first."""
-    ann = events[(events[S.KIND] == S.KIND_ANNOTATION).to_numpy()]
+    ann = events[values_in(events[S.KIND], (S.KIND_ANNOTATION,))]
     ann = ann[~category_mask(ann[S.NAME], "^ProfilerStep#|DataLoader|^Optimizer|^##")]
     out = []
     for name, group in ann.groupby(S.NAME, observed=True):

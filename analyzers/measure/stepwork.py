@@ -90,10 +90,10 @@ def used_step_work(data: RankData, steps: pd.DataFrame) -> dict[str, pd.DataFram
     kernels = _by_name(data.rank, gpu, {"total_ns": gpu[S.DUR_NS].to_numpy()},
                        KERNEL_COLUMNS[:-1])
     kernels["group"] = kernels[S.NAME].map(_groups(gpu)).fillna("other")
-    optimizer = (ev[S.KIND] == S.KIND_ANNOTATION).to_numpy() & name_mask(ev[S.NAME], OPTIMIZER_RE)
+    optimizer = values_in(ev[S.KIND], (S.KIND_ANNOTATION,)) & name_mask(ev[S.NAME], OPTIMIZER_RE)
     nest = ev[values_in(ev[S.KIND], CPU_NEST_KINDS) | optimizer]
     self_ns = self_times(nest)
-    keep = ((nest[S.KIND] == S.KIND_CPU_OP).to_numpy() | (nest[S.KIND] == S.KIND_ANNOTATION).to_numpy()) \
+    keep = values_in(nest[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION)) \
         & ~name_mask(nest[S.NAME], STEP_RE) & _in_used(nest, data, used)
     ops = nest[keep]
     ops = _by_name(data.rank, ops, {"self_ns": self_ns[keep], "total_ns": ops[S.DUR_NS].to_numpy()},

@@ -53,6 +53,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals
 from profkit import schema as S
+from profkit.columns import values_in
 from profkit.model import RankData, Run, step_spans, step_times_ns
 
 STRAGGLERS = "stragglers"
@@ -197,7 +198,7 @@ def rank_step_stats(data: RankData) -> dict[str, float]:
         return dict(NO_STEP_STATS)
     start, end = step_spans(data.steps)
     ev = data.events
-    kernels = ev[(ev[S.KIND] == S.KIND_KERNEL) & (ev[S.CLASS] == S.CLS_COMPUTE)]
+    kernels = ev[values_in(ev[S.KIND], (S.KIND_KERNEL,)) & values_in(ev[S.CLASS], (S.CLS_COMPUTE,))]
     ts = kernels[S.TS_NS].to_numpy(np.int64)
     busy = intervals.union(ts, ts + kernels[S.DUR_NS].to_numpy(np.int64))
     inside = intervals.clip(busy, int(start.min()), int(end.max()))

@@ -17,7 +17,7 @@ import pandas as pd
 from profkit.analyzers.measure.devices import device_info, match_device
 
 from profkit import schema as S
-from profkit.columns import aggregate
+from profkit.columns import aggregate, values_in
 from profkit.model import RankData
 
 COLUMNS = ("rank", "direction", "memory", "copies", "bytes", "gpu_ns", "achieved_gbps",
@@ -40,7 +40,7 @@ def rank_transfers(data: RankData, in_steps: bool) -> pd.DataFrame:
     count, bytes, GPU ns (summed per copy) and achieved GB/s (bytes / GPU time); the peak
     columns are filled by :func:`add_peaks`."""
     ev = data.events
-    copies = ev[(ev[S.CLASS] == S.CLS_MEMCPY).to_numpy()]
+    copies = ev[values_in(ev[S.CLASS], (S.CLS_MEMCPY,))]
     if in_steps:
         copies = copies[(copies[S.STEP] >= 0).to_numpy()]
     if copies.empty:
