@@ -54,10 +54,15 @@ class FlopCount:
 
 
 def name_values(names: pd.Series, fn: Callable[[str], str]) -> np.ndarray:
-    """``fn`` of each row's name, evaluated once per distinct name."""
-    cat = names.astype("category").cat.remove_unused_categories()
-    values = np.array([fn(str(c)) for c in cat.cat.categories] + [""], dtype=object)
-    return values[cat.cat.codes.to_numpy()]
+    """``fn`` of each row's name, evaluated once per distinct name ("" where missing)."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        codes, distinct = names.array.codes, names.dtype.categories
+    else:
+        codes, distinct = pd.factorize(names.to_numpy(dtype=object))
+    used = np.unique(codes[codes >= 0])
+    values = np.full(len(distinct) + 1, "", dtype=object)  # the last: code -1
+    values[used] = [fn(str(c)) for c in np.asarray(distinct, dtype=object)[used]]
+    return values[codes]
 
 
 def outer_ops(rd: RankData) -> pd.DataFrame:

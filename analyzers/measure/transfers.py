@@ -15,6 +15,7 @@ import re
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.devices import device_info, match_device
+from profkit.analyzers.measure.flopcount import name_values
 
 from profkit import schema as S
 from profkit.columns import aggregate, values_in
@@ -45,7 +46,7 @@ def rank_transfers(data: RankData, in_steps: bool) -> pd.DataFrame:
         copies = copies[(copies[S.STEP] >= 0).to_numpy()]
     if copies.empty:
         return pd.DataFrame(columns=list(COLUMNS))
-    memory = [_memory(str(n)) for n in copies[S.NAME].astype(str)]
+    memory = name_values(copies[S.NAME], _memory)
     frame = pd.DataFrame({"direction": copies[S.SUBCLASS].astype(str).to_numpy(),
                           "memory": memory, "bytes": copies[S.BYTES].to_numpy(),
                           "gpu_ns": copies[S.DUR_NS].to_numpy()})

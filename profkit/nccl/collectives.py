@@ -27,12 +27,11 @@ def build_collectives(ev: pd.DataFrame, args: list) -> pd.DataFrame:
     where there are none (gloo), per ``gloo:<op>`` / ``nccl:<op>`` range.
     ``args`` maps a row of ``ev`` to its decoded args."""
     arg_fn = collective_args
-    kind = ev[S.KIND].to_numpy()
-    is_kernel = kind == S.KIND_KERNEL
-    comm = np.flatnonzero(is_kernel & (ev[S.CLASS] == S.CLS_COMMUNICATION).to_numpy())
+    is_kernel = values_in(ev[S.KIND], (S.KIND_KERNEL,))
+    comm = np.flatnonzero(is_kernel & values_in(ev[S.CLASS], (S.CLS_COMMUNICATION,)))
     is_gpu = values_in(ev[S.KIND], S.GPU_KINDS)
     names = ev[S.NAME]
-    rpc = np.flatnonzero(~is_gpu & (names == RECORD_PARAM_COMMS).to_numpy())
+    rpc = np.flatnonzero(~is_gpu & values_in(names, (RECORD_PARAM_COMMS,)))
     cpu = _rows(ev, args, rpc, arg_fn)
     if len(comm):
         table = _rows(ev, args, comm, arg_fn)
