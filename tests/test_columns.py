@@ -1,10 +1,13 @@
-"""profkit.columns.values_in against pandas' own Series.isin."""
+"""profkit.columns against pandas' own answers: values_in and category_mask against
+Series.isin / str.contains, aggregate against named aggregation, flopcount.name_values
+against a per-row call."""
 
 import numpy as np
 import pandas as pd
 import pytest
+from profkit.analyzers.measure.flopcount import name_values
 
-from profkit.columns import values_in
+from profkit.columns import aggregate, category_mask, values_in
 
 VALUES = ["kernel", "cpu_op", None, "python", "kernel", "memcpy", None, "runtime"]
 
@@ -23,3 +26,68 @@ def test_a_missing_value_is_never_in():
     column = pd.Series(VALUES, dtype="category")
     assert column.cat.codes.min() == -1  # the missing rows carry code -1
     assert not values_in(column, column.cat.categories)[[2, 6]].any()
+
+
+def test_lookups_follow_the_categories_not_their_memory_address():
+    """The per-category answers are remembered per categories object: a column built after
+    an earlier one was freed (whose address it may reuse) never reads the earlier answers."""
+    rng = np.random.default_rng(7)
+    for i in range(200):
+        labels = [f"k{j}" for j in rng.permutation(12)[: 2 + i % 9]]
+        column = pd.Series(pd.Categorical(rng.choice(labels + [None], 30), categories=labels))
+        wanted = tuple(labels[: 1 + i % 3])
+        np.testing.assert_array_equal(values_in(column, wanted), column.isin(wanted).to_numpy())
+        np.testing.assert_array_equal(values_in(column.iloc[::2], wanted),
+                                      column.iloc[::2].isin(wanted).to_numpy())
+        expect = column.astype(object).str.contains("^k[0-4]$", regex=True, na=False)
+        np.testing.assert_array_equal(category_mask(column, "^k[0-4]$"), expect.to_numpy(bool))
+        del column
+
+
+def _frame(seed: int, n: int = 60) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n) * 1e3
+    x[rng.random(n) < 0.2] = np.nan
+    return pd.DataFrame({
+        "key": pd.Categorical(rng.choice(["b", "a", "c", "unused"], n), categories=["c", "b", "a", "unused"]),
+        "k2": rng.choice([1.0, 2.0, np.nan], n),
+        "ns": rng.integers(0, 10**12, n),
+        "x": x,
+        "text": rng.choice(["p", "q", None], n),
+        "flag": rng.random(n) < 0.5,
+    })
+
+
+SPEC = {"calls": ("ns", "size"), "ns": ("ns", "sum"), "x_sum": ("x", "sum"),
+        "x_min": ("x", "min"), "x_max": ("x", "max"), "x_first": ("x", "first"),
+        "x_median": ("x", "median"), "text": ("text", "first"), "flag": ("flag", "all"),
+        "n_text": ("text", "nunique"), "ns_max": ("ns", "max")}
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("groupby", [
+    {"by": "key", "sort": False, "observed": True}, {"by": "key", "observed": False},
+    {"by": ["key", "k2"], "dropna": False, "observed": True}, {"by": "k2"}])
+def test_aggregate_is_named_aggregation(seed, groupby):
+    frame = _frame(seed)
+    groupby = dict(groupby)  # the parameters are shared between cases
+    by = groupby.pop("by")
+    got = aggregate(frame.groupby(by, **groupby), SPEC)
+    expect = frame.groupby(by, **groupby).agg(**SPEC)
+    pd.testing.assert_frame_equal(got, expect, check_exact=True)
+
+
+def test_name_values_calls_once_per_distinct_name():
+    names = pd.Series(pd.Categorical(["gemm", None, "copy", "gemm", "gemm"],
+                                     categories=["unused", "copy", "gemm"]))
+    seen: list[str] = []
+
+    def fn(name: str) -> str:
+        seen.append(name)
+        return name.upper()
+
+    got = name_values(names, fn)
+    assert got.tolist() == ["GEMM", "", "COPY", "GEMM", "GEMM"]
+    assert sorted(seen) == ["copy", "gemm"]  # neither the unused category nor the missing row
+    plain = name_values(pd.Series(["x", None, "y", "x"], dtype=object), str.upper)
+    assert plain.tolist() == ["X", "", "Y", "X"]
