@@ -27,7 +27,7 @@ import pandas as pd
 
 from profkit import schema as S
 from profkit.classify import events as classify
-from profkit.columns import category_mask
+from profkit.columns import category_mask, values_in
 
 # Names of CPU ranges whose launches are communication (word-start: not "redispatch").
 COMM_RANGE_RE = re.compile(r"(?<![a-z])(?:dispatch|combine|all_?reduce|all_?to_?all|"
@@ -38,7 +38,7 @@ COMM_STREAM_MIN_FRAC = 0.5  # communication share of a stream's kernel time (rul
 def upgrade(ev: pd.DataFrame, is_gpu: np.ndarray, args, cls: np.ndarray, sub: np.ndarray,
             strength: np.ndarray) -> None:
     """Apply rules 1-3 (module doc) to the per-row ``cls`` / ``sub`` / ``strength``."""
-    kernel = is_gpu & (ev[S.KIND] == S.KIND_KERNEL).to_numpy()
+    kernel = is_gpu & values_in(ev[S.KIND], (S.KIND_KERNEL,))
     for i, a in args.items():
         if kernel[i] and a.collective is not None and strength[i] < classify.RULED:
             cls[i], sub[i] = S.CLS_COMMUNICATION, classify.collective_kind(a.collective)
@@ -64,9 +64,9 @@ def _launched_in_comm_ranges(ev, is_gpu, unknown, cls, sub) -> None:
     if not unknown.any():
         return
     kind = ev[S.KIND]
-    ranges = (kind.isin((S.KIND_ANNOTATION, S.KIND_CPU_OP)).to_numpy()
+    ranges = (values_in(kind, (S.KIND_ANNOTATION, S.KIND_CPU_OP))
               & category_mask(ev[S.NAME], COMM_RANGE_RE.pattern + "|" + classify.COMM_OP_RE.pattern))
-    launch = kind.isin((S.KIND_RUNTIME, S.KIND_DRIVER)).to_numpy() & (ev[S.CORRELATION] >= 0).to_numpy()
+    launch = values_in(kind, (S.KIND_RUNTIME, S.KIND_DRIVER)) & (ev[S.CORRELATION] >= 0).to_numpy()
     if not ranges.any() or not launch.any():
         return
     collective = _launch_collectives(ev, np.flatnonzero(ranges), np.flatnonzero(launch))

@@ -91,10 +91,10 @@ def _attach_cpu_ops(ev: pd.DataFrame, gpu: pd.DataFrame, cpu: pd.DataFrame,
     if fill_time:
         gpu.loc[rows, S.CPU_TS_NS] = joined[f"op_{S.TS_NS}"].to_numpy()
     for col in _ARG_COLUMNS:
-        mine = gpu.loc[rows, col]
-        theirs = joined[f"op_{col}"].to_numpy()
-        missing = mine.isna().to_numpy() | (mine.to_numpy() == -1)
-        gpu.loc[rows[missing], col] = theirs[missing]
+        mine = gpu[col].to_numpy()[rows]
+        missing = pd.isna(mine) | (mine == -1)
+        if missing.any():
+            gpu.loc[rows[missing], col] = joined[f"op_{col}"].to_numpy()[missing]
     return gpu.drop(columns=["launch_ts", "launch_tid"])
 
 

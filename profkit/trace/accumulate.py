@@ -25,7 +25,7 @@ from profkit.classify.flops import (
 )
 from profkit.classify.opfamilies import op_family
 from profkit.classify.traffic import UNKNOWN, op_cost
-from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns
+from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns, values_in
 from profkit.trace.traceevents import Args, Event, Meta, without_raw
 from profkit.trace.tracefile import Trace
 from profkit.validate import MAX_ABS_NS, MAX_NAME_CHARS, cap_name
@@ -250,7 +250,7 @@ class Accumulator:
             ev[name] = self._take(name, order).astype(np.int64)
         for name in (S.CORRELATION, S.EXTERNAL_ID):
             ev[name] = to_int(self._take(name, order))
-        is_gpu = ev[S.KIND].isin(S.GPU_KINDS).to_numpy()
+        is_gpu = values_in(ev[S.KIND], S.GPU_KINDS)
         for name, arg, fallback in ((S.STREAM, "stream_arg", S.TID), (S.DEVICE, "device_arg", S.PID)):
             values = self._take(arg, order)
             ok = np.abs(values) <= INT64_SAFE  # False for NaN: absent, or no id

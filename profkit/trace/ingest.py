@@ -7,6 +7,7 @@ binary search, collectives by an as-of join.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -15,7 +16,7 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify import comm as comm_evidence
 from profkit.classify import events as classify
-from profkit.columns import aggregate, values_in
+from profkit.columns import aggregate, category_mask, values_in
 from profkit.nccl.collectives import build_collectives
 from profkit.trace.accumulate import SparseArgs, accumulate
 from profkit.trace.header import base_time_ns
@@ -90,10 +91,8 @@ def _classify_gpu(ev: pd.DataFrame, is_gpu: np.ndarray, args: SparseArgs) -> Non
 
 def step_table(ev: pd.DataFrame) -> pd.DataFrame:
     """One row per ProfilerStep#N range on the CPU (the outermost when repeated)."""
-    names = ev[S.NAME]
-    cats = names.cat.categories
-    step_names = cats[cats.str.startswith(STEP_PREFIX)]
-    mask = names.isin(step_names) & ~values_in(ev[S.KIND], S.GPU_KINDS + (S.KIND_GPU_ANNOTATION,))
+    mask = category_mask(ev[S.NAME], "^" + re.escape(STEP_PREFIX)) \
+        & ~values_in(ev[S.KIND], S.GPU_KINDS + (S.KIND_GPU_ANNOTATION,))
     rows = ev.loc[mask, [S.NAME, S.TS_NS, S.DUR_NS]]
     number = pd.to_numeric(rows[S.NAME].astype(str).str.slice(len(STEP_PREFIX)), errors="coerce")
     # A step with no duration holds nothing, and a number past 2**53 is no step count.
@@ -130,8 +129,8 @@ def assign_steps(ev: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
     inside = (pos >= 0) & (ts < ends[np.clip(pos, 0, None)])
     out[inside] = numbers[pos[inside]]
     kind = ev[S.KIND]
-    launch = kind.isin((S.KIND_RUNTIME, S.KIND_DRIVER)).to_numpy() & (ev[S.CORRELATION] >= 0).to_numpy()
-    gpu = kind.isin(S.GPU_KINDS).to_numpy() & (ev[S.CORRELATION] >= 0).to_numpy()
+    launch = values_in(kind, (S.KIND_RUNTIME, S.KIND_DRIVER)) & (ev[S.CORRELATION] >= 0).to_numpy()
+    gpu = values_in(kind, S.GPU_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy()
     if launch.any() and gpu.any():
         lcorr = ev[S.CORRELATION].to_numpy()[launch]
         lstep = out[launch]
