@@ -62,34 +62,44 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     call, -1 without one), the op's family, its share of the op's FLOPs and bytes (NaN where
     unknown) and its precision (KERNEL_COST_COLUMNS)."""
     k = kernels[[S.TS_NS, S.DUR_NS, S.NAME, S.SUBCLASS, S.STREAM, S.STEP, S.EXTERNAL_ID]]
-    k = k.reset_index(drop=True)
-    j = k.merge(launching_ops(rd, k), on=COST_KEYS, how="left")
-    dur = np.maximum(j[S.DUR_NS].to_numpy(dtype=float), 1.0)  # zero-length kernels share too
-    has_op = j["op"].notna().to_numpy()
-    op_id = np.where(has_op, j.groupby(COST_KEYS).ngroup().to_numpy(), -1)
-    mm = j[S.SUBCLASS].isin(MATMUL_SUBCLASSES).to_numpy()
+    ops = launching_ops(rd, k)
+    keys = [k[c].to_numpy(np.int64) for c in COST_KEYS]
+    # Each kernel's op by (External id, step), a pair naming at most one op; -1: none.
+    at = pd.MultiIndex.from_arrays([ops[c].to_numpy(np.int64) for c in COST_KEYS]) \
+        .get_indexer(pd.MultiIndex.from_arrays(keys)) if len(ops) else np.full(len(k), -1)
+    has_op = at >= 0
+
+    def of_op(column: str, missing) -> np.ndarray:
+        values = ops[column].to_numpy()
+        return np.where(has_op, values[np.where(has_op, at, 0)] if len(values) else missing, missing)
+
+    dur = np.maximum(k[S.DUR_NS].to_numpy(dtype=float), 1.0)  # zero-length kernels share too
+    op_id = np.where(has_op, np.unique(np.stack(keys), axis=1, return_inverse=True)[1]
+                     .reshape(-1), -1) if len(k) else np.empty(0, np.int64)
+    mm = k[S.SUBCLASS].isin(MATMUL_SUBCLASSES).to_numpy()
     total = _group_sum(op_id, dur)
     total_mm = _group_sum(op_id, dur * mm)
     w_all = dur / total
     w_mm = np.where(total_mm > 0, dur * mm / np.where(total_mm > 0, total_mm, 1.0), w_all)
-    matmul = j[S.FLOPS].to_numpy(dtype=float)
-    vector = j[S.VECTOR_FLOPS].to_numpy(dtype=float)
+    matmul = of_op(S.FLOPS, np.nan).astype(float)
+    vector = of_op(S.VECTOR_FLOPS, np.nan).astype(float)
     flops = np.where(matmul > 0, matmul * w_mm, vector * w_all)
-    precision = name_values(j[S.NAME], kernel_precision)
-    dtype = j[S.FLOPS_DTYPE].fillna("").to_numpy(dtype=object)
-    ops = j["op"].fillna("")
-    family = name_values(ops, op_family)
+    precision = name_values(k[S.NAME], kernel_precision)
+    dtype = of_op(S.FLOPS_DTYPE, "").astype(object)
+    op = of_op("op", "").astype(object)
+    family = name_values(pd.Series(op, dtype=object), op_family)
     # A matmul / conv / attention op whose FLOPs are unknown has no cost: its bytes alone
     # would make it look memory-bound.
     known = ~np.isin(family, MATMUL_FAMILIES) | (matmul > 0)
     w_all = np.where(known, w_all, np.nan)
     return pd.DataFrame({
-        S.TS_NS: j[S.TS_NS].to_numpy(), S.DUR_NS: j[S.DUR_NS].to_numpy(),
-        S.NAME: j[S.NAME].to_numpy(), S.SUBCLASS: j[S.SUBCLASS].to_numpy(),
-        S.STREAM: j[S.STREAM].to_numpy(), S.STEP: j[S.STEP].to_numpy(),
-        "op": ops.to_numpy(dtype=object), "op_id": op_id, "family": family,
-        "flops": np.where(known, flops, np.nan), "read_bytes": j[S.OP_READ_BYTES].to_numpy(dtype=float) * w_all,
-        "write_bytes": j[S.OP_WRITE_BYTES].to_numpy(dtype=float) * w_all,
+        S.TS_NS: k[S.TS_NS].to_numpy(), S.DUR_NS: k[S.DUR_NS].to_numpy(),
+        S.NAME: k[S.NAME].to_numpy(), S.SUBCLASS: k[S.SUBCLASS].to_numpy(),
+        S.STREAM: k[S.STREAM].to_numpy(), S.STEP: k[S.STEP].to_numpy(),
+        "op": op, "op_id": op_id, "family": family,
+        "flops": np.where(known, flops, np.nan),
+        "read_bytes": of_op(S.OP_READ_BYTES, np.nan).astype(float) * w_all,
+        "write_bytes": of_op(S.OP_WRITE_BYTES, np.nan).astype(float) * w_all,
         "precision": np.where(precision != "", precision, dtype)})
 
 
