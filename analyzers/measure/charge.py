@@ -72,8 +72,8 @@ def spans(frame: pd.DataFrame) -> Intervals:
 def blocking_copies(ev: pd.DataFrame, copies: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     """(mask over ``copies`` of copies whose own call blocked the host, those calls): pageable
     copies and copies issued by a synchronous memcpy API."""
-    cpu = ev[values_in(ev[S.KIND], LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy()]
-    calls = cpu[category_mask(cpu[S.NAME], COPY_CALLS_RE)]
+    calls = ev[values_in(ev[S.KIND], LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy()
+               & category_mask(ev[S.NAME], COPY_CALLS_RE)]
     sync_api = calls[~category_mask(calls[S.NAME], "Async")]
     pageable = category_mask(copies[S.NAME], PAGEABLE_RE) if len(copies) else np.zeros(0, bool)
     by_api = copies[S.CORRELATION].isin(sync_api[S.CORRELATION]).to_numpy()
@@ -86,11 +86,12 @@ def host_ranges(ev: pd.DataFrame, blocked_calls: pd.DataFrame) -> dict[str, dict
     """Per thread: ``sync`` (blocked in a synchronising call or a blocking copy call),
     ``loader`` (inside a DataLoader ``__next__``) and ``launching`` (inside a launch call, or
     an op that launched GPU work: the op the launch call's External id names) time ranges."""
-    cpu = ev[values_in(ev[S.KIND], HOST_KINDS)]
-    sync = pd.concat([cpu[cpu[S.NAME].isin(SYNC_CALLS).to_numpy()], blocked_calls])
-    loader = cpu[category_mask(cpu[S.NAME], DATALOADER_RE)]
-    launch = cpu[values_in(cpu[S.KIND], LAUNCH_KINDS) & (cpu[S.CORRELATION] >= 0).to_numpy()]
-    ops = cpu[values_in(cpu[S.KIND], (S.KIND_CPU_OP,)) & (cpu[S.EXTERNAL_ID] >= 0).to_numpy()]
+    # Masks over all events, then one selection each: no copy of every host row first.
+    host, kind, names = values_in(ev[S.KIND], HOST_KINDS), ev[S.KIND], ev[S.NAME]
+    sync = pd.concat([ev[host & values_in(names, SYNC_CALLS)], blocked_calls])
+    loader = ev[host & category_mask(names, DATALOADER_RE)]
+    launch = ev[values_in(kind, LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy()]
+    ops = ev[values_in(kind, (S.KIND_CPU_OP,)) & (ev[S.EXTERNAL_ID] >= 0).to_numpy()]
     ops = ops[ops[S.EXTERNAL_ID].isin(launch[S.EXTERNAL_ID]).to_numpy()]
     return {"sync": _by_thread(sync), "loader": _by_thread(loader),
             "launching": _by_thread(pd.concat([launch, ops]))}
@@ -110,13 +111,12 @@ def charged_intervals(data: RankData, lo: int, hi: int,
     given, is filled with {(thread, part): intervals} of the host-side idle parts."""
     ev = data.events
     gpu = ev[values_in(ev[S.KIND], S.GPU_KINDS)]
-    cls = gpu[S.CLASS].astype(str).to_numpy()
-    copies = gpu[cls == S.CLS_MEMCPY]
+    copies = gpu[values_in(gpu[S.CLASS], (S.CLS_MEMCPY,))]
     blocking, blocked_calls = blocking_copies(ev, copies)
-    compute = spans(gpu[(cls == S.CLS_COMPUTE) | (cls == S.CLS_MEMSET)])
+    compute = spans(gpu[values_in(gpu[S.CLASS], (S.CLS_COMPUTE, S.CLS_MEMSET))])
     transfer = iv.subtract(spans(copies[~blocking]), compute)
     taken = iv.union_of(compute, transfer)
-    comm_all = spans(gpu[cls == S.CLS_COMMUNICATION])
+    comm_all = spans(gpu[values_in(gpu[S.CLASS], (S.CLS_COMMUNICATION,))])
     comm = iv.subtract(comm_all, taken)
     taken = iv.union_of(taken, comm)
     blocked_copy = iv.subtract(spans(copies[blocking]), taken)

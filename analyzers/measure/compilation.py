@@ -27,16 +27,16 @@ RANGE_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION)
 def compile_ranges(events: pd.DataFrame) -> pd.DataFrame:
     """The host ranges that are compilation, with their ``phase``; the vocabulary runs once
     per unique name."""
-    host = events[values_in(events[S.KIND], RANGE_KINDS)]
-    names = host[S.NAME]
+    host = values_in(events[S.KIND], RANGE_KINDS)
+    names = events[S.NAME]
     if isinstance(names.dtype, pd.CategoricalDtype):  # the names host rows use, once each
-        codes = names.cat.codes.to_numpy()
-        cats = names.cat.categories[np.unique(codes[codes >= 0])]
+        codes = names.array.codes[host]
+        cats = names.dtype.categories[np.unique(codes[codes >= 0])]
     else:
-        cats = pd.Index(names.unique())
+        cats = pd.Index(names[host].unique())
     phases = pd.Series(compile_phase(np.asarray(cats, dtype=object)), index=cats)
     phases = phases[phases != ""]
-    rows = host[names.isin(phases.index).to_numpy()]
+    rows = events[host & names.isin(phases.index).to_numpy()]
     return rows.assign(phase=rows[S.NAME].map(phases).astype(str).to_numpy())
 
 

@@ -100,9 +100,9 @@ def marker_candidates(events: pd.DataFrame, min_count: int = 3) -> list[tuple[st
 def capture_spans(events: pd.DataFrame) -> iv.Intervals:
     """CUDA/HIP graph capture windows: from each BeginCapture to the next EndCapture on the
     same thread (to the thread's last event when the capture never ends in the trace)."""
-    host = events[values_in(events[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))]
-    begin = host[category_mask(host[S.NAME], CAPTURE_BEGIN_RE)]
-    end = host[category_mask(host[S.NAME], CAPTURE_END_RE)]
+    host = values_in(events[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))
+    begin = events[host & category_mask(events[S.NAME], CAPTURE_BEGIN_RE)]
+    end = events[host & category_mask(events[S.NAME], CAPTURE_END_RE)]
     starts, stops = [], []
     for tid, b in begin.groupby(S.TID):
         e = end[end[S.TID] == tid]
@@ -120,8 +120,8 @@ def capture_spans(events: pd.DataFrame) -> iv.Intervals:
 def capture_calls(events: pd.DataFrame) -> int:
     """Capture-state queries (``cudaStreamGetCaptureInfo``) in the trace:
     graph capture in progress when the Begin/End calls themselves fall outside it."""
-    host = events[values_in(events[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))]
-    return int(category_mask(host[S.NAME], CAPTURE_INFO_RE).sum())
+    host = values_in(events[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))
+    return int((host & category_mask(events[S.NAME], CAPTURE_INFO_RE)).sum())
 
 
 def choose_steps(table: pd.DataFrame, capture_ns: np.ndarray, chosen: tuple | None,
