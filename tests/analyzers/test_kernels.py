@@ -1,6 +1,7 @@
 """Kernel, launch, queue and fusion tables on a hand-built timeline whose every number is
 worked out below, and on the runs captured on 2x H200 (samples/runs) and the corpus."""
 
+import pandas as pd
 import pytest
 from profkit.analyzers.findings import kernels as kernel_judge
 from profkit.analyzers.findings.judge import judged
@@ -199,3 +200,17 @@ def test_runtime_call_findings_count_only_the_used_steps():
     assert "cudaGraphInstantiateWithFlags" in left_out - in_used
     for f in [f for f in a.findings if f.category == "runtime_calls"]:
         assert set(f.evidence["calls"]) <= in_used, f.evidence["calls"]
+
+
+@pytest.mark.parametrize("folder", ["samples/runs/stock_ddp", "tests/data/public/amd_mi210_gpu_only",
+                                    "tests/data/public/vllm_decode_replay"])
+def test_kernel_totals_are_the_kernels_grouped_by_their_names_as_text(folder):
+    """kernel_totals groups on category codes; the answer is pandas' grouping of the name,
+    class and sub-class as text, in the same order (real traces, every rank)."""
+    run = loaded(REPO / folder)
+    keys = [S.NAME, S.CLASS, S.SUBCLASS]
+    for rank, rd in run.ranks.items():
+        k = K.kernels_of(rd)[keys + [S.DUR_NS]].astype({c: str for c in keys})
+        expect = k.groupby(keys)[S.DUR_NS].agg(["size", "sum"]).reset_index().assign(rank=rank)
+        assert len(expect) > 1
+        pd.testing.assert_frame_equal(K.kernel_totals(rank, rd), expect)
