@@ -169,3 +169,29 @@ def test_kept_collective_args_hold_no_raw_json_of_their_batch():
     assert (kept.collective, kept.in_nelems) == ("allreduce", 4)
     assert [len(getattr(kept, f)) for f in ("input_dims", "input_types", "concrete_inputs",
                                             "input_strides")] == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_launching_op_is_pandas_as_of_join(seed):
+    """collectives._op_holding (which op a launch call lies in) against pandas' merge_asof
+    by thread, backward, then kept where the call ends inside the op: random calls and ops
+    with many equal start times (nested ops starting together)."""
+    import pandas as pd
+
+    from profkit.nccl.collectives import _op_holding
+
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        n, m = rng.integers(1, 40), rng.integers(1, 40)
+        op_ts, op_dur, op_tid = rng.integers(0, 30, m), rng.integers(0, 15, m), rng.integers(0, 3, m)
+        ts, tid = rng.integers(0, 40, n), rng.integers(0, 4, n)
+        ops = pd.DataFrame({"op_ts": op_ts, "op_end": op_ts + op_dur, "op_tid": op_tid,
+                            "op": np.arange(m)})
+        calls = pd.DataFrame({"ts": ts, "tid": tid, "call": np.arange(n)})
+        joined = pd.merge_asof(calls.sort_values("ts"), ops.sort_values("op_ts"), left_on="ts",
+                               right_on="op_ts", left_by="tid", right_by="op_tid",
+                               direction="backward")
+        joined = joined[joined["ts"] <= joined["op_end"]]
+        expect = np.full(n, -1)
+        expect[joined["call"].to_numpy()] = joined["op"].to_numpy()
+        np.testing.assert_array_equal(_op_holding(ts, tid, op_ts, op_dur, op_tid), expect)

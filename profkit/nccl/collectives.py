@@ -68,34 +68,51 @@ def _attach_cpu_ops(ev: pd.DataFrame, gpu: pd.DataFrame, cpu: pd.DataFrame,
                     fill_time: bool) -> pd.DataFrame:
     """Fill args the kernels lack from the CPU op that launched them: the op on the
     launching thread whose time range holds the launch call (found by correlation)."""
-    launch_mask = values_in(ev[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER)) & (ev[S.CORRELATION] >= 0)
-    launches = ev.loc[launch_mask, [S.CORRELATION, S.TS_NS, S.TID]].drop_duplicates(S.CORRELATION)
-    launches = launches.rename(columns={S.TS_NS: "launch_ts", S.TID: "launch_tid"})
-    gpu = gpu.merge(launches, on=S.CORRELATION, how="left")
-    if cpu.empty or gpu["launch_ts"].isna().all():
-        return gpu.drop(columns=["launch_ts", "launch_tid"])
-    cpu = cpu.rename(columns={c: f"op_{c}" for c in cpu.columns})
-    cpu["op_end"] = cpu[f"op_{S.TS_NS}"] + cpu[f"op_{S.DUR_NS}"]
-    have = gpu["launch_ts"].notna()
-    left = gpu[have].copy()
-    left["launch_ts"] = left["launch_ts"].astype(np.int64)
-    left["launch_tid"] = left["launch_tid"].astype(np.int64)
-    left["_row"] = np.flatnonzero(have.to_numpy())
-    joined = pd.merge_asof(
-        left.sort_values("launch_ts"), cpu.sort_values(f"op_{S.TS_NS}"),
-        left_on="launch_ts", right_on=f"op_{S.TS_NS}",
-        left_by="launch_tid", right_by=f"op_{S.TID}", direction="backward",
-    )
-    joined = joined[joined["launch_ts"] <= joined["op_end"]]
-    rows = joined["_row"].to_numpy()
+    if cpu.empty:
+        return gpu
+    corr = ev[S.CORRELATION].to_numpy()
+    launch = np.flatnonzero(values_in(ev[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER)) & (corr >= 0))
+    known, first = np.unique(corr[launch], return_index=True)  # the first call of each
+    g_corr = gpu[S.CORRELATION].to_numpy()
+    at = np.clip(np.searchsorted(known, g_corr), 0, max(len(known) - 1, 0))
+    has = (known[at] == g_corr) if len(known) else np.zeros(len(gpu), bool)
+    rows = np.flatnonzero(has)
+    call = launch[first[at[rows]]]
+    op = _op_holding(ev[S.TS_NS].to_numpy()[call], ev[S.TID].to_numpy()[call],
+                     cpu[S.TS_NS].to_numpy(), cpu[S.DUR_NS].to_numpy(), cpu[S.TID].to_numpy())
+    rows, op = rows[op >= 0], op[op >= 0]
     if fill_time:
-        gpu.loc[rows, S.CPU_TS_NS] = joined[f"op_{S.TS_NS}"].to_numpy()
+        gpu.loc[rows, S.CPU_TS_NS] = cpu[S.TS_NS].to_numpy()[op]
     for col in _ARG_COLUMNS:
         mine = gpu[col].to_numpy()[rows]
         missing = pd.isna(mine) | (mine == -1)
         if missing.any():
-            gpu.loc[rows[missing], col] = joined[f"op_{col}"].to_numpy()[missing]
-    return gpu.drop(columns=["launch_ts", "launch_tid"])
+            gpu.loc[rows[missing], col] = cpu[col].to_numpy()[op[missing]]
+    return gpu
+
+
+def _op_holding(ts: np.ndarray, tid: np.ndarray, op_ts: np.ndarray, op_dur: np.ndarray,
+                op_tid: np.ndarray) -> np.ndarray:
+    """For each call (start ``ts`` on thread ``tid``), the op (row of the ``op_*`` arrays) on
+    its thread that started last at or before it, if the call lies inside it; else -1. Of
+    ops starting at the same time, the last in ``np.argsort(op_ts)`` order (what an as-of
+    join on the ops sorted by start picks)."""
+    out = np.full(len(ts), -1, dtype=np.int64)
+    by_start = np.argsort(op_ts, kind="quicksort")
+    by_start = by_start[np.argsort(op_tid[by_start], kind="stable")]
+    sorted_tid = op_tid[by_start]
+    for thread in np.unique(tid):
+        lo, hi = np.searchsorted(sorted_tid, thread, "left"), np.searchsorted(sorted_tid, thread, "right")
+        if lo == hi:
+            continue
+        calls = np.flatnonzero(tid == thread)
+        block = by_start[lo:hi]
+        pos = np.searchsorted(op_ts[block], ts[calls], side="right") - 1
+        found = pos >= 0
+        cand = block[np.maximum(pos, 0)]
+        inside = found & (ts[calls] <= op_ts[cand] + op_dur[cand])
+        out[calls[inside]] = cand[inside]
+    return out
 
 
 def _finish(t: pd.DataFrame) -> pd.DataFrame:
