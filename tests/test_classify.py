@@ -112,6 +112,26 @@ def test_kernels_launched_inside_communication_ranges(tmp_path):
     }
 
 
+def test_communication_range_names_match_in_any_case(tmp_path):
+    """The range names match whatever their case ("Combine(B)", "AllReduce grads", as the
+    rule's regex is written case-insensitive); a word that only contains one ("Redispatch")
+    does not."""
+    ev = load(tmp_path, [
+        step(1, 0.0, 300.0),
+        x("Combine(B)", "user_annotation", 10.0, 20.0), launch(12.0, 1.0, 1),
+        x("AllReduce grads", "user_annotation", 40.0, 10.0), launch(42.0, 1.0, 2),
+        x("Redispatch", "user_annotation", 60.0, 10.0), launch(62.0, 1.0, 3),
+        kernel("token_exchange_v2", 100.0, 10.0, 1, stream=9),
+        kernel("grad_sync_kernel", 120.0, 10.0, 2, stream=9),
+        kernel("custom_fused_thing", 140.0, 10.0, 3, stream=7),
+    ])
+    assert classes(ev) == {
+        "token_exchange_v2": (COMM, "all_to_all"),
+        "grad_sync_kernel": (COMM, "all_reduce"),
+        "custom_fused_thing": (COMPUTE, "other"),
+    }
+
+
 DEEPSEEK = PUBLIC_CORPUS / "deepseek_train_h800" / "train.json"
 
 

@@ -29,7 +29,8 @@ from profkit import schema as S
 from profkit.classify import events as classify
 from profkit.columns import category_mask, values_in
 
-# Names of CPU ranges whose launches are communication (word-start: not "redispatch").
+# Names of CPU ranges whose launches are communication (word-start: not "redispatch"), in
+# any case: category_mask reads the pattern text, so it is given there as "(?i:...)".
 COMM_RANGE_RE = re.compile(r"(?<![a-z])(?:dispatch|combine|all_?reduce|all_?to_?all|"
                            r"all_?gather|reduce_?scatter)", re.IGNORECASE)
 COMM_STREAM_MIN_FRAC = 0.5  # communication share of a stream's kernel time (rule 3)
@@ -65,7 +66,7 @@ def _launched_in_comm_ranges(ev, is_gpu, unknown, cls, sub) -> None:
         return
     kind = ev[S.KIND]
     ranges = (values_in(kind, (S.KIND_ANNOTATION, S.KIND_CPU_OP))
-              & category_mask(ev[S.NAME], COMM_RANGE_RE.pattern + "|" + classify.COMM_OP_RE.pattern))
+              & category_mask(ev[S.NAME], f"(?i:{COMM_RANGE_RE.pattern})|{classify.COMM_OP_RE.pattern}"))
     launch = values_in(kind, (S.KIND_RUNTIME, S.KIND_DRIVER)) & (ev[S.CORRELATION] >= 0).to_numpy()
     if not ranges.any() or not launch.any():
         return
