@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import weakref
 import zlib
 
@@ -68,12 +69,19 @@ def stable_id(value) -> int:
     return -1 - zlib.crc32(text.encode())  # also ids too large for int64
 
 
-def category_mask(column: pd.Series, pattern: str) -> np.ndarray:
-    """Rows of a categorical column whose category matches a regex (checked per category)."""
-    def hits(cats: pd.Index) -> np.ndarray:
+def category_mask(column: pd.Series, pattern: str | re.Pattern) -> np.ndarray:
+    """Rows of a categorical column whose category matches a regex (checked per category):
+    pattern text (pandas' ``str.contains``), or a compiled pattern searched with its flags."""
+    if isinstance(pattern, re.Pattern):
+        def hits(cats: pd.Index) -> np.ndarray:
+            return np.array([bool(pattern.search(str(c))) for c in cats], dtype=bool)
+
+        return _by_code(column, ("search", pattern.pattern, pattern.flags), hits)
+
+    def contains(cats: pd.Index) -> np.ndarray:
         return np.asarray(cats.str.contains(pattern, regex=True), dtype=bool)
 
-    return _by_code(column, ("match", pattern), hits)
+    return _by_code(column, ("match", pattern), contains)
 
 
 def values_in(column: pd.Series, values) -> np.ndarray:

@@ -91,3 +91,14 @@ def test_name_values_calls_once_per_distinct_name():
     assert sorted(seen) == ["copy", "gemm"]  # neither the unused category nor the missing row
     plain = name_values(pd.Series(["x", None, "y", "x"], dtype=object), str.upper)
     assert plain.tolist() == ["X", "", "Y", "X"]
+
+
+def test_a_compiled_pattern_is_searched_with_its_flags():
+    import re
+
+    column = pd.Series(pd.Categorical(["cudaMemcpyAsync", "MEMCPY HtoD", None, "gemm", "memset"]))
+    rx = re.compile(r"memcpy", re.IGNORECASE)
+    expect = [bool(rx.search(v)) if v else False for v in column.astype(object)]
+    assert category_mask(column, rx).tolist() == expect == [True, True, False, False, False]
+    # the text of the same pattern is case-sensitive: a different answer, not a stale one
+    assert category_mask(column, rx.pattern).tolist() == [False, False, False, False, False]

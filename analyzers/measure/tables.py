@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from profkit import schema as S
-from profkit.columns import values_in
+from profkit.columns import category_mask, values_in
 from profkit.model import RankData, step_times_ns
 from profkit.run.rankfiles import rank_ranges  # noqa: F401  (one rank-list format for core and analyzers)
 
@@ -16,10 +16,10 @@ RANK = "rank"
 
 
 def name_mask(names: pd.Series, regex: re.Pattern) -> np.ndarray:
-    """Boolean mask of rows whose name matches, evaluated once per distinct name."""
+    """Boolean mask of rows whose name matches, evaluated once per distinct name (for a
+    categorical column, once per category while its categories live)."""
     cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
-    hit = np.array([bool(regex.search(str(c))) for c in cat.cat.categories] + [False])
-    return hit[cat.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing False
+    return category_mask(cat, regex)
 
 
 def window_ns(rd: RankData) -> int:
