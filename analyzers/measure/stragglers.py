@@ -99,9 +99,10 @@ def judge_stragglers(comms: Result, step_stats: dict[int, dict[str, float]],
     per_rank = comms.tables.get(RANK_WAITS)
     if coll is None or waits is None or per_rank is None or per_rank.empty:
         return Result(tables={STRAGGLERS: _empty()})
-    table = _straggler_table(step_stats, coll, waits, per_rank)
+    late = _late_waits(coll, waits)
+    table = _straggler_table(step_stats, coll, waits, per_rank, late)
     table[STRAGGLER] = _flag(table, thresholds)
-    table[WAIT_COLLECTIVE], table[WAIT_COLLECTIVE_SHARE] = _wait_collectives(table, coll, waits)
+    table[WAIT_COLLECTIVE], table[WAIT_COLLECTIVE_SHARE] = _wait_collectives(table, late)
     table[EVIDENCE] = [_evidence(row) for row in table.to_dict("records")]
     impossible = table[table[WAIT_FRAC].fillna(0) > 1.0]
     if len(impossible):  # waiting longer than a whole step: the ranks are not lined up
@@ -109,7 +110,7 @@ def judge_stragglers(comms: Result, step_stats: dict[int, dict[str, float]],
     return Result(tables={STRAGGLERS: table[list(STRAGGLER_COLUMNS)]},
                   facts={"topic": "stragglers", "thresholds": thresholds,
                          "misaligned": impossible, "table": table,
-                         "costliest_by_step": costliest_by_step(coll, waits, table, thresholds)})
+                         "costliest_by_step": costliest_by_step(late, table, thresholds)})
 
 
 def _empty() -> pd.DataFrame:
@@ -119,7 +120,7 @@ def _empty() -> pd.DataFrame:
 
 
 def _straggler_table(step_stats: dict[int, dict[str, float]], coll: pd.DataFrame, waits: pd.DataFrame,
-                     per_rank: pd.DataFrame) -> pd.DataFrame:
+                     per_rank: pd.DataFrame, late: pd.DataFrame) -> pd.DataFrame:
     t = per_rank[[RANK, N_COLLECTIVES, N_LAST]].copy().reset_index(drop=True)
     t[LATE_SHARE] = t[N_LAST] / t[N_COLLECTIVES].where(t[N_COLLECTIVES] > 0)
     chances = _last_chances(coll, waits)
@@ -127,7 +128,7 @@ def _straggler_table(step_stats: dict[int, dict[str, float]], coll: pd.DataFrame
     t[P_VALUE] = [tail_probability(chances.get(int(r), np.empty(0)), int(k))
                   for r, k in zip(t[RANK], t[N_LAST])]
     n_steps = coll.loc[coll[S.STEP] >= 0, S.STEP].nunique()
-    raw, exposed = _others_wait(coll, waits)
+    raw, exposed = _others_wait(late)
     for col, series in ((OTHERS_WAIT_NS_PER_STEP, raw), (OTHERS_EXPOSED_WAIT_NS_PER_STEP, exposed)):
         total = t[RANK].map(series).fillna(0.0)
         t[col] = total / n_steps if n_steps else np.nan
@@ -172,10 +173,9 @@ def tail_probability(chances: np.ndarray, k: int) -> float:
     return float(min(1.0, dist[k:].sum()))
 
 
-def _others_wait(coll: pd.DataFrame, waits: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+def _others_wait(w: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Per late rank: the other ranks' mean wait for it, summed over the collectives inside
-    profiled steps where it arrived last (ns; raw and exposed)."""
-    w = _late_waits(coll, waits)
+    profiled steps where it arrived last (ns; raw and exposed; ``w``: :func:`_late_waits`)."""
     raw = (w[WAIT_NS] * w["share"]).groupby(w[LAST_RANK]).sum()
     exposed = (w[EXPOSED_WAIT_NS] * w["share"]).groupby(w[LAST_RANK]).sum()
     return raw, exposed
@@ -223,12 +223,11 @@ def _late_waits(coll: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
     return w.assign(share=1.0 / (w[N_RANKS] - 1))
 
 
-def _wait_collectives(table: pd.DataFrame, coll: pd.DataFrame,
-                      waits: pd.DataFrame) -> tuple[list, list]:
+def _wait_collectives(table: pd.DataFrame, late: pd.DataFrame) -> tuple[list, list]:
     """Per rank, the collective (kind, size, process group) the others wait in most for it,
-    and that collective's share of their exposed wait for it ("" and NaN when none)."""
-    w = _late_waits(coll, waits)
-    w = w.assign(cost=w[EXPOSED_WAIT_NS] * w["share"])
+    and that collective's share of their exposed wait for it ("" and NaN when none; ``late``:
+    :func:`_late_waits`)."""
+    w = late.assign(cost=late[EXPOSED_WAIT_NS] * late["share"])
     names, shares = [], []
     for rank in table[RANK]:
         mine = w[w[LAST_RANK] == rank]
@@ -250,11 +249,9 @@ def _collective_name(kind, nbytes, pg) -> str:
     return f"{kind}{size}{group}"
 
 
-def costliest_by_step(coll: pd.DataFrame, waits: pd.DataFrame, table: pd.DataFrame,
-                      th: Thresholds) -> dict[int, int]:
+def costliest_by_step(w: pd.DataFrame, table: pd.DataFrame, th: Thresholds) -> dict[int, int]:
     """{step: the rank whose lateness cost the others most in it}, for the steps where that
-    cost reaches ``straggler_min_wait_frac`` of the others' step."""
-    w = _late_waits(coll, waits)
+    cost reaches ``straggler_min_wait_frac`` of the others' step (``w``: :func:`_late_waits`)."""
     if w.empty or table.empty:
         return {}
     cost = (w[EXPOSED_WAIT_NS] * w["share"]).groupby([w[S.STEP], w[LAST_RANK]]).sum()
