@@ -59,8 +59,8 @@ def _named_ranges(ev: pd.DataFrame, args: list, mask: np.ndarray) -> pd.DataFram
 
 
 def _rows(ev: pd.DataFrame, args: list, rows: np.ndarray, arg_fn: Callable) -> pd.DataFrame:
-    base = ev.iloc[rows][[S.TS_NS, S.DUR_NS, S.TID, S.STREAM, S.CORRELATION, S.EXTERNAL_ID,
-                          S.STEP, S.SUBCLASS]].reset_index(drop=True)
+    base = pd.DataFrame({c: ev[c].array[rows] for c in (  # the rows only: no copy of all columns
+        S.TS_NS, S.DUR_NS, S.TID, S.STREAM, S.CORRELATION, S.EXTERNAL_ID, S.STEP, S.SUBCLASS)})
     return pd.concat([base, pd.DataFrame(arg_fn(args, rows))], axis=1)
 
 
