@@ -40,10 +40,24 @@ def launching_ops(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     ev = rd.events
     ext = ev[S.EXTERNAL_ID].to_numpy()
     wanted = np.unique(kernels[S.EXTERNAL_ID].to_numpy())
-    rows = values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & (ext >= 0) & np.isin(ext, wanted)
-    ops = ev.loc[rows, COST_KEYS + [S.NAME, S.FLOPS, S.FLOPS_DTYPE, *S.COST_COLUMNS]]
-    ops = ops.drop_duplicates(COST_KEYS, keep=False)
-    return ops.rename(columns={S.NAME: "op"}).astype({"op": str, S.FLOPS_DTYPE: str})
+    rows = np.flatnonzero(values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & (ext >= 0) & np.isin(ext, wanted))
+    keys = np.stack([ev[c].to_numpy()[rows] for c in COST_KEYS])
+    if len(rows):  # a (External id, step) pair held by several ops names none of them
+        _, at, count = np.unique(keys, axis=1, return_inverse=True, return_counts=True)
+        rows = rows[count[at.reshape(-1)] == 1]
+    out = {c: ev[c].to_numpy()[rows] for c in COST_KEYS}
+    out["op"] = _texts(ev[S.NAME], rows)
+    out[S.FLOPS] = ev[S.FLOPS].to_numpy()[rows]
+    out[S.FLOPS_DTYPE] = _texts(ev[S.FLOPS_DTYPE], rows)
+    out.update((c, ev[c].to_numpy()[rows]) for c in S.COST_COLUMNS)
+    return pd.DataFrame(out)
+
+
+def _texts(column: pd.Series, rows: np.ndarray) -> pd.Series:
+    """The rows' values of a categorical column as text (missing where missing, as
+    ``astype(str)`` gives them)."""
+    names = np.append(np.asarray(column.dtype.categories, dtype=object), np.nan)
+    return pd.Series(names[column.array.codes[rows]], dtype=str)
 
 
 def kernel_precisions(rd: RankData, kernels: pd.DataFrame) -> np.ndarray:

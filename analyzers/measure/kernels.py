@@ -78,18 +78,19 @@ def kernel_totals(rank: int, rd: RankData) -> pd.DataFrame:
     """Count and summed duration of each kernel of one rank, by (name, cls, subcls)."""
     keys = [S.NAME, S.CLASS, S.SUBCLASS]
     k = kernels_of(rd)
-    if not all(isinstance(k[c].dtype, pd.CategoricalDtype) for c in keys) or k.empty:
+    codes = np.stack([k[c].array.codes for c in keys]) \
+        if all(isinstance(k[c].dtype, pd.CategoricalDtype) for c in keys) else None
+    if codes is None or k.empty or (codes < 0).any():  # grouped as text (rows missing one left out)
         k = k[keys + [S.DUR_NS]].astype({c: str for c in keys})
         return k.groupby(keys)[S.DUR_NS].agg(["size", "sum"]).reset_index().assign(rank=rank)
     # On the category codes, then the (few) groups named and put in the order of their
-    # names, as grouping the names as text would (a missing one reads "nan", as there).
-    groups, at = np.unique(np.stack([k[c].array.codes for c in keys]), axis=1,
-                           return_inverse=True)
+    # names, as grouping the names as text would.
+    groups, at = np.unique(codes, axis=1, return_inverse=True)
     at = at.reshape(-1)
     total = np.zeros(groups.shape[1], dtype=np.int64)
     np.add.at(total, at, k[S.DUR_NS].to_numpy(np.int64))
-    texts = [[str(v) for v in np.append(np.asarray(k[c].dtype.categories, dtype=object),
-                                          "nan")[codes]] for c, codes in zip(keys, groups)]
+    texts = [[str(v) for v in np.asarray(k[c].dtype.categories, dtype=object)[group]]
+             for c, group in zip(keys, groups)]
     order = sorted(range(groups.shape[1]), key=lambda g: tuple(t[g] for t in texts))
     return pd.DataFrame({**{c: [t[g] for g in order] for c, t in zip(keys, texts)},
                          "size": np.bincount(at, minlength=groups.shape[1])[order].astype(np.int64),

@@ -1,6 +1,7 @@
 """Kernel, launch, queue and fusion tables on a hand-built timeline whose every number is
 worked out below, and on the runs captured on 2x H200 (samples/runs) and the corpus."""
 
+import numpy as np
 import pandas as pd
 import pytest
 from profkit.analyzers.findings import kernels as kernel_judge
@@ -10,6 +11,7 @@ from profkit.analyzers.measure.kernels import analyze_kernels
 from profkit.analyzers.thresholds import Thresholds
 
 from profkit import schema as S
+from profkit.columns import values_in
 from profkit.run.loader import load_run
 from tests.analysed import loaded
 from tests.conftest import CORPUS, REPO
@@ -214,3 +216,17 @@ def test_kernel_totals_are_the_kernels_grouped_by_their_names_as_text(folder):
         expect = k.groupby(keys)[S.DUR_NS].agg(["size", "sum"]).reset_index().assign(rank=rank)
         assert len(expect) > 1
         pd.testing.assert_frame_equal(K.kernel_totals(rank, rd), expect)
+
+
+def test_kernel_totals_leave_out_kernels_without_a_class_as_grouping_text_does():
+    rd = loaded(REPO / "samples/runs/stock_ddp").ranks[0]  # a copy of its own
+    kernel_rows = np.flatnonzero(values_in(rd.events[S.KIND], (S.KIND_KERNEL,)))
+    cls = rd.events[S.CLASS].copy()
+    cls.iloc[kernel_rows[:5]] = np.nan
+    rd.events[S.CLASS] = cls
+    keys = [S.NAME, S.CLASS, S.SUBCLASS]
+    k = K.kernels_of(rd)[keys + [S.DUR_NS]].astype({c: str for c in keys})
+    expect = k.groupby(keys)[S.DUR_NS].agg(["size", "sum"]).reset_index().assign(rank=0)
+    got = K.kernel_totals(0, rd)
+    pd.testing.assert_frame_equal(got, expect)
+    assert got["size"].sum() == len(kernel_rows) - 5
