@@ -47,13 +47,14 @@ def rank_transfers(data: RankData, in_steps: bool) -> pd.DataFrame:
     if copies.empty:
         return pd.DataFrame(columns=list(COLUMNS))
     memory = name_values(copies[S.NAME], _memory)
+    nbytes, gpu_ns = copies[S.BYTES].to_numpy(), copies[S.DUR_NS].to_numpy()
     frame = pd.DataFrame({"direction": copies[S.SUBCLASS].astype(str).to_numpy(),
-                          "memory": memory, "bytes": copies[S.BYTES].to_numpy(),
-                          "gpu_ns": copies[S.DUR_NS].to_numpy()})
+                          "memory": memory, "bytes": nbytes, "gpu_ns": gpu_ns,
+                          "timed_ns": np.where(np.isnan(nbytes), 0, gpu_ns)})  # bytes known
     table = aggregate(frame.groupby(["direction", "memory"]), dict(
-        copies=("gpu_ns", "size"), bytes=("bytes", "sum"), gpu_ns=("gpu_ns", "sum"))).reset_index()
-    known = frame.dropna(subset=["bytes"]).groupby(["direction", "memory"])["gpu_ns"].sum()
-    timed = table.set_index(["direction", "memory"]).index.map(known).to_numpy(np.float64)
+        copies=("gpu_ns", "size"), bytes=("bytes", "sum"), gpu_ns=("gpu_ns", "sum"),
+        timed_ns=("timed_ns", "sum"))).reset_index()
+    timed = table.pop("timed_ns").to_numpy(np.float64)
     table["achieved_gbps"] = np.where(timed > 0, table["bytes"] / np.where(timed > 0, timed, 1), np.nan)
     table.insert(0, "rank", data.rank)
     for col in ("peak_gbps", "link", "peak_frac"):
