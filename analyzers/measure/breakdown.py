@@ -95,11 +95,12 @@ def rank_steps(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
     if not len(starts):  # no window has any length: every event at one instant, 0 ns long
         return pd.DataFrame(columns=list(STEP_COLUMNS))
     parts = charged_intervals(data, int(starts.min()), int(ends.max()), by_thread)
-    table = pd.DataFrame({"rank": data.rank, S.STEP: numbers, "step_ns": ends - starts})
-    for part in (*PARTS, BLOCKING_COPY, AFTER_SYNC, OVERLAP):
-        table[part] = iv.per_window(parts[part], starts, ends)
-    table[CAPTURE] = iv.per_window(capture_spans(data.events), starts, ends)
-    table[COMPILE_NS] = iv.per_window(compiling, starts, ends)
+    table = pd.DataFrame({  # built whole: each column added one by one costs an index insert
+        "rank": data.rank, S.STEP: numbers, "step_ns": ends - starts,
+        **{part: iv.per_window(parts[part], starts, ends)
+           for part in (*PARTS, BLOCKING_COPY, AFTER_SYNC, OVERLAP)},
+        CAPTURE: iv.per_window(capture_spans(data.events), starts, ends),
+        COMPILE_NS: iv.per_window(compiling, starts, ends)})
     if not len(data.steps):
         table = table.groupby(["rank", S.STEP], as_index=False).sum()
     used, reasons = choose_steps(table, table[CAPTURE].to_numpy(), opts.steps,
