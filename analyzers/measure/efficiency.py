@@ -40,7 +40,7 @@ from profkit.analyzers.measure.devices import DEVICES, DevicePeak, device_info, 
 from profkit.analyzers.measure.flopcount import count_flops, kernel_time_mix
 from profkit.analyzers.measure.kernelcost import kernel_costs
 from profkit.analyzers.measure.kernels import no_gpu_result
-from profkit.analyzers.measure.tables import RANK, empty
+from profkit.analyzers.measure.tables import RANK, empty, kernels_of
 from profkit.analyzers.result import Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds, with_mfu_options
 
@@ -91,7 +91,7 @@ def step_windows(rd: RankData) -> tuple[np.ndarray, np.ndarray]:
 
 
 def window_kernels(rd: RankData) -> pd.DataFrame:
-    k = rd.events[values_in(rd.events[S.KIND], (S.KIND_KERNEL,))]
+    k = kernels_of(rd)
     return k[k[S.STEP] >= 0] if len(rd.steps) else k
 
 

@@ -60,16 +60,6 @@ def _texts(column: pd.Series, rows: np.ndarray) -> pd.Series:
     return pd.Series(names[column.array.codes[rows]], dtype=str)
 
 
-def kernel_precisions(rd: RankData, kernels: pd.DataFrame) -> np.ndarray:
-    """Precision of each kernel (module doc)."""
-    named = name_values(kernels[S.NAME], kernel_precision)
-    if (named != "").all() or kernels.empty:
-        return named
-    ops = launching_ops(rd, kernels)[COST_KEYS + [S.FLOPS_DTYPE]]
-    dtype = kernels[COST_KEYS].merge(ops, on=COST_KEYS, how="left")[S.FLOPS_DTYPE]
-    return np.where(named != "", named, dtype.fillna("").to_numpy(dtype=object))
-
-
 def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     """One row per kernel of ``kernels`` (name and subclass categorical, as there) with its
     op (name, and ``op_id``: one number per op
