@@ -27,6 +27,7 @@ TEST_CHROMIUM = (CHROMIUM if "PROFKIT_CHROMIUM" in os.environ or not HEADLESS_SH
                  else HEADLESS_SHELL)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]
+VIEWPORT = {"width": 1400, "height": 900}
 REPO = Path(__file__).resolve().parents[2]
 STRAGGLER = REPO / "samples" / "runs" / "zoo" / "straggler"
 BAD_TRACE = "traces/rank1.pt.trace.json.gz"  # the file each bad run spoils
@@ -167,7 +168,13 @@ def runs_server(bad_runs, missing_run, sidecar_run, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def browser():
+def browser(tmp_path_factory):
+    """One headless chromium per test process, on a profile of its own (a persistent context
+    rather than the default incognito ones): chromium keeps the compiled code of the
+    dashboard's scripts (Plotly, AG Grid, React: 8 MB) only in a profile on disk, and
+    compiling them again for every page cost about 1.6 of the 2.4 CPU s a page load takes
+    (BENCHMARKS.md). Each test still gets its own page; the dashboard keeps no cookies or
+    storage, so a page sees nothing of the ones before it."""
     if not TEST_CHROMIUM.exists():
         pytest.skip(f"browser tests need chromium at {CHROMIUM} (apt-get install "
                     "chromium-headless-shell, or chromium)")
@@ -176,21 +183,23 @@ def browser():
     except ImportError:
         pytest.skip("browser tests need the playwright package (pip install playwright)")
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(TEST_CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+        context = p.chromium.launch_persistent_context(
+            tmp_path_factory.mktemp("chromium-profile"), executable_path=str(TEST_CHROMIUM),
+            args=CHROMIUM_ARGS, viewport=VIEWPORT, accept_downloads=True)
+        yield context
+        context.close()
 
 
-def _page(browser, base: str):
-    context = browser.new_context(viewport={"width": 1400, "height": 900}, accept_downloads=True)
-    pg = context.new_page()
+def _page(browser, base: str, viewport: dict = VIEWPORT):
+    pg = browser.new_page()
+    pg.set_viewport_size(viewport)
     errors: list[str] = []
     pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     pg.on("pageerror", lambda e: errors.append(str(e)))
     pg.set_default_timeout(60_000)
     pg.base = base
     yield pg
-    context.close()
+    pg.close()
     assert errors == [], f"browser console errors: {errors}"
 
 
