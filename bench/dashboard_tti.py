@@ -12,8 +12,8 @@ and the lane tables of the ranks shown are built), and again (warm). Then zoom: 
 of ``ZOOMS`` is sent as a plotly relayout, and the time is taken from the relayout until the
 server's answer is on screen (the event count and span text changed), ending with a zoom
 back out to the whole run (autorange); the server's part is the answer's request, sent to
-fully received (Resource Timing). The Overview's figures are also read off the page's own
-clock ("in page": from the navigation's start until the element was inserted, see
+fully received (Resource Timing). The warm Overview's charts are also timed on the page's
+own clock ("in page": from the navigation's start until they were inserted, see
 :data:`DRAWN_JS`), which Playwright's polling notices only after the next long task.
 
 Three cases, each on a fresh copy of the run (the run itself is never written to):
@@ -47,6 +47,7 @@ The large run of BENCHMARKS.md:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -80,11 +81,11 @@ GOALS = {"cold overview slack s": 2.0, "warm overview s": 1.0, "zoom server s": 
 
 
 # Kept in each page from its start: the page clock (ms since navigation start) at which each
-# selector of the pages timed here first matched, seen by a MutationObserver. Playwright's
+# of the Overview's charts first appeared, seen by a MutationObserver. Playwright's
 # own wait polls on animation frames, so it notices an element only after the long task
 # that follows its insertion (drawing the charts, ~0.3 s): the page clock says when it was
 # there.
-DRAWN_JS = "const __watched = " + json.dumps([VERDICT, *CHARTS, *TIMELINE_READY]) + """;
+DRAWN_JS = "const __watched = " + json.dumps(CHARTS) + """;
 window.__drawnMs = {};
 const __look = () => { for (const s of __watched) {
   if (!(s in window.__drawnMs) && document.querySelector(s)) {
@@ -146,8 +147,30 @@ def one_round(browser, run: Path, log_path: Path, port: int | None = None) -> di
     """One server's pages and zooms over ``run`` (seconds; see the module doc). ``browser``:
     a browser (each round in a fresh context) or a persistent context (a returning browser:
     each round in a new page of it)."""
-    port = port or free_port()
     launched = time.perf_counter()
+    with dashboard(run, port or free_port(), log_path) as url:
+        returning = not hasattr(browser, "new_context")
+        context = browser if returning else browser.new_context(viewport=VIEWPORT)
+        if not returning:
+            context.add_init_script(DRAWN_JS)
+        page = context.new_page()
+        asked = time.perf_counter()
+        verdict, charts = timed_load(page, url, (VERDICT,), CHARTS)
+        out = {"overview verdict": verdict, "overview charts": charts,
+               "overview verdict from launch": asked + verdict - launched}
+        out["warm verdict"], out["warm charts"] = timed_load(page, url, (VERDICT,), CHARTS)
+        out["warm charts in page"], = drawn_at(page, CHARTS)
+        out["timeline cold"], = timed_load(page, url + "/timeline", TIMELINE_READY)
+        out["timeline warm"], = timed_load(page, url + "/timeline", TIMELINE_READY)
+        out["zoom"] = [timed_zoom(page, share) for share in ZOOMS]
+        page.close() if returning else context.close()
+        return out
+
+
+@contextlib.contextmanager
+def dashboard(run: Path, port: int, log_path: Path):
+    """The Overview URL of ``run`` on a fresh `profkit dashboard RUN --port PORT`, once the
+    server answers, while in the block."""
     with log_path.open("wb") as log_file:  # a file, not a pipe nobody drains
         proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", str(run),
                                  "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL,
@@ -155,27 +178,7 @@ def one_round(browser, run: Path, log_path: Path, port: int | None = None) -> di
     try:
         base = f"http://127.0.0.1:{port}"
         wait_for(base + "/_dash-layout", proc, log_path, timeout=120)  # the server answers
-        url = f"{base}/run/{run_key(run.name, run.resolve())}"
-        returning = not hasattr(browser, "new_context")
-        context = browser if returning else browser.new_context(viewport=VIEWPORT)
-        if not returning:
-            context.add_init_script(DRAWN_JS)
-        page = context.new_page()
-        page.set_viewport_size(VIEWPORT)
-        asked = time.perf_counter()
-        verdict, charts = timed_load(page, url, (VERDICT,), CHARTS)
-        out = {"overview verdict": verdict, "overview charts": charts,
-               "overview verdict from launch": asked + verdict - launched}
-        out["overview verdict in page"], out["overview charts in page"] = drawn_at(
-            page, (VERDICT,), CHARTS)
-        out["warm verdict"], out["warm charts"] = timed_load(page, url, (VERDICT,), CHARTS)
-        out["warm verdict in page"], out["warm charts in page"] = drawn_at(
-            page, (VERDICT,), CHARTS)
-        out["timeline cold"], = timed_load(page, url + "/timeline", TIMELINE_READY)
-        out["timeline warm"], = timed_load(page, url + "/timeline", TIMELINE_READY)
-        out["zoom"] = [timed_zoom(page, share) for share in ZOOMS]
-        page.close() if returning else context.close()
-        return out
+        yield f"{base}/run/{run_key(run.name, run.resolve())}"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -185,22 +188,12 @@ def prime(context, run: Path, log_path: Path, port: int) -> None:
     """Open ``run``'s Overview and Timeline three times in ``context`` on ``port``, as a user
     who has used the dashboard before: chromium keeps the compiled code of a page's scripts
     from the third load of the same script on (the first loads only fetch and compile it)."""
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", str(run),
-                                 "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL,
-                                stderr=log_file)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_for(base + "/_dash-layout", proc, log_path, timeout=120)
-        url = f"{base}/run/{run_key(run.name, run.resolve())}"
+    with dashboard(run, port, log_path) as url:
         page = context.new_page()
         for _ in range(3):
             timed_load(page, url, CHARTS)
             timed_load(page, url + "/timeline", TIMELINE_READY)
         page.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def fresh_copy(run: Path, folder: Path) -> Path:

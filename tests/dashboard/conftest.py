@@ -168,7 +168,7 @@ def runs_server(bad_runs, missing_run, sidecar_run, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def browser(tmp_path_factory):
+def browser_profile(tmp_path_factory):
     """One headless chromium per test process, on a profile of its own (a persistent context
     rather than the default incognito ones): chromium keeps the compiled code of the
     dashboard's scripts (Plotly, AG Grid, React: 8 MB) only in a profile on disk, and
@@ -190,9 +190,8 @@ def browser(tmp_path_factory):
         context.close()
 
 
-def _page(browser, base: str, viewport: dict = VIEWPORT):
-    pg = browser.new_page()
-    pg.set_viewport_size(viewport)
+def _page(browser_profile, base: str):
+    pg = browser_profile.new_page()  # at the profile's VIEWPORT
     errors: list[str] = []
     pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     pg.on("pageerror", lambda e: errors.append(str(e)))
@@ -204,15 +203,15 @@ def _page(browser, base: str, viewport: dict = VIEWPORT):
 
 
 @pytest.fixture
-def page(browser, server):
+def page(browser_profile, server):
     """A fresh page; the test fails if the browser logs an error or a script throws."""
-    yield from _page(browser, server)
+    yield from _page(browser_profile, server)
 
 
 @pytest.fixture
-def runs_page(browser, runs_server):
+def runs_page(browser_profile, runs_server):
     """A fresh page of :func:`runs_server` (``.keys``: its runs' keys by label); fails on
     browser errors as :func:`page` does."""
-    for pg in _page(browser, runs_server[0]):
+    for pg in _page(browser_profile, runs_server[0]):
         pg.keys = runs_server[1]
         yield pg
