@@ -27,6 +27,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import datacodec
 from profkit.model import Run, world_size
+from profkit.strings import with_python_strings
 from profkit.textout import plural, ranks_text
 
 SCHEMA = "profkit.analysis/1"
@@ -159,6 +160,7 @@ def _bound_text(primary: str, fractions: dict[str, float]) -> str:
     return f"{part_name(primary)} bound: {fractions[primary]:.0%} of step time"
 
 
+@with_python_strings
 def analyze(run: Run, thresholds: Thresholds = DEFAULT,
             options: AnalysisOptions = DEFAULT_OPTIONS, *,
             flops_per_step: float | None = None, peak_tflops: float | None = None) -> Analysis:

@@ -40,6 +40,7 @@ from profkit.model import SkippedFile, clock_offset_ns
 from profkit.run import cache, discover, loader, rankfiles
 from profkit.run.ncufiles import load_ncu_counters
 from profkit.run.pool import process_pool, sigint_blocked
+from profkit.strings import with_python_strings
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_ENV = "PROFKIT_DASK_TIMEOUT_S"  # seconds to reach a scheduler (default 30)
@@ -91,6 +92,7 @@ class FileResult:
         return frozenset(r.path for r in self.records() if not r.error)
 
 
+@with_python_strings
 def summarize_file(task: FileTask) -> FileResult:
     """The map: one rank's trace file(s) -> its summary. Never raises for a bad file."""
     if task.rules is not None:  # classify as the client does, whatever this worker's folder
@@ -177,6 +179,7 @@ def _cycle_key(path: Path) -> tuple:
     return (str(path),)
 
 
+@with_python_strings
 def analyze_run(path: str | Path, *, scheduler: Any = None, workers: int | None = None,
                 cache: bool = True, strict: bool = False, ranks: list[int] | None = None,
                 cycle: int | None = None, thresholds=None, options=None,
@@ -203,6 +206,7 @@ def analyze_run(path: str | Path, *, scheduler: Any = None, workers: int | None 
                           options=options)
 
 
+@with_python_strings
 def reduce_results(root: Path, meta: dict[str, Any], files: list[Path],
                    skipped: list[SkippedFile], results: list[FileResult], *,
                    strict: bool = False, ranks: list[int] | None = None, thresholds=None,

@@ -52,10 +52,9 @@ def loaded(path: Path, **options) -> Any:
 
 def analysed_whole(path: Path, **options) -> Any:
     """``analyze(load_run(path, cache=False, **options))``: the run read whole in this
-    process, then analysed (the path ``profkit.analyze`` takes)."""
+    process, then analysed (the path ``profkit.analyze`` takes); the reading is
+    :func:`loaded`'s, shared with the tests that only read the run."""
     from profkit.analyzers.analyze import analyze
 
-    from profkit.run.loader import load_run
-
     options = {"cache": False, **options}
-    return _once("analyze(load_run)", lambda: analyze(load_run(path, **options)), path, options)
+    return _once("analyze(load_run)", lambda: analyze(loaded(path, **options)), path, options)

@@ -33,6 +33,7 @@ from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit.model import Run
+from profkit.strings import with_python_strings
 
 NOT_COMPARABLE = "not comparable"
 STEP = "step"
@@ -214,6 +215,7 @@ def slower_than(d: Diff, pct: float) -> bool:
     return low > pct / 100.0
 
 
+@with_python_strings
 def diff_runs(base: Run, new: Run, thresholds: Thresholds = DEFAULT,
               options: AnalysisOptions = DEFAULT_OPTIONS,
               items_per_step: tuple[float, float] | None = None) -> Diff:

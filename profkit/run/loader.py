@@ -26,6 +26,7 @@ from profkit.run.counters import load_counters
 from profkit.run.ncufiles import load_ncu_counters
 from profkit.run.pool import process_pool, sigint_blocked
 from profkit.run.rankfiles import RankFiles
+from profkit.strings import with_python_strings
 from profkit.textout import rank_ranges, ranks_text
 from profkit.trace import ingest, tracefile
 from profkit.trace.header import header_facts, metadata_names
@@ -71,6 +72,7 @@ def trace_meta(path: Path, trace: tracefile.Trace, metadata: list) -> dict[str, 
     return meta
 
 
+@with_python_strings
 def ingest_file(path: str, use_cache: bool = True) -> Ingested:
     """Tables and header of one trace file; never raises for a bad file."""
     trace_path = Path(path)
@@ -173,6 +175,7 @@ def problem_notes(meta: dict[str, Any], rank_metas: dict[int, dict]) -> list[str
     return lines
 
 
+@with_python_strings
 def load_run(path: str | Path, *, cache: bool = True, workers: int | None = None,
              strict: bool = False, ranks: list[int] | None = None, cycle: int | None = None,
              progress: Callable[[int, int], None] | None = None) -> Run:

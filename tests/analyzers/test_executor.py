@@ -41,6 +41,13 @@ def synthetic(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def in_process(synthetic):
+    """The synthetic run read whole and analysed in this process: what every executor must
+    give."""
+    return analyze(load_run(synthetic, cache=False))
+
+
+@pytest.fixture(scope="module")
 def cluster():
     distributed = pytest.importorskip("dask.distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
@@ -55,11 +62,11 @@ def test_map_reduce_equals_the_in_process_analysis(run):
     assert_same(analyze_run(RUNS / run, workers=2), whole)  # a local process pool
 
 
-def test_local_pool_and_dask_cluster_give_identical_reports(synthetic, cluster):
+def test_local_pool_and_dask_cluster_give_identical_reports(synthetic, cluster, in_process):
     pool = analyze_run(synthetic, workers=2, cache=False)
     dask = analyze_run(synthetic, scheduler=cluster, cache=False)
     assert_same(pool, dask)
-    assert_same(pool, analyze(load_run(synthetic, cache=False)))
+    assert_same(pool, in_process)
 
 
 def test_planted_straggler_and_slow_group_are_found(synthetic, cluster):
@@ -102,14 +109,14 @@ def test_unranked_files_are_numbered_as_the_loader_numbers_them(tmp_path):
     assert mapped.run["ranks_analyzed"] == [0, 1]
 
 
-def test_cli_scheduler_local(tmp_path, synthetic, capsys):
+def test_cli_scheduler_local(tmp_path, synthetic, in_process, capsys):
     from profkit.cli import main
 
     out = tmp_path / "report.json"
     assert main(["analyze", str(synthetic), "--scheduler", "local", "--workers", "2",
                  "--format", "json", "-o", str(out), "--no-cache"]) == 0
     got = orjson.loads(out.read_bytes())
-    assert got == orjson.loads(report(analyze_run(synthetic, workers=1)))
+    assert got == orjson.loads(report(in_process))
 
 
 def test_unreachable_scheduler_is_a_clear_error(synthetic, capsys, monkeypatch):
