@@ -2,8 +2,6 @@
 corpus trace without a crash."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 from profkit.analyzers.analyze import analyze
@@ -50,10 +48,9 @@ def test_reports_lead_with_the_verdict_and_recommend():
     assert "**Verdict:** data loading bound" in md and "| severity | rank |" in md
 
 
-def test_cli_analyze_json_to_file(tmp_path):
+def test_cli_analyze_json_to_file(tmp_path, profkit_main):
     out = tmp_path / "a.json"
-    proc = subprocess.run([sys.executable, "-m", "profkit", "analyze", RUNS / "zoo" / "host_sync",
-                           "--format", "json", "-o", out], capture_output=True, text=True, timeout=120)
+    proc = profkit_main("analyze", RUNS / "zoo" / "host_sync", "--format", "json", "-o", out)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     check_contract(doc)

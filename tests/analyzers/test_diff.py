@@ -5,8 +5,6 @@ removed, inference vs training, A100 vs V100, a planted straggler)."""
 import itertools
 import json
 import shutil
-import subprocess
-import sys
 from collections import Counter
 
 import numpy as np
@@ -218,12 +216,11 @@ def test_steps_option_applies_to_both_sides():
     assert not d.verdict["tested"] and d.verdict["verdict"] == "improved"  # -29%, no overlap
 
 
-def test_cli_diff_json_with_analyze_options(tmp_path):
+def test_cli_diff_json_with_analyze_options(tmp_path, profkit_main):
     out = tmp_path / "d.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "profkit", "diff", PUBLIC / "resnet50_nw0", PUBLIC / "resnet50_nw4",
-         "--ranks", "0", "--workers", "1", "--steps", "6:9", "--no-cache", "--format", "json",
-         "-o", out], capture_output=True, text=True, timeout=120)
+    proc = profkit_main("diff", PUBLIC / "resnet50_nw0", PUBLIC / "resnet50_nw4", "--ranks", "0",
+                        "--workers", "1", "--steps", "6:9", "--no-cache", "--format", "json",
+                        "-o", out)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     assert doc["schema"] == "profkit.diff/2" and doc["verdict"]["verdict"] == "improved"

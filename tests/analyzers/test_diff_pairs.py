@@ -36,8 +36,6 @@ a 3-step side needs), the rest improved.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -253,26 +251,27 @@ def test_gate_trips_only_beyond_the_noise():
     assert not slower_than(other, 0)
 
 
-def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "profkit", "diff", *map(str, args), "--no-cache",
-                           "--workers", "1"], capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def diff_cli(profkit_main):
+    """``profkit diff ARGS --no-cache --workers 1``, in this process."""
+    return lambda *args: profkit_main("diff", *args, "--no-cache", "--workers", "1")
 
 
-def test_cli_fail_if_slower_exit_code():
+def test_cli_fail_if_slower_exit_code(diff_cli):
     after, before = RUNS / "pairs/straggler_sleep/after", RUNS / "pairs/straggler_sleep/before"
-    proc = _cli(after, before, "--fail-if-slower", "5")
+    proc = diff_cli(after, before, "--fail-if-slower", "5")
     assert proc.returncode == SLOWER_EXIT, proc.stderr
     assert "--fail-if-slower 5: slower beyond the noise" in proc.stderr
-    proc = _cli(after, before, "--fail-if-slower", "50%", "--format", "json")
+    proc = diff_cli(after, before, "--fail-if-slower", "50%", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["verdict"]["verdict"] == "regressed"
     assert "--fail-if-slower 50: passed (regressed" in proc.stderr
 
 
-def test_cli_items_per_step_and_bad_values():
-    proc = _cli(WHY / "gpt_b8", WHY / "gpt_b32", "--items-per-step", "4096,16384")
+def test_cli_items_per_step_and_bad_values(diff_cli):
+    proc = diff_cli(WHY / "gpt_b8", WHY / "gpt_b32", "--items-per-step", "4096,16384")
     assert proc.returncode == 0, proc.stderr
     assert "per item" in proc.stdout and "4096 -> 16384 items per step" in proc.stdout
     for bad in ("8", "8,0", "a,b"):
-        proc = _cli(WHY / "gpt_b8", WHY / "gpt_b32", "--items-per-step", bad)
+        proc = diff_cli(WHY / "gpt_b8", WHY / "gpt_b32", "--items-per-step", bad)
         assert proc.returncode == 2 and "--items-per-step" in proc.stderr

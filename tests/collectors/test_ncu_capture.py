@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -87,11 +86,6 @@ def run(tmp_path):
     return dest
 
 
-def profkit(*args, env=None, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "profkit", *map(str, args)], capture_output=True,
-                          text=True, timeout=180, env={**os.environ, **(env or {})}, cwd=cwd)
-
-
 def digest(run: Path) -> dict[str, str]:
     """Every file of the run but profkit's own cache and ncu/, by content."""
     return {str(p.relative_to(run)): hashlib.sha1(p.read_bytes()).hexdigest()
@@ -103,9 +97,9 @@ JOB = ["--", sys.executable, "-c",
        "import os; print('job ran, profile off =', os.environ.get('PROFKIT_PROFILE_OFF'))"]
 
 
-def test_measures_the_top_kernels_and_stores_them_beside_the_run(run, fake, tmp_path):
+def test_measures_the_top_kernels_and_stores_them_beside_the_run(run, fake, tmp_path, profkit_main):
     before = digest(run)
-    done = profkit("ncu", run, "--ncu", fake, "--max-kernels", "3", *JOB)
+    done = profkit_main("ncu", run, "--ncu", fake, "--max-kernels", "3", *JOB)
     assert done.returncode == 0, done.stderr
     assert "job ran, profile off = 1" in done.stdout  # the job's own profile() records nothing
     assert "measuring 3 kernel(s) x 3 launch(es)" in done.stderr and "expect about" in done.stderr
@@ -125,31 +119,31 @@ def test_measures_the_top_kernels_and_stores_them_beside_the_run(run, fake, tmp_
     assert "stall_long_scoreboard" in meta["metrics_missing"]  # this ncu does not know them
     assert ".tmp-" not in " ".join(meta["ncu_argv"])
 
-    report = json.loads(profkit("analyze", run, "--format", "json").stdout)
+    report = json.loads(profkit_main("analyze", run, "--format", "json").stdout)
     top = {k["name"] for k in report["top_kernels"]}
     measured = report["ncu_kernels"]
     assert len(measured) == 13 and {k["kernel"] for k in measured} <= top
     assert all(k["measured_bound"] == "memory" for k in measured)
     assert any(f["category"] == "hbm_roof" for f in report["findings"])
-    text = profkit("analyze", run).stdout
+    text = profkit_main("analyze", run).stdout
     assert "Nsight Compute counters (16 launches of 13 kernel(s)" in text
 
 
-def test_measuring_again_replaces_only_an_earlier_measurement(run, fake):
-    assert profkit("ncu", run, "--ncu", fake, *JOB).returncode == 0
-    assert profkit("ncu", run, "--ncu", fake, "-k", "layer_norm", *JOB).returncode == 0
+def test_measuring_again_replaces_only_an_earlier_measurement(run, fake, profkit_main):
+    assert profkit_main("ncu", run, "--ncu", fake, *JOB).returncode == 0
+    assert profkit_main("ncu", run, "--ncu", fake, "-k", "layer_norm", *JOB).returncode == 0
     meta = json.loads((run / "ncu" / "ncu.json").read_text())
     assert [k["name"] for k in meta["kernels"]] == [
         n for n in [k["name"] for k in meta["kernels"]] if "layer_norm" in n] and meta["kernels"]
     shutil.rmtree(run / "ncu")
     (run / "ncu").mkdir()
     (run / "ncu" / "notes.txt").write_text("mine")
-    done = profkit("ncu", run, "--ncu", fake, *JOB)
+    done = profkit_main("ncu", run, "--ncu", fake, *JOB)
     assert done.returncode != 0 and (run / "ncu" / "notes.txt").read_text() == "mine"
 
 
-def test_dry_run_prints_the_command_and_writes_nothing(run, fake):
-    done = profkit("ncu", run, "--ncu", fake, "--dry-run", "--launches", "2",
+def test_dry_run_prints_the_command_and_writes_nothing(run, fake, profkit_main):
+    done = profkit_main("ncu", run, "--ncu", fake, "--dry-run", "--launches", "2",
                    "--launch-skip", "5", *JOB)
     assert done.returncode == 0, done.stderr
     assert "--launch-count 2" in done.stdout and "--launch-skip 5" in done.stdout
@@ -162,18 +156,18 @@ def test_dry_run_prints_the_command_and_writes_nothing(run, fake):
     ("nothing", "ncu measured no kernel"),
     ("fail", "exited with code 3"),
 ])
-def test_a_failed_measurement_leaves_the_run_as_it_was(run, fake, mode, expected):
-    assert profkit("ncu", run, "--ncu", fake, *JOB).returncode == 0
+def test_a_failed_measurement_leaves_the_run_as_it_was(run, fake, mode, expected, profkit_main):
+    assert profkit_main("ncu", run, "--ncu", fake, *JOB).returncode == 0
     earlier = (run / "ncu" / "ncu.json").read_text()
     before = digest(run)
-    done = profkit("ncu", run, "--ncu", fake, *JOB, env={"FAKE_NCU_MODE": mode})
+    done = profkit_main("ncu", run, "--ncu", fake, *JOB, env={"FAKE_NCU_MODE": mode})
     assert done.returncode == 9 and expected in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert digest(run) == before and (run / "ncu" / "ncu.json").read_text() == earlier
     assert not list(run.rglob(".tmp-*"))
 
 
-def test_no_ncu_names_what_to_install(run, tmp_path, monkeypatch):
+def test_no_ncu_names_what_to_install(run, tmp_path, monkeypatch, profkit_main):
     monkeypatch.setattr(capture.glob, "glob", lambda pattern: [])
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv("CUDA_HOME", raising=False)
@@ -183,25 +177,25 @@ def test_no_ncu_names_what_to_install(run, tmp_path, monkeypatch):
     with pytest.raises(capture.NcuError, match="Nsight Compute") as info:
         capture.find_ncu()
     assert info.value.exit_code == 9 and "--ncu" in str(info.value)
-    done = profkit("ncu", run, "--ncu", tmp_path / "nowhere" / "ncu", *JOB)
+    done = profkit_main("ncu", run, "--ncu", tmp_path / "nowhere" / "ncu", *JOB)
     assert done.returncode == 9 and "Install Nsight Compute" in done.stderr
     assert not (run / "ncu").exists()
 
 
-def test_an_amd_run_points_to_rocprofiler_compute(tmp_path, fake):
+def test_an_amd_run_points_to_rocprofiler_compute(tmp_path, fake, profkit_main):
     doc = trace_doc(rank=0, world_size=1, deviceProperties=[
         {"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 2**37, "numSms": 304}])
     write_trace(tmp_path / "amd" / "rank0.json", doc)
-    done = profkit("ncu", tmp_path / "amd", "--ncu", fake, *JOB)
+    done = profkit_main("ncu", tmp_path / "amd", "--ncu", fake, *JOB)
     assert done.returncode == 9 and "rocprof-compute" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert capture.is_amd(["AMD Instinct MI250X"]) and not capture.is_amd(["NVIDIA H100"])
 
 
-def test_usage_errors(run, fake):
-    done = profkit("ncu", run, "--ncu", fake)
+def test_usage_errors(run, fake, profkit_main):
+    done = profkit_main("ncu", run, "--ncu", fake)
     assert done.returncode == 2 and "name the command" in done.stderr
-    done = profkit("ncu", run, "--ncu", fake, "-k", "no_such_kernel", *JOB)
+    done = profkit_main("ncu", run, "--ncu", fake, "-k", "no_such_kernel", *JOB)
     assert done.returncode == 2 and "no kernel matching no_such_kernel" in done.stderr
 
 
@@ -245,7 +239,7 @@ def test_stopping_it_leaves_the_run_as_it_was(run, fake, tmp_path, signum):
     assert not list(run.rglob(".tmp-*"))
 
 
-def test_a_command_failing_after_the_measurement_keeps_it(run, fake):
-    done = profkit("ncu", run, "--ncu", fake, "--", sys.executable, "-c", "raise SystemExit(3)")
+def test_a_command_failing_after_the_measurement_keeps_it(run, fake, profkit_main):
+    done = profkit_main("ncu", run, "--ncu", fake, "--", sys.executable, "-c", "raise SystemExit(3)")
     assert done.returncode == 0 and "exited with code 3 under ncu" in done.stderr
     assert json.loads((run / "ncu" / "ncu.json").read_text())["command_exit_code"] == 3
