@@ -1,7 +1,6 @@
 """Every real trace in ../shared/corpus must ingest, merge and summarise without a crash."""
 
 import gzip
-import json
 
 import pytest
 
@@ -10,6 +9,7 @@ from profkit.run.summary import format_summary
 from profkit.timeline.merge import merge_run
 from tests.analysed import loaded
 from tests.conftest import CORPUS
+from tests.realruns import complete_events
 
 FILES = sorted(CORPUS.rglob("*.json.gz")) if CORPUS.is_dir() else []
 pytestmark = pytest.mark.skipif(not FILES, reason=f"corpus not found at {CORPUS}")
@@ -19,14 +19,12 @@ pytestmark = pytest.mark.skipif(not FILES, reason=f"corpus not found at {CORPUS}
 def test_corpus_trace_ingests_merges_and_summarises(path, tmp_path):
     run = loaded(path)
     (data,) = run.ranks.values()
-    raw = json.loads(gzip.decompress(path.read_bytes()))
-    raw_x = [e for e in raw["traceEvents"] if e.get("ph") == "X" and "ts" in e]
-    assert len(data.events) == len(raw_x)
+    raw_x = complete_events(gzip.decompress(path.read_bytes()))
+    assert len(data.events) == raw_x
     assert data.events[S.TS_NS].is_monotonic_increasing
     out = tmp_path / "merged.json.gz"
     report = merge_run(run, out)
-    merged = json.loads(gzip.decompress(out.read_bytes()))
-    assert sum(e["ph"] == "X" for e in merged["traceEvents"]) == len(raw_x)
+    assert complete_events(gzip.decompress(out.read_bytes())) == raw_x
     assert report.skipped == []
     assert f"{len(run.ranks)} rank read" in format_summary(run)  # one rank per corpus trace
 

@@ -13,6 +13,7 @@ from profkit.analyzers.report.render import to_json
 from profkit.run import loader
 from profkit.run.loader import load_run
 from profkit.trace.synthetic import make_run
+from tests.analysed import analysed, analysed_whole
 from tests.realruns import copy_run, read_doc, split_cycles, write_doc, write_profkit_cycles
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,9 +58,9 @@ def cluster():
 
 @pytest.mark.parametrize("run", ["stock_ddp", "zoo/straggler", "profkit_fsdp"])
 def test_map_reduce_equals_the_in_process_analysis(run):
-    whole = analyze(load_run(RUNS / run))
-    assert_same(analyze_run(RUNS / run, workers=1), whole)
-    assert_same(analyze_run(RUNS / run, workers=2), whole)  # a local process pool
+    whole = analysed_whole(RUNS / run)  # analyze(load_run(run)), shared with other tests
+    assert_same(analysed(RUNS / run), whole)  # analyze_run(run, workers=1), shared too
+    assert_same(analyze_run(RUNS / run, workers=2, cache=False), whole)  # a local process pool
 
 
 def test_local_pool_and_dask_cluster_give_identical_reports(synthetic, cluster, in_process):
