@@ -1,16 +1,17 @@
 """Python strings, not Arrow strings, in the frames an analysis builds.
 
 pandas 3 infers its Arrow-backed ``str`` dtype for every sequence of strings it is given,
-column labels included. An analysis builds tens of thousands of small frames and columns,
-and converting each label list and name column to Arrow and back costs a fifth of the
-CPU of analysing a small run (``bench/analyze_bench.py``), for the same values: every
-output is byte-identical either way (the gold check of the closing notes). So the reading
-and analysing entry points run inside :func:`python_strings`, which turns pandas'
-``future.infer_string`` off while at least one of them runs in this process and puts the
-caller's setting back when the last one returns (a count under a lock, so that analyses in
-several threads, as in the dashboard, nest). Frames made meanwhile in other threads hold
-the same values with ``object`` dtype. Where pandas no longer has the option (pandas 4),
-this does nothing.
+column labels included. An analysis builds thousands of small frames and columns, and
+converting each label list and name column to Arrow and back cost about a quarter of the
+CPU of analysing a small run (``bench/small_runs.py``), for the same values: every JSON
+report and table of the bundled, public and corpus runs was byte-identical either way when
+this was written. So the reading and analysing entry points run inside
+:func:`python_strings`, which turns pandas' ``future.infer_string`` off while at least one
+of them runs in this process and puts the caller's setting back when the last one returns
+(a count under a lock, so that analyses in several threads, as in the dashboard, nest).
+Frames made meanwhile in other threads hold the same values with ``object`` dtype; tables
+read back from Arrow (caches, a pool's results) keep pandas' ``str``. Where pandas no
+longer has the option (pandas 4), this does nothing.
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from profkit.analyzers.executor import analyze_run
 from profkit.analyzers.report.render import to_markdown, to_text
 
 from profkit.cli import main
+from tests.analysed import analysed
 from tests.conftest import REPO
 
 RUNS = REPO / "samples" / "runs"
@@ -28,10 +28,10 @@ def too_long(text: str, width: int) -> list[str]:
 
 
 @pytest.mark.parametrize("run", BUNDLED, ids=lambda p: str(p.relative_to(RUNS)))
-def test_every_bundled_run_fits_100_columns(run, tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv("COLUMNS", raising=False)  # a pipe: 100 columns
-    assert main(["analyze", str(run)]) == 0
-    text = capsys.readouterr().out
+def test_every_bundled_run_fits_100_columns(run):
+    """The report ``profkit analyze RUN`` prints into a pipe (the test below checks that
+    the command prints exactly this text)."""
+    text = to_text(analysed(run), 100)
     assert text.startswith(f"profkit analysis of {run}") and "VERDICT: " in text
     assert too_long(text, 100) == []
 
@@ -40,7 +40,7 @@ def test_every_bundled_run_fits_100_columns(run, tmp_path, monkeypatch, capsys):
 def hf_trainer():
     """The bundled run with the widest tables: long kernel names, a folded link column,
     Python frames in the idle code, four findings."""
-    return analyze_run(RUNS / "frameworks" / "hf_trainer", workers=1)
+    return analysed(RUNS / "frameworks" / "hf_trainer")
 
 
 @pytest.mark.parametrize("width", [60, 80, 100, 140])
@@ -84,13 +84,14 @@ def test_the_cli_lays_out_for_the_terminal(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     wide = (tmp_path / "a.txt").read_text()
     assert 72 < max(map(len, wide.splitlines())) <= 100
+    assert wide == to_text(analysed(run), 100)  # the report the test above lays out
     assert main(["analyze", str(run)]) == 0  # the cached report of another width is not reused
     assert capsys.readouterr().out == wide
 
 
 @pytest.fixture(scope="module")
 def straggler():
-    return analyze_run(RUNS / "zoo" / "straggler", workers=1)
+    return analysed(RUNS / "zoo" / "straggler")
 
 
 def test_each_straggler_fact_is_said_once(straggler):
@@ -121,7 +122,7 @@ def test_kernel_classes_read_as_parts():
     from profkit.analyzers.analyze import Analysis
     from profkit.analyzers.report.sections import kernels_section
 
-    a = analyze_run(RUNS / "diagnosis" / "transfer", workers=1)
+    a = analysed(RUNS / "diagnosis" / "transfer")
     assert a.verdict["summary"].startswith("transfer bound")
     # a copy kernel (a rule can make any kernel one) reads as a transfer in the table
     kernels = pd.DataFrame({"name": ["my_copy_kernel"], "cls": ["memcpy"], "count": [3],
