@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.analysed import analysed, analysed_whole
+from tests.analysed import analysed
 from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -59,7 +59,7 @@ def test_no_saving_is_larger_than_the_time_it_comes_from(run_dir):
     terms as the finding's own evidence (profkit_fsdp once promised 13.83 ms/step of a 13.6
     ms/step part; zoo/round_trip 55.56 of 55.1)."""
     checked = 0
-    for f in analysed_whole(run_dir).findings:
+    for f in analysed(run_dir).findings:
         saving, cap = f.estimated_saving, CAPPED_BY.get(f.category)
         if not saving or cap not in f.evidence:
             continue
@@ -78,7 +78,7 @@ def test_a_round_trip_is_one_finding_with_one_saving():
     """zoo/round_trip: the blocking read-backs (host sync) and the NumPy work on their results
     (host work) are one round trip: one finding, whose saving adds both parts; the twin
     without the round trips measured 63.4 -> 11.2 ms (82%, SUMMARY.txt)."""
-    a = analysed_whole(REPO / "samples" / "runs" / "pairs" / "round_trip" / "before")
+    a = analysed(REPO / "samples" / "runs" / "pairs" / "round_trip" / "before")
     assert not [f for f in a.findings if f.category == "host_sync"]
     (trip,) = [f for f in a.findings if f.category == "host_work"]
     ev = trip.evidence
@@ -91,7 +91,7 @@ def test_a_straggler_late_on_its_host_names_the_host_work(rows):
     """straggler_sleep: rank 1 sleeps 3 ms inside profkit/straggler_extra before backward (the
     script's own range). The finding names that range and counts the rank's own host
     lateness in its saving; the pair measured 9.81 -> 8.46 ms (14%, balanced twin)."""
-    a = analysed_whole(PAIRS / "straggler_sleep" / "before")
+    a = analysed(PAIRS / "straggler_sleep" / "before")
     (f,) = [f for f in a.findings if f.category == "straggler"]
     assert f.rank == 1 and f.evidence["host_excess_ms_per_step"] > 1.0
     assert "profkit/straggler_extra" in f.evidence["host_code"]
