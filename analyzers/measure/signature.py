@@ -24,15 +24,20 @@ counts summed over the used steps), name (the op, annotation or module), shape (
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import orjson
 import pandas as pd
 
 from profkit import schema as S
+from profkit.columns import category_mask
 
 SIGNATURE_COLUMNS = ("rank", "role", S.STEP, S.NAME, "shape", "count")
 PARAM, INPUT, FIRST, ANNOTATION, MODULE = "param", "input", "first", "annotation", "module"
 MODULE_PREFIX = "nn.Module: "
+MODULE_NAME = re.compile("^" + re.escape(MODULE_PREFIX))
+STEP_NAME = re.compile(r"^ProfilerStep#")
 # Module ops that take weights: (argument indexes holding weights, index of the activation)
 WEIGHT_OPS = {
     "aten::linear": ((1, 2), 0),
@@ -161,8 +166,21 @@ def _inputs(rank: int, ops: pd.DataFrame) -> list[pd.DataFrame]:
 
 
 def _named(rank: int, role: str, frame: pd.DataFrame) -> pd.DataFrame:
-    counts = frame[S.NAME].astype(str).value_counts()
+    counts = _name_counts(frame[S.NAME])
     return _rows(rank, role, -1, counts.index.to_numpy(dtype=object), "", counts.to_numpy())
+
+
+def _name_counts(names: pd.Series) -> pd.Series:
+    """``names.astype(str).value_counts()`` of a categorical column, counted by code: no
+    string per row (a rank with Python stacks has millions of these rows)."""
+    codes = names.cat.codes.to_numpy()
+    if (codes < 0).any():  # a missing name: as pandas spells it
+        return names.astype(str).value_counts()
+    used, first, counts = np.unique(codes, return_index=True, return_counts=True)
+    order = np.argsort(first, kind="stable")  # value_counts' order before it sorts
+    labels = np.asarray(names.cat.categories, dtype=object)[used[order]].astype(str)
+    return pd.Series(counts[order], index=pd.Index(labels, dtype=object, name=S.NAME),
+                     name="count").sort_values(ascending=False, kind="stable")
 
 
 def step_signature(rank: int, events: pd.DataFrame, in_used: np.ndarray) -> pd.DataFrame:
@@ -179,9 +197,9 @@ def step_signature(rank: int, events: pd.DataFrame, in_used: np.ndarray) -> pd.D
         if len(ops):
             parts += [_params(rank, ops), *_inputs(rank, ops)]
     annotations = ev[(kind == S.KIND_ANNOTATION).to_numpy()]
-    annotations = annotations[~annotations[S.NAME].astype(str).str.startswith("ProfilerStep#")]
+    annotations = annotations[~category_mask(annotations[S.NAME], STEP_NAME)]
     python = ev[(kind == S.KIND_PYTHON).to_numpy()]
-    python = python[python[S.NAME].astype(str).str.startswith(MODULE_PREFIX)]
+    python = python[category_mask(python[S.NAME], MODULE_NAME)]
     parts += [_named(rank, ANNOTATION, annotations), _named(rank, MODULE, python)]
     parts = [p for p in parts if len(p)]
     if not parts:
