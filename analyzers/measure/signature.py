@@ -32,12 +32,11 @@ import pandas as pd
 
 from profkit import schema as S
 from profkit.columns import category_mask
+from profkit.trace.ingest import STEP_PREFIX
 
 SIGNATURE_COLUMNS = ("rank", "role", S.STEP, S.NAME, "shape", "count")
 PARAM, INPUT, FIRST, ANNOTATION, MODULE = "param", "input", "first", "annotation", "module"
 MODULE_PREFIX = "nn.Module: "
-MODULE_NAME = re.compile("^" + re.escape(MODULE_PREFIX))
-STEP_NAME = re.compile(r"^ProfilerStep#")
 # Module ops that take weights: (argument indexes holding weights, index of the activation)
 WEIGHT_OPS = {
     "aten::linear": ((1, 2), 0),
@@ -197,9 +196,9 @@ def step_signature(rank: int, events: pd.DataFrame, in_used: np.ndarray) -> pd.D
         if len(ops):
             parts += [_params(rank, ops), *_inputs(rank, ops)]
     annotations = ev[(kind == S.KIND_ANNOTATION).to_numpy()]
-    annotations = annotations[~category_mask(annotations[S.NAME], STEP_NAME)]
+    annotations = annotations[~category_mask(annotations[S.NAME], "^" + re.escape(STEP_PREFIX))]
     python = ev[(kind == S.KIND_PYTHON).to_numpy()]
-    python = python[category_mask(python[S.NAME], MODULE_NAME)]
+    python = python[category_mask(python[S.NAME], "^" + re.escape(MODULE_PREFIX))]
     parts += [_named(rank, ANNOTATION, annotations), _named(rank, MODULE, python)]
     parts = [p for p in parts if len(p)]
     if not parts:

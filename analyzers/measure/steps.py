@@ -33,7 +33,6 @@ CAPTURE_BEGIN_RE = r"^(?:cuda|hip|cu)StreamBeginCapture"
 CAPTURE_END_RE = r"^(?:cuda|hip|cu)StreamEndCapture"
 # Only called while a capture is in progress (IsCapturing, by contrast, is asked routinely).
 CAPTURE_INFO_RE = r"^(?:cuda|hip|cu)StreamGetCaptureInfo"
-PROFILER_STEP = "ProfilerStep#"
 USED, REASON = "used", "excluded_reason"
 
 
