@@ -149,3 +149,11 @@ def test_an_unknown_phase_costs_only_its_event(tmp_path):
     trace = tracefile.load(path)
     assert [getattr(e, "name", None) for e in trace.events()] == [None, None, "k"]
     assert trace.all_problems() == []
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 5])
+def test_json_array_joins_raw_events_into_one_array(count):
+    events = [{"ph": "X", "name": f"op{i}", "ts": i, "args": {"k": [i, "x"]}} for i in range(count)]
+    doc = json.dumps({"traceEvents": events}, indent=1).encode()
+    trace = tracefile.decode("t.json", doc)
+    assert json.loads(tracefile.json_array(trace.raw_events)) == events
