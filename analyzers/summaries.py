@@ -112,7 +112,13 @@ def summarize_rank(data: RankData, run_meta: dict[str, Any],
                    opts: AnalysisOptions = DEFAULT_OPTIONS) -> RankSummary:
     """Reduce one rank to its summary. ``run_meta``: run.json's facts (its ``gpus`` list is
     read for device names when the trace header lacks them)."""
-    steps_info = step_source(data, opts)
+    steps_info = step_source(data, opts)  # may set the events' steps: before the sharing
+    with data.sharing_selections():
+        return _summary(data, run_meta, thresholds, opts, steps_info)
+
+
+def _summary(data: RankData, run_meta: dict[str, Any], thresholds: Thresholds,
+             opts: AnalysisOptions, steps_info) -> RankSummary:
     gpu = data.has_gpu
     parts = breakdown.rank_parts(data, opts, thresholds)
     parts["steps_info"] = steps_info

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 INT64_SAFE = float(1 << 62)  # a float beyond this is no id, count or time of a real trace
+_SAFE_INT = 1 << 62  # the same bound, compared exactly with ints
 
 
 def to_float(values: list) -> np.ndarray:
@@ -49,6 +50,13 @@ def us_to_ns(ts_us: np.ndarray) -> np.ndarray:
 def ids_to_int(values: list) -> tuple[np.ndarray, int]:
     """(pid/tid values as int64: ints as they are, strings and ints too large for int64 as
     a stable negative id; how many distinct ints were too large)."""
+    try:  # the usual case, every value an int in range: numpy reads them as int64 at once
+        plain = np.array(values)
+    except (OverflowError, ValueError):
+        plain = None
+    if plain is not None and plain.dtype == np.int64 and plain.ndim == 1 \
+            and (not len(plain) or -_SAFE_INT <= plain.min() and plain.max() <= _SAFE_INT):
+        return plain, 0
     codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
     mapped = np.array([stable_id(u) for u in uniques], dtype=np.int64)
     oversized = sum(1 for u in uniques if isinstance(u, int) and not -INT64_SAFE <= u <= INT64_SAFE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -65,10 +66,35 @@ class RankData:
     counters: pd.DataFrame = field(default_factory=lambda: empty_frame(S.COUNTER_COLUMNS))
     meta: dict[str, Any] = field(default_factory=dict)
     rank_source: str = "distributedInfo"  # or "file name", "file order", "run.json"
+    _selected: dict | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def gpu_events(self) -> pd.DataFrame:
-        return self.events[values_in(self.events[S.KIND], S.GPU_KINDS)]
+        return self.of_kinds(S.GPU_KINDS)
+
+    def of_kinds(self, kinds: tuple[str, ...]) -> pd.DataFrame:
+        """The events of these kinds (``schema.KINDS``). Inside :meth:`sharing_selections`
+        each set of kinds is selected once: a rank's analyzers ask for the same few sets
+        dozens of times, and each selection copies every column of the events table."""
+        if self._selected is None:
+            return self.events[values_in(self.events[S.KIND], kinds)]
+        hit = self._selected.get(tuple(kinds))
+        if hit is None:
+            hit = self._selected[tuple(kinds)] = \
+                self.events[values_in(self.events[S.KIND], kinds)]
+        return hit.copy(deep=False)  # a column the caller adds stays the caller's
+
+    @contextlib.contextmanager
+    def sharing_selections(self) -> Iterator[None]:
+        """Share :meth:`of_kinds` selections for the block; the events must not change in it."""
+        if self._selected is not None:  # nested: the outer block shares already
+            yield
+            return
+        self._selected = {}
+        try:
+            yield
+        finally:
+            self._selected = None
 
     @property
     def has_gpu(self) -> bool:

@@ -345,7 +345,7 @@ def test_three_mb_gzip_bomb_stays_within_a_bounded_memory(tmp_path):
 
     path = bomb(tmp_path / "rank0.json.gz", 3000)
     assert path.stat().st_size < 4 << 20
-    code = ("import resource, sys; from profkit import tracefile\n"
+    code = ("import resource, sys; from profkit.trace import tracefile\n"
             "try: tracefile.load(sys.argv[1])\n"
             "except Exception as e: print(type(e).__name__, e)\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from profkit.analyzers.measure.flopcount import name_values
 
-from profkit.columns import aggregate, category_mask, values_in
+from profkit.columns import aggregate, category_mask, ids_to_int, stable_id, values_in
 
 VALUES = ["kernel", "cpu_op", None, "python", "kernel", "memcpy", None, "runtime"]
 
@@ -102,3 +102,17 @@ def test_a_compiled_pattern_is_searched_with_its_flags():
     assert category_mask(column, rx).tolist() == expect == [True, True, False, False, False]
     # the text of the same pattern is case-sensitive: a different answer, not a stale one
     assert category_mask(column, rx.pattern).tolist() == [False, False, False, False, False]
+
+
+@pytest.mark.parametrize("values", [
+    [1, 2, 3], [], [True, 2], [True, False], [1, "a"], [None, 1], ["12", 3, "x"], [1.5, 2],
+    [1 << 62, -(1 << 62)], [(1 << 62) + 1, 1], [-(1 << 62) - 1], [1 << 63, 1], [1 << 64],
+])
+def test_ids_to_int_maps_each_value_as_stable_id_does(values):
+    """Plain ints take a fast path; the rest, and ints past 2**62 (exactly: 2**62 + 1 is past
+    it though float(2**62 + 1) is not), are mapped one distinct value at a time."""
+    got, oversized = ids_to_int(values)
+    # pandas' factorize reads None as NaN: the stable id of the text "nan"
+    want = [stable_id("nan" if v is None else v) for v in values]
+    assert got.dtype == np.int64 and got.tolist() == want
+    assert oversized == len({v for v in values if isinstance(v, int) and abs(v) > 1 << 62})

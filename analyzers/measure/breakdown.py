@@ -85,7 +85,7 @@ def rank_steps(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
     """One row per step: step_ns and the ns charged to each part (summing to step_ns), the
     GPU-busy share of host_sync, hidden communication, graph capture and compile time, and
     whether the step is used for the rank's verdict (with the reason when not)."""
-    gpu = data.events[values_in(data.events[S.KIND], S.GPU_KINDS)]
+    gpu = data.gpu_events
     if gpu.empty:  # a CPU-only trace: there is no GPU time to break down
         return pd.DataFrame(columns=list(STEP_COLUMNS))
     compiling = compile_spans(compile_ranges(data.events))
@@ -121,7 +121,7 @@ def rank_compilation(data: RankData) -> pd.DataFrame:
     if len(data.steps):
         starts, ends, numbers = step_windows(data.steps)
     else:
-        gpu = data.events[values_in(data.events[S.KIND], S.GPU_KINDS)]
+        gpu = data.gpu_events
         if gpu.empty:
             return window_compilation(data.events, np.empty(0), np.empty(0), np.empty(0), data.rank)
         lo, hi = gpu_span(gpu)

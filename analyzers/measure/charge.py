@@ -110,7 +110,7 @@ def charged_intervals(data: RankData, lo: int, hi: int,
     idle gap: a round trip, GPU result -> host work -> next launch). ``by_thread``, when
     given, is filled with {(thread, part): intervals} of the host-side idle parts."""
     ev = data.events
-    gpu = ev[values_in(ev[S.KIND], S.GPU_KINDS)]
+    gpu = data.gpu_events
     copies = gpu[values_in(gpu[S.CLASS], (S.CLS_MEMCPY,))]
     blocking, blocked_calls = blocking_copies(ev, copies)
     compute = spans(gpu[values_in(gpu[S.CLASS], (S.CLS_COMPUTE, S.CLS_MEMSET))])

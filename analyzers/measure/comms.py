@@ -282,8 +282,8 @@ def _clock_offsets(hosts: dict[int, str | None], rows: pd.DataFrame) -> pd.DataF
 
 def _gpu_work(data: RankData) -> intervals.Intervals:
     """Union of the rank's non-communication GPU work (compute, memcpy, memset)."""
-    ev = data.events
-    busy = ev[values_in(ev[S.KIND], S.GPU_KINDS) & ~values_in(ev[S.CLASS], (S.CLS_COMMUNICATION,))]
+    gpu = data.gpu_events
+    busy = gpu[~values_in(gpu[S.CLASS], (S.CLS_COMMUNICATION,))]
     start = busy[S.TS_NS].to_numpy(np.int64)
     return intervals.union(start, start + busy[S.DUR_NS].to_numpy(np.int64))
 

@@ -46,7 +46,6 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds, with_mfu_options
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import values_in
 from profkit.model import RankData, Run, step_spans
 
 # flops: what MFU is computed from (``flops_source`` "trace" or "model formula");
@@ -179,7 +178,7 @@ def efficiency_row(rank: int, rd: RankData, run_meta: dict, peak_dtype: str | No
 
 def shapes_recorded(rd: RankData) -> bool:
     """Whether the trace recorded op shapes (some op has a cost worked out from them)."""
-    ops = rd.events[values_in(rd.events[S.KIND], (S.KIND_CPU_OP,))]
+    ops = rd.of_kinds((S.KIND_CPU_OP,))
     return bool(ops[S.OP_READ_BYTES].notna().any() or (ops[S.FLOPS] > 0).any())
 
 

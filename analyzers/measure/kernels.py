@@ -192,9 +192,8 @@ def launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
     GPU ops sharing a correlation (graph replays) get their graph launch's start but no
     delay; so does any op whose launch call is a graph launch."""
-    ev = rd.events
-    cpu = ev[values_in(ev[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))]
-    gpu = ev[values_in(ev[S.KIND], S.GPU_KINDS)]
+    cpu = rd.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER))
+    gpu = rd.gpu_events
     gpu_corr = gpu[S.CORRELATION][gpu[S.CORRELATION] >= 0]
     is_launch = name_mask(cpu[S.NAME], LAUNCH_RE) | (
         cpu[S.CORRELATION].isin(gpu_corr).to_numpy() & (cpu[S.CORRELATION] >= 0).to_numpy())
@@ -220,7 +219,7 @@ def launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 def slow_calls(rd: RankData, th: Thresholds) -> pd.DataFrame:
     """Runtime/driver calls in the steps above slow_runtime_call_ns, synchronisations and
     copies aside (a copy that blocks is host_sync's, an async one is a launch)."""
-    rt = in_steps(rd.events[values_in(rd.events[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))], rd)
+    rt = in_steps(rd.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER)), rd)
     return rt[(rt[S.DUR_NS] > th.slow_runtime_call_ns).to_numpy()
               & ~name_mask(rt[S.NAME], SYNC_CALL_RE) & ~name_mask(rt[S.NAME], COPY_CALL_RE)]
 

@@ -85,7 +85,7 @@ def used_step_work(data: RankData, steps: pd.DataFrame) -> dict[str, pd.DataFram
     the module doc) from its ``step_breakdown`` rows ``steps``."""
     used = steps.loc[steps[USED].astype(bool), S.STEP].to_numpy() if len(steps) else []
     ev = data.events
-    gpu = ev[values_in(ev[S.KIND], S.GPU_KINDS)]
+    gpu = data.gpu_events
     gpu = gpu[_in_used(gpu, data, used)]
     kernels = _by_name(data.rank, gpu, {"total_ns": gpu[S.DUR_NS].to_numpy()},
                        KERNEL_COLUMNS[:-1])

@@ -197,8 +197,8 @@ def rank_step_stats(data: RankData) -> dict[str, float]:
     if len(data.steps) == 0:
         return dict(NO_STEP_STATS)
     start, end = step_spans(data.steps)
-    ev = data.events
-    kernels = ev[values_in(ev[S.KIND], (S.KIND_KERNEL,)) & values_in(ev[S.CLASS], (S.CLS_COMPUTE,))]
+    kernels = data.of_kinds((S.KIND_KERNEL,))
+    kernels = kernels[values_in(kernels[S.CLASS], (S.CLS_COMPUTE,))]
     ts = kernels[S.TS_NS].to_numpy(np.int64)
     busy = intervals.union(ts, ts + kernels[S.DUR_NS].to_numpy(np.int64))
     inside = intervals.clip(busy, int(start.min()), int(end.max()))

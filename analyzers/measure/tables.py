@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from profkit import schema as S
-from profkit.columns import category_mask, values_in
+from profkit.columns import category_mask
 from profkit.model import RankData, step_times_ns
 from profkit.run.rankfiles import rank_ranges  # noqa: F401  (one rank-list format for core and analyzers)
 
@@ -43,7 +43,7 @@ def in_steps(frame: pd.DataFrame, rd: RankData) -> pd.DataFrame:
 
 
 def kernels_of(rd: RankData) -> pd.DataFrame:
-    return rd.events[values_in(rd.events[S.KIND], (S.KIND_KERNEL,))]
+    return rd.of_kinds((S.KIND_KERNEL,))
 
 
 def empty(columns: tuple[str, ...]) -> pd.DataFrame:

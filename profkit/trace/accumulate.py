@@ -8,7 +8,8 @@ arguments keep their decoded args for the collectives table.
 
 from __future__ import annotations
 
-from operator import attrgetter
+from itertools import chain
+from operator import attrgetter, itemgetter
 
 import numpy as np
 import orjson
@@ -56,9 +57,10 @@ class Codes:
         self.limit = MAX_NAME_CHARS if cap else None  # longer values are cut (validate.cap_name)
         self.capped = 0  # distinct values cut
 
-    def encode(self, values: list) -> np.ndarray:
+    def encode(self, values: list, text=str) -> np.ndarray:
+        """Codes of ``values``; each distinct value is made text by ``text`` once."""
         codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
-        lut = np.array([self._code("" if u is None else str(u)) for u in uniques], dtype=np.int32)
+        lut = np.array([self._code("" if u is None else text(u)) for u in uniques], dtype=np.int32)
         return lut[codes] if len(codes) else np.empty(0, np.int32)
 
     def _code(self, text: str) -> int:
@@ -133,7 +135,7 @@ class Accumulator:
             if column == S.FLOPS:
                 self._add_shape_costs(values, name_codes, name, args)
             self._put(column, values)
-        self._put(S.INPUT_DIMS, self.dims.encode(_dims_texts(args, kind)))
+        self._put(S.INPUT_DIMS, self.dims.encode(_dims_raw(args, kind), _dims_text))
         has_coll = np.fromiter(map(_NO_COLL.__ne__, map(_COLL, args)), bool, len(args))
         for i in np.flatnonzero(has_coll).tolist():
             self.coll_args[self.rows + i] = without_raw(args[i])
@@ -152,26 +154,37 @@ class Accumulator:
         absurd = ~np.isnan(flops) & ~((flops >= 0) & (flops <= MAX_OP_FLOPS))
         flops[absurd] = np.nan
         self.dropped_flops += int(absurd.sum())
-        # Only the rows of wanted names are looked at (decided once per name, not per event).
+        # Only the rows of wanted names are looked at (decided once per name, not per event);
+        # what each row's shapes give is written into the columns afterwards, all at once.
+        rows, hits = [], []
+        memo = self.memo
         for i in np.flatnonzero(self._wanted_names()[name_codes]).tolist():
-            a, name = args[i], names[i]
+            a = args[i]
             if not len(a.input_dims):
                 continue
-            key = (name, bytes(a.input_dims), bytes(a.input_types), bytes(a.concrete_inputs),
+            key = (names[i], bytes(a.input_dims), bytes(a.input_types), bytes(a.concrete_inputs),
                    bytes(a.input_strides))
-            hit = self.memo.get(key)
+            hit = memo.get(key)
             if hit is None:
-                if len(self.memo) >= MAX_MEMO:
-                    self.memo.clear()
-                hit = self.memo[key] = _shape_costs(name, a, self.conv_links.wants(name))
-            shape_value, dropped, cost, found, dims, concrete = hit
-            if np.isnan(flops[i]):
-                flops[i] = shape_value
-                self.dropped_flops += dropped
-            if dims is not None:
-                self.conv_links.note(self.rows + i, name, dims, concrete, a.seq_number, flops[i])
-            costs[:, i] = cost
-            precision[i] = found
+                if len(memo) >= MAX_MEMO:
+                    memo.clear()
+                hit = memo[key] = _shape_costs(names[i], a, self.conv_links.wants(names[i]))
+            rows.append(i)
+            hits.append(hit)
+        if rows:
+            at = np.array(rows, dtype=np.int64)
+            fill = np.isnan(flops[at])  # the trace's own count wins over the shapes'
+            shape_value = np.fromiter(map(itemgetter(0), hits), np.float64, len(hits))
+            flops[at[fill]] = shape_value[fill]
+            dropped = np.fromiter(map(itemgetter(1), hits), bool, len(hits))
+            self.dropped_flops += int(np.count_nonzero(dropped & fill))
+            costs[:, at] = np.fromiter(chain.from_iterable(map(itemgetter(2), hits)), np.float32,
+                                       3 * len(hits)).reshape(-1, 3).T
+            precision[at] = np.fromiter(map(itemgetter(3), hits), np.int8, len(hits))
+            for i, hit in zip(rows, hits):
+                if hit[4] is not None:
+                    self.conv_links.note(self.rows + i, names[i], hit[4], hit[5],
+                                         args[i].seq_number, flops[i])
         self._put(S.FLOPS_DTYPE, precision)
         for column, values in zip(S.COST_COLUMNS, costs):
             self._put(column, values)
@@ -307,16 +320,23 @@ def _shape_costs(name: str, a: Args, linked: bool) -> tuple:
     return value, dropped, cost, code, dims if linked else None, concrete if linked else None
 
 
-def _dims_texts(args: list[Args], kind: np.ndarray) -> list:
-    """The ``Input Dims`` JSON text of each CPU op that has one (None elsewhere): kept as
-    text and coded, so a trace's few hundred distinct shape lists are parsed once, by the
-    analyzers that read them (profkit.analyzers.measure.signature)."""
+def _dims_raw(args: list[Args], kind: np.ndarray) -> list:
+    """The ``Input Dims`` JSON of each CPU op that has one (None elsewhere), as bytes: coded
+    as text (:func:`_dims_text`, once per distinct value), so a trace's few hundred distinct
+    shape lists are parsed once, by the analyzers that read them
+    (profkit.analyzers.measure.signature)."""
     out: list = [None] * len(args)
     for i in np.flatnonzero(kind == _KIND_CODE[S.KIND_CPU_OP]).tolist():
         raw = args[i].input_dims
         if len(raw):
-            out[i] = bytes(raw)[:MAX_DIMS_CHARS].decode(errors="replace")
+            out[i] = bytes(raw)
     return out
+
+
+def _dims_text(raw) -> str:
+    """One distinct ``Input Dims`` value as text (the rows without one come as NaN from
+    ``pd.factorize`` and read "nan", as every coded column's missing values do)."""
+    return raw[:MAX_DIMS_CHARS].decode(errors="replace") if isinstance(raw, bytes) else str(raw)
 
 
 def _json(raw) -> object:
