@@ -415,3 +415,34 @@ def test_only_devices_pipes_and_sockets_are_written_in_place(tmp_path):
     assert not atomic.is_special(tmp_path / "file")
     assert not atomic.is_special(tmp_path / "dir")
     assert not atomic.is_special(tmp_path / "absent")
+
+
+_PROGRAM = """
+import atexit, sys, threading, time
+marker = sys.argv.pop(1)
+atexit.register(lambda: open(marker, "a").write("atexit\\n"))
+if sys.argv.pop(1) == "thread":  # a thread Python waits for at exit: the program waits too
+    threading.Thread(target=lambda: (time.sleep(3), open(marker, "a").write("thread\\n"))).start()
+from profkit.cli import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("command, thread", [(["summary"], "none"), (["summary"], "thread"),
+                                             (["analyze", "--no-cache"], "none"),
+                                             (["analyze", "--ranks", "7"], "none")])
+def test_the_program_ends_with_its_code_its_output_and_its_exit_handlers(tmp_path, command, thread):
+    """The program ends without Python's teardown (cli.main._end_now), but as any exit would:
+    the same code and output as main() in this process, atexit handlers run, and after a
+    thread that Python would wait for."""
+    run = tiny_run(tmp_path / "run")
+    argv = [command[0], str(run), *command[1:]]
+    marker = tmp_path / "marker"
+    proc = subprocess.run([sys.executable, "-c", _PROGRAM, str(marker), thread, *argv],
+                          capture_output=True, text=True, timeout=120)
+    here = subprocess.run([sys.executable, "-c", "import sys; from profkit.cli import main; "
+                           "sys.exit(main(sys.argv[1:]))", *argv],
+                          capture_output=True, text=True, timeout=120)  # main(argv): no fast end
+    assert (proc.returncode, proc.stdout, proc.stderr) == (here.returncode, here.stdout, here.stderr)
+    assert len(proc.stdout) > 100 or proc.returncode != 0
+    assert marker.read_text() == ("thread\natexit\n" if thread == "thread" else "atexit\n")
