@@ -31,7 +31,7 @@ import orjson
 import pandas as pd
 
 from profkit import schema as S
-from profkit.columns import category_mask
+from profkit.columns import category_mask, values_in
 from profkit.trace.ingest import STEP_PREFIX
 
 SIGNATURE_COLUMNS = ("rank", "role", S.STEP, S.NAME, "shape", "count")
@@ -184,21 +184,21 @@ def _name_counts(names: pd.Series) -> pd.Series:
 
 def step_signature(rank: int, events: pd.DataFrame, in_used: np.ndarray) -> pd.DataFrame:
     """``used_step_shapes`` of one rank (module doc) from its events and the mask of the
-    events in its used steps."""
-    ev = events[in_used]
-    kind = ev[S.KIND]
+    events in its used steps (each kind's rows selected from ``events`` at once: the used
+    steps are most of a rank, and a copy of all their rows first cost more than the rest)."""
+    kind, names = events[S.KIND], events[S.NAME]
     parts = []
-    if S.INPUT_DIMS in ev.columns:
-        ops = ev[(kind == S.KIND_CPU_OP).to_numpy()]
-        dims = ops[S.INPUT_DIMS].cat
+    if S.INPUT_DIMS in events.columns:
+        dims = events[S.INPUT_DIMS].cat
         recorded = np.array([bool(c) for c in dims.categories] + [False])
-        ops = ops[recorded[dims.codes.to_numpy()]]
+        ops = events[in_used & values_in(kind, (S.KIND_CPU_OP,))
+                     & recorded[dims.codes.to_numpy()]]
         if len(ops):
             parts += [_params(rank, ops), *_inputs(rank, ops)]
-    annotations = ev[(kind == S.KIND_ANNOTATION).to_numpy()]
-    annotations = annotations[~category_mask(annotations[S.NAME], "^" + re.escape(STEP_PREFIX))]
-    python = ev[(kind == S.KIND_PYTHON).to_numpy()]
-    python = python[category_mask(python[S.NAME], "^" + re.escape(MODULE_PREFIX))]
+    annotations = events[in_used & values_in(kind, (S.KIND_ANNOTATION,))
+                         & ~category_mask(names, "^" + re.escape(STEP_PREFIX))]
+    python = events[in_used & values_in(kind, (S.KIND_PYTHON,))
+                    & category_mask(names, "^" + re.escape(MODULE_PREFIX))]
     parts += [_named(rank, ANNOTATION, annotations), _named(rank, MODULE, python)]
     parts = [p for p in parts if len(p)]
     if not parts:
