@@ -39,9 +39,11 @@ def idle_code(events: pd.DataFrame, by_thread: dict, rank: int) -> pd.DataFrame:
             parts_by_thread.setdefault(thread, {})[part] = idle
     rows = []
     for thread, parts in parts_by_thread.items():
-        host = events[(events[S.TID] == thread).to_numpy()
-                      & values_in(events[S.KIND], CODE_KINDS)]
-        host = host[~category_mask(host[S.NAME], SKIP_RE)]
+        # the columns _Ranges reads, of the thread's code ranges, in one selection
+        host = events.loc[(events[S.TID] == thread).to_numpy()
+                          & values_in(events[S.KIND], CODE_KINDS)
+                          & ~category_mask(events[S.NAME], SKIP_RE),
+                          [S.TS_NS, S.DUR_NS, S.NAME, S.KIND]]
         # one nesting of the thread's ranges serves every part (a range that overlaps only
         # another part's idle time owns none of this part's)
         ranges = _Ranges(host, iv.union_of(*parts.values()))
