@@ -1,0 +1,53 @@
+"""RankData's shared kind selections (profkit.model.RankData.of_kinds), on a bundled run."""
+
+import numpy as np
+import pytest
+
+from profkit import schema as S
+from profkit.run.loader import load_run
+from tests.realruns import RUNS
+
+
+@pytest.fixture(scope="module")
+def rank():
+    return load_run(RUNS / "stock_ddp").ranks[0]
+
+
+KIND_SETS = [S.GPU_KINDS, (S.KIND_KERNEL,), (S.KIND_RUNTIME, S.KIND_DRIVER), ("absent",)]
+
+
+@pytest.mark.parametrize("kinds", KIND_SETS)
+def test_of_kinds_is_the_rows_of_those_kinds(rank, kinds):
+    want = rank.events[rank.events[S.KIND].astype(str).isin(kinds).to_numpy()]
+    assert rank.of_kinds(kinds).equals(want)
+    with rank.sharing_selections():
+        assert rank.of_kinds(kinds).equals(want)
+        assert rank.of_kinds(kinds).equals(want)  # the shared one, again
+
+
+def test_a_selection_is_shared_only_inside_the_block(rank):
+    def same_data(a, b):
+        return np.shares_memory(a[S.TS_NS].to_numpy(), b[S.TS_NS].to_numpy())
+
+    assert not same_data(rank.of_kinds(S.GPU_KINDS), rank.of_kinds(S.GPU_KINDS))
+    with rank.sharing_selections():
+        first = rank.of_kinds(S.GPU_KINDS)
+        first["mine"] = 1  # a caller's own column stays the caller's
+        again = rank.of_kinds(S.GPU_KINDS)
+        assert same_data(first, again) and "mine" not in again.columns
+        with rank.sharing_selections():  # nested: still the outer block's selection
+            assert same_data(rank.of_kinds(S.GPU_KINDS), first)
+        assert same_data(rank.of_kinds(S.GPU_KINDS), first)
+    assert not same_data(rank.of_kinds(S.GPU_KINDS), first)
+
+
+def test_after_the_block_a_selection_sees_changed_events(rank):
+    with rank.sharing_selections():
+        before = rank.of_kinds((S.KIND_KERNEL,))
+    saved = rank.events
+    try:
+        rank.events = saved.assign(**{S.DUR_NS: saved[S.DUR_NS] + 1})
+        after = rank.of_kinds((S.KIND_KERNEL,))
+        assert (after[S.DUR_NS].to_numpy() == before[S.DUR_NS].to_numpy() + 1).all()
+    finally:
+        rank.events = saved
