@@ -1,10 +1,14 @@
+import contextlib
+
 import numpy as np
+import pandas as pd
 import pytest
 
 from profkit import schema as S
 from profkit.columns import us_to_ns
+from profkit.strings import python_strings as strings
 from profkit.trace import tracefile
-from profkit.trace.ingest import build_tables
+from profkit.trace.ingest import _categorical, build_tables
 from tests.factories import BASE_NS, trace_doc, write_trace
 
 
@@ -195,3 +199,21 @@ def test_the_launching_op_is_pandas_as_of_join(seed):
         expect = np.full(n, -1)
         expect[joined["call"].to_numpy()] = joined["op"].to_numpy()
         np.testing.assert_array_equal(_op_holding(ts, tid, op_ts, op_dur, op_tid), expect)
+
+
+@pytest.mark.parametrize("python_strings", [True, False])
+@pytest.mark.parametrize("n, share, outside", [(0, 0, False), (1, 1, False), (400, 0.1, False),
+                                               (400, 0.1, True), (400, 0, False), (60, 1, False)])
+def test_class_columns_are_the_categorical_pandas_makes(n, share, outside, python_strings):
+    """The class columns are built from the GPU rows' values; the same dtype, categories and
+    codes as ``pd.Categorical`` of the whole column, with pandas' strings either way."""
+    rng = np.random.default_rng(n)
+    values = np.full(n, "", dtype=object)
+    rows = rng.random(n) < share
+    values[rows] = rng.choice(["b", "a", "", "communication", "é"], int(rows.sum()))
+    if outside:  # a value outside the rows: read from every row
+        values[np.flatnonzero(~rows)[:3]] = "x"
+    with strings() if python_strings else contextlib.nullcontext():
+        want, got = pd.Categorical(values), _categorical(values, rows)
+    assert got.dtype == want.dtype and got.categories.dtype == want.categories.dtype
+    assert got.codes.dtype == want.codes.dtype and got.codes.tolist() == want.codes.tolist()

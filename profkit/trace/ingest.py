@@ -85,8 +85,20 @@ def _classify_gpu(ev: pd.DataFrame, is_gpu: np.ndarray, args: SparseArgs) -> Non
         sub[is_gpu] = named.subclasses[inverse]
         strength[is_gpu] = named.strength[inverse]
         comm_evidence.upgrade(ev, is_gpu, args, cls, sub, strength)
-    ev[S.CLASS] = pd.Categorical(cls)
-    ev[S.SUBCLASS] = pd.Categorical(sub)
+    ev[S.CLASS] = _categorical(cls, is_gpu)
+    ev[S.SUBCLASS] = _categorical(sub, is_gpu)
+
+
+def _categorical(values: np.ndarray, rows: np.ndarray) -> pd.Categorical:
+    """``pd.Categorical(values)`` of strings that are "" outside ``rows`` (the GPU rows: a
+    tenth of a rank), its categories read from those rows alone."""
+    if not len(values) or (values[~rows] != "").any():
+        return pd.Categorical(values)
+    cats = sorted(set(values[rows].tolist()) | ({""} if not rows.all() else set()))
+    index = {c: i for i, c in enumerate(cats)}
+    codes = np.full(len(values), index.get("", -1), dtype=np.int32)
+    codes[rows] = [index[v] for v in values[rows].tolist()]
+    return pd.Categorical.from_codes(codes, categories=pd.Index(cats))
 
 
 def step_table(ev: pd.DataFrame) -> pd.DataFrame:
