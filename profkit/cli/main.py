@@ -200,9 +200,11 @@ def _end_now(code: int | None) -> None:
         print(f"profkit: error: cannot write standard output: {exc.strerror or exc}",
               file=sys.stderr)
         code = 1
+    except ValueError:  # closed by the command: nothing left to write
+        pass
     try:
         sys.stderr.flush()
-    except OSError:
+    except (OSError, ValueError):
         pass
     os._exit(code or 0)
 
