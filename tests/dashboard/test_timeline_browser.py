@@ -32,9 +32,18 @@ FIGURE_JS = """() => {
 }"""
 
 
+# dcc.Graph listens for zooms only once Plotly has drawn the plot (its SVG is there before):
+# a relayout sent earlier is lost, and the zoom's answer never comes
+LISTENING_JS = """() => {
+  const g = document.querySelector('#tl-graph .js-plotly-plot');
+  return !!(g && g._ev && g._ev.listeners('plotly_relayout').length);
+}"""
+
+
 def open_timeline(page, label: str, query: str = "") -> dict:
     page.goto(f"{page.base}/run/{KEYS[label]}/timeline{query}")
     page.wait_for_selector("#tl-graph .main-svg")
+    page.wait_for_function(LISTENING_JS)
     return page.evaluate(FIGURE_JS)
 
 
