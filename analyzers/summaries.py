@@ -114,27 +114,22 @@ def summarize_rank(data: RankData, run_meta: dict[str, Any],
     read for device names when the trace header lacks them)."""
     steps_info = step_source(data, opts)  # may set the events' steps: before the sharing
     with data.sharing_selections():
-        return _summary(data, run_meta, thresholds, opts, steps_info)
-
-
-def _summary(data: RankData, run_meta: dict[str, Any], thresholds: Thresholds,
-             opts: AnalysisOptions, steps_info) -> RankSummary:
-    gpu = data.has_gpu
-    parts = breakdown.rank_parts(data, opts, thresholds)
-    parts["steps_info"] = steps_info
-    return RankSummary(
-        rank=data.rank, meta=trim_meta(data.meta), rank_source=data.rank_source, has_gpu=gpu,
-        breakdown=parts,
-        collectives=comms.rank_collectives(data),
-        step_stats=stragglers.rank_step_stats(data),
-        kernels=kernels.rank_kernel_parts(data.rank, data, thresholds, used_steps(parts))
-        if gpu else None,
-        efficiency=efficiency.rank_efficiency(data.rank, data, run_meta) if gpu else None,
-        transfers=transfers.rank_transfers(data, bool(len(data.steps))) if gpu else None,
-        cpu_ops=None if gpu else kernels.op_totals(data),
-        roofline=roofline.rank_roofline(data.rank, data, run_meta, used_steps(parts), thresholds)
-        if gpu else None,
-    )
+        gpu = data.has_gpu
+        parts = breakdown.rank_parts(data, opts, thresholds)
+        parts["steps_info"] = steps_info
+        return RankSummary(
+            rank=data.rank, meta=trim_meta(data.meta), rank_source=data.rank_source, has_gpu=gpu,
+            breakdown=parts,
+            collectives=comms.rank_collectives(data),
+            step_stats=stragglers.rank_step_stats(data),
+            kernels=kernels.rank_kernel_parts(data.rank, data, thresholds, used_steps(parts))
+            if gpu else None,
+            efficiency=efficiency.rank_efficiency(data.rank, data, run_meta) if gpu else None,
+            transfers=transfers.rank_transfers(data, bool(len(data.steps))) if gpu else None,
+            cpu_ops=None if gpu else kernels.op_totals(data),
+            roofline=roofline.rank_roofline(data.rank, data, run_meta, used_steps(parts), thresholds)
+            if gpu else None,
+        )
 
 
 def used_steps(parts: dict[str, Any]) -> dict[int, int] | None:

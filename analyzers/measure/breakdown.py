@@ -178,7 +178,7 @@ def rank_parts(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
             "one_off_calls": pd.DataFrame({"rank": data.rank, "name": slow[S.NAME].astype(str),
                                            S.TS_NS: slow[S.TS_NS], S.DUR_NS: slow[S.DUR_NS]},
                                           columns=list(ONE_OFF_COLUMNS)),
-            "health": rank_health(data.events),
+            "health": rank_health(data),
             "compilation": rank_compilation(data),
             **used_step_work(data, steps)}
 

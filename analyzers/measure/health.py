@@ -15,12 +15,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 from profkit.analyzers.measure.steps import capture_calls, capture_spans
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask, values_in
+from profkit.columns import category_mask
+from profkit.model import RankData
 
 KERNEL_LAUNCH_RE = r"^(?:cuda|hip|cu)(?:LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|ExtModuleLaunchKernel)|^cuLaunchKernel"
 GRAPH_LAUNCH_RE = r"^(?:cuda|hip|cu)GraphLaunch"
@@ -28,10 +28,11 @@ MISSING_FRAC = 0.5  # more than this share of launches without GPU records: reco
 COLLAPSED_FRAC = 0.9  # more than this share of a rank's events at one instant: no timeline
 
 
-def rank_health(events: pd.DataFrame) -> dict:
+def rank_health(data: RankData) -> dict:
     """Counts behind the checks (see module doc); plain numbers."""
-    host = events[values_in(events[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))]
-    gpu = events[values_in(events[S.KIND], S.GPU_KINDS)]
+    events = data.events
+    host = data.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER))
+    gpu = data.gpu_events
     capture = capture_spans(events)
     launches = host[category_mask(host[S.NAME], KERNEL_LAUNCH_RE)
                     & (host[S.CORRELATION] >= 0).to_numpy()]

@@ -140,7 +140,7 @@ def self_times(cpu: pd.DataFrame) -> np.ndarray:
 
 def op_totals(rd: RankData) -> pd.DataFrame:
     """Count, self and inclusive time of each CPU op name of one rank."""
-    cpu = rd.events[values_in(rd.events[S.KIND], CPU_NEST_KINDS)]
+    cpu = rd.of_kinds(CPU_NEST_KINDS)
     is_op = values_in(cpu[S.KIND], (S.KIND_CPU_OP,))
     ops = pd.DataFrame({"code": cpu[S.NAME].cat.codes.to_numpy()[is_op],
                         "self_ns": self_times(cpu)[is_op],
