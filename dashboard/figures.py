@@ -32,6 +32,13 @@ LABEL_SHARE = 0.05  # a step narrower than this share of the axis is labelled wi
 LEFT_OUT, LEFT_OUT_COLOR = "left out of the verdict", "#b45309"  # steps the verdict skips
 FONT = dict(family="Inter, system-ui, -apple-system, Segoe UI, sans-serif", size=12,
             color="#1f2937")
+# Room that plotly would otherwise make itself (its axes and colour bars widen a margin that
+# is too narrow for them), drawing the chart a second time: ~0.1 s of a warm Overview's 0.9.
+COLORBAR_MARGIN = 104  # right of a heatmap, for its colour bar and labels up to "1500"
+MS_AXIS_MARGIN = 64  # left of a chart in ms, for its title and labels up to "1500"
+MAX_STEP_LABELS = 8  # labelled steps on a chart's x axis: more get rotated, which needs room
+LEGEND_MARGIN = 64  # below a chart, for a one-line legend under its axis labels
+STEP_LABEL_MARGIN = 32  # right of a chart of steps: half the last step's label, "step 12345"
 
 
 def base_layout(fig: go.Figure, title: str | None = None, height: int = 320) -> go.Figure:
@@ -93,7 +100,8 @@ def breakdown_bars(ranks: pd.DataFrame, stragglers: list[int] = (),
         i = labels.index(f"rank {selected}")
         fig.add_vrect(x0=i - 0.5, x1=i + 0.5, fillcolor="#2563eb", opacity=0.07, line_width=0)
     fig.update_yaxes(title_text="median step (ms)")
-    return base_layout(fig, "Step breakdown per rank")
+    base_layout(fig, "Step breakdown per rank")
+    return fig.update_layout(margin_l=MS_AXIS_MARGIN)
 
 
 def step_heatmap(steps: pd.DataFrame) -> go.Figure:
@@ -120,7 +128,10 @@ def step_heatmap(steps: pd.DataFrame) -> go.Figure:
             hovertemplate="%{y}, %{x}: %{text}<extra></extra>")
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(legend=dict(y=-0.25))
-    return base_layout(fig, "Step time, rank x step", height=max(220, 110 + 40 * len(grid)))
+    label_some(fig, x, MAX_STEP_LABELS)
+    base_layout(fig, "Step time, rank x step", height=max(220, 110 + 40 * len(grid)))
+    fig.update_layout(margin_r=COLORBAR_MARGIN)
+    return fig.update_layout(margin_b=LEGEND_MARGIN) if len(out) else fig
 
 
 def _step_status(steps: pd.DataFrame) -> pd.DataFrame:
@@ -148,7 +159,19 @@ def rank_steps_bars(steps: pd.DataFrame, rank: int) -> go.Figure:
                     hovertemplate="%{x} " + part_name(part) + ": %{y:.2f} ms<extra></extra>")
     fig.update_layout(barmode="stack", showlegend=False)  # HTML legend: see breakdown_bars
     fig.update_yaxes(title_text="ms")
-    return base_layout(fig, f"Rank {rank}: every step")
+    label_some(fig, x, 2 * MAX_STEP_LABELS)  # a chart as wide as the page
+    base_layout(fig, f"Rank {rank}: every step")
+    return fig.update_layout(margin_l=MS_AXIS_MARGIN, margin_r=STEP_LABEL_MARGIN)
+
+
+def label_some(fig: go.Figure, categories: list[str], most: int) -> go.Figure:
+    """Label every k-th of the x axis's ``categories`` (from the first), at most ``most``
+    labels: crowded labels are rotated by plotly, which then widens the bottom margin and
+    draws the chart again (see COLORBAR_MARGIN). Hover still names every bar."""
+    step = -(-len(categories) // most)
+    if step > 1:
+        fig.update_xaxes(tickmode="array", tickvals=list(categories[::step]))
+    return fig
 
 
 def kernel_bars(kernels: pd.DataFrame, top: int = 15) -> go.Figure:

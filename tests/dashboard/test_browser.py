@@ -97,6 +97,24 @@ def test_overview_verdict_is_on_screen_while_its_charts_are_still_coming(page):
     assert page.locator(".chart-pending").count() == 0
 
 
+# the margin each side of a drawn chart, and the margin its figure asked for
+MARGINS_JS = """id => { const l = document.querySelector(`#${id} .js-plotly-plot`)._fullLayout;
+  return [['l', 'r', 't', 'b'].map(k => l._size[k]), ['l', 'r', 't', 'b'].map(k => l.margin[k])]; }"""
+
+
+@pytest.mark.parametrize("run", ["stock_ddp", "pairs/data_loading/after", "zoo/host_sync"])
+def test_overview_charts_are_laid_out_once(page, run):
+    """Each chart's figure leaves room for what plotly draws around it (a colour bar, a
+    legend, axis titles and labels): where it does not, plotly widens the margin and draws
+    the chart a second time (~0.1 s of a warm Overview). The runs: the left-out legend
+    under the heatmap, and longer ms labels."""
+    page.goto(f"{page.base}/run/{KEYS[run]}")
+    for gid in ("rank-bars", "step-heatmap", "rank-detail"):
+        graph_ready(page, gid)
+        drawn, asked = page.evaluate(MARGINS_JS, gid)
+        assert drawn == asked, (gid, drawn, asked)
+
+
 def test_overview_calls_out_the_straggler(page):
     page.goto(f"{page.base}/run/{KEYS['zoo/straggler']}")
     callout = page.locator("#straggler-callout")

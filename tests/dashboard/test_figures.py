@@ -175,3 +175,18 @@ def test_diff_parts_bars_base_and_new_per_part_in_parts_order():
     assert list(fig.data[1].y) == ["compute", "launch overhead"]  # display names, horizontal
     assert list(fig.data[1].x) == [4.0, 2.0] and fig.data[1].orientation == "h"
     assert list(fig.data[1].marker.color) == [F.PART_COLORS["compute"], F.PART_COLORS["cpu_launch"]]
+
+
+def test_a_chart_of_many_steps_labels_a_few_of_them():
+    """Crowded step labels would be rotated by plotly (then the chart is drawn twice, to
+    widen its margin): at most MAX_STEP_LABELS on the heatmap, twice that on a rank's steps,
+    from the first step on; every step is still a bar or cell."""
+    rows = [{"rank": 0, "step": s, "step_ns": 1e6, **{p: 0 for p in PARTS}} for s in range(40)]
+    steps = pd.DataFrame(rows)
+    heatmap = F.step_heatmap(steps)
+    assert list(heatmap.layout.xaxis.tickvals) == [f"step {s}" for s in range(0, 40, 5)]
+    assert len(heatmap.data[0].x) == 40
+    bars = F.rank_steps_bars(steps, 0)
+    assert list(bars.layout.xaxis.tickvals) == [f"step {s}" for s in range(0, 40, 3)]
+    assert len(bars.data[0].x) == 40
+    assert F.step_heatmap(step_table()).layout.xaxis.tickvals is None  # two steps: all shown
