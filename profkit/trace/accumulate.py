@@ -130,8 +130,9 @@ class Accumulator:
             values, oversized = ids_to_int(ids)
             self._put(column, values)
             self.oversized_ids += oversized
+        rows_of: dict = {}  # the rows of each kinds tuple, and their args
         for column, attr, kinds in _ARG_COLUMNS:
-            values = _read_arg(args, kind, attr, kinds)
+            values = _read_arg(args, kind, attr, kinds, rows_of)
             if column == S.FLOPS:
                 self._add_shape_costs(values, name_codes, name, args)
             self._put(column, values)
@@ -291,16 +292,22 @@ class Accumulator:
         self.coll_args = SparseArgs({int(new_row[i]): a for i, a in self.coll_args.items()})
 
 
-def _read_arg(args: list[Args], kind: np.ndarray, attr: str, kinds: tuple | None) -> np.ndarray:
+def _read_arg(args: list[Args], kind: np.ndarray, attr: str, kinds: tuple | None,
+              rows_of: dict) -> np.ndarray:
     """float64 column of one arg, read on the rows of ``kinds`` (every row if None; NaN
-    elsewhere)."""
+    elsewhere). ``rows_of``: the batch's rows and args of each kinds tuple, found once."""
     get = attrgetter(attr)
     if kinds is None:
         return to_float(list(map(get, args)))
+    if kinds not in rows_of:
+        wanted = np.zeros(len(S.KINDS), dtype=bool)
+        wanted[[_KIND_CODE[k] for k in kinds]] = True
+        rows = np.flatnonzero(wanted[kind])
+        rows_of[kinds] = rows, list(map(args.__getitem__, rows.tolist()))
+    rows, chosen = rows_of[kinds]
     out = np.full(len(args), np.nan)
-    rows = np.flatnonzero(np.isin(kind, [_KIND_CODE[k] for k in kinds])).tolist()
-    if rows:
-        out[rows] = to_float(list(map(get, map(args.__getitem__, rows))))
+    if len(rows):
+        out[rows] = to_float(list(map(get, chosen)))
     return out
 
 
