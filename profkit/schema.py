@@ -8,7 +8,8 @@ distinct values are pandas categoricals.
 from __future__ import annotations
 
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 7  # 7: the header keeps thread names (the timeline names CPU threads)
+TABLES_VERSION = 8  # 8: a missing name, category or Input Dims is "" (it read "nan")
+# 7: the header keeps thread names (the timeline names CPU threads)
 
 # --- events: one row per complete ('X') event of one rank ------------------------------
 TS_NS = "ts_ns"  # start, epoch ns on the aligned clock

@@ -153,6 +153,22 @@ def test_an_op_with_shapes_but_no_name_is_read(tmp_path):
     assert ev[S.FLOPS].iloc[1] == 2 * 2 * 3 * 4  # 2 FLOPs per multiply-add of a 2x3 @ 3x4
 
 
+def test_a_missing_name_category_or_shape_is_empty_text(tmp_path):
+    """Not "nan" (pandas' factorize gives None back as NaN): an op without Input Dims must
+    not read as one whose shapes were recorded (analyzers test the text's truth)."""
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "ts": 1, "dur": 2, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "no category", "ts": 3, "dur": 2, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 5, "dur": 2, "pid": 1, "tid": 1,
+         "args": {"Input Dims": [[2, 3], [3, 4]]}}]}
+    ev, _, _, _ = build_tables(tracefile.load(write_trace(tmp_path / "a.json", doc)))
+    assert ev[S.NAME].astype(str).tolist() == ["", "no category", "aten::mm"]
+    assert ev[S.CAT].astype(str).tolist() == ["cpu_op", "", "cpu_op"]
+    assert ev[S.INPUT_DIMS].astype(str).tolist() == ["", "", "[[2, 3], [3, 4]]"]
+    for column in (S.NAME, S.CAT, S.INPUT_DIMS):
+        assert "nan" not in ev[column].cat.categories
+
+
 def test_kept_collective_args_hold_no_raw_json_of_their_batch():
     """A collective's args are kept past their batch (for the collectives table); their raw
     JSON fields would keep the whole batch's decoded buffer alive, so they are emptied."""

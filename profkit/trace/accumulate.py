@@ -58,9 +58,11 @@ class Codes:
         self.capped = 0  # distinct values cut
 
     def encode(self, values: list, text=str) -> np.ndarray:
-        """Codes of ``values``; each distinct value is made text by ``text`` once."""
+        """Codes of ``values``; each distinct value is made text by ``text`` once, a missing
+        one (None, which ``pd.factorize`` gives back as NaN) is ""."""
         codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
-        lut = np.array([self._code("" if u is None else text(u)) for u in uniques], dtype=np.int32)
+        lut = np.array([self._code("" if _missing(u) else text(u)) for u in uniques],
+                       dtype=np.int32)
         return lut[codes] if len(codes) else np.empty(0, np.int32)
 
     def _code(self, text: str) -> int:
@@ -340,10 +342,14 @@ def _dims_raw(args: list[Args], kind: np.ndarray) -> list:
     return out
 
 
-def _dims_text(raw) -> str:
-    """One distinct ``Input Dims`` value as text (the rows without one come as NaN from
-    ``pd.factorize`` and read "nan", as every coded column's missing values do)."""
-    return raw[:MAX_DIMS_CHARS].decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+def _dims_text(raw: bytes) -> str:
+    """One distinct ``Input Dims`` value as text (cut to MAX_DIMS_CHARS)."""
+    return raw[:MAX_DIMS_CHARS].decode(errors="replace")
+
+
+def _missing(value) -> bool:
+    """None, or the NaN ``pd.factorize`` makes of it."""
+    return value is None or (isinstance(value, float) and value != value)
 
 
 def _json(raw) -> object:
