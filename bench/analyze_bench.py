@@ -84,10 +84,13 @@ def run_rows(args) -> dict[str, bl.Row]:
     out = Path(tempfile.mkdtemp(prefix="profkit-analyze-bench-")) / "analysis.json"
     cmds = _commands(args, out)
     rows = {key: bl.Row(key, LABELS[key]) for key in cmds}
-    for _ in range(args.repeat):  # alternate, so that a disturbed minute hits every row
-        for key, argv in cmds.items():
+    keys = list(cmds)
+    for i in range(args.repeat):  # alternate, so that a disturbed minute hits every row,
+        # each round starting one row later: no row always runs first, or after HTA's
+        # gigabyte (one sitting's three rounds had the first row 0.6 s slower each time)
+        for key in keys[i % len(keys):] + keys[:i % len(keys)]:
             if rows[key].error is None:
-                bl.measure(rows[key], argv, 1, args.timeout, 0.05, wall_from_child=False)
+                bl.measure(rows[key], cmds[key], 1, args.timeout, 0.05, wall_from_child=False)
     cached = [a for a in cmds["cold"] if a != "--no-cache"]
     bl.run_child(cached, args.timeout, 0.05)  # builds the caches
     rows["cached"] = bl.measure(bl.Row("cached", LABELS["cached"]), cached, args.repeat,
@@ -117,10 +120,15 @@ def report(args, rows: dict[str, bl.Row]) -> None:
     if rows["cold"].ok and rows["cold1"].ok:
         ratio = _cpu(rows["cold"]) / _cpu(rows["cold1"])
         print(f"target pool cpu <= 1-process cpu: {ratio:.2f}x {'PASS' if ratio <= 1 else 'FAIL'}")
-        # each repeat ran the two back to back: their ratio cancels the machine's drift
+        # each round ran both (most rounds back to back): their ratio cancels the drift
         pairs = sorted(p / o for p, o in zip(rows["cold"].cpus, rows["cold1"].cpus))
         print(f"  per alternating pair: median {pairs[len(pairs) // 2]:.2f}x, "
               f"{pairs[0]:.2f}x-{pairs[-1]:.2f}x ({len(pairs)} pairs)")
+    base = rows.get("base")
+    if base is not None and base.ok and rows["cold"].ok:
+        pairs = sorted(t / b for t, b in zip(rows["cold"].walls, base.walls))
+        print(f"this / base checkout, wall per round: median {pairs[len(pairs) // 2]:.2f}x, "
+              f"{pairs[0]:.2f}x-{pairs[-1]:.2f}x ({len(pairs)} rounds)")
     if hta:
         for key, what, target in TARGETS:
             row = rows[key]
