@@ -33,7 +33,8 @@ LEFT_OUT, LEFT_OUT_COLOR = "left out of the verdict", "#b45309"  # steps the ver
 FONT = dict(family="Inter, system-ui, -apple-system, Segoe UI, sans-serif", size=12,
             color="#1f2937")
 # Room that plotly would otherwise make itself (its axes and colour bars widen a margin that
-# is too narrow for them), drawing the chart a second time: ~0.1 s of a warm Overview's 0.9.
+# is too narrow for them) by drawing the chart a second time: ~0.2 s of a warm Overview of
+# a large run's ~1 s (BENCHMARKS.md). Plotly still widens a margin that is too narrow.
 COLORBAR_MARGIN = 104  # right of a heatmap, for its colour bar and labels up to "1500"
 MS_AXIS_MARGIN = 64  # left of a chart in ms, for its title and labels up to "1500"
 MAX_STEP_LABELS = 8  # labelled steps on a chart's x axis: more get rotated, which needs room
@@ -167,7 +168,7 @@ def rank_steps_bars(steps: pd.DataFrame, rank: int) -> go.Figure:
 def label_some(fig: go.Figure, categories: list[str], most: int) -> go.Figure:
     """Label every k-th of the x axis's ``categories`` (from the first), at most ``most``
     labels: crowded labels are rotated by plotly, which then widens the bottom margin and
-    draws the chart again (see COLORBAR_MARGIN). Hover still names every bar."""
+    draws the chart again (see the margins above). Hover still names every bar."""
     step = -(-len(categories) // most)
     if step > 1:
         fig.update_xaxes(tickmode="array", tickvals=list(categories[::step]))
