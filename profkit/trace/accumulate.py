@@ -138,7 +138,8 @@ class Accumulator:
             if column == S.FLOPS:
                 self._add_shape_costs(values, name_codes, name, args)
             self._put(column, values)
-        self._put(S.INPUT_DIMS, self.dims.encode(_dims_raw(args, kind), _dims_text))
+        cpu_ops = _of_kinds(args, kind, (S.KIND_CPU_OP,), rows_of)
+        self._put(S.INPUT_DIMS, self.dims.encode(_dims_raw(len(args), *cpu_ops), _dims_text))
         has_coll = np.fromiter(map(_NO_COLL.__ne__, map(_COLL, args)), bool, len(args))
         for i in np.flatnonzero(has_coll).tolist():
             self.coll_args[self.rows + i] = without_raw(args[i])
@@ -301,12 +302,7 @@ def _read_arg(args: list[Args], kind: np.ndarray, attr: str, kinds: tuple | None
     get = attrgetter(attr)
     if kinds is None:
         return to_float(list(map(get, args)))
-    if kinds not in rows_of:
-        wanted = np.zeros(len(S.KINDS), dtype=bool)
-        wanted[[_KIND_CODE[k] for k in kinds]] = True
-        rows = np.flatnonzero(wanted[kind])
-        rows_of[kinds] = rows, list(map(args.__getitem__, rows.tolist()))
-    rows, chosen = rows_of[kinds]
+    rows, chosen = _of_kinds(args, kind, kinds, rows_of)
     out = np.full(len(args), np.nan)
     if len(rows):
         out[rows] = to_float(list(map(get, chosen)))
@@ -329,16 +325,27 @@ def _shape_costs(name: str, a: Args, linked: bool) -> tuple:
     return value, dropped, cost, code, dims if linked else None, concrete if linked else None
 
 
-def _dims_raw(args: list[Args], kind: np.ndarray) -> list:
-    """The ``Input Dims`` JSON of each CPU op that has one (None elsewhere), as bytes: coded
-    as text (:func:`_dims_text`, once per distinct value), so a trace's few hundred distinct
-    shape lists are parsed once, by the analyzers that read them
+def _of_kinds(args: list[Args], kind: np.ndarray, kinds: tuple, rows_of: dict) -> tuple:
+    """(rows, their args) of the batch's events of ``kinds``, found once per batch
+    (``rows_of``) for every column read on them."""
+    if kinds not in rows_of:
+        wanted = np.zeros(len(S.KINDS), dtype=bool)
+        wanted[[_KIND_CODE[k] for k in kinds]] = True
+        rows = np.flatnonzero(wanted[kind])
+        rows_of[kinds] = rows, list(map(args.__getitem__, rows.tolist()))
+    return rows_of[kinds]
+
+
+def _dims_raw(n: int, rows: np.ndarray, cpu_args: list[Args]) -> list:
+    """The ``Input Dims`` JSON of each of the ``n`` events that is a CPU op with one (None
+    elsewhere; ``rows``, ``cpu_args``: the CPU ops), as bytes: coded as text
+    (:func:`_dims_text`, once per distinct value), so a trace's few hundred distinct shape
+    lists are parsed once, by the analyzers that read them
     (profkit.analyzers.measure.signature)."""
-    out: list = [None] * len(args)
-    for i in np.flatnonzero(kind == _KIND_CODE[S.KIND_CPU_OP]).tolist():
-        raw = args[i].input_dims
-        if len(raw):
-            out[i] = bytes(raw)
+    out: list = [None] * n
+    for i, a in zip(rows.tolist(), cpu_args):
+        if len(a.input_dims):
+            out[i] = bytes(a.input_dims)
     return out
 
 
