@@ -42,9 +42,11 @@ LEGEND_MARGIN = 64  # below a chart, for a one-line legend under its axis labels
 STEP_LABEL_MARGIN = 32  # right of a chart of steps: half the last step's label, "step 12345"
 
 
-def base_layout(fig: go.Figure, title: str | None = None, height: int = 320) -> go.Figure:
+def base_layout(fig: go.Figure, title: str | None = None, height: int = 320,
+                **margin: int) -> go.Figure:
+    """The app's look; ``margin``: sides (l, r, t, b) wider than the default, in px."""
     fig.update_layout(template="plotly_white", font=FONT, height=height,
-                      margin=dict(l=56, r=16, t=40 if title else 16, b=40),
+                      margin=dict(l=56, r=16, t=40 if title else 16, b=40) | margin,
                       title=dict(text=title, x=0.01, font=dict(size=14)) if title else None,
                       legend=dict(orientation="h", y=-0.18, x=0), hoverlabel=dict(font_size=12))
     return fig
@@ -101,8 +103,7 @@ def breakdown_bars(ranks: pd.DataFrame, stragglers: list[int] = (),
         i = labels.index(f"rank {selected}")
         fig.add_vrect(x0=i - 0.5, x1=i + 0.5, fillcolor="#2563eb", opacity=0.07, line_width=0)
     fig.update_yaxes(title_text="median step (ms)")
-    base_layout(fig, "Step breakdown per rank")
-    return fig.update_layout(margin_l=MS_AXIS_MARGIN)
+    return base_layout(fig, "Step breakdown per rank", l=MS_AXIS_MARGIN)
 
 
 def step_heatmap(steps: pd.DataFrame) -> go.Figure:
@@ -130,9 +131,8 @@ def step_heatmap(steps: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(legend=dict(y=-0.25))
     label_some(fig, x, MAX_STEP_LABELS)
-    base_layout(fig, "Step time, rank x step", height=max(220, 110 + 40 * len(grid)))
-    fig.update_layout(margin_r=COLORBAR_MARGIN)
-    return fig.update_layout(margin_b=LEGEND_MARGIN) if len(out) else fig
+    return base_layout(fig, "Step time, rank x step", height=max(220, 110 + 40 * len(grid)),
+                       r=COLORBAR_MARGIN, **({"b": LEGEND_MARGIN} if len(out) else {}))
 
 
 def _step_status(steps: pd.DataFrame) -> pd.DataFrame:
@@ -161,8 +161,7 @@ def rank_steps_bars(steps: pd.DataFrame, rank: int) -> go.Figure:
     fig.update_layout(barmode="stack", showlegend=False)  # HTML legend: see breakdown_bars
     fig.update_yaxes(title_text="ms")
     label_some(fig, x, 2 * MAX_STEP_LABELS)  # a chart as wide as the page
-    base_layout(fig, f"Rank {rank}: every step")
-    return fig.update_layout(margin_l=MS_AXIS_MARGIN, margin_r=STEP_LABEL_MARGIN)
+    return base_layout(fig, f"Rank {rank}: every step", l=MS_AXIS_MARGIN, r=STEP_LABEL_MARGIN)
 
 
 def label_some(fig: go.Figure, categories: list[str], most: int) -> go.Figure:
