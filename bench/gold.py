@@ -59,7 +59,9 @@ def write_one(python: str, name: str, path: Path, out: Path) -> str:
     dest = out / name.replace("/", "__")
     dest.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, COLUMNS="100")
-    base = [python, "-m", "profkit", "analyze", str(path), "--no-cache", "--workers", "1"]
+    # relative to the checkout: reports name the run, and two checkouts must name it alike
+    base = [python, "-m", "profkit", "analyze", os.path.relpath(path, ROOT), "--no-cache",
+            "--workers", "1"]
     rcs = []
     for fmt, extra in (("json", ["--tables", str(dest / "tables")]), ("text", [])):
         done = subprocess.run(base + ["--format", fmt] + extra, capture_output=True, env=env,
@@ -84,8 +86,8 @@ def compare(base: Path, new: Path) -> int:
     names = sorted({p.name for p in base.iterdir()} | {p.name for p in new.iterdir()})
     for name in names:
         a, b = base / name, new / name
-        files = sorted({f.relative_to(a) for f in a.rglob("*") if f.is_file()} if a.is_dir()
-                       else set()) | {f.relative_to(b) for f in b.rglob("*") if f.is_file()}
+        files = {f.relative_to(a) for f in a.rglob("*") if f.is_file()} | {
+            f.relative_to(b) for f in b.rglob("*") if f.is_file()}
         for f in sorted(files):
             if f.name.startswith("stderr"):
                 continue  # timings and paths may differ; the reports may not
