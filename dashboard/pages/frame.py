@@ -53,7 +53,8 @@ def register_run_page(module: str, results, layout, tab: RunTab,
     query parameters named in ``query`` (as Dash passes them: a string, or a list when
     repeated)."""
     # Only the names asked for are passed on: the others are the user's (``?results=``).
-    dash.register_page(module, path_template="/run/<run_key>" + (f"/{tab.path}" if tab.path else ""),
+    template = "/run/<run_key>" + (f"/{tab.path}" if tab.path else "")
+    dash.register_page(module, path_template=template,
                        name=tab.label, title=f"profkit: {tab.title}", order=_order(tab),
                        layout=lambda run_key="", **q: layout(
                            results, run_key, **{k: q[k] for k in query if k in q}))

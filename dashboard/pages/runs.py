@@ -33,7 +33,8 @@ UNASKED = "not analysed yet: open it"  # a row nobody asked for (dashboard --no-
 
 
 def _done_cells(entry, a) -> list:
-    """The cells of an analysed run (``a``: its :class:`~profkit.dashboard.server.loading.Summary`)."""
+    """The cells of an analysed run (``a``: its
+    :class:`~profkit.dashboard.server.loading.Summary`)."""
     facts = a.facts
     status = banner.status_text(a.run)
     pill = html.Span(status, className=f"badge badge-status badge-{status}",

@@ -157,8 +157,9 @@ class ResultCache:
     # --- what a run's pages show -------------------------------------------------------
     def shown(self, key: str) -> loading.Shown:
         """The analysis and facts of the run under ``key``: from memory, else from the disk
-        cache, else read and analysed. Raises :class:`~profkit.dashboard.server.loading.RunReadError`
-        when nothing of it can be shown."""
+        cache, else read and analysed. Raises
+        :class:`~profkit.dashboard.server.loading.RunReadError` when nothing of it can be
+        shown."""
         entry = self.entry(key)
         fp = self.fingerprint(key)
         value = self._items.get_or_compute(("shown", key, fp), lambda: self._show(entry, fp))
@@ -196,10 +197,11 @@ class ResultCache:
             return None
 
     def peek_summary(self, key: str):
-        """What the Runs table shows of the run (a :class:`~profkit.dashboard.server.loading.Summary`)
-        if it was analysed for its current files, its RunReadError if it failed, None while
-        it is not known yet. Kept for every run, so that more runs than the memory holds
-        analyses of still fill the table once each."""
+        """What the Runs table shows of the run (a
+        :class:`~profkit.dashboard.server.loading.Summary`) if it was analysed for its
+        current files, its RunReadError if it failed, None while it is not known yet. Kept
+        for every run, so that more runs than the memory holds analyses of still fill the
+        table once each."""
         try:
             fp = self.fingerprint(key)
         except (UnknownRun, OSError):
