@@ -87,7 +87,8 @@ def create_app(runs: list[Path], roots: list[Path], results: ResultCache | None 
     guard.install(app)
     _import_analysis_code()
     results = results or ResultCache(RunRegistry(runs, roots), background=background)
-    from profkit.dashboard import pages  # imported with the app, not with this module
+    # the pages (plotly's figures with them) load with an app, not with this module
+    from profkit.dashboard import pages
 
     pages.register(app, results)
     app.layout = html.Div(className="app", children=[

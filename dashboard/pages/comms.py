@@ -14,6 +14,7 @@ from profkit.dashboard.ui import tables as T
 
 TAB = frame.RunTab("comms", "Communication", "communication")
 
+
 def collective_detail(a, key: str | None) -> html.Div:
     coll = a.table("collectives")
     row = coll[coll["key"] == key]

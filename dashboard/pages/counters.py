@@ -23,6 +23,7 @@ NO_NVML = ("This run has no NVML samples: profkit.profile records them beside th
 
 TAB = frame.RunTab("counters", "Counters", "counters")
 
+
 def all_counters(run) -> pd.DataFrame:
     """Every rank's counters in one long table with a ``rank`` column."""
     frames = [d.counters.assign(rank=r) for r, d in run.ranks.items() if len(d.counters)]

@@ -20,6 +20,7 @@ ALL = "all"
 
 TAB = frame.RunTab("kernels", "Kernels & ops", "kernels")
 
+
 def of_class(kernels: pd.DataFrame, cls: str = ALL) -> pd.DataFrame:
     return kernels if cls == ALL or kernels.empty else kernels[kernels["cls"] == cls]
 

@@ -26,6 +26,7 @@ _RANK_RE = re.compile(r"rank (\d{1,9})")  # ranks of real jobs; int() of 5,000 d
 
 TAB = frame.RunTab("", "Overview", "overview")
 
+
 def verdict_card(a) -> html.Section:
     v = a.verdict
     chips = [html.Span([html.I(className="dot", style={"backgroundColor": colors.PART_COLORS[p]}),

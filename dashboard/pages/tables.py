@@ -33,6 +33,7 @@ function(_children, hash) {
 
 TAB = frame.RunTab("tables", "Tables", "tables")
 
+
 def layout(results, run_key: str = "") -> html.Div:
     return frame.run_page(results, run_key, TAB, lambda _run, a: body(a), needs_run=False,
                       keep=True)
