@@ -64,7 +64,7 @@ sys.path.insert(0, str(REPO / "tests" / "dashboard"))
 sys.path.insert(0, str(REPO / "bench"))
 from benchlib import machine_info  # noqa: E402
 from conftest import CHROMIUM, CHROMIUM_ARGS, free_port, wait_for  # noqa: E402
-from profkit.dashboard.registry import run_key  # noqa: E402
+from profkit.dashboard.server.registry import run_key  # noqa: E402
 from runs_page_tti import analyze_wall_s, runs_page_round  # noqa: E402
 
 VERDICT = "#verdict"

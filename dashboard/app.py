@@ -2,11 +2,11 @@
 
 Offline and local by design: every asset is served by the app itself (no CDN, no external
 stylesheet), no chart has a button that sends it anywhere
-(:data:`~profkit.dashboard.components.GRAPH_CONFIG`), the server binds 127.0.0.1 unless told
-otherwise (:mod:`~profkit.dashboard.serving`: waitress, an optional token), debug is off, there is no
-upload component and request bodies are capped, callback requests the page would never
-send get a 4xx (:mod:`profkit.dashboard.guard`), and run data is reached only through
-opaque keys of the :class:`RunRegistry`.
+(:data:`~profkit.dashboard.ui.components.GRAPH_CONFIG`), the server binds 127.0.0.1 unless
+told otherwise (:mod:`~profkit.dashboard.server.serving`: waitress, an optional token), debug
+is off, there is no upload component and request bodies are capped, callback requests the
+page would never send get a 4xx (:mod:`profkit.dashboard.server.guard`), and run data is
+reached only through opaque keys of the :class:`RunRegistry`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from pathlib import Path
 
 import dash
 from dash import Dash, dcc, html
-from profkit.dashboard import components, guard, ids
-from profkit.dashboard.registry import RunRegistry
-from profkit.dashboard.results import ResultCache
+from profkit.dashboard import colors, ids
+from profkit.dashboard.server import guard
+from profkit.dashboard.server.registry import RunRegistry
+from profkit.dashboard.server.results import ResultCache
+from profkit.dashboard.ui import components
 
 log = logging.getLogger(__name__)
 ASSETS = Path(__file__).parent / "assets"
@@ -39,22 +41,11 @@ def default_roots() -> list[Path]:
     return [REPO_SAMPLES] if REPO_SAMPLES.is_dir() else []
 
 
-def _pages():
-    # Flat modules (not a subpackage): pyproject lists profkit.dashboard as one package.
-    from profkit.dashboard import (
-        page_comms,
-        page_compare,
-        page_counters,
-        page_kernels,
-        page_not_found,
-        page_overview,
-        page_runs,
-        page_tables,
-        page_timeline,
-    )
-
-    return (page_runs, page_overview, page_timeline, page_kernels, page_comms, page_counters,
-            page_tables, page_compare, page_not_found)
+def with_part_colors(index: str) -> str:
+    """Dash's page template with the step parts' CSS variables (:func:`colors.part_css`)
+    declared after the stylesheets, so that a part added to the parts table has its
+    ``--<key>`` with no edit of style.css."""
+    return index.replace("{%css%}", "{%css%}\n        <style>" + colors.part_css() + "</style>", 1)
 
 
 def _import_analysis_code() -> None:
@@ -92,11 +83,14 @@ def create_app(runs: list[Path], roots: list[Path], results: ResultCache | None 
     # parsed with the other bundles, while the server draws the page, not after it (the
     # chunks no page uses are left to load on demand first)
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
+    app.index_string = with_part_colors(app.index_string)
     guard.install(app)
     _import_analysis_code()
     results = results or ResultCache(RunRegistry(runs, roots), background=background)
-    for page in _pages():
-        page.register(app, results)
+    # the pages (plotly's figures with them) load with an app, not with this module
+    from profkit.dashboard import pages
+
+    pages.register(app, results)
     app.layout = html.Div(className="app", children=[
         dcc.Location(id=ids.URL, refresh="callback-nav"),
         components.header(),
@@ -116,7 +110,7 @@ def warm_up(app: Dash, runs: list[Path]) -> None:
 
 
 def _first_figure() -> None:
-    from profkit.dashboard import figures
+    from profkit.dashboard.figures import charts as figures
 
     figures.empty_figure("warming up").to_plotly_json()
 

@@ -5,8 +5,8 @@ Between the top-level packages::
 
     cli -> dashboard -> analyzers -> core <- collectors
 
-Inside core (``profkit/``) and inside the analyzers, each layer below may import only its own
-layer and the layers before it in the list.
+Inside core (``profkit/``), the analyzers and the dashboard, each layer below may import only
+its own layer and the layers before it in the list.
 """
 
 import ast
@@ -38,11 +38,15 @@ INNER = {
     "profkit": ["*base*", "classify", "nccl", "trace", "run", "timeline", "cli"],
     "profkit.analyzers": ["*base*", "measure", "findings", "*pipeline*", "compare", "report",
                           "api"],
+    # charts and page blocks know nothing of requests or runs on disk; the server side knows
+    # nothing of how a page looks; the pages put the two together
+    "profkit.dashboard": ["*base*", "figures", "ui", "timeline", "server", "pages", "app"],
 }
 # Top-level modules of a package that are not its base layer.
 NAMED = {"profkit": {"__main__": "cli"},
          "profkit.analyzers": {"analyze": "*pipeline*", "summaries": "*pipeline*",
-                               "executor": "*pipeline*", "api": "api"}}
+                               "executor": "*pipeline*", "api": "api"},
+         "profkit.dashboard": {"app": "app"}}
 # Lazy imports (inside a function) allowed against the inner order: a notebook's display of
 # an Analysis or a Diff draws it with the report's HTML.
 INNER_LAZY_EXEMPT = {("profkit.analyzers.analyze", "profkit.analyzers.report.html"),
@@ -136,15 +140,20 @@ def test_dependency_direction(layer):
     assert violations(layer) == []
 
 
+# Where each package of INNER lies in the checkout (package-dir of pyproject.toml).
+FOLDERS = {"profkit": "profkit", "profkit.analyzers": "analyzers",
+           "profkit.dashboard": "dashboard"}
+
+
 @pytest.mark.parametrize("package", sorted(INNER))
 def test_sub_package_direction(package):
-    root = REPO / ("analyzers" if package == "profkit.analyzers" else "profkit")
+    root = REPO / FOLDERS[package]
     assert inner_violations(package, sorted(root.rglob("*.py"))) == []
 
 
 def test_every_sub_package_says_what_it_owns():
-    for init in [*(REPO / "profkit").glob("*/__init__.py"),
-                 *(REPO / "analyzers").glob("*/__init__.py")]:
+    for init in [init for folder in FOLDERS.values()
+                 for init in (REPO / folder).glob("*/__init__.py")]:
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and len(doc.split()) >= 8, f"{init.relative_to(REPO)}: no docstring"
 
@@ -178,6 +187,25 @@ def test_the_inner_check_can_fail(tmp_path, monkeypatch):
         "analyzers/compare/m.py (compare) imports profkit.analyzers.report.render (report)",
         "analyzers/measure/m.py (measure) imports profkit.analyzers.findings (findings)",
         "analyzers/measure/m.py (measure) imports profkit.analyzers.findings.advice (findings)"]
+
+
+def test_the_dashboard_check_can_fail(tmp_path, monkeypatch):
+    for sub, text in (("figures", "from profkit.dashboard.pages import frame\n"),
+                      ("ui", "from profkit.dashboard.server import results\n"),
+                      ("pages", "from profkit.dashboard import app\n")):
+        (tmp_path / "dashboard" / sub).mkdir(parents=True)
+        (tmp_path / "dashboard" / sub / "m.py").write_text(text)
+    (tmp_path / "dashboard" / "ids.py").write_text("from profkit.dashboard.ui import grids\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    files = sorted((tmp_path / "dashboard").rglob("*.py"))
+    assert inner_violations("profkit.dashboard", files) == [
+        "dashboard/figures/m.py (figures) imports profkit.dashboard.pages (pages)",
+        "dashboard/figures/m.py (figures) imports profkit.dashboard.pages.frame (pages)",
+        "dashboard/ids.py (*base*) imports profkit.dashboard.ui (ui)",
+        "dashboard/ids.py (*base*) imports profkit.dashboard.ui.grids (ui)",
+        "dashboard/pages/m.py (pages) imports profkit.dashboard.app (app)",
+        "dashboard/ui/m.py (ui) imports profkit.dashboard.server (server)",
+        "dashboard/ui/m.py (ui) imports profkit.dashboard.server.results (server)"]
 
 
 def test_the_lazy_exemption_is_lazy_only(tmp_path, monkeypatch):
@@ -225,3 +253,27 @@ def test_the_findings_check_can_fail(tmp_path):
     (tmp_path / "analyzers/findings/f.py").write_text("Finding(recommendation='fine here')\n")
     assert advice_outside_findings(tmp_path) == [
         "analyzers/measure/m.py:1 builds a Finding", "analyzers/measure/m.py:1 writes advice"]
+
+
+def listed_package_folders(root: Path = REPO) -> set[Path]:
+    """The folders of the packages that pyproject.toml lists for a (non-editable) build."""
+    from profkit.projectconf import toml_parser
+
+    tool = toml_parser().loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    where = tool["package-dir"]
+    folders = set()
+    for name in tool["packages"]:
+        mapped = max((p for p in where if name == p or name.startswith(p + ".")), key=len)
+        rest = name[len(mapped):].lstrip(".").split(".") if name != mapped else []
+        folders.add((root / where[mapped]).joinpath(*rest).resolve())
+    return folders
+
+
+def test_every_package_folder_is_built():
+    """A sub-package missing from pyproject's list works in a checkout (an editable install
+    finds it) but is left out of the wheel."""
+    listed = listed_package_folders()
+    missing = [str(init.parent.relative_to(REPO))
+               for d in ("profkit", "analyzers", "dashboard", "collectors")
+               for init in (REPO / d).rglob("__init__.py") if init.parent.resolve() not in listed]
+    assert missing == []

@@ -31,8 +31,8 @@ WORKER_PRELOAD = ("profkit.analyzers.executor", "profkit.analyzers.summaries",
 
 def cmd_dashboard(args) -> int:
     from profkit.children import start_workers_by
-    from profkit.dashboard.hosts import allowed_names
-    from profkit.dashboard.serving import new_token, serve
+    from profkit.dashboard.server.hosts import allowed_names
+    from profkit.dashboard.server.serving import new_token, serve
 
     paths = [Path(p) for p in args.runs] + list(args.root or [])
     missing = [str(p) for p in paths if not p.exists()]
@@ -52,8 +52,8 @@ def cmd_dashboard(args) -> int:
     start_workers_by("forkserver", WORKER_PRELOAD)
     results = None
     if args.runs:  # analyse the named runs from now on, while Dash loads
-        from profkit.dashboard.registry import RunRegistry
-        from profkit.dashboard.results import ResultCache
+        from profkit.dashboard.server.registry import RunRegistry
+        from profkit.dashboard.server.results import ResultCache
 
         results = ResultCache(RunRegistry([Path(p) for p in args.runs], list(args.root or [])),
                               background=args.background)

@@ -123,7 +123,7 @@ def test_one_median_step_for_a_run_everywhere():
     one median step (they once showed 66.26, 66.735 and 65.29 ms for one run)."""
     import numpy as np
     from profkit.analyzers.compare.diff import step_samples
-    from profkit.dashboard.components import median_step_text
+    from profkit.dashboard.ui.components import median_step_text
 
     a = analysed_whole(REPO / "samples" / "runs" / "profkit_fsdp")
     steps = a.table("step_breakdown")

@@ -154,7 +154,7 @@ def runs_server(bad_runs, missing_run, sidecar_run, tmp_path_factory):
     """``(base URL, {label: key})`` of a `profkit dashboard` for the Runs page tests: the
     runs the session server names (bad runs, a missing trace, bad sidecars) and a root of
     copies of :data:`RUNS_PAGE_SAMPLES`."""
-    from profkit.dashboard.registry import RunRegistry
+    from profkit.dashboard.server.registry import RunRegistry
 
     folder = tmp_path_factory.mktemp("runs-page")
     root = folder / "runs"

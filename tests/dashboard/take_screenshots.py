@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from profkit.dashboard.registry import run_key  # noqa: E402
+from profkit.dashboard.server.registry import run_key  # noqa: E402
 
 from tests.dashboard.conftest import CHROMIUM, CHROMIUM_ARGS, free_port, wait_for  # noqa: E402
 

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from profkit.analyzers.analyze import analyze
 from profkit.analyzers.report.render import to_json
-from profkit.dashboard import loading, runfacts
-from profkit.dashboard.timeline_data import origin_ns
+from profkit.dashboard.server import loading, runfacts
+from profkit.dashboard.timeline.data import origin_ns
 
 from profkit.run.loader import load_run
 from tests.dashboard.conftest import REPO, STRAGGLER, bad_sidecars

@@ -4,10 +4,10 @@ page's first rows first, whatever was queued before."""
 import threading
 import time
 
-from profkit.dashboard import loading
-from profkit.dashboard import results as R
-from profkit.dashboard.background import ANALYSING, QUEUED, Background
-from profkit.dashboard.registry import RunRegistry
+from profkit.dashboard.server import loading
+from profkit.dashboard.server import results as R
+from profkit.dashboard.server.background import ANALYSING, QUEUED, Background
+from profkit.dashboard.server.registry import RunRegistry
 
 from tests.dashboard.test_results import SAMPLES, runs, wait_done  # noqa: F401 (fixture)
 

@@ -5,7 +5,7 @@ never a 500 (the page fixture fails on any console error). A run the loader cann
 all names the file at fault instead."""
 
 import pytest
-from profkit.dashboard.registry import run_key
+from profkit.dashboard.server.registry import run_key
 
 from profkit.errors import ProfkitError
 from profkit.run.loader import load_run

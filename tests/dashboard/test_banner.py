@@ -5,7 +5,8 @@ and analyses; a made-up run record only for the failed-status wording."""
 import shutil
 
 import pytest
-from profkit.dashboard import banner, loading
+from profkit.dashboard.server import loading
+from profkit.dashboard.ui import banner
 
 from tests.dashboard.conftest import (
     BAD_CHUNK,

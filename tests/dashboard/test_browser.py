@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 from profkit.dashboard.app import default_roots
-from profkit.dashboard.registry import RunRegistry, run_key
+from profkit.dashboard.server.registry import RunRegistry, run_key
 
 from tests.dashboard.conftest import BAD_RUNS
 

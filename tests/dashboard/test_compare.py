@@ -1,8 +1,8 @@
 """The Compare page without a browser: what the diff measured of how alike two runs are,
 in words, and the tables that moved as grids."""
 
-from profkit.dashboard import grids as G
-from profkit.dashboard import page_compare as P
+from profkit.dashboard.pages import compare as P
+from profkit.dashboard.ui import grids as G
 
 
 def test_likeness_says_what_the_diff_measured():

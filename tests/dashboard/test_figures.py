@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 from profkit.analyzers.measure.breakdown import PARTS
-from profkit.dashboard import figures as F
+from profkit.dashboard.figures import charts as F
 
 
 def rank_table(fracs=None):

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from profkit.analyzers.measure.roofline import ROOFLINE_COLUMNS
-from profkit.dashboard.figures_roofline import BOUND_COLORS, roofline_figure
+from profkit.dashboard.figures.roofline import BOUND_COLORS, roofline_figure
 
 
 def row(kernel, bound, ms, tflops, gbps, peak_tflops=66.9, flops=None):

@@ -2,8 +2,8 @@
 lets through what the renderer sends and refuses what it never sends."""
 
 import pytest
-from profkit.dashboard import guard
 from profkit.dashboard.app import create_app
+from profkit.dashboard.server import guard
 
 
 @pytest.fixture(scope="module")

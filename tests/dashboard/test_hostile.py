@@ -7,7 +7,7 @@ import json
 
 import pytest
 from profkit.dashboard.app import default_roots
-from profkit.dashboard.registry import RunRegistry
+from profkit.dashboard.server.registry import RunRegistry
 
 KEYS = {e.label: e.key for e in RunRegistry([], default_roots()).entries()}
 STOCK = KEYS.get("stock_ddp")

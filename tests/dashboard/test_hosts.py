@@ -13,8 +13,8 @@ import subprocess
 import sys
 
 import pytest
-from profkit.dashboard.hosts import AllowedHosts, allowed_names, split_host
-from profkit.dashboard.registry import RunRegistry
+from profkit.dashboard.server.hosts import AllowedHosts, allowed_names, split_host
+from profkit.dashboard.server.registry import RunRegistry
 
 from profkit import cli
 from tests.dashboard.conftest import REPO, free_port, wait_for

@@ -4,16 +4,14 @@ every page of its run; a run that cannot be read at all names the file at fault.
 import json
 
 from profkit.analyzers.analyze import analyze
-from profkit.dashboard import (
-    loading,
-    page_comms,
-    page_counters,
-    page_kernels,
-    page_overview,
-    page_timeline,
-)
-from profkit.dashboard.registry import RunRegistry
-from profkit.dashboard.results import ResultCache
+from profkit.dashboard.pages import comms as page_comms
+from profkit.dashboard.pages import counters as page_counters
+from profkit.dashboard.pages import kernels as page_kernels
+from profkit.dashboard.pages import overview as page_overview
+from profkit.dashboard.pages import timeline as page_timeline
+from profkit.dashboard.server import loading
+from profkit.dashboard.server.registry import RunRegistry
+from profkit.dashboard.server.results import ResultCache
 
 from profkit.run.loader import load_run
 from tests.dashboard.conftest import BAD_TRACE, STRAGGLER, spoiled_copy

@@ -9,7 +9,7 @@ from csv import reader
 
 import pytest
 from profkit.dashboard.app import default_roots
-from profkit.dashboard.registry import RunRegistry, run_key
+from profkit.dashboard.server.registry import RunRegistry, run_key
 
 from tests.dashboard.conftest import BAD_CHUNK, BAD_STATUS, BAD_TRACE
 

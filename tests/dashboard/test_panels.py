@@ -2,10 +2,11 @@
 the others of its page still render."""
 
 from dash import dcc, html
-from profkit.dashboard import components as C
-from profkit.dashboard import figures, page_overview
-from profkit.dashboard.registry import RunRegistry
-from profkit.dashboard.results import ResultCache
+from profkit.dashboard.figures import charts as figures
+from profkit.dashboard.pages import frame
+from profkit.dashboard.pages import overview as page_overview
+from profkit.dashboard.server.registry import RunRegistry
+from profkit.dashboard.server.results import ResultCache
 
 from tests.dashboard.conftest import STRAGGLER
 from tests.dashboard.test_loading import text_of
@@ -28,7 +29,7 @@ def test_a_failing_panel_names_its_cause_and_the_others_render(monkeypatch):
 
 
 def test_a_panel_whose_value_json_cannot_carry_fails_in_its_panel():
-    ok = C.panel("fine", lambda: html.P("drawn"))
-    too_big = C.panel("big", lambda: dcc.Store(id="s", data=10**30))  # beyond int64
+    ok = frame.panel("fine", lambda: html.P("drawn"))
+    too_big = frame.panel("big", lambda: dcc.Store(id="s", data=10**30))  # beyond int64
     assert text_of(ok) == "drawn"
     assert "panel-error" in too_big.className and "could not be drawn" in text_of(too_big)

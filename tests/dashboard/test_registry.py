@@ -2,8 +2,8 @@
 
 import os
 
-from profkit.dashboard.registry import RunRegistry, is_run_folder, run_key
-from profkit.dashboard.results import ResultCache, UnknownRun
+from profkit.dashboard.server.registry import RunRegistry, is_run_folder, run_key
+from profkit.dashboard.server.results import ResultCache, UnknownRun
 
 from tests.factories import trace_doc, write_trace
 
@@ -77,7 +77,7 @@ def test_lru_drops_the_oldest(tmp_path):
 
 
 def test_runs_page_rescans_its_roots_on_every_load(tmp_path):
-    from profkit.dashboard import page_runs
+    from profkit.dashboard.pages import runs as page_runs
 
     make_run(tmp_path / "a")
     results = ResultCache(RunRegistry([], [tmp_path]))

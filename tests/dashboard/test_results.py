@@ -8,9 +8,10 @@ import shutil
 import time
 
 import pytest
-from profkit.dashboard import loading, page_runs
-from profkit.dashboard import results as R
-from profkit.dashboard.registry import RunRegistry
+from profkit.dashboard.pages import runs as page_runs
+from profkit.dashboard.server import loading
+from profkit.dashboard.server import results as R
+from profkit.dashboard.server.registry import RunRegistry
 
 from tests.dashboard.conftest import REPO
 

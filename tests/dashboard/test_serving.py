@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from profkit.dashboard import serving
+from profkit.dashboard.server import serving
 
 from profkit import cli
 from tests.dashboard.conftest import REPO, free_port
@@ -81,10 +81,10 @@ def test_an_empty_token_is_refused():
 
 def test_the_access_log_logs_at_info_only(caplog):
     app = serving.AccessLog(hello)
-    with caplog.at_level(logging.WARNING, logger="profkit.dashboard.serving"):
+    with caplog.at_level(logging.WARNING, logger="profkit.dashboard.server.serving"):
         call(app, "/quiet")
     assert "/quiet" not in caplog.text
-    with caplog.at_level(logging.INFO, logger="profkit.dashboard.serving"):
+    with caplog.at_level(logging.INFO, logger="profkit.dashboard.server.serving"):
         call(app, "/loud")
     assert "GET /loud 200 OK" in caplog.text
 

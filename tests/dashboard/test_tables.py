@@ -8,9 +8,9 @@ import dash_ag_grid as dag
 import pandas as pd
 import pytest
 from profkit.analyzers.analyze import analyze
-from profkit.dashboard import components as C
-from profkit.dashboard import grids as G
-from profkit.dashboard import tables as T
+from profkit.dashboard.ui import components as C
+from profkit.dashboard.ui import grids as G
+from profkit.dashboard.ui import tables as T
 
 from profkit.run import loader
 from tests.dashboard.conftest import REPO
@@ -109,7 +109,7 @@ def test_every_column_the_specs_name_is_in_a_real_analysis(run):
 
 def test_a_tiny_p_value_is_not_shown_as_zero():
     """The stragglers table's p value of 8.4e-09 once read 0 in the grid."""
-    from profkit.dashboard.grids import _cell
+    from profkit.dashboard.ui.grids import _cell
 
     assert _cell(8.4e-09) == 8.4e-09
     assert _cell(0.0123456) == 0.012 and _cell(1234.56789) == 1234.568 and _cell(0.0) == 0.0

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from profkit.analyzers.measure.steps import step_windows
 from profkit.dashboard.app import default_roots
-from profkit.dashboard.figures import PART_COLORS
-from profkit.dashboard.registry import RunRegistry
+from profkit.dashboard.colors import PART_COLORS
+from profkit.dashboard.server.registry import RunRegistry
 
 from profkit.run.loader import load_run
 from tests.dashboard.conftest import STRAGGLER
@@ -207,7 +207,7 @@ def test_launch_bound_idle_time_is_coloured_cpu_launch(page):
 
 def test_a_finding_opens_the_timeline_at_its_window(page):
     from profkit.analyzers.report.render import sorted_findings
-    from profkit.dashboard import timeline_links as TL
+    from profkit.dashboard.timeline import links as TL
 
     import profkit
 

@@ -3,8 +3,8 @@ no rank, no GPU, AMD, CUDA graphs) is drawn without a crash, over the whole run 
 
 import pytest
 from profkit.analyzers.analyze import analyze
-from profkit.dashboard import page_timeline as PT
-from profkit.dashboard import timeline_links as TL
+from profkit.dashboard.pages import timeline as PT
+from profkit.dashboard.timeline import links as TL
 
 from profkit.run.loader import load_run
 from tests.test_corpus import FILES

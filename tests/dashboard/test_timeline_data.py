@@ -5,8 +5,8 @@ bin (covered time over bin length), the events/bins switch, compact rows, counte
 import numpy as np
 import pandas as pd
 import pytest
-from profkit.dashboard import timeline_data as TD
-from profkit.dashboard import timeline_view as TV
+from profkit.dashboard.timeline import data as TD
+from profkit.dashboard.timeline import view as TV
 
 from profkit.run.loader import load_run
 from tests.dashboard import timeline_hand

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from profkit.dashboard import figures_timeline as FT
-from profkit.dashboard.figures import CLASS_COLORS, PART_COLORS
-from profkit.dashboard.timeline_view import TimelineView
+from profkit.dashboard.colors import CLASS_COLORS, PART_COLORS
+from profkit.dashboard.figures import timeline as FT
+from profkit.dashboard.timeline.view import TimelineView
 
 LANES = ["rank 1 · GPU stream 7", "rank 1 · GPU idle cause", "rank 0 · GPU stream 7",
          "rank 0 · GPU idle cause"]

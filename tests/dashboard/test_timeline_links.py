@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from profkit.analyzers.analyze import Analysis
 from profkit.analyzers.result import Finding
-from profkit.dashboard import timeline_links as TL
+from profkit.dashboard.timeline import links as TL
 
 from tests.dashboard import timeline_hand
 from tests.dashboard.conftest import STRAGGLER
@@ -147,8 +147,8 @@ def test_links_of_the_window_largest_skews_first_and_never_one_rank_alone():
 
 
 def test_link_table_of_a_real_run_matches_each_ranks_collective_records():
-    from profkit.dashboard import loading
-    from profkit.dashboard.timeline_data import origin_ns
+    from profkit.dashboard.server import loading
+    from profkit.dashboard.timeline.data import origin_ns
 
     run, a = loading.load(STRAGGLER)
     table = TL.link_table(a, run, origin_ns(run))

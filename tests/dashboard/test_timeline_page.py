@@ -2,9 +2,9 @@
 what the NVML note says about the samples in it, and what a click on an event shows."""
 
 import pandas as pd
-from profkit.dashboard import page_timeline as PT
-from profkit.dashboard import timeline_event as TE
-from profkit.dashboard.timeline_view import TimelineView
+from profkit.dashboard.pages import timeline as PT
+from profkit.dashboard.timeline import event as TE
+from profkit.dashboard.timeline.view import TimelineView
 
 import profkit
 from tests.dashboard import timeline_hand

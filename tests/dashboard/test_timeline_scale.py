@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from profkit.dashboard import figures_timeline as FT
-from profkit.dashboard import timeline_data as TD
-from profkit.dashboard import timeline_view as TV
+from profkit.dashboard.figures import timeline as FT
+from profkit.dashboard.timeline import data as TD
+from profkit.dashboard.timeline import view as TV
 
 from profkit import schema as S
 from profkit.run.loader import load_run

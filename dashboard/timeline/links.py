@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.breakdown import PARTS
 from profkit.analyzers.report.render import sorted_findings
-from profkit.dashboard.components import run_href
-from profkit.dashboard.timeline_data import GPU, origin_ns, rank_windows, row_name
+from profkit.dashboard.timeline.data import GPU, origin_ns, rank_windows, row_name
+from profkit.dashboard.ui.components import run_href
 
 RANK_CAP = 8  # ranks shown by default (the straggler and its peer first)
 PAD = 0.05  # a finding's window is widened by this share of its length on each side

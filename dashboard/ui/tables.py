@@ -2,7 +2,7 @@
 scaled to it (``median queue delay (us)`` rather than ``delay_median_ns``), kernel names
 shortened (:func:`~profkit.classify.names.short_kernel_names`) with the full name kept for
 hover, parts by their display names. Numbers stay numbers, so a table sorts and filters
-by value (:mod:`~profkit.dashboard.grids`: equal to, greater than, ... from a column's
+by value (:mod:`~profkit.dashboard.ui.grids`: equal to, greater than, ... from a column's
 filter menu).
 
 :data:`TABLES` lists every table a finding may point at, in the order the Tables page shows
@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.analyze import part_name
 from profkit.analyzers.measure.fusion import SEQUENCE_SEP
+from profkit.analyzers.parts import PART_TABLE
 
 from profkit.classify.names import short_kernel_name, short_kernel_names
 
@@ -159,15 +160,13 @@ TABLES: tuple[TableSpec, ...] = (
 )
 BY_NAME = {t.name: t for t in TABLES}
 
-# finding category -> the table its evidence comes from
-CITED = {
-    "mfu": "efficiency", "precision": "efficiency", "compute": "compute_subclasses",
-    "communication": "collectives", "collectives": "collectives", "straggler": "stragglers",
-    "launch": "launches", "runtime_calls": "launches", "cpu_launch": "launches", "host_work": "launches",
-    "fusion": "fusion_candidates", "throttling": "nvml", "memory": "nvml",
-    "memcpy": "transfers", "idle_code": "idle_code", "data_loading": "idle_code",
-    "host_sync": "idle_code", "idle_other": "stream_breakdown", "memory_bound": "roofline",
-}
+# finding category -> the table its evidence comes from: a part's from the parts table, the
+# others' here
+CITED = {**{p.key: p.cited for p in PART_TABLE if p.cited},
+         "mfu": "efficiency", "precision": "efficiency", "collectives": "collectives",
+         "straggler": "stragglers", "launch": "launches", "runtime_calls": "launches",
+         "fusion": "fusion_candidates", "throttling": "nvml", "memory": "nvml",
+         "idle_code": "idle_code", "memory_bound": "roofline"}
 
 
 def cited_table(category: str) -> TableSpec | None:

@@ -4,7 +4,7 @@ about it; for a bin of a zoomed-out window, its busy fraction; for a collective'
 collective.
 
 A click sends back what the bar carries: (rank, layer, row in that rank's layer table,
-:func:`profkit.dashboard.timeline_view.events_in_window`). Those come from the browser, so
+:func:`profkit.dashboard.timeline.view.events_in_window`). Those come from the browser, so
 each is checked against the run before anything is looked up.
 """
 
@@ -15,8 +15,8 @@ import re
 import pandas as pd
 from dash import html
 from profkit.analyzers.analyze import part_name
-from profkit.dashboard.components import kv_list
-from profkit.dashboard.timeline_data import CAUSE, CPU, GPU
+from profkit.dashboard.timeline.data import CAUSE, CPU, GPU
+from profkit.dashboard.ui.components import kv_list
 
 from profkit import schema as S
 

@@ -65,7 +65,7 @@ def capture_date(meta: dict[str, Any], starts: dict[int, tuple[int, int]]) -> st
 def origin_ns(starts: dict[int, tuple[int, int]]) -> int:
     """The charts' time 0: the start of the earliest step of any rank (its CPU range or
     its GPU work, whichever began first), else the earliest event
-    (:func:`profkit.dashboard.timeline_data.origin_ns` of the run with its events)."""
+    (:func:`profkit.dashboard.timeline.data.origin_ns` of the run with its events)."""
     stepped = [s[1] for s in starts.values() if s[0] is not None]
     if stepped:
         return min(stepped)

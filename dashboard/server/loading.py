@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from profkit.analyzers.analyze import Analysis
-from profkit.dashboard import runfacts
+from profkit.dashboard.server import runfacts
 
 from profkit import datacodec
 from profkit.errors import ProfkitError
@@ -36,7 +36,7 @@ MAX_CAUSE_CHARS = 300
 @dataclasses.dataclass
 class Shown:
     """A run as the pages show it without its events: its analysis, the facts of the Runs
-    table (:func:`profkit.dashboard.runfacts.facts`) and the ranks set aside because their
+    table (:func:`profkit.dashboard.server.runfacts.facts`) and the ranks set aside because their
     analysis in this process failed (rank -> the skipped-file reason; :func:`load`)."""
 
     analysis: Analysis
@@ -103,7 +103,7 @@ def show(path: Path) -> Shown | RunReadError:
     ``profkit analyze`` makes it (:func:`~profkit.analyzers.executor.analyze_run`: each
     rank summarised in a pool of processes, its ingest cache written for the pages that
     read the events later; a rank it cannot read or summarise is a skipped file with the
-    cause) and the Runs table's facts (:mod:`~profkit.dashboard.runfacts`). When the
+    cause) and the Runs table's facts (:mod:`~profkit.dashboard.server.runfacts`). When the
     analysis itself fails, the run is read whole and each rank analysed alone
     (:func:`load`), so that one bad rank costs that rank only."""
     from profkit.analyzers.executor import analyze_run

@@ -2,7 +2,7 @@
 keyed by run key and the fingerprint of the run's files (so a changed run is re-read, an
 unchanged one never). The browser holds only keys and selections.
 
-What a run's pages show without its events (:class:`~profkit.dashboard.loading.Shown`: the
+What a run's pages show without its events (:class:`~profkit.dashboard.server.loading.Shown`: the
 analysis, made as ``profkit analyze`` makes it, and the Runs table's facts) is also kept on disk with the run's result cache
 (:func:`profkit.run.cache.store_result`, data only, never pickle), under the fingerprint of the
 run's files and of profkit's code: a restarted dashboard shows an unchanged run without
@@ -11,7 +11,7 @@ the pages that draw them, when they are first asked for, and only a few runs' ev
 held at once: they are the large part.
 
 The Runs page asks for every run at once: :meth:`ResultCache.prefetch` analyses them in the
-background (:mod:`~profkit.dashboard.background`) in the order the page shows them, the first
+background (:mod:`~profkit.dashboard.server.background`) in the order the page shows them, the first
 rows first, one at a time (:data:`BACKGROUND_THREADS`; a large run's traces are summarised in
 processes of their own), and the page shows each one as it finishes.
 """
@@ -27,9 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from profkit.dashboard import loading
-from profkit.dashboard.background import ANALYSING, QUEUED, Background  # noqa: F401 (states)
-from profkit.dashboard.registry import RunEntry, RunRegistry
+from profkit.dashboard.server import loading
+from profkit.dashboard.server.background import ANALYSING, QUEUED, Background  # noqa: F401 (states)
+from profkit.dashboard.server.registry import RunEntry, RunRegistry
 
 from profkit.errors import ProfkitError
 from profkit.run import cache, discover
@@ -157,8 +157,9 @@ class ResultCache:
     # --- what a run's pages show -------------------------------------------------------
     def shown(self, key: str) -> loading.Shown:
         """The analysis and facts of the run under ``key``: from memory, else from the disk
-        cache, else read and analysed. Raises :class:`~profkit.dashboard.loading.RunReadError`
-        when nothing of it can be shown."""
+        cache, else read and analysed. Raises
+        :class:`~profkit.dashboard.server.loading.RunReadError` when nothing of it can be
+        shown."""
         entry = self.entry(key)
         fp = self.fingerprint(key)
         value = self._items.get_or_compute(("shown", key, fp), lambda: self._show(entry, fp))
@@ -196,10 +197,11 @@ class ResultCache:
             return None
 
     def peek_summary(self, key: str):
-        """What the Runs table shows of the run (a :class:`~profkit.dashboard.loading.Summary`)
-        if it was analysed for its current files, its RunReadError if it failed, None while
-        it is not known yet. Kept for every run, so that more runs than the memory holds
-        analyses of still fill the table once each."""
+        """What the Runs table shows of the run (a
+        :class:`~profkit.dashboard.server.loading.Summary`) if it was analysed for its
+        current files, its RunReadError if it failed, None while it is not known yet. Kept
+        for every run, so that more runs than the memory holds analyses of still fill the
+        table once each."""
         try:
             fp = self.fingerprint(key)
         except (UnknownRun, OSError):

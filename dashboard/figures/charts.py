@@ -13,21 +13,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from profkit.analyzers.analyze import part_name
 from profkit.analyzers.measure.breakdown import PARTS
+from profkit.dashboard.colors import CLASS_COLORS, PART_COLORS, STRAGGLER_COLOR
 
 from profkit.classify.names import short_kernel_names
 
-# One colour per breakdown part / GPU class, everywhere in the app (and in style.css).
-PART_COLORS = {
-    "compute": "#2563eb", "communication": "#f59e0b", "memcpy": "#10b981",
-    "cpu_launch": "#8b5cf6", "host_work": "#be185d", "data_loading": "#a16207",
-    "host_sync": "#dc2626",
-    "idle_other": "#9ca3af",
-}
-CLASS_COLORS = {**PART_COLORS, "memset": "#db2777"}  # far from memcpy's green
-CPU_KIND_COLORS = {"cpu_op": "#64748b", "runtime": "#8b5cf6", "driver": "#a78bfa",
-                   "annotation": "#cbd5e1", "python": "#94a3b8", "sync": "#dc2626",
-                   "other": "#e2e8f0", "gpu_annotation": "#cbd5e1"}
-STRAGGLER_COLOR = "#dc2626"
 LABEL_SHARE = 0.05  # a step narrower than this share of the axis is labelled with the others
 LEFT_OUT, LEFT_OUT_COLOR = "left out of the verdict", "#b45309"  # steps the verdict skips
 FONT = dict(family="Inter, system-ui, -apple-system, Segoe UI, sans-serif", size=12,

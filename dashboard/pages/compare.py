@@ -16,9 +16,10 @@ from urllib.parse import urlencode
 import dash
 import pandas as pd
 from dash import Input, Output, dcc, html
-from profkit.dashboard import components as C
-from profkit.dashboard import figures as F
 from profkit.dashboard import ids
+from profkit.dashboard.figures import charts as F
+from profkit.dashboard.pages import frame
+from profkit.dashboard.ui import components as C
 
 from profkit.classify.names import short_kernel_names
 
@@ -48,7 +49,7 @@ def diff_view(results, base: str | None, new: str | None) -> tuple:
     in place of the verdict when a run cannot be read or compared."""
     if results.registry.get(base) is None or results.registry.get(new) is None:
         return html.P(PICK, className="muted"), F.empty_figure("pick two runs"), [], []
-    return C.attempt("the diff", lambda: _diff_parts(results.diff(base, new)),
+    return frame.attempt("the diff", lambda: _diff_parts(results.diff(base, new)),
                      lambda why: (html.Pre(why, className="error"), F.empty_figure("no diff"),
                                   [], []))
 
@@ -135,7 +136,7 @@ def layout(results, base: str | None = None, new: str | None = None) -> html.Div
 
 def register(app, results) -> None:
     dash.register_page(__name__, path="/compare", name="Compare", title="profkit: compare",
-                       order=6, layout=lambda base=None, new=None, **_q: layout(results, base, new))
+                       layout=lambda base=None, new=None, **_q: layout(results, base, new))
 
     @app.callback(Output(ids.URL, "search"), Input(ids.CMP_BASE, "value"),
                   Input(ids.CMP_NEW, "value"), prevent_initial_call=True)

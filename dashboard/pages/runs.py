@@ -4,7 +4,7 @@ its world are missing), the files skipped and ranks numbered by guess while read
 
 The root folders are rescanned on every load of this page, so new runs appear without a
 restart. The page is drawn at once; the runs not analysed yet are analysed in the background
-(:meth:`~profkit.dashboard.results.ResultCache.prefetch`) in the order of the rows, from the
+(:meth:`~profkit.dashboard.server.results.ResultCache.prefetch`) in the order of the rows, from the
 moment the browser asks for the page (:func:`start_early`), and each row fills in as its run
 is done, with a count of how many are.
 """
@@ -18,9 +18,12 @@ from typing import NamedTuple
 import dash
 import flask
 from dash import Input, Output, dcc, html
-from profkit.dashboard import banner, ids, loading
-from profkit.dashboard import components as C
-from profkit.dashboard import results as R
+from profkit.dashboard import ids
+from profkit.dashboard.pages import frame
+from profkit.dashboard.server import loading
+from profkit.dashboard.server import results as R
+from profkit.dashboard.ui import banner
+from profkit.dashboard.ui import components as C
 
 log = logging.getLogger(__name__)
 COLUMNS = ("run", "status", "verdict", "ranks", "GPUs", "date (UTC)", "median step", "")
@@ -30,7 +33,8 @@ UNASKED = "not analysed yet: open it"  # a row nobody asked for (dashboard --no-
 
 
 def _done_cells(entry, a) -> list:
-    """The cells of an analysed run (``a``: its :class:`~profkit.dashboard.loading.Summary`)."""
+    """The cells of an analysed run (``a``: its
+    :class:`~profkit.dashboard.server.loading.Summary`)."""
     facts = a.facts
     status = banner.status_text(a.run)
     pill = html.Span(status, className=f"badge badge-status badge-{status}",
@@ -53,7 +57,7 @@ def _row(results, entry) -> tuple[html.Tr, str]:
     """One run's row as far as it is known now, and the run's state."""
     value, state = results.summary_state(entry.key)
     if isinstance(value, loading.Summary):
-        cells = C.attempt(f"the row of {entry.label}", lambda: _done_cells(entry, value),
+        cells = frame.attempt(f"the row of {entry.label}", lambda: _done_cells(entry, value),
                           lambda why: _other_cells(html.Span(f"unreadable: {why}", className="error")))
     elif isinstance(value, loading.RunReadError):
         cells = _other_cells(html.Span(f"unreadable: {value}", className="error"))
@@ -134,7 +138,7 @@ def start_early(results) -> None:
 
 
 def register(app, results) -> None:
-    dash.register_page(__name__, path="/", name="Runs", title="profkit: runs", order=0,
+    dash.register_page(__name__, path="/", name="Runs", title="profkit: runs",
                        layout=lambda **_query: layout(results))
     app.server.before_request(lambda: start_early(results))
 

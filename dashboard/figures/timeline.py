@@ -1,4 +1,4 @@
-"""The timeline figure, a pure function of a :class:`~profkit.dashboard.timeline_view.TimelineView`.
+"""The timeline figure, a pure function of a :class:`~profkit.dashboard.timeline.view.TimelineView`.
 
 Ranks are stacked on one time axis (ms after the run's origin), each with its GPU streams,
 its GPU-idle cause lane and, on demand, its CPU threads one row per nesting depth. Matched
@@ -15,13 +15,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-from profkit.dashboard.figures import (
-    CLASS_COLORS,
-    CPU_KIND_COLORS,
-    PART_COLORS,
-    STRAGGLER_COLOR,
-    base_layout,
-)
+from profkit.dashboard.colors import CLASS_COLORS, CPU_KIND_COLORS, PART_COLORS, STRAGGLER_COLOR
+from profkit.dashboard.figures.charts import base_layout
 
 GROUP_COLORS = {**CPU_KIND_COLORS, **CLASS_COLORS, **PART_COLORS}
 LANE_PX, COMPACT_LANE_PX, COUNTER_PX = 24, 11, 100
@@ -53,7 +48,7 @@ def positions(view) -> dict[str, int]:
 def add_events(fig: go.Figure, view, thickness: float = BAR_THICKNESS) -> None:
     """One horizontal bar per event from its start to its end, ``thickness`` lanes tall:
     hover and click work anywhere on a bar. Each bar carries (rank, layer, row) for the
-    click's details (:mod:`~profkit.dashboard.timeline_event`); the lane is on the axis,
+    click's details (:mod:`~profkit.dashboard.timeline.event`); the lane is on the axis,
     so the hover says what runs there (its text is most of a zoom's bytes)."""
     if view.events.empty:
         return

@@ -4,7 +4,7 @@ busy fraction per bin: the bin's covered time over its length (never a max or a 
 coloured by the group that covers most of it. Above ``COMPACT_ABOVE`` ranks each rank
 is one row per layer (GPU, idle cause, CPU), always binned; otherwise a CPU thread shows
 only the depth rows that the window has events on. Pure functions over
-:class:`~profkit.dashboard.timeline_data.RankLanes`; times in ms after the run's origin.
+:class:`~profkit.dashboard.timeline.data.RankLanes`; times in ms after the run's origin.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from profkit.dashboard.timeline_data import ALL, CAUSE, CPU, GPU, RankLanes
+from profkit.dashboard.timeline.data import ALL, CAUSE, CPU, GPU, RankLanes
 
 MAX_EVENTS = 4000  # above this many events in the window, draw busy-fraction bins instead
 N_BINS = 400
@@ -43,7 +43,7 @@ class TimelineView:
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)  # rank, step, start/end_ms, used, reason
     counters: pd.DataFrame = field(default_factory=pd.DataFrame)  # rank, metric, t_ms, value, inside
     periods_ms: dict = field(default_factory=dict)  # (rank, metric) -> median sample period
-    links: pd.DataFrame = field(default_factory=pd.DataFrame)  # see timeline_links.links_in_window
+    links: pd.DataFrame = field(default_factory=pd.DataFrame)  # see timeline.links.links_in_window
     n_links: int = 0  # matched collectives starting in the window (some may not be drawn)
 
 
@@ -96,7 +96,7 @@ def clamp_window(window: tuple[float, float] | None, full: tuple[float, float]
 
 def events_in_window(ranks: list[RankLanes], layers, x0: float, x1: float) -> pd.DataFrame:
     """The events of ``layers`` overlapping [x0, x1] ms, each with its rank, layer and
-    row in the rank's layer table (what a click on it sends back: :mod:`.timeline_event`)."""
+    row in the rank's layer table (what a click on it sends back: :mod:`.event`)."""
     parts = []
     for r in ranks:
         for layer in layers:

@@ -1,30 +1,22 @@
-"""Layout building blocks shared by the pages: header, run tabs, cards, badges, tables."""
+"""Layout building blocks shared by the pages: header, cards, badges, graphs, tables.
+
+The frame of a run's pages (its tab bar, banner and error boundaries) is
+:mod:`profkit.dashboard.pages.frame`.
+"""
 
 from __future__ import annotations
 
-import logging
 from urllib.parse import quote
 
-import dash
 import pandas as pd
 from dash import dcc, html
-from dash.exceptions import PreventUpdate
-from plotly.io.json import to_json_plotly
 from profkit.analyzers import units as U
 from profkit.analyzers.analyze import part_name
-from profkit.dashboard import banner, ids
-from profkit.dashboard import grids as G
-from profkit.dashboard import tables as T
-from profkit.dashboard.figures import CLASS_COLORS
-from profkit.dashboard.loading import describe
-from profkit.dashboard.results import UnknownRun
+from profkit.dashboard import ids
+from profkit.dashboard.colors import CLASS_COLORS
+from profkit.dashboard.ui import grids as G
+from profkit.dashboard.ui import tables as T
 
-from profkit.errors import ProfkitError
-
-log = logging.getLogger(__name__)
-
-RUN_TABS = (("", "Overview"), ("timeline", "Timeline"), ("kernels", "Kernels & ops"),
-            ("comms", "Communication"), ("counters", "Counters"), ("tables", "Tables"))
 # unit endings of the analyzers' keys (longest first), dropped from labels: values say them
 UNIT_SUFFIXES = ("_ns_per_step", "_ms_per_step", "_j_per_step", "_bytes", "_gbps", "_tflops",
                  "_frac", "_mhz", "_pct", "_ns", "_ms", "_us", "_w")
@@ -40,107 +32,12 @@ def run_href(key: str, tab: str = "") -> str:
     return f"/run/{quote(key)}" + (f"/{tab}" if tab else "")
 
 
-def register_run_page(module: str, results, layout, *, tab: str, name: str, title: str,
-                      order: int, query: tuple[str, ...] = ()) -> None:
-    """Register one of a run's tab pages at ``/run/<run_key>/<tab>`` (``tab`` "" is the
-    overview); ``layout(results, run_key, **chosen)`` builds it, ``chosen`` being the URL
-    query parameters named in ``query`` (as Dash passes them: a string, or a list when
-    repeated)."""
-    # Only the names asked for are passed on: the others are the user's (``?results=``).
-    dash.register_page(module, path_template="/run/<run_key>" + (f"/{tab}" if tab else ""),
-                       name=name, title=f"profkit: {title}", order=order,
-                       layout=lambda run_key="", **q: layout(
-                           results, run_key, **{k: q[k] for k in query if k in q}))
-
-
-def stored_run(results, store) -> str:
-    """The run key a page's ``RUN_STORE`` holds; stops the callback (PreventUpdate) when it
-    names no run the dashboard knows."""
-    key = store.get("run") if isinstance(store, dict) else None
-    if results.registry.get(key) is None:
-        raise PreventUpdate
-    return key
-
-
-def run_page(results, run_key, tab: str, body, *, needs_run: bool = True,
-             keep: bool = False) -> html.Div:
-    """One of a run's pages: its tabs, the banner saying what is missing from the run, then
-    ``body(run, analysis)``'s panels (``run`` None unless ``needs_run``: reading the events
-    is the slow part, and most pages draw from the analysis alone). "Not found" for a key
-    that names no run (never a file); the reason when nothing of the run can be shown.
-    ``keep``: the page depends on the run's files alone (no query, no time), so it is drawn
-    once and sent again as it is (:meth:`~profkit.dashboard.results.ResultCache.page`)."""
-    entry = results.registry.get(run_key)
-    if entry is None:
-        return not_found(run_key)
-    def draw():
-        return _draw(results, entry, tab, body, needs_run)
-
-    try:
-        return results.page(tab, entry.key, draw) if keep else draw()
-    except UnknownRun:  # gone in a rescan since
-        return not_found(run_key)
-    except (ProfkitError, OSError) as exc:
-        return html.Div([run_tabs(entry.key, entry.label, tab), error_card(str(exc))])
-
-
-def _draw(results, entry, tab: str, body, needs_run: bool) -> html.Div:
-    analysis = results.analysis(entry.key)
-    run = results.run(entry.key) if needs_run else None
-    panels = attempt("this page", lambda: body(run, analysis),
-                     lambda why: [error_card(f"this page could not be drawn: {why}")])
-    return html.Div([run_tabs(entry.key, entry.label, tab),
-                     panel("run banner", lambda: banner.run_banner(analysis.run)),
-                     *panels, dcc.Store(id=ids.RUN_STORE, data={"run": entry.key})])
-
-
-def attempt(what: str, build, fallback):
-    """``build()``, or ``fallback(cause)`` when it fails. A ProfkitError (a run that cannot
-    be read, logged where it was found) is passed on as its message; anything else is
-    logged as one line, the traceback only at debug level, since a malformed trace is not
-    a bug of the dashboard."""
-    try:
-        return build()
-    except PreventUpdate:
-        raise
-    except ProfkitError as exc:
-        return fallback(str(exc))
-    except Exception as exc:  # an error boundary: whatever it is, it costs this part only
-        why = describe(exc)
-        log.warning("%s could not be drawn: %s", what, why)
-        log.debug("%s could not be drawn", what, exc_info=True)
-        return fallback(why)
-
-
-def panel(what: str, build):
-    """``build()``'s component, or a short card saying ``what`` could not be drawn and why,
-    so that one failing panel leaves the others standing. The component is serialised here
-    as well: a value JSON cannot carry fails in its panel, not in the page's response."""
-    def checked():
-        component = build()
-        to_json_plotly(component)
-        return component
-
-    return attempt(what, checked, lambda why: html.Section(className="card panel-error", children=[
-        html.H2(what), html.P(f"could not be drawn: {why}", className="error")]))
-
-
 def header() -> html.Header:
     return html.Header(className="topbar", children=[
         dcc.Link([html.Span("▮", className="logo-mark"), "profkit"], href="/", className="brand"),
         html.Nav(id=ids.NAV, className="topnav", children=[
             dcc.Link("Runs", href="/"), dcc.Link("Compare", href="/compare")]),
         html.Span("GPU profiling & bottleneck analysis", className="tagline"),
-    ])
-
-
-def run_tabs(key: str, label: str, active: str) -> html.Div:
-    tabs = [dcc.Link(name, href=run_href(key, tab),
-                     className="tab active" if tab == active else "tab")
-            for tab, name in RUN_TABS]
-    return html.Div(className="runbar", children=[
-        html.Div([html.Span("run", className="muted"), html.H1(label)], className="runtitle"),
-        html.Div(tabs, className="tabs"),
     ])
 
 
@@ -188,13 +85,13 @@ def data_table(table_id: str, frame: pd.DataFrame, page_size: int = 12,
                full: dict[str, list[str]] | None = None, **kwargs) -> html.Div:
     """A sortable, filterable table of ``frame`` (numbers rounded, NaN as blanks) with a
     CSV export (made in the browser); ``full``: the full text of shortened columns, shown
-    on hover; ``kwargs``: :func:`profkit.dashboard.grids.grid`'s (headers, sort, deltas)."""
+    on hover; ``kwargs``: :func:`profkit.dashboard.ui.grids.grid`'s (headers, sort, deltas)."""
     return G.table(table_id, frame, page_size=page_size, full=full, **kwargs)
 
 
 def readable_table(table_id: str, spec, frame: pd.DataFrame, **kwargs) -> html.Div:
     """:func:`data_table` of an analysis table in display names and units
-    (:func:`profkit.dashboard.tables.readable`), full kernel names on hover."""
+    (:func:`profkit.dashboard.ui.tables.readable`), full kernel names on hover."""
     display, full = T.readable(spec, frame)
     return data_table(table_id, display, full=full, **kwargs)
 

@@ -7,9 +7,10 @@ links to its table here (``/run/<key>/tables#table-<name>``)."""
 from __future__ import annotations
 
 from dash import Input, Output, State, html
-from profkit.dashboard import components as C
 from profkit.dashboard import ids
-from profkit.dashboard import tables as T
+from profkit.dashboard.pages import frame
+from profkit.dashboard.ui import components as C
+from profkit.dashboard.ui import tables as T
 
 # After the page is drawn, bring the table a link's #fragment names into view (the browser
 # looked for it before the table existed), a few times over a second: the tables above it
@@ -30,9 +31,11 @@ function(_children, hash) {
 }
 """
 
+TAB = frame.RunTab("tables", "Tables", "tables")
+
 
 def layout(results, run_key: str = "") -> html.Div:
-    return C.run_page(results, run_key, "tables", lambda _run, a: body(a), needs_run=False,
+    return frame.run_page(results, run_key, TAB, lambda _run, a: body(a), needs_run=False,
                       keep=True)
 
 
@@ -42,14 +45,13 @@ def body(a) -> list:
     contents = C.card("Tables", html.Ul(className="toc", children=[
         html.Li(html.A(s.title, href=f"#{T.anchor(s.name)}")) for s in present]),
         html.P(f"Empty in this run: {', '.join(absent)}.", className="hint") if absent else None)
-    cards = [C.panel(s.title, lambda s=s: C.table_card(
+    cards = [frame.panel(s.title, lambda s=s: C.table_card(
         f"t-{s.name}", s, T.source(a, s), id=T.anchor(s.name))) for s in present]
     return [html.Div([contents, *cards], id=ids.TABLES_BODY),
             html.Div(id=ids.TABLES_SCROLLED, hidden=True)]
 
 
 def register(app, results) -> None:
-    C.register_run_page(__name__, results, layout, tab="tables", name="Tables",
-                        title="tables", order=7)
+    frame.register_run_page(__name__, results, layout, TAB)
     app.clientside_callback(SCROLL_JS, Output(ids.TABLES_SCROLLED, "children"),
                             Input(ids.TABLES_BODY, "children"), State(ids.URL, "hash"))

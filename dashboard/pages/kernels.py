@@ -8,14 +8,17 @@ import pandas as pd
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 from profkit.analyzers.analyze import part_name
-from profkit.dashboard import components as C
-from profkit.dashboard import figures as F
-from profkit.dashboard import figures_roofline as R
-from profkit.dashboard import grids as G
 from profkit.dashboard import ids
-from profkit.dashboard import tables as T
+from profkit.dashboard.figures import charts as F
+from profkit.dashboard.figures import roofline as R
+from profkit.dashboard.pages import frame
+from profkit.dashboard.ui import components as C
+from profkit.dashboard.ui import grids as G
+from profkit.dashboard.ui import tables as T
 
 ALL = "all"
+
+TAB = frame.RunTab("kernels", "Kernels & ops", "kernels")
 
 
 def of_class(kernels: pd.DataFrame, cls: str = ALL) -> pd.DataFrame:
@@ -23,7 +26,7 @@ def of_class(kernels: pd.DataFrame, cls: str = ALL) -> pd.DataFrame:
 
 
 def layout(results, run_key: str = "") -> html.Div:
-    return C.run_page(results, run_key, "kernels", lambda _run, a: body(a), needs_run=False,
+    return frame.run_page(results, run_key, TAB, lambda _run, a: body(a), needs_run=False,
                       keep=True)
 
 
@@ -43,26 +46,25 @@ def _kernels_card(a) -> html.Section:
 
 def body(a) -> list:
     return [
-        C.panel("Kernels", lambda: _kernels_card(a)),
-        C.panel("Roofline", lambda: C.card("Roofline", C.graph(
+        frame.panel("Kernels", lambda: _kernels_card(a)),
+        frame.panel("Roofline", lambda: C.card("Roofline", C.graph(
             ids.K_ROOFLINE, R.roofline_figure(a.table("roofline"))))),
-        C.panel("CPU ops", lambda: C.table_card(ids.K_OPS, T.OPS, a.table("top_ops"))),
-        C.panel("Launches", lambda: C.table_card(ids.K_LAUNCHES, T.BY_NAME["launches"],
+        frame.panel("CPU ops", lambda: C.table_card(ids.K_OPS, T.OPS, a.table("top_ops"))),
+        frame.panel("Launches", lambda: C.table_card(ids.K_LAUNCHES, T.BY_NAME["launches"],
                                                 a.table("launches"))),
-        C.panel("Short kernels", lambda: C.table_card(ids.K_SHORT, T.BY_NAME["short_kernels"],
+        frame.panel("Short kernels", lambda: C.table_card(ids.K_SHORT, T.BY_NAME["short_kernels"],
                                                      a.table("short_kernels"))),
     ]
 
 
 def register(app, results) -> None:
-    C.register_run_page(__name__, results, layout, tab="kernels", name="Kernels & ops",
-                        title="kernels", order=3)
+    frame.register_run_page(__name__, results, layout, TAB)
 
     @app.callback(Output(ids.K_CHART, "figure"), Output(ids.K_KERNELS, "rowData"),
                   Input(ids.K_CLASS, "value"), State(ids.RUN_STORE, "data"),
                   prevent_initial_call=True)
     def pick_class(cls, store):
-        key = C.stored_run(results, store)
+        key = frame.stored_run(results, store)
         kernels = results.analysis(key).table("top_kernels")
         if cls != ALL and cls not in classes_of(kernels):
             raise PreventUpdate

@@ -1,6 +1,6 @@
 """Serving the dashboard: on waitress, a production WSGI server (threads, no debugger, no
 per-request log lines unless asked for), only to requests for its own host names
-(:mod:`~profkit.dashboard.hosts`), optionally behind a token.
+(:mod:`~profkit.dashboard.server.hosts`), optionally behind a token.
 
 With a token every request must carry it: as ``?token=...`` (answered with a redirect to the
 same address without it, and a cookie that carries it from then on), as that cookie, or as
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
-from profkit.dashboard.hosts import AllowedHosts, HostGate
+from profkit.dashboard.server.hosts import AllowedHosts, HostGate
 
 log = logging.getLogger(__name__)
 TOKEN_PARAM = "token"
@@ -92,7 +92,7 @@ class AccessLog:
 
 def wsgi_app(app, port: int, token: str | None = None, allowed: AllowedHosts | None = None):
     """The Dash ``app``'s server with the access log, the host and origin check
-    (:mod:`~profkit.dashboard.hosts`; by default for a server bound to 127.0.0.1) and, given
+    (:mod:`~profkit.dashboard.server.hosts`; by default for a server bound to 127.0.0.1) and, given
     a token, the token gate. The access log is outermost (a refused request is logged too),
     then the host check: a request for another site's name gets nothing else."""
     wrapped = TokenGate(app.server, token, port) if token else app.server

@@ -13,19 +13,23 @@ from profkit.analyzers.analyze import part_name
 from profkit.analyzers.report.evidence import evidence_text
 from profkit.analyzers.report.render import sorted_findings
 from profkit.analyzers.report.render_text import saving_text
-from profkit.dashboard import banner, ids
-from profkit.dashboard import components as C
-from profkit.dashboard import figures as F
-from profkit.dashboard import tables as T
-from profkit.dashboard.timeline_links import finding_has_place, finding_link
+from profkit.dashboard import colors, ids
+from profkit.dashboard.figures import charts as F
+from profkit.dashboard.pages import frame
+from profkit.dashboard.timeline.links import finding_has_place, finding_link
+from profkit.dashboard.ui import banner
+from profkit.dashboard.ui import components as C
+from profkit.dashboard.ui import tables as T
 
 SHOWN_FINDINGS = 6  # the rest fold under "more findings"
 _RANK_RE = re.compile(r"rank (\d{1,9})")  # ranks of real jobs; int() of 5,000 digits raises
 
+TAB = frame.RunTab("", "Overview", "overview")
+
 
 def verdict_card(a) -> html.Section:
     v = a.verdict
-    chips = [html.Span([html.I(className="dot", style={"backgroundColor": F.PART_COLORS[p]}),
+    chips = [html.Span([html.I(className="dot", style={"backgroundColor": colors.PART_COLORS[p]}),
                         f"{part_name(p)} {frac:.0%}"], className="chip")
              for p, frac in sorted((v.get("fractions") or {}).items(), key=lambda x: -x[1])
              if frac >= 0.005]
@@ -106,10 +110,10 @@ def body(a, run_key: str) -> list:
     (:func:`charts`), so that the verdict is on screen without waiting for them."""
     return [
         html.Div(className="grid two", children=[
-            html.Div([C.panel("Verdict", lambda: verdict_card(a)),
-                      C.panel("Straggler", lambda: straggler_card(a)),
-                      C.panel("Run facts", lambda: facts_card(a))]),
-            C.panel("Evidence & recommendations", lambda: findings_card(a, run_key))]),
+            html.Div([frame.panel("Verdict", lambda: verdict_card(a)),
+                      frame.panel("Straggler", lambda: straggler_card(a)),
+                      frame.panel("Run facts", lambda: facts_card(a))]),
+            frame.panel("Evidence & recommendations", lambda: findings_card(a, run_key))]),
         html.Div(className="grid two", children=[
             C.card(None, _slot(ids.RANK_BARS_SLOT), C.legend(F.part_legend()),
                    html.P("Click a rank to see its steps.", className="hint")),
@@ -134,18 +138,18 @@ def charts(a) -> tuple:
     steps = a.table("step_breakdown")
     rank = default_rank(a)
     return (
-        C.panel("Step breakdown per rank", lambda: C.loading(C.graph(
+        frame.panel("Step breakdown per rank", lambda: C.loading(C.graph(
             ids.RANK_BARS, F.breakdown_bars(a.table("rank_breakdown"), stragglers, rank)))),
-        C.panel("Step time, rank x step", lambda: C.graph(ids.STEP_HEATMAP,
+        frame.panel("Step time, rank x step", lambda: C.graph(ids.STEP_HEATMAP,
                                                            F.step_heatmap(steps))),
-        C.panel("Steps of one rank", lambda: C.loading(C.graph(
+        frame.panel("Steps of one rank", lambda: C.loading(C.graph(
             ids.RANK_DETAIL, F.rank_steps_bars(steps, rank) if rank is not None
             else F.empty_figure("no ranks")))),
     )
 
 
 def layout(results, run_key: str = "") -> html.Div:
-    return C.run_page(results, run_key, "", lambda _run, a: body(a, run_key),
+    return frame.run_page(results, run_key, TAB, lambda _run, a: body(a, run_key),
                       needs_run=False, keep=True)
 
 
@@ -163,16 +167,14 @@ def clicked_rank(click) -> int | None:
 
 
 def register(app, results) -> None:
-    # order: after the /run/<key>/<tab> pages, since this template's "*" matches "/"
-    C.register_run_page(__name__, results, layout, tab="", name="Overview", title="overview",
-                        order=9)
+    frame.register_run_page(__name__, results, layout, TAB)
 
     @app.callback(Output(ids.RANK_BARS_SLOT, "children"), Output(ids.STEP_HEATMAP_SLOT, "children"),
                   Output(ids.RANK_DETAIL_SLOT, "children"), Input(ids.OVERVIEW_CHARTS, "data"))
     def fill_charts(store):
-        key = C.stored_run(results, store)
+        key = frame.stored_run(results, store)
         # drawn once per version of the run's files, like the page itself
-        return C.attempt("the charts", lambda: results.page(
+        return frame.attempt("the charts", lambda: results.page(
             "overview-charts", key, lambda: charts(results.analysis(key))),
             lambda why: (html.P(f"could not be drawn: {why}", className="error"),) * 3)
 
@@ -187,12 +189,12 @@ def register(app, results) -> None:
                   Input(ids.SELECTED_RANK, "data"), State(ids.RUN_STORE, "data"),
                   prevent_initial_call=True)
     def show_rank(rank, store):
-        key = C.stored_run(results, store)
+        key = frame.stored_run(results, store)
         a = results.analysis(key)
         if rank not in a.run["ranks_analyzed"]:
             raise PreventUpdate
         stragglers = [int(s["rank"]) for s in a.stragglers]
-        return C.attempt(f"rank {rank}'s steps", lambda: (
+        return frame.attempt(f"rank {rank}'s steps", lambda: (
             F.rank_steps_bars(a.table("step_breakdown"), rank),
             F.breakdown_bars(a.table("rank_breakdown"), stragglers, rank)),
             lambda why: (F.empty_figure(f"could not be drawn: {why}"), dash.no_update))

@@ -8,17 +8,20 @@ import numpy as np
 import pandas as pd
 from dash import Input, Output, State, dcc, html
 from profkit.analyzers.measure.efficiency import THROTTLE_MASK
-from profkit.dashboard import components as C
-from profkit.dashboard import figures as F
 from profkit.dashboard import ids
-from profkit.dashboard import tables as T
-from profkit.dashboard.page_timeline import base_ns
+from profkit.dashboard.figures import charts as F
+from profkit.dashboard.pages import frame
+from profkit.dashboard.pages.timeline import base_ns
+from profkit.dashboard.ui import components as C
+from profkit.dashboard.ui import tables as T
 
 DEFAULT_METRICS = ("sm_clock_mhz", "power_w", "gpu_util_pct", "gpm_sm_active_pct",
                    "gpm_tensor_active_pct")
 REASONS = "clocks_event_reasons"
 NO_NVML = ("This run has no NVML samples: profkit.profile records them beside the traces "
            "(nvml/rank{R}.{C}.npz); stock torch.profiler traces have none.")
+
+TAB = frame.RunTab("counters", "Counters", "counters")
 
 
 def all_counters(run) -> pd.DataFrame:
@@ -61,12 +64,12 @@ def figure(run, metrics: list[str]):
 
 
 def figure_or_error(run, metrics: list[str]):
-    return C.attempt("the counters", lambda: figure(run, metrics),
+    return frame.attempt("the counters", lambda: figure(run, metrics),
                      lambda why: F.empty_figure(f"could not be drawn: {why}"))
 
 
 def layout(results, run_key: str = "") -> html.Div:
-    return C.run_page(results, run_key, "counters", lambda run, a: body(run, a), keep=True)
+    return frame.run_page(results, run_key, TAB, lambda run, a: body(run, a), keep=True)
 
 
 def body(run, a) -> list:
@@ -75,9 +78,9 @@ def body(run, a) -> list:
     counters = all_counters(run)
     if counters.empty:
         return [C.card("Counters", html.P(NO_NVML, id=ids.N_NONE, className="muted"))]
-    panels = [C.panel("NVML counters", lambda: _counters_card(run, counters))]
+    panels = [frame.panel("NVML counters", lambda: _counters_card(run, counters))]
     if not a.table("nvml").empty:
-        panels.append(C.panel("NVML summary", lambda: C.table_card(
+        panels.append(frame.panel("NVML summary", lambda: C.table_card(
             ids.N_SUMMARY, T.BY_NAME["nvml"], a.table("nvml"))))
     return panels
 
@@ -97,11 +100,10 @@ def _counters_card(run, counters: pd.DataFrame) -> html.Section:
 
 
 def register(app, results) -> None:
-    C.register_run_page(__name__, results, layout, tab="counters", name="Counters",
-                        title="counters", order=5)
+    frame.register_run_page(__name__, results, layout, TAB)
 
     @app.callback(Output(ids.N_GRAPH, "figure"), Input(ids.N_METRICS, "value"),
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)
     def pick_metrics(metrics, store):
-        key = C.stored_run(results, store)
+        key = frame.stored_run(results, store)
         return figure_or_error(results.run(key), list(metrics or []))

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from dash import Input, Output, State, html
 from dash.exceptions import PreventUpdate
-from profkit.dashboard import components as C
-from profkit.dashboard import figures as F
 from profkit.dashboard import ids
-from profkit.dashboard import tables as T
+from profkit.dashboard.figures import charts as F
+from profkit.dashboard.pages import frame
+from profkit.dashboard.ui import components as C
+from profkit.dashboard.ui import tables as T
+
+TAB = frame.RunTab("comms", "Communication", "communication")
 
 
 def collective_detail(a, key: str | None) -> html.Div:
@@ -27,7 +30,7 @@ def collective_detail(a, key: str | None) -> html.Div:
 
 
 def layout(results, run_key: str = "") -> html.Div:
-    return C.run_page(results, run_key, "comms",
+    return frame.run_page(results, run_key, TAB,
                       lambda _run, a: body(a, results.facts(run_key).get("origin_ns", 0)),
                       needs_run=False, keep=True)
 
@@ -37,15 +40,15 @@ def body(a, origin_ns: int) -> list:
     coll = a.table("collectives")
     return [
         html.Div(className="grid two", children=[
-            C.panel("Waits per rank and collective", lambda: C.card(
+            frame.panel("Waits per rank and collective", lambda: C.card(
                 None, C.graph(ids.C_WAITS, F.wait_heatmap(a.table("collective_waits"), coll)),
                 C.loading(html.Div(collective_detail(a, None), id=ids.C_DETAIL)))),
-            C.panel("Arrival skew", lambda: C.card(
+            frame.panel("Arrival skew", lambda: C.card(
                 None, C.graph(ids.C_SKEW, F.skew_scatter(coll, origin_ns)))),
         ]),
-        C.panel("Collectives", lambda: C.table_card(ids.C_TABLE, T.BY_NAME["collectives"],
+        frame.panel("Collectives", lambda: C.table_card(ids.C_TABLE, T.BY_NAME["collectives"],
                                                    T.with_links(a))),
-        C.panel("Stragglers", lambda: C.table_card(ids.C_STRAGGLERS, T.BY_NAME["stragglers"],
+        frame.panel("Stragglers", lambda: C.table_card(ids.C_STRAGGLERS, T.BY_NAME["stragglers"],
                                                   a.table("stragglers"))),
     ]
 
@@ -59,13 +62,12 @@ def clicked_collective(click) -> str | None:
 
 
 def register(app, results) -> None:
-    C.register_run_page(__name__, results, layout, tab="comms", name="Communication",
-                        title="communication", order=4)
+    frame.register_run_page(__name__, results, layout, TAB)
 
     @app.callback(Output(ids.C_DETAIL, "children"), Input(ids.C_WAITS, "clickData"),
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)
     def show_collective(click, store):
-        key = C.stored_run(results, store)
+        key = frame.stored_run(results, store)
         collective = clicked_collective(click)
         if collective is None:
             raise PreventUpdate

@@ -16,20 +16,23 @@ import threading
 import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
-from profkit.dashboard import components as C
-from profkit.dashboard import figures as F
-from profkit.dashboard import figures_timeline as FT
-from profkit.dashboard import ids
-from profkit.dashboard import timeline_data as TD
-from profkit.dashboard import timeline_event as TE
-from profkit.dashboard import timeline_links as TL
-from profkit.dashboard import timeline_view as TV
+from profkit.dashboard import colors, ids
+from profkit.dashboard.figures import charts as F
+from profkit.dashboard.figures import timeline as FT
+from profkit.dashboard.pages import frame
+from profkit.dashboard.timeline import data as TD
+from profkit.dashboard.timeline import event as TE
+from profkit.dashboard.timeline import links as TL
+from profkit.dashboard.timeline import view as TV
+from profkit.dashboard.ui import components as C
 
 log = logging.getLogger(__name__)
-LEGEND = {**{k: F.CLASS_COLORS[k] for k in ("compute", "communication", "memcpy", "memset")},
-          **{f"idle: {k}": F.PART_COLORS[k] for k in TD.IDLE_CAUSES},
-          "CPU op": F.CPU_KIND_COLORS["cpu_op"], "CUDA runtime": F.CPU_KIND_COLORS["runtime"],
-          "annotation": F.CPU_KIND_COLORS["annotation"], "collective arrival": FT.LINK_COLOR,
+TAB = frame.RunTab("timeline", "Timeline", "timeline")
+_CPU = colors.CPU_KIND_COLORS
+LEGEND = {**{k: colors.CLASS_COLORS[k] for k in ("compute", "communication", "memcpy", "memset")},
+          **{f"idle: {k}": colors.PART_COLORS[k] for k in TD.IDLE_CAUSES},
+          "CPU op": _CPU["cpu_op"], "CUDA runtime": _CPU["runtime"],
+          "annotation": _CPU["annotation"], "collective arrival": FT.LINK_COLOR,
           "step left out of the verdict": FT.LEFT_OUT_FILL}
 MAX_RANKS = 256  # ranks drawn at once (compact rows, binned)
 CPU_OPTION = "cpu"
@@ -134,18 +137,18 @@ def view_figure(results, key: str, ranks: list[int], window, show_cpu: bool) -> 
 def figure_or_error(results, key: str, ranks: list[int], window, show_cpu: bool) -> tuple:
     """:func:`view_figure`, or an empty figure and the reason when it cannot be drawn (the
     controls stay usable)."""
-    return C.attempt(f"the timeline of ranks {ranks}",
+    return frame.attempt(f"the timeline of ranks {ranks}",
                      lambda: view_figure(results, key, ranks, window, show_cpu),
                      lambda why: (F.empty_figure(f"could not be drawn: {why}"), why, None))
 
 
 def layout(results, run_key: str = "", **query) -> html.Div:
-    return C.run_page(results, run_key, "timeline",
+    return frame.run_page(results, run_key, TAB,
                       lambda run, a: body(results, run_key, run, a, query))
 
 
 def body(results, run_key: str, run, analysis, query: dict | None = None) -> list:
-    return [C.panel("Timeline", lambda: _timeline_card(results, run_key, run, analysis,
+    return [frame.panel("Timeline", lambda: _timeline_card(results, run_key, run, analysis,
                                                        query or {}))]
 
 
@@ -196,8 +199,7 @@ def window_of(trigger, relayout, stored):
 
 
 def register(app, results) -> None:
-    C.register_run_page(__name__, results, layout, tab="timeline", name="Timeline",
-                        title="timeline", order=2, query=("ranks", "t0", "t1", "finding"))
+    frame.register_run_page(__name__, results, layout, TAB, query=("ranks", "t0", "t1", "finding"))
 
     @app.callback(Output(ids.TL_GRAPH, "figure"), Output(ids.TL_INFO, "children"),
                   Output(ids.TL_NOTE, "children"), Output(ids.TL_WINDOW, "data"),
@@ -205,7 +207,7 @@ def register(app, results) -> None:
                   Input(ids.TL_ZOOM, "data"), State(ids.RUN_STORE, "data"),
                   State(ids.TL_WINDOW, "data"), prevent_initial_call=True)
     def requery(ranks, cpu, relayout, store, stored):
-        key = C.stored_run(results, store)
+        key = frame.stored_run(results, store)
         chosen = chosen_ranks(results, key, ranks)
         window = window_of(dash.ctx.triggered_id, relayout, stored)
         fig, info, note = figure_or_error(results, key, chosen, window, CPU_OPTION in (cpu or []))
@@ -221,13 +223,13 @@ def register(app, results) -> None:
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)
     def show_event(click, store):
         """The clicked event's details beside the figure."""
-        key = C.stored_run(results, store)
-        return C.attempt("the event", lambda: TE.details(lane_cache(results, key), click),
+        key = frame.stored_run(results, store)
+        return frame.attempt("the event", lambda: TE.details(lane_cache(results, key), click),
                          lambda why: html.P(f"could not be shown: {why}", className="error"))
 
     @app.callback(Output(ids.TL_DOWNLOAD, "data"), Input(ids.TL_DOWNLOAD_BTN, "n_clicks"),
                   State(ids.RUN_STORE, "data"), prevent_initial_call=True)
     def download(_clicks, store):
-        key = C.stored_run(results, store)
+        key = frame.stored_run(results, store)
         name, data = results.merged_trace(key)
         return dcc.send_bytes(data, name, type="application/gzip")

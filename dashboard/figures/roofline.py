@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from profkit.dashboard.figures import base_layout, empty_figure
+from profkit.dashboard.figures.charts import base_layout, empty_figure
 
 BOUND_COLORS = {"math": "#2563eb", "memory": "#dc2626", "latency": "#9ca3af"}
 ROOF_COLOR = "#1f2937"
