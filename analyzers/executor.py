@@ -111,7 +111,7 @@ def _summarize(task: FileTask, ingested: list) -> FileResult:
     from profkit.analyzers.summaries import summarize_rank, trim_meta
     from profkit.analyzers.thresholds import DEFAULT
 
-    from profkit.run.counters import load_counters
+    from profkit.run.counters import load_counters, with_nvml
 
     parts = [FileResult(r.path, error=r.error) if r.error else FileResult(r.path, trim_meta(r.meta))
              for r in ingested] if len(ingested) > 1 else []
@@ -125,7 +125,7 @@ def _summarize(task: FileTask, ingested: list) -> FileResult:
     del ingested, good, files
     sidecars: list[SkippedFile] = []
     if rank is not None:
-        data.counters = load_counters(Path(task.folder), rank, sidecars)
+        data.counters = with_nvml(data.counters, load_counters(Path(task.folder), rank, sidecars))
     loader.align_clock(data, clock_offset_ns(task.run_meta, data.rank))
     summary = summarize_rank(data, task.run_meta, task.thresholds or DEFAULT,
                              task.options or DEFAULT_OPTIONS)

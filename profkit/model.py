@@ -48,9 +48,15 @@ def read_each(paths: Iterable[Path], read: Callable[[Path], Any],
         yield path, result
 
 
+TABLE_ATTRIBUTES = ("events", "collectives", "steps", "counters")  # RankData's own tables
+
+
 @dataclass
 class RankData:
-    """Everything known about one rank. Tables use the columns in :mod:`profkit.schema`.
+    """Everything known about one rank. Its tables are those of ``schema.RANK_TABLES``, with
+    the columns declared there: ``events``, ``collectives``, ``steps`` and ``counters`` (the
+    trace's own counter samples and the run's NVML samples) as attributes, any other in
+    ``more``; :meth:`table` reads any of them by name.
 
     ``meta`` holds the trace's header: ``distributed`` (Kineto's distributedInfo),
     ``devices`` (deviceProperties), ``base_time_ns``, ``host``, ``trace_id``,
@@ -66,7 +72,19 @@ class RankData:
     counters: pd.DataFrame = field(default_factory=lambda: empty_frame(S.COUNTER_COLUMNS))
     meta: dict[str, Any] = field(default_factory=dict)
     rank_source: str = "distributedInfo"  # or "file name", "file order", "run.json"
+    # Tables of schema.RANK_TABLES without an attribute of their own here, by name.
+    more: dict[str, pd.DataFrame] = field(default_factory=dict)
     _selected: dict | None = field(default=None, init=False, repr=False, compare=False)
+
+    def table(self, name: str) -> pd.DataFrame:
+        """The rank table declared as ``name`` in ``schema.RANK_TABLES``."""
+        return getattr(self, name) if name in TABLE_ATTRIBUTES else self.more[name]
+
+    def set_table(self, name: str, frame: pd.DataFrame) -> None:
+        if name in TABLE_ATTRIBUTES:
+            setattr(self, name, frame)
+        else:
+            self.more[name] = frame
 
     @property
     def gpu_events(self) -> pd.DataFrame:

@@ -7,8 +7,11 @@ distinct values are pandas categoricals.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 8  # 8: a missing name, category or Input Dims is "" (it read "nan")
+TABLES_VERSION = 9  # 9: the trace's counter ('C') samples are cached as a fourth table
+# 8: a missing name, category or Input Dims is "" (it read "nan")
 # 7: the header keeps thread names (the timeline names CPU threads)
 
 # --- events: one row per complete ('X') event of one rank ------------------------------
@@ -98,9 +101,15 @@ COLLECTIVE_COLUMNS = (
 )
 
 # --- counters: long format, one row per sample and metric --------------------------------
-METRIC = "metric"  # with its unit in the name: sm_clock_mhz, power_w, gpm_tensor_active_pct
-VALUE = "value"
+# Two sources share the table. NVML samples of a profkit run (profkit.run.counters) name the
+# metric with its unit: sm_clock_mhz, power_w, gpm_tensor_active_pct; their DEVICE is the GPU
+# index. The trace's own counter events ('C' phase: memory, AMD counters ...) are named
+# TRACE_METRIC_PREFIX + "<counter name>/<series>" in the trace's own units (which it does
+# not state); their DEVICE is the GPU whose events the trace writes under the same pid, else -1.
+METRIC = "metric"
+VALUE = "value"  # float64
 COUNTER_COLUMNS = (TS_NS, DEVICE, METRIC, VALUE)
+TRACE_METRIC_PREFIX = "trace:"
 
 # --- steps: one row per ProfilerStep of one rank ----------------------------------------
 # ts_ns / dur_ns are the CPU ProfilerStep range. The GPU runs behind the CPU, so the GPU
@@ -109,6 +118,36 @@ COUNTER_COLUMNS = (TS_NS, DEVICE, METRIC, VALUE)
 GPU_START_NS = "gpu_ts_ns"
 GPU_END_NS = "gpu_end_ns"
 STEP_COLUMNS = (STEP, TS_NS, DUR_NS, GPU_START_NS, GPU_END_NS)
+
+
+# --- the rank tables: what every stage of loading does with each -------------------------
+@dataclass(frozen=True)
+class RankTable:
+    """One per-rank table, declared once: ingest builds it, the cache stores it, the loader
+    joins a rank's profiler cycles and moves it onto the run's clock by these facts alone.
+
+    ``name`` is its key in the ingested tables, its cache file's part and its attribute on
+    :class:`profkit.model.RankData`. ``time_columns`` hold epoch ns on the rank's own clock
+    until ``align_clock`` shifts them; those also in ``optional_times`` are -1 where absent
+    and a negative value there is left as is. ``step_column`` holds ProfilerStep numbers,
+    renumbered where joined cycles repeat them (None: no such column). ``cached``: whether
+    the ingest cache stores it (a table built after ingest is not)."""
+
+    name: str
+    columns: tuple[str, ...]
+    time_columns: tuple[str, ...] = (TS_NS,)
+    optional_times: tuple[str, ...] = ()
+    step_column: str | None = STEP
+    cached: bool = True
+
+
+RANK_TABLES = (
+    RankTable("events", EVENT_COLUMNS),
+    RankTable("collectives", COLLECTIVE_COLUMNS, (TS_NS, CPU_TS_NS), (CPU_TS_NS,)),
+    RankTable("steps", STEP_COLUMNS, (TS_NS, GPU_START_NS, GPU_END_NS),
+              (GPU_START_NS, GPU_END_NS)),
+    RankTable("counters", COUNTER_COLUMNS, step_column=None),
+)
 
 DTYPE_BYTES = {
     "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2,

@@ -17,6 +17,21 @@ def x(name, cat, ts, dur, pid=100, tid=100, **args):
     return ev
 
 
+def instant(name, ts, pid=100, tid=100, scope="t", cat="cpu_instant_event", **args):
+    """An instant ('i') event at ``ts`` µs: a point in time, no duration (Kineto writes its
+    ``[memory]`` allocations this way); ``scope``: "t" thread, "p" process, "g" global."""
+    ev = {"ph": "i", "name": name, "cat": cat, "ts": ts, "pid": pid, "tid": tid, "s": scope}
+    if args:
+        ev["args"] = dict(args)
+    return ev
+
+
+def counter(name, ts, pid=100, tid=0, **series):
+    """A counter ('C') event: the value of each series (keyword: value) at ``ts`` µs;
+    Chrome's format gives counters a name and args, no category or duration."""
+    return {"ph": "C", "name": name, "ts": ts, "pid": pid, "tid": tid, "args": dict(series)}
+
+
 def kernel(name, ts, dur, corr, stream=7, device=0, **args):
     return x(name, "kernel", ts, dur, pid=device, tid=stream, correlation=corr, stream=stream,
              device=device, **args)

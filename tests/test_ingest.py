@@ -15,7 +15,12 @@ from tests.factories import BASE_NS, trace_doc, write_trace
 @pytest.fixture
 def tables(tmp_path):
     path = write_trace(tmp_path / "rank0.json", trace_doc())
-    return build_tables(tracefile.load(path))[:3]
+    return _three(build_tables(tracefile.load(path)))
+
+
+def _three(tables):
+    """(events, collectives, steps) of ingest's tables."""
+    return tables.frames["events"], tables.frames["collectives"], tables.frames["steps"]
 
 
 def by_name(ev, prefix):
@@ -56,7 +61,7 @@ def test_steps_follow_the_launch_not_the_kernel_start(tmp_path):
          "tid": 7, "args": {"correlation": 9, "stream": 7, "device": 0}},
     ]
     path = write_trace(tmp_path / "t.json", trace_doc(events=events))
-    ev, _, steps, _ = build_tables(tracefile.load(path))
+    ev, _, steps = _three(build_tables(tracefile.load(path)))
     assert list(steps[S.STEP]) == [1, 2]
     assert list(steps[S.DUR_NS]) == [1_000_000, 1_000_000]
     assert by_name(ev, "late_gemm")[S.STEP] == 1
@@ -86,7 +91,7 @@ def test_kernel_args_come_from_record_param_comms_when_the_kernel_lacks_them(tmp
          "dur": 40.0, "pid": 0, "tid": 20, "args": {"correlation": 5, "stream": 20}},
     ]
     path = write_trace(tmp_path / "t.json", trace_doc(events=events))
-    _, coll, _, _ = build_tables(tracefile.load(path))
+    _, coll, _ = _three(build_tables(tracefile.load(path)))
     row = coll.iloc[0]
     assert row[S.COLL_NAME] == "all_gather"
     assert row[S.MSG_BYTES] == 20 * 2
@@ -100,7 +105,7 @@ def test_cpu_backend_collectives_come_from_cpu_ops(tmp_path):
                                           "In msg nelems": 8, "Out msg nelems": 8}},
     ]
     path = write_trace(tmp_path / "t.json", trace_doc(events=events))
-    _, coll, _, _ = build_tables(tracefile.load(path))
+    _, coll, _ = _three(build_tables(tracefile.load(path)))
     assert len(coll) == 1 and not coll.iloc[0][S.ON_GPU]
     assert coll.iloc[0][S.DUR_NS] == 50_000
 
@@ -109,7 +114,7 @@ def test_trace_without_base_time_uses_absolute_microseconds(tmp_path):
     doc = trace_doc()
     del doc["baseTimeNanoseconds"]
     path = write_trace(tmp_path / "t.json", doc)
-    ev, _, _, _ = build_tables(tracefile.load(path))
+    ev, _, _ = _three(build_tables(tracefile.load(path)))
     assert by_name(ev, "sm90_xmma_gemm")[S.TS_NS] == 100_000
 
 
@@ -122,7 +127,7 @@ def test_string_pids_and_missing_fields_do_not_break_ingest(tmp_path):
         {"ph": "i", "name": "instant", "pid": 1, "tid": 1, "ts": 4.0, "s": "t"},
     ]
     path = write_trace(tmp_path / "t.json", trace_doc(events=events))
-    ev, coll, steps, _ = build_tables(tracefile.load(path))
+    ev, coll, steps = _three(build_tables(tracefile.load(path)))
     assert len(ev) == 2  # the event without ts cannot be placed; the instant is not an X
     assert ev[S.PID].dtype == np.int64
     assert ev[ev[S.NAME] == "no category"][S.DUR_NS].iloc[0] == 0
@@ -137,7 +142,7 @@ def test_gloo_collectives_come_from_backend_ranges_when_nothing_else_names_them(
          "pid": 100, "tid": 101},
     ]
     path = write_trace(tmp_path / "t.json", trace_doc(events=events))
-    _, coll, _, _ = build_tables(tracefile.load(path))
+    _, coll, _ = _three(build_tables(tracefile.load(path)))
     assert coll[S.COLL_NAME].astype(str).tolist() == ["all_reduce"]
     assert coll.iloc[0][S.DUR_NS] == 40_000 and not coll.iloc[0][S.ON_GPU]
 
@@ -148,7 +153,7 @@ def test_an_op_with_shapes_but_no_name_is_read(tmp_path):
          "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}},
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 5, "dur": 2, "pid": 1, "tid": 1,
          "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}}]}
-    ev, _, _, _ = build_tables(tracefile.load(write_trace(tmp_path / "a.json", doc)))
+    ev, _, _ = _three(build_tables(tracefile.load(write_trace(tmp_path / "a.json", doc))))
     assert np.isnan(ev[S.FLOPS].iloc[0])
     assert ev[S.FLOPS].iloc[1] == 2 * 2 * 3 * 4  # 2 FLOPs per multiply-add of a 2x3 @ 3x4
 
@@ -161,7 +166,7 @@ def test_a_missing_name_category_or_shape_is_empty_text(tmp_path):
         {"ph": "X", "name": "no category", "ts": 3, "dur": 2, "pid": 1, "tid": 1},
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 5, "dur": 2, "pid": 1, "tid": 1,
          "args": {"Input Dims": [[2, 3], [3, 4]]}}]}
-    ev, _, _, _ = build_tables(tracefile.load(write_trace(tmp_path / "a.json", doc)))
+    ev, _, _ = _three(build_tables(tracefile.load(write_trace(tmp_path / "a.json", doc))))
     assert ev[S.NAME].astype(str).tolist() == ["", "no category", "aten::mm"]
     assert ev[S.CAT].astype(str).tolist() == ["cpu_op", "", "cpu_op"]
     assert ev[S.INPUT_DIMS].astype(str).tolist() == ["", "", "[[2, 3], [3, 4]]"]

@@ -47,6 +47,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds, with_mfu_options
 from profkit import intervals as iv
 from profkit import schema as S
 from profkit.model import RankData, Run, step_spans
+from profkit.run.counters import nvml_samples
 
 # flops: what MFU is computed from (``flops_source`` "trace" or "model formula");
 # trace_flops: counted from the trace's ops; flop_coverage: share of the compute-kernel time
@@ -248,7 +249,7 @@ def throttle(counters: pd.DataFrame, lo: int, hi: int) -> tuple[int, str]:
 
 
 def nvml_row(rank: int, rd: RankData, run_meta: dict, eff: dict) -> dict | None:
-    c = rd.counters
+    c = nvml_samples(rd.counters)  # the trace's own counters are no NVML metric
     if c.empty:
         return None
     device = eff["device"]

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 RESULT_NAME = "result-{key}.data"
 REPORT_NAME = "report-{key}.json"
-TABLES = ("events", "collectives", "steps")
+TABLES = tuple(t.name for t in S.RANK_TABLES if t.cached)  # one Parquet file each
 _swept: set[Path] = set()  # cache folders this process already cleaned
 
 
@@ -88,7 +88,8 @@ def load(trace: Path) -> tuple[dict[str, pd.DataFrame], dict] | None:
     except (OSError, ValueError) as exc:
         log.debug("cache miss for %s: %s", trace, exc)
         return None
-    if not set(S.EVENT_COLUMNS) <= set(tables["events"].columns):
+    if any(not set(t.columns) <= set(tables[t.name].columns)
+           for t in S.RANK_TABLES if t.cached):
         # written by another build of the same tables version (two checkouts, one cache)
         log.debug("cache miss for %s: columns of another build", trace)
         return None

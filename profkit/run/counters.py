@@ -1,4 +1,5 @@
-"""NVML samples of a profkit run (``nvml/rank{R}.{C}.npz``) as the long counters table."""
+"""NVML samples of a profkit run (``nvml/rank{R}.{C}.npz``) as the long counters table, which
+they share with the trace's own counter samples (profkit.trace.countersamples)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from profkit import schema as S
 from profkit.columns import to_int
@@ -100,3 +102,34 @@ def load_counters(run_dir: Path, rank: int, skipped: list[SkippedFile] | None = 
     out = pd.concat(frames, ignore_index=True).sort_values([S.METRIC, S.TS_NS], kind="stable")
     out[S.METRIC] = out[S.METRIC].astype("category")
     return out.reset_index(drop=True)
+
+
+def with_nvml(trace_counters: pd.DataFrame, nvml: pd.DataFrame) -> pd.DataFrame:
+    """One rank's counters table: its NVML samples (:func:`load_counters`), then its trace's
+    own counter samples. NVML's rows come first, keeping the row labels they had alone."""
+    if trace_counters.empty:
+        return nvml
+    if nvml.empty:
+        return trace_counters
+    out = pd.concat([nvml, trace_counters], ignore_index=True)
+    out[S.METRIC] = union_categoricals([nvml[S.METRIC].astype("category"),
+                                        trace_counters[S.METRIC].astype("category")])
+    return out
+
+
+def nvml_samples(counters: pd.DataFrame) -> pd.DataFrame:
+    """The NVML rows of a counters table (without the trace's own counter samples), as
+    :func:`load_counters` read them: what NVML-based measures read."""
+    if counters.empty:
+        return counters
+    metric = counters[S.METRIC]
+    names = metric.cat.categories if isinstance(metric.dtype, pd.CategoricalDtype) \
+        else pd.Index(metric.unique())
+    if not names.astype(str).str.startswith(S.TRACE_METRIC_PREFIX).any():
+        return counters
+    nvml = counters[~metric.astype(str).str.startswith(S.TRACE_METRIC_PREFIX).to_numpy()]
+    if nvml.empty:  # as load_counters finds no sample
+        return empty_frame(S.COUNTER_COLUMNS)
+    if isinstance(metric.dtype, pd.CategoricalDtype):
+        nvml = nvml.assign(**{S.METRIC: nvml[S.METRIC].cat.remove_unused_categories()})
+    return nvml

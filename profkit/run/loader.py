@@ -20,9 +20,9 @@ from pandas.api.types import union_categoricals
 
 from profkit import schema as S
 from profkit.errors import NoTracesError, TraceError, UsageError, error_text
-from profkit.model import RankData, Run, SkippedFile
+from profkit.model import TABLE_ATTRIBUTES, RankData, Run, SkippedFile, empty_frame
 from profkit.run import cache, discover, rankfiles, runmeta
-from profkit.run.counters import load_counters
+from profkit.run.counters import load_counters, with_nvml
 from profkit.run.ncufiles import load_ncu_counters
 from profkit.run.pool import process_pool, sigint_blocked
 from profkit.run.rankfiles import RankFiles
@@ -84,9 +84,9 @@ def ingest_file(path: str, use_cache: bool = True) -> Ingested:
         trace = tracefile.load(trace_path)
         if isinstance(trace.header.profkit, dict):  # merge's own mark (profkit.timeline.merge)
             return Ingested(path, error=MERGED_OUTPUT)
-        events, collectives, steps, metadata = ingest.build_tables(trace)
+        tables, metadata = ingest.build_tables(trace)
         meta = trace_meta(trace_path, trace, metadata)
-        empty = ingest.unusable_reason(events, len(trace), list(trace.all_problems()))
+        empty = ingest.unusable_reason(tables["events"], len(trace), list(trace.all_problems()))
         if empty:  # named once, as a skipped file: there is no rank to read
             return Ingested(path, error=empty)
     except TraceError as exc:
@@ -98,7 +98,6 @@ def ingest_file(path: str, use_cache: bool = True) -> Ingested:
         return Ingested(path, error=f"could not be read ({type(exc).__name__}: {exc})")
     for line in meta["problems"]:
         log.warning("%s", line)
-    tables = {"events": events, "collectives": collectives, "steps": steps}
     if use_cache:
         cache.store(trace_path, tables, meta)
     return _with_facts(Ingested(path, tables, meta))
@@ -294,26 +293,29 @@ def rank_data(files: list[Ingested] | Ingested, rank: int, source: str) -> RankD
     first = files[0]
     meta = {**first.meta, "sources": [f.path for f in files]}
     if len(files) == 1:
-        tables = first.tables
+        tables = dict(first.tables)
     else:
         offsets = rankfiles.step_offsets([f.meta for f in files])
-        tables = {name: join_frames([shift_steps(f.tables[name], off)
-                                     for f, off in zip(files, offsets)])
-                  for name in ("events", "collectives", "steps")}
+        tables = {t.name: join_frames([shift_steps(f.tables[t.name], off, t.step_column)
+                                       for f, off in zip(files, offsets)])
+                  for t in S.RANK_TABLES if t.cached}
         spans = [f.meta["span_ns"] for f in files if f.meta.get("span_ns")]
         meta["span_ns"] = [spans[0][0], max(s[1] for s in spans)] if spans else None
         numbers = tables["steps"][S.STEP]
         meta["step_range"] = [int(numbers.min()), int(numbers.max())] if len(numbers) else None
-    return RankData(rank, first.path, tables["events"], tables["collectives"], tables["steps"],
-                    meta=meta, rank_source=source)
+    for t in S.RANK_TABLES:  # tables built after ingest (not cached) start empty
+        tables.setdefault(t.name, empty_frame(t.columns))
+    own = {name: tables.pop(name) for name in TABLE_ATTRIBUTES}
+    return RankData(rank, first.path, **own, meta=meta, rank_source=source, more=tables)
 
 
-def shift_steps(frame: pd.DataFrame, offset: int) -> pd.DataFrame:
-    """``frame`` with its step numbers (those >= 0) moved up by ``offset``."""
-    if not offset:
+def shift_steps(frame: pd.DataFrame, offset: int, column: str | None = S.STEP) -> pd.DataFrame:
+    """``frame`` with its step numbers (those >= 0 in ``column``; None: it has none) moved
+    up by ``offset``."""
+    if not offset or column is None:
         return frame
     out = frame.copy()
-    out[S.STEP] = out[S.STEP].where(out[S.STEP] < 0, out[S.STEP] + offset)
+    out[column] = out[column].where(out[column] < 0, out[column] + offset)
     return out
 
 
@@ -364,8 +366,9 @@ def complete_meta(meta: dict, chosen: dict[int, RankFiles], folder: Path,
 
 
 def _attach_counters(run: Run, folder: Path) -> None:
+    """Each rank's NVML samples, beside its trace's own counter samples."""
     for rank, data in run.ranks.items():
-        data.counters = load_counters(folder, rank, run.skipped)
+        data.counters = with_nvml(data.counters, load_counters(folder, rank, run.skipped))
 
 
 def _attach_nccl(run: Run, folder: Path) -> None:
@@ -379,16 +382,14 @@ def _attach_nccl(run: Run, folder: Path) -> None:
 
 
 def align_clock(data: RankData, offset: int) -> None:
-    """Shift one rank onto rank 0's clock by the offset run.json measured for it (ns)."""
-    from profkit import schema as S
-
+    """Shift one rank onto rank 0's clock by the offset run.json measured for it (ns): every
+    time column of every table of ``schema.RANK_TABLES`` (an optional one where it is set)."""
     if not offset:
         return
-    data.events[S.TS_NS] -= offset
-    data.steps[S.TS_NS] -= offset
-    for col in (S.GPU_START_NS, S.GPU_END_NS):
-        data.steps[col] = data.steps[col].where(data.steps[col] < 0, data.steps[col] - offset)
-    data.counters[S.TS_NS] -= offset
-    data.collectives[S.TS_NS] -= offset
-    cpu = data.collectives[S.CPU_TS_NS]
-    data.collectives[S.CPU_TS_NS] = cpu.where(cpu < 0, cpu - offset)
+    for t in S.RANK_TABLES:
+        frame = data.table(t.name)
+        for col in t.time_columns:
+            if col in t.optional_times:
+                frame[col] = frame[col].where(frame[col] < 0, frame[col] - offset)
+            else:
+                frame[col] -= offset

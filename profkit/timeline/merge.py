@@ -24,6 +24,7 @@ from profkit import schema as S
 from profkit.atomic import atomic_open
 from profkit.errors import TraceError, UsageError
 from profkit.model import RankData, Run, SkippedFile
+from profkit.run.counters import nvml_samples
 from profkit.trace import tracefile
 from profkit.trace.header import base_time_ns
 from profkit.validate import MAX_ABS_NS, Problems
@@ -292,7 +293,9 @@ class _PidMap:
 
 
 def _counter_events(data: RankData, pids: _PidMap, base_ns: int, window: Window) -> list[MEvent]:
-    c = data.counters
+    """The rank's NVML samples as counter events. The trace's own counter samples are left
+    out: their 'C' events are copied with every other event of the trace already."""
+    c = nvml_samples(data.counters)
     if c.empty:
         return []
     ts = c[S.TS_NS].to_numpy()

@@ -27,7 +27,8 @@ from profkit.classify.flops import (
 from profkit.classify.opfamilies import op_family
 from profkit.classify.traffic import UNKNOWN, op_cost
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns, values_in
-from profkit.trace.traceevents import Args, Event, Meta, without_raw
+from profkit.trace.countersamples import CounterSamples
+from profkit.trace.traceevents import Args, CounterEvent, Event, Meta, without_raw
 from profkit.trace.tracefile import Trace
 from profkit.validate import MAX_ABS_NS, MAX_NAME_CHARS, cap_name
 
@@ -89,7 +90,8 @@ _ARG_COLUMNS = (
 
 
 class Accumulator:
-    """Collects the complete ('X') events of a trace, batch by batch."""
+    """Collects the complete ('X') events of a trace, batch by batch, and its counter ('C')
+    samples (``counters``)."""
 
     def __init__(self, base_ns: int = 0) -> None:
         self.base_ns = base_ns
@@ -105,11 +107,13 @@ class Accumulator:
         self.parts: dict[str, list[np.ndarray]] = {}
         self.coll_args = SparseArgs()
         self.metadata: list[Meta] = []
+        self.counters = CounterSamples(self.ts_range_us)  # the trace's 'C' events
         self.conv_links = ConvLinks()
         self.rows = 0
 
     def add(self, batch: list) -> None:
         self.metadata.extend(e for e in batch if type(e) is Meta)
+        self.counters.add([e for e in batch if type(e) is CounterEvent])
         xs = [e for e in batch if type(e) is Event]
         ts_us = to_float(list(map(_TS, xs)))
         placed = (ts_us >= self.ts_range_us[0]) & (ts_us <= self.ts_range_us[1])  # False for NaN
@@ -236,7 +240,7 @@ class Accumulator:
         if dropped_flops:
             out.append(f"FLOPs of {dropped_flops} ops dropped: their shapes or counts give no "
                        "count an op can have (e.g. 2**62-sized dimensions)")
-        return out
+        return out + self.counters.problems()
 
     def _extend_kinds(self) -> None:
         new = list(self.cats.index)[len(self.cat_kind):]

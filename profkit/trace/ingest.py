@@ -28,9 +28,7 @@ MAX_STEP = 1 << 53
 
 
 class Tables(NamedTuple):
-    events: pd.DataFrame
-    collectives: pd.DataFrame
-    steps: pd.DataFrame
+    frames: dict[str, pd.DataFrame]  # {name: table} of every table of schema.RANK_TABLES
     metadata: list  # the trace's 'M' (metadata) events: process and thread names
 
 
@@ -45,10 +43,22 @@ def build_tables(trace: Trace) -> Tables:
     ev[S.STEP] = assign_steps(ev, steps)
     steps = add_gpu_spans(steps, ev)
     coll = build_collectives(ev, args)
+    counters = acc.counters.frame(acc.base_ns, _gpu_pids(ev, is_gpu) if acc.counters.values else {})
     # Not consolidated into one block per dtype (.copy()): that sped a rank's analysis up by
     # ~8% in one warm process but not in the pool's fresh workers, where the copy raised each
     # worker's peak by ~30 MB (BENCHMARKS.md).
-    return Tables(ev[list(S.EVENT_COLUMNS)], coll, steps, acc.metadata)
+    frames = {"events": ev[list(S.EVENT_COLUMNS)], "collectives": coll, "steps": steps,
+              "counters": counters}
+    missing = {t.name for t in S.RANK_TABLES if t.cached} - set(frames)
+    if missing:  # a table that schema.RANK_TABLES says the cache stores is built here
+        raise NotImplementedError(f"ingest builds no {', '.join(sorted(missing))} table")
+    return Tables(frames, acc.metadata)
+
+
+def _gpu_pids(ev: pd.DataFrame, is_gpu: np.ndarray) -> dict[int, int]:
+    """{pid: GPU index} of the GPU events (Kineto writes a GPU's events under one pid)."""
+    pairs = ev.loc[is_gpu, [S.PID, S.DEVICE]].drop_duplicates(S.PID)
+    return dict(zip(pairs[S.PID].tolist(), pairs[S.DEVICE].tolist()))
 
 
 def unusable_reason(events: pd.DataFrame, raw_count: int, problems: list[str]) -> str | None:
