@@ -33,7 +33,7 @@ from profkit.analyzers.findings.comms import (
     straggler_findings,
 )
 from profkit.analyzers.findings.efficiency import judge_efficiency
-from profkit.analyzers.findings.kernels import judge_kernels
+from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.ncu import ncu_findings
 from profkit.analyzers.findings.roofline import roofline_findings
 from profkit.analyzers.measure import (
@@ -55,6 +55,7 @@ from profkit.analyzers.thresholds import Thresholds
 from profkit.model import RankData
 
 ALL, GPU, CPU = "all", "gpu", "cpu"  # which ranks run a per-rank step (CPU: no GPU events)
+NO_GPU = "no_gpu"  # the topic of a GPU measurement's result in a run without GPU events
 
 
 @dataclass
@@ -204,7 +205,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 judge=group_findings, needs=("collectives",)),
     Measurement("kernels", _rank_kernels, GPU,
                 combine=lambda v, ctx: kernels.combine_kernels(list(v.values()), ctx.thresholds),
-                judge=judge_kernels, needs=("breakdown",)),
+                judge=kernel_findings, needs=("breakdown",)),
     Measurement("efficiency", lambda r: efficiency.rank_efficiency(r.data.rank, r.data,
                                                                    r.run_meta),
                 GPU, combine=_efficiency, judge=judge_efficiency),
@@ -276,13 +277,15 @@ def combine_all(summaries: list, ctx: Combining,
 
 def judge_all(results: dict[str, Result], th: Thresholds,
               registry: tuple[Measurement, ...] | None = None) -> list[Finding]:
-    """The findings of every result, in registry order; a result that names no topic
-    measured nothing to judge (no collectives, no kernels) and has none."""
+    """The findings of every result, in registry order. A result that names no topic
+    measured nothing to judge (no collectives) and has none; one whose topic is
+    ``no_gpu`` needed GPU events the run lacks, and says so (one finding each)."""
     found: list[Finding] = []
     for m in MEASUREMENTS if registry is None else registry:
-        result = results.get(m.name)
-        if m.judge is not None and result is not None and result.facts.get("topic"):
-            found += m.judge(result, th)
+        topic = results[m.name].facts.get("topic") if m.name in results else None
+        judge = no_gpu_findings if topic == NO_GPU else m.judge if topic else None
+        if judge is not None:
+            found += judge(results[m.name], th)
     return found
 
 

@@ -14,14 +14,6 @@ from profkit.analyzers.thresholds import Thresholds
 from profkit.classify.names import short_kernel_name
 
 
-def judge_kernels(result: Result, th: Thresholds) -> list[Finding]:
-    """The kernel measurement's findings; a run without GPU events measured none and says
-    so (its result's topic is ``no_gpu``)."""
-    if result.facts.get("topic") == "no_gpu":
-        return no_gpu_findings(result, th)
-    return kernel_findings(result, th)
-
-
 def kernel_findings(result: Result, th: Thresholds) -> list[Finding]:
     """Launch-bound ranks, slow runtime calls, then fusion candidates."""
     tables = result.tables

@@ -158,3 +158,15 @@ def test_combines_run_after_what_they_need_and_report_in_registry_order():
     results = measurements.combine_all([], ctx, registry)
     assert ran == ["early", "late"] and list(results) == ["late", "early"]
     assert results["late"].facts["seen"] == ["early"]
+
+
+def test_a_gpu_measurement_of_a_run_without_gpu_events_says_so():
+    """Any entry's result of topic no_gpu (kernels, efficiency) gets the one coverage
+    finding, not its own judge (which would look for its tables); no topic: no findings."""
+    from profkit.analyzers.thresholds import DEFAULT
+
+    results = {"links": Result(), "efficiency": Result(
+        facts={"topic": measurements.NO_GPU, "what": "efficiency analysis"})}
+    found = measurements.judge_all(results, DEFAULT)
+    assert [(f.category, f.message) for f in found] == [
+        ("coverage", "No GPU events in this run: efficiency analysis skipped.")]
