@@ -170,3 +170,9 @@ def test_a_gpu_measurement_of_a_run_without_gpu_events_says_so():
     found = measurements.judge_all(results, DEFAULT)
     assert [(f.category, f.message) for f in found] == [
         ("coverage", "No GPU events in this run: efficiency analysis skipped.")]
+
+
+def test_the_findings_layers_table_of_judges_is_the_registrys():
+    from profkit.analyzers.findings import judge
+
+    assert judge.JUDGES == {**measurements.judges(), measurements.NO_GPU: judge.no_gpu_findings}
