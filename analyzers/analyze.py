@@ -7,21 +7,20 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers import measurements
 from profkit.analyzers.findings.advice import breakdown_findings
 from profkit.analyzers.findings.compilation import compile_findings
 from profkit.analyzers.findings.consolidate import consolidate
 from profkit.analyzers.findings.diagnosis import UNUSABLE_WHY
-from profkit.analyzers.findings.judge import measurement_findings
 from profkit.analyzers.measure.breakdown import (
     HOST_SIDE,
     PARTS,
-    combine_breakdown,
     dominant_part,
 )
 from profkit.analyzers.measure.compilation import COMPILE_NS
 from profkit.analyzers.measure.steps import compiling_ranks, run_median_step_ms
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
-from profkit.analyzers.result import Finding
+from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.summaries import RankSummary, summarize_rank
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
@@ -180,26 +179,20 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     rank whose events all start at one instant has no timeline: only its finding speaks of
     it. Figures that break physics are notes, not numbers (findings/trust.py)."""
     from profkit.analyzers.findings import diagnosis
-    from profkit.analyzers.measure import ncu
 
     summaries = sorted(summaries, key=lambda s: s.rank)
     health = {s.rank: s.breakdown.get("health") or {} for s in summaries}
     unusable = diagnosis.unusable_ranks(health)
     timed = [s for s in summaries if unusable.get(s.rank) != "collapsed"]
     gpu = [s for s in timed if s.has_gpu]
-    results, moved, untrusted = _measure(header, timed, {s.rank: s.meta for s in summaries},
-                                         thresholds)
-    tables = {name: t for r in results for name, t in r.tables.items()}
-    # Nsight Compute's counters (profkit ncu) beside the kernels and their estimates
-    results.append(ncu.join_counters(tables["top_kernels"], header.ncu, tables.get("roofline"),
-                                     thresholds))
-    tables.update(results[-1].tables)
+    results, untrusted = _measure(header, timed, {s.rank: s.meta for s in summaries},
+                                  thresholds)
+    tables = {name: t for r in results.values() for name, t in r.tables.items()}
     unusable.update({r: "compile" for r in compiling_ranks(tables["step_breakdown"],
                                                             thresholds.compile_step_frac)
                      if r not in unusable})
     tables["rank_breakdown"] = tables["rank_breakdown"][
         ~tables["rank_breakdown"]["rank"].isin(list(unusable))].reset_index(drop=True)
-    tables["transfers"] = moved
     _split_communication(tables)
     straggler_rows = _straggler_rows(tables.get("stragglers"))
     verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable, cpu_only=not gpu)
@@ -213,7 +206,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     findings += diagnosis.idle_code_findings(
         tables.get("idle_code", pd.DataFrame()), tables["rank_breakdown"], verdict["primary"],
         {int(r): len(v["used"]) for r, v in steps.items()})
-    findings += [f for r in results[1:] for f in measurement_findings(r, thresholds)]
+    findings += measurements.judge_all(results, thresholds)
     findings = _drop_unsupported(findings, unusable, {s.rank for s in gpu})
     findings = consolidate(findings, tables, verdict)
     if not gpu and not unusable:  # (kernel records lost is a finding of its own)
@@ -231,43 +224,12 @@ def combine(header: RunHeader, summaries: list[RankSummary],
 
 
 def _measure(header: RunHeader, timed: list[RankSummary], metas: dict[int, dict],
-             thresholds: Thresholds) -> tuple[list, pd.DataFrame, list[str]]:
-    """Every cross-rank measurement over the ranks with a timeline (breakdown, collectives,
-    stragglers, links, slow groups, kernels, efficiency, roofline), the transfers table, and the notes
-    on the figures that broke physics and were dropped."""
-    from profkit.analyzers.findings import trust
-    from profkit.analyzers.measure import (
-        comms,
-        efficiency,
-        groups,
-        kernels,
-        links,
-        roofline,
-        stragglers,
-        transfers,
-    )
-
-    gpu = [s for s in timed if s.has_gpu]
-    peak = links.link_peak(header.meta, metas)
-    coll = comms.match_collectives([s.collectives for s in timed],
-                                   comms.rank_hosts(header.meta, metas))
-    untrusted = trust.collectives_within_link(coll.tables, peak[0])
-    used = efficiency.combine_efficiency([s.efficiency for s in gpu], thresholds)
-    untrusted += trust.efficiency_within_peak(used)
-    moved = transfers.add_peaks(_concat([s.transfers for s in gpu if s.transfers is not None]),
-                                metas, header.meta)
-    untrusted += trust.transfers_within_link(moved)
-    slow = groups.find_slow_groups(coll, thresholds)
-    late = stragglers.judge_stragglers(coll, {s.rank: s.step_stats for s in timed}, thresholds)
-    results = [
-        combine_breakdown([s.breakdown for s in timed]), coll,
-        stragglers.excuse_slow_groups(late, coll, slow, thresholds),
-        links.judge_links(coll, peak, thresholds), slow,
-        kernels.combine_kernels([s.kernels for s in gpu], thresholds), used,
-        roofline.combine_roofline([s.roofline for s in gpu if s.roofline],
-                                  used.tables["nvml"], thresholds),
-    ]
-    return results, moved, untrusted
+             thresholds: Thresholds) -> tuple[dict[str, Result], list[str]]:
+    """Every registered measurement combined over the ranks with a timeline
+    (:data:`~profkit.analyzers.measurements.MEASUREMENTS`): {name: result} in registry
+    order, and the notes on the figures that broke physics and were dropped."""
+    ctx = measurements.Combining(header, metas, thresholds)
+    return measurements.combine_all(timed, ctx), ctx.notes
 
 
 def _cpu_only(summaries: list[RankSummary], tables: dict[str, pd.DataFrame],
@@ -299,11 +261,6 @@ def _drop_unsupported(findings: list[Finding], unusable: dict[int, str],
     nothing_left = not (gpu_ranks - set(unusable))
     return [f for f in findings if f.category in ("trace", "compile")
             or (f.rank not in unusable and not (nothing_left and f.rank is None))]
-
-
-def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _split_communication(tables: dict[str, pd.DataFrame]) -> None:

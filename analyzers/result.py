@@ -54,5 +54,7 @@ class Result:
     findings: list[Finding] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
     """What a measurement knows besides its tables that its findings need (plain values,
-    rows and frames); ``topic`` names the judge in :mod:`profkit.analyzers.findings.judge`.
+    rows and frames); ``topic`` names the measurement that made it (its entry in
+    :data:`profkit.analyzers.measurements.MEASUREMENTS`, whose judge reads it; ``no_gpu``: it
+    needed GPU events the run lacks); a result without one is not judged.
     Measurements fill tables and facts, never findings."""

@@ -12,20 +12,13 @@ of the job itself at the end of profiling.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import pandas as pd
-from profkit.analyzers.measure import (
-    breakdown,
-    comms,
-    efficiency,
-    kernels,
-    roofline,
-    stragglers,
-    transfers,
-)
+from profkit.analyzers import measurements
 from profkit.analyzers.measure.steps import apply_step_marker, marker_candidates
+from profkit.analyzers.measurements import used_steps  # noqa: F401 - read from here too
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.result import Finding
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
@@ -42,23 +35,33 @@ META_KEYS = ("source", "sources", "host", "devices", "base_time_ns", "trace_id",
 DISTRIBUTED_KEYS = ("rank", "world_size", "backend", "nccl_version")
 
 
+def _value(name: str) -> property:
+    return property(lambda self: self.values.get(name),
+                    doc=f"The rank's ``{name}`` measurement (None where its step did not run).")
+
+
 @datacodec.register
 @dataclass
 class RankSummary:
-    """What the reduce needs of one rank (see module doc); picklable, no events."""
+    """What the reduce needs of one rank (see module doc); picklable, no events.
+    ``values`` holds one value per measurement with a per-rank step, by its name in
+    :data:`profkit.analyzers.measurements.MEASUREMENTS` (None where the step does not run:
+    the GPU-only ones on a rank without GPU events, ``cpu_ops`` on one with them)."""
 
     rank: int
     meta: dict[str, Any]  # trimmed header facts; ``source`` is the trace file
     rank_source: str
     has_gpu: bool
-    breakdown: dict[str, Any]  # breakdown.rank_parts plus steps_info
-    collectives: tuple[pd.DataFrame, pd.DataFrame]
-    step_stats: dict[str, float]
-    kernels: dict[str, Any] | None = None  # GPU ranks only
-    efficiency: tuple[dict, dict | None] | None = None  # GPU ranks only
-    transfers: pd.DataFrame | None = None  # GPU ranks only: copies by direction and memory
-    cpu_ops: pd.DataFrame | None = None  # ranks without GPU events: their CPU op totals
-    roofline: dict[str, Any] | None = None  # GPU ranks only: roofline rows and facts
+    values: dict[str, Any] = field(default_factory=dict)
+
+    breakdown = _value("breakdown")  # breakdown.rank_parts plus steps_info
+    collectives = _value("collectives")  # (collectives, their overlapped GPU work)
+    step_stats = _value("stragglers")  # the step statistics stragglers are judged on
+    kernels = _value("kernels")
+    efficiency = _value("efficiency")  # (efficiency row, NVML row or None)
+    transfers = _value("transfers")  # copies by direction and memory
+    cpu_ops = _value("cpu_ops")  # ranks without GPU events: their CPU op totals
+    roofline = _value("roofline")  # roofline rows and facts
 
     def relabel(self, rank: int) -> RankSummary:
         """The same summary under another rank number (a trace whose rank was only known
@@ -110,32 +113,13 @@ def trim_meta(meta: dict[str, Any]) -> dict[str, Any]:
 def summarize_rank(data: RankData, run_meta: dict[str, Any],
                    thresholds: Thresholds = DEFAULT,
                    opts: AnalysisOptions = DEFAULT_OPTIONS) -> RankSummary:
-    """Reduce one rank to its summary. ``run_meta``: run.json's facts (its ``gpus`` list is
-    read for device names when the trace header lacks them)."""
+    """Reduce one rank to its summary: every registered measurement's per-rank step
+    (:func:`profkit.analyzers.measurements.summarize`). ``run_meta``: run.json's facts (its
+    ``gpus`` list is read for device names when the trace header lacks them)."""
     steps_info = step_source(data, opts)  # may set the events' steps: before the sharing
     with data.sharing_selections():
         gpu = data.has_gpu
-        parts = breakdown.rank_parts(data, opts, thresholds)
-        parts["steps_info"] = steps_info
-        return RankSummary(
-            rank=data.rank, meta=trim_meta(data.meta), rank_source=data.rank_source, has_gpu=gpu,
-            breakdown=parts,
-            collectives=comms.rank_collectives(data),
-            step_stats=stragglers.rank_step_stats(data),
-            kernels=kernels.rank_kernel_parts(data.rank, data, thresholds, used_steps(parts))
-            if gpu else None,
-            efficiency=efficiency.rank_efficiency(data.rank, data, run_meta) if gpu else None,
-            transfers=transfers.rank_transfers(data, bool(len(data.steps))) if gpu else None,
-            cpu_ops=None if gpu else kernels.op_totals(data),
-            roofline=roofline.rank_roofline(data.rank, data, run_meta, used_steps(parts), thresholds)
-            if gpu else None,
-        )
-
-
-def used_steps(parts: dict[str, Any]) -> dict[int, int] | None:
-    """{step: ns} of the steps the verdict reads (None when the rank has no step table)."""
-    steps = parts.get("step_breakdown")
-    if steps is None or steps.empty:
-        return None
-    used = steps[steps["used"].astype(bool) & (steps["step"] >= 0)]
-    return {int(s): int(ns) for s, ns in zip(used["step"], used["step_ns"])}
+        inputs = measurements.RankInputs(data, run_meta, thresholds, opts, steps_info)
+        return RankSummary(rank=data.rank, meta=trim_meta(data.meta),
+                           rank_source=data.rank_source, has_gpu=gpu,
+                           values=measurements.summarize(inputs, gpu))

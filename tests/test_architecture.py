@@ -45,7 +45,8 @@ INNER = {
 # Top-level modules of a package that are not its base layer.
 NAMED = {"profkit": {"__main__": "cli"},
          "profkit.analyzers": {"analyze": "*pipeline*", "summaries": "*pipeline*",
-                               "executor": "*pipeline*", "api": "api"},
+                               "executor": "*pipeline*", "measurements": "*pipeline*",
+                               "api": "api"},
          "profkit.dashboard": {"app": "app"}}
 # Lazy imports (inside a function) allowed against the inner order: a notebook's display of
 # an Analysis or a Diff draws it with the report's HTML.

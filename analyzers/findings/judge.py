@@ -1,5 +1,10 @@
 """The findings of each measurement: one judge per kind of measured
-:class:`~profkit.analyzers.result.Result` (named by its ``facts["topic"]``)."""
+:class:`~profkit.analyzers.result.Result` (named by its ``facts["topic"]``).
+
+The analysis judges through :data:`profkit.analyzers.measurements.MEASUREMENTS`, whose
+entries name their judges; this table serves judging one result on its own (:func:`judged`)
+here in the findings layer, which may not read the registry. tests/analyzers/test_registry.py
+keeps the two alike: a new measurement's judge goes in both."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from profkit.analyzers.analyze import SCHEMA, Analysis
 from profkit.analyzers.measure.breakdown import PARTS
+from profkit.analyzers.report import sections as sec
 from profkit.analyzers.report.header import MAX_STATUS_RANKS, json_header, problems, status_line
 from profkit.analyzers.report.render_text import (
     grouped_findings,
@@ -21,16 +22,11 @@ from profkit.analyzers.report.render_text import (
     to_markdown,
     to_text,
 )
-from profkit.analyzers.report.sections import MAX_RANK_ROWS
+from profkit.analyzers.report.sections import MAX_RANK_ROWS, ROOFLINE_ROWS, kernel_rows
 
-from profkit.classify.names import short_kernel_names
-
-__all__ = ["MAX_RANK_ROWS", "MAX_STATUS_RANKS", "clean_json", "grouped_findings",
-           "markdown_table", "problems", "rank_table", "saving_text", "sorted_findings",
-           "status_line", "to_json", "to_markdown", "to_text"]
-
-
-ROOFLINE_ROWS = 200  # rows of the roofline table in the JSON report
+__all__ = ["MAX_RANK_ROWS", "MAX_STATUS_RANKS", "ROOFLINE_ROWS", "clean_json",
+           "grouped_findings", "kernel_rows", "markdown_table", "problems", "rank_table",
+           "saving_text", "sorted_findings", "status_line", "to_json", "to_markdown", "to_text"]
 
 
 def clean_json(value: Any) -> Any:
@@ -51,7 +47,8 @@ def to_json(a: Analysis) -> dict[str, Any]:
     (status, ranks analysed and missing, skipped files, notes, the problems --strict fails
     on); every evidence key is kept, ``top_kernels`` has each kernel's full name beside
     its short one, and ``roofline`` the kernels that take the most time per step (at most
-    :data:`ROOFLINE_ROWS`; ``--tables`` writes them all)."""
+    :data:`ROOFLINE_ROWS`; ``--tables`` writes them all); those rows, after the findings, are
+    each measurement's in :data:`~profkit.analyzers.report.sections.SHOWN`."""
     ranks = a.table("rank_breakdown")
     rank_rows = [{
         "rank": int(r["rank"]), "steps": int(r["steps"]), "step_time_ms": float(r["step_time_ms"]),
@@ -67,22 +64,9 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "ranks": rank_rows,
         "stragglers": a.stragglers,
         "findings": [f.as_dict() for f in sorted_findings(a)],
-        "top_kernels": kernel_rows(a),
-        "roofline": a.table("roofline").nlargest(ROOFLINE_ROWS, "kernel_ms_per_step")
-        .to_dict("records") if len(a.table("roofline")) else [],
     }
-    ncu = a.table("ncu_kernels")
-    if not ncu.empty:  # measured by profkit ncu: Nsight Compute's counters per kernel
-        doc["ncu_kernels"] = ncu.to_dict("records")
+    for shown in sec.SHOWN:  # each measurement's rows, in report order
+        rows = shown.json_rows(a) if shown.json_rows is not None else []
+        if rows or (shown.json_rows is not None and shown.json_when_empty):
+            doc[shown.json_key] = rows
     return clean_json(doc)
-
-
-def kernel_rows(a: Analysis) -> list[dict[str, Any]]:
-    """The top kernels with their full name and the short one the text report shows."""
-    k = a.table("top_kernels")
-    if k.empty:
-        return []
-    rows = k.to_dict("records")
-    for row, short in zip(rows, short_kernel_names([str(r["name"]) for r in rows])):
-        row["short_name"] = short
-    return rows

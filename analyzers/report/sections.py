@@ -3,11 +3,17 @@ MFU in the efficiency table") is on the page: top kernels and CPU ops, efficienc
 collectives, transfers and the code the GPU waits for. Each is a :class:`Section` of display
 strings with units; text and Markdown lay them out. Readable at 2 ranks and at 1024: per-rank
 tables turn into the spread over ranks past ``MAX_RANK_ROWS``; the others are aggregated over
-ranks and cut to the largest rows."""
+ranks and cut to the largest rows.
+
+:data:`SHOWN` says which measurement (by its name in
+:data:`profkit.analyzers.measurements.MEASUREMENTS`) each section shows, in report order,
+and which rows of it the JSON report carries."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,6 +29,7 @@ MAX_RANK_ROWS = 16  # larger runs get a per-part distribution instead of a row p
 TOP_ROWS = 10  # rows of the kernel, op and collective tables
 IDLE_ROWS = 8
 NAME_CHARS = 60
+ROOFLINE_ROWS = 200  # rows of the roofline table in the JSON report
 
 
 @dataclass
@@ -34,10 +41,22 @@ class Section:
     fold: tuple[str, ...] = ()  # descriptive columns whose cells may wrap over lines there
 
 
+@dataclass(frozen=True)
+class Shown:
+    """A measurement's place in the report: its section (text, Markdown, HTML) and, where
+    the JSON report carries its rows, their key and the rows. ``measurement``: its name in
+    :data:`profkit.analyzers.measurements.MEASUREMENTS`."""
+
+    measurement: str
+    section: Callable[[Analysis], Section | None] | None = None
+    json_key: str = ""
+    json_rows: Callable[[Analysis], list[dict[str, Any]]] | None = None
+    json_when_empty: bool = True  # False: no key at all when there are no rows
+
+
 def sections(a: Analysis) -> list[Section]:
-    """Every section with something to show, in report order."""
-    built = (kernels_section(a), roofline_section(a), ncu_section(a), efficiency_section(a),
-             collectives_section(a), transfers_section(a), idle_section(a), ops_section(a))
+    """Every section with something to show, in report order (:data:`SHOWN`)."""
+    built = (shown.section(a) for shown in SHOWN if shown.section is not None)
     return [s for s in built if s is not None and not s.table.empty]
 
 
@@ -291,3 +310,38 @@ def device_label(model, name) -> str:
     if isinstance(model, str) and model:
         return model
     return f"unknown ({name})" if isinstance(name, str) and name else "unknown"
+
+
+# --- rows of the JSON report ----------------------------------------------------------
+
+def kernel_rows(a: Analysis) -> list[dict[str, Any]]:
+    """The top kernels with their full name and the short one the text report shows."""
+    k = a.table("top_kernels")
+    if k.empty:
+        return []
+    rows = k.to_dict("records")
+    for row, short in zip(rows, short_kernel_names([str(r["name"]) for r in rows])):
+        row["short_name"] = short
+    return rows
+
+
+def roofline_rows(a: Analysis) -> list[dict[str, Any]]:
+    """The kernels that take the most time per step (at most :data:`ROOFLINE_ROWS`)."""
+    roof = a.table("roofline")
+    return roof.nlargest(ROOFLINE_ROWS, "kernel_ms_per_step").to_dict("records") if len(roof) \
+        else []
+
+
+# Report order: the sections follow it, and the JSON report's keys after its findings.
+SHOWN: tuple[Shown, ...] = (
+    Shown("kernels", kernels_section, "top_kernels", kernel_rows),
+    Shown("roofline", roofline_section, "roofline", roofline_rows),
+    # measured by profkit ncu: Nsight Compute's counters per kernel, only when there are any
+    Shown("ncu", ncu_section, "ncu_kernels", lambda a: a.table("ncu_kernels").to_dict("records"),
+          json_when_empty=False),
+    Shown("efficiency", efficiency_section),
+    Shown("collectives", collectives_section),
+    Shown("transfers", transfers_section),
+    Shown("breakdown", idle_section),  # the idle time by code is the breakdown's
+    Shown("cpu_ops", ops_section),
+)
