@@ -11,13 +11,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from profkit.collectors import dist as pdist
-from profkit.collectors import job_summary
-from profkit.collectors.config import ProfileConfig, schedule_params
-from profkit.collectors.errors import CollectorError
-from profkit.collectors.session import CaptureSession
-from profkit.collectors.signals import TermHandler, signal_error
-from profkit.collectors.trigger import DEFAULT_EVERY, SignalTrigger, make_trigger
+from profkit.collectors.capture.profile_config import ProfileConfig, schedule_params
+from profkit.collectors.capture.session import CaptureSession
+from profkit.collectors.capture.signals import TermHandler, signal_error
+from profkit.collectors.capture.trigger import DEFAULT_EVERY, SignalTrigger, make_trigger
+from profkit.collectors.collector_errors import CollectorError
+from profkit.collectors.in_job.summarize import summarize_job
+from profkit.collectors.job_facts import dist as pdist
 
 log = logging.getLogger(__name__)
 
@@ -86,14 +86,14 @@ class Profile:
                 summarize: bool = False) -> None:
         """Stop the current capture. ``summarize``: at ``__exit__`` (never in a signal
         handler), write the in-job report when the config asks for it (a rank whose capture
-        failed only tells rank 0 so, see :mod:`~profkit.collectors.job_summary`)."""
+        failed only tells rank 0 so, see :mod:`~profkit.collectors.in_job.summarize`)."""
         session, self.session = self.session, None
         if session is not None:
             try:
                 with self._term.held():  # a SIGTERM now would leave no status on disk
                     session.stop(exc, error)
                 if summarize and self.config.summarize and self.trigger is None:
-                    job_summary.summarize_job(session)  # never raises
+                    summarize_job(session)  # never raises
             finally:
                 session.release_reserve()
 

@@ -30,7 +30,7 @@ CLI = REPO / "profkit" / "cli"
 # in-job summary of profile(summarize=True) runs only when asked for, after profiling has
 # stopped. It may import them only inside functions, never at module level, so that
 # importing the capture side still loads neither.
-LAZY_EXEMPT = {REPO / "collectors" / "job_summary.py": {"profkit.analyzers"}}
+LAZY_EXEMPT = {REPO / "collectors" / "in_job" / "summarize.py": {"profkit.analyzers"}}
 
 # Sub-package order: (package prefix, its layers from the bottom up). A layer is a list of
 # module-name prefixes relative to the package; "." is the package's own top-level modules.
