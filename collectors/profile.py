@@ -153,11 +153,19 @@ class Profile:
         return self.captures[-1] if self.captures else None
 
 
-def profile(out_dir: str | os.PathLike | None = None, *, wait: int = 1, warmup: int = 1,
-            active: int = 3, repeat: int = 1, record_shapes: bool = True,
-            profile_memory: bool = True, with_flops: bool = True, with_stack: bool = False,
-            nvml: Any = True, nvml_hz: float = 10.0, trigger: Any = None,
-            steps_on_trigger: int | None = None, summarize: bool = False,
+# profile()'s keyword defaults are ProfileConfig's field defaults, read from one instance so
+# that the two cannot drift apart.
+_DEFAULT = ProfileConfig()
+
+
+def profile(out_dir: str | os.PathLike | None = None, *, wait: int = _DEFAULT.wait,
+            warmup: int = _DEFAULT.warmup, active: int = _DEFAULT.active,
+            repeat: int = _DEFAULT.repeat, record_shapes: bool = _DEFAULT.record_shapes,
+            profile_memory: bool = _DEFAULT.profile_memory,
+            with_flops: bool = _DEFAULT.with_flops, with_stack: bool = _DEFAULT.with_stack,
+            nvml: Any = _DEFAULT.nvml, nvml_hz: float = _DEFAULT.nvml_hz, trigger: Any = None,
+            steps_on_trigger: int | None = _DEFAULT.steps_on_trigger,
+            summarize: bool = _DEFAULT.summarize,
             schedule: Callable[[int], Any] | None = None,
             **torch_profiler_kwargs: Any) -> Profile:
     """Profile a PyTorch job into the run directory ``out_dir`` (default
