@@ -5,8 +5,8 @@ Between the top-level packages::
 
     cli -> dashboard -> analyzers -> core <- collectors
 
-Inside core (``profkit/``) and inside the analyzers, each layer below may import only its own
-layer and the layers before it in the list.
+Inside core (``profkit/``), the analyzers and the collectors, each layer below may import only
+its own layer and the layers before it in the list.
 """
 
 import ast
@@ -38,11 +38,18 @@ INNER = {
     "profkit": ["*base*", "classify", "nccl", "trace", "run", "timeline", "cli"],
     "profkit.analyzers": ["*base*", "measure", "findings", "*pipeline*", "compare", "report",
                           "api"],
+    # The entry points profile() and launch sit above the parts they compose; the framework
+    # callbacks (collectors/integrations/, shipped as profkit.integrations) above those.
+    "profkit.collectors": ["*base*", "job_facts", "nvml", "tools", "capture", "in_job",
+                           "*api*", "integrations"],
 }
+# The folder each package with an inner order lives in (core's is profkit/).
+ROOTS = {"profkit.analyzers": "analyzers", "profkit.collectors": "collectors"}
 # Top-level modules of a package that are not its base layer.
 NAMED = {"profkit": {"__main__": "cli"},
          "profkit.analyzers": {"analyze": "*pipeline*", "summaries": "*pipeline*",
-                               "executor": "*pipeline*", "api": "api"}}
+                               "executor": "*pipeline*", "api": "api"},
+         "profkit.collectors": {"profile": "*api*", "launch": "*api*"}}
 # Lazy imports (inside a function) allowed against the inner order: a notebook's display of
 # an Analysis or a Diff draws it with the report's HTML.
 INNER_LAZY_EXEMPT = {("profkit.analyzers.analyze", "profkit.analyzers.report.html"),
@@ -138,13 +145,14 @@ def test_dependency_direction(layer):
 
 @pytest.mark.parametrize("package", sorted(INNER))
 def test_sub_package_direction(package):
-    root = REPO / ("analyzers" if package == "profkit.analyzers" else "profkit")
+    root = REPO / ROOTS.get(package, "profkit")
     assert inner_violations(package, sorted(root.rglob("*.py"))) == []
 
 
 def test_every_sub_package_says_what_it_owns():
     for init in [*(REPO / "profkit").glob("*/__init__.py"),
-                 *(REPO / "analyzers").glob("*/__init__.py")]:
+                 *(REPO / "analyzers").glob("*/__init__.py"),
+                 *(REPO / "collectors").glob("*/__init__.py")]:
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and len(doc.split()) >= 8, f"{init.relative_to(REPO)}: no docstring"
 
@@ -178,6 +186,24 @@ def test_the_inner_check_can_fail(tmp_path, monkeypatch):
         "analyzers/compare/m.py (compare) imports profkit.analyzers.report.render (report)",
         "analyzers/measure/m.py (measure) imports profkit.analyzers.findings (findings)",
         "analyzers/measure/m.py (measure) imports profkit.analyzers.findings.advice (findings)"]
+
+
+def test_the_collectors_inner_check_can_fail(tmp_path, monkeypatch):
+    for rel, text in (("job_facts/m.py", "from profkit.collectors.capture import session\n"),
+                      ("nvml/m.py", "from profkit.collectors.in_job.store import put\n"),
+                      ("in_job/m.py", "def f():\n    from profkit.collectors import launch\n"),
+                      ("capture/m.py", "from profkit.collectors.nvml import sampler\n")):
+        (tmp_path / "collectors" / rel).parent.mkdir(parents=True)
+        (tmp_path / "collectors" / rel).write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    files = sorted((tmp_path / "collectors").rglob("*.py"))
+    assert inner_violations("profkit.collectors", files) == [
+        "collectors/in_job/m.py (in_job) imports profkit.collectors.launch (*api*)",
+        "collectors/job_facts/m.py (job_facts) imports profkit.collectors.capture (capture)",
+        "collectors/job_facts/m.py (job_facts) imports profkit.collectors.capture.session "
+        "(capture)",
+        "collectors/nvml/m.py (nvml) imports profkit.collectors.in_job.store (in_job)",
+        "collectors/nvml/m.py (nvml) imports profkit.collectors.in_job.store.put (in_job)"]
 
 
 def test_the_lazy_exemption_is_lazy_only(tmp_path, monkeypatch):
