@@ -23,10 +23,10 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
-from profkit.collectors import nvml as nvml_mod
-from profkit.collectors import nvml_read
-from profkit.collectors.nvml import NvmlSampler, load_nvml
-from profkit.collectors.nvml_read import FAST_COLUMNS, GPM_COLUMNS, GpuReader
+from profkit.collectors.nvml import gpu_reader
+from profkit.collectors.nvml import sampler as nvml_mod
+from profkit.collectors.nvml.gpu_reader import FAST_COLUMNS, GPM_COLUMNS, GpuReader
+from profkit.collectors.nvml.sampler import NvmlSampler, load_nvml
 
 
 class _Fake:
@@ -169,14 +169,14 @@ def main() -> None:
                     "the 10 Hz samples)")
     args = ap.parse_args()
     if args.gpm_interval_ms is not None:
-        nvml_read.GPM_MIN_INTERVAL_NS = int(args.gpm_interval_ms * 1e6)
+        gpu_reader.GPM_MIN_INTERVAL_NS = int(args.gpm_interval_ms * 1e6)
     if args.watch_ms is not None:
         nvml_mod.WATCH_S = args.watch_ms / 1e3
     nvml = None if args.fake else load_nvml()
     kind = "real NVML" if nvml is not None else "fake NVML"
     nvml = nvml or _Fake()
     print(f"{kind}, GPU {args.gpu}, {args.seconds:g} s per mode, GPM every >= "
-          f"{nvml_read.GPM_MIN_INTERVAL_NS / 1e6:g} ms, idle wake-ups every "
+          f"{gpu_reader.GPM_MIN_INTERVAL_NS / 1e6:g} ms, idle wake-ups every "
           f"{nvml_mod.WATCH_S * 1e3:g} ms")
     print("| mode | rate | metrics read | CPU % of a core | full samples/s | fast samples/s "
           "| GPM values finite | mean GPM SM active % | NVLink rates finite "

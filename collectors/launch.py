@@ -18,9 +18,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from profkit.collectors.atomic import check_output_dir
-from profkit.collectors.errors import CollectorError
-from profkit.collectors.flight import NCCL_DIR
+from profkit.collectors.collector_errors import CollectorError
+from profkit.collectors.job_facts.flight_dump import NCCL_DIR
+from profkit.collectors.run_dir_writes import check_output_dir
 
 NCCL_LOG_NAME = "rank.%h.%p.log"  # NCCL expands %h (host) and %p (pid)
 FR_PREFIX = "flight_recorder_rank"  # PyTorch appends the rank on a timeout dump

@@ -11,13 +11,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from profkit.collectors import dist as pdist
-from profkit.collectors import job_summary
-from profkit.collectors.config import ProfileConfig, schedule_params
-from profkit.collectors.errors import CollectorError
-from profkit.collectors.session import CaptureSession
-from profkit.collectors.signals import TermHandler, signal_error
-from profkit.collectors.trigger import DEFAULT_EVERY, SignalTrigger, make_trigger
+from profkit.collectors.capture.profile_config import ProfileConfig, schedule_params
+from profkit.collectors.capture.session import CaptureSession
+from profkit.collectors.capture.signals import TermHandler, signal_error
+from profkit.collectors.capture.trigger import DEFAULT_EVERY, SignalTrigger, make_trigger
+from profkit.collectors.collector_errors import CollectorError
+from profkit.collectors.in_job.summarize import summarize_job
+from profkit.collectors.job_facts import dist as pdist
 
 log = logging.getLogger(__name__)
 
@@ -86,14 +86,14 @@ class Profile:
                 summarize: bool = False) -> None:
         """Stop the current capture. ``summarize``: at ``__exit__`` (never in a signal
         handler), write the in-job report when the config asks for it (a rank whose capture
-        failed only tells rank 0 so, see :mod:`~profkit.collectors.job_summary`)."""
+        failed only tells rank 0 so, see :mod:`~profkit.collectors.in_job.summarize`)."""
         session, self.session = self.session, None
         if session is not None:
             try:
                 with self._term.held():  # a SIGTERM now would leave no status on disk
                     session.stop(exc, error)
                 if summarize and self.config.summarize and self.trigger is None:
-                    job_summary.summarize_job(session)  # never raises
+                    summarize_job(session)  # never raises
             finally:
                 session.release_reserve()
 
@@ -153,11 +153,19 @@ class Profile:
         return self.captures[-1] if self.captures else None
 
 
-def profile(out_dir: str | os.PathLike | None = None, *, wait: int = 1, warmup: int = 1,
-            active: int = 3, repeat: int = 1, record_shapes: bool = True,
-            profile_memory: bool = True, with_flops: bool = True, with_stack: bool = False,
-            nvml: Any = True, nvml_hz: float = 10.0, trigger: Any = None,
-            steps_on_trigger: int | None = None, summarize: bool = False,
+# profile()'s keyword defaults are ProfileConfig's field defaults, read from one instance so
+# that the two cannot drift apart.
+_DEFAULT = ProfileConfig()
+
+
+def profile(out_dir: str | os.PathLike | None = None, *, wait: int = _DEFAULT.wait,
+            warmup: int = _DEFAULT.warmup, active: int = _DEFAULT.active,
+            repeat: int = _DEFAULT.repeat, record_shapes: bool = _DEFAULT.record_shapes,
+            profile_memory: bool = _DEFAULT.profile_memory,
+            with_flops: bool = _DEFAULT.with_flops, with_stack: bool = _DEFAULT.with_stack,
+            nvml: Any = _DEFAULT.nvml, nvml_hz: float = _DEFAULT.nvml_hz, trigger: Any = None,
+            steps_on_trigger: int | None = _DEFAULT.steps_on_trigger,
+            summarize: bool = _DEFAULT.summarize,
             schedule: Callable[[int], Any] | None = None,
             **torch_profiler_kwargs: Any) -> Profile:
     """Profile a PyTorch job into the run directory ``out_dir`` (default

@@ -5,8 +5,8 @@ Between the top-level packages::
 
     cli -> dashboard -> analyzers -> core <- collectors
 
-Inside core (``profkit/``), the analyzers and the dashboard, each layer below may import only
-its own layer and the layers before it in the list.
+Inside core (``profkit/``), the analyzers, the dashboard and the collectors, each layer below
+may import only its own layer and the layers before it in the list.
 """
 
 import ast
@@ -30,7 +30,7 @@ CLI = REPO / "profkit" / "cli"
 # in-job summary of profile(summarize=True) runs only when asked for, after profiling has
 # stopped. It may import them only inside functions, never at module level, so that
 # importing the capture side still loads neither.
-LAZY_EXEMPT = {REPO / "collectors" / "job_summary.py": {"profkit.analyzers"}}
+LAZY_EXEMPT = {REPO / "collectors" / "in_job" / "summarize.py": {"profkit.analyzers"}}
 
 # Sub-package order: (package prefix, its layers from the bottom up). A layer is a list of
 # module-name prefixes relative to the package; "." is the package's own top-level modules.
@@ -41,13 +41,18 @@ INNER = {
     # charts and page blocks know nothing of requests or runs on disk; the server side knows
     # nothing of how a page looks; the pages put the two together
     "profkit.dashboard": ["*base*", "figures", "ui", "timeline", "server", "pages", "app"],
+    # The entry points profile() and launch sit above the parts they compose; the framework
+    # callbacks (collectors/integrations/, shipped as profkit.integrations) above those.
+    "profkit.collectors": ["*base*", "job_facts", "nvml", "tools", "capture", "in_job",
+                           "*api*", "integrations"],
 }
 # Top-level modules of a package that are not its base layer.
 NAMED = {"profkit": {"__main__": "cli"},
          "profkit.analyzers": {"analyze": "*pipeline*", "summaries": "*pipeline*",
                                "executor": "*pipeline*", "measurements": "*pipeline*",
                                "api": "api"},
-         "profkit.dashboard": {"app": "app"}}
+         "profkit.dashboard": {"app": "app"},
+         "profkit.collectors": {"profile": "*api*", "launch": "*api*"}}
 # Lazy imports (inside a function) allowed against the inner order: a notebook's display of
 # an Analysis or a Diff draws it with the report's HTML.
 INNER_LAZY_EXEMPT = {("profkit.analyzers.analyze", "profkit.analyzers.report.html"),
@@ -143,7 +148,7 @@ def test_dependency_direction(layer):
 
 # Where each package of INNER lies in the checkout (package-dir of pyproject.toml).
 FOLDERS = {"profkit": "profkit", "profkit.analyzers": "analyzers",
-           "profkit.dashboard": "dashboard"}
+           "profkit.dashboard": "dashboard", "profkit.collectors": "collectors"}
 
 
 @pytest.mark.parametrize("package", sorted(INNER))
@@ -207,6 +212,24 @@ def test_the_dashboard_check_can_fail(tmp_path, monkeypatch):
         "dashboard/pages/m.py (pages) imports profkit.dashboard.app (app)",
         "dashboard/ui/m.py (ui) imports profkit.dashboard.server (server)",
         "dashboard/ui/m.py (ui) imports profkit.dashboard.server.results (server)"]
+
+
+def test_the_collectors_inner_check_can_fail(tmp_path, monkeypatch):
+    for rel, text in (("job_facts/m.py", "from profkit.collectors.capture import session\n"),
+                      ("nvml/m.py", "from profkit.collectors.in_job.store import put\n"),
+                      ("in_job/m.py", "def f():\n    from profkit.collectors import launch\n"),
+                      ("capture/m.py", "from profkit.collectors.nvml import sampler\n")):
+        (tmp_path / "collectors" / rel).parent.mkdir(parents=True)
+        (tmp_path / "collectors" / rel).write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    files = sorted((tmp_path / "collectors").rglob("*.py"))
+    assert inner_violations("profkit.collectors", files) == [
+        "collectors/in_job/m.py (in_job) imports profkit.collectors.launch (*api*)",
+        "collectors/job_facts/m.py (job_facts) imports profkit.collectors.capture (capture)",
+        "collectors/job_facts/m.py (job_facts) imports profkit.collectors.capture.session "
+        "(capture)",
+        "collectors/nvml/m.py (nvml) imports profkit.collectors.in_job.store (in_job)",
+        "collectors/nvml/m.py (nvml) imports profkit.collectors.in_job.store.put (in_job)"]
 
 
 def test_the_lazy_exemption_is_lazy_only(tmp_path, monkeypatch):

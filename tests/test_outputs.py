@@ -48,7 +48,7 @@ def mode(path: Path) -> int:
 
 @pytest.mark.parametrize("mask, expected", [(0o022, 0o644), (0o027, 0o640)])
 def test_written_files_get_the_umask_mode_like_open(tmp_path, umask, mask, expected):
-    from profkit.collectors.atomic import gzip_file_atomic, write_json_atomic
+    from profkit.collectors.run_dir_writes import gzip_file_atomic, write_json_atomic
 
     umask(mask)
     with open(tmp_path / "by-open", "wb"):
@@ -350,7 +350,7 @@ def test_a_live_writer_in_another_process_keeps_its_temporary(tmp_path):
 
 
 def test_capture_start_and_cache_remove_orphans(tmp_path):
-    from profkit.collectors.atomic import check_output_dir
+    from profkit.collectors.run_dir_writes import check_output_dir
 
     run = tiny_run(tmp_path / "run")
     (run / "traces").mkdir()

@@ -1,6 +1,6 @@
 """``profkit ncu RUN -- COMMAND``: Nsight Compute counters for the kernels that take the
 time in RUN, measured by rerunning COMMAND under ncu and stored in ``RUN/ncu/``
-(:mod:`profkit.collectors.ncu`); ``profkit analyze RUN`` then shows them beside its
+(:mod:`profkit.collectors.tools.ncu_capture`); ``profkit analyze RUN`` then shows them beside its
 kernels."""
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def _count(text: str) -> int:
 def cmd_ncu(args) -> int:
     from profkit.analyzers.measure.ncu import rank_steps, select_kernels
     from profkit.cli.analyze import _cached_analysis, _thresholds
-    from profkit.collectors import ncu as capture
-    from profkit.collectors.errors import NcuError
+    from profkit.collectors.collector_errors import NcuError
+    from profkit.collectors.tools import ncu_capture as capture
     from profkit.run.discover import run_folder
 
     command = list(args.command)
@@ -115,7 +115,7 @@ def cmd_ncu(args) -> int:
 
 def _print_plan(plan) -> None:
     from profkit.classify.names import short_kernel_names
-    from profkit.collectors.ncu import plan_text
+    from profkit.collectors.tools.ncu_capture import plan_text
 
     print(plan_text(plan), file=sys.stderr)
     shorts = short_kernel_names([k["name"] for k in plan.kernels])

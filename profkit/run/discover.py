@@ -28,7 +28,8 @@ MAX_DEPTH = 3
 _RANK_RE = re.compile(r"(?:^|[^a-z])rank[-_.]?(\d+)", re.IGNORECASE)
 # On-demand captures (collectors/profile.py CAPTURE_DIR): complete run directories of their own.
 CAPTURE_RE = re.compile(r"^capture-(\d+)-")
-# What profkit itself names a rank's traces (collectors/session.py TRACE_NAME, TRACE_CYCLE_NAME).
+# What profkit itself names a rank's traces (collectors/capture/session.py TRACE_NAME,
+# TRACE_CYCLE_NAME).
 _PROFKIT_NAME_RE = re.compile(r"^rank(\d+)(?:\.cycle(\d+))?\.pt\.trace\.json(?:\.gz)?$")
 _SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from profkit.collectors import nvml as nvml_mod
+from profkit.collectors.nvml import sampler as nvml_mod
 
 
 class FakeNvmlError(Exception):

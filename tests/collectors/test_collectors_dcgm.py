@@ -7,8 +7,8 @@ import threading
 
 import numpy as np
 import pytest
-from profkit.collectors.dcgm import DcgmScraper, dcgm_rows, parse_prometheus
-from profkit.collectors.nvml import SOURCE_DCGM, NvmlSampler
+from profkit.collectors.nvml.dcgm import DcgmScraper, dcgm_rows, parse_prometheus
+from profkit.collectors.nvml.sampler import SOURCE_DCGM, NvmlSampler
 
 # Hand-written in dcgm-exporter's format (not captured from a real exporter).
 SAMPLE = """\

@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 import pytest
-from profkit.collectors import atomic
-from profkit.collectors.nvml import NvmlSampler, init_nvml, load_nvml
-from profkit.collectors.nvml_read import BASE_COLUMNS, GPM_COLUMNS
+from profkit.collectors import run_dir_writes
+from profkit.collectors.nvml.gpu_reader import BASE_COLUMNS, GPM_COLUMNS
+from profkit.collectors.nvml.sampler import NvmlSampler, init_nvml, load_nvml
 
 
 def _load_all(paths):
@@ -136,8 +136,8 @@ def test_failed_write_leaves_no_partial_file_and_stops_sampling(tmp_path, fake_n
     def boom(src, dst):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(atomic.os, "replace", boom)
-    with caplog.at_level(logging.WARNING, logger="profkit.collectors.nvml"):
+    monkeypatch.setattr(run_dir_writes.os, "replace", boom)
+    with caplog.at_level(logging.WARNING, logger="profkit.collectors.nvml.sampler"):
         assert s.flush() is None  # never raised into the job
         s.sample_once()
         assert s.flush() is None
@@ -153,7 +153,7 @@ def test_sampler_thread_stops_itself_on_a_full_disk(tmp_path, fake_nvml, monkeyp
     s = NvmlSampler(tmp_path, 0, [0], nvml=fake_nvml(), hz=200.0, chunk_s=0.01,
                     on_write_failure=lambda path, exc, samples: failures.append(
                         (path.name, exc.errno, samples)))
-    monkeypatch.setattr(atomic.os, "replace", lambda src, dst: (_ for _ in ()).throw(
+    monkeypatch.setattr(run_dir_writes.os, "replace", lambda src, dst: (_ for _ in ()).throw(
         OSError(errno.ENOSPC, "No space left on device")))
     assert s.start()
     deadline = time.monotonic() + 5
@@ -167,7 +167,7 @@ def test_sampler_thread_stops_itself_on_a_full_disk(tmp_path, fake_nvml, monkeyp
 
 def test_missing_nvml_warns_once(caplog, fake_nvml):
     bad = fake_nvml(fail=("nvmlInit",))
-    with caplog.at_level(logging.WARNING, logger="profkit.collectors.nvml"):
+    with caplog.at_level(logging.WARNING, logger="profkit.collectors.nvml.sampler"):
         assert init_nvml(bad) is None
         assert init_nvml(bad) is None
     assert len(caplog.records) == 1
@@ -176,7 +176,7 @@ def test_missing_nvml_warns_once(caplog, fake_nvml):
 
 def test_pynvml_not_installed_warns_once(caplog, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import raises ImportError
-    with caplog.at_level(logging.WARNING, logger="profkit.collectors.nvml"):
+    with caplog.at_level(logging.WARNING, logger="profkit.collectors.nvml.sampler"):
         assert load_nvml() is None
         assert load_nvml() is None
     assert len(caplog.records) == 1
@@ -205,7 +205,7 @@ def test_background_thread_samples_and_stops(tmp_path, fake_nvml):
 def test_pcie_link_from_nvml_is_the_links_maximum():
     """run.json's gpus carry the host link (the analysis' peak for host<->device copies):
     NVML's maximum generation and width, not the current ones (an idle link trains down)."""
-    from profkit.collectors.runmeta import pcie_link
+    from profkit.collectors.job_facts.run_document import pcie_link
 
     class Nvml:
         def nvmlDeviceGetHandleByUUID(self, uuid):

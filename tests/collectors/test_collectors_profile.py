@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import pickle
 
 import pytest
 import torch
-from profkit.collectors import CollectorError, OutputDirError, mark, profile
+from profkit.collectors import CollectorError, OutputDirError, ProfileConfig, mark, profile
+from profkit.collectors.profile import _CONFIG_EXTRAS
 
 from profkit.errors import ProfkitError
 from profkit.nccl.flight_recorder import parse_flight_recorder
@@ -170,3 +173,15 @@ def test_user_on_trace_ready_is_still_called(tmp_path):
         train(p, 2)
     assert len(calls) == 1
     assert (tmp_path / "traces" / "rank0.pt.trace.json.gz").exists()
+
+
+def test_profile_defaults_are_profile_configs(tmp_path):
+    """profile()'s keyword defaults are ProfileConfig's field defaults, every field can be
+    set through profile(), and profile() with no options builds ProfileConfig()."""
+    fields = {f.name for f in dataclasses.fields(ProfileConfig)}
+    params = inspect.signature(profile).parameters
+    named = {name: p.default for name, p in params.items()
+             if name in fields and p.kind is p.KEYWORD_ONLY}
+    assert named == {name: getattr(ProfileConfig(), name) for name in named}
+    assert fields == set(named) | set(_CONFIG_EXTRAS) | {"torch_profiler_kwargs"}
+    assert profile(tmp_path).config == ProfileConfig()

@@ -9,7 +9,7 @@ import signal
 import pytest
 import torch
 from profkit.collectors import CollectorError, profile
-from profkit.collectors.trigger import FileTrigger, SignalTrigger, make_trigger
+from profkit.collectors.capture.trigger import FileTrigger, SignalTrigger, make_trigger
 
 
 @pytest.fixture

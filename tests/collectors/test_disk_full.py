@@ -18,7 +18,7 @@ from profkit.collectors import profile
 from profkit.cli import main
 from profkit.run.runmeta import capture_loss
 
-LOSSES_LOG = "profkit.collectors.losses"
+LOSSES_LOG = "profkit.collectors.capture.losses"
 
 
 def fail_replace(monkeypatch, part: str, code: int = errno.ENOSPC) -> list[str]:

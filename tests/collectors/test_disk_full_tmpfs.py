@@ -76,7 +76,7 @@ def temporaries(folder) -> list[str]:
 
 def loss_warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.name == "profkit.collectors.losses" and r.levelno == logging.WARNING]
+            if r.name == "profkit.collectors.capture.losses" and r.levelno == logging.WARNING]
 
 
 def test_the_reported_job_default_settings_300_mb_disk(small_disk, caplog, capsys):

@@ -12,7 +12,7 @@ import json
 import textwrap
 
 import pytest
-from profkit.collectors import job_summary
+from profkit.collectors.in_job import summarize as job_summary
 
 TIMEOUT_S = 20  # PROFKIT_SUMMARY_TIMEOUT_S of these jobs: the bound they must end within
 FAIL_STEP = 6  # the failing rank raises before this step (a trace was saved after step 4)

@@ -26,8 +26,8 @@ def _load(paths):
 
 
 def test_sampler_sees_the_gpu_work(tmp_path, cuda):
-    from profkit.collectors.dist import rank_info
-    from profkit.collectors.nvml import NvmlSampler, load_nvml
+    from profkit.collectors.job_facts.dist import rank_info
+    from profkit.collectors.nvml.sampler import NvmlSampler, load_nvml
 
     torch = cuda
     nvml = load_nvml()

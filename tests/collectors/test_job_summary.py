@@ -16,7 +16,8 @@ import pytest
 import torch
 from profkit.analyzers.executor import analyze_run
 from profkit.analyzers.report.render import to_json
-from profkit.collectors import job_summary, profile
+from profkit.collectors import profile
+from profkit.collectors.in_job import summarize as job_summary
 
 from profkit.run.discover import find_trace_files
 from profkit.run.loader import load_run

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from profkit.collectors import ncu as capture
+from profkit.collectors.tools import ncu_capture as capture
 
 from tests.factories import trace_doc, write_trace
 

@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from profkit.collectors.nvml import NvmlSampler, torch_profiler_recording
-from profkit.collectors.nvml_fields import FieldReader
-from profkit.collectors.nvml_read import BASE_COLUMNS
+from profkit.collectors.nvml.field_reader import FieldReader
+from profkit.collectors.nvml.gpu_reader import BASE_COLUMNS
+from profkit.collectors.nvml.sampler import NvmlSampler, torch_profiler_recording
 
 T0 = 1_700_000_000_000_000_000
 LINKS = ["nvlink_l0_tx_mibps", "nvlink_l0_rx_mibps", "nvlink_l1_tx_mibps", "nvlink_l1_rx_mibps"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.profiler as tp
 from profkit.collectors import CollectorError, profile
-from profkit.collectors.config import schedule_params
+from profkit.collectors.capture.profile_config import schedule_params
 
 
 def train(p, steps):

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import torch.distributed as dist
 from profkit.analyzers.executor import FileResult, plan_tasks, summarize_file
-from profkit.collectors import job_summary
-from profkit.collectors import summary_store as kv
+from profkit.collectors.in_job import store as kv
+from profkit.collectors.in_job import summarize as job_summary
 
 from profkit.run import loader
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from profkit.collectors.errors import CollectorError
+from profkit.collectors.collector_errors import CollectorError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,7 +46,7 @@ class ProfileConfig:
     analysis (``profkit-report/report.json``, ``profkit-report/report.txt``) into the run directory: a
     cross-rank report the moment the job ends, without moving traces. A rank that failed
     never waits for the others; rank 0 waits at most ``$PROFKIT_SUMMARY_TIMEOUT_S`` seconds
-    (300). Only for a capture without a trigger; see :mod:`profkit.collectors.job_summary`."""
+    (300). Only for a capture without a trigger; see :mod:`profkit.collectors.in_job.summarize`."""
     torch_profiler_kwargs: dict[str, Any] = field(default_factory=dict)
     """Passed through to ``torch.profiler.profile``."""
 

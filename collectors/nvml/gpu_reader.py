@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from profkit.collectors.nvml_fields import FieldReader
+from profkit.collectors.nvml.field_reader import FieldReader
 
 log = logging.getLogger(__name__)
 NAN = math.nan

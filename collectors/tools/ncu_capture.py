@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profkit.collectors.errors import NcuError
+from profkit.collectors.collector_errors import NcuError
 
 from profkit.atomic import atomic_dir
 from profkit.classify.kernelkey import function_name, kernels_regex, match_names

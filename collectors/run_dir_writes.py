@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from profkit.collectors.errors import OutputDirError
+from profkit.collectors.collector_errors import OutputDirError
 
 from profkit.atomic import TMP_PREFIX, atomic_open, sweep_stale, tmp_name, write_bytes_atomic
 

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from profkit.collectors.errors import CollectorError
+from profkit.collectors.collector_errors import CollectorError
 
 log = logging.getLogger(__name__)
 

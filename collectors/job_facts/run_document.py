@@ -17,8 +17,8 @@ SCHEMA = "profkit.run/1"
 RUN_JSON = "run.json"
 LAUNCH_COMMAND_ENV = "PROFKIT_LAUNCH_COMMAND"
 STATUS_RUNNING, STATUS_OK, STATUS_FAILED = "running", "ok", "failed"
-# the job went on but the capture did not: a write failed (collectors/losses.py), or, in the
-# in-job report, ranks never answered
+# the job went on but the capture did not: a write failed (collectors/capture/losses.py),
+# or, in the in-job report, ranks never answered
 STATUS_INCOMPLETE = "incomplete"
 ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_NCCL_", "TORCH_", "PYTORCH_", "OMP_", "MKL_",
                 "CUBLAS_", "CUDNN_", "PROFKIT_")

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from profkit.collectors.atomic import tmp_name
+from profkit.collectors.run_dir_writes import tmp_name
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import logging
 import os
 from pathlib import Path
 
-from profkit.collectors.atomic import write_bytes_atomic
+from profkit.collectors.run_dir_writes import write_bytes_atomic
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ status (``ranks/rank{R}.json``, and rank 0 run.json) before any of this runs. Th
 
 - a rank whose capture failed (its code raised, saving failed) puts a short ``failed:
   <reason>`` value into the job's key-value store and returns at once: no summary work, no
-  waiting, so its exception goes on unchanged (:mod:`profkit.collectors.summary_store`);
+  waiting, so its exception goes on unchanged (:mod:`profkit.collectors.in_job.store`);
 - every other rank reduces its own trace (the first cycle's, when the schedule repeats) to
   a rank summary (the map of :mod:`profkit.analyzers.executor`, ``summarize_file``) and puts
   it into the store; ranks other than 0 return without waiting for anyone;
@@ -39,7 +39,7 @@ report). Its limits:
 - values wait in the store's memory until rank 0 reads (and deletes) them: 40-100 KiB per
   rank for the bundled runs, so about 100 MB for a thousand ranks, held by the store
   server (under torchrun the agent on the master node); over 4 MiB a value goes in parts,
-  over 256 MiB it is replaced by an error (see :mod:`~profkit.collectors.summary_store`).
+  over 256 MiB it is replaced by an error (see :mod:`~profkit.collectors.in_job.store`).
 - a SIGTERM while rank 0 waits (torchrun stopping the job) ends it without a report.
 - a process group made without torchrun has its store served by rank 0's process: when
   rank 0 has already exited, the others' values are lost (logged as a warning).
@@ -63,11 +63,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from profkit.collectors import runmeta
-from profkit.collectors import summary_store as kv
-from profkit.collectors.atomic import write_bytes_atomic
-from profkit.collectors.errors import CollectorError
-from profkit.collectors.session import RANK_STATUS_NAME, RANKS_DIR, TRACE_NAME, TRACES_DIR
+from profkit.collectors.capture.session import RANK_STATUS_NAME, RANKS_DIR, TRACE_NAME, TRACES_DIR
+from profkit.collectors.collector_errors import CollectorError
+from profkit.collectors.in_job import store as kv
+from profkit.collectors.job_facts import run_document
+from profkit.collectors.run_dir_writes import write_bytes_atomic
 
 from profkit.errors import error_text
 from profkit.textout import plural
@@ -79,7 +79,7 @@ REPORT_JSON = "report.json"
 REPORT_TEXT = "report.txt"
 TIMEOUT_ENV = "PROFKIT_SUMMARY_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 300.0
-STATUS_INCOMPLETE = runmeta.STATUS_INCOMPLETE  # a rank never answered, or lost a write
+STATUS_INCOMPLETE = run_document.STATUS_INCOMPLETE  # a rank never answered, or lost a write
 
 
 def summary_timeout_s() -> float:
@@ -94,7 +94,7 @@ def summary_timeout_s() -> float:
 
 def summarize_job(session: Any) -> Path | None:
     """Run the in-job summary for the stopped capture ``session`` (a
-    :class:`~profkit.collectors.session.CaptureSession`); every rank calls this. Returns the
+    :class:`~profkit.collectors.capture.session.CaptureSession`); every rank calls this. Returns the
     JSON report's path on rank 0 when written, else None. Never raises (an ``Exception``)."""
     try:
         return _summarize_job(session)
@@ -110,7 +110,7 @@ def _summarize_job(session: Any) -> Path | None:
     info = session.info
     if info is None:  # never started: nothing to summarise
         return None
-    failed = session.status == runmeta.STATUS_FAILED
+    failed = session.status == run_document.STATUS_FAILED
     if info.world_size == 1:
         return None if failed else _write_report(Path(session.dir), own_result(session))
     if session.store is None:
@@ -179,7 +179,7 @@ def failed_on_disk(run_dir: Path, run_id: str, rank: int) -> str | None:
         status = json.loads(path.read_bytes())
     except (OSError, ValueError):
         return None
-    if (isinstance(status, dict) and status.get("status") == runmeta.STATUS_FAILED
+    if (isinstance(status, dict) and status.get("status") == run_document.STATUS_FAILED
             and status.get("run_id") == run_id):
         return error_text(status.get("error"))
     return None
@@ -255,8 +255,8 @@ def report_meta(run_json: dict[str, Any], arrivals: kv.Arrivals,
     rank failed, ``incomplete`` when ranks only never answered; ``rank_errors`` says why."""
     meta = dict(run_json)
     if arrivals.failed:
-        meta["status"] = runmeta.STATUS_FAILED
-    elif arrivals.missing and meta.get("status") != runmeta.STATUS_FAILED:
+        meta["status"] = run_document.STATUS_FAILED
+    elif arrivals.missing and meta.get("status") != run_document.STATUS_FAILED:
         meta["status"] = STATUS_INCOMPLETE
     meta["rank_errors"] = {**(meta.get("rank_errors") or {}), **{
         str(r): why.removeprefix("failed: ") for r, why in problems.items()}}

@@ -5,7 +5,7 @@ backend, so that they never touch the GPU stream (no device sync) and work on CP
 They are only called where every rank is known to be present: at capture start and at
 the agreed trigger check points, never at exit (a failing rank must not hang the others;
 the in-job summary goes through the job's key-value store instead, see
-:mod:`profkit.collectors.summary_store`).
+:mod:`profkit.collectors.in_job.store`).
 """
 
 from __future__ import annotations

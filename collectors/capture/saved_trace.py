@@ -17,8 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from profkit.collectors.atomic import gzip_file_atomic, tmp_name
-from profkit.collectors.losses import MIN_RESERVE_BYTES
+from profkit.collectors.capture.losses import MIN_RESERVE_BYTES
+from profkit.collectors.run_dir_writes import gzip_file_atomic, tmp_name
 
 from profkit.atomic import atomic_open
 

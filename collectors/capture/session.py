@@ -3,7 +3,7 @@
 ``start()`` is collective (every rank must call it at the same point); ``stop()`` is purely
 local, so a rank that fails cannot hang the others, and never raises. Neither does
 ``step()``: a write that fails in the middle of the job (a full disk, an I/O error, a folder
-gone) stops the capture and the job goes on (:mod:`~profkit.collectors.losses`).
+gone) stops the capture and the job goes on (:mod:`~profkit.collectors.capture.losses`).
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from profkit.collectors import dist as pdist
-from profkit.collectors import runmeta
-from profkit.collectors.atomic import check_output_dir, write_json_atomic
-from profkit.collectors.config import ProfileConfig
-from profkit.collectors.errors import CollectorError, OutputDirError
-from profkit.collectors.flight import dump_flight_recorder
-from profkit.collectors.losses import MIN_RESERVE_BYTES, CaptureLosses, Reserve
-from profkit.collectors.nvml import NvmlSampler, init_nvml, load_nvml
-from profkit.collectors.saved_trace import SavedTraceView, export_trace
+from profkit.collectors.capture.losses import MIN_RESERVE_BYTES, CaptureLosses, Reserve
+from profkit.collectors.capture.profile_config import ProfileConfig
+from profkit.collectors.capture.saved_trace import SavedTraceView, export_trace
+from profkit.collectors.collector_errors import CollectorError, OutputDirError
+from profkit.collectors.job_facts import dist as pdist
+from profkit.collectors.job_facts import run_document
+from profkit.collectors.job_facts.flight_dump import dump_flight_recorder
+from profkit.collectors.nvml.sampler import NvmlSampler, init_nvml, load_nvml
+from profkit.collectors.run_dir_writes import check_output_dir, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +53,11 @@ class CaptureSession:
         self.losses = CaptureLosses(self.dir, 0)
         self.reserve: Reserve | None = None
         self._chunks: list[Path] = []  # the NVML chunks written, kept once the sampler stops
-        self.status = runmeta.STATUS_RUNNING
+        self.status = run_document.STATUS_RUNNING
         self.error: dict[str, str] | None = None  # the final run.json ``error``, set by stop()
         # run.json's gpus and clock offsets, known on every rank (run.json is on rank 0's disk)
         self.run_facts: dict[str, Any] = {}
-        # the job's key-value store, for the in-job summary (taken at start: see dist.py)
+        # the job's key-value store, for the in-job summary (taken at start: see job_facts/dist.py)
         self.store: Any = None
 
     # ---- start -------------------------------------------------------------------------
@@ -68,10 +68,10 @@ class CaptureSession:
         gathered = pdist.all_gather_object(self._local_report(nvml))
         self._raise_if_any_problem(gathered)
         if pdist.dist_ready():
-            self.run_id = pdist.broadcast_object(self.run_id or runmeta.new_run_id())
-        self.run_id = self.run_id or runmeta.env_run_id() or runmeta.new_run_id()
+            self.run_id = pdist.broadcast_object(self.run_id or run_document.new_run_id())
+        self.run_id = self.run_id or run_document.env_run_id() or run_document.new_run_id()
         offsets = pdist.measure_clock_offsets()
-        self.run_facts = {"gpus": runmeta.merge_gpus([rep["gpus"] for rep in gathered]),
+        self.run_facts = {"gpus": run_document.merge_gpus([rep["gpus"] for rep in gathered]),
                           "clock_offsets_ns": offsets}
         if self.config.summarize:
             self.store = pdist.default_store()
@@ -108,7 +108,7 @@ class CaptureSession:
             except Exception:  # noqa: BLE001
                 pass
         assert self.info is not None
-        return {"info": self.info.as_dict(), "gpus": runmeta.local_gpus(self.info.host, nvml),
+        return {"info": self.info.as_dict(), "gpus": run_document.local_gpus(self.info.host, nvml),
                 "problem": problem, "driver": driver}
 
     def _raise_if_any_problem(self, gathered: list[dict[str, Any]]) -> None:
@@ -124,12 +124,12 @@ class CaptureSession:
                                 offsets: dict[str, int]) -> None:
         assert self.info is not None and self.run_id is not None
         ranks = [rep["info"] for rep in gathered]
-        self.doc = runmeta.build_run_json(
+        self.doc = run_document.build_run_json(
             run_id=self.run_id, ranks=ranks, world_size=self.info.world_size,
-            gpus=runmeta.merge_gpus([rep["gpus"] for rep in gathered]),
+            gpus=run_document.merge_gpus([rep["gpus"] for rep in gathered]),
             clock_offsets_ns=offsets, profiler=self._profiler_settings(),
             started_ns=self.started_ns, driver=gathered[0]["driver"])
-        write_json_atomic(self.dir / runmeta.RUN_JSON, self.doc)
+        write_json_atomic(self.dir / run_document.RUN_JSON, self.doc)
 
     def _profiler_settings(self) -> dict[str, Any]:
         d = self.config.as_json()
@@ -137,7 +137,7 @@ class CaptureSession:
         return d
 
     def _start_sampler(self, nvml: Any) -> None:
-        from profkit.collectors.dcgm import make_scraper
+        from profkit.collectors.nvml.dcgm import make_scraper
 
         assert self.info is not None
         gpus = self.config.nvml_gpus
@@ -228,7 +228,7 @@ class CaptureSession:
         if self.halted or self._stopped:
             return
         self.halted = True
-        self.status = runmeta.STATUS_INCOMPLETE
+        self.status = run_document.STATUS_INCOMPLETE
         for what, fn in (("profiler", self._stop_profiler), ("nvml", self._stop_sampler)):
             try:
                 fn()
@@ -248,16 +248,16 @@ class CaptureSession:
         if self._stopped or self.info is None:
             return
         self._stopped = True
-        error = error or runmeta.error_dict(exc)
+        error = error or run_document.error_dict(exc)
         internal = self._stop_parts()
         if error is None and internal:
             error = internal[0]
         if error:
-            self.status = runmeta.STATUS_FAILED
+            self.status = run_document.STATUS_FAILED
         elif self.losses.stopped:
-            self.status = runmeta.STATUS_INCOMPLETE
+            self.status = run_document.STATUS_INCOMPLETE
         else:
-            self.status = runmeta.STATUS_OK
+            self.status = run_document.STATUS_OK
         self.error = error
         self._write_status(error, ended_ns=time.time_ns())
 
@@ -317,7 +317,7 @@ class CaptureSession:
             write(lambda: write_json_atomic(path, status))
             if self.info.rank == 0 and self.doc:
                 self.doc.update(status=self.status, error=error, ended_ns=ended_ns)
-                write(lambda: write_json_atomic(self.dir / runmeta.RUN_JSON, self.doc))
+                write(lambda: write_json_atomic(self.dir / run_document.RUN_JSON, self.doc))
         except Exception as exc:  # noqa: BLE001
             log.error("profkit: writing the run status to %s failed (%s)", self.dir, exc,
                       exc_info=log.isEnabledFor(logging.DEBUG))

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from profkit.collectors.atomic import write_bytes_atomic
-from profkit.collectors.nvml_read import BASE_COLUMNS, GPM_COLUMNS, GpuReader
+from profkit.collectors.nvml.gpu_reader import BASE_COLUMNS, GPM_COLUMNS, GpuReader
+from profkit.collectors.run_dir_writes import write_bytes_atomic
 
 log = logging.getLogger(__name__)
 
