@@ -20,6 +20,7 @@ from profkit.analyzers.measure.breakdown import (
 from profkit.analyzers.measure.compilation import COMPILE_NS
 from profkit.analyzers.measure.steps import compiling_ranks, run_median_step_ms
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
+from profkit.analyzers.parts import PART_NAMES, part_label, part_name  # noqa: F401 (re-exported)
 from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.summaries import RankSummary, summarize_rank
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
@@ -78,24 +79,6 @@ class RunHeader:
     def of(cls, run: Run) -> RunHeader:
         return cls(run.path, run.meta, [s.as_dict() for s in run.skipped], list(run.notes),
                    run.ncu)
-
-
-# How the breakdown parts (and kernel classes) read in every report: text, Markdown, HTML,
-# the notebook and the dashboard. The JSON report and the tables keep the keys.
-PART_NAMES = {"memcpy": "transfer", "cpu_launch": "launch overhead", "host_work": "host work",
-              "data_loading": "data loading",
-              "host_sync": "host sync", "idle_other": "held work (queued, waiting on a stream or event)"}
-
-
-def part_name(part: str) -> str:
-    """How a part reads in text: ``memcpy`` is memory transfer."""
-    return PART_NAMES.get(part, part)
-
-
-def part_label(part: str) -> str:
-    """:func:`part_name` without its explanation in brackets, for table headers and
-    labels: ``held work``."""
-    return part_name(part).split(" (")[0]
 
 
 def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],

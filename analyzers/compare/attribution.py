@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import pandas as pd
 from profkit.analyzers.compare.sides import per_step
-from profkit.analyzers.measure.breakdown import PARTS
 from profkit.analyzers.measure.steps import USED
+from profkit.analyzers.parts import PARTS
 
 from profkit.classify.names import short_kernel_names
 

@@ -23,13 +23,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.analyze import Analysis, analyze, part_name
+from profkit.analyzers.analyze import Analysis, analyze
 from profkit.analyzers.compare import stats
 from profkit.analyzers.compare.attribution import attribution
 from profkit.analyzers.compare.comparable import Comparability, comparability
 from profkit.analyzers.compare.nature import nature
 from profkit.analyzers.measure.steps import run_step_times_ns
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
+from profkit.analyzers.parts import part_name
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit.model import Run

@@ -1,5 +1,6 @@
 """Findings and recommendations from the step breakdown: one per rank and part above its
-threshold (thresholds.py), with the numbers behind it. The advice for a part depends on the
+threshold (the Thresholds attribute its row in parts.py names), in the part's words, with
+its meaning, its advice and the numbers behind it. The advice for a part depends on the
 evidence: pinning memory is advised only where copies are pageable, moving fewer bytes
 where pinned copies already run near the link's rate."""
 
@@ -8,61 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.charge import AFTER_SYNC, BLOCKING_COPY
+from profkit.analyzers.parts import HOST_SIDE, finding_parts
 from profkit.analyzers.result import Finding
 from profkit.analyzers.thresholds import Thresholds
 from profkit.analyzers.units import pct
 
-# part -> (threshold attribute, what it means, what to change)
-ADVICE = {
-    "data_loading": (
-        "data_loading_frac",
-        "the GPU waits for the DataLoader",
-        "Feed the GPU faster: DataLoader(num_workers>0, pin_memory=True, persistent_workers=True,"
-        " prefetch_factor>=2); move per-sample CPU work out of __getitem__ or onto the GPU.",
-    ),
-    "communication": (
-        "communication_frac",
-        "collectives are not hidden under compute",
-        "Overlap communication with compute: tune DDP bucket_cap_mb, FSDP forward/backward "
-        "prefetch, gradient accumulation (no_sync) or a larger batch per GPU; check the link "
-        "bandwidth in the collectives table.",
-    ),
-    "host_sync": (
-        "host_sync_frac",
-        "the host blocks in synchronisations while the GPU has nothing to do",
-        "Remove per-step synchronisations: no .item()/.cpu()/print of tensors in the loop, log "
-        "metrics every N steps, keep decisions on the GPU.",
-    ),
-    "cpu_launch": (
-        "cpu_launch_frac",
-        "the GPU waits for the host to launch work",
-        "Cut launch overhead: CUDA graphs (torch.compile(mode='reduce-overhead') or "
-        "torch.cuda.graphs), fuse small ops with torch.compile, or a larger batch per launch.",
-    ),
-    "host_work": (
-        "host_work_frac",
-        "the GPU waits while the host works without launching anything",
-        "Move the host work off the critical path: run it in DataLoader workers "
-        "(num_workers>0) or another thread or process, overlap it with the GPU work (launch "
-        "the next step first), or move it onto the GPU (GPU transforms, a fused GPU "
-        "optimizer). The evidence names the code the GPU waits on.",
-    ),
-    "idle_other": (
-        "held_work_frac",
-        "launched work was held back on the GPU",
-        "The work was queued but did not start: it waited on another stream or an event "
-        "(cudaStreamWaitEvent, a dependency on a collective or a copy on another stream, "
-        "another process sharing the GPU). Look at the timeline just before these gaps: the "
-        "stream that the held work waits for, and what the host was doing to feed it.",
-    ),
-    "memcpy": (
-        "transfer_frac",
-        "the GPU is busy copying memory",
-        "Move fewer bytes: keep data on the GPU between steps, copy in smaller dtypes (bf16/"
-        "uint8 and convert on the GPU), and overlap the copies with compute on a side stream "
-        "(prefetch the next batch while this one computes).",
-    ),
-}
 ROUND_TRIP_ADVICE = (
     "Most of this host time follows a blocking synchronisation: the host waits for GPU "
     "results (.item(), .cpu(), .tolist(), a copy to host memory), then works on them while the "
@@ -70,12 +21,6 @@ ROUND_TRIP_ADVICE = (
     "a GPU optimizer instead of a CPU one), or overlap it: launch the next GPU work before "
     "reading the result (read it a step later, or every N steps). CUDA graphs cannot help "
     "while the loop waits on the host.")
-
-# How each part reads in a finding's message.
-PART_WORDS = {"memcpy": "memory transfer", "cpu_launch": "launch overhead",
-              "host_work": "host work", "data_loading": "data loading",
-              "host_sync": "host sync", "idle_other": "held work", "communication":
-              "communication"}
 PAGEABLE_ADVICE = (" Pin the host memory (DataLoader(pin_memory=True), tensor.pin_memory()) "
                    "and copy with non_blocking=True: a pageable copy blocks the host and runs "
                    "below the link's rate.")
@@ -92,8 +37,9 @@ def breakdown_findings(ranks: pd.DataFrame, th: Thresholds,
                        transfers: pd.DataFrame | None = None) -> list[Finding]:
     findings = []
     for row in ranks.itertuples(index=False):
-        for part, (attr, meaning, recommendation) in ADVICE.items():
-            frac, threshold = _fraction(row, part), float(getattr(th, attr))
+        for p in finding_parts():
+            part, meaning, recommendation = p.key, p.meaning, p.advice
+            frac, threshold = _fraction(row, part), float(getattr(th, p.threshold))
             if frac < threshold:
                 continue
             evidence = {"fraction": round(frac, 4), "threshold": threshold,
@@ -101,12 +47,12 @@ def breakdown_findings(ranks: pd.DataFrame, th: Thresholds,
                         "ms_per_step": round(frac * float(row.step_time_ms), 3)}
             extra, text = _part_evidence(part, int(row.rank), steps, transfers)
             evidence.update(extra)
-            if part in ("cpu_launch", "host_work") and extra.get("after_sync_share", 0) > 0.5:
+            if part in HOST_SIDE and extra.get("after_sync_share", 0) > 0.5:
                 meaning = "the GPU waits while the host works after blocking syncs"
                 recommendation, text = ROUND_TRIP_ADVICE, ""
             findings.append(Finding(
                 category=part, severity=_severity(frac, threshold), rank=int(row.rank),
-                message=f"rank {row.rank}: {pct(frac)} of step time is {PART_WORDS.get(part, part)}"
+                message=f"rank {row.rank}: {pct(frac)} of step time is {p.finding}"
                         f" ({meaning})",
                 evidence=evidence, recommendation=recommendation + text))
         if row.compute >= 0.6:
@@ -141,8 +87,8 @@ def _part_evidence(part: str, rank: int, steps: pd.DataFrame | None,
         return evidence, PAGEABLE_ADVICE if pageable else ""
     rows = (steps[(steps["rank"] == rank) & steps["used"].astype(bool)]
             if steps is not None and len(steps) else None)
-    if part in ("cpu_launch", "host_work") and rows is not None:
-        host = float(rows[["cpu_launch", "host_work"]].sum().sum())
+    if part in HOST_SIDE and rows is not None:
+        host = float(rows[list(HOST_SIDE)].sum().sum())
         share = float(rows[AFTER_SYNC].sum()) / max(host, 1.0)
         return {"after_sync_share": round(min(share, 1.0), 3)}, ""
     if part == "host_sync" and rows is not None:

@@ -31,8 +31,15 @@ from dataclasses import replace
 
 import pandas as pd
 from profkit.analyzers.findings.roofline import memory_advice
-from profkit.analyzers.findings.savings import SAVING_PARTS, as_fraction, part_savings, rank_means
+from profkit.analyzers.findings.savings import (
+    OVERLAP_SAVING,
+    SAVING_PARTS,
+    as_fraction,
+    part_savings,
+    rank_means,
+)
 from profkit.analyzers.findings.trust import saving_beyond_step
+from profkit.analyzers.parts import HOST_IDLE, HOST_SIDE
 from profkit.analyzers.result import SEVERITIES, Finding
 
 LAUNCH_EVIDENCE = ("short_frac", "kernels", "launch_calls", "launch_time_frac",
@@ -95,7 +102,7 @@ def _round_trips(findings: list[Finding]) -> list[Finding]:
     """A blocking sync and the host work on its result are one round trip: where a rank's
     host-side finding is mostly work right after syncs, its host_sync finding folds into it,
     with one saving (the two parts' savings added, as fractions of the same step)."""
-    trips = {f.rank: f for f in findings if f.category in ("host_work", "cpu_launch")
+    trips = {f.rank: f for f in findings if f.category in HOST_SIDE
              and f.evidence.get("after_sync_share", 0) > 0.5 and f.estimated_saving}
     syncs = {f.rank: f for f in findings if f.category == "host_sync" and f.rank in trips
              and f.estimated_saving}
@@ -171,8 +178,8 @@ def _estimate(f: Finding, saving: dict, means: pd.DataFrame,
               median_step: dict[int, float]) -> Finding | None:
     if f.rank is not None and f.category in SAVING_PARTS and f.rank in means.index:
         ns = saving.get((f.rank, f.category), 0.0)
-        if f.category == "memcpy":
-            overlap = saving.get((f.rank, "memcpy_overlap"), 0.0)
+        overlap = saving.get((f.rank, f.category + OVERLAP_SAVING))
+        if overlap is not None:  # the part's rule has a second way out (memcpy: overlap it)
             f = replace(f, evidence={**f.evidence, "overlap_saving_ms": round(overlap / 1e6, 3)})
         # never more than the charged time of the cause (the finding's own fraction)
         return _with_saving(f, ns, means, median_step, cap=f.evidence.get("fraction"))
@@ -221,7 +228,7 @@ def _compile_saving(f: Finding) -> Finding:
     return f.with_saving(ms, as_fraction(ms, step_ms), per="compiling step")
 
 
-HOST_IDLE_PARTS = ("cpu_launch", "host_work", "data_loading", "host_sync")
+HOST_IDLE_PARTS = HOST_IDLE  # the parts in which the GPU idles on its own host
 
 
 def with_host_lateness(f: Finding, tables: dict[str, pd.DataFrame]) -> Finding:

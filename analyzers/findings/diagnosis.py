@@ -10,12 +10,13 @@ from profkit.analyzers.measure.compilation import COMPILE_NS
 from profkit.analyzers.measure.health import capture_only, records_lost, time_collapsed
 from profkit.analyzers.measure.steps import REASON, USED
 from profkit.analyzers.measure.tables import rank_ranges
+from profkit.analyzers.parts import HOST_IDLE
 from profkit.analyzers.result import Finding
 
 from profkit import schema as S
 from profkit.textout import ranks_text
 
-HOST_PARTS = ("cpu_launch", "host_work", "host_sync", "data_loading")
+HOST_PARTS = HOST_IDLE  # the parts idle_code measures: the GPU idles on its host
 
 
 UNUSABLE_WHY = {"collapsed": "the trace's events all start at one instant",

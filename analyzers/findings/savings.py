@@ -1,18 +1,21 @@
 """What removing one cause would save, from the charged-time model.
 
 Per rank, over its used steps (mean ns per step of each part, ``step_breakdown``), a cause's
-saving is the step time it would give back if it were gone while the work stays:
+saving is the step time it would give back if it were gone while the work stays. A part's
+row in parts.py names its rule (:data:`SAVING_RULES`):
 
-- ``cpu_launch``, ``host_work``, ``data_loading``: their idle time. The GPU work itself stays, so the step
-  cannot drop below it: that bound holds by construction (the parts sum to the step).
-- ``host_sync``: the idle time the host spent blocked, plus the blocking copies' GPU time
-  minus what the same bytes take as an async copy from pinned memory at ~85% of the link's
-  peak (``transfers``): removing a sync keeps the work it waited for.
-- ``memcpy``: the copies' exposed time, as if the data stayed on the GPU (the first advice);
-  overlapping them with the rest of the step instead saves at most the shorter of the two
-  (``overlap_saving_ns`` in the finding's evidence).
-- ``communication``: only the exposed *transfer* part (waiting for a late peer belongs to the
-  straggler), hidden under compute at most as long as there is compute to hide it under.
+- ``idle_time`` (cpu_launch, host_work, data_loading): the part's idle time. The GPU work
+  itself stays, so the step cannot drop below it: that bound holds by construction (the
+  parts sum to the step).
+- ``blocking_sync`` (host_sync): the idle time the host spent blocked, plus the blocking
+  copies' GPU time minus what the same bytes take as an async copy from pinned memory at
+  ~85% of the link's peak (``transfers``): removing a sync keeps the work it waited for.
+- ``copies`` (memcpy): the copies' exposed time, as if the data stayed on the GPU (the first
+  advice); overlapping them with the rest of the step instead saves at most the shorter of
+  the two (``<part>_overlap``, ``overlap_saving_ms`` in the finding's evidence).
+- ``collective_transfer`` (communication): only the exposed *transfer* part (waiting for a
+  late peer belongs to the straggler), hidden under compute at most as long as there is
+  compute to hide it under.
 - a straggler: the time the other ranks wait, exposed, for it each step (its own extra work
   stays), as a share of their step.
 - ``precision`` (fp32 GEMMs off the tensor cores): their time minus what their FLOPs take in
@@ -27,10 +30,14 @@ Both are capped by the finding's share of the step and the rank's compute time
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.charge import BLOCKING_COPY
 from profkit.analyzers.measure.devices import DevicePeak
+from profkit.analyzers.parts import BY_KEY, SAVING_PARTS
 
 ACHIEVABLE_LINK_FRAC = 0.85  # async pinned copies reach ~85-90% of PCIe peak (55 of 63 GB/s on H200)
 # Large bf16 GEMMs reach 0.7-0.85 of the dense peak (cuBLAS on Hopper; samples/runs/diagnosis
@@ -38,8 +45,7 @@ ACHIEVABLE_LINK_FRAC = 0.85  # async pinned copies reach ~85-90% of PCIe peak (5
 ACHIEVABLE_TENSOR_FRAC = 0.70
 # PyTorch's elementwise kernels move 70-91% of HBM peak (ncu, samples/runs/why/ncu).
 ACHIEVABLE_HBM_FRAC = 0.80
-SAVING_PARTS = ("cpu_launch", "host_work", "data_loading", "host_sync", "memcpy",
-                "communication")
+OVERLAP_SAVING = "_overlap"  # a part's key + this: the saving of overlapping it instead
 
 
 def rank_means(steps: pd.DataFrame) -> pd.DataFrame:
@@ -51,26 +57,57 @@ def rank_means(steps: pd.DataFrame) -> pd.DataFrame:
     return numeric.groupby("rank").mean(numeric_only=True)
 
 
+@dataclass(frozen=True)
+class RankFacts:
+    """What a saving rule may read besides the rank's mean step: its rank, the run's rank
+    breakdown indexed by rank (communication's transfer share), the transfers and the
+    rank's used steps."""
+
+    rank: int
+    split: pd.DataFrame
+    transfers: pd.DataFrame
+    n_steps: int
+
+
+def _idle_time(part: str, row: pd.Series, facts: RankFacts) -> dict[str, float]:
+    return {part: float(row[part])}
+
+
+def _blocking_sync(part: str, row: pd.Series, facts: RankFacts) -> dict[str, float]:
+    remaining = _async_copy_ns(facts.transfers, facts.rank, facts.n_steps)
+    blocking = float(row.get(BLOCKING_COPY, 0.0))
+    sync_idle = float(row[part]) - blocking
+    return {part: sync_idle + max(0.0, blocking - remaining)}
+
+
+def _copies(part: str, row: pd.Series, facts: RankFacts) -> dict[str, float]:
+    step = float(row["step_ns"])
+    return {part: float(row[part]),
+            part + OVERLAP_SAVING: min(float(row[part]), step - float(row[part]))}
+
+
+def _collective_transfer(part: str, row: pd.Series, facts: RankFacts) -> dict[str, float]:
+    share = _transfer_share(facts.split, facts.rank)
+    return {part: min(float(row[part]) * share, float(row["compute"]))}
+
+
+# rule name (a part's ``saving`` in parts.py) -> {key: ns per step} of one rank's part
+SAVING_RULES: dict[str, Callable[[str, pd.Series, RankFacts], dict[str, float]]] = {
+    "idle_time": _idle_time, "blocking_sync": _blocking_sync, "copies": _copies,
+    "collective_transfer": _collective_transfer}
+
+
 def part_savings(means: pd.DataFrame, ranks: pd.DataFrame, transfers: pd.DataFrame,
                  steps_per_rank: dict[int, int]) -> dict[tuple[int, str], float]:
-    """{(rank, part): ns per step} for every part in :data:`SAVING_PARTS`."""
+    """{(rank, part): ns per step} for every part in :data:`SAVING_PARTS`, by its rule
+    (module doc); (rank, part + :data:`OVERLAP_SAVING`) where the rule has that alternative."""
     out: dict[tuple[int, str], float] = {}
     split = ranks.set_index("rank") if len(ranks) else pd.DataFrame()
     for rank, row in means.iterrows():
-        rank = int(rank)
-        step = float(row["step_ns"])
-        out[(rank, "cpu_launch")] = float(row["cpu_launch"])
-        out[(rank, "host_work")] = float(row["host_work"])
-        out[(rank, "data_loading")] = float(row["data_loading"])
-        remaining = _async_copy_ns(transfers, rank, steps_per_rank.get(rank, 1))
-        blocking = float(row.get(BLOCKING_COPY, 0.0))
-        sync_idle = float(row["host_sync"]) - blocking
-        out[(rank, "host_sync")] = sync_idle + max(0.0, blocking - remaining)
-        out[(rank, "memcpy")] = float(row["memcpy"])
-        out[(rank, "memcpy_overlap")] = min(float(row["memcpy"]), step - float(row["memcpy"]))
-        share = _transfer_share(split, rank)
-        out[(rank, "communication")] = min(float(row["communication"]) * share,
-                                           float(row["compute"]))
+        facts = RankFacts(int(rank), split, transfers, steps_per_rank.get(int(rank), 1))
+        for part in SAVING_PARTS:
+            rule = SAVING_RULES[BY_KEY[part].saving]
+            out.update({(facts.rank, k): ns for k, ns in rule(part, row, facts).items()})
     return out
 
 

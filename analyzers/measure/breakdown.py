@@ -18,7 +18,6 @@ from profkit.analyzers.measure.charge import (
     AFTER_SYNC,
     BLOCKING_COPY,
     OVERLAP,
-    PARTS,
     charged_intervals,
 )
 from profkit.analyzers.measure.compilation import (
@@ -39,6 +38,7 @@ from profkit.analyzers.measure.steps import (
 )
 from profkit.analyzers.measure.stepwork import USED_WORK_TABLES, used_step_work
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
+from profkit.analyzers.parts import HOST_SIDE, PARTS
 from profkit.analyzers.result import Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
@@ -47,16 +47,16 @@ from profkit import schema as S
 from profkit.columns import values_in
 from profkit.model import RankData, Run
 
-VERDICT_CLASSES = ("compute", "communication", "memcpy", "cpu_launch", "host_work",
-                   "data_loading", "host_sync", "idle_other")
-# The host side is one cause when choosing what bounds a step, told apart by its larger part:
-# launch overhead and host work often come together, and splitting them must not let a
-# smaller cause win (a step 48% on the host is host-bound, however that splits).
-HOST_SIDE = ("cpu_launch", "host_work")
+VERDICT_CLASSES = PARTS  # every part can bound a step
 CAPTURE = "capture_ns"
-STEP_COLUMNS = ("rank", S.STEP, "step_ns", *PARTS, BLOCKING_COPY, AFTER_SYNC, OVERLAP, CAPTURE,
-                COMPILE_NS, USED, REASON)
 ONE_OFF_COLUMNS = ("rank", "name", S.TS_NS, S.DUR_NS)
+
+
+def step_columns() -> list[str]:
+    """The columns of ``step_breakdown``: one per part (ns), between the step's and the
+    views'; a function, so that it follows the part table (parts.py)."""
+    return ["rank", S.STEP, "step_ns", *PARTS, BLOCKING_COPY, AFTER_SYNC, OVERLAP, CAPTURE,
+            COMPILE_NS, USED, REASON]
 
 
 def _windows(data: RankData, gpu: pd.DataFrame, compiling: iv.Intervals
@@ -87,13 +87,13 @@ def rank_steps(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
     whether the step is used for the rank's verdict (with the reason when not)."""
     gpu = data.gpu_events
     if gpu.empty:  # a CPU-only trace: there is no GPU time to break down
-        return pd.DataFrame(columns=list(STEP_COLUMNS))
+        return pd.DataFrame(columns=step_columns())
     compiling = compile_spans(compile_ranges(data.events))
     starts, ends, numbers, slow = _windows(data, gpu, compiling)
     if one_offs is not None:
         one_offs.append(slow)
     if not len(starts):  # no window has any length: every event at one instant, 0 ns long
-        return pd.DataFrame(columns=list(STEP_COLUMNS))
+        return pd.DataFrame(columns=step_columns())
     parts = charged_intervals(data, int(starts.min()), int(ends.max()), by_thread)
     table = pd.DataFrame({  # built whole: each column added one by one costs an index insert
         "rank": data.rank, S.STEP: numbers, "step_ns": ends - starts,
@@ -112,7 +112,7 @@ def rank_steps(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
                         ends[np.isin(numbers, table.loc[used, S.STEP])])
         for key, ivs in by_thread.items():
             by_thread[key] = iv.intersect(ivs, keep)
-    return table[list(STEP_COLUMNS)]
+    return table[step_columns()]
 
 
 def rank_compilation(data: RankData) -> pd.DataFrame:
@@ -185,7 +185,7 @@ def rank_parts(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
 
 def analyze_breakdown(run: Run, opts: AnalysisOptions = DEFAULT_OPTIONS,
                       th: Thresholds = DEFAULT) -> Result:
-    """Tables ``step_breakdown`` (:data:`STEP_COLUMNS`), ``rank_breakdown`` (rank, steps
+    """Tables ``step_breakdown`` (:func:`step_columns`), ``rank_breakdown`` (rank, steps
     used, steps recorded, step_time_ms median of the used steps, one fraction column per
     part, comm_overlap_frac, primary), ``stream_breakdown`` (rank, stream, ns per class, ops,
     busy_ns), ``compute_subclasses`` (rank, subcls, kernel_ns, kernels, share), ``idle_code``
@@ -195,8 +195,10 @@ def analyze_breakdown(run: Run, opts: AnalysisOptions = DEFAULT_OPTIONS,
     return combine_breakdown([rank_parts(d, opts, th) for d in run.ranks.values()])
 
 
-RANK_COLUMNS = ("rank", "steps", "steps_recorded", "step_time_ms", *PARTS,
-                "comm_overlap_frac", "primary")
+def rank_columns() -> list[str]:
+    """The columns of ``rank_breakdown``: one fraction per part (as :func:`step_columns`)."""
+    return ["rank", "steps", "steps_recorded", "step_time_ms", *PARTS, "comm_overlap_frac",
+            "primary"]
 
 
 def combine_breakdown(parts: list[dict]) -> Result:
@@ -205,7 +207,7 @@ def combine_breakdown(parts: list[dict]) -> Result:
     # concat, so that the others' columns stay numeric
     frames = [p["step_breakdown"] for p in parts if len(p["step_breakdown"])]
     steps = pd.concat(frames, ignore_index=True) if frames else \
-        pd.DataFrame(columns=list(STEP_COLUMNS))
+        pd.DataFrame(columns=step_columns())
     rows = []
     for rank, group in steps.groupby("rank"):
         used = group[group[USED].astype(bool)]
@@ -221,7 +223,7 @@ def combine_breakdown(parts: list[dict]) -> Result:
                      **{p: float(fractions[p]) for p in PARTS},
                      "comm_overlap_frac": float(used[OVERLAP].sum()) / comm if comm else np.nan,
                      "primary": primary})
-    tables = {"step_breakdown": steps, "rank_breakdown": pd.DataFrame(rows, columns=list(RANK_COLUMNS))}
+    tables = {"step_breakdown": steps, "rank_breakdown": pd.DataFrame(rows, columns=rank_columns())}
     for name in ("stream_breakdown", "compute_subclasses", "idle_code", "one_off_calls",
                  "compilation", *USED_WORK_TABLES):
         frames = [p[name] for p in parts if p.get(name) is not None and len(p[name])]
@@ -232,6 +234,8 @@ def combine_breakdown(parts: list[dict]) -> Result:
 def dominant_part(fractions) -> str:
     """The part that bounds a step: the largest of :data:`VERDICT_CLASSES`, the host side
     (:data:`HOST_SIDE`) counted as one, then its larger part."""
+    # launch overhead and host work often come together, and splitting them must not let a
+    # smaller cause win (a step 48% on the host is host-bound, however that splits)
     host = sum(float(fractions[p]) for p in HOST_SIDE)
     best = max((c for c in VERDICT_CLASSES if c not in HOST_SIDE), key=lambda c: fractions[c])
     if host > float(fractions[best]):

@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.parts import PARTS  # noqa: F401 (re-exported)
 
 from profkit import intervals as iv
 from profkit import schema as S
 from profkit.columns import category_mask, values_in
 from profkit.model import RankData
 
-PARTS = ("compute", "communication", "memcpy", "cpu_launch", "host_work", "data_loading",
-         "host_sync", "idle_other")
 SYNC_CALLS = frozenset({
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
     "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",

@@ -5,7 +5,8 @@ of 18 collectives``). The JSON report keeps every key.
 Each category lists items: a template and the evidence keys filling it, each key with the
 unit it is read in (``key:fmt``; without one, by the key's own unit suffix). An item whose
 keys are missing is left out, and so is one marked ``?`` whose values are all zero; a
-category without a list gets the first few keys, named."""
+part's finding without a list gets its share and threshold, any other category the first
+few keys, named."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 from profkit.analyzers import units as U
 from profkit.analyzers.measure.fusion import SEQUENCE_SEP
+from profkit.analyzers.parts import FLAGGED
 
 from profkit.classify.names import short_kernel_name
 from profkit.textout import plural
@@ -71,7 +73,7 @@ ITEMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "host_work": _PART[:1] + (("?{} of it right after a blocking sync", "after_sync_share:pct"),
                               ("?plus {} blocked in the syncs", "round_trip_sync_ms_per_step:ms/step"))
     + _CODE,
-    "data_loading": _PART + _CODE, "idle_other": _PART,
+    "data_loading": _PART + _CODE,
     "host_sync": _PART[:1] + (("?{} in blocking copies", "blocking_copy_share:pct"),) + _PART[1:]
     + _CODE,
     "memcpy": _PART[:1] + (
@@ -139,7 +141,8 @@ ITEMS: dict[str, tuple[tuple[str, ...], ...]] = {
 def evidence_text(category: str, evidence: dict[str, Any] | None) -> str:
     """The evidence of a finding of ``category`` as one line of at most :data:`MAX_CHARS`."""
     evidence = evidence or {}
-    items = ITEMS.get(category)
+    # a part without a list of its own (held work, a new part) says its share and threshold
+    items = ITEMS.get(category) or (_PART if category in FLAGGED else None)
     parts = _items(items, evidence) if items else _generic(evidence)
     return U.clip(", ".join(parts[:MAX_ITEMS]), MAX_CHARS)
 

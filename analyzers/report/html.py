@@ -8,17 +8,14 @@ from html import escape
 from typing import Any
 
 import pandas as pd
-from profkit.analyzers.analyze import Analysis, part_name
+from profkit.analyzers.analyze import Analysis
 from profkit.analyzers.compare.diff import Diff
-from profkit.analyzers.measure.breakdown import PARTS
+from profkit.analyzers.parts import NOTEBOOK_COLORS, PARTS, part_name
 from profkit.analyzers.report.render_text import saving_text
 
 from profkit.textout import plural
 
-# One colour per breakdown part (colour-blind-safe palette, Okabe & Ito).
-PART_COLORS = {"compute": "#0072B2", "memcpy": "#56B4E9", "communication": "#E69F00",
-               "cpu_launch": "#D55E00", "host_work": "#882255", "data_loading": "#CC79A7",
-               "host_sync": "#F0E442", "idle_other": "#999999"}
+PART_COLORS = NOTEBOOK_COLORS  # one colour per part, colour-blind-safe (parts.py)
 SEVERITY_COLORS = {"critical": "#B00020", "warning": "#B26A00", "info": "#555555"}
 MAX_RANK_BARS = 16  # past this, the run's bar only (the text report shows the spread)
 MAX_FINDINGS = 30

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from profkit.analyzers.analyze import SCHEMA, Analysis
-from profkit.analyzers.measure.breakdown import PARTS
+from profkit.analyzers.parts import PARTS
 from profkit.analyzers.report import sections as sec
 from profkit.analyzers.report.header import MAX_STATUS_RANKS, json_header, problems, status_line
 from profkit.analyzers.report.render_text import (

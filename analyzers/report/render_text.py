@@ -12,10 +12,10 @@ import math
 from typing import Any
 
 import pandas as pd
-from profkit.analyzers.analyze import PART_NAMES, Analysis, part_label
+from profkit.analyzers.analyze import Analysis
 from profkit.analyzers.findings.diagnosis import steps_line
-from profkit.analyzers.measure.breakdown import PARTS
 from profkit.analyzers.measure.tables import rank_ranges
+from profkit.analyzers.parts import PART_NAMES, PARTS, part_label
 from profkit.analyzers.report import header as H
 from profkit.analyzers.report import sections as sec
 from profkit.analyzers.report.evidence import evidence_text

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from profkit.analyzers import units as U
-from profkit.analyzers.analyze import Analysis, part_label
+from profkit.analyzers.analyze import Analysis
 from profkit.analyzers.measure.tables import rank_ranges
+from profkit.analyzers.parts import part_label
 from profkit.analyzers.thresholds import DEFAULT
 
 from profkit.classify.names import short_kernel_names
