@@ -15,6 +15,8 @@ from profkit.dashboard.pages.timeline import base_ns
 from profkit.dashboard.ui import components as C
 from profkit.dashboard.ui import tables as T
 
+from profkit import schema as S
+
 DEFAULT_METRICS = ("sm_clock_mhz", "power_w", "gpu_util_pct", "gpm_sm_active_pct",
                    "gpm_tensor_active_pct")
 REASONS = "clocks_event_reasons"
@@ -78,11 +80,17 @@ def body(run, a) -> list:
     counters = all_counters(run)
     if counters.empty:
         return [C.card("Counters", html.P(NO_NVML, id=ids.N_NONE, className="muted"))]
-    panels = [frame.panel("NVML counters", lambda: _counters_card(run, counters))]
+    panels = [frame.panel(_title(counters), lambda: _counters_card(run, counters))]
     if not a.table("nvml").empty:
         panels.append(frame.panel("NVML summary", lambda: C.table_card(
             ids.N_SUMMARY, T.BY_NAME["nvml"], a.table("nvml"))))
     return panels
+
+
+def _title(counters: pd.DataFrame) -> str:
+    """"NVML counters", or "Counters" where the traces' own counter samples join them."""
+    own = counters["metric"].str.startswith(S.TRACE_METRIC_PREFIX).any()
+    return "Counters" if own else "NVML counters"
 
 
 def _counters_card(run, counters: pd.DataFrame) -> html.Section:
@@ -94,7 +102,7 @@ def _counters_card(run, counters: pd.DataFrame) -> html.Section:
                           placeholder="metrics", className="dropdown wide")
     hint = "Steps are shaded blue" + ("; periods with a clock-throttle reason are red."
                                       if REASONS in metrics else ".")
-    return C.card("NVML counters", picker,
+    return C.card(_title(counters), picker,
                   C.loading(C.graph(ids.N_GRAPH, figure_or_error(run, chosen))),
                   html.P(hint, className="hint"))
 

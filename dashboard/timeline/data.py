@@ -37,6 +37,9 @@ CPU_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_RUNTIME, S.KIND_DRIVER, S.
              S.KIND_SYNC, S.KIND_OTHER)
 TIMELINE_METRICS = ("gpu_util_pct", "sm_clock_mhz", "power_w", "gpm_sm_active_pct",
                     "gpm_tensor_active_pct")
+# A trace's own counters (schema.TRACE_METRIC_PREFIX) follow NVML's, the first few by name:
+# each is a row of the figure, and the Counters page shows every one.
+MAX_TRACE_METRICS = 4
 
 
 @dataclass
@@ -248,9 +251,20 @@ def step_table(data: RankData, origin: int, status: pd.DataFrame | None = None) 
     return table
 
 
+def timeline_metrics(names) -> list[str]:
+    """The metrics the timeline draws, of those present: NVML's of :data:`TIMELINE_METRICS`,
+    then up to :data:`MAX_TRACE_METRICS` of the trace's own counters."""
+    present = set(names)
+    trace = sorted(m for m in present if m.startswith(S.TRACE_METRIC_PREFIX))
+    return [m for m in TIMELINE_METRICS if m in present] + trace[:MAX_TRACE_METRICS]
+
+
 def counter_table(counters: pd.DataFrame, origin: int) -> pd.DataFrame:
-    """The timeline's NVML metrics in time order: metric, t_ms, value."""
-    c = counters[counters[S.METRIC].isin(TIMELINE_METRICS).to_numpy()] if len(counters) else counters
+    """The timeline's metrics (:func:`timeline_metrics`) in time order: metric, t_ms, value."""
+    if len(counters):
+        names = counters[S.METRIC].astype(str)
+        counters = counters[names.isin(timeline_metrics(names.unique())).to_numpy()]
+    c = counters
     out = pd.DataFrame({"metric": c[S.METRIC].astype(str).to_numpy() if len(c) else [],
                         "t_ms": (c[S.TS_NS].to_numpy() - origin) / 1e6 if len(c) else [],
                         "value": c[S.VALUE].to_numpy() if len(c) else []})

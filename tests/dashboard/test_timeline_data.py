@@ -224,3 +224,32 @@ def test_gpu_lanes_name_kernels_as_people_read_them():
     assert raw.str.len().max() > 150  # templated kernels
     assert names.str.len().max() <= 80
     assert any(n.startswith("nccl AllReduce") for n in names.unique())
+
+
+def test_the_timeline_draws_nvml_metrics_then_a_few_of_the_traces_own_counters():
+    """A trace's own counters (trace:...) share the counters table with NVML's: the
+    timeline keeps NVML's metrics of its list, then the first MAX_TRACE_METRICS trace
+    counters by name; an NVML metric outside the list stays out."""
+    own = [f"trace:Memory/s{i}" for i in (5, 1, 3, 2, 4)]  # 5 series, out of order
+    names = ["sm_clock_mhz", "fan_speed_pct", *own]
+    counters = pd.DataFrame({"ts_ns": np.arange(len(names), dtype="int64") * 1000 + 5000,
+                             "device": 0, "metric": pd.Categorical(names),
+                             "value": np.arange(len(names), dtype=float)})
+    assert TD.timeline_metrics(names) == [
+        "sm_clock_mhz", "trace:Memory/s1", "trace:Memory/s2", "trace:Memory/s3",
+        "trace:Memory/s4"]
+    table = TD.counter_table(counters, origin=5000)
+    assert sorted(table["metric"]) == TD.timeline_metrics(names)
+    # times in ms after the origin, values as sampled (sm_clock_mhz was row 0, s1 row 3)
+    row = table.set_index("metric")
+    assert row.loc["sm_clock_mhz", "t_ms"] == 0.0 and row.loc["trace:Memory/s1", "t_ms"] == 0.003
+    assert row.loc["trace:Memory/s1", "value"] == 3.0
+
+
+def test_the_counters_page_says_nvml_only_when_the_counters_are_nvmls():
+    from profkit.dashboard.pages import counters as page
+
+    nvml = pd.DataFrame({"metric": ["sm_clock_mhz", "power_w"]})
+    assert page._title(nvml) == "NVML counters"
+    assert page._title(pd.concat([nvml, pd.DataFrame({"metric": ["trace:Memory/rss"]})])) == \
+        "Counters"
