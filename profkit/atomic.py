@@ -45,7 +45,9 @@ TMP_PREFIX = ".tmp-"
 # temporary far more often than that while it works.
 STALE_AFTER_S = 600.0
 _FILE_MODE = 0o666  # what open() asks for; the kernel applies the umask
-_OWNED_RE = re.compile(r"\.(\d+)-([0-9a-f]{8})\.[0-9a-f]{8}(?:\.[A-Za-z0-9]+)?$")
+# <pid>-<machine>.<random>, then up to two suffixes: a capture's Kineto export adds ".json"
+# and Kineto's own temporary beside it ".json.tmp" (collectors/capture/saved_trace.py)
+_OWNED_RE = re.compile(r"\.(\d+)-([0-9a-f]{8})\.[0-9a-f]{8}(?:\.[A-Za-z0-9]+){0,2}$")
 _MKSTEMP_RE = re.compile(r"\.[a-z0-9_]{8}$")  # the names tempfile.mkstemp gave before
 
 

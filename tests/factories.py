@@ -90,3 +90,16 @@ def write_trace(path: Path, doc: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
     return path
+
+
+def outside_link_run(tmp_path) -> tuple[Path, Path]:
+    """(run, outside): a folder of one rank's trace (itself a link that stays inside the
+    folder) and rank1.json, a link to ``outside``, another job's trace elsewhere."""
+    outside = write_trace(tmp_path / "elsewhere" / "trace.json",
+                          trace_doc(None, events=two_step_events(0) + [
+                              kernel("someone_elses_kernel", 300.0, 50.0, corr=99)]))
+    run = tmp_path / "run"
+    write_trace(run / ".store" / "trace0.json", trace_doc(0, 1))  # .store: never searched
+    (run / "rank0.json").symlink_to(".store/trace0.json")  # a link inside: read
+    (run / "rank1.json").symlink_to(outside)
+    return run, outside

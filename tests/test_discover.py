@@ -131,3 +131,32 @@ def test_files_that_cannot_be_traces_are_not_listed(run):
     assert reasons(skipped) == {n: "not a trace file (expected .json or .json.gz)"
                                 for n in ("rank2.json.zst", "rank3.pt.trace.json.gz.1",
                                           "rank4.pt.trace")}
+
+
+OUTSIDE = "outside the run directory: not followed"
+
+
+def test_a_link_out_of_the_run_directory_is_named_not_read(tmp_path, capsys):
+    from profkit import cli
+    from profkit.run.loader import load_run
+    from tests.factories import outside_link_run
+
+    run, outside = outside_link_run(tmp_path)
+    (run / "more").symlink_to(outside.parent, target_is_directory=True)  # a folder too
+    traces, skipped = find_trace_files(run)
+    assert names(traces) == ["rank0.json"]
+    why = reasons(skipped)
+    assert why["rank1.json"].startswith(f"a symbolic link to {outside}, {OUTSIDE}")
+    assert why["more"].startswith(f"a symbolic link to {outside.parent}, {OUTSIDE}")
+    loaded = load_run(run, cache=False)
+    assert loaded.rank_ids == [0]
+    assert any(s.path == str(run / "rank1.json") and OUTSIDE in s.reason for s in loaded.skipped)
+    # the link's target named itself, or the link as the file to read: read
+    assert load_run(outside, cache=False).rank_ids == [0]
+    assert load_run(run / "rank1.json", cache=False).rank_ids == [1]
+    # a folder holding only a link out: nothing to analyse, and the error says why
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "rank0.json").symlink_to(outside)
+    assert cli.main(["analyze", str(lone), "--no-cache"]) == 4
+    assert OUTSIDE in capsys.readouterr().err

@@ -4,10 +4,17 @@ names and bytes out; ``profkit analyze --tables DIR`` writes them (profkit.atomi
 
 Values are the analysis' own (ns, bytes, fractions in [0, 1]: the units are in the column
 names), at full precision, so they match the JSON report. Cells holding lists or dicts are
-written as JSON text; NaN is an empty CSV cell (null in Parquet)."""
+written as JSON text; NaN is an empty CSV cell (null in Parquet).
+
+A CSV is opened in a spreadsheet, which runs a cell starting with ``=``, ``+``, ``-``, ``@``,
+a tab or a carriage return as a formula; a trace names its kernels and ops as it likes
+(``=HYPERLINK(...)``). Such a text cell gets a leading ``'`` (shown as text, not run);
+numbers, negative ones too, stay numbers. Parquet keeps the values as they are: it is data
+for a program, not a sheet."""
 
 from __future__ import annotations
 
+import csv
 import io
 import re
 from pathlib import Path
@@ -23,6 +30,10 @@ INDEX = "index.json"
 SCHEMA = "profkit.tables/1"
 FORMATS = ("csv", "parquet")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+# what a spreadsheet reads as the start of a formula (OWASP's CSV injection list)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# text that is only a number ("-3", "+1.5e-3") is read as that number, never as a formula
+_PLAIN_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 def table_files(a: Analysis, fmt: str = "csv") -> dict[str, bytes]:
@@ -74,10 +85,31 @@ def _cell(value: Any) -> Any:
     return str(value)
 
 
+def spreadsheet_text(value: Any) -> Any:
+    """``value`` as a spreadsheet shows it and never runs it: text that would start a formula
+    gets a leading ``'``; anything else (numbers, None, other text) is returned as it is."""
+    if (isinstance(value, str) and value.startswith(FORMULA_START)
+            and not _PLAIN_NUMBER.fullmatch(value)):
+        return "'" + value
+    return value
+
+
 def _csv(frame: pd.DataFrame) -> bytes:
     if not len(frame.columns):
         return b""
-    return frame.to_csv(index=False, lineterminator="\n").encode()
+    out = frame.copy()
+    out.columns = [spreadsheet_text(c) for c in out.columns]
+    carriage_return = False
+    for col in range(out.shape[1]):  # text columns only: a number column keeps its numbers
+        values = out.iloc[:, col]
+        if values.dtype == object or isinstance(values.dtype, pd.StringDtype):
+            out.isetitem(col, [spreadsheet_text(v) for v in values])
+            carriage_return |= any(isinstance(v, str) and "\r" in v for v in values)
+    # The csv module quotes a line break only when it is in the line terminator ("\n"), and a
+    # spreadsheet ends the row at a bare "\r" too: the text after it would start a row (and
+    # a formula). Such a table has its text quoted, the rare case; the others stay as they are.
+    quoting = csv.QUOTE_NONNUMERIC if carriage_return else csv.QUOTE_MINIMAL
+    return out.to_csv(index=False, lineterminator="\n", quoting=quoting).encode()
 
 
 def _parquet(frame: pd.DataFrame) -> bytes:

@@ -3,8 +3,10 @@
 The walk reads only names and ``stat`` results; it never opens a file. Each folder is
 searched once (by device and inode, so a symbolic link back to a folder already searched
 cannot loop), each file is listed once (a second name of the same file is noted, not read
-twice), and anything that is not a regular file (a FIFO, whose opening would block for ever,
-a socket, a device, a broken link) is named in the skipped list instead of being read.
+twice), a symbolic link to a trace or folder outside the folder searched is named, not
+followed (a link is no way to add another job's trace to a run, nor to have the dashboard
+serve a file from elsewhere; pass the target itself to read it), and anything that is not
+a regular file (a FIFO, whose opening would block for ever, a socket, a device, a broken link) is named in the skipped list instead of being read.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class Found:
     skipped: list[SkippedFile] = field(default_factory=list)
     captures: list[Path] = field(default_factory=list)
     seen: dict[tuple[int, int], Path] = field(default_factory=dict)  # (dev, inode) -> first path
+    root: Path | None = None  # the searched folder, resolved: links may not lead out of it
 
 
 def find_trace_files(path: Path) -> tuple[list[Path], list[SkippedFile]]:
@@ -105,6 +108,7 @@ def walk(path: Path) -> Found:
         return found
     st = os.stat(path)
     found.seen[(st.st_dev, st.st_ino)] = path
+    found.root = path.resolve()
     _walk(path, 0, found)
     found.traces.sort(key=_natural_key)
     found.captures.sort(key=lambda p: (capture_number(p), p.name))
@@ -139,6 +143,20 @@ def not_a_file_reason(item: Path, st: os.stat_result) -> str:
     return f"{kind}, not a trace file: not opened"
 
 
+def _leaves(item: Path, found: Found) -> bool:
+    """Whether ``item``, a trace or folder the walk would read, is a symbolic link out of
+    the folder searched; if so it is listed as skipped, not followed."""
+    if found.root is None or not item.is_symlink():
+        return False
+    target = item.resolve()  # stat followed it: no loop
+    if target.is_relative_to(found.root):
+        return False
+    found.skipped.append(SkippedFile(str(item), f"a symbolic link to {target}, outside the run "
+                                     "directory: not followed (links outside the run directory "
+                                     "are left out; pass the file itself to read it)"))
+    return True
+
+
 def _stat(item: Path) -> tuple[os.stat_result | None, str | None]:
     """The entry's stat through symbolic links, or why there is none."""
     try:
@@ -158,6 +176,8 @@ def _enter(item: Path, st: os.stat_result, depth: int, found: Found) -> None:
         return
     if item.name in QUIET_DIRS or item.name.startswith(".") or depth + 1 >= MAX_DEPTH:
         return
+    if _leaves(item, found):
+        return
     first = found.seen.setdefault((st.st_dev, st.st_ino), item)
     if first != item:  # a link to a folder already searched (possibly an ancestor: a loop)
         found.skipped.append(SkippedFile(str(item), f"the same folder as {first}, already searched"))
@@ -173,6 +193,8 @@ def _add_file(item: Path, st: os.stat_result, found: Found) -> None:
         if may_be_trace(item):  # named like a trace in a form profkit does not read
             found.skipped.append(SkippedFile(str(item), "not a trace file (expected .json or .json.gz)"))
         return  # a README, LICENSE, notes.txt, a script: not a trace, said nowhere
+    if _leaves(item, found):
+        return
     first = found.seen.setdefault((st.st_dev, st.st_ino), item)
     if first != item:
         found.skipped.append(SkippedFile(str(item), f"the same file as {first}, read once"))

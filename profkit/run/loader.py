@@ -236,6 +236,8 @@ def open_run(path: str | Path) -> tuple[Path, Path, dict[str, Any], list[Path], 
     files, skipped = discover.find_trace_files(root)
     if not files:
         lost = "".join(f"; rank {r}: {why}" for r, why in runmeta.capture_losses(folder).items())
+        unfinished = runmeta.unfinished_capture(folder, meta) if root.is_dir() else ""
+        lost += f"; {unfinished}" if unfinished else ""
         raise NoTracesError(f"{root}: no trace files (.json or .json.gz) found{lost}"
                             f"{discover.listing(skipped)}")
     return root, folder, meta, files, skipped

@@ -9,12 +9,16 @@ as written. See docs/run-directory.md for the layout.
 from __future__ import annotations
 
 import logging
+import os
+import re
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from profkit.atomic import TMP_PREFIX, is_stale
 from profkit.model import SkippedFile
+from profkit.run import discover
 from profkit.validate import (
     MAX_ABS_NS,
     MAX_OFFSET_NS,
@@ -220,3 +224,50 @@ def capture_losses(folder: Path) -> dict[int, str]:
     files of a profkit run directory."""
     found = {r: capture_loss(s) for r, s in read_rank_status(folder).items()}
     return {r: why for r, why in sorted(found.items()) if why}
+
+
+# A trace a capture was saving when it stopped: ``.tmp-<target>.<pid>-<machine>.<random>``
+# (profkit.atomic.tmp_name), with ``.json`` (Kineto's export) or ``.json.tmp`` (Kineto's own
+# temporary) after it; <target> is profkit's name of the rank's trace (discover.profkit_name).
+_PARTIAL_RE = re.compile(r"^\.tmp-(?P<target>.+)\.(?P<pid>\d+)-[0-9a-f]{8}\.[0-9a-f]{8}(?:\.\w+){0,2}$")
+TRACES_DIR = "traces"
+
+
+def unfinished_capture(folder: Path, meta: dict[str, Any]) -> str:
+    """Why a profkit run directory without a trace has none, when it shows: run.json still
+    says ``running`` (the job is capturing, or was killed before it saved a trace) and the
+    partial traces a stopped save left (rank, cycle, file, whether its writer is gone); ""
+    when it shows neither."""
+    parts = []
+    if meta.get("status") == "running":
+        parts.append("run.json says the capture is still running (status \"running\"): the job "
+                     "is still capturing, or was killed before it saved a trace")
+    partials = [_partial_text(folder, p) for p in _partial_traces(folder)]
+    if partials:
+        parts.append("partial traces, never finished: " + "; ".join(partials))
+    return "; ".join(parts)
+
+
+def _partial_traces(folder: Path) -> list[Path]:
+    out = []
+    for where in (folder, folder / TRACES_DIR):
+        try:
+            names = sorted(os.listdir(where))
+        except OSError:
+            continue
+        out += [where / n for n in names if n.startswith(TMP_PREFIX) and _partial_of(n)]
+    return out
+
+
+def _partial_of(name: str) -> tuple[int, int] | None:
+    """(rank, cycle) of a partial trace's name; None for other temporaries."""
+    match = _PARTIAL_RE.match(name)
+    return discover.profkit_name(match.group("target")) if match else None
+
+
+def _partial_text(folder: Path, path: Path) -> str:
+    rank, cycle = _partial_of(path.name)
+    pid = _PARTIAL_RE.match(path.name).group("pid")
+    writer = (f"its writer, process {pid}, is gone" if is_stale(path)
+              else f"process {pid} may still be writing it")
+    return f"rank {rank} cycle {cycle} ({path.relative_to(folder)}: {writer})"

@@ -211,3 +211,25 @@ def test_overview_breakdown_keeps_its_plot_area_at_1024_px(page):
     chart = page.locator("#rank-bars .main-svg").first.bounding_box()
     assert plot["height"] >= 200 and chart["height"] >= 300, (plot, chart)
     assert plot["width"] >= 300
+
+
+# Rows a hostile trace could put in the kernels grid: names that a spreadsheet runs as
+# formulas, and negative numbers, which must stay numbers.
+FORMULA_ROWS_JS = """
+() => window.dash_ag_grid.getApiAsync("k-kernels").then(api => api.setGridOption("rowData", [
+    {"kernel": '=HYPERLINK("http://x","y")', "class": "@SUM(1)", "subclass": "-2",
+     "calls": -5, "GPU time (ms)": 9.5},
+    {"kernel": "+cmd", "class": "compute", "subclass": "-x", "calls": 1, "GPU time (ms)": -1.5},
+]))
+"""
+
+
+def test_export_csv_writes_formula_names_as_text_and_numbers_as_numbers(page):
+    page.goto(f"{page.base}/run/{KEYS['stock_ddp']}/kernels")
+    page.locator("#k-kernels .ag-row").first.wait_for()
+    page.evaluate(FORMULA_ROWS_JS)
+    page.wait_for_function("document.querySelectorAll('#k-kernels .ag-row').length === 2")
+    rows = list(reader(export_csv(page, "k-kernels")[1:]))
+    assert [r[:5] for r in rows] == [
+        ["'=HYPERLINK(\"http://x\",\"y\")", "'@SUM(1)", "-2", "-5", "9.5"],
+        ["'+cmd", "compute", "'-x", "1", "-1.5"]]

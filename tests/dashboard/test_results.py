@@ -163,3 +163,19 @@ def test_the_runs_named_on_the_command_line_are_analysed_before_anyone_asks(runs
     warm_up(app, runs[:1])
     wait_done(results, [key])
     assert results.state(key) == R.DONE
+
+
+def test_the_merged_trace_download_holds_no_trace_from_outside_the_run(tmp_path):
+    import gzip
+    import json
+
+    from tests.factories import outside_link_run
+
+    run, _ = outside_link_run(tmp_path)
+    results = R.ResultCache(RunRegistry([run], []), persist=False)
+    [key] = [e.key for e in results.registry.entries()]
+    name, data = results.merged_trace(key)  # what the timeline's download button sends
+    merged = json.loads(gzip.decompress(data))
+    names = {e.get("name") for e in merged["traceEvents"]}
+    assert "sm90_xmma_gemm_bf16bf16_bf16f32" in names and "someone_elses_kernel" not in names
+    assert merged["profkit"]["ranks"] == [0]
