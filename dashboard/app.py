@@ -18,7 +18,7 @@ from pathlib import Path
 import dash
 from dash import Dash, dcc, html
 from profkit.dashboard import colors, ids
-from profkit.dashboard.server import guard
+from profkit.dashboard.server import busy, guard
 from profkit.dashboard.server.registry import RunRegistry
 from profkit.dashboard.server.results import ResultCache
 from profkit.dashboard.ui import components
@@ -85,6 +85,7 @@ def create_app(runs: list[Path], roots: list[Path], results: ResultCache | None 
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
     app.index_string = with_part_colors(app.index_string)
     guard.install(app)
+    busy.install(app)  # after the guard: a turn only for a request it lets through
     _import_analysis_code()
     results = results or ResultCache(RunRegistry(runs, roots), background=background)
     # the pages (plotly's figures with them) load with an app, not with this module

@@ -6,7 +6,14 @@ cannot loop), each file is listed once (a second name of the same file is noted,
 twice), a symbolic link to a trace or folder outside the folder searched is named, not
 followed (a link is no way to add another job's trace to a run, nor to have the dashboard
 serve a file from elsewhere; pass the target itself to read it), and anything that is not
-a regular file (a FIFO, whose opening would block for ever, a socket, a device, a broken link) is named in the skipped list instead of being read.
+a regular file (a FIFO, whose opening would block for ever, a socket, a device, a broken
+link) is named in the skipped list instead of being read.
+
+The walk streams each folder (``os.scandir``) and keeps only the entries it may report: a
+plain file whose name is no trace's is dropped unseen, without a ``stat``. A folder holding
+more than :func:`max_files` trace-like entries (a wrong folder: a home directory, a
+million-file dump) is refused as soon as that many are seen, before anything is read or
+sorted, and a long walk says how far it has got on stderr.
 """
 
 from __future__ import annotations
@@ -14,10 +21,14 @@ from __future__ import annotations
 import os
 import re
 import stat
+import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from profkit.atomic import TMP_PREFIX
+from profkit.errors import UsageError
 from profkit.model import SkippedFile
 from profkit.validate import MAX_RANKS
 
@@ -33,6 +44,12 @@ CAPTURE_RE = re.compile(r"^capture-(\d+)-")
 # What profkit itself names a rank's traces (collectors/capture/session.py TRACE_NAME,
 # TRACE_CYCLE_NAME).
 _PROFKIT_NAME_RE = re.compile(r"^rank(\d+)(?:\.cycle(\d+))?\.pt\.trace\.json(?:\.gz)?$")
+# Trace files read at most at once: more is a wrong folder far more often than a job (10^5
+# ranks is past the largest jobs profkit has seen). PROFKIT_MAX_FILES raises it.
+MAX_FILES = 100_000
+MAX_FILES_ENV = "PROFKIT_MAX_FILES"
+PROGRESS_AFTER_S = 2.0  # a walk this long says how far it has got on stderr
+PROGRESS_EVERY_S = 5.0  # ... and again this often (at most)
 _SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
@@ -44,7 +61,11 @@ def run_folder(root: Path) -> Path:
 
 
 def is_trace_name(path: Path) -> bool:
-    name = path.name.lower()
+    return _trace_named(path.name.lower())
+
+
+def _trace_named(name: str) -> bool:
+    """:func:`is_trace_name` of a lower-case file name."""
     # ``.tmp-`` names are files still being written (or left by a killed writer)
     return name.endswith(TRACE_SUFFIXES) and name != RUN_JSON and not name.startswith(TMP_PREFIX)
 
@@ -53,7 +74,11 @@ def may_be_trace(path: Path) -> bool:
     """Whether a file profkit does not read is named like a trace all the same (worth a
     line in the report): ``rank0.json.zst``, ``trace.json.gz.1``, ``rank1.pt.trace``; not a
     README, a LICENSE, notes or a script."""
-    name = path.name.lower()
+    return _trace_like(path.name.lower())
+
+
+def _trace_like(name: str) -> bool:
+    """:func:`may_be_trace` of a lower-case file name."""
     return (name != RUN_JSON and not name.startswith(".")
             and (".json" in name or ".pt.trace" in name))
 
@@ -88,6 +113,12 @@ class Found:
     captures: list[Path] = field(default_factory=list)
     seen: dict[tuple[int, int], Path] = field(default_factory=dict)  # (dev, inode) -> first path
     root: Path | None = None  # the searched folder, resolved: links may not lead out of it
+    folder: Path | None = None  # the searched folder as given (messages)
+    limit: int = MAX_FILES  # trace-like entries the walk accepts (see max_files)
+    counted: int = 0  # trace-like entries seen so far
+    scanned: int = 0  # entries seen so far, of any kind
+    started_s: float = field(default_factory=time.monotonic)
+    said_s: float = 0.0  # when progress was last said on stderr
 
 
 def find_trace_files(path: Path) -> tuple[list[Path], list[SkippedFile]]:
@@ -106,6 +137,7 @@ def walk(path: Path) -> Found:
     if not path.is_dir():
         found.traces.append(path)
         return found
+    found.folder, found.limit = path, max_files()
     st = os.stat(path)
     found.seen[(st.st_dev, st.st_ino)] = path
     found.root = path.resolve()
@@ -117,7 +149,8 @@ def walk(path: Path) -> Found:
 
 def _walk(folder: Path, depth: int, found: Found) -> None:
     try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        with os.scandir(folder) as scan:
+            entries = sorted(_kept(folder, scan, found), key=lambda e: e.name)
     except OSError as exc:
         found.skipped.append(SkippedFile(str(folder), f"cannot list this folder: {exc.strerror}"))
         return
@@ -132,6 +165,64 @@ def _walk(folder: Path, depth: int, found: Found) -> None:
             _add_file(item, st, found)
         else:
             found.skipped.append(SkippedFile(str(item), not_a_file_reason(item, st)))
+
+
+def max_files() -> int:
+    """The most trace-like entries a walk accepts: ``$PROFKIT_MAX_FILES`` when set, else
+    :data:`MAX_FILES`."""
+    text = os.environ.get(MAX_FILES_ENV, "").strip()
+    if not text:
+        return MAX_FILES
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"{MAX_FILES_ENV}={text!r}: expected a whole number of files, "
+                         f"e.g. {MAX_FILES_ENV}={10 * MAX_FILES}")
+    return int(text)
+
+
+def _kept(folder: Path, scan: Iterator[os.DirEntry], found: Found) -> Iterator[os.DirEntry]:
+    """The entries of ``folder`` the walk may report, as ``scan`` lists them: a plain file
+    whose name says it is no trace (what :func:`_add_file` would pass over in silence) is
+    dropped from the type the listing gives, without a ``stat``, so that a folder of a
+    million files costs neither a million ``stat`` calls nor a million entries held. The
+    others but folders count towards ``found.limit``; one more is a :class:`UsageError`."""
+    quiet = folder.name in QUIET_DIRS
+    for entry in scan:
+        found.scanned += 1
+        if found.scanned % 1024 == 0:
+            _say_progress(found)
+        name = entry.name.lower()
+        try:
+            plain = entry.is_file(follow_symlinks=False)
+            folder_entry = entry.is_dir(follow_symlinks=False)
+        except OSError:  # gone, or no type from the listing: kept, for _walk's stat to say
+            plain = folder_entry = False
+        if plain and (quiet or name.startswith(TMP_PREFIX)
+                      or not (_trace_named(name) or _trace_like(name))):
+            continue
+        if not folder_entry:
+            found.counted += 1
+            if found.counted > found.limit:
+                raise UsageError(_too_many(found))
+        yield entry
+
+
+def _too_many(found: Found) -> str:
+    return (f"{found.folder} holds more than {found.limit:,} files named like traces; profkit "
+            f"reads at most {found.limit:,} at once: pass a sub-folder (one job's run "
+            f"directory), or set {MAX_FILES_ENV} to a larger number, e.g. "
+            f"{MAX_FILES_ENV}={10 * found.limit}")
+
+
+def _say_progress(found: Found) -> None:
+    """One line on stderr about how far a long walk has got (the first after
+    :data:`PROGRESS_AFTER_S`, then at most every :data:`PROGRESS_EVERY_S`): a walk of a
+    large folder on a slow file system is seen to be working, not hung."""
+    now = time.monotonic()
+    if now - found.started_s < PROGRESS_AFTER_S or now - found.said_s < PROGRESS_EVERY_S:
+        return
+    found.said_s = now
+    print(f"profkit: searching {found.folder}: {found.scanned:,} entries, "
+          f"{found.counted:,} named like traces so far", file=sys.stderr, flush=True)
 
 
 def not_a_file_reason(item: Path, st: os.stat_result) -> str:
