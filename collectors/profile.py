@@ -56,8 +56,10 @@ class Profile:
             return self
         try:
             if self.trigger is None:
-                self.session = CaptureSession(self.out_dir, self.config).start()
-                self.captures.append(self.out_dir)
+                self.session = self._start_session(self.out_dir, self.config.repeat,
+                                                   strict=self.config.strict)
+                if self.session is not None:
+                    self.captures.append(self.out_dir)
             else:
                 if (isinstance(self.trigger, SignalTrigger) and self.config.trigger_every is None
                         and pdist.dist_ready()):
@@ -68,6 +70,21 @@ class Profile:
             self._active = False
             raise
         return self
+
+    def _start_session(self, run_dir: Path, repeat: int,
+                       strict: bool = False) -> CaptureSession | None:
+        """A started capture into ``run_dir``; None when it cannot start (an unwritable
+        folder, too little space, another job's capture there): a warning says why and the
+        job goes on uncaptured, as it does when a write fails later. ``strict``: raise (a
+        triggered capture, in the middle of the job, never does)."""
+        try:
+            return CaptureSession(run_dir, self.config, repeat=repeat).start()
+        except (CollectorError, OSError) as exc:
+            if strict:
+                raise
+            log.warning("profkit: no capture into %s (%s); the job goes on (strict=True "
+                        "makes this an error)", run_dir, exc)
+            return None
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         if self._off:
@@ -140,12 +157,9 @@ class Profile:
         run_dir = self.out_dir / name
         log.info("profkit: trigger fired, capturing %d steps into %s",
                  self.config.capture_steps, run_dir)
-        try:
-            self.session = CaptureSession(run_dir, self.config, repeat=1).start()
-        except (CollectorError, OSError) as exc:  # a full disk, say: the job goes on
-            log.warning("profkit: no capture into %s (%s); the job goes on", run_dir, exc)
-            return
-        self.captures.append(run_dir)
+        self.session = self._start_session(run_dir, 1)
+        if self.session is not None:
+            self.captures.append(run_dir)
 
     @property
     def run_dir(self) -> Path | None:
@@ -165,12 +179,13 @@ def profile(out_dir: str | os.PathLike | None = None, *, wait: int = _DEFAULT.wa
             with_flops: bool = _DEFAULT.with_flops, with_stack: bool = _DEFAULT.with_stack,
             nvml: Any = _DEFAULT.nvml, nvml_hz: float = _DEFAULT.nvml_hz, trigger: Any = None,
             steps_on_trigger: int | None = _DEFAULT.steps_on_trigger,
-            summarize: bool = _DEFAULT.summarize,
+            summarize: bool = _DEFAULT.summarize, strict: bool = _DEFAULT.strict,
             schedule: Callable[[int], Any] | None = None,
             **torch_profiler_kwargs: Any) -> Profile:
     """Profile a PyTorch job into the run directory ``out_dir`` (default
     ``$PROFKIT_RUN_DIR``). Call ``.step()`` once per step. See :class:`ProfileConfig` for
-    the options; extra keyword arguments named like its fields (``nvml_gpus``,
+    the options (``strict=True``: a capture that cannot start raises, instead of
+    a warning and a job that goes on uncaptured); extra keyword arguments named like its fields (``nvml_gpus``,
     ``nvml_chunk_s``, ``dcgm_url``, ``trigger_every``, ``min_free_bytes``) set them, the
     rest go to ``torch.profiler.profile``. As with ``torch.profiler.profile``,
     ``schedule=torch.profiler.schedule(...)`` may replace wait/warmup/active/repeat
@@ -190,7 +205,7 @@ def profile(out_dir: str | os.PathLike | None = None, *, wait: int = _DEFAULT.wa
         wait=wait, warmup=warmup, active=active, repeat=repeat, record_shapes=record_shapes,
         profile_memory=profile_memory, with_flops=with_flops, with_stack=with_stack,
         nvml=nvml, nvml_hz=nvml_hz, steps_on_trigger=steps_on_trigger, summarize=summarize,
-        torch_profiler_kwargs=torch_profiler_kwargs, **extra)
+        strict=strict, torch_profiler_kwargs=torch_profiler_kwargs, **extra)
     return Profile(out_dir, config, trigger)
 
 

@@ -90,6 +90,16 @@ class CaptureLosses:
         elif exc is not None and not after_capture:
             log.debug("profkit: %s not written (%s)", entry["file"], entry["cause"])
 
+    def not_captured(self, what: str, reason: str, step: int) -> None:
+        """``what`` is not captured from ``step`` on, for ``reason`` (another profiler runs
+        in the process, say). Listed as the capture's stop, but nothing halts: the rest of
+        the capture (the NVML sampler) goes on. The caller has warned."""
+        with self._lock:
+            self.lost.append({"what": what, "file": None, "cause": reason})
+            if self.stopped is None:
+                self.stopped = {"step": step, "ts_ns": time.time_ns(), "what": what,
+                                "file": None, "cause": reason, "errno": None}
+
     def halt_due(self) -> bool:
         """True once after the first failure: the caller stops capturing now."""
         with self._lock:

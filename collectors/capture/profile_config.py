@@ -47,6 +47,10 @@ class ProfileConfig:
     cross-rank report the moment the job ends, without moving traces. A rank that failed
     never waits for the others; rank 0 waits at most ``$PROFKIT_SUMMARY_TIMEOUT_S`` seconds
     (300). Only for a capture without a trigger; see :mod:`profkit.collectors.in_job.summarize`."""
+    strict: bool = False
+    """A capture that cannot start (an unwritable run directory, too little free space,
+    another job capturing into it) raises from ``profile()``. By default it warns and the
+    job goes on uncaptured, as it does when a write fails during the job."""
     torch_profiler_kwargs: dict[str, Any] = field(default_factory=dict)
     """Passed through to ``torch.profiler.profile``."""
 

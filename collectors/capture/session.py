@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from profkit.collectors.capture import other_profiler, run_claim
 from profkit.collectors.capture.losses import MIN_RESERVE_BYTES, CaptureLosses, Reserve
 from profkit.collectors.capture.profile_config import ProfileConfig
 from profkit.collectors.capture.saved_trace import SavedTraceView, export_trace
@@ -48,6 +49,10 @@ class CaptureSession:
         self.sampler: NvmlSampler | None = None
         self.started_ns = 0
         self.cycles = 0  # profiler cycles ended (saved or lost)
+        self.first_cycle = 0  # after an earlier session of this process into the folder
+        # why no torch profiler was started (another one runs in this process), or None
+        self.trace_skipped: str | None = None
+        self.claim = run_claim.RankClaim(self.dir)  # taken at start, held until stop
         self._stopped = False
         self.halted = False  # a write failed: capturing stopped, the job goes on
         self.losses = CaptureLosses(self.dir, 0)
@@ -65,8 +70,14 @@ class CaptureSession:
         self.started_ns = time.time_ns()
         nvml = self._open_nvml()
         self.info = pdist.rank_info()
+        self.trace_skipped = other_profiler.other_profiler()
         gathered = pdist.all_gather_object(self._local_report(nvml))
-        self._raise_if_any_problem(gathered)
+        try:
+            self._raise_if_any_problem(gathered)
+        except BaseException:
+            self.claim.release()
+            raise
+        self._continue_earlier_session()
         if pdist.dist_ready():
             self.run_id = pdist.broadcast_object(self.run_id or run_document.new_run_id())
         self.run_id = self.run_id or run_document.env_run_id() or run_document.new_run_id()
@@ -86,8 +97,18 @@ class CaptureSession:
             self._start_profiler()
         except BaseException:
             self.release_reserve()
+            self.claim.release()
             raise
         return self
+
+    def _continue_earlier_session(self) -> None:
+        """A session of this process wrote into this folder before: go on from it (same
+        run id, the next cycle numbers, its traces listed), never over it."""
+        assert self.info is not None
+        earlier = run_claim.earlier_session(self.dir, self.info.rank)
+        if earlier is not None:
+            self.run_id = self.run_id or earlier.run_id
+            self.first_cycle, self.traces = earlier.cycles, list(earlier.traces)
 
     def _open_nvml(self) -> Any:
         cfg = self.config.nvml
@@ -97,17 +118,22 @@ class CaptureSession:
 
     def _local_report(self, nvml: Any) -> dict[str, Any]:
         problem = None
+        assert self.info is not None
         try:
             check_output_dir(self.dir, self.config.min_free_bytes)
+            self.claim.take(self.info.rank)
         except OutputDirError as e:
             problem = str(e)
+        except run_claim.ClaimRefused as e:
+            problem = f"{self.dir}: {e}"
+        except OSError as e:
+            problem = f"{self.dir}: cannot claim the run directory ({e.strerror or e})"
         driver = ""
         if nvml is not None:
             try:
                 driver = str(nvml.nvmlSystemGetDriverVersion())
             except Exception:  # noqa: BLE001
                 pass
-        assert self.info is not None
         return {"info": self.info.as_dict(), "gpus": run_document.local_gpus(self.info.host, nvml),
                 "problem": problem, "driver": driver}
 
@@ -129,6 +155,8 @@ class CaptureSession:
             gpus=run_document.merge_gpus([rep["gpus"] for rep in gathered]),
             clock_offsets_ns=offsets, profiler=self._profiler_settings(),
             started_ns=self.started_ns, driver=gathered[0]["driver"])
+        if self.trace_skipped:
+            self.doc["trace_skipped"] = self.trace_skipped
         write_json_atomic(self.dir / run_document.RUN_JSON, self.doc)
 
     def _profiler_settings(self) -> dict[str, Any]:
@@ -155,6 +183,9 @@ class CaptureSession:
     def _start_profiler(self) -> None:
         import torch.profiler as tp
 
+        if self.trace_skipped:
+            self._skip_trace(self.trace_skipped)
+            return
         cfg = self.config
         kwargs = dict(cfg.torch_profiler_kwargs)
         user_ready = kwargs.pop("on_trace_ready", None)
@@ -167,7 +198,16 @@ class CaptureSession:
             record_shapes=cfg.record_shapes, profile_memory=cfg.profile_memory,
             with_flops=cfg.with_flops, with_stack=cfg.with_stack, **kwargs)
         self.prof.start()
+        other_profiler.mark_started(self)
         self._tag_trace()
+
+    def _skip_trace(self, reason: str) -> None:
+        """No torch profiler in this capture (a second one would crash the process): say
+        so once, list it in the status; the NVML sampler and run.json go on."""
+        log.warning("profkit: no trace captured into %s: %s; starting a second profiler "
+                    "would crash the job, so the job goes on with NVML samples and run "
+                    "metadata only", self.dir, reason)
+        self.losses.not_captured("trace", reason, self.steps)
 
     def _tag_trace(self) -> None:
         """Write the run id into the trace being recorded, so ingest can tell a trace of
@@ -188,7 +228,7 @@ class CaptureSession:
         """Save the cycle's trace; a failed write is recorded and stops the capture (at the
         end of this step), it never raises into the profiler's step."""
         assert self.info is not None
-        cycle, self.cycles = self.cycles, self.cycles + 1
+        cycle, self.cycles = self.first_cycle + self.cycles, self.cycles + 1
         name = (TRACE_NAME if cycle == 0 else TRACE_CYCLE_NAME).format(
             rank=self.info.rank, cycle=cycle)
         dest = self.dir / TRACES_DIR / name
@@ -212,6 +252,11 @@ class CaptureSession:
         """End a step. Never raises: a profiler or a write that fails stops the capture."""
         if self.prof is not None:
             try:
+                self._yield_to_other_profiler()
+            except Exception as exc:  # noqa: BLE001
+                self.losses.record("profiler", None, exc, self.steps)
+        if self.prof is not None:
+            try:
                 self.prof.step()
                 self._tag_trace()
             except Exception as exc:  # noqa: BLE001 - the profiler must not stop the job
@@ -219,6 +264,19 @@ class CaptureSession:
         self.steps += 1
         if self.losses.halt_due():
             self.halt()
+
+    def _yield_to_other_profiler(self) -> None:
+        """Another profiler started while ours waits between cycles (the autograd profiler
+        is on, and not by us): stop ours before its next cycle would start beside it."""
+        import torch.profiler as tp
+
+        if (getattr(self.prof, "current_action", None) == tp.ProfilerAction.NONE
+                and other_profiler.recording_now()):
+            self._stop_profiler()
+            self.trace_skipped = "another torch profiler started recording in this process"
+            if self.doc:  # rank 0: run.json says so with its final status
+                self.doc["trace_skipped"] = self.trace_skipped
+            self._skip_trace(self.trace_skipped)
 
     def halt(self) -> None:
         """Stop capturing after a failed write, keep the job going: the profiler stops (a
@@ -260,6 +318,9 @@ class CaptureSession:
             self.status = run_document.STATUS_OK
         self.error = error
         self._write_status(error, ended_ns=time.time_ns())
+        run_claim.remember_session(self.dir, self.info.rank, run_claim.EarlierSession(
+            str(self.run_id), self.first_cycle + self.cycles, list(self.traces)))
+        self.claim.release()
 
     def _stop_parts(self) -> list[dict[str, str]]:
         errors = []
@@ -281,6 +342,7 @@ class CaptureSession:
     def _stop_profiler(self) -> None:
         if self.prof is not None:
             prof, self.prof = self.prof, None
+            other_profiler.mark_stopped(self)
             step_range = getattr(prof, "step_rec_fn", None)
             if step_range is not None and getattr(step_range, "record", None) is None:
                 # An exception (Ctrl-C, a user's alarm) cut the profiler's step between the

@@ -108,15 +108,31 @@ def test_decorator_and_repeat_cycles(tmp_path):
     assert run_json(tmp_path)["status"] == "ok"
 
 
-def test_unwritable_or_full_out_dir_fails_before_training(tmp_path):
+def test_strict_unwritable_or_full_out_dir_fails_before_training(tmp_path):
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
     with pytest.raises(OutputDirError, match="file"):
-        with profile(not_a_dir, nvml=False):
+        with profile(not_a_dir, nvml=False, strict=True):
             pytest.fail("body must not run")
     with pytest.raises(ProfkitError, match="free"):
-        with profile(tmp_path / "run", nvml=False, min_free_bytes=2**62):
+        with profile(tmp_path / "run", nvml=False, min_free_bytes=2**62, strict=True):
             pytest.fail("body must not run")
+
+
+@pytest.mark.parametrize("where", ["under a file", "too little space"])
+def test_a_capture_that_cannot_start_warns_and_the_job_goes_on(tmp_path, caplog, where):
+    """The same policy as a write that fails during the job: the capture stops, not the
+    job. A path under a regular file is unwritable even for root."""
+    (tmp_path / "file").write_text("x")
+    out, free = (tmp_path / "file" / "run", 256 * 2**20) if where == "under a file" else (
+        tmp_path / "run", 2**62)
+    with caplog.at_level("WARNING", logger="profkit.collectors.profile"):
+        with profile(out, nvml=False, min_free_bytes=free) as p:
+            train(p, 3)
+    assert p.step_num == 3 and p.run_dir is None and p.session is None
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert f"no capture into {out}" in warning and "the job goes on" in warning
+    assert not (out / "run.json").exists()
 
 
 def test_out_dir_from_env(tmp_path, monkeypatch):
