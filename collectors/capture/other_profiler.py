@@ -11,8 +11,11 @@ safe without it (the NVML sampler, run.json).
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 import threading
+import weakref
+from functools import cache
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -21,12 +24,17 @@ log = logging.getLogger(__name__)
 # the autograd profiler is not enabled then, yet its later cycles would meet ours)
 _started: set[int] = set()
 _lock = threading.Lock()
+# the torch profilers profkit made: never "another profiler", started or stopped (on a torch
+# whose stop() leaves their step range set, a stopped one looks started)
+_ours: weakref.WeakSet = weakref.WeakSet()
 
 
-def mark_started(owner: object) -> None:
-    """``owner`` (a capture session) has started its torch profiler."""
+def mark_started(owner: object, torch_profiler: object | None = None) -> None:
+    """``owner`` (a capture session) has started its torch profiler ``torch_profiler``."""
     with _lock:
         _started.add(id(owner))
+        if torch_profiler is not None:
+            _ours.add(torch_profiler)
 
 
 def mark_stopped(owner: object) -> None:
@@ -73,9 +81,32 @@ def _started_torch_profiler() -> bool:
     if not isinstance(torch_profile, type):
         return False
     kinds = _subclasses(torch_profile)
+    stopped_clears = _stop_clears_step_range(torch_profile)
     # type(), not isinstance(): isinstance asks a lazy module's __getattr__ for __class__
-    return any(type(obj) in kinds and _between_start_and_stop(obj)
+    return any(type(obj) in kinds and obj not in _ours
+               and _between_start_and_stop(obj, stopped_clears)
                for obj in gc.get_objects())
+
+
+@cache
+def _stop_clears_step_range(torch_profile: type) -> bool:
+    """Whether this torch's ``profile.stop()`` clears the step range (torch 2.13 does;
+    2.11 exits it and leaves it set, so there a stopped profiler looks started)."""
+    try:
+        return "step_rec_fn = None" in inspect.getsource(torch_profile.stop)
+    except (OSError, TypeError):
+        return False
+
+
+def _step_tracker_holds_profiler_steps() -> bool:
+    """Whether a ``torch.profiler.profile`` made and not yet left (its ``__exit__`` erases
+    its step count from Kineto's step tracker) is counting steps in this process."""
+    try:
+        from torch.autograd.profiler import KinetoStepTracker
+        from torch.profiler.profiler import PROFILER_STEP_NAME
+    except ImportError:
+        return True  # no way to tell: keep the step range's word
+    return PROFILER_STEP_NAME in getattr(KinetoStepTracker, "_step_dict", {PROFILER_STEP_NAME: 0})
 
 
 def _subclasses(cls: type) -> set[type]:
@@ -89,8 +120,11 @@ def _subclasses(cls: type) -> set[type]:
     return out
 
 
-def _between_start_and_stop(prof: Any) -> bool:
+def _between_start_and_stop(prof: Any, stop_clears: bool = True) -> bool:
+    """A set step range means started, where ``stop()`` clears it; elsewhere only while a
+    profiler that was not left counts steps (a user's ``with`` block that ended is left)."""
     try:
-        return getattr(prof, "step_rec_fn", None) is not None
+        started = getattr(prof, "step_rec_fn", None) is not None
     except Exception:  # noqa: BLE001 - a half-built object: not a running profiler
         return False
+    return started and (stop_clears or _step_tracker_holds_profiler_steps())

@@ -198,7 +198,7 @@ class CaptureSession:
             record_shapes=cfg.record_shapes, profile_memory=cfg.profile_memory,
             with_flops=cfg.with_flops, with_stack=cfg.with_stack, **kwargs)
         self.prof.start()
-        other_profiler.mark_started(self)
+        other_profiler.mark_started(self, self.prof)
         self._tag_trace()
 
     def _skip_trace(self, reason: str) -> None:

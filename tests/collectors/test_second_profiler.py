@@ -141,3 +141,32 @@ def test_a_torch_profiler_started_while_profile_waits(tmp_path):
     assert "aten::linear" in outer_names(tmp_path)
     run = json.loads((tmp_path / "inner" / "run.json").read_text())
     assert run["status"] == "incomplete" and run["trace_skipped"] == reason
+
+
+def test_a_stopped_profiler_is_not_taken_for_a_started_one_on_any_torch():
+    """torch 2.11's stop() exits the step range but leaves it set (2.13 clears it): there a
+    stopped profiler looked started, and a second profile() in the same process captured
+    no trace. A profiler whose with-block was left is stopped whatever its step range says;
+    profkit's own profilers are never another profiler."""
+    import torch.profiler as tp
+    from profkit.collectors.capture import other_profiler as op
+
+    with tp.profile(activities=[tp.ProfilerActivity.CPU],
+                    schedule=tp.schedule(wait=1, warmup=1, active=1)) as waiting:
+        # in its wait phase: started, on a torch that clears the range or one that does not
+        assert op._between_start_and_stop(waiting, stop_clears=True)
+        assert op._between_start_and_stop(waiting, stop_clears=False)
+    waiting.step_rec_fn = object()  # as torch 2.11 leaves it after stop()
+    assert not op._between_start_and_stop(waiting, stop_clears=False)
+    waiting.step_rec_fn = None
+    ours = tp.profile(activities=[tp.ProfilerActivity.CPU],
+                      schedule=tp.schedule(wait=1, warmup=1, active=1))
+    ours.start()
+    try:
+        assert op._started_torch_profiler()
+        op.mark_started(object(), ours)  # one of profkit's own: not another profiler
+        assert not op._started_torch_profiler()
+    finally:
+        ours.stop()
+        op._ours.discard(ours)
+        op._started.clear()
