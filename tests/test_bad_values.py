@@ -161,6 +161,17 @@ def test_a_list_where_an_event_has_text(run_dir, caplog, key):
     assert f"{key} (1)" in one_note(run.notes, "rank1.pt", key)
 
 
+@pytest.mark.parametrize("ph", [[], {}, ["X"], 0])
+def test_an_event_whose_phase_is_no_text_costs_only_itself(run_dir, caplog, ph):
+    doc = read_doc(run_dir)
+    doc["traceEvents"].append({**complete_events(doc)[0], "ph": ph})
+    write_doc(run_dir, doc)
+    run, analysis, _ = read_everything(run_dir, caplog, analyze=True)
+    assert analysis.run["ranks_analyzed"] == [0, 1]
+    assert len(run.ranks[1].events) == len(complete_events(doc))
+    one_note(run.notes, "rank1.pt", "1 events dropped (not a JSON object, or ph not text)")
+
+
 def _set_process_name(doc, value):
     for e in doc["traceEvents"]:
         if e.get("ph") == "M" and e.get("name") == "process_name":
