@@ -161,6 +161,42 @@ def test_a_list_where_an_event_has_text(run_dir, caplog, key):
     assert f"{key} (1)" in one_note(run.notes, "rank1.pt", key)
 
 
+# Op arguments that no profiler writes, each of which cost the whole rank: 33 dimensions
+# passed numpy's 32-dimension broadcast (RuntimeError), text inside a shape was repeated by
+# the attention formula ("a" * 10**12: MemoryError), so was a list where embedding's
+# num_weights goes, and the product of 20,000 dimensions of 2**62 took ~1 s per op before
+# the broadcast failed. (name, Input Dims, Input type, Concrete Inputs, the note expected)
+COST_NOTE, FLOPS_NOTE = "bytes and vector FLOPs of 1 ops dropped", "FLOPs of 1 ops dropped"
+HOSTILE_OPS = {
+    "33 dimensions": ("aten::mul", [[1] * 33, [1] * 33], ["float"] * 2, None, COST_NOTE),
+    "text in a shape": ("aten::_flash_attention_forward",
+                        [["a", 10**12, 1, 1], [1, 2, 1, 4], [1, 2, 1, 4]],
+                        ["c10::BFloat16"] * 3, None, FLOPS_NOTE),
+    "20,000 dimensions": ("aten::add", [[2**62] * 20_000, [1]], ["float"] * 2, None, COST_NOTE),
+    "a list for a count": ("aten::embedding_dense_backward", [[10**6, 10**6], [10**6], []],
+                           ["float", "long int", "Scalar"], ["", "", "[1]"], None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_OPS))
+def test_hostile_op_arguments_cost_only_their_op(run_dir, caplog, case):
+    name, dims, types, concrete, note = HOSTILE_OPS[case]
+    doc = read_doc(run_dir)
+    op = next(e for e in complete_events(doc) if e.get("cat") == "cpu_op")
+    doc["traceEvents"].append({**op, "name": name, "args": {
+        "Input Dims": dims, "Input type": types,
+        "Concrete Inputs": concrete or [""] * len(dims)}})
+    write_doc(run_dir, doc)
+    run, analysis, _ = read_everything(run_dir, caplog, analyze=True)
+    assert analysis.run["ranks_analyzed"] == [0, 1]
+    events = run.ranks[1].events
+    hostile = events[events[S.NAME] == name]
+    assert len(hostile) == 1 and hostile[S.OP_READ_BYTES].isna().all()
+    assert hostile[S.FLOPS].isna().all()
+    if note:
+        one_note(run.notes, "rank1.pt", note)
+
+
 @pytest.mark.parametrize("ph", [[], {}, ["X"], 0])
 def test_an_event_whose_phase_is_no_text_costs_only_itself(run_dir, caplog, ph):
     doc = read_doc(run_dir)

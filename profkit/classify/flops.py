@@ -292,6 +292,8 @@ FLOP_OPS: dict[str, Formula] = {
 }
 
 
+MAX_SHAPE_DIMS = 64  # dimensions of one recorded shape (real ones: up to ~8; numpy's own cap)
+_NUMBER = (int, float)
 MAX_OP_FLOPS = 1e22  # a day (the longest event kept) at 10 PFLOP/s, past every device peak
 
 
@@ -300,19 +302,42 @@ def plausible_flops(value: float) -> bool:
     return 0.0 <= value <= MAX_OP_FLOPS
 
 
+def readable_dims(dims: object) -> bool:
+    """Whether an op's ``Input Dims`` is what the formulas read: a list whose arguments are
+    each a list of numbers (a shape of at most :data:`MAX_SHAPE_DIMS`; ``[]`` for a scalar)
+    or a list of such lists (a TensorList). A value that is anything else costs its op:
+    text or lists inside a shape would be repeated by the formulas' products (``"a" * 10**9``
+    allocates a GB), and the product of thousands of huge dimensions takes minutes."""
+    if not isinstance(dims, list):
+        return False
+    for arg in dims:
+        if not isinstance(arg, list):
+            return False
+        if all(isinstance(x, _NUMBER) for x in arg):
+            if len(arg) > MAX_SHAPE_DIMS:
+                return False
+        elif not all(isinstance(t, list) and len(t) <= MAX_SHAPE_DIMS
+                     and all(isinstance(x, _NUMBER) for x in t) for t in arg):
+            return False
+    return True
+
+
 def shape_flops(name: str, dims: object, concrete: object = None) -> tuple[float, bool]:
     """(FLOPs, dropped) of one op from its shapes: NaN when the op, its shapes or arguments
     are unknown; NaN and dropped when they give no count an op can have (2**62-sized
-    dimensions overflow a float, a stride of 0, negative or absurd counts)."""
+    dimensions overflow a float, a stride of 0, negative or absurd counts) or are no shapes
+    (:func:`readable_dims`)."""
     fn = FLOP_OPS.get(name)
     if fn is None or not isinstance(dims, list):
         return math.nan, False
+    if not readable_dims(dims):
+        return math.nan, True
     try:
         value = float(fn(dims, concrete if isinstance(concrete, list) else []))
     except (TypeError, ValueError, IndexError, AttributeError):
         return math.nan, False
-    except ArithmeticError:  # OverflowError, ZeroDivisionError
-        return math.nan, True
+    except Exception:  # overflow, and what else hostile shapes raise (numpy broadcasts at
+        return math.nan, True  # most 32 dimensions): this op's FLOPs go, never its rank
     return (value, False) if plausible_flops(value) else (math.nan, True)
 
 
@@ -388,7 +413,7 @@ class ConvLinks:
                 work = conv_work(dims[0], dims[1], grad[2:])
             except (TypeError, ValueError, IndexError):
                 continue
-            except ArithmeticError:
+            except Exception:  # overflow, or any other failure on hostile shapes: dropped
                 work = math.nan
             if plausible_flops(work):
                 flops[row] = work
