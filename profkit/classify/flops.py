@@ -40,6 +40,8 @@ from collections.abc import Callable
 import numpy as np
 import orjson
 
+from profkit.classify.shapes import readable_dims
+
 Dims = list
 Formula = Callable[[Dims, list], float]
 
@@ -292,34 +294,12 @@ FLOP_OPS: dict[str, Formula] = {
 }
 
 
-MAX_SHAPE_DIMS = 64  # dimensions of one recorded shape (real ones: up to ~8; numpy's own cap)
-_NUMBER = (int, float)
 MAX_OP_FLOPS = 1e22  # a day (the longest event kept) at 10 PFLOP/s, past every device peak
 
 
 def plausible_flops(value: float) -> bool:
     """Whether ``value`` can be one op's FLOP count: 0 to MAX_OP_FLOPS (not NaN or inf)."""
     return 0.0 <= value <= MAX_OP_FLOPS
-
-
-def readable_dims(dims: object) -> bool:
-    """Whether an op's ``Input Dims`` is what the formulas read: a list whose arguments are
-    each a list of numbers (a shape of at most :data:`MAX_SHAPE_DIMS`; ``[]`` for a scalar)
-    or a list of such lists (a TensorList). A value that is anything else costs its op:
-    text or lists inside a shape would be repeated by the formulas' products (``"a" * 10**9``
-    allocates a GB), and the product of thousands of huge dimensions takes minutes."""
-    if not isinstance(dims, list):
-        return False
-    for arg in dims:
-        if not isinstance(arg, list):
-            return False
-        if all(isinstance(x, _NUMBER) for x in arg):
-            if len(arg) > MAX_SHAPE_DIMS:
-                return False
-        elif not all(isinstance(t, list) and len(t) <= MAX_SHAPE_DIMS
-                     and all(isinstance(x, _NUMBER) for x in t) for t in arg):
-            return False
-    return True
 
 
 def shape_flops(name: str, dims: object, concrete: object = None) -> tuple[float, bool]:

@@ -22,10 +22,10 @@ from profkit.classify.flops import (
     PRECISIONS,
     ConvLinks,
     dtype_precision,
-    readable_dims,
     shape_flops,
 )
 from profkit.classify.opfamilies import op_family
+from profkit.classify.shapes import readable_dims
 from profkit.classify.traffic import UNKNOWN, op_cost
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns, values_in
 from profkit.trace.countersamples import CounterSamples
