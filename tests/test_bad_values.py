@@ -21,8 +21,10 @@ from profkit.analyzers.executor import analyze_run
 
 from profkit import cli
 from profkit import schema as S
+from profkit.errors import NoTracesError
 from profkit.run.loader import load_run
 from profkit.timeline.merge import merge_run
+from profkit.trace import readlimit
 from tests.conftest import REPO
 
 SRC = REPO / "samples" / "runs" / "zoo" / "communication"
@@ -339,6 +341,75 @@ def test_gzip_bomb_is_stopped_at_the_ratio_limit(run_dir, caplog):
     assert "decompresses to more than" in reason and "PROFKIT_MAX_TRACE_BYTES" in reason
     so_far = int(reason.split("more than ")[1].split(" bytes")[0].replace(",", ""))
     assert 64 << 20 < so_far <= (64 + 16) << 20  # the floor of the ratio rule, plus one step
+
+
+def member_bomb(path: Path, json_mib: int) -> Path:
+    """A gzip bomb of concatenated members, each 1 MiB of spaces (~1 KB): built in
+    milliseconds whatever the JSON it claims."""
+    member = gzip.compress(b" " * (1 << 20), 9)
+    path.write_bytes(gzip.compress(b'{"traceEvents": [') + member * json_mib
+                     + gzip.compress(b"]}"))
+    return path
+
+
+def test_gzip_bomb_is_refused_by_its_ratio_as_it_is_read(run_dir, caplog, monkeypatch):
+    """2 MB of gzip claiming 2 GiB of JSON: refused once the JSON read so far passes 100x
+    the gzip read so far, not at 100x the whole file (200 MB, memory held until then).
+    The floor below which the ratio does not apply, and the step between two checks, are
+    lowered from 64 MiB and 16 MiB so that the test reads little."""
+    import tracemalloc
+
+    monkeypatch.setattr(readlimit, "MIN_GZIP_LIMIT_BYTES", 4 << 20)
+    monkeypatch.setattr(readlimit, "_STEP_BYTES", 1 << 20)
+    path = member_bomb(run_dir / TRACE.format(1), 2048)
+    assert path.stat().st_size < 3 << 20
+    tracemalloc.start()
+    try:
+        run, _, _ = read_everything(run_dir, caplog)
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert run.rank_ids == [0]
+    reason = {s.path: s.reason for s in run.skipped}[str(path)]
+    assert reason.startswith("decompresses at over 100x its compressed size (")
+    assert "from the first" in reason and "x; stopped there)" in reason
+    assert peak_bytes < 40 << 20, peak_bytes  # the gzip (2 MB), ~5 MB of JSON, rank 0
+    analysis = analyze_run(run_dir, cache=False, workers=1)
+    assert analysis.run["ranks_analyzed"] == [0]
+    assert any(s["path"] == str(path) and "100x" in s["reason"]
+               for s in analysis.run["skipped_files"])
+
+
+def test_traces_read_at_once_share_one_memory_budget():
+    free = 12 << 30
+    assert readlimit.memory_budget_bytes(1, free) == 6 << 30
+    assert readlimit.memory_budget_bytes(3, free) == 2 << 30  # three workers: 6 GiB in all
+    assert readlimit.memory_budget_bytes(64, free) == readlimit.MIN_TRACE_LIMIT_BYTES
+    assert readlimit.memory_budget_bytes(1, 64 << 30) == readlimit.ABS_MAX_TRACE_BYTES
+    assert readlimit.memory_budget_bytes(2, None) > 0
+
+
+def test_a_pool_of_workers_shares_the_budget(run_dir, monkeypatch):
+    """Three 12 MB traces: with 60 MB free, one reader may hold 30 MB of JSON, each of
+    three workers 10 MB; the pool's workers (forked, so they see the lowered numbers) refuse
+    them, one process alone reads them."""
+    monkeypatch.setattr(readlimit, "available_memory_bytes", lambda: 60 << 20)
+    monkeypatch.setattr(readlimit, "MIN_TRACE_LIMIT_BYTES", 1 << 20)
+    raw = gzip.decompress((run_dir / TRACE.format(0)).read_bytes())
+    for rank in (0, 1):
+        (run_dir / TRACE.format(rank)).unlink()
+    for rank in range(3):
+        doc = json.loads(raw)
+        doc["distributedInfo"].update(rank=rank, world_size=3)
+        body = json.dumps(doc).encode()
+        (run_dir / f"traces/rank{rank}.json").write_bytes(body + b" " * ((12 << 20) - len(body)))
+    (run_dir / "run.json").unlink()
+    alone = load_run(run_dir, cache=False, workers=1)
+    assert alone.rank_ids == [0, 1, 2]
+    for read in (load_run, analyze_run):
+        with pytest.raises(NoTracesError) as refused:
+            read(run_dir, cache=False, workers=3)
+        assert str(refused.value).count("over the limit of 10,485,760 bytes") == 3
 
 
 def test_trace_limit_override(run_dir, monkeypatch):
