@@ -29,7 +29,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ class FileTask:
     options: Any = None  # AnalysisOptions (step marker, steps)
     rules: Any = None  # the client's classification rules (profkit.classify.rules.Rules)
     paths: list[str] = field(default_factory=list)  # all the files when several (else empty)
+    readers: int = 1  # tasks run at once on this machine: they share one memory budget
 
     @property
     def files(self) -> list[str]:
@@ -98,7 +99,8 @@ def summarize_file(task: FileTask) -> FileResult:
     if task.rules is not None:  # classify as the client does, whatever this worker's folder
         classify.use_rules(task.rules)
     try:
-        return _summarize(task, [loader.ingest_file(p, task.use_cache) for p in task.files])
+        return _summarize(task, [loader.ingest_file(p, task.use_cache, task.readers)
+                                 for p in task.files])
     except MemoryError:
         return _failed(task, "out of memory while analysing this rank")
     except Exception as exc:  # a bug on one rank must not lose the others
@@ -285,6 +287,8 @@ def _pool_map(tasks: list[FileTask], workers: int) -> Iterator[FileResult]:
     """The map in a local process pool; Ctrl-C (or any exception) kills the workers at once
     and removes the cache temporaries they were writing (profkit.run.pool)."""
     cached = [f for t in tasks if t.use_cache for f in t.files]
+    readers = min(workers, len(tasks))  # one memory budget between them
+    tasks = [replace(t, readers=readers) for t in tasks]
     with process_pool(workers, on_kill=lambda: cache.sweep_temporaries(cached)) as pool:
         with sigint_blocked():  # the workers start here: with SIGINT held back
             futures = {pool.submit(summarize_file, t): t for t in tasks}
@@ -313,9 +317,12 @@ def _dask_map(tasks: list[FileTask], scheduler, workers: int | None) -> Iterator
     if isinstance(scheduler, Client):
         client = scheduler
     elif scheduler == "local":
-        cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
+        n_workers = workers or os.cpu_count() or 1
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1,
                                processes=True, dashboard_address=":0")
         client = own = Client(cluster)
+        readers = min(n_workers, len(tasks))  # one machine's memory between them
+        tasks = [replace(t, readers=readers) for t in tasks]
     else:
         try:
             timeout_s = float(os.environ.get(CONNECT_TIMEOUT_ENV, 30))

@@ -21,8 +21,10 @@ from profkit.analyzers.executor import analyze_run
 
 from profkit import cli
 from profkit import schema as S
+from profkit.errors import NoTracesError
 from profkit.run.loader import load_run
 from profkit.timeline.merge import merge_run
+from profkit.trace import readlimit
 from tests.conftest import REPO
 
 SRC = REPO / "samples" / "runs" / "zoo" / "communication"
@@ -161,6 +163,53 @@ def test_a_list_where_an_event_has_text(run_dir, caplog, key):
     assert f"{key} (1)" in one_note(run.notes, "rank1.pt", key)
 
 
+# Op arguments that no profiler writes, each of which cost the whole rank: 33 dimensions
+# passed numpy's 32-dimension broadcast (RuntimeError), text inside a shape was repeated by
+# the attention formula ("a" * 10**12: MemoryError), so was a list where embedding's
+# num_weights goes, and the product of 20,000 dimensions of 2**62 took ~1 s per op before
+# the broadcast failed. (name, Input Dims, Input type, Concrete Inputs, the note expected)
+COST_NOTE, FLOPS_NOTE = "bytes and vector FLOPs of 1 ops dropped", "FLOPs of 1 ops dropped"
+HOSTILE_OPS = {
+    "33 dimensions": ("aten::mul", [[1] * 33, [1] * 33], ["float"] * 2, None, COST_NOTE),
+    "text in a shape": ("aten::_flash_attention_forward",
+                        [["a", 10**12, 1, 1], [1, 2, 1, 4], [1, 2, 1, 4]],
+                        ["c10::BFloat16"] * 3, None, FLOPS_NOTE),
+    "20,000 dimensions": ("aten::add", [[2**62] * 20_000, [1]], ["float"] * 2, None, COST_NOTE),
+    "a list for a count": ("aten::embedding_dense_backward", [[10**6, 10**6], [10**6], []],
+                           ["float", "long int", "Scalar"], ["", "", "[1]"], None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_OPS))
+def test_hostile_op_arguments_cost_only_their_op(run_dir, caplog, case):
+    name, dims, types, concrete, note = HOSTILE_OPS[case]
+    doc = read_doc(run_dir)
+    op = next(e for e in complete_events(doc) if e.get("cat") == "cpu_op")
+    doc["traceEvents"].append({**op, "name": name, "args": {
+        "Input Dims": dims, "Input type": types,
+        "Concrete Inputs": concrete or [""] * len(dims)}})
+    write_doc(run_dir, doc)
+    run, analysis, _ = read_everything(run_dir, caplog, analyze=True)
+    assert analysis.run["ranks_analyzed"] == [0, 1]
+    events = run.ranks[1].events
+    hostile = events[events[S.NAME] == name]
+    assert len(hostile) == 1 and hostile[S.OP_READ_BYTES].isna().all()
+    assert hostile[S.FLOPS].isna().all()
+    if note:
+        one_note(run.notes, "rank1.pt", note)
+
+
+@pytest.mark.parametrize("ph", [[], {}, ["X"], 0])
+def test_an_event_whose_phase_is_no_text_costs_only_itself(run_dir, caplog, ph):
+    doc = read_doc(run_dir)
+    doc["traceEvents"].append({**complete_events(doc)[0], "ph": ph})
+    write_doc(run_dir, doc)
+    run, analysis, _ = read_everything(run_dir, caplog, analyze=True)
+    assert analysis.run["ranks_analyzed"] == [0, 1]
+    assert len(run.ranks[1].events) == len(complete_events(doc))
+    one_note(run.notes, "rank1.pt", "1 events dropped (not a JSON object, or ph not text)")
+
+
 def _set_process_name(doc, value):
     for e in doc["traceEvents"]:
         if e.get("ph") == "M" and e.get("name") == "process_name":
@@ -292,6 +341,75 @@ def test_gzip_bomb_is_stopped_at_the_ratio_limit(run_dir, caplog):
     assert "decompresses to more than" in reason and "PROFKIT_MAX_TRACE_BYTES" in reason
     so_far = int(reason.split("more than ")[1].split(" bytes")[0].replace(",", ""))
     assert 64 << 20 < so_far <= (64 + 16) << 20  # the floor of the ratio rule, plus one step
+
+
+def member_bomb(path: Path, json_mib: int) -> Path:
+    """A gzip bomb of concatenated members, each 1 MiB of spaces (~1 KB): built in
+    milliseconds whatever the JSON it claims."""
+    member = gzip.compress(b" " * (1 << 20), 9)
+    path.write_bytes(gzip.compress(b'{"traceEvents": [') + member * json_mib
+                     + gzip.compress(b"]}"))
+    return path
+
+
+def test_gzip_bomb_is_refused_by_its_ratio_as_it_is_read(run_dir, caplog, monkeypatch):
+    """2 MB of gzip claiming 2 GiB of JSON: refused once the JSON read so far passes 100x
+    the gzip read so far, not at 100x the whole file (200 MB, memory held until then).
+    The floor below which the ratio does not apply, and the step between two checks, are
+    lowered from 64 MiB and 16 MiB so that the test reads little."""
+    import tracemalloc
+
+    monkeypatch.setattr(readlimit, "MIN_GZIP_LIMIT_BYTES", 4 << 20)
+    monkeypatch.setattr(readlimit, "_STEP_BYTES", 1 << 20)
+    path = member_bomb(run_dir / TRACE.format(1), 2048)
+    assert path.stat().st_size < 3 << 20
+    tracemalloc.start()
+    try:
+        run, _, _ = read_everything(run_dir, caplog)
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert run.rank_ids == [0]
+    reason = {s.path: s.reason for s in run.skipped}[str(path)]
+    assert reason.startswith("decompresses at over 100x its compressed size (")
+    assert "from the first" in reason and "x; stopped there)" in reason
+    assert peak_bytes < 40 << 20, peak_bytes  # the gzip (2 MB), ~5 MB of JSON, rank 0
+    analysis = analyze_run(run_dir, cache=False, workers=1)
+    assert analysis.run["ranks_analyzed"] == [0]
+    assert any(s["path"] == str(path) and "100x" in s["reason"]
+               for s in analysis.run["skipped_files"])
+
+
+def test_traces_read_at_once_share_one_memory_budget():
+    free = 12 << 30
+    assert readlimit.memory_budget_bytes(1, free) == 6 << 30
+    assert readlimit.memory_budget_bytes(3, free) == 2 << 30  # three workers: 6 GiB in all
+    assert readlimit.memory_budget_bytes(64, free) == readlimit.MIN_TRACE_LIMIT_BYTES
+    assert readlimit.memory_budget_bytes(1, 64 << 30) == readlimit.ABS_MAX_TRACE_BYTES
+    assert readlimit.memory_budget_bytes(2, None) > 0
+
+
+def test_a_pool_of_workers_shares_the_budget(run_dir, monkeypatch):
+    """Three 12 MB traces: with 60 MB free, one reader may hold 30 MB of JSON, each of
+    three workers 10 MB; the pool's workers (forked, so they see the lowered numbers) refuse
+    them, one process alone reads them."""
+    monkeypatch.setattr(readlimit, "available_memory_bytes", lambda: 60 << 20)
+    monkeypatch.setattr(readlimit, "MIN_TRACE_LIMIT_BYTES", 1 << 20)
+    raw = gzip.decompress((run_dir / TRACE.format(0)).read_bytes())
+    for rank in (0, 1):
+        (run_dir / TRACE.format(rank)).unlink()
+    for rank in range(3):
+        doc = json.loads(raw)
+        doc["distributedInfo"].update(rank=rank, world_size=3)
+        body = json.dumps(doc).encode()
+        (run_dir / f"traces/rank{rank}.json").write_bytes(body + b" " * ((12 << 20) - len(body)))
+    (run_dir / "run.json").unlink()
+    alone = load_run(run_dir, cache=False, workers=1)
+    assert alone.rank_ids == [0, 1, 2]
+    for read in (load_run, analyze_run):
+        with pytest.raises(NoTracesError) as refused:
+            read(run_dir, cache=False, workers=3)
+        assert str(refused.value).count("over the limit of 10,485,760 bytes") == 3
 
 
 def test_trace_limit_override(run_dir, monkeypatch):

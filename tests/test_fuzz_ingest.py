@@ -6,6 +6,12 @@ a value anywhere replaced by another type, a huge number, NaN, deep nesting or i
 UTF-8; a key dropped; events duplicated; the file truncated; or a value of run.json broken.
 Whatever happens, ``load_run``, ``analyze_run(workers=1)`` and ``merge_run`` raise nothing
 and log no traceback, rank 0 is read in full, and rank 1 is read or named in ``skipped``.
+
+A second property adds to rank 1 a few ops with a cost formula whose arguments are what the
+cost code reads, made hostile: ``Input Dims`` of many, huge, negative or non-integer
+dimensions, odd dtypes in ``Input type``, odd ``Concrete Inputs`` and ``Input Strides``, and
+``ph``, ``args``, ``ts`` or ``dur`` of the wrong JSON type. Those cost only their own op or
+event: rank 1 is still read and analysed.
 Derandomized and without an example database, so every run tries the same examples.
 """
 
@@ -19,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from profkit.analyzers.executor import analyze_run
 
@@ -149,7 +155,8 @@ def test_mutated_rank_never_breaks_reading(case, rank0_events):
         logging.getLogger().removeHandler(logged)
 
 
-def check_reading(run_dir: Path, bad: Path, raw: bytes, rank0_events: int, logged: Logged) -> None:
+def check_reading(run_dir: Path, bad: Path, raw: bytes, rank0_events: int, logged: Logged):
+    """The checks of the module doc; returns the run and the analysis."""
     run = load_run(run_dir, cache=False, workers=1)
     analysis = analyze_run(run_dir, cache=False, workers=1)
     out = run_dir.parent / "merged.json"
@@ -165,3 +172,74 @@ def check_reading(run_dir: Path, bad: Path, raw: bytes, rank0_events: int, logge
     assert not [r for r in reasons if "could not be read (" in r or "analysis failed" in r]
     if 1 in run.ranks and b"\xff\xfe" in raw:  # always repaired, so always noted
         assert [n for n in run.notes if str(bad) in n and "UTF-8" in n], run.notes
+    return run, analysis
+
+
+# --- hostile op arguments: what the FLOP and byte formulas read ---------------------------
+COST_OPS = ("aten::mul", "aten::add_", "aten::where", "aten::mm", "aten::matmul", "aten::linear",
+            "aten::conv2d", "aten::convolution_backward", "aten::_flash_attention_forward",
+            "aten::scaled_dot_product_attention", "aten::embedding_dense_backward",
+            "aten::index_select", "aten::sum", "aten::native_layer_norm", "aten::cat",
+            "aten::_to_copy", "aten::_foreach_add_", "aten::_fused_adamw_", "triton_poi_fused_0")
+DIM = st.one_of(st.integers(-(2**63), 2**64 - 1), st.sampled_from([0, 1, 2**62, -1, 10**30]),
+                st.floats(allow_nan=False, allow_infinity=False),  # JSON has neither
+                st.booleans(), st.text(max_size=3), st.none())
+SHAPE = st.one_of(st.lists(st.integers(0, 4), max_size=70), st.lists(DIM, max_size=40),
+                  st.just([1] * 33), st.just([2**62] * 200))
+ODD_JSON = st.one_of(DIM, st.dictionaries(st.text(max_size=2), DIM, max_size=2),
+                     st.lists(st.lists(DIM, max_size=2), max_size=2))
+ARGUMENT = st.one_of(SHAPE, st.lists(SHAPE, max_size=3), ODD_JSON)
+DTYPE = st.one_of(st.sampled_from(["float", "c10::BFloat16", "c10::Half", "long int", "bool",
+                                   "TensorList", "Scalar", "ScalarList", "", "weird",
+                                   "c10::complex<float>", "c10::Float8_e4m3fn"]), ODD_JSON)
+CONCRETE = st.one_of(st.sampled_from(["", "1", "-1", "[1]", "[0, 0]", "True", "[True, False]",
+                                      "[1e308]", "99999999999999999999", "same", "x"]), ODD_JSON)
+HOSTILE_OP = st.fixed_dictionaries({
+    "name": st.sampled_from(COST_OPS),
+    "Input Dims": st.one_of(st.lists(SHAPE, min_size=1, max_size=4),
+                            st.lists(ARGUMENT, max_size=6), ODD_JSON),
+    "Input type": st.one_of(st.lists(st.sampled_from(["float", "c10::BFloat16"]), min_size=4,
+                                     max_size=4), st.lists(DTYPE, max_size=6), ODD_JSON),
+    "Concrete Inputs": st.one_of(st.lists(CONCRETE, max_size=12), ODD_JSON),
+    "Input Strides": st.one_of(st.none(), st.lists(ARGUMENT, max_size=6)),
+    "broken": st.one_of(st.none(), st.tuples(st.sampled_from(["ph", "args", "ts", "dur"]),
+                                             ODD_JSON)),
+})
+
+
+def with_hostile_ops(doc: dict, ops: list[dict]) -> dict:
+    """``doc`` with ``ops`` added as CPU ops at the time of one of its own."""
+    like = next(e for e in doc["traceEvents"] if e.get("cat") == "cpu_op")
+    for op in ops:
+        args = {k: v for k, v in op.items() if k not in ("name", "broken") and v is not None}
+        event = {**like, "name": op["name"], "args": args}
+        if op["broken"] is not None:
+            event[op["broken"][0]] = op["broken"][1]
+        doc["traceEvents"].append(event)
+    return doc
+
+
+# not shrunk: shrinking a failing case (a whole trace) took over five minutes
+@settings(max_examples=10, deadline=None, derandomize=True, database=None,
+          phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                 HealthCheck.large_base_example, HealthCheck.data_too_large])
+@given(ops=st.lists(HOSTILE_OP, min_size=1, max_size=4))
+@example(ops=[{"name": "aten::mul", "Input Dims": [[1] * 33, [1] * 33], "Concrete Inputs": [],
+               "Input type": ["float", "float"], "Input Strides": None, "broken": ("ph", [])}])
+def test_hostile_op_arguments_never_cost_the_rank(ops, rank0_events):
+    logged = Logged()
+    logging.getLogger().addHandler(logged)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            case = {"source": 0, "mutations": [], "truncate": None, "gzip": True,
+                    "run_json": None}
+            bad, _ = build_run(Path(tmp), case)
+            doc = json.loads(gzip.decompress(bad.read_bytes()))
+            raw = encode(with_hostile_ops(doc, ops))
+            bad.write_bytes(gzip.compress(raw))
+            run, analysis = check_reading(bad.parent.parent, bad, raw, rank0_events, logged)
+            assert 1 in run.ranks, [s.reason for s in run.skipped]
+            assert 1 in analysis.run["ranks_analyzed"]
+    finally:
+        logging.getLogger().removeHandler(logged)

@@ -40,6 +40,8 @@ from collections.abc import Callable
 import numpy as np
 import orjson
 
+from profkit.classify.shapes import readable_dims
+
 Dims = list
 Formula = Callable[[Dims, list], float]
 
@@ -303,16 +305,19 @@ def plausible_flops(value: float) -> bool:
 def shape_flops(name: str, dims: object, concrete: object = None) -> tuple[float, bool]:
     """(FLOPs, dropped) of one op from its shapes: NaN when the op, its shapes or arguments
     are unknown; NaN and dropped when they give no count an op can have (2**62-sized
-    dimensions overflow a float, a stride of 0, negative or absurd counts)."""
+    dimensions overflow a float, a stride of 0, negative or absurd counts) or are no shapes
+    (:func:`readable_dims`)."""
     fn = FLOP_OPS.get(name)
     if fn is None or not isinstance(dims, list):
         return math.nan, False
+    if not readable_dims(dims):
+        return math.nan, True
     try:
         value = float(fn(dims, concrete if isinstance(concrete, list) else []))
     except (TypeError, ValueError, IndexError, AttributeError):
         return math.nan, False
-    except ArithmeticError:  # OverflowError, ZeroDivisionError
-        return math.nan, True
+    except Exception:  # overflow, and what else hostile shapes raise (numpy broadcasts at
+        return math.nan, True  # most 32 dimensions): this op's FLOPs go, never its rank
     return (value, False) if plausible_flops(value) else (math.nan, True)
 
 
@@ -388,7 +393,7 @@ class ConvLinks:
                 work = conv_work(dims[0], dims[1], grad[2:])
             except (TypeError, ValueError, IndexError):
                 continue
-            except ArithmeticError:
+            except Exception:  # overflow, or any other failure on hostile shapes: dropped
                 work = math.nan
             if plausible_flops(work):
                 flops[row] = work

@@ -153,7 +153,8 @@ def op_cost(name: str, dims: object, types: object, concrete: object = None,
     """Bytes read and written and vector FLOPs of one op (module doc); :data:`UNKNOWN` when
     the op has no formula or its shapes do not fit it. ``flops``: the op's matmul / conv /
     attention FLOPs from its shapes, which give its output size; ``strides``: its
-    ``Input Strides``."""
+    ``Input Strides``. Shapes no formula foresaw (33 dimensions, past numpy's broadcast)
+    raise: the caller drops this op's cost and counts it."""
     family = op_family(name)
     if not family:
         return UNKNOWN
@@ -268,8 +269,10 @@ def _index(base, args, ts, concrete, flops) -> Cost:
         rows = idx.numel * w.numel / w.shape[0] * w.itemsize
         return Cost(idx.nbytes + rows, rows, 0.0)
     if name == "embedding_dense_backward":  # (grad, indices, num_weights, ...)
-        grad, idx = a[0], a[1]
-        table = _concrete(concrete, 2) * grad.numel / max(idx.numel, 1) * grad.itemsize
+        grad, idx, rows = a[0], a[1], _concrete(concrete, 2)
+        if not isinstance(rows, (int, float)):  # a list times numel would be a huge list
+            return UNKNOWN
+        table = rows * grad.numel / max(idx.numel, 1) * grad.itemsize
         return Cost(grad.nbytes + idx.nbytes, table, float(grad.numel))
     if name == "index_select":  # (self, dim, index)
         x, idx, dim = a[0], a[2], _concrete(concrete, 1)

@@ -73,15 +73,16 @@ def trace_meta(path: Path, trace: tracefile.Trace, metadata: list) -> dict[str, 
 
 
 @with_python_strings
-def ingest_file(path: str, use_cache: bool = True) -> Ingested:
-    """Tables and header of one trace file; never raises for a bad file."""
+def ingest_file(path: str, use_cache: bool = True, readers: int = 1) -> Ingested:
+    """Tables and header of one trace file; never raises for a bad file. ``readers``: the
+    traces read at once (a pool's workers), which share one memory budget."""
     trace_path = Path(path)
     if use_cache:
         hit = cache.load(trace_path)
         if hit is not None:
             return _with_facts(Ingested(path, hit[0], hit[1]))
     try:
-        trace = tracefile.load(trace_path)
+        trace = tracefile.load(trace_path, readers)
         if isinstance(trace.header.profkit, dict):  # merge's own mark (profkit.timeline.merge)
             return Ingested(path, error=MERGED_OUTPUT)
         tables, metadata = ingest.build_tables(trace)
@@ -142,7 +143,8 @@ def _ingest_all(files: list[Path], use_cache: bool, workers: int | None,
         swept = (lambda: cache.sweep_temporaries(paths)) if use_cache else None
         with process_pool(workers, on_kill=swept) as pool:
             with sigint_blocked():  # the workers start here: with SIGINT held back
-                futures = [pool.submit(ingest_file, path, use_cache) for path in paths]
+                readers = min(workers, len(paths))  # one memory budget between them
+                futures = [pool.submit(ingest_file, path, use_cache, readers) for path in paths]
             for i, fut in zip(misses, futures):  # (map would cancel them when stopped)
                 finish(i, fut.result())
     return [results[i] for i in range(len(files))]

@@ -25,6 +25,7 @@ from profkit.classify.flops import (
     shape_flops,
 )
 from profkit.classify.opfamilies import op_family
+from profkit.classify.shapes import readable_dims
 from profkit.classify.traffic import UNKNOWN, op_cost
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns, values_in
 from profkit.trace.countersamples import CounterSamples
@@ -98,6 +99,7 @@ class Accumulator:
         # Relative ts (us) that place an event within +-MAX_ABS_NS epoch ns; others are dropped.
         self.ts_range_us = ((-MAX_ABS_NS - base_ns) / 1000, (MAX_ABS_NS - base_ns) / 1000)
         self.dropped_ts = self.bad_dur = self.oversized_ids = self.dropped_flops = 0
+        self.dropped_costs = 0  # ops whose shapes no byte formula could read
         # names and categories are cut (regexes read them); input shapes are kept whole
         self.names, self.cats, self.dims = Codes(cap=True), Codes(cap=True), Codes()
         self.cat_kind: list[str] = []  # kind of each category code
@@ -186,6 +188,7 @@ class Accumulator:
             flops[at[fill]] = shape_value[fill]
             dropped = np.fromiter(map(itemgetter(1), hits), bool, len(hits))
             self.dropped_flops += int(np.count_nonzero(dropped & fill))
+            self.dropped_costs += sum(map(itemgetter(6), hits))
             costs[:, at] = np.fromiter(chain.from_iterable(map(itemgetter(2), hits)), np.float32,
                                        3 * len(hits)).reshape(-1, 3).T
             precision[at] = np.fromiter(map(itemgetter(3), hits), np.int8, len(hits))
@@ -240,6 +243,9 @@ class Accumulator:
         if dropped_flops:
             out.append(f"FLOPs of {dropped_flops} ops dropped: their shapes or counts give no "
                        "count an op can have (e.g. 2**62-sized dimensions)")
+        if self.dropped_costs:
+            out.append(f"bytes and vector FLOPs of {self.dropped_costs} ops dropped: their Input Dims "
+                       "are no shapes a cost formula can read (e.g. 33 dimensions, text)")
         return out + self.counters.problems()
 
     def _extend_kinds(self) -> None:
@@ -315,18 +321,26 @@ def _read_arg(args: list[Args], kind: np.ndarray, attr: str, kinds: tuple | None
 
 def _shape_costs(name: str, a: Args, linked: bool) -> tuple:
     """(FLOPs from shapes, whether they were dropped as impossible, (read, write, vector
-    FLOPs), precision code, dims, concrete) of one op; dims and concrete are kept only for the
-    convolution links (``linked``)."""
+    FLOPs), precision code, dims, concrete, whether the cost was dropped) of one op; dims
+    and concrete are kept only for the convolution links (``linked``). Shapes that are no
+    shapes, or that a formula fails on, cost only this op (NaN, counted)."""
     dims, concrete, types = _json(a.input_dims), _json(a.concrete_inputs), _json(a.input_types)
     value, dropped = shape_flops(name, dims, concrete)
-    try:
-        cost = (op_cost(name, dims, types, concrete, value, _json(a.input_strides))
-                if op_family(name) else UNKNOWN)
-    except (ArithmeticError, ValueError, TypeError):  # hostile shapes cost only this op
-        cost, dropped = UNKNOWN, True
+    readable = dims is None or readable_dims(dims)
+    cost, cost_dropped = UNKNOWN, False
+    if op_family(name):
+        try:
+            cost = op_cost(name, dims, types, concrete, value, _json(a.input_strides)) \
+                if readable else UNKNOWN
+        except Exception:  # e.g. numpy's 32-dimension broadcast: this op's cost only
+            cost = UNKNOWN
+            readable = False
+        cost_dropped = not readable
     found = dtype_precision(types)
     code = PRECISIONS.index(found) + 1 if found else 0
-    return value, dropped, cost, code, dims if linked else None, concrete if linked else None
+    linked = linked and readable
+    return (value, dropped, cost, code, dims if linked else None, concrete if linked else None,
+            cost_dropped)
 
 
 def _of_kinds(args: list[Args], kind: np.ndarray, kinds: tuple, rows_of: dict) -> tuple:

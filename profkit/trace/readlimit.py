@@ -2,10 +2,14 @@
 
 A few MB of gzip can expand to many GB (a gzip bomb, or a corrupt file), so gzip is
 decompressed as a stream and stopped once the JSON passes the limit: half the memory free
-now, at most :data:`ABS_MAX_TRACE_BYTES`, and for gzip at most :data:`MAX_GZIP_RATIO` times
-the compressed size (Kineto traces compress 7-25x; a bomb ~1000x). ``PROFKIT_MAX_TRACE_BYTES``
-(bytes) replaces that limit for users whose traces are larger. Plain JSON files are held to
-the same limit (without the ratio).
+now, shared by the traces read at once (:func:`memory_budget_bytes`), at most
+:data:`ABS_MAX_TRACE_BYTES`, and for gzip at most :data:`MAX_GZIP_RATIO` times the
+compressed size (Kineto traces compress 7-25x; a bomb ~1000x). The ratio is checked as the
+stream is read, against the compressed bytes read so far, so a bomb is refused after
+:data:`MIN_GZIP_LIMIT_BYTES` of JSON and one step, whatever its size (a 42 MB bomb grew to
+4.2 GB before, checked against its whole size only). ``PROFKIT_MAX_TRACE_BYTES`` (bytes)
+replaces the limit and the ratio for users whose traces are larger. Plain JSON files are
+held to the same limit (without the ratio).
 """
 
 from __future__ import annotations
@@ -54,15 +58,27 @@ def _override_bytes() -> int | None:
     return None
 
 
-def max_trace_bytes(gzip_bytes: int | None = None) -> int:
+def memory_budget_bytes(readers: int = 1, free_bytes: int | None = None) -> int:
+    """The most JSON bytes one of ``readers`` traces read at once (a pool's workers) may
+    hold: half the free memory is one budget between them all, not half for each (three
+    workers each allowing themselves half took over 10 GB); at least
+    :data:`MIN_TRACE_LIMIT_BYTES`, at most :data:`ABS_MAX_TRACE_BYTES`. ``free_bytes``:
+    the free memory (default: :func:`available_memory_bytes` now)."""
+    if free_bytes is None:
+        free_bytes = available_memory_bytes()
+    if free_bytes is None:
+        return ABS_MAX_TRACE_BYTES
+    share = free_bytes // 2 // max(1, readers)
+    return min(ABS_MAX_TRACE_BYTES, max(MIN_TRACE_LIMIT_BYTES, share))
+
+
+def max_trace_bytes(gzip_bytes: int | None = None, readers: int = 1) -> int:
     """The most JSON bytes one trace may have (see module doc); ``gzip_bytes``: the size of
-    the compressed file, when it is gzip."""
+    the compressed file, when it is gzip; ``readers``: traces read at once."""
     override = _override_bytes()
     if override is not None:
         return override
-    free = available_memory_bytes()
-    limit = ABS_MAX_TRACE_BYTES if free is None else \
-        min(ABS_MAX_TRACE_BYTES, max(MIN_TRACE_LIMIT_BYTES, free // 2))
+    limit = memory_budget_bytes(readers)
     if gzip_bytes is not None:
         limit = min(limit, max(MIN_GZIP_LIMIT_BYTES, MAX_GZIP_RATIO * gzip_bytes))
     return limit
@@ -71,7 +87,8 @@ def max_trace_bytes(gzip_bytes: int | None = None) -> int:
 def _too_large(path: Path, size_bytes: int, limit: int, gunzipped: bool) -> TraceError:
     what = (f"decompresses to more than {size_bytes:,} bytes (stopped there)" if gunzipped
             else f"has {size_bytes:,} bytes of JSON")
-    rule = (f"half the free memory, at most {ABS_MAX_TRACE_BYTES >> 30} GiB"
+    rule = (f"half the free memory shared by the traces read at once, at most "
+            f"{ABS_MAX_TRACE_BYTES >> 30} GiB"
             + (f", and {MAX_GZIP_RATIO}x the compressed size" if gunzipped else ""))
     if _override_bytes() is not None:
         rule = f"{MAX_TRACE_BYTES_ENV}={limit}"
@@ -79,8 +96,29 @@ def _too_large(path: Path, size_bytes: int, limit: int, gunzipped: bool) -> Trac
                       f"{MAX_TRACE_BYTES_ENV} to read larger traces")
 
 
+def _inflated(path: Path, json_bytes: int, gzip_bytes: int) -> TraceError:
+    return TraceError(str(path), f"decompresses at over {MAX_GZIP_RATIO}x its compressed size "
+                      f"({json_bytes:,} bytes of JSON from the first {gzip_bytes:,} bytes of "
+                      f"gzip, {json_bytes // max(gzip_bytes, 1):,}x; stopped there): a gzip "
+                      f"bomb or a corrupt file, not a trace; set {MAX_TRACE_BYTES_ENV} to read "
+                      "it anyway")
+
+
+def _check_growth(path: Path, out_bytes: int, read_bytes: int, limit: int,
+                  ratio_applies: bool) -> None:
+    """Raise once the JSON passes ``limit``, or (``ratio_applies``) grows past
+    :data:`MAX_GZIP_RATIO` times the ``read_bytes`` of gzip read so far (beyond the
+    :data:`MIN_GZIP_LIMIT_BYTES` any file may have)."""
+    if out_bytes > limit:
+        raise _too_large(path, out_bytes, limit, gunzipped=True)
+    if ratio_applies and out_bytes > max(MIN_GZIP_LIMIT_BYTES, MAX_GZIP_RATIO * read_bytes):
+        raise _inflated(path, out_bytes, read_bytes)
+
+
 def _gunzip(path: Path, data: bytes, limit: int) -> bytearray:
-    """Every gzip member of ``data``, decompressed until ``limit`` is passed."""
+    """Every gzip member of ``data``, decompressed until ``limit`` is passed or the JSON
+    outgrows the ratio (:func:`_check_growth`): memory stays under the limit plus one step."""
+    ratio_applies = _override_bytes() is None
     out = bytearray()
     view = memoryview(data)
     stream = zlib.decompressobj(wbits=31)
@@ -101,14 +139,14 @@ def _gunzip(path: Path, data: bytes, limit: int) -> bytearray:
         pos += len(piece)
         while piece and not stream.eof:
             out += stream.decompress(piece, _STEP_BYTES)
-            if len(out) > limit:
-                raise _too_large(path, len(out), limit, gunzipped=True)
             piece = stream.unconsumed_tail
+            _check_growth(path, len(out), pos - len(piece), limit, ratio_applies)
 
 
-def read_trace_bytes(path: str | Path) -> bytes | bytearray:
+def read_trace_bytes(path: str | Path, readers: int = 1) -> bytes | bytearray:
     """The file's JSON bytes, gunzipped when the file is gzip (by content, not name), at
-    most :func:`max_trace_bytes` of them; raises :class:`TraceError` naming the file."""
+    most :func:`max_trace_bytes` of them (``readers``: traces read at once, which share the
+    memory); raises :class:`TraceError` naming the file."""
     path = Path(path)
     try:
         # unbuffered: read() then allocates the file's size once and reads into it (a
@@ -119,7 +157,7 @@ def read_trace_bytes(path: str | Path) -> bytes | bytearray:
             if not head:
                 raise TraceError(str(path), "empty file")
             size = os.fstat(fh.fileno()).st_size
-            limit = max_trace_bytes(gzip_bytes=size if head == GZIP_MAGIC else None)
+            limit = max_trace_bytes(size if head == GZIP_MAGIC else None, readers)
             if head != GZIP_MAGIC and size > limit:
                 raise _too_large(path, size, limit, gunzipped=False)
             fh.seek(0)

@@ -121,7 +121,11 @@ def decode_lenient(chunk: list[msgspec.Raw], repairs: Counter) -> list:
         try:
             kept.append(_EVENT_DECODER.decode(raw))
         except DECODE_ERRORS:
-            ev = _repair_event(raw, repairs)
+            try:
+                ev = _repair_event(raw, repairs)
+            except Exception:  # a value no repair foresaw costs its event, never the rank
+                repairs["dropped"] += 1
+                continue
             if ev is not None:
                 kept.append(ev)
     return kept
@@ -132,7 +136,8 @@ def _repair_event(raw: msgspec.Raw, repairs: Counter) -> Any:
         ev = json.loads(bytes(raw))  # reads what msgspec refuses (1e400 as inf, huge ints)
     except (ValueError, RecursionError):
         ev = None
-    if not isinstance(ev, dict) or not isinstance(ev.get("ph") or "", str):
+    # a phase that is neither text nor absent ([], {}, 0) names no phase: the event goes
+    if not isinstance(ev, dict) or not isinstance(ev.get("ph"), (str, type(None))):
         repairs["dropped"] += 1
         return None
     kind = {"X": Event, "M": Meta}.get(ev.get("ph"))

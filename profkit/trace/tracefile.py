@@ -195,6 +195,7 @@ def _json_problem(raw: bytes, exc: Exception) -> str:
     return f"not valid JSON ({exc})"
 
 
-def load(path: str | Path) -> Trace:
-    """Read one trace file and split it into header and raw events."""
-    return decode(path, read_trace_bytes(path))
+def load(path: str | Path, readers: int = 1) -> Trace:
+    """Read one trace file and split it into header and raw events (``readers``: traces
+    read at once, sharing one memory budget: profkit.trace.readlimit)."""
+    return decode(path, read_trace_bytes(path, readers))
