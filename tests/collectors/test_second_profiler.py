@@ -159,14 +159,13 @@ def test_a_stopped_profiler_is_not_taken_for_a_started_one_on_any_torch():
     waiting.step_rec_fn = object()  # as torch 2.11 leaves it after stop()
     assert not op._between_start_and_stop(waiting, stop_clears=False)
     waiting.step_rec_fn = None
-    ours = tp.profile(activities=[tp.ProfilerActivity.CPU],
-                      schedule=tp.schedule(wait=1, warmup=1, active=1))
-    ours.start()
-    try:
-        assert op._started_torch_profiler()
-        op.mark_started(object(), ours)  # one of profkit's own: not another profiler
-        assert not op._started_torch_profiler()
-    finally:
-        ours.stop()
-        op._ours.discard(ours)
-        op._started.clear()
+    with tp.profile(activities=[tp.ProfilerActivity.CPU],
+                    schedule=tp.schedule(wait=1, warmup=1, active=1)) as ours:
+        try:
+            assert op._started_torch_profiler()
+            op.mark_started(object(), ours)  # one of profkit's own: not another profiler
+            assert not op._started_torch_profiler()
+        finally:
+            op._ours.discard(ours)
+            op._started.clear()
+    ours.step_rec_fn = None  # nothing this test made may look started to a later test
