@@ -70,3 +70,14 @@ def test_a_cpu_only_rank_beside_a_gpu_rank_is_analysed(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "2 of 2 ranks analysed" in out and "VERDICT: compute bound" in out
     assert "Traceback" not in err
+
+
+def test_a_folder_of_many_unreadable_files_names_a_few_and_counts_the_rest(tmp_path):
+    """The error for a folder with no readable trace names the first files it skipped
+    and counts the others (it listed every one: several MB for 100,000 empty files)."""
+    for i in range(25):
+        (tmp_path / f"rank{i}.json").write_text('{"traceEvents": []}')
+    with pytest.raises(Exception, match="no readable trace") as raised:
+        load_run(tmp_path, cache=False, workers=1)
+    text = str(raised.value)
+    assert text.count(".json: ") == 20 and text.endswith("; and 5 more skipped)")

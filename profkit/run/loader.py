@@ -38,6 +38,7 @@ PARALLEL_MIN_BYTES = 16 << 20  # below this, process start-up costs more than it
 INGEST_BYTES_PER_JSON_BYTE = 2.5
 GZIP_EXPANSION = 12  # typical JSON bytes per gzip byte of a Kineto trace
 MERGED_OUTPUT = "a merged trace written by profkit merge, not one rank's trace"
+MAX_LISTED = 20  # skipped files an error names one by one
 
 
 def memory_safe_workers(sizes: list[int], wanted: int, free_bytes: int | None = None) -> int:
@@ -269,9 +270,18 @@ def choose_ranks(root: Path, results: list, meta: dict, skipped: list[SkippedFil
             raise NoTracesError(f"{root}: no rank has profiler cycle {cycle} ({notes[-1]})")
     notes.extend(rankfiles.cycle_notes(chosen, cycle))
     if not chosen:
-        detail = "; ".join(f"{s.path}: {s.reason}" for s in skipped) or "nothing readable"
-        raise NoTracesError(f"{root}: no readable trace ({detail})")
+        raise NoTracesError(f"{root}: no readable trace ({_skipped_detail(skipped)})")
     return chosen
+
+
+def _skipped_detail(skipped: list) -> str:
+    """What was skipped, for an error: the first :data:`MAX_LISTED` files and a count of
+    the rest (a folder of 100,000 unreadable files made an error of several MB)."""
+    if not skipped:
+        return "nothing readable"
+    shown = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:MAX_LISTED])
+    rest = len(skipped) - MAX_LISTED
+    return shown + (f"; and {rest:,} more skipped" if rest > 0 else "")
 
 
 def _wanted_ranks(root: Path, chosen: dict[int, RankFiles], wanted: set[int],
