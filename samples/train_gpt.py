@@ -94,8 +94,11 @@ def main(argv: list[str] | None = None) -> None:
         model, opt, amp_dtype = build(args, env)
         gen = torch.Generator(device=env.device).manual_seed(1234 + env.rank)
         last = {}
+        peaks: dict[str, list[int]] = {"allocated": [], "reserved": []}
 
         def step(_: int) -> None:
+            if env.is_cuda:  # the step's own peak: the label profkit's memory table must match
+                torch.cuda.reset_peak_memory_stats()
             tokens = torch.randint(args.vocab, (args.batch, args.seq + 1),
                                    device=env.device, generator=gen)
             x, y = tokens[:, :-1], tokens[:, 1:]
@@ -106,13 +109,18 @@ def main(argv: list[str] | None = None) -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
             last["loss"] = loss.detach()
+            if env.is_cuda:
+                peaks["allocated"].append(torch.cuda.max_memory_allocated())
+                peaks["reserved"].append(torch.cuda.max_memory_reserved())
 
         times = common.run_steps(args, env, step)
         n_params = sum(p.numel() for p in model.parameters())
         common.report(args, env, "train_gpt", times, parallel=args.parallel,
                       dtype=args.dtype, batch=args.batch, seq=args.seq, layers=args.layers,
                       dim=args.dim, local_params=n_params,
-                      final_loss=round(float(last["loss"]), 4))
+                      final_loss=round(float(last["loss"]), 4),
+                      peak_allocated_bytes=peaks["allocated"],
+                      peak_reserved_bytes=peaks["reserved"])
 
 
 if __name__ == "__main__":
