@@ -1,0 +1,140 @@
+"""PyTorch's allocator events (Kineto's ``[memory]`` instants) as the memory table.
+
+With ``profile_memory=True`` Kineto writes one instant ('i') event per allocation and free
+of the caching allocator: ``{"ph": "i", "name": "[memory]", "ts": 12.5, "args": {"Bytes":
+512, "Total Allocated": 2560, "Total Reserved": 4096, "Device Id": 0, "Device Type": 1,
+"Addr": 1402}}``; ``Bytes`` is negative on a free and the totals are the allocator's after
+the event. A trace holds thousands of them per step, so their args are decoded per batch,
+in one call, and only the fields read here; a sample with a field that is missing or no
+integer in range is dropped alone (counted in the file's problems).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from profkit import schema as S
+from profkit.columns import to_float, us_to_ns
+from profkit.trace.traceevents import DECODE_ERRORS, InstantEvent
+
+MEMORY_EVENT = "[memory]"
+MAX_BYTES = 1 << 62  # past this no allocator total or allocation size is real
+MAX_DEVICE = (1 << 31) - 1
+MAX_DEVICE_TYPE = 127  # c10::DeviceType values, kept in an int8 column
+ADDR_ABSENT = -1
+
+
+class MemoryArgs(msgspec.Struct, gc=False):
+    """The args of a ``[memory]`` event that profkit reads (any JSON: checked afterwards)."""
+
+    bytes: Any = msgspec.field(default=None, name="Bytes")
+    allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    device: Any = msgspec.field(default=None, name="Device Id")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    addr: Any = msgspec.field(default=ADDR_ABSENT, name="Addr")
+
+
+_BATCH = msgspec.json.Decoder(list[MemoryArgs])
+_ONE = msgspec.json.Decoder(MemoryArgs)
+# (column, MemoryArgs attribute, lowest, highest, dtype) of each integer field
+_FIELDS = (
+    (S.BYTES, "bytes", -MAX_BYTES, MAX_BYTES, np.int64),
+    (S.ALLOCATED_BYTES, "allocated", 0, MAX_BYTES, np.int64),
+    (S.RESERVED_BYTES, "reserved", 0, MAX_BYTES, np.int64),
+    (S.DEVICE, "device", -1, MAX_DEVICE, np.int32),  # CPU events have device -1
+    (S.DEVICE_TYPE, "device_type", 0, MAX_DEVICE_TYPE, np.int8),
+    (S.ADDR, "addr", ADDR_ABSENT, (1 << 63) - 1, np.int64),
+)
+
+
+class MemorySamples:
+    """Collects the ``[memory]`` instants of a trace, batch by batch (times in us relative
+    to the trace's base time, like its complete events)."""
+
+    def __init__(self, ts_range_us: tuple[float, float]) -> None:
+        self.ts_range_us = ts_range_us  # what places a sample within +-MAX_ABS_NS epoch ns
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.dropped = 0  # samples without a usable time or with a field that is no integer
+
+    def add(self, events: list[InstantEvent]) -> None:
+        mem = [e for e in events if e.name == MEMORY_EVENT]
+        if not mem:
+            return
+        ts_us = to_float([e.ts if type(e.ts) in (int, float) else None for e in mem])
+        lo, hi = self.ts_range_us
+        keep = (ts_us >= lo) & (ts_us <= hi)  # False for NaN
+        args = _decode([e.args for e in mem])
+        columns = {}
+        for column, attr, low, high, dtype in _FIELDS:
+            values, ok = _ints([getattr(a, attr, None) for a in args], low, high)
+            columns[column] = values.astype(dtype)
+            keep &= ok
+        self.dropped += int(len(mem) - keep.sum())
+        self._put("ts_us", ts_us[keep])
+        for column, values in columns.items():
+            self._put(column, values[keep])
+
+    def _put(self, column: str, values: np.ndarray) -> None:
+        self.parts.setdefault(column, []).append(values)
+
+    def frame(self, base_ns: int) -> pd.DataFrame:
+        """The memory table (``schema.MEMORY_COLUMNS``) in time order, every step -1 (ingest
+        assigns them once the step table is known)."""
+        parts = self.parts
+        ts_us = np.concatenate(parts["ts_us"]) if parts else np.empty(0)
+        order = np.argsort(ts_us, kind="stable")
+        out = {S.TS_NS: base_ns + us_to_ns(ts_us[order])}
+        for column, _attr, _low, _high, dtype in _FIELDS:
+            values = np.concatenate(parts[column]) if parts else np.empty(0, dtype)
+            out[column] = values[order]
+        out[S.STEP] = np.full(len(order), -1, dtype=np.int64)
+        self.parts = {}
+        return pd.DataFrame(out)[list(S.MEMORY_COLUMNS)]
+
+    def problems(self) -> list[str]:
+        if not self.dropped:
+            return []
+        return [f"{self.dropped} memory samples dropped: ts missing or outside the epoch-ns "
+                "range, or Bytes, Total Allocated, Total Reserved, Device Id or Device Type "
+                "missing or no integer in range"]
+
+
+def _decode(raws: list[msgspec.Raw]) -> list[MemoryArgs | None]:
+    """The args of each event (None where absent or not an object), in one decode; when
+    one of them breaks it (a list, a number past float range), one by one."""
+    if all(len(r) for r in raws):
+        try:
+            return _BATCH.decode(b"[" + b",".join(raws) + b"]")
+        except DECODE_ERRORS:
+            pass
+    return [_one(r) for r in raws]
+
+
+def _one(raw: msgspec.Raw) -> MemoryArgs | None:
+    if not len(raw):
+        return None
+    try:
+        return _ONE.decode(raw)
+    except DECODE_ERRORS:
+        return None
+
+
+def _ints(values: list, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values, whether each is an int within [low, high]); 0 where it is not. The
+    usual case, every value a Python int that fits, is converted in one call."""
+    if set(map(type, values)) <= {int}:
+        try:
+            arr = np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
+        else:
+            ok = (arr >= low) & (arr <= high)
+            return np.where(ok, arr, 0), ok
+    ok = np.array([type(v) is int and low <= v <= high for v in values], dtype=bool)
+    arr = np.array([v if good else 0 for v, good in zip(values, ok.tolist())], dtype=np.int64)
+    return arr, ok
