@@ -11,6 +11,7 @@ integer in range is dropped alone (counted in the file's problems).
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -29,7 +30,7 @@ ADDR_ABSENT = -1
 
 
 class MemoryArgs(msgspec.Struct, gc=False):
-    """The args of a ``[memory]`` event that profkit reads (any JSON: checked afterwards)."""
+    """The args of a ``[memory]`` event that profkit reads, as any JSON (checked after)."""
 
     bytes: Any = msgspec.field(default=None, name="Bytes")
     allocated: Any = msgspec.field(default=None, name="Total Allocated")
@@ -39,8 +40,21 @@ class MemoryArgs(msgspec.Struct, gc=False):
     addr: Any = msgspec.field(default=ADDR_ABSENT, name="Addr")
 
 
-_BATCH = msgspec.json.Decoder(list[MemoryArgs])
+class _IntArgs(MemoryArgs):
+    """The same args where each is an integer, as Kineto writes them: the decoder checks
+    the types of a whole batch in C, leaving only the ranges to check."""
+
+    bytes: int = msgspec.field(name="Bytes")
+    allocated: int = msgspec.field(name="Total Allocated")
+    reserved: int = msgspec.field(name="Total Reserved")
+    device: int = msgspec.field(name="Device Id")
+    device_type: int = msgspec.field(name="Device Type")
+    addr: int = msgspec.field(default=ADDR_ABSENT, name="Addr")
+
+
+_BATCH = msgspec.json.Decoder(list[_IntArgs])
 _ONE = msgspec.json.Decoder(MemoryArgs)
+_ABSENT = MemoryArgs()  # the args of an event without any: every field missing
 # (column, MemoryArgs attribute, lowest, highest, dtype) of each integer field
 _FIELDS = (
     (S.BYTES, "bytes", -MAX_BYTES, MAX_BYTES, np.int64),
@@ -50,6 +64,7 @@ _FIELDS = (
     (S.DEVICE_TYPE, "device_type", 0, MAX_DEVICE_TYPE, np.int8),
     (S.ADDR, "addr", ADDR_ABSENT, (1 << 63) - 1, np.int64),
 )
+_TS, _ARGS = attrgetter("ts"), attrgetter("args")
 
 
 class MemorySamples:
@@ -65,13 +80,16 @@ class MemorySamples:
         mem = [e for e in events if e.name == MEMORY_EVENT]
         if not mem:
             return
-        ts_us = to_float([e.ts if type(e.ts) in (int, float) else None for e in mem])
+        ts = list(map(_TS, mem))
+        if not set(map(type, ts)) <= {int, float}:  # to_float would read "12" or True
+            ts = [t if type(t) in (int, float) else None for t in ts]
+        ts_us = to_float(ts)
         lo, hi = self.ts_range_us
         keep = (ts_us >= lo) & (ts_us <= hi)  # False for NaN
-        args = _decode([e.args for e in mem])
+        args = _decode(list(map(_ARGS, mem)))
         columns = {}
         for column, attr, low, high, dtype in _FIELDS:
-            values, ok = _ints([getattr(a, attr, None) for a in args], low, high)
+            values, ok = _ints(list(map(attrgetter(attr), args)), low, high)
             columns[column] = values.astype(dtype)
             keep &= ok
         self.dropped += int(len(mem) - keep.sum())
@@ -104,10 +122,10 @@ class MemorySamples:
                 "missing or no integer in range"]
 
 
-def _decode(raws: list[msgspec.Raw]) -> list[MemoryArgs | None]:
-    """The args of each event (None where absent or not an object), in one decode; when
-    one of them breaks it (a list, a number past float range), one by one."""
-    if all(len(r) for r in raws):
+def _decode(raws: list[msgspec.Raw]) -> list[MemoryArgs]:
+    """The args of each event, in one decode when all are objects of integers (the usual
+    case); else one by one, an absent one or one that is no object read as no fields."""
+    if all(map(len, raws)):
         try:
             return _BATCH.decode(b"[" + b",".join(raws) + b"]")
         except DECODE_ERRORS:
@@ -115,13 +133,13 @@ def _decode(raws: list[msgspec.Raw]) -> list[MemoryArgs | None]:
     return [_one(r) for r in raws]
 
 
-def _one(raw: msgspec.Raw) -> MemoryArgs | None:
+def _one(raw: msgspec.Raw) -> MemoryArgs:
     if not len(raw):
-        return None
+        return _ABSENT
     try:
         return _ONE.decode(raw)
-    except DECODE_ERRORS:
-        return None
+    except DECODE_ERRORS:  # not an object, or a number past float range (1e400)
+        return _ABSENT
 
 
 def _ints(values: list, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
