@@ -180,11 +180,13 @@ def test_hostile_memory_args_cost_only_their_sample(tmp_path):
         bad.append(ev)
     bad += [instant("[memory]", 200.0), {**instant("[memory]", 201.0), "args": [1]},
             {**memory_event(202.0, 1, 1, 1), "ts": "soon"}]
+    # an older PyTorch's event, without the totals: not read, and no bad value
+    older = [instant("[memory]", 300.0, **{"Bytes": 4, "Device Id": -1, "Device Type": 0})]
     plain = build_tables(tracefile.load(write_trace(tmp_path / "plain.json",
                                                     trace_doc(events=two_step_events()))))
     path = write_trace(tmp_path / "rank0.json",
                        trace_doc(events=two_step_events() + good + bad[:5] + [{"ph": "Z"}]
-                                 + bad[5:]))  # an unknown phase: its batch goes the slow path
+                                 + bad[5:] + older))  # "Z": its batch goes the slow path
     path.write_text(path.read_text().replace('"__1e400__"', "1e400"))
     trace = tracefile.load(path)
     tables = build_tables(trace).frames
@@ -192,7 +194,18 @@ def test_hostile_memory_args_cost_only_their_sample(tmp_path):
     assert mem[S.BYTES].tolist() == [1, 2, 4]
     assert mem[S.TS_NS].tolist() == [BASE_NS + 10_000, BASE_NS + 11_000, BASE_NS + 12_000]
     assert tables["events"].equals(plain.frames["events"])
-    assert any(f"{len(bad)} memory samples dropped" in p for p in trace.all_problems())
+    assert [p for p in trace.all_problems() if "memory samples" in p] == [
+        f"{len(bad)} memory samples dropped: ts missing or outside the epoch-ns range, or Bytes, "
+        "Total Allocated, Total Reserved, Device Id or Device Type missing or no integer in range"]
+
+
+def test_an_older_pytorchs_memory_events_are_skipped_without_a_note(tmp_path):
+    older = [instant("[memory]", 10.0 + i, **{"Bytes": 4, "Device Id": 0, "Device Type": 1})
+             for i in range(3)]
+    trace = tracefile.load(write_trace(tmp_path / "rank0.json",
+                                       trace_doc(events=two_step_events() + older)))
+    assert build_tables(trace).frames["memory"].empty
+    assert not trace.all_problems()
 
 
 def test_the_cache_keeps_the_memory_table(tmp_path):

@@ -6,7 +6,8 @@ of the caching allocator: ``{"ph": "i", "name": "[memory]", "ts": 12.5, "args": 
 "Addr": 1402}}``; ``Bytes`` is negative on a free and the totals are the allocator's after
 the event. A trace holds thousands of them per step, so their args are decoded per batch,
 in one call, and only the fields read here; a sample with a field that is missing or no
-integer in range is dropped alone (counted in the file's problems).
+integer in range is dropped alone (counted in the file's problems). Older PyTorch versions
+write no totals (only Bytes): their events are not read, and that is no problem of the file.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class MemorySamples:
         self.ts_range_us = ts_range_us  # what places a sample within +-MAX_ABS_NS epoch ns
         self.parts: dict[str, list[np.ndarray]] = {}
         self.dropped = 0  # samples without a usable time or with a field that is no integer
+        self.without_totals = 0  # samples of an older PyTorch: no allocator totals to read
 
     def add(self, events: list[InstantEvent]) -> None:
         mem = [e for e in events if e.name == MEMORY_EVENT]
@@ -92,10 +94,19 @@ class MemorySamples:
             values, ok = _ints(list(map(attrgetter(attr), args)), low, high)
             columns[column] = values.astype(dtype)
             keep &= ok
-        self.dropped += int(len(mem) - keep.sum())
+        if not keep.all():
+            self._count_dropped(~keep, args)
         self._put("ts_us", ts_us[keep])
         for column, values in columns.items():
             self._put(column, values[keep])
+
+    def _count_dropped(self, dropped: np.ndarray, args: list[MemoryArgs]) -> None:
+        """Count the samples dropped; those of older PyTorch versions, which write Bytes but
+        neither total, are no bad values and are counted apart (no problem is noted)."""
+        older = np.fromiter((a.allocated is None and a.reserved is None and a.bytes is not None
+                             for a in args), bool, len(args))
+        self.without_totals += int((dropped & older).sum())
+        self.dropped += int((dropped & ~older).sum())
 
     def _put(self, column: str, values: np.ndarray) -> None:
         self.parts.setdefault(column, []).append(values)
