@@ -37,6 +37,7 @@ from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.ncu import ncu_findings
 from profkit.analyzers.findings.roofline import roofline_findings
 from profkit.analyzers.measure import (
+    allocations,
     breakdown,
     comms,
     efficiency,
@@ -214,6 +215,9 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("ncu", combine=_ncu, judge=ncu_findings, needs=("kernels", "roofline")),
     Measurement("transfers", lambda r: transfers.rank_transfers(r.data, bool(len(r.data.steps))),
                 GPU, combine=_transfers),
+    Measurement("allocations", lambda r: allocations.rank_allocations(r.data, r.used_steps()),
+                GPU, combine=lambda v, ctx: allocations.combine_allocations(list(v.values())),
+                needs=("breakdown",)),
     # CPU op totals of ranks without GPU events: analyze._cpu_only combines them, as the
     # one thing a run without GPU events shows
     Measurement("cpu_ops", lambda r: kernels.op_totals(r.data), CPU),

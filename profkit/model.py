@@ -55,8 +55,8 @@ TABLE_ATTRIBUTES = ("events", "collectives", "steps", "counters")  # RankData's 
 class RankData:
     """Everything known about one rank. Its tables are those of ``schema.RANK_TABLES``, with
     the columns declared there: ``events``, ``collectives``, ``steps`` and ``counters`` (the
-    trace's own counter samples and the run's NVML samples) as attributes, any other in
-    ``more``; :meth:`table` reads any of them by name.
+    trace's own counter samples and the run's NVML samples) as attributes, any other
+    (``memory``: the allocator's events) in ``more``; :meth:`table` reads any of them by name.
 
     ``meta`` holds the trace's header: ``distributed`` (Kineto's distributedInfo),
     ``devices`` (deviceProperties), ``base_time_ns``, ``host``, ``trace_id``,
@@ -77,8 +77,14 @@ class RankData:
     _selected: dict | None = field(default=None, init=False, repr=False, compare=False)
 
     def table(self, name: str) -> pd.DataFrame:
-        """The rank table declared as ``name`` in ``schema.RANK_TABLES``."""
-        return getattr(self, name) if name in TABLE_ATTRIBUTES else self.more[name]
+        """The rank table declared as ``name`` in ``schema.RANK_TABLES`` (empty when this
+        rank was built without it: a synthetic or test rank)."""
+        if name in TABLE_ATTRIBUTES:
+            return getattr(self, name)
+        if name not in self.more:
+            declared = {t.name: t.columns for t in S.RANK_TABLES}
+            return empty_frame(declared[name])
+        return self.more[name]
 
     def set_table(self, name: str, frame: pd.DataFrame) -> None:
         if name in TABLE_ATTRIBUTES:

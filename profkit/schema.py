@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 9  # 9: the trace's counter ('C') samples are cached as a fourth table
+TABLES_VERSION = 10  # 10: the allocator's [memory] events are cached as a fifth table
+# 9: the trace's counter ('C') samples are cached as a fourth table
 # 8: a missing name, category or Input Dims is "" (it read "nan")
 # 7: the header keeps thread names (the timeline names CPU threads)
 
@@ -111,6 +112,18 @@ VALUE = "value"  # float64
 COUNTER_COLUMNS = (TS_NS, DEVICE, METRIC, VALUE)
 TRACE_METRIC_PREFIX = "trace:"
 
+# --- memory: one row per allocation or free of PyTorch's caching allocator -----------------
+# Kineto's "[memory]" instant events (profile_memory=True), as written: DEVICE is their
+# Device Id (-1 on the CPU), BYTES is signed (negative on a free), the totals are the
+# allocator's on that device after the event; STEP is the CPU ProfilerStep holding ts_ns.
+DEVICE_TYPE = "device_type"  # c10::DeviceType as written: DEVICE_TYPE_CPU, DEVICE_TYPE_CUDA ...
+DEVICE_TYPE_CPU = 0
+DEVICE_TYPE_CUDA = 1  # ROCm builds of PyTorch write their GPUs as CUDA too
+ALLOCATED_BYTES = "allocated_bytes"  # "Total Allocated": bytes in live tensors
+RESERVED_BYTES = "reserved_bytes"  # "Total Reserved": bytes the allocator holds from the driver
+ADDR = "addr"  # the block's address, -1 when the trace does not write it
+MEMORY_COLUMNS = (TS_NS, DEVICE, DEVICE_TYPE, BYTES, ALLOCATED_BYTES, RESERVED_BYTES, ADDR, STEP)
+
 # --- steps: one row per ProfilerStep of one rank ----------------------------------------
 # ts_ns / dur_ns are the CPU ProfilerStep range. The GPU runs behind the CPU, so the GPU
 # work launched in a step (by correlation) can end long after it: gpu_ts_ns / gpu_end_ns
@@ -147,6 +160,7 @@ RANK_TABLES = (
     RankTable("steps", STEP_COLUMNS, (TS_NS, GPU_START_NS, GPU_END_NS),
               (GPU_START_NS, GPU_END_NS)),
     RankTable("counters", COUNTER_COLUMNS, step_column=None),
+    RankTable("memory", MEMORY_COLUMNS),
 )
 
 DTYPE_BYTES = {

@@ -26,6 +26,16 @@ def instant(name, ts, pid=100, tid=100, scope="t", cat="cpu_instant_event", **ar
     return ev
 
 
+def memory_event(ts, nbytes, allocated, reserved, device=0, device_type=1, addr=1 << 40,
+                 pid=100, tid=100):
+    """One allocation (``nbytes`` > 0) or free (< 0) of PyTorch's caching allocator as
+    Kineto writes it with profile_memory=True: a ``[memory]`` instant whose totals are the
+    allocator's after it; ``device_type`` 1 is CUDA, 0 the CPU (device -1)."""
+    return instant("[memory]", ts, pid=pid, tid=tid, **{
+        "Total Reserved": reserved, "Total Allocated": allocated, "Bytes": nbytes,
+        "Device Id": device, "Device Type": device_type, "Addr": addr})
+
+
 def counter(name, ts, pid=100, tid=0, **series):
     """A counter ('C') event: the value of each series (keyword: value) at ``ts`` µs;
     Chrome's format gives counters a name and args, no category or duration."""

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from profkit import schema as S
-from profkit.model import RankData, empty_frame
+from profkit.model import TABLE_ATTRIBUTES, RankData, empty_frame
 from profkit.run import counters as nvml
 from profkit.run import loader
 from profkit.run.loader import align_clock, load_run
@@ -44,7 +44,7 @@ def known_frame(table: S.RankTable) -> pd.DataFrame:
 
 def test_the_declared_tables_name_their_columns():
     names = [t.name for t in S.RANK_TABLES]
-    assert names == ["events", "collectives", "steps", "counters"]
+    assert names == ["events", "collectives", "steps", "counters", "memory"]
     for t in S.RANK_TABLES:
         # every epoch-ns column is declared a time column (a duration is no time)
         times = {c for c in t.columns if c.endswith("_ns") and c != S.DUR_NS}
@@ -55,7 +55,8 @@ def test_the_declared_tables_name_their_columns():
 
 def test_every_time_column_of_every_table_is_shifted():
     tables = {t.name: known_frame(t) for t in S.RANK_TABLES}
-    data = RankData(0, "rank0", **tables)
+    own = {name: tables.pop(name) for name in TABLE_ATTRIBUTES}  # the others: RankData.more
+    data = RankData(0, "rank0", **own, more=tables)
     align_clock(data, OFFSET)
     for t in S.RANK_TABLES:
         got = data.table(t.name)

@@ -207,6 +207,33 @@ def efficiency_section(a: Analysis) -> Section | None:
     return Section(f"Efficiency (spread over {len(eff)} ranks)", pd.DataFrame(rows), notes)
 
 
+def _gib(nbytes) -> str:
+    """Bytes as GiB with one decimal (the unit GPU memory is sold in); '-' when unknown."""
+    v = U.finite(nbytes)
+    return U.MISSING if v is None else f"{v / 2**30:.1f} GiB"
+
+
+def memory_section(a: Analysis) -> Section | None:
+    """The allocator's peaks per rank over the steps the verdict uses (``allocations``)."""
+    mem = a.table("memory_ranks")
+    if mem.empty:
+        return None
+    cols = {"peak allocated": (mem["peak_allocated_bytes"], _gib),
+            "peak reserved": (mem["peak_reserved_bytes"], _gib),
+            "capacity": (mem["capacity_bytes"], _gib), "% of capacity": (mem["peak_frac"], U.pct)}
+    notes = ["PyTorch's caching allocator (the trace's [memory] events): reserved is what it "
+             "holds from the driver, allocated what live tensors use; % of capacity is reserved"]
+    if len(mem) <= MAX_RANK_ROWS:
+        table = pd.DataFrame({"rank": mem["rank"].astype(int), "device": mem["device"].astype(int)})
+        for name, (values, fmt) in cols.items():
+            table[name] = [fmt(v) for v in values]
+        return Section("Memory (per rank)", table, notes)
+    rows = [{"over ranks": label, **{name: fmt(_safe(pick, values))
+                                     for name, (values, fmt) in cols.items()}}
+            for label, pick in (("min", np.nanmin), ("median", np.nanmedian), ("max", np.nanmax))]
+    return Section(f"Memory (spread over {len(mem)} rank devices)", pd.DataFrame(rows), notes)
+
+
 def _safe(pick, values: pd.Series) -> float:
     v = pd.to_numeric(values, errors="coerce").to_numpy(np.float64)
     return float(pick(v)) if np.isfinite(v).any() else float("nan")
@@ -343,6 +370,9 @@ SHOWN: tuple[Shown, ...] = (
     Shown("efficiency", efficiency_section),
     Shown("collectives", collectives_section),
     Shown("transfers", transfers_section),
+    # the allocator's peaks per rank; no key at all in a run without [memory] events
+    Shown("allocations", memory_section, "memory",
+          lambda a: a.table("memory_ranks").to_dict("records"), json_when_empty=False),
     Shown("breakdown", idle_section),  # the idle time by code is the breakdown's
     Shown("cpu_ops", ops_section),
 )

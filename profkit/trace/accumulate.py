@@ -29,7 +29,8 @@ from profkit.classify.shapes import readable_dims
 from profkit.classify.traffic import UNKNOWN, op_cost
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns, values_in
 from profkit.trace.countersamples import CounterSamples
-from profkit.trace.traceevents import Args, CounterEvent, Event, Meta, without_raw
+from profkit.trace.memorysamples import MemorySamples
+from profkit.trace.traceevents import Args, CounterEvent, Event, InstantEvent, Meta, without_raw
 from profkit.trace.tracefile import Trace
 from profkit.validate import MAX_ABS_NS, MAX_NAME_CHARS, cap_name
 
@@ -91,8 +92,8 @@ _ARG_COLUMNS = (
 
 
 class Accumulator:
-    """Collects the complete ('X') events of a trace, batch by batch, and its counter ('C')
-    samples (``counters``)."""
+    """Collects the complete ('X') events of a trace, batch by batch, its counter ('C')
+    samples (``counters``) and its allocator's ``[memory]`` instants (``memory``)."""
 
     def __init__(self, base_ns: int = 0) -> None:
         self.base_ns = base_ns
@@ -110,12 +111,14 @@ class Accumulator:
         self.coll_args = SparseArgs()
         self.metadata: list[Meta] = []
         self.counters = CounterSamples(self.ts_range_us)  # the trace's 'C' events
+        self.memory = MemorySamples(self.ts_range_us)  # its 'i' events named [memory]
         self.conv_links = ConvLinks()
         self.rows = 0
 
     def add(self, batch: list) -> None:
         self.metadata.extend(e for e in batch if type(e) is Meta)
         self.counters.add([e for e in batch if type(e) is CounterEvent])
+        self.memory.add([e for e in batch if type(e) is InstantEvent])
         xs = [e for e in batch if type(e) is Event]
         ts_us = to_float(list(map(_TS, xs)))
         placed = (ts_us >= self.ts_range_us[0]) & (ts_us <= self.ts_range_us[1])  # False for NaN
@@ -246,7 +249,7 @@ class Accumulator:
         if self.dropped_costs:
             out.append(f"bytes and vector FLOPs of {self.dropped_costs} ops dropped: their Input Dims "
                        "are no shapes a cost formula can read (e.g. 33 dimensions, text)")
-        return out + self.counters.problems()
+        return out + self.counters.problems() + self.memory.problems()
 
     def _extend_kinds(self) -> None:
         new = list(self.cats.index)[len(self.cat_kind):]

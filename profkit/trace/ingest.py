@@ -44,11 +44,13 @@ def build_tables(trace: Trace) -> Tables:
     steps = add_gpu_spans(steps, ev)
     coll = build_collectives(ev, args)
     counters = acc.counters.frame(acc.base_ns, _gpu_pids(ev, is_gpu) if acc.counters.values else {})
+    memory = acc.memory.frame(acc.base_ns)
+    memory[S.STEP] = steps_holding(memory[S.TS_NS].to_numpy(), steps)
     # Not consolidated into one block per dtype (.copy()): that sped a rank's analysis up by
     # ~8% in one warm process but not in the pool's fresh workers, where the copy raised each
     # worker's peak by ~30 MB (BENCHMARKS.md).
     frames = {"events": ev[list(S.EVENT_COLUMNS)], "collectives": coll, "steps": steps,
-              "counters": counters}
+              "counters": counters, "memory": memory}
     missing = {t.name for t in S.RANK_TABLES if t.cached} - set(frames)
     if missing:  # a table that schema.RANK_TABLES says the cache stores is built here
         raise NotImplementedError(f"ingest builds no {', '.join(sorted(missing))} table")
@@ -137,19 +139,26 @@ def add_gpu_spans(steps: pd.DataFrame, ev: pd.DataFrame) -> pd.DataFrame:
     return out[list(S.STEP_COLUMNS)]
 
 
-def assign_steps(ev: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
-    """Step of every event: CPU events by the step range holding their start; GPU events by
-    the step of the runtime call that launched them (correlation), else by their start."""
-    out = np.full(len(ev), -1, dtype=np.int64)
+def steps_holding(ts_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """The step whose CPU range [start, start + dur) holds each time, -1 where none does
+    (what a CPU event, or an allocation the CPU made, belongs to)."""
+    out = np.full(len(ts_ns), -1, dtype=np.int64)
     if steps.empty:
         return out
     starts = steps[S.TS_NS].to_numpy()
     ends = starts + steps[S.DUR_NS].to_numpy()
-    numbers = steps[S.STEP].to_numpy()
-    ts = ev[S.TS_NS].to_numpy()
-    pos = np.searchsorted(starts, ts, side="right") - 1
-    inside = (pos >= 0) & (ts < ends[np.clip(pos, 0, None)])
-    out[inside] = numbers[pos[inside]]
+    pos = np.searchsorted(starts, ts_ns, side="right") - 1
+    inside = (pos >= 0) & (ts_ns < ends[np.clip(pos, 0, None)])
+    out[inside] = steps[S.STEP].to_numpy()[pos[inside]]
+    return out
+
+
+def assign_steps(ev: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """Step of every event: CPU events by the step range holding their start; GPU events by
+    the step of the runtime call that launched them (correlation), else by their start."""
+    out = steps_holding(ev[S.TS_NS].to_numpy(), steps)
+    if steps.empty:
+        return out
     kind = ev[S.KIND]
     launch = values_in(kind, (S.KIND_RUNTIME, S.KIND_DRIVER)) & (ev[S.CORRELATION] >= 0).to_numpy()
     gpu = values_in(kind, S.GPU_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy()

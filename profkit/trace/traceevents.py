@@ -3,7 +3,8 @@ the typed decoder refuses.
 
 Events are a union tagged by their phase (``ph``): complete events (``X``) decode into
 :class:`Event` with the arguments profkit reads, metadata events (``M``) into
-:class:`Meta`, counter events (``C``) into :class:`CounterEvent`, and every other phase of
+:class:`Meta`, counter events (``C``) into :class:`CounterEvent`, instant events (``i``) into
+:class:`InstantEvent`, and every other phase of
 the Chrome trace format into an empty record (the decoder still checks the JSON, but builds
 nothing from it). That, and argument defaults shared rather than built per event, decodes a
 trace ~30% faster than one record type for every event. An event with an unknown or missing
@@ -100,12 +101,22 @@ class CounterEvent(msgspec.Struct, tag_field="ph", tag="C", gc=False):
     args: Any = None
 
 
+class InstantEvent(msgspec.Struct, tag_field="ph", tag="i", gc=False):
+    """An instant event: a point in time. Its args stay raw JSON, decoded only for the
+    events profkit reads (the allocator's ``[memory]`` events:
+    profkit.trace.memorysamples); other fields take any JSON, as a counter's do."""
+
+    name: Any = None
+    ts: Any = None
+    args: msgspec.Raw = _NO_RAW
+
+
 # Every other phase of the Chrome trace format: checked as JSON, nothing kept.
-OTHER_PHASES = ("B", "E", "i", "I", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D",
+OTHER_PHASES = ("B", "E", "I", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D",
                 "V", "v", "R", "c", "(", ")")
 _OTHERS = tuple(msgspec.defstruct(f"Phase{ord(p)}", [], tag_field="ph", tag=p, gc=False)
                 for p in OTHER_PHASES)
-AnyEvent = Union[(Event, Meta, CounterEvent, *_OTHERS)]  # noqa: UP007 - a union built from a tuple
+AnyEvent = Union[(Event, Meta, CounterEvent, InstantEvent, *_OTHERS)]  # noqa: UP007 - a union built from a tuple
 SKIPPED = _OTHERS[0]()  # what the lenient path makes of an event of another phase
 
 BATCH_DECODER = msgspec.json.Decoder(list[AnyEvent])

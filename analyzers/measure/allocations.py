@@ -1,0 +1,97 @@
+"""GPU memory that PyTorch's caching allocator held, step by step (the trace's ``[memory]``
+events: the rank table ``memory``).
+
+Per rank, device and recorded step, from the GPU (``Device Type`` CUDA) events whose CPU
+time lies in the step's ProfilerStep range: the peaks of the allocator's totals after each
+event (``Total Allocated``: bytes in live tensors; ``Total Reserved``: bytes it holds from
+the driver, allocated or cached), the allocated bytes when the step began (what stays
+resident across steps: weights, optimizer state, the allocator's totals just before the
+step's first event) and the transient part, peak - start (activations, gradients and
+workspaces of the step). Capacity is the device's ``totalGlobalMem`` from the trace header.
+
+Named ``allocations``, not ``memory``: the findings' category ``memory`` is NVML's peak
+(``efficiency``), a reading of the whole device, other processes and the CUDA context
+included; these are the allocator's own counts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from profkit.analyzers.result import Result
+
+from profkit import schema as S
+from profkit.model import RankData
+
+STEP_COLUMNS = ("rank", "device", "step", "start_allocated_bytes", "peak_allocated_bytes",
+                "peak_reserved_bytes", "transient_bytes", "capacity_bytes", "used")
+RANK_COLUMNS = ("rank", "device", "steps", "peak_allocated_bytes", "peak_reserved_bytes",
+                "capacity_bytes", "peak_frac", "reserved_over_allocated")
+
+
+def rank_allocations(data: RankData, used: dict[int, int] | None) -> pd.DataFrame:
+    """One row per device and recorded step of one rank with GPU memory events
+    (:data:`STEP_COLUMNS`); ``used``: the steps the verdict reads (keys), None for none."""
+    mem = data.table("memory")
+    if mem.empty:
+        return pd.DataFrame(columns=list(STEP_COLUMNS))
+    gpu = (mem[S.DEVICE_TYPE] == S.DEVICE_TYPE_CUDA).to_numpy()
+    mem = mem[gpu & (mem[S.STEP] >= 0).to_numpy()]
+    if mem.empty:
+        return pd.DataFrame(columns=list(STEP_COLUMNS))
+    # The table is in time order, so a group's first row is the step's first event; its
+    # total minus its own bytes is what was allocated just before the step began.
+    before = mem[S.ALLOCATED_BYTES] - mem[S.BYTES]
+    groups = mem.assign(before=before).groupby([S.DEVICE, S.STEP], sort=True)
+    table = groups.agg(start_allocated_bytes=("before", "first"),
+                       peak_allocated_bytes=(S.ALLOCATED_BYTES, "max"),
+                       peak_reserved_bytes=(S.RESERVED_BYTES, "max")).reset_index()
+    table["start_allocated_bytes"] = table["start_allocated_bytes"].clip(lower=0)
+    table["transient_bytes"] = (table["peak_allocated_bytes"]
+                                - table["start_allocated_bytes"]).clip(lower=0)
+    capacity = device_capacity_bytes(data.meta)
+    table["capacity_bytes"] = [float(capacity.get(int(d), np.nan)) for d in table[S.DEVICE]]
+    table["used"] = table[S.STEP].isin(list(used or {})).to_numpy()
+    table.insert(0, "rank", data.rank)
+    return table[list(STEP_COLUMNS)]
+
+
+def device_capacity_bytes(meta: dict) -> dict[int, int]:
+    """{device id: totalGlobalMem} of the trace header's ``deviceProperties`` (validated
+    by profkit.trace.header; a device without either is left out)."""
+    out = {}
+    for dev in meta.get("devices") or []:
+        if dev.get("id") is not None and dev.get("totalGlobalMem"):
+            out[int(dev["id"])] = int(dev["totalGlobalMem"])
+    return out
+
+
+def combine_allocations(frames: list[pd.DataFrame]) -> Result:
+    """The ``memory`` table (every rank's steps) and ``memory_ranks`` (per rank and device,
+    over the steps the verdict uses, or every recorded step of a rank where it uses none).
+    Names the topic ``allocations`` only when some rank has GPU memory events."""
+    frames = [f for f in frames if f is not None and len(f)]
+    if not frames:
+        return Result(tables={"memory": pd.DataFrame(columns=list(STEP_COLUMNS)),
+                              "memory_ranks": pd.DataFrame(columns=list(RANK_COLUMNS))})
+    steps = pd.concat(frames, ignore_index=True)
+    steps["used"] = steps["used"].astype(bool)
+    return Result(tables={"memory": steps, "memory_ranks": _per_rank(steps)},
+                  facts={"topic": "allocations"})
+
+
+def _per_rank(steps: pd.DataFrame) -> pd.DataFrame:
+    """Peaks over each rank's used steps (all its steps where none is used)."""
+    any_used = steps.groupby("rank")["used"].transform("any")
+    chosen = steps[steps["used"] | ~any_used]
+    table = chosen.groupby(["rank", "device"], sort=True).agg(
+        steps=("step", "size"), peak_allocated_bytes=("peak_allocated_bytes", "max"),
+        peak_reserved_bytes=("peak_reserved_bytes", "max"),
+        capacity_bytes=("capacity_bytes", "max")).reset_index()
+    reserved = table["peak_reserved_bytes"].to_numpy(np.float64)
+    allocated = table["peak_allocated_bytes"].to_numpy(np.float64)
+    capacity = table["capacity_bytes"].to_numpy(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["peak_frac"] = np.where(capacity > 0, reserved / capacity, np.nan)
+        table["reserved_over_allocated"] = np.where(allocated > 0, reserved / allocated, np.nan)
+    return table[list(RANK_COLUMNS)]

@@ -1,0 +1,169 @@
+"""PyTorch's allocator events (Kineto's ``[memory]`` instants) as the memory table.
+
+With ``profile_memory=True`` Kineto writes one instant ('i') event per allocation and free
+of the caching allocator: ``{"ph": "i", "name": "[memory]", "ts": 12.5, "args": {"Bytes":
+512, "Total Allocated": 2560, "Total Reserved": 4096, "Device Id": 0, "Device Type": 1,
+"Addr": 1402}}``; ``Bytes`` is negative on a free and the totals are the allocator's after
+the event. A trace holds thousands of them per step, so their args are decoded per batch,
+in one call, and only the fields read here; a sample with a field that is missing or no
+integer in range is dropped alone (counted in the file's problems). Older PyTorch versions
+write no totals (only Bytes): their events are not read, and that is no problem of the file.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from profkit import schema as S
+from profkit.columns import to_float, us_to_ns
+from profkit.trace.traceevents import DECODE_ERRORS, InstantEvent
+
+MEMORY_EVENT = "[memory]"
+MAX_BYTES = 1 << 62  # past this no allocator total or allocation size is real
+MAX_DEVICE = (1 << 31) - 1
+MAX_DEVICE_TYPE = 127  # c10::DeviceType values, kept in an int8 column
+ADDR_ABSENT = -1
+
+
+class MemoryArgs(msgspec.Struct, gc=False):
+    """The args of a ``[memory]`` event that profkit reads, as any JSON (checked after)."""
+
+    bytes: Any = msgspec.field(default=None, name="Bytes")
+    allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    device: Any = msgspec.field(default=None, name="Device Id")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    addr: Any = msgspec.field(default=ADDR_ABSENT, name="Addr")
+
+
+class _IntArgs(MemoryArgs):
+    """The same args where each is an integer, as Kineto writes them: the decoder checks
+    the types of a whole batch in C, leaving only the ranges to check."""
+
+    bytes: int = msgspec.field(name="Bytes")
+    allocated: int = msgspec.field(name="Total Allocated")
+    reserved: int = msgspec.field(name="Total Reserved")
+    device: int = msgspec.field(name="Device Id")
+    device_type: int = msgspec.field(name="Device Type")
+    addr: int = msgspec.field(default=ADDR_ABSENT, name="Addr")
+
+
+_BATCH = msgspec.json.Decoder(list[_IntArgs])
+_ONE = msgspec.json.Decoder(MemoryArgs)
+_ABSENT = MemoryArgs()  # the args of an event without any: every field missing
+# (column, MemoryArgs attribute, lowest, highest, dtype) of each integer field
+_FIELDS = (
+    (S.BYTES, "bytes", -MAX_BYTES, MAX_BYTES, np.int64),
+    (S.ALLOCATED_BYTES, "allocated", 0, MAX_BYTES, np.int64),
+    (S.RESERVED_BYTES, "reserved", 0, MAX_BYTES, np.int64),
+    (S.DEVICE, "device", -1, MAX_DEVICE, np.int32),  # CPU events have device -1
+    (S.DEVICE_TYPE, "device_type", 0, MAX_DEVICE_TYPE, np.int8),
+    (S.ADDR, "addr", ADDR_ABSENT, (1 << 63) - 1, np.int64),
+)
+_TS, _ARGS = attrgetter("ts"), attrgetter("args")
+
+
+class MemorySamples:
+    """Collects the ``[memory]`` instants of a trace, batch by batch (times in us relative
+    to the trace's base time, like its complete events)."""
+
+    def __init__(self, ts_range_us: tuple[float, float]) -> None:
+        self.ts_range_us = ts_range_us  # what places a sample within +-MAX_ABS_NS epoch ns
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.dropped = 0  # samples without a usable time or with a field that is no integer
+        self.without_totals = 0  # samples of an older PyTorch: no allocator totals to read
+
+    def add(self, events: list[InstantEvent]) -> None:
+        mem = [e for e in events if e.name == MEMORY_EVENT]
+        if not mem:
+            return
+        ts = list(map(_TS, mem))
+        if not set(map(type, ts)) <= {int, float}:  # to_float would read "12" or True
+            ts = [t if type(t) in (int, float) else None for t in ts]
+        ts_us = to_float(ts)
+        lo, hi = self.ts_range_us
+        keep = (ts_us >= lo) & (ts_us <= hi)  # False for NaN
+        args = _decode(list(map(_ARGS, mem)))
+        columns = {}
+        for column, attr, low, high, dtype in _FIELDS:
+            values, ok = _ints(list(map(attrgetter(attr), args)), low, high)
+            columns[column] = values.astype(dtype)
+            keep &= ok
+        if not keep.all():
+            self._count_dropped(~keep, args)
+        self._put("ts_us", ts_us[keep])
+        for column, values in columns.items():
+            self._put(column, values[keep])
+
+    def _count_dropped(self, dropped: np.ndarray, args: list[MemoryArgs]) -> None:
+        """Count the samples dropped; those of older PyTorch versions, which write Bytes but
+        neither total, are no bad values and are counted apart (no problem is noted)."""
+        older = np.fromiter((a.allocated is None and a.reserved is None and a.bytes is not None
+                             for a in args), bool, len(args))
+        self.without_totals += int((dropped & older).sum())
+        self.dropped += int((dropped & ~older).sum())
+
+    def _put(self, column: str, values: np.ndarray) -> None:
+        self.parts.setdefault(column, []).append(values)
+
+    def frame(self, base_ns: int) -> pd.DataFrame:
+        """The memory table (``schema.MEMORY_COLUMNS``) in time order, every step -1 (ingest
+        assigns them once the step table is known)."""
+        parts = self.parts
+        ts_us = np.concatenate(parts["ts_us"]) if parts else np.empty(0)
+        order = np.argsort(ts_us, kind="stable")
+        out = {S.TS_NS: base_ns + us_to_ns(ts_us[order])}
+        for column, _attr, _low, _high, dtype in _FIELDS:
+            values = np.concatenate(parts[column]) if parts else np.empty(0, dtype)
+            out[column] = values[order]
+        out[S.STEP] = np.full(len(order), -1, dtype=np.int64)
+        self.parts = {}
+        return pd.DataFrame(out)[list(S.MEMORY_COLUMNS)]
+
+    def problems(self) -> list[str]:
+        if not self.dropped:
+            return []
+        return [f"{self.dropped} memory samples dropped: ts missing or outside the epoch-ns "
+                "range, or Bytes, Total Allocated, Total Reserved, Device Id or Device Type "
+                "missing or no integer in range"]
+
+
+def _decode(raws: list[msgspec.Raw]) -> list[MemoryArgs]:
+    """The args of each event, in one decode when all are objects of integers (the usual
+    case); else one by one, an absent one or one that is no object read as no fields."""
+    if all(map(len, raws)):
+        try:
+            return _BATCH.decode(b"[" + b",".join(raws) + b"]")
+        except DECODE_ERRORS:
+            pass
+    return [_one(r) for r in raws]
+
+
+def _one(raw: msgspec.Raw) -> MemoryArgs:
+    if not len(raw):
+        return _ABSENT
+    try:
+        return _ONE.decode(raw)
+    except DECODE_ERRORS:  # not an object, or a number past float range (1e400)
+        return _ABSENT
+
+
+def _ints(values: list, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values, whether each is an int within [low, high]); 0 where it is not. The
+    usual case, every value a Python int that fits, is converted in one call."""
+    if set(map(type, values)) <= {int}:
+        try:
+            arr = np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
+        else:
+            ok = (arr >= low) & (arr <= high)
+            return np.where(ok, arr, 0), ok
+    ok = np.array([type(v) is int and low <= v <= high for v in values], dtype=bool)
+    arr = np.array([v if good else 0 for v, good in zip(values, ok.tolist())], dtype=np.int64)
+    return arr, ok
