@@ -216,3 +216,38 @@ def test_the_cache_keeps_the_memory_table(tmp_path):
     assert len(fresh) == len(STEP_EVENTS)
     pd.testing.assert_frame_equal(cached.reset_index(drop=True), fresh.reset_index(drop=True))
     assert cached[S.ADDR].dtype == np.int64 and cached[S.DEVICE_TYPE].dtype == np.int8
+
+
+@pytest.mark.parametrize("run", ["gpt_b32", "gpt_b64"])
+def test_peaks_match_the_allocators_own_statistics_printed_by_the_workload(run):
+    """Ground truth from outside the trace: the workload reset the allocator's peak
+    statistics each step and printed torch.cuda.max_memory_allocated() and
+    max_memory_reserved() (samples/runs/memory/SUMMARY.txt). The steady steps' peaks in
+    profkit's table must equal them (the issue asks for 2%; they agree to the byte)."""
+    line = next(ln for ln in (SAMPLES / "memory" / "SUMMARY.txt").read_text().splitlines()
+                if ln.startswith(f"memory_{run} "))
+    label = json.loads(line.split("PROFKIT_SAMPLE ", 1)[1])
+    steady_allocated = set(label["peak_allocated_bytes"][1:])  # step 0 warms up
+    steady_reserved = set(label["peak_reserved_bytes"][1:])
+    assert len(steady_allocated) == len(steady_reserved) == 1
+    a = analyze(load_run(SAMPLES / "memory" / run, cache=False))
+    table = a.table("memory")
+    assert len(table) == 3
+    assert set(table["peak_allocated_bytes"].astype(int)) == steady_allocated
+    assert set(table["peak_reserved_bytes"].astype(int)) == steady_reserved
+    ranks = a.table("memory_ranks")
+    assert int(ranks["capacity_bytes"].iloc[0]) == 150_109_880_320  # the trace's H200
+
+
+def test_the_resident_part_stays_and_the_transient_part_scales_with_the_batch():
+    """The same model at batch 32 and 64: what is allocated when a step starts (weights and
+    AdamW state: 59 M fp32 parameters x 3 = 711 MB, plus buffers) does not depend on the
+    batch; what comes and goes within the step (activations) about doubles."""
+    tables = {b: analyze(load_run(SAMPLES / "memory" / f"gpt_b{b}", cache=False))
+              .table("memory") for b in (32, 64)}
+    start = {b: set(t["start_allocated_bytes"].astype(int)) for b, t in tables.items()}
+    assert start[32] == start[64] and len(start[32]) == 1
+    (resident,) = start[32]
+    assert 711e6 < resident < 900e6
+    ratio = tables[64]["transient_bytes"].median() / tables[32]["transient_bytes"].median()
+    assert 1.8 < ratio < 2.1
