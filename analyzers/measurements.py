@@ -26,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 from profkit.analyzers.findings import trust
+from profkit.analyzers.findings.allocations import allocation_findings
 from profkit.analyzers.findings.comms import (
     collective_findings,
     group_findings,
@@ -217,7 +218,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 GPU, combine=_transfers),
     Measurement("allocations", lambda r: allocations.rank_allocations(r.data, r.used_steps()),
                 GPU, combine=lambda v, ctx: allocations.combine_allocations(list(v.values())),
-                needs=("breakdown",)),
+                judge=allocation_findings, needs=("breakdown",)),
     # CPU op totals of ranks without GPU events: analyze._cpu_only combines them, as the
     # one thing a run without GPU events shows
     Measurement("cpu_ops", lambda r: kernels.op_totals(r.data), CPU),

@@ -41,6 +41,9 @@ class Thresholds:
     """Idle gaps shorter than this between back-to-back kernels count as launch latency (HTA)."""
     peak_memory_frac: float = 0.90
     """Peak memory above this share of capacity: activation checkpointing / AMP."""
+    memory_headroom_min_x: float = 2.0
+    """The batch could grow at least this many times before out-of-memory (the allocator's
+    transient memory per step scaled against the device's): said as headroom (info)."""
     short_kernel_count_frac: float = 0.50
     """Short kernels at least this share of a rank's kernels, while kernels fill less than
     gpu_util_low_frac of the step: launch-bound (CUDA graphs / torch.compile)."""

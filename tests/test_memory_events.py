@@ -132,7 +132,10 @@ def test_steps_capacity_and_report_of_a_synthetic_run(tmp_path):
     assert ranks["peak_frac"].tolist() == [4 / 80]
     assert ranks["reserved_over_allocated"].tolist() == [4 * GIB / (3 * GIB + 100)]
     text = to_text(a)
-    assert "Memory (per rank)" in text and "80.0 GiB" in text and "4.0 GiB" in text
+    # 80 GiB and 4 GiB in decimal GB, as the evidence prints bytes
+    assert "Memory (per rank)" in text and "85.9 GB" in text and "4.3 GB" in text
+    # resident 100 B, the largest transient 3 GiB: (80 GiB - 100 B) / 3 GiB, by hand
+    assert ranks["batch_headroom_x"].tolist() == [(80 * GIB - 100) / (3 * GIB)]
     assert to_json(a)["memory"][0]["peak_reserved_bytes"] == 4 * GIB
 
 
@@ -251,3 +254,24 @@ def test_the_resident_part_stays_and_the_transient_part_scales_with_the_batch():
     assert 711e6 < resident < 900e6
     ratio = tables[64]["transient_bytes"].median() / tables[32]["transient_bytes"].median()
     assert 1.8 < ratio < 2.1
+
+
+@pytest.mark.parametrize("run, batch", [("gpt_b32", 32), ("gpt_b64", 64)])
+def test_the_headroom_lands_within_one_doubling_of_the_largest_batch_that_fits(run, batch):
+    """Ground truth from outside profkit (samples/runs/memory/FIT.txt): the same model was
+    run without the profiler at batch 32, 64, ... on the same H200 until it ran out of
+    memory; the largest that fit is the label. profkit's headroom (from the profiled run at
+    one batch) times that batch must land within one doubling of it, and be said as an
+    info finding with its assumption."""
+    lines = (SAMPLES / "memory" / "FIT.txt").read_text().splitlines()
+    fits = [json.loads(ln.split("PROFKIT_SAMPLE ", 1)[1])["batch"] for ln in lines
+            if "PROFKIT_SAMPLE" in ln]
+    largest = max(fits)
+    assert largest == 1024 and any("out of memory" in ln for ln in lines)
+    a = analyze(load_run(SAMPLES / "memory" / run, cache=False))
+    grow = float(a.table("memory_ranks")["batch_headroom_x"].iloc[0])
+    assert largest <= batch * grow < 2 * largest
+    (finding,) = [f for f in a.findings if f.category == "allocations"]
+    assert finding.severity == "info" and f"about {grow:.0f}x" in finding.message
+    assert "grows with it" in finding.message and finding.evidence["batch_headroom_x"] == \
+        round(grow, 4)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from profkit.analyzers.findings.allocations import allocation_findings
 from profkit.analyzers.findings.comms import (
     collective_findings,
     group_findings,
@@ -28,7 +29,7 @@ JUDGES: dict[str, Callable[[Result, Thresholds], list[Finding]]] = {
     "collectives": collective_findings, "stragglers": straggler_findings,
     "links": link_findings, "groups": group_findings, "kernels": kernel_findings,
     "efficiency": judge_efficiency, "no_gpu": no_gpu_findings, "roofline": roofline_findings,
-    "ncu": ncu_findings,
+    "ncu": ncu_findings, "allocations": allocation_findings,
 }
 
 

@@ -26,7 +26,8 @@ from profkit.model import RankData
 STEP_COLUMNS = ("rank", "device", "step", "start_allocated_bytes", "peak_allocated_bytes",
                 "peak_reserved_bytes", "transient_bytes", "capacity_bytes", "used")
 RANK_COLUMNS = ("rank", "device", "steps", "peak_allocated_bytes", "peak_reserved_bytes",
-                "capacity_bytes", "peak_frac", "reserved_over_allocated")
+                "capacity_bytes", "peak_frac", "reserved_over_allocated", "resident_bytes",
+                "transient_bytes", "batch_headroom_x")
 
 
 def rank_allocations(data: RankData, used: dict[int, int] | None) -> pd.DataFrame:
@@ -87,11 +88,27 @@ def _per_rank(steps: pd.DataFrame) -> pd.DataFrame:
     table = chosen.groupby(["rank", "device"], sort=True).agg(
         steps=("step", "size"), peak_allocated_bytes=("peak_allocated_bytes", "max"),
         peak_reserved_bytes=("peak_reserved_bytes", "max"),
-        capacity_bytes=("capacity_bytes", "max")).reset_index()
+        capacity_bytes=("capacity_bytes", "max"),
+        resident_bytes=("start_allocated_bytes", "max"),
+        transient_bytes=("transient_bytes", "max")).reset_index()
     reserved = table["peak_reserved_bytes"].to_numpy(np.float64)
     allocated = table["peak_allocated_bytes"].to_numpy(np.float64)
     capacity = table["capacity_bytes"].to_numpy(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         table["peak_frac"] = np.where(capacity > 0, reserved / capacity, np.nan)
         table["reserved_over_allocated"] = np.where(allocated > 0, reserved / allocated, np.nan)
+    table["batch_headroom_x"] = batch_headroom_x(capacity, table["resident_bytes"].to_numpy(
+        np.float64), table["transient_bytes"].to_numpy(np.float64))
     return table[list(RANK_COLUMNS)]
+
+
+def batch_headroom_x(capacity: np.ndarray, resident: np.ndarray,
+                     transient: np.ndarray) -> np.ndarray:
+    """How many times the step's transient memory fits beside the resident part in the
+    device: the factor by which the batch could grow before out-of-memory, if what comes
+    and goes within a step (activations, their gradients, workspaces) grows with the batch
+    and what stays (weights, optimizer state) does not. NaN without a capacity or a
+    transient part. The allocator's fragmentation and the CUDA context are not counted."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((capacity > 0) & (transient > 0), (capacity - resident) / transient,
+                        np.nan)

@@ -207,10 +207,11 @@ def efficiency_section(a: Analysis) -> Section | None:
     return Section(f"Efficiency (spread over {len(eff)} ranks)", pd.DataFrame(rows), notes)
 
 
-def _gib(nbytes) -> str:
-    """Bytes as GiB with one decimal (the unit GPU memory is sold in); '-' when unknown."""
-    v = U.finite(nbytes)
-    return U.MISSING if v is None else f"{v / 2**30:.1f} GiB"
+def _gb(value) -> str:
+    """Bytes as GB with one decimal (decimal, as the findings' evidence and the NVML memory
+    finding print them); '-' when unknown."""
+    v = U.finite(value)
+    return U.MISSING if v is None else f"{v / 1e9:.1f} GB"
 
 
 def memory_section(a: Analysis) -> Section | None:
@@ -218,11 +219,14 @@ def memory_section(a: Analysis) -> Section | None:
     mem = a.table("memory_ranks")
     if mem.empty:
         return None
-    cols = {"peak allocated": (mem["peak_allocated_bytes"], _gib),
-            "peak reserved": (mem["peak_reserved_bytes"], _gib),
-            "capacity": (mem["capacity_bytes"], _gib), "% of capacity": (mem["peak_frac"], U.pct)}
+    cols = {"peak allocated": (mem["peak_allocated_bytes"], _gb),
+            "peak reserved": (mem["peak_reserved_bytes"], _gb),
+            "capacity": (mem["capacity_bytes"], _gb), "% of capacity": (mem["peak_frac"], U.pct),
+            "resident": (mem["resident_bytes"], _gb),
+            "transient": (mem["transient_bytes"], _gb)}
     notes = ["PyTorch's caching allocator (the trace's [memory] events): reserved is what it "
-             "holds from the driver, allocated what live tensors use; % of capacity is reserved"]
+             "holds from the driver, allocated what live tensors use; % of capacity is reserved; "
+             "resident: allocated when a step starts, transient: what comes and goes in it"]
     if len(mem) <= MAX_RANK_ROWS:
         table = pd.DataFrame({"rank": mem["rank"].astype(int), "device": mem["device"].astype(int)})
         for name, (values, fmt) in cols.items():
