@@ -180,14 +180,21 @@ def test_the_check_can_fail(tmp_path, monkeypatch):
     assert violations("collectors") == ["collectors/bad.py imports pandas"]
 
 
-def test_the_inner_check_can_fail(tmp_path, monkeypatch):
-    for sub, text in (("measure", "from profkit.analyzers.findings import advice\n"),
-                      ("findings", "from profkit.analyzers.measure import charge\n"),
-                      ("compare", "def f():\n    from profkit.analyzers.report import render\n")):
-        (tmp_path / "analyzers" / sub).mkdir(parents=True)
-        (tmp_path / "analyzers" / sub / "m.py").write_text(text)
+def fake_package(tmp_path: Path, monkeypatch, folder: str, texts: dict[str, str]) -> list[Path]:
+    """A checkout in ``tmp_path`` whose ``folder`` holds one module per {path: text}; the
+    checks read it as the repository. Its modules, sorted."""
+    for rel, text in texts.items():
+        (tmp_path / folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / rel).write_text(text)
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
-    files = sorted((tmp_path / "analyzers").rglob("*.py"))
+    return sorted((tmp_path / folder).rglob("*.py"))
+
+
+def test_the_inner_check_can_fail(tmp_path, monkeypatch):
+    files = fake_package(tmp_path, monkeypatch, "analyzers", {
+        "measure/m.py": "from profkit.analyzers.findings import advice\n",
+        "findings/m.py": "from profkit.analyzers.measure import charge\n",
+        "compare/m.py": "def f():\n    from profkit.analyzers.report import render\n"})
     assert inner_violations("profkit.analyzers", files) == [
         "analyzers/compare/m.py (compare) imports profkit.analyzers.report (report)",
         "analyzers/compare/m.py (compare) imports profkit.analyzers.report.render (report)",
@@ -196,14 +203,11 @@ def test_the_inner_check_can_fail(tmp_path, monkeypatch):
 
 
 def test_the_dashboard_check_can_fail(tmp_path, monkeypatch):
-    for sub, text in (("figures", "from profkit.dashboard.pages import frame\n"),
-                      ("ui", "from profkit.dashboard.server import results\n"),
-                      ("pages", "from profkit.dashboard import app\n")):
-        (tmp_path / "dashboard" / sub).mkdir(parents=True)
-        (tmp_path / "dashboard" / sub / "m.py").write_text(text)
-    (tmp_path / "dashboard" / "ids.py").write_text("from profkit.dashboard.ui import grids\n")
-    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
-    files = sorted((tmp_path / "dashboard").rglob("*.py"))
+    files = fake_package(tmp_path, monkeypatch, "dashboard", {
+        "figures/m.py": "from profkit.dashboard.pages import frame\n",
+        "ui/m.py": "from profkit.dashboard.server import results\n",
+        "pages/m.py": "from profkit.dashboard import app\n",
+        "ids.py": "from profkit.dashboard.ui import grids\n"})
     assert inner_violations("profkit.dashboard", files) == [
         "dashboard/figures/m.py (figures) imports profkit.dashboard.pages (pages)",
         "dashboard/figures/m.py (figures) imports profkit.dashboard.pages.frame (pages)",
@@ -215,14 +219,11 @@ def test_the_dashboard_check_can_fail(tmp_path, monkeypatch):
 
 
 def test_the_collectors_inner_check_can_fail(tmp_path, monkeypatch):
-    for rel, text in (("job_facts/m.py", "from profkit.collectors.capture import session\n"),
-                      ("nvml/m.py", "from profkit.collectors.in_job.store import put\n"),
-                      ("in_job/m.py", "def f():\n    from profkit.collectors import launch\n"),
-                      ("capture/m.py", "from profkit.collectors.nvml import sampler\n")):
-        (tmp_path / "collectors" / rel).parent.mkdir(parents=True)
-        (tmp_path / "collectors" / rel).write_text(text)
-    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
-    files = sorted((tmp_path / "collectors").rglob("*.py"))
+    files = fake_package(tmp_path, monkeypatch, "collectors", {
+        "job_facts/m.py": "from profkit.collectors.capture import session\n",
+        "nvml/m.py": "from profkit.collectors.in_job.store import put\n",
+        "in_job/m.py": "def f():\n    from profkit.collectors import launch\n",
+        "capture/m.py": "from profkit.collectors.nvml import sampler\n"})
     assert inner_violations("profkit.collectors", files) == [
         "collectors/in_job/m.py (in_job) imports profkit.collectors.launch (*api*)",
         "collectors/job_facts/m.py (job_facts) imports profkit.collectors.capture (capture)",
