@@ -80,4 +80,4 @@ def test_a_folder_of_many_unreadable_files_names_a_few_and_counts_the_rest(tmp_p
     with pytest.raises(Exception, match="no readable trace") as raised:
         load_run(tmp_path, cache=False, workers=1)
     text = str(raised.value)
-    assert text.count(".json: ") == 20 and text.endswith("; and 5 more skipped)")
+    assert text.count(".json: ") == 20 and text.endswith("; and 5 more)")

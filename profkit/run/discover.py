@@ -295,10 +295,13 @@ def _add_file(item: Path, st: os.stat_result, found: Found) -> None:
 
 def listing(skipped: list[SkippedFile], most: int = 5) -> str:
     """The entries a walk left out, for an error that says nothing was found."""
-    if not skipped:
-        return ""
+    return f" (skipped: {named(skipped, most)})" if skipped else ""
+
+
+def named(skipped: list[SkippedFile], most: int) -> str:
+    """The first ``most`` skipped entries with their reasons, then how many more."""
     more = f"; and {len(skipped) - most} more" if len(skipped) > most else ""
-    return " (skipped: " + "; ".join(f"{s.path}: {s.reason}" for s in skipped[:most]) + more + ")"
+    return "; ".join(f"{s.path}: {s.reason}" for s in skipped[:most]) + more
 
 
 def _capture_reason(folder: Path) -> str:

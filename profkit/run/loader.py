@@ -270,18 +270,9 @@ def choose_ranks(root: Path, results: list, meta: dict, skipped: list[SkippedFil
             raise NoTracesError(f"{root}: no rank has profiler cycle {cycle} ({notes[-1]})")
     notes.extend(rankfiles.cycle_notes(chosen, cycle))
     if not chosen:
-        raise NoTracesError(f"{root}: no readable trace ({_skipped_detail(skipped)})")
+        detail = discover.named(skipped, MAX_LISTED) or "nothing readable"
+        raise NoTracesError(f"{root}: no readable trace ({detail})")
     return chosen
-
-
-def _skipped_detail(skipped: list) -> str:
-    """What was skipped, for an error: the first :data:`MAX_LISTED` files and a count of
-    the rest (a folder of 100,000 unreadable files made an error of several MB)."""
-    if not skipped:
-        return "nothing readable"
-    shown = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:MAX_LISTED])
-    rest = len(skipped) - MAX_LISTED
-    return shown + (f"; and {rest:,} more skipped" if rest > 0 else "")
 
 
 def _wanted_ranks(root: Path, chosen: dict[int, RankFiles], wanted: set[int],
