@@ -216,7 +216,8 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("ncu", combine=_ncu, judge=ncu_findings, needs=("kernels", "roofline")),
     Measurement("transfers", lambda r: transfers.rank_transfers(r.data, bool(len(r.data.steps))),
                 GPU, combine=_transfers),
-    Measurement("allocations", lambda r: allocations.rank_allocations(r.data, r.used_steps()),
+    Measurement("allocations", lambda r: allocations.rank_allocations(
+                    r.data, r.used_steps(), r.run_meta),
                 GPU, combine=lambda v, ctx: allocations.combine_allocations(list(v.values())),
                 judge=allocation_findings, needs=("breakdown",)),
     # CPU op totals of ranks without GPU events: analyze._cpu_only combines them, as the

@@ -7,7 +7,8 @@ event (``Total Allocated``: bytes in live tensors; ``Total Reserved``: bytes it 
 the driver, allocated or cached), the allocated bytes when the step began (what stays
 resident across steps: weights, optimizer state, the allocator's totals just before the
 step's first event) and the transient part, peak - start (activations, gradients and
-workspaces of the step). Capacity is the device's ``totalGlobalMem`` from the trace header.
+workspaces of the step). Capacity is the device's memory as the NVML peak reads it
+(``devices.device_info``: the trace's ``totalGlobalMem``, else run.json's ``gpus``).
 
 Named ``allocations``, not ``memory``: the findings' category ``memory`` is NVML's peak
 (``efficiency``), a reading of the whole device, other processes and the CUDA context
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.measure.devices import device_info
 from profkit.analyzers.result import Result
 
 from profkit import schema as S
@@ -30,9 +32,12 @@ RANK_COLUMNS = ("rank", "device", "steps", "peak_allocated_bytes", "peak_reserve
                 "transient_bytes", "batch_headroom_x")
 
 
-def rank_allocations(data: RankData, used: dict[int, int] | None) -> pd.DataFrame:
+def rank_allocations(data: RankData, used: dict[int, int] | None,
+                     run_meta: dict | None = None) -> pd.DataFrame:
     """One row per device and recorded step of one rank with GPU memory events
-    (:data:`STEP_COLUMNS`); ``used``: the steps the verdict reads (keys), None for none."""
+    (:data:`STEP_COLUMNS`); ``used``: the steps the verdict reads (keys), None for none;
+    ``run_meta``: run.json's facts, whose ``gpus`` give a device's memory where the trace
+    header does not (as for NVML's peak, :func:`~.devices.device_info`)."""
     mem = data.table("memory")
     if mem.empty:
         return pd.DataFrame(columns=list(STEP_COLUMNS))
@@ -50,21 +55,16 @@ def rank_allocations(data: RankData, used: dict[int, int] | None) -> pd.DataFram
     table["start_allocated_bytes"] = table["start_allocated_bytes"].clip(lower=0)
     table["transient_bytes"] = (table["peak_allocated_bytes"]
                                 - table["start_allocated_bytes"]).clip(lower=0)
-    capacity = device_capacity_bytes(data.meta)
-    table["capacity_bytes"] = [float(capacity.get(int(d), np.nan)) for d in table[S.DEVICE]]
+    table["capacity_bytes"] = [_capacity_bytes(data.meta, run_meta or {}, int(d))
+                               for d in table[S.DEVICE]]
     table["used"] = table[S.STEP].isin(list(used or {})).to_numpy()
     table.insert(0, "rank", data.rank)
     return table[list(STEP_COLUMNS)]
 
 
-def device_capacity_bytes(meta: dict) -> dict[int, int]:
-    """{device id: totalGlobalMem} of the trace header's ``deviceProperties`` (validated
-    by profkit.trace.header; a device without either is left out)."""
-    out = {}
-    for dev in meta.get("devices") or []:
-        if dev.get("id") is not None and dev.get("totalGlobalMem"):
-            out[int(dev["id"])] = int(dev["totalGlobalMem"])
-    return out
+def _capacity_bytes(rank_meta: dict, run_meta: dict, device: int) -> float:
+    mem_bytes = device_info(rank_meta, run_meta, device)["mem_bytes"]
+    return float(mem_bytes) if mem_bytes else np.nan
 
 
 def combine_allocations(frames: list[pd.DataFrame]) -> Result:
