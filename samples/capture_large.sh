@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Capture the memory, precision and parallelism samples on a machine with 4 NVIDIA GPUs
+# (written for 4 x H200; with 2 GPUs the 4-rank cases are skipped).
+#
+#   bash samples/capture_large.sh OUT_ROOT
+#
+# Writes OUT_ROOT/memory/<case>/ (single GPU: samples/memory_cases.py) and
+# OUT_ROOT/parallel/<case>/ (torchrun: samples/parallel_cases.py), each root with ENV.txt,
+# SUMMARY.txt (each workload's PROFKIT_SAMPLE line: its labels), logs/ and FAILURES.txt.
+# The single-GPU cases run on GPUs 2 and 3 while the 2-rank cases run on GPUs 0 and 1; the
+# 4-rank cases run last, alone. A failing workload is recorded and the script goes on.
+set -u -o pipefail
+ROOT_OUT=${1:?usage: capture_large.sh OUT_ROOT [part]}
+PART=${2:-all}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
+
+if [ "$PART" = all ]; then
+  mkdir -p "$ROOT_OUT"
+  bash "$0" "$ROOT_OUT" memA > "$ROOT_OUT/memA.out" 2>&1 &
+  bash "$0" "$ROOT_OUT" memB > "$ROOT_OUT/memB.out" 2>&1 &
+  bash "$0" "$ROOT_OUT" par2 > "$ROOT_OUT/par2.out" 2>&1 &
+  wait
+  [ "$NGPU" -ge 4 ] && bash "$0" "$ROOT_OUT" par4 > "$ROOT_OUT/par4.out" 2>&1
+  cat "$ROOT_OUT"/*.out
+  exit 0
+fi
+
+case $PART in mem*) OUT=$ROOT_OUT/memory ;; *) OUT=$ROOT_OUT/parallel ;; esac
+# shellcheck source=capture_lib.sh
+source "$HERE/capture_lib.sh"
+M=("$PY" "$HERE/memory_cases.py" --profiler profkit)
+P=("$HERE/parallel_cases.py" --profiler profkit)
+case $PART in
+  memA)
+    export CUDA_VISIBLE_DEVICES=$(( NGPU >= 4 ? 2 : 0 ))
+    run varlen_default "$OUT/varlen_default" 0 "${M[@]}" --case varlen --steps 10 --active 6 \
+      --out "$OUT/varlen_default"
+    export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    run varlen_expandable "$OUT/varlen_expandable" 0 "${M[@]}" --case varlen --steps 10 \
+      --active 6 --out "$OUT/varlen_expandable"
+    unset PYTORCH_CUDA_ALLOC_CONF
+    run empty_cache "$OUT/empty_cache" 0 "${M[@]}" --case empty_cache --out "$OUT/empty_cache"
+    run no_empty_cache "$OUT/no_empty_cache" 0 "${M[@]}" --case empty_cache --no-empty-cache \
+      --out "$OUT/no_empty_cache"
+    run grow_oom "$OUT/grow_oom" 0 "${M[@]}" --case grow_oom --steps 6 --out "$OUT/grow_oom"
+    ;;
+  memB)
+    export CUDA_VISIBLE_DEVICES=$(( NGPU >= 4 ? 3 : 0 ))
+    run ckpt_on "$OUT/ckpt_on" 0 "${M[@]}" --case ckpt --out "$OUT/ckpt_on"
+    run ckpt_off "$OUT/ckpt_off" 0 "${M[@]}" --case ckpt --no-ckpt --out "$OUT/ckpt_off"
+    for g in fp8 bf16; do
+      run "${g}_gemm" "$OUT/${g}_gemm" 0 "${M[@]}" --case fp8 --gemm $g --layers 8 --dim 8192 \
+        --batch 16 --seq 512 --out "$OUT/${g}_gemm"
+    done
+    ;;
+  par2)
+    export CUDA_VISIBLE_DEVICES=0,1
+    T2=("${TORCHRUN[@]}" --nproc_per_node 2)
+    for s in 3 1; do
+      name=experts_$([ $s = 1 ] && echo balanced || echo skew)
+      run $name "$OUT/$name" 1 "${T2[@]}" "${P[@]}" --case experts --skew $s --tokens 65536 \
+        --dim 2048 --out "$OUT/$name"
+    done
+    for u in linear block; do
+      run fsdp_$u "$OUT/fsdp_$u" 1 "${T2[@]}" "${P[@]}" --case fsdp --unit $u --batch 8 --active 2 \
+        --out "$OUT/fsdp_$u"
+    done
+    run tp_mlp "$OUT/tp_mlp" 1 "${T2[@]}" "${P[@]}" --case tp --batch 64 --out "$OUT/tp_mlp"
+    [ "$NGPU" -lt 4 ] && for m in 4 16; do
+      run pipeline2_m$m "$OUT/pipeline2_m$m" 1 "${T2[@]}" "${P[@]}" --case pipeline \
+        --microbatches $m --batch 128 --active 2 --out "$OUT/pipeline2_m$m"
+    done
+    ;;
+  par4)
+    T4=("${TORCHRUN[@]}" --nproc_per_node 4)
+    # per-microbatch work large enough that more microbatches pay (GPipe: bubble 43% -> 16%)
+    PIPE=(--case pipeline --batch 64 --seq 1024 --dim 2048 --layers 16 --active 2)
+    for m in 4 16; do
+      run pipeline_m$m "$OUT/pipeline_m$m" 1 "${T4[@]}" "${P[@]}" "${PIPE[@]}" \
+        --microbatches $m --out "$OUT/pipeline_m$m"
+    done
+    run pipeline_m16_1f1b "$OUT/pipeline_m16_1f1b" 1 "${T4[@]}" "${P[@]}" "${PIPE[@]}" \
+      --microbatches 16 --schedule 1f1b --out "$OUT/pipeline_m16_1f1b"
+    run mesh2x2 "$OUT/mesh2x2" 1 "${T4[@]}" "${P[@]}" --case mesh --out "$OUT/mesh2x2"
+    run mesh2x2_hostbound "$OUT/mesh2x2_hostbound" 1 "${T4[@]}" "${P[@]}" --case mesh \
+      --host-bound-rank 3 --out "$OUT/mesh2x2_hostbound"
+    ;;
+esac
+(cd "$OUT" && find . -type f -printf '%10s  %P\n' | sort -k2) > "$OUT/SIZES_$PART.txt"

@@ -1,0 +1,276 @@
+"""Multi-GPU workloads, one parallelism each, with labels (run under torchrun).
+
+    torchrun --nproc_per_node 2 samples/parallel_cases.py --case pipeline --microbatches 4
+    torchrun ... --case experts --skew 3          # expert parallel, one expert gets 3x tokens
+    torchrun ... --case fsdp --unit linear        # FSDP2, every Linear its own unit (or block)
+    torchrun ... --case tp                        # tensor-parallel MLP (DTensor)
+    torchrun --nproc_per_node 4 ... --case mesh --host-bound-rank 3   # DeviceMesh dp x tp
+
+The PROFKIT_SAMPLE line carries the labels: the layout as built (groups and their ranks), the
+pipeline's stages, microbatches and the bubble's theory (p-1)/(m+p-1), the tokens each expert
+receives, the FSDP units. Every case keeps the global batch fixed across its twins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import common
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from model import GPT, Block, GPTConfig
+
+FULL = dict(batch=32, seq=512, layers=8, dim=1024, heads=16, vocab=8192, tokens=16384)
+TINY = dict(batch=8, seq=16, layers=4, dim=64, heads=4, vocab=256, tokens=64)
+CASES = ("pipeline", "experts", "fsdp", "tp", "mesh")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = common.sample_parser(__doc__, steps=8)
+    p.add_argument("--case", choices=CASES, required=True)
+    p.add_argument("--microbatches", type=int, default=4, help="pipeline: per step")
+    p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe")
+    p.add_argument("--skew", type=float, default=1.0,
+                   help="experts: expert 0 receives this many times the tokens of each other")
+    p.add_argument("--unit", choices=("linear", "block"), default="block", help="fsdp")
+    p.add_argument("--host-bound-rank", type=int, default=-1,
+                   help="mesh: this rank sleeps 30 ms of host time in every step")
+    common.add_size_args(p, FULL)
+    return common.parse_sized(p, argv, FULL, TINY, "parallel_cases")
+
+
+def _cfg(args) -> GPTConfig:
+    return GPTConfig(vocab_size=args.vocab, max_seq=args.seq, n_layer=args.layers,
+                     dim=args.dim, n_head=args.heads)
+
+
+def _tokens(args, env, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator(device=env.device).manual_seed(1234)
+    t = torch.randint(args.vocab, (batch, args.seq + 1), device=env.device, generator=g)
+    return t[:, :-1].contiguous(), t[:, 1:].contiguous()
+
+
+# ----------------------------------------------------------------------------------- pipeline
+class Stage(nn.Module):
+    """A contiguous slice of the GPT's blocks; the first stage embeds, the last projects."""
+
+    def __init__(self, gpt: GPT, lo: int, hi: int, first: bool, last: bool) -> None:
+        super().__init__()
+        self.emb = (gpt.tok_emb, gpt.pos_emb) if first else None
+        if first:
+            self.tok_emb, self.pos_emb = gpt.tok_emb, gpt.pos_emb
+        self.blocks = nn.ModuleList(gpt.blocks[lo:hi])
+        self.last = last
+        if last:
+            self.ln_f = gpt.ln_f
+            self.head = nn.Linear(gpt.cfg.dim, gpt.cfg.vocab_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.emb is not None:
+            x = self.tok_emb(x) + self.pos_emb(torch.arange(x.shape[1], device=x.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x)) if self.last else x
+
+
+def pipeline(args, env) -> tuple[callable, dict]:
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    p, m = env.world_size, args.microbatches
+    torch.manual_seed(0)
+    gpt = GPT(_cfg(args))
+    per = args.layers // p
+    stage_mod = Stage(gpt, env.rank * per, (env.rank + 1) * per, env.rank == 0,
+                      env.rank == p - 1).to(env.device)
+    dtype = torch.bfloat16 if env.is_cuda else torch.float32
+    stage_mod.to(dtype)
+    stage = PipelineStage(stage_mod, env.rank, p, env.device)
+
+    def loss_fn(logits, target):
+        return F.cross_entropy(logits.float().reshape(-1, args.vocab), target.reshape(-1))
+
+    kind = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
+    schedule = kind(stage, n_microbatches=m, loss_fn=loss_fn)
+    opt = torch.optim.AdamW(stage_mod.parameters(), lr=3e-4)
+    x, y = _tokens(args, env, args.batch)
+
+    def step(_: int) -> None:
+        if env.rank == 0:
+            schedule.step(x)
+        elif env.rank == p - 1:
+            schedule.step(target=y, losses=[])
+        else:
+            schedule.step()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step, dict(stages=p, microbatches=m, schedule=args.schedule,
+                      global_batch=args.batch, microbatch_size=args.batch // m,
+                      bubble_theory=round((p - 1) / (m + p - 1), 4),
+                      layout=f"pipeline of {p} stages")
+
+
+# ------------------------------------------------------------------------------------ experts
+def _splits(world: int, tokens: int, skew: float) -> list[int]:
+    """Tokens this rank sends to each expert: expert 0 gets `skew` shares, the others one."""
+    shares = [skew] + [1.0] * (world - 1)
+    sizes = [int(tokens * s / sum(shares)) for s in shares]
+    sizes[-1] += tokens - sum(sizes)
+    return sizes
+
+
+def experts(args, env) -> tuple[callable, dict]:
+    from torch.distributed.nn.functional import all_to_all_single
+
+    torch.manual_seed(env.rank)
+    dtype = torch.bfloat16 if env.is_cuda else torch.float32
+    expert = nn.Sequential(nn.Linear(args.dim, 4 * args.dim, bias=False), nn.GELU("tanh"),
+                           nn.Linear(4 * args.dim, args.dim, bias=False)).to(env.device, dtype)
+    opt = torch.optim.AdamW(expert.parameters(), lr=3e-4)
+    send = _splits(env.world_size, args.tokens, args.skew)
+    x = torch.randn(args.tokens, args.dim, device=env.device, dtype=dtype, requires_grad=True)
+    received: list[int] = []
+
+    def step(_: int) -> None:
+        counts = torch.tensor(send, device=env.device)
+        recv_counts = torch.empty_like(counts)
+        dist.all_to_all_single(recv_counts, counts)  # the routing: who receives how many
+        recv = recv_counts.tolist()
+        received[:] = recv
+        with common.mark(args, "dispatch"):
+            routed = all_to_all_single(torch.empty(sum(recv), args.dim, device=env.device,
+                                                   dtype=dtype), x, recv, send)
+        with common.mark(args, "expert"):
+            out = expert(routed)
+        with common.mark(args, "combine"):
+            back = all_to_all_single(torch.empty_like(x), out, send, recv)
+        back.float().square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step_fn = step
+    labels = dict(skew=args.skew, tokens_sent_per_expert=send, layout=f"expert parallel "
+                  f"{env.world_size} (one expert per rank, all_to_all_single dispatch)")
+    return step_fn, labels | {"_received": received}
+
+
+# --------------------------------------------------------------------------------------- fsdp
+def fsdp(args, env) -> tuple[callable, dict]:
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    torch.manual_seed(0)
+    model = GPT(_cfg(args)).to(env.device)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if env.is_cuda else torch.float32,
+                              reduce_dtype=torch.float32)
+    units = 0
+    for block in model.blocks:
+        if args.unit == "linear":
+            for mod in block.modules():
+                if isinstance(mod, nn.Linear):
+                    fully_shard(mod, mp_policy=mp)
+                    units += 1
+        else:
+            fully_shard(block, mp_policy=mp)
+            units += 1
+    fully_shard(model, mp_policy=mp)
+    units += 1
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    x, y = _tokens(args, env, args.batch)
+
+    def step(_: int) -> None:
+        loss = F.cross_entropy(model(x).float().view(-1, args.vocab), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step, dict(unit=args.unit, fsdp_units=units, layout=f"fsdp {env.world_size}")
+
+
+# ---------------------------------------------------------------------------- tensor parallel
+def _tp_mlp(args, env, mesh) -> nn.Module:
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(args.layers // 2):
+        layers += [nn.Linear(args.dim, 4 * args.dim, bias=False), nn.GELU("tanh"),
+                   nn.Linear(4 * args.dim, args.dim, bias=False)]
+    model = nn.Sequential(*layers).to(env.device)
+    plan = {}
+    for i in range(0, len(layers), 3):
+        plan[str(i)] = ColwiseParallel()
+        plan[str(i + 2)] = RowwiseParallel()
+    return parallelize_module(model, mesh, plan)
+
+
+def tp(args, env) -> tuple[callable, dict]:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(env.device.type, (env.world_size,), mesh_dim_names=("tp",))
+    model = _tp_mlp(args, env, mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    x = torch.randn(args.batch, args.dim, device=env.device)  # small batch: comm exposed
+
+    def step(_: int) -> None:
+        with common.autocast(env, torch.bfloat16 if env.is_cuda else None):
+            out = model(x)
+        out.float().square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step, dict(layout=f"tp {env.world_size}", tp_batch=args.batch)
+
+
+def mesh(args, env) -> tuple[callable, dict]:
+    """DeviceMesh ("dp", "tp"): a TP MLP per dp replica, gradients all-reduced over dp."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dp = env.world_size // 2
+    m = init_device_mesh(env.device.type, (dp, 2), mesh_dim_names=("dp", "tp"))
+    model = _tp_mlp(args, env, m["tp"])
+    dp_group = m["dp"].get_group()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    x = torch.randn(args.batch * 8, args.dim, device=env.device)
+
+    def step(_: int) -> None:
+        if env.rank == args.host_bound_rank:
+            with common.mark(args, "host_work"):
+                time.sleep(0.03)
+        with common.autocast(env, torch.bfloat16 if env.is_cuda else None):
+            out = model(x)
+        out.float().square().mean().backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad.to_local(), group=dp_group)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    groups = {"dp": [dist.get_process_group_ranks(dp_group)],
+              "tp": [dist.get_process_group_ranks(m["tp"].get_group())]}
+    return step, dict(layout=f"dp {dp} x tp 2", my_groups=groups,
+                      host_bound_rank=args.host_bound_rank)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    with common.session(args, need_group=True) as env:
+        build = {"pipeline": pipeline, "experts": experts, "fsdp": fsdp, "tp": tp,
+                 "mesh": mesh}[args.case]
+        step, labels = build(args, env)
+        times = common.run_steps(args, env, step)
+        received = labels.pop("_received", None)
+        if received is not None:  # tokens each expert (rank) received, gathered on rank 0
+            per_rank = [None] * env.world_size
+            dist.all_gather_object(per_rank, sum(received))
+            labels["tokens_received_per_rank"] = per_rank
+        all_times = [None] * env.world_size
+        dist.all_gather_object(all_times, [round(t, 3) for t in times])
+        common.report(args, env, "parallel_cases", times, case=args.case,
+                      step_ms_per_rank=all_times, **labels)
+
+
+if __name__ == "__main__":
+    main()
