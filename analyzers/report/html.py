@@ -129,6 +129,8 @@ def diff_html(d: Diff) -> str:
     parts = [f'<div style="{BOX}"><b>profkit diff</b> <code>{escape(str(d.base))}</code> '
              f'&rarr; <code>{escape(str(d.new))}</code>',
              f'<p style="font-size:15px"><b>{escape(v.get("summary", ""))}</b></p>']
+    if v.get("memory"):
+        parts.append(f'<p><b>Memory:</b> {escape(v["memory"]["text"])}</p>')
     changes = v.get("changes") or []
     if changes:
         parts.append("<ul>" + "".join(f"<li>{escape(c)}</li>" for c in changes) + "</ul>")
