@@ -9,10 +9,7 @@ a capture without profile_memory=True) gets no memory line at all, not a zero ch
 
 from __future__ import annotations
 
-import gzip
 import json
-import shutil
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -23,25 +20,7 @@ from profkit.analyzers.report.html import diff_html
 
 from tests.analysed import analysed
 from tests.conftest import REPO
-
-MEMORY = REPO / "samples" / "runs" / "memory"
-
-
-def labels() -> dict[str, dict]:
-    """The workload's own numbers per run (SUMMARY.txt's PROFKIT_SAMPLE lines)."""
-    out = {}
-    for line in (MEMORY / "SUMMARY.txt").read_text().splitlines():
-        name, _, doc = line.split(" ", 2)
-        out[name.removeprefix("memory_")] = json.loads(doc)
-    return out
-
-
-def steady_peak(run: str, key: str) -> int:
-    """The label of the steps after the first (the first allocates the optimizer state
-    and is lower; every later step reads the same)."""
-    values = labels()[run][key][1:]
-    assert len(set(values)) == 1
-    return values[0]
+from tests.memory_samples import MEMORY, labels, steady_peak, without_memory_events
 
 
 @pytest.fixture(scope="module")
@@ -78,18 +57,6 @@ def test_the_text_json_and_html_carry_the_memory_line(b32_b64):
     assert row["delta_allocated_gb"] == pytest.approx((9_697_986_560 - 5_296_850_944) / 1e9)
     assert "<b>Memory:</b> peak memory (largest rank): allocated 5.30 -&gt; 9.70 GB" \
         in diff_html(b32_b64)
-
-
-def without_memory_events(src: Path, dst: Path) -> Path:
-    """A copy of a run whose traces hold no [memory] events (as profile_memory=False)."""
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".profkit"))
-    for trace in (dst / "traces").glob("*.json.gz"):
-        doc = json.loads(gzip.decompress(trace.read_bytes()))
-        kept = [e for e in doc["traceEvents"] if e.get("name") != "[memory]"]
-        assert len(kept) < len(doc["traceEvents"])
-        doc["traceEvents"] = kept
-        trace.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    return dst
 
 
 @pytest.mark.parametrize("side", ["base", "new"])
