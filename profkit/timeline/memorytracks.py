@@ -24,12 +24,25 @@ SERIES = (("allocated_bytes", S.ALLOCATED_BYTES), ("reserved_bytes", S.RESERVED_
 
 def peak_keeping(ts: np.ndarray, values: np.ndarray, max_points: int = MAX_POINTS) -> np.ndarray:
     """Indices (ascending) of the points to keep of a series in time order: all of them when
-    there are at most ``max_points``, else per time bucket (``max_points // 4`` of them) the
-    first, the last and the first points of the lowest and the highest value."""
+    there are at most ``max_points``, else per time bucket the first, the last and the first
+    points of the lowest and the highest value. Allocations come in bursts, so most buckets
+    of an even split are empty: the buckets are doubled from ``max_points // 4`` while the
+    points kept still fit."""
     n = len(values)
     if n <= max_points:
         return np.arange(n)
     buckets = max(max_points // 4, 1)
+    kept = _bucket_extremes(ts, values, buckets)
+    while buckets < n:
+        finer = _bucket_extremes(ts, values, buckets * 2)
+        if len(finer) > max_points:
+            break
+        kept, buckets = finer, buckets * 2
+    return kept
+
+
+def _bucket_extremes(ts: np.ndarray, values: np.ndarray, buckets: int) -> np.ndarray:
+    n = len(values)
     span = float(ts[-1] - ts[0])
     if span > 0:
         bucket = np.minimum(((ts - ts[0]) / span * buckets).astype(np.int64), buckets - 1)
