@@ -107,7 +107,7 @@ def peak_tile(a) -> html.Section:
                                           else "")
     stats = html.Div([html.Div([html.Div(v, className="stat-value"),
                                 html.Div(k, className="stat-label")], className="stat")
-                      for k, v in facts.items()], className="stats")
+                      for k, v in facts.items()], className="mem-stats")
     note = ("the allocator's peak over the steps the verdict uses, " + where +
             ("; the batch growth assumes the step's transient memory scales with it"
              if pd.notna(grow) else ""))
