@@ -73,11 +73,12 @@ def memory_change(base: pd.DataFrame, new: pd.DataFrame,
 
 
 def attach(diff, base, new) -> None:
-    """Add the memory change to ``diff`` (``verdict['memory']`` and the ``diff_memory``
-    table) when both analyses have memory rows; leave it without either key otherwise."""
+    """Add the memory change to ``diff.verdict['memory']``, with its per-rank rows
+    (:func:`memory_table`) as ``ranks``, when both analyses have memory rows; no key
+    otherwise. Not in ``diff.tables``: those are the time's attribution, a delta_ms each."""
     b, n = base.table("memory_ranks"), new.table("memory_ranks")
     change = memory_change(b, n, diff.verdict)
     if change is None:
         return
+    change["ranks"] = memory_table(b, n).to_dict("records")
     diff.verdict["memory"] = change
-    diff.tables["diff_memory"] = memory_table(b, n)

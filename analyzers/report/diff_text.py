@@ -75,8 +75,8 @@ def memory_lines(d: Diff, markdown: bool) -> list[str]:
     if not mem:
         return []
     lines = ["", f"**Memory:** {mem['text']}" if markdown else f"MEMORY: {mem['text']}"]
-    table = d.tables.get("diff_memory")
-    if table is not None and len(table) > 1:
+    table = pd.DataFrame(mem.get("ranks") or [])
+    if len(table) > 1:
         table = table.rename(columns=lambda c: c.replace("_gb", "").replace("_frac", ""))
         lines += ["", f"### {MEMORY_TITLE}" if markdown else MEMORY_TITLE + ":"]
         lines += (markdown_table(table.round(3)) if markdown

@@ -52,7 +52,7 @@ def test_the_text_json_and_html_carry_the_memory_line(b32_b64):
     assert "**Memory:** peak memory (largest rank): allocated 5.30 -> 9.70 GB" in md
     doc = json.loads(json.dumps(diff_to_json(b32_b64)))
     assert doc["verdict"]["memory"]["new_peak_allocated_bytes"] == 9_697_986_560
-    [row] = doc["diff_memory"]
+    [row] = doc["verdict"]["memory"]["ranks"]
     assert (row["rank"], row["device"]) == (0, 0)
     assert row["delta_allocated_gb"] == pytest.approx((9_697_986_560 - 5_296_850_944) / 1e9)
     assert "<b>Memory:</b> peak memory (largest rank): allocated 5.30 -&gt; 9.70 GB" \
@@ -66,10 +66,10 @@ def test_a_side_without_memory_events_gets_no_memory_line(tmp_path, side):
     full = analysed(MEMORY / "gpt_b64")
     d = diff_analyses(bare, full) if side == "base" else diff_analyses(full, bare)
     assert d.verdict["verdict"] is not None  # the time is still compared
-    assert "memory" not in d.verdict and "diff_memory" not in d.tables
+    assert "memory" not in d.verdict
     assert "MEMORY" not in diff_to_text(d) and "Memory" not in diff_to_text(d, markdown=True)
     doc = diff_to_json(d)
-    assert "memory" not in doc["verdict"] and "diff_memory" not in doc
+    assert "memory" not in doc["verdict"]
 
 
 def _ranks(rows: list[tuple[int, int, int, int]]) -> pd.DataFrame:
@@ -96,7 +96,8 @@ def test_several_ranks_get_a_per_rank_table_beside_the_run_line():
     base, new = analysed(REPO / "samples/runs/zoo/balanced"), \
         analysed(REPO / "samples/runs/zoo/straggler")
     d = diff_analyses(base, new)
-    table = d.tables["diff_memory"].set_index("rank")
+    assert "diff_memory" not in d.tables  # those are the time's attribution, delta_ms each
+    table = pd.DataFrame(d.verdict["memory"]["ranks"]).set_index("rank")
     assert table.index.tolist() == [0, 1]
     for side, a in (("base", base), ("new", new)):
         peaks = a.table("memory_ranks").set_index("rank")["peak_allocated_bytes"]
