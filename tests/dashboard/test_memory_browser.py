@@ -89,3 +89,14 @@ def test_the_overview_tile_reads_the_peak_of_the_capacity_and_the_headroom(page)
     assert f"{steady_peak('gpt_b32', 'peak_allocated_bytes') / 1e9:.1f} / " \
         f"{capacity / 1e9:.1f} GB" in text
     assert f"{(capacity - reserved) / 1e9:.1f} GB" in text and "~33x" in text
+
+
+def test_compare_page_gives_the_change_of_peak_memory(page):
+    """gpt_b32 -> gpt_b64: the labels' allocated peaks 5,296,850,944 -> 9,697,986,560 B."""
+    page.goto(f"{page.base}/compare?base={B32}&new={KEYS['memory/gpt_b64']}")
+    line = page.locator(".diff-memory")
+    line.wait_for()
+    change = steady_peak("gpt_b64", "peak_allocated_bytes") / \
+        steady_peak("gpt_b32", "peak_allocated_bytes") - 1
+    assert f"allocated 5.30 -> 9.70 GB (+4.40 GB, {change:+.1%})" in line.inner_text()
+    assert "+83.1%" in line.inner_text()
