@@ -16,6 +16,7 @@ from profkit.run.loader import load_run
 from profkit.timeline import memorytracks
 from profkit.timeline.memorytracks import peak_keeping
 from profkit.timeline.merge import merge_run
+from tests.conftest import CORPUS
 from tests.factories import BASE_NS, memory_event, step, trace_doc, write_trace
 from tests.memory_samples import (
     MEMORY,
@@ -91,6 +92,23 @@ def test_a_run_of_25000_events_stays_small_and_keeps_its_one_spike(tmp_path):
     assert doc["baseTimeNanoseconds"] + round(top["ts"] * 1000) == BASE_NS + (1 + spike) * 1000
     assert min(values) == min(allocated)
     assert len(tracks(doc)["reserved_bytes"]) <= memorytracks.MAX_POINTS
+
+
+BIG = CORPUS / "hta" / "df_index_resolver"  # a public trace: 26,770 CUDA [memory] events
+
+
+@pytest.mark.skipif(not BIG.exists(), reason=f"shared corpus not found at {CORPUS}")
+def test_a_real_trace_of_26770_memory_events_keeps_its_peaks_in_2000_points(tmp_path):
+    raw = json.loads(gzip.decompress((BIG / "df_index_resolver.json.gz").read_bytes()))
+    events = [e for e in raw["traceEvents"] if e.get("name") == "[memory]"
+              and e["args"].get("Device Type") == 1]
+    assert len(events) == 26_770
+    got = tracks(merged(BIG, tmp_path / "m.json.gz"))
+    for name, key in (("allocated_bytes", "Total Allocated"), ("reserved_bytes", "Total Reserved")):
+        series = got[name]
+        assert 1000 < len(series) <= memorytracks.MAX_POINTS
+        assert max(e["args"][name] for e in series) == max(e["args"][key] for e in events)
+        assert min(e["args"][name] for e in series) == min(e["args"][key] for e in events)
 
 
 def test_a_run_without_memory_events_gets_no_memory_track(tmp_path):
