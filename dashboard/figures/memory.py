@@ -81,18 +81,34 @@ def memory_figure(points: pd.DataFrame, steps: pd.DataFrame, base_ns: int,
     fig.add_annotation(x=(best["ts_ns"] - base_ns) / 1e6, y=best["bytes"] / GB,
                        text=f"peak {best['bytes'] / GB:.2f} GB", showarrow=True, arrowhead=2,
                        ax=0, ay=-28, font=dict(size=11, color=STRAGGLER_COLOR))
-    for cap in sorted({float(c) for c in capacity_bytes if pd.notna(c) and c > 0}):
+    caps = sorted({float(c) for c in capacity_bytes if pd.notna(c) and c > 0})
+    for cap in caps:
         fig.add_hline(y=cap / GB, line_dash="dot", line_color="#374151",
                       annotation_text=f"capacity {cap / GB:.1f} GB",
                       annotation_position="top left")
+    if caps:
+        _zoom_buttons(fig, float(points["bytes"].max()), caps[-1])
     times = pd.concat([(points["ts_ns"] - base_ns) / 1e6, (steps["ts_ns"] - base_ns) / 1e6])
     step_shading(fig, steps, base_ns, span_ms=float(times.max() - times.min()))
     fig.update_xaxes(title_text="time (ms)")
     fig.update_yaxes(title_text="GB", rangemode="tozero")
     fig = base_layout(fig, height=420)
-    fig.update_layout(legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1,
-                                  xanchor="right"), margin=dict(t=60))
+    fig.update_layout(legend=dict(orientation="h", y=1.08, yanchor="bottom", x=1,
+                                  xanchor="right"), margin=dict(t=84))
     return fig
+
+
+def _zoom_buttons(fig: go.Figure, top_bytes: float, capacity_bytes: float) -> None:
+    """Two buttons over the chart: the y axis up to the capacity (the headroom in view, as
+    drawn first) or up to the data (its shape, where it is far below the capacity)."""
+    to = {"the capacity": capacity_bytes, "the data": top_bytes}
+    fig.update_yaxes(range=[0, 1.05 * capacity_bytes / GB])
+    fig.update_layout(updatemenus=[dict(
+        type="buttons", direction="right", showactive=True, active=0, x=0, xanchor="left",
+        y=1.08, yanchor="bottom", pad=dict(l=0, t=0), font=dict(size=11),
+        buttons=[dict(label=f"up to {name}", method="relayout",
+                      args=[{"yaxis.range": [0, 1.05 * value / GB]}])
+                 for name, value in to.items()])])
 
 
 def _label(rank: int, device: int, top: pd.DataFrame) -> str:

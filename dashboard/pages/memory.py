@@ -94,9 +94,8 @@ def peak_tile(a) -> html.Section:
     cap = float(row["capacity_bytes"])
     alloc, reserved = float(row["peak_allocated_bytes"]), float(row["peak_reserved_bytes"])
     known = pd.notna(cap) and cap > 0
-    facts = {"peak allocated": f"{alloc / 1e9:.1f} / {cap / 1e9:.1f} GB" if known
-             else f"{alloc / 1e9:.1f} GB",
-             "of the GPU": f"{alloc / cap:.0%}" if known else "-",
+    facts = {f"peak allocated ({alloc / cap:.1%} of the GPU)" if known else "peak allocated":
+             f"{alloc / 1e9:.1f} / {cap / 1e9:.1f} GB" if known else f"{alloc / 1e9:.1f} GB",
              "peak reserved": f"{reserved / 1e9:.1f} GB"}
     if known:
         facts["headroom"] = f"{max(cap - reserved, 0) / 1e9:.1f} GB"

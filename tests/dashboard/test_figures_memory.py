@@ -53,6 +53,12 @@ def test_figure_marks_the_peak_draws_capacity_and_the_step_bands(b32):
     assert len(bands) == len(steps) >= 3
     texts = [ann.text for ann in fig.layout.annotations]
     assert "peak 5.30 GB" in texts and "capacity 150.1 GB" in texts
+    # the y axis shows the capacity first; a button fits it to the data (the reserved peak)
+    assert fig.layout.yaxis.range[1] == pytest.approx(1.05 * capacity / 1e9)
+    [menu] = fig.layout.updatemenus
+    ranges = {b.label: b.args[0]["yaxis.range"][1] for b in menu.buttons}
+    assert ranges == {"up to the capacity": pytest.approx(1.05 * capacity / 1e9),
+                      "up to the data": pytest.approx(1.05 * 5.429526528)}
 
 
 def test_no_points_is_a_message_not_an_empty_chart():
@@ -94,6 +100,7 @@ def test_the_overview_tile_reads_the_labelled_peak_and_the_capacity(b32):
     alloc = steady_peak("gpt_b32", "peak_allocated_bytes")
     reserved = steady_peak("gpt_b32", "peak_reserved_bytes")
     assert f"{alloc / 1e9:.1f} / {capacity / 1e9:.1f} GB" in text  # 5.3 / 150.1 GB
+    assert f"({alloc / capacity:.1%} of the GPU)" in text  # 3.5%
     assert f"{reserved / 1e9:.1f} GB" in text
     assert f"{(capacity - reserved) / 1e9:.1f} GB" in text  # headroom 144.7 GB
     assert "~33x" in text  # the headroom finding's what-if (FIT.txt: 1024 fits, 2048 not)

@@ -53,6 +53,13 @@ def test_memory_page_draws_the_labelled_peak_capacity_and_steps(page):
     assert page.locator("#m-ranks .ag-row").count() == 1
     assert f"\n{alloc_gb:.3f}\n{reserved_gb:.2f}\n" in page.locator("#m-ranks").inner_text()
     assert page.locator(".tab.active").inner_text() == "Memory"
+    # the y axis up to the capacity first; the button fits it to the data (reserved peak)
+    top = "gid => document.getElementById(gid).querySelector('.js-plotly-plot')" \
+        "._fullLayout.yaxis.range[1]"
+    assert page.evaluate(top, "m-graph") == pytest.approx(1.05 * capacity / 1e9)
+    page.locator("#m-graph .updatemenu-button").filter(has_text="up to the data").click()
+    page.wait_for_function(f"({top})('m-graph') < 10")
+    assert page.evaluate(top, "m-graph") == pytest.approx(1.05 * reserved_gb)
 
 
 def test_memory_page_shows_what_is_live_at_the_peak_or_says_it_is_not_available(page):
