@@ -15,7 +15,7 @@ import pytest
 from profkit.run.loader import load_run
 from profkit.timeline import memorytracks
 from profkit.timeline.memorytracks import peak_keeping
-from profkit.timeline.merge import merge_run
+from profkit.timeline.merge import Window, merge_run
 from tests.conftest import CORPUS
 from tests.factories import BASE_NS, memory_event, step, trace_doc, write_trace
 from tests.memory_samples import (
@@ -58,6 +58,26 @@ def test_the_tracks_peak_is_the_traces_and_the_labels(tmp_path, run):
             pytest.approx(raw["baseTimeNanoseconds"] + first_raw["ts"] * 1000, abs=1)
     gpu_pids = {e["pid"] for e in doc["traceEvents"] if e.get("cat") == "kernel"}
     assert {e["pid"] for s in got.values() for e in s} <= gpu_pids and gpu_pids
+
+
+def test_a_window_keeps_the_memory_points_inside_it(tmp_path):
+    """--steps / a window: the tracks hold the events of the window only (on the absolute
+    clock: the raw trace's base time plus its ts)."""
+    raw = raw_trace("gpt_b32")
+    base = raw["baseTimeNanoseconds"]
+    events = raw_cuda_memory_events(raw)
+    at = [base + round(e["ts"] * 1000) for e in events]
+    lo, hi = at[len(at) // 3], at[2 * len(at) // 3]
+    inside = [e for e, t in zip(events, at) if lo <= t < hi]
+    out = tmp_path / "m.json.gz"
+    merge_run(load_run(MEMORY / "gpt_b32", cache=False), out, window=Window(lo, hi))
+    doc = json.loads(gzip.decompress(out.read_bytes()))
+    series = tracks(doc)["allocated_bytes"]
+    assert len(series) == len(inside) > 0
+    times = [doc["baseTimeNanoseconds"] + e["ts"] * 1000 for e in series]
+    assert lo - 1 <= min(times) and max(times) < hi + 1
+    assert max(e["args"]["allocated_bytes"] for e in series) == \
+        max(e["args"]["Total Allocated"] for e in inside)
 
 
 def test_a_thinned_series_keeps_its_peak_ends_and_shape(tmp_path, monkeypatch):
