@@ -52,3 +52,13 @@ def test_a_run_without_memory_events_has_no_memory_line(tmp_path, render):
     out = render(a)
     assert "Memory" not in out and "peak memory" not in out
     assert "compute bound" in out  # the rest of the report is there
+
+
+def test_a_line_without_the_devices_memory_gives_the_peaks_alone():
+    from profkit.analyzers.report.memoryline import memory_line
+
+    a = analysed(MEMORY / "gpt_b32")
+    ranks = a.table("memory_ranks").copy()
+    ranks[["capacity_bytes", "batch_headroom_x"]] = float("nan")
+    a.tables["memory_ranks"] = ranks
+    assert memory_line(a) == "peak memory: 5.30 GB allocated, 5.43 GB reserved, rank 0"

@@ -125,3 +125,16 @@ def test_live_at_peak_reads_the_analysis_table_largest_first_or_none():
     shown = page._in_gb(live)
     assert shown["live_gb"].tolist() == [3.0, 1.0] and "live_bytes" not in shown
     assert "not available" not in str(page.live_card(a))
+
+
+def test_a_tile_without_the_devices_memory_gives_the_peaks_alone():
+    """A trace without device properties or run.json's gpus: no capacity, so no share of
+    it, no headroom and no batch growth (the analysis gives none)."""
+    a = analysed(B32)  # a copy of its own: this test changes it
+    ranks = a.table("memory_ranks").copy()
+    ranks["capacity_bytes"] = float("nan")
+    ranks["batch_headroom_x"] = float("nan")
+    a.tables["memory_ranks"] = ranks
+    text = str(page.peak_tile(a))
+    assert "'5.3 GB'" in text and "'5.4 GB'" in text
+    assert "of the GPU" not in text and "headroom" not in text and "grow" not in text
