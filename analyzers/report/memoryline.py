@@ -7,11 +7,13 @@ from __future__ import annotations
 import math
 
 from profkit.analyzers.analyze import Analysis
+from profkit.analyzers.thresholds import DEFAULT
 
 
 def memory_line(a: Analysis) -> str | None:
-    """``peak memory: 5.30 GB allocated, 5.43 GB reserved of 150.1 GB (3.6%), rank 0``;
-    None for a run without [memory] events."""
+    """``peak memory: 5.30 GB allocated, 5.43 GB reserved of 150.1 GB (3.6%), rank 0``, and
+    how far the batch could grow where the headroom finding would say it (at least
+    ``memory_headroom_min_x``); None for a run without [memory] events."""
     ranks = a.table("memory_ranks")
     if ranks.empty:
         return None
@@ -25,7 +27,7 @@ def memory_line(a: Analysis) -> str | None:
     if len(ranks) > 1:
         line += f" (the highest of {len(ranks)} rank-devices)"
     grow = float(row.get("batch_headroom_x", math.nan))
-    if math.isfinite(grow):
+    if math.isfinite(grow) and grow >= DEFAULT.memory_headroom_min_x:  # as the finding says it
         line += (f"; the batch could grow about {grow:.0f}x, if the memory that comes and "
                  "goes in a step grows with it")
     return line

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 from dash import html
+from profkit.analyzers.thresholds import DEFAULT
 from profkit.dashboard import ids
 from profkit.dashboard.figures import memory as M
 from profkit.dashboard.pages import frame
@@ -86,7 +87,8 @@ def live_card(a) -> html.Section:
 def peak_tile(a) -> html.Section:
     """The Overview's tile: the rank-device nearest its capacity (highest reserved) with
     its peak allocated of the capacity, peak reserved, the headroom and how far the batch
-    could grow (``batch_headroom_x``, if the step's transient memory scales with it)."""
+    could grow (``batch_headroom_x``, if the step's transient memory scales with it; where
+    the headroom finding would say it, at least ``memory_headroom_min_x``)."""
     ranks = a.table("memory_ranks")
     if ranks.empty:
         return C.card("Peak memory", html.P(M.NO_MEMORY, className="muted"), id=ids.M_TILE)
@@ -100,7 +102,8 @@ def peak_tile(a) -> html.Section:
     if known:
         facts["headroom"] = f"{max(cap - reserved, 0) / 1e9:.1f} GB"
     grow = row.get("batch_headroom_x")
-    if pd.notna(grow):
+    grow = grow if pd.notna(grow) and grow >= DEFAULT.memory_headroom_min_x else None
+    if grow is not None:
         facts["batch could grow"] = f"~{float(grow):.0f}x"
     where = f"rank {int(row['rank'])}" + (f" of {len(ranks)} rank-devices" if len(ranks) > 1
                                           else "")
@@ -109,7 +112,7 @@ def peak_tile(a) -> html.Section:
                       for k, v in facts.items()], className="mem-stats")
     note = ("the allocator's peak over the steps the verdict uses, " + where +
             ("; the batch growth assumes the step's transient memory scales with it"
-             if pd.notna(grow) else ""))
+             if grow is not None else ""))
     return C.card("Peak memory", stats, html.P(note, className="hint"), id=ids.M_TILE)
 
 

@@ -62,3 +62,11 @@ def test_a_line_without_the_devices_memory_gives_the_peaks_alone():
     ranks[["capacity_bytes", "batch_headroom_x"]] = float("nan")
     a.tables["memory_ranks"] = ranks
     assert memory_line(a) == "peak memory: 5.30 GB allocated, 5.43 GB reserved, rank 0"
+
+
+def test_a_line_near_capacity_says_nothing_of_growing_the_batch():
+    from profkit.analyzers.report.memoryline import memory_line
+
+    a = analysed(MEMORY / "gpt_b32")
+    a.tables["memory_ranks"] = a.table("memory_ranks").assign(batch_headroom_x=1.05)
+    assert memory_line(a) == expected_line()

@@ -138,3 +138,12 @@ def test_a_tile_without_the_devices_memory_gives_the_peaks_alone():
     text = str(page.peak_tile(a))
     assert "'5.3 GB'" in text and "'5.4 GB'" in text
     assert "of the GPU" not in text and "headroom" not in text and "grow" not in text
+
+
+def test_a_tile_near_capacity_says_nothing_of_growing_the_batch():
+    """Under the headroom finding's 2x (a run that grows its batch to out-of-memory reads
+    1.05x) the tile gives no batch growth: '~1x' would be no advice."""
+    a = analysed(B32)  # a copy of its own: this test changes it
+    a.tables["memory_ranks"] = a.table("memory_ranks").assign(batch_headroom_x=1.05)
+    text = str(page.peak_tile(a))
+    assert "grow" not in text and "~1x" not in text and "headroom" in text
