@@ -30,6 +30,7 @@ import math
 from dataclasses import replace
 
 import pandas as pd
+from profkit.analyzers.findings.memoryrisks import fold_memory
 from profkit.analyzers.findings.roofline import memory_advice
 from profkit.analyzers.findings.savings import (
     OVERLAP_SAVING,
@@ -60,6 +61,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         if len(ranks) else {}
     launch = {f.rank: f for f in findings if f.category == "launch"}
     findings = fold_measured(findings)
+    findings = fold_memory(findings)
     findings = memory_advice(findings, tables.get("roofline"))
     out = []
     for f in findings:

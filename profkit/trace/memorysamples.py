@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from profkit import schema as S
-from profkit.columns import to_float, us_to_ns
+from profkit.columns import ids_to_int, to_float, us_to_ns
 from profkit.trace.traceevents import DECODE_ERRORS, InstantEvent
 
 MEMORY_EVENT = "[memory]"
@@ -65,7 +65,7 @@ _FIELDS = (
     (S.DEVICE_TYPE, "device_type", 0, MAX_DEVICE_TYPE, np.int8),
     (S.ADDR, "addr", ADDR_ABSENT, (1 << 63) - 1, np.int64),
 )
-_TS, _ARGS = attrgetter("ts"), attrgetter("args")
+_TS, _TID, _ARGS = attrgetter("ts"), attrgetter("tid"), attrgetter("args")
 
 
 class MemorySamples:
@@ -96,7 +96,9 @@ class MemorySamples:
             keep &= ok
         if not keep.all():
             self._count_dropped(~keep, args)
+        tid, _oversized = ids_to_int(list(map(_TID, mem)))  # as the events table reads them
         self._put("ts_us", ts_us[keep])
+        self._put(S.TID, tid[keep].astype(np.int64))
         for column, values in columns.items():
             self._put(column, values[keep])
 
@@ -122,6 +124,7 @@ class MemorySamples:
             values = np.concatenate(parts[column]) if parts else np.empty(0, dtype)
             out[column] = values[order]
         out[S.STEP] = np.full(len(order), -1, dtype=np.int64)
+        out[S.TID] = np.concatenate(parts[S.TID])[order] if parts else np.empty(0, np.int64)
         self.parts = {}
         return pd.DataFrame(out)[list(S.MEMORY_COLUMNS)]
 
