@@ -30,6 +30,7 @@ import math
 from dataclasses import replace
 
 import pandas as pd
+from profkit.analyzers.findings.memoryjoin import join_headroom
 from profkit.analyzers.findings.memoryrisks import fold_memory
 from profkit.analyzers.findings.roofline import memory_advice
 from profkit.analyzers.findings.savings import (
@@ -74,6 +75,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         f = _estimate(f, saving, means, tables, steps, median_step)
         if f is not None:
             out.append(f)
+    out = join_headroom(out, ranks, set(launch))
     return order([_trusted_saving(f) for f in _round_trips(_code_into_cause(out))],
                  verdict.get("primary"))
 

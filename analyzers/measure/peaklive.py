@@ -37,6 +37,7 @@ FACTORY_OP_RE = (r"^aten::(?:empty|empty_like|empty_strided|new_empty|new_empty_
                  r"resize_|zeros|zeros_like|new_zeros|zero_|fill_)$")
 STEP_MARK_RE = r"^ProfilerStep#"
 MODULE_RE = r"^nn\.Module: "
+HOST_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_PYTHON)
 _CHUNK = 256  # queries matched against a thread's ops at once (a CHUNK x ops mask)
 
 
@@ -109,7 +110,7 @@ def device_peak_live(dev: pd.DataFrame, data: RankData,
     picked = dev[live]
     query_ts = np.append(picked[S.TS_NS].to_numpy(), dev[S.TS_NS].iat[p])
     query_tid = np.append(picked[S.TID].to_numpy(), dev[S.TID].iat[p])
-    ops, notes = enclosing(data.events, query_ts, query_tid)
+    ops, notes = enclosing(data.of_kinds(HOST_KINDS), query_ts, query_tid)
     table = pd.DataFrame({"step": step, "op": ops[:-1], "annotation": notes[:-1],
                           "allocated_before_step": picked[S.TS_NS].to_numpy() < step_start,
                           "live_bytes": picked[S.BYTES].to_numpy(np.int64), "count": 1})
@@ -147,11 +148,11 @@ def _step_start_ns(data: RankData, step: int) -> int:
     return int(row[S.TS_NS].iat[0]) if len(row) else -1
 
 
-def enclosing(events: pd.DataFrame, ts: np.ndarray, tid: np.ndarray) -> tuple[list, list]:
-    """(op, annotation) around each instant (``ts`` ns on thread ``tid``): the innermost CPU
-    op holding it (factory ops skipped), :data:`UNKNOWN_OP` when none; the innermost
-    annotation or module range, "" when none."""
-    host = events[values_in(events[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_PYTHON))]
+def enclosing(host: pd.DataFrame, ts: np.ndarray, tid: np.ndarray) -> tuple[list, list]:
+    """(op, annotation) around each instant (``ts`` ns on thread ``tid``) among ``host``'s
+    ranges (events of :data:`HOST_KINDS`): the innermost CPU op holding it (factory ops
+    skipped), :data:`UNKNOWN_OP` when none; the innermost annotation or module range, ""
+    when none."""
     host = host[host[S.TID].isin(np.unique(tid)).to_numpy()]
     is_op = (values_in(host[S.KIND], (S.KIND_CPU_OP,))
              & ~category_mask(host[S.NAME], FACTORY_OP_RE))
