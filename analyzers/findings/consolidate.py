@@ -75,7 +75,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         f = _estimate(f, saving, means, tables, steps, median_step)
         if f is not None:
             out.append(f)
-    out = join_headroom(out, ranks, set(launch))
+    out = join_headroom(out, ranks)
     return order([_trusted_saving(f) for f in _round_trips(_code_into_cause(out))],
                  verdict.get("primary"))
 

@@ -34,14 +34,15 @@ def batch_growth(headroom_x: float, busy_frac: float) -> tuple[int, float]:
     return k, 1 - max(1 / k, busy_frac)
 
 
-def join_headroom(findings: list[Finding], ranks: pd.DataFrame,
-                  launch_ranks: set) -> list[Finding]:
+def join_headroom(findings: list[Finding], ranks: pd.DataFrame) -> list[Finding]:
     """The headroom (``allocations``) finding of each rank whose verdict is launch overhead,
-    or whose kernels are mostly small (``launch_ranks``: ranks with a launch finding), with
-    the advice to raise the batch and its saving; other findings as they are."""
+    or whose GPU waits on launches of small kernels for a share of the step worth a finding
+    (a ``cpu_launch`` finding), with the advice to raise the batch and its saving; other
+    findings as they are. A compute-bound rank's headroom stays a plain fact."""
     if ranks is None or ranks.empty:
         return findings
     rows = ranks.set_index("rank")
+    launch_ranks = {f.rank for f in findings if f.category == "cpu_launch"}
     out = []
     for f in findings:
         if (f.category == "allocations" and f.rank in rows.index

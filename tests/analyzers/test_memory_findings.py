@@ -205,17 +205,18 @@ def test_a_launch_bound_rank_with_headroom_is_told_to_raise_the_batch():
                    recommendation="r", evidence={"batch_headroom_x": 10.0})
     ranks = pd.DataFrame([{"rank": 0, "primary": "cpu_launch", "step_time_ms": 10.0,
                            "compute": 0.3, "communication": 0.0, "memcpy": 0.0}])
-    (joined,) = join_headroom([head], ranks, set())
+    (joined,) = join_headroom([head], ranks)
     # GPU busy 30%: 4x the batch makes the GPU the bound (1/0.3 = 3.3); 1 - max(1/4, 0.3)
     assert joined.evidence["batch_growth_x"] == 4
     assert joined.estimated_saving["fraction"] == pytest.approx(0.7)
     assert "4x the batch" in joined.recommendation
     computing = ranks.assign(primary="compute")
-    (kept,) = join_headroom([head], computing, set())
+    (kept,) = join_headroom([head], computing)
     assert kept is head  # compute-bound: the headroom finding stays as it was
-    (small,) = join_headroom([head], computing, {0})  # small kernels: a launch finding
+    launch = replace(head, category="cpu_launch", evidence={})  # launches charged, not primary
+    small, _ = join_headroom([head, launch], computing)
     assert small.evidence["batch_growth_x"] == 4
-    (tight,) = join_headroom([replace(head, evidence={"batch_headroom_x": 2.5})], ranks, set())
+    (tight,) = join_headroom([replace(head, evidence={"batch_headroom_x": 2.5})], ranks)
     assert tight.evidence["batch_growth_x"] == 2  # no more than the memory allows
 
 
@@ -226,3 +227,25 @@ def test_the_memory_table_keeps_the_thread_of_each_event():
                   if e.get("name") == "[memory]"), key=lambda e: e["ts"])
     assert sorted(mem["tid"].tolist()) == sorted(e["tid"] for e in raw)
     assert len(set(mem["tid"])) == 2  # the main thread and autograd's backward thread
+
+
+def _why(name: str) -> dict:
+    for line in (SAMPLES.parent / "why" / "SUMMARY.txt").read_text().splitlines():
+        label, _, doc = line.partition(" PROFKIT_SAMPLE ")
+        if label == name:
+            return json.loads(doc)
+    raise KeyError(name)
+
+
+def test_a_launch_bound_gpt_is_told_to_raise_the_batch_as_much_as_measured():
+    """why/gpt_b8 is launch-bound with room for a far larger batch; its twin why/gpt_b32 ran
+    4x the batch: the time per sample the workloads printed (median steps) against the
+    headroom finding's saving."""
+    b8, b32 = _why("why_gpt_b8"), _why("why_gpt_b32")
+    measured = 1 - (b32["median_step_ms"] / 32) / (b8["median_step_ms"] / 8)  # 0.78
+    a = analyze(load_run(SAMPLES.parent / "why" / "gpt_b8", cache=False))
+    assert a.verdict["primary"] == "cpu_launch"
+    (head,) = [f for f in a.findings if f.category == "allocations"]
+    assert head.evidence["batch_growth_x"] == 4
+    assert abs(head.estimated_saving["fraction"] - measured) < 0.15
+    assert "4x the batch" in head.recommendation
