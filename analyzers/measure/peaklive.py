@@ -175,7 +175,7 @@ def _innermost(ranges: pd.DataFrame, ts: np.ndarray, tid: np.ndarray, none: str)
             continue
         start = mine[S.TS_NS].to_numpy()
         end = start + mine[S.DUR_NS].to_numpy()
-        names = mine[S.NAME].astype(str).to_numpy()
+        names = mine[S.NAME]
         for lo in range(0, len(qs), _CHUNK):
             q = qs[lo:lo + _CHUNK]
             t = ts[q][:, None]
@@ -183,7 +183,7 @@ def _innermost(ranges: pd.DataFrame, ts: np.ndarray, tid: np.ndarray, none: str)
             key = np.where(holds, start[None, :], np.iinfo(np.int64).min)
             best = key.argmax(axis=1)
             hit = holds[np.arange(len(q)), best]
-            out[q[hit]] = names[best[hit]]
+            out[q[hit]] = names.iloc[best[hit]].astype(str).to_numpy()
     return out.tolist()
 
 
