@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 11  # 11: the memory table keeps the thread of each event (TID)
+TABLES_VERSION = 12  # 12: the memory table keeps each event's thread and failed allocations
 # 10: the allocator's [memory] events are cached as a fifth table
 # 9: the trace's counter ('C') samples are cached as a fourth table
 # 8: a missing name, category or Input Dims is "" (it read "nan")
@@ -124,8 +124,10 @@ DEVICE_TYPE_CUDA = 1  # ROCm builds of PyTorch write their GPUs as CUDA too
 ALLOCATED_BYTES = "allocated_bytes"  # "Total Allocated": bytes in live tensors
 RESERVED_BYTES = "reserved_bytes"  # "Total Reserved": bytes the allocator holds from the driver
 ADDR = "addr"  # the block's address, -1 when the trace does not write it
+OUT_OF_MEMORY = "out_of_memory"  # True: an allocation that failed ("[OutOfMemory]": BYTES is
+# the size asked for, the totals are the allocator's then, no address), not an allocation
 MEMORY_COLUMNS = (TS_NS, DEVICE, DEVICE_TYPE, BYTES, ALLOCATED_BYTES, RESERVED_BYTES, ADDR, STEP,
-                  TID)
+                  TID, OUT_OF_MEMORY)
 
 # --- steps: one row per ProfilerStep of one rank ----------------------------------------
 # ts_ns / dur_ns are the CPU ProfilerStep range. The GPU runs behind the CPU, so the GPU

@@ -204,6 +204,7 @@ def _oom(row: dict) -> Finding:
             if np.isfinite(row["last_alloc_bytes"]) else "")
     live = "; ".join(f"{op} ({b / GB:.2f} GB, {c})" for op, _ann, b, c in row.get("live") or [])
     said = (f" The job's error: {row['error'][:200]}" if row["error"] else
+            " (the trace records the failed allocation)" if row["source"] == "trace" else
             " (no error record: read from the memory climbing to the device's capacity)")
     return Finding(
         category="out_of_memory", severity="critical", rank=rank, step=step,

@@ -42,7 +42,7 @@ def rank_allocations(data: RankData, used: dict[int, int] | None,
     if mem.empty:
         return pd.DataFrame(columns=list(STEP_COLUMNS))
     gpu = (mem[S.DEVICE_TYPE] == S.DEVICE_TYPE_CUDA).to_numpy()
-    mem = mem[gpu & (mem[S.STEP] >= 0).to_numpy()]
+    mem = mem[gpu & (mem[S.STEP] >= 0).to_numpy() & ~mem[S.OUT_OF_MEMORY].to_numpy(bool)]
     if mem.empty:
         return pd.DataFrame(columns=list(STEP_COLUMNS))
     # The table is in time order, so a group's first row is the step's first event; its

@@ -105,29 +105,44 @@ def tried_bytes(error: str) -> float:
 
 def oom_cut(data: RankData, run_meta: dict | None, capacity_bytes: float,
             near_frac: float) -> dict | None:
-    """The rank's out-of-memory, None when it had none: its last recorded step, when the
-    run's error record says out of memory (``source`` "error"), or, without a record, when
-    that step's allocated peak climbs past every earlier step's (by :data:`CLIMB`) to
-    ``near_frac`` of the device (``source`` "trace"). Row of :data:`OOM_COLUMNS`."""
+    """The rank's out-of-memory, None when it had none (row of :data:`OOM_COLUMNS`). Its
+    step: that of the trace's first failed allocation (``[OutOfMemory]``, ``source``
+    "trace"); else the last recorded step, when the run's error record says out of memory
+    (``source`` "error") or when that step's allocated peak climbs past every earlier step's
+    (by :data:`CLIMB`) to ``near_frac`` of the device (``source`` "climb")."""
     if data.steps.empty:
         return None
-    last = int(data.steps[S.STEP].max())
     error = rank_error(run_meta, data.rank)
     said = bool(OOM_TEXT.search(error))
     mem = data.table("memory")
     mem = mem[(mem[S.DEVICE_TYPE] == S.DEVICE_TYPE_CUDA).to_numpy()] if len(mem) else mem
+    failed = mem[mem[S.OUT_OF_MEMORY].to_numpy(bool)] if len(mem) else mem
+    failed = failed[(failed[S.STEP] >= 0).to_numpy()] if len(failed) else failed
+    last = int(failed[S.STEP].iat[0]) if len(failed) else int(data.steps[S.STEP].max())
+    mem = mem[~mem[S.OUT_OF_MEMORY].to_numpy(bool)] if len(mem) else mem
     in_last = mem[(mem[S.STEP] == last).to_numpy()] if len(mem) else mem
-    if not said and not _climbs(mem, in_last, last, capacity_bytes, near_frac):
+    if len(failed):
+        source = "trace"
+    elif said:
+        source = "error"
+    elif _climbs(mem, in_last, last, capacity_bytes, near_frac):
+        source = "climb"
+    else:
         return None
+    if len(failed):  # what the trace saw before the failure
+        in_last = in_last[(in_last[S.TS_NS] <= failed[S.TS_NS].iat[0]).to_numpy()]
     allocs = in_last[(in_last[S.BYTES] > 0).to_numpy()] if len(in_last) else in_last
     lastrow = allocs.iloc[-1] if len(allocs) else None
+    tried = tried_bytes(error)
+    if len(failed) and not np.isfinite(tried):
+        tried = float(failed[S.BYTES].iat[0])
     return {"rank": data.rank, "device": int(lastrow[S.DEVICE]) if lastrow is not None else -1,
-            "step": last, "error": error, "tried_bytes": tried_bytes(error),
+            "step": last, "error": error, "tried_bytes": tried,
             "last_alloc_bytes": _num(lastrow, S.BYTES),
             "last_allocated_bytes": _num(lastrow, S.ALLOCATED_BYTES),
             "last_reserved_bytes": float(in_last[S.RESERVED_BYTES].max()) if len(in_last)
             else float("nan"),
-            "capacity_bytes": capacity_bytes, "source": "error" if said else "trace"}
+            "capacity_bytes": capacity_bytes, "source": source}
 
 
 def _climbs(mem: pd.DataFrame, in_last: pd.DataFrame, last: int, capacity: float,
@@ -164,7 +179,8 @@ def rank_oom(data: RankData, run_meta: dict | None, near_frac: float) -> dict | 
 def _live_at(data: RankData, device: int, step: int) -> list:
     """[op, annotation, bytes, count] of the largest holders at the step's allocated peak."""
     mem = data.table("memory")
-    dev = mem[((mem[S.DEVICE_TYPE] == S.DEVICE_TYPE_CUDA) & (mem[S.DEVICE] == device)).to_numpy()]
+    dev = mem[((mem[S.DEVICE_TYPE] == S.DEVICE_TYPE_CUDA) & (mem[S.DEVICE] == device)).to_numpy()
+              & ~mem[S.OUT_OF_MEMORY].to_numpy(bool)]
     found = device_peak_live(dev.reset_index(drop=True), data, {step: 0}) if len(dev) else None
     if found is None:
         return []

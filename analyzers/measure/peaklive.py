@@ -49,7 +49,8 @@ def rank_peak_live(data: RankData, used: dict[int, int] | None) -> dict[str, pd.
     empty = {"memory_live": _empty(LIVE_COLUMNS), "memory_peak": _empty(PEAK_COLUMNS)}
     if mem.empty:
         return empty
-    mem = mem[(mem[S.DEVICE_TYPE] == S.DEVICE_TYPE_CUDA).to_numpy()].reset_index(drop=True)
+    mem = mem[(mem[S.DEVICE_TYPE] == S.DEVICE_TYPE_CUDA).to_numpy()
+              & ~mem[S.OUT_OF_MEMORY].to_numpy(bool)].reset_index(drop=True)
     lives, peaks = [], []
     for device, dev in mem.groupby(S.DEVICE, sort=True):
         found = device_peak_live(dev.reset_index(drop=True), data, used)

@@ -23,7 +23,16 @@ from profkit.analyzers.report.render_text import to_text
 from profkit.analyzers.result import Finding
 
 from profkit.run.loader import load_run
-from tests.factories import kernel, launch, memory_event, step, trace_doc, write_trace, x
+from tests.factories import (
+    instant,
+    kernel,
+    launch,
+    memory_event,
+    step,
+    trace_doc,
+    write_trace,
+    x,
+)
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "runs" / "memory"
 GB = 10**9
@@ -249,3 +258,25 @@ def test_a_launch_bound_gpt_is_told_to_raise_the_batch_as_much_as_measured():
     assert head.evidence["batch_growth_x"] == 4
     assert abs(head.estimated_saving["fraction"] - measured) < 0.15
     assert "4x the batch" in head.recommendation
+
+
+def test_the_traces_own_failed_allocation_names_the_step_without_an_error_record(tmp_path):
+    """A job that catches its OOM writes no error record; Kineto's [OutOfMemory] instant
+    (the size asked for, the totals then, no address) still names the step."""
+    events = _steps(4)
+    for i in range(3):
+        t0 = i * 1000.0
+        events += [memory_event(t0 + 20, GB, GB, GB, addr=1000 + i),
+                   memory_event(t0 + 600, -GB, 0, GB, addr=1000 + i)]
+    events += [memory_event(2030.0, 5 * GB, 6 * GB, 6 * GB, addr=7),  # step 3, live
+               instant("[OutOfMemory]", 2040.0, **{
+                   "Bytes": 90 * GB, "Total Allocated": 6 * GB, "Total Reserved": 6 * GB,
+                   "Device Id": 0, "Device Type": 1})]
+    a = analyze(load_run(_run(tmp_path / "caught", events), cache=False))
+    (oom,) = [f for f in a.findings if f.category == "out_of_memory"]
+    assert oom.step == 3 and oom.evidence["tried_bytes"] == 90 * GB
+    assert oom.evidence["last_alloc_bytes"] == 5 * GB and oom.evidence["source"] == "trace"
+    steps = a.table("step_breakdown").set_index("step")
+    assert steps.loc[3, "excluded_reason"] == CUT_REASON
+    # the failed request is no allocation: the peaks of the used steps stay 1 GB
+    assert a.table("memory_ranks")["peak_allocated_bytes"].tolist() == [GB]
