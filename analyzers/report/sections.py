@@ -249,6 +249,8 @@ def peak_live_section(a: Analysis) -> Section | None:
         return None
     top = live.sort_values(["rank", "device", "live_bytes"], ascending=[True, True, False])
     top = top.groupby(["rank", "device"], sort=False).head(PEAK_ROWS)
+    if top["rank"].nunique() > MAX_RANK_ROWS:  # many ranks: the largest holders of any
+        top = top.nlargest(TOP_ROWS, "live_bytes")
     table = pd.DataFrame({
         "rank": top["rank"].astype(int), "op": top["op"].astype(str),
         "annotation": top["annotation"].astype(str).replace("", U.MISSING),
