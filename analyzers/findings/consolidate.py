@@ -62,7 +62,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         if len(ranks) else {}
     launch = {f.rank: f for f in findings if f.category == "launch"}
     findings = fold_measured(findings)
-    findings = fold_memory(findings)
+    findings = fold_memory(findings, tables.get("idle_code"))
     findings = memory_advice(findings, tables.get("roofline"))
     out = []
     for f in findings:

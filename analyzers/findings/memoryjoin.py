@@ -43,9 +43,11 @@ def join_headroom(findings: list[Finding], ranks: pd.DataFrame) -> list[Finding]
         return findings
     rows = ranks.set_index("rank")
     launch_ranks = {f.rank for f in findings if f.category == "cpu_launch"}
+    churned = {f.rank for f in findings if f.category == "allocator_churn"
+               and "cpu_launch" in f.evidence}  # launches waiting on the allocator: its cause
     out = []
     for f in findings:
-        if (f.category == "allocations" and f.rank in rows.index
+        if (f.category == "allocations" and f.rank in rows.index and f.rank not in churned
                 and (rows.at[f.rank, "primary"] == "cpu_launch" or f.rank in launch_ranks)):
             f = _raise_batch(f, rows.loc[f.rank])
         out.append(f)

@@ -28,6 +28,7 @@ from profkit.analyzers.thresholds import Thresholds
 
 GB = 1e9  # decimal, as every memory figure of the findings
 TOP = 3  # holders a finding names
+MIN_COST_FRAC = 0.01  # allocator calls costing less of the step are no churn finding
 ALLOCATOR_CALLS = ("cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemFree", "hipMalloc", "hipFree")
 ALLOC_CONF_ADVICE = (
     "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the allocator grows one segment "
@@ -154,6 +155,8 @@ def _churn(rank: int, steps: pd.DataFrame, step_ms: dict, near: bool,
     call_ms = float((used["malloc_ns"] + used["free_ns"]).sum()) / n / 1e6
     idle_ms = float(used["idle_ns"].sum()) / n / 1e6
     step_mean_ms = float(used["step_ns"].mean()) / 1e6
+    if max(call_ms, idle_ms) < MIN_COST_FRAC * step_mean_ms:  # the cache growing: no cost
+        return None
     emptied = int(((used["free_calls"] >= 2) & (used["malloc_calls"] >= 2)).sum())
     every_step = emptied * 2 >= n
     if every_step and not near:
@@ -165,7 +168,7 @@ def _churn(rank: int, steps: pd.DataFrame, step_ms: dict, near: bool,
     elif every_step:
         cause = ("near capacity the allocator frees its cached blocks to retry allocations "
                  "that do not fit, and allocates again")
-        advice = ("Lower the peak (see the near-capacity finding) or set "
+        advice = ("Lower the peak (see the near-capacity or out-of-memory finding) or set "
                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so the allocator stops "
                   "freeing and re-allocating its cache every step.")
     else:
@@ -179,8 +182,8 @@ def _churn(rank: int, steps: pd.DataFrame, step_ms: dict, near: bool,
         category="allocator_churn", severity="warning" if frac >= 0.05 else "info", rank=rank,
         message=(f"rank {rank}: {calls.sum() / n:.0f} cudaMalloc/cudaFree calls per step "
                  f"({used['malloc_calls'].mean():.0f} malloc, {used['free_calls'].mean():.0f} "
-                 f"free) take {call_ms:.2f} ms of a {median_ms:.2f} ms step, the GPU idle "
-                 f"for {idle_ms:.2f} ms of it: {cause}."),
+                 f"free) take {call_ms:.2f} ms of a {median_ms:.2f} ms step and stall the "
+                 f"GPU for {idle_ms:.2f} ms: {cause}."),
         recommendation=advice,
         evidence={"calls_per_step": round(calls.sum() / n, 2),
                   "malloc_per_step": round(float(used["malloc_calls"].mean()), 2),
@@ -228,28 +231,49 @@ def _plain(value):
     return value if math.isfinite(value) else None
 
 
-def fold_memory(findings: list[Finding]) -> list[Finding]:
+def fold_memory(findings: list[Finding], idle_code: pd.DataFrame | None = None) -> list[Finding]:
     """One cause, one finding: NVML's ``memory`` finding folds into the same rank's
     ``near_capacity`` or ``out_of_memory`` finding (the allocator's view says what holds the
-    peak); a ``runtime_calls`` finding whose slow calls are mostly the allocator's folds
-    into the rank's ``allocator_churn`` finding, its evidence kept there."""
+    peak), and so does the allocator's retrying near capacity (a churn finding that is not
+    ``empty_cache``); the ``runtime_calls`` finding whose slow calls are mostly the
+    allocator's, and the ``cpu_launch`` finding whose GPU-idle time is mostly inside the
+    allocator's calls (``idle_code``), fold into the rank's ``allocator_churn`` finding,
+    their evidence kept there."""
     risky = {f.rank: f for f in findings if f.category in ("near_capacity", "out_of_memory")}
     churn = {f.rank: f for f in findings if f.category == "allocator_churn"}
-    folded: dict[tuple, Finding] = {}
+    folded: dict[int, tuple] = {}  # id of a folded finding -> (rank, category it joins)
     for f in findings:
         if f.category == "memory" and f.rank in risky:
-            folded[(f.rank, risky[f.rank].category)] = f
-        elif f.category == "runtime_calls" and f.rank in churn and _mostly_allocator(f):
-            folded[(f.rank, "allocator_churn")] = f
+            folded[id(f)] = (f.rank, risky[f.rank].category)
+        elif f.category == "allocator_churn" and f.rank in risky \
+                and not f.evidence.get("empty_cache"):
+            folded[id(f)] = (f.rank, risky[f.rank].category)
+        elif f.rank in churn and (
+                f.category == "runtime_calls" and _mostly_allocator(f)
+                or f.category == "cpu_launch" and allocator_idle_share(idle_code, f.rank) > 0.5):
+            folded[id(f)] = (f.rank, "allocator_churn")
     out = []
     for f in findings:
-        if any(f is g for g in folded.values()):
+        if id(f) in folded:
             continue
-        extra = folded.get((f.rank, f.category))
-        if extra is not None:
-            f = replace(f, evidence={**f.evidence, extra.category: extra.evidence})
+        extra = {g.category: g.evidence for g in findings
+                 if folded.get(id(g)) == (f.rank, f.category)}
+        if extra:
+            f = replace(f, evidence={**f.evidence, **extra})
         out.append(f)
     return out
+
+
+def allocator_idle_share(idle_code: pd.DataFrame | None, rank: int | None,
+                         part: str = "cpu_launch") -> float:
+    """The share of a rank's GPU-idle time charged to ``part`` (of the code labels
+    ``idle_code`` lists) spent inside the allocator's driver calls."""
+    if idle_code is None or idle_code.empty or rank is None:
+        return 0.0
+    mine = idle_code[(idle_code["rank"] == rank) & (idle_code["part"] == part)]
+    total = float(mine["idle_ns"].sum())
+    inside = mine["code"].astype(str).str.split(" -> ").str[-1].str.startswith(ALLOCATOR_CALLS)
+    return float(mine.loc[inside, "idle_ns"].sum()) / total if total > 0 else 0.0
 
 
 def _mostly_allocator(f: Finding) -> bool:

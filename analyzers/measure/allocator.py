@@ -40,6 +40,7 @@ TOP_LIVE = 5  # the largest holders an out-of-memory names
 OOM_TEXT = re.compile(r"out of memory", re.IGNORECASE)
 TRIED_RE = re.compile(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)")
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+REFILL_NS = 100_000  # a call's stall reaches the next GPU work at most this far after it
 CLIMB = 1.10  # the cut step's allocated peak at least this times every earlier step's
 
 
@@ -68,17 +69,24 @@ def rank_allocator_calls(data: RankData, steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def _idle_inside(data: RankData, calls: pd.DataFrame, steps: np.ndarray) -> np.ndarray:
-    """Per step, the ns of its allocator calls during which no GPU work ran."""
+    """Per step, the ns the GPU idled from the start of each allocator call until it got
+    work again (the call's stall: the call itself, then the launch that follows it, at most
+    :data:`REFILL_NS` after it; later GPU idle is another cause's)."""
     out = np.zeros(len(steps), np.int64)
     if calls.empty:
         return out
     gpu = data.gpu_events
+    starts = np.sort(gpu[S.TS_NS].to_numpy())
     busy = iv.union(gpu[S.TS_NS].to_numpy(), (gpu[S.TS_NS] + gpu[S.DUR_NS]).to_numpy())
     for i, step in enumerate(steps.tolist()):
         mine = calls[(calls[S.STEP] == step).to_numpy()]
         if mine.empty:
             continue
-        spans = iv.union(mine[S.TS_NS].to_numpy(), (mine[S.TS_NS] + mine[S.DUR_NS]).to_numpy())
+        begin = mine[S.TS_NS].to_numpy()
+        end = begin + mine[S.DUR_NS].to_numpy()
+        pos = np.searchsorted(starts, end)
+        nxt = np.where(pos < len(starts), starts[np.minimum(pos, len(starts) - 1)], end)
+        spans = iv.union(begin, np.clip(nxt, end, end + REFILL_NS))
         out[i] = iv.total(spans) - iv.total(iv.intersect(spans, busy))
     return out
 
