@@ -127,10 +127,8 @@ def _fragmentation(row: dict, th: Thresholds) -> list[Finding]:
             and extra >= th.fragmentation_min_bytes):
         return []
     rank = int(row["rank"])
-    cap = float(row["capacity_bytes"])
-    severity = "warning" if cap > 0 and reserved > th.peak_memory_frac * cap else "info"
     return [Finding(
-        category="fragmentation", severity=severity, rank=rank,
+        category="fragmentation", severity="warning", rank=rank,
         message=(f"rank {rank}: the allocator reserves {reserved / GB:.1f} GB for a peak of "
                  f"{allocated / GB:.1f} GB in tensors ({reserved / allocated:.2f}x): "
                  f"{extra / GB:.1f} GB sits in cached blocks too fragmented to reuse, memory "
@@ -183,7 +181,7 @@ def _churn(rank: int, steps: pd.DataFrame, step_ms: dict, near: bool,
         message=(f"rank {rank}: {calls.sum() / n:.0f} cudaMalloc/cudaFree calls per step "
                  f"({used['malloc_calls'].mean():.0f} malloc, {used['free_calls'].mean():.0f} "
                  f"free) take {call_ms:.2f} ms of a {median_ms:.2f} ms step and stall the "
-                 f"GPU for {idle_ms:.2f} ms: {cause}."),
+                 f"GPU for {idle_ms:.2f} ms: {cause}"),
         recommendation=advice,
         evidence={"calls_per_step": round(calls.sum() / n, 2),
                   "malloc_per_step": round(float(used["malloc_calls"].mean()), 2),
@@ -205,7 +203,7 @@ def _oom(row: dict) -> Finding:
             f"{row['last_reserved_bytes'] / GB:.1f} GB reserved of "
             f"{row['capacity_bytes'] / GB:.1f} GB."
             if np.isfinite(row["last_alloc_bytes"]) else "")
-    live = "; ".join(f"{op} ({b / GB:.2f} GB, {c})" for op, _ann, b, c in row.get("live") or [])
+    live = str(row.get("live") or "")
     said = (f" The job's error: {row['error'][:200]}" if row["error"] else
             " (the trace records the failed allocation)" if row["source"] == "trace" else
             " (no error record: read from the memory climbing to the device's capacity)")

@@ -184,16 +184,18 @@ def rank_oom(data: RankData, run_meta: dict | None, near_frac: float) -> dict | 
     return cut
 
 
-def _live_at(data: RankData, device: int, step: int) -> list:
-    """[op, annotation, bytes, count] of the largest holders at the step's allocated peak."""
+def _live_at(data: RankData, device: int, step: int) -> str:
+    """The largest holders at the step's allocated peak: "op (GB, allocations); ..." (text,
+    so that the table stays one of plain columns)."""
     mem = data.table("memory")
     dev = mem[((mem[S.DEVICE_TYPE] == S.DEVICE_TYPE_CUDA) & (mem[S.DEVICE] == device)).to_numpy()
               & ~mem[S.OUT_OF_MEMORY].to_numpy(bool)]
     found = device_peak_live(dev.reset_index(drop=True), data, {step: 0}) if len(dev) else None
     if found is None:
-        return []
-    return [[r["op"], r["annotation"], int(r["live_bytes"]), int(r["count"])]
-            for r in found[0].head(TOP_LIVE).to_dict("records")]
+        return ""
+    return "; ".join(f"{r['op']}{' in ' + r['annotation'] if r['annotation'] else ''} "
+                     f"({r['live_bytes'] / 1e9:.2f} GB, {int(r['count'])})"
+                     for r in found[0].head(TOP_LIVE).to_dict("records"))
 
 
 def rank_allocator(data: RankData, steps: pd.DataFrame, run_meta: dict | None,
