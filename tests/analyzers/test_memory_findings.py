@@ -16,11 +16,13 @@ import pandas as pd
 import pytest
 from profkit.analyzers.analyze import analyze
 from profkit.analyzers.findings.memoryjoin import batch_growth, join_headroom
+from profkit.analyzers.findings.memoryrisks import allocator_findings
 from profkit.analyzers.measure.peaklive import BEFORE_TRACE, FACTORY_OP_RE
 from profkit.analyzers.measure.steps import CUT_REASON
 from profkit.analyzers.report.render import to_json
 from profkit.analyzers.report.render_text import to_text
-from profkit.analyzers.result import Finding
+from profkit.analyzers.result import Finding, Result
+from profkit.analyzers.thresholds import DEFAULT
 
 from profkit.run.loader import load_run
 from tests.factories import (
@@ -354,3 +356,19 @@ def test_the_out_of_memory_step_is_named_and_not_timed():
     assert steps.loc[label["oom_step"], "excluded_reason"] == CUT_REASON
     assert steps["used"].sum() == len(steps) - 1
     assert "allocator_churn" not in _categories(a)  # its retries are the OOM's evidence
+
+
+def test_near_capacity_on_the_step_before_the_oom_names_its_largest_holders():
+    """grow_oom's step 3 reserved 142.6 of 150.1 GB (95%, the workload's own numbers); with
+    the out-of-memory set aside, the near-capacity finding names what held that peak."""
+    a = _analysed("grow_oom")
+    label = _label("grow_oom")
+    result = Result(tables={"memory_oom": a.table("memory_oom").iloc[:0],
+                            "allocator_calls": a.table("allocator_calls")},
+                    facts={"ranks": a.table("memory_ranks"), "live": a.table("memory_live"),
+                           "peak": a.table("memory_peak"), "step_ms": {}})
+    found = allocator_findings(result, DEFAULT)
+    (near,) = [f for f in found if f.category == "near_capacity"]
+    assert near.evidence["peak_reserved_bytes"] == label["peak_reserved_bytes"][3]
+    live = a.table("memory_live").nlargest(1, "live_bytes").iloc[0]
+    assert live["op"] in near.message and live["op"] == "aten::mm"
