@@ -174,6 +174,8 @@ def _innermost(ranges: pd.DataFrame, ts: np.ndarray, tid: np.ndarray, none: str)
         qs = np.flatnonzero(tid == thread)
         if mine.empty or not len(qs):
             continue
+        # by start, the longer first: of ranges starting together the inner one is last
+        mine = mine.iloc[np.lexsort((-mine[S.DUR_NS].to_numpy(), mine[S.TS_NS].to_numpy()))]
         start = mine[S.TS_NS].to_numpy()
         end = start + mine[S.DUR_NS].to_numpy()
         names = mine[S.NAME]
@@ -181,8 +183,8 @@ def _innermost(ranges: pd.DataFrame, ts: np.ndarray, tid: np.ndarray, none: str)
             q = qs[lo:lo + _CHUNK]
             t = ts[q][:, None]
             holds = (start[None, :] <= t) & (end[None, :] >= t)
-            key = np.where(holds, start[None, :], np.iinfo(np.int64).min)
-            best = key.argmax(axis=1)
+            key = np.where(holds, start[None, :], np.iinfo(np.int64).min)[:, ::-1]
+            best = len(start) - 1 - key.argmax(axis=1)  # the last of the latest starts
             hit = holds[np.arange(len(q)), best]
             out[q[hit]] = names.iloc[best[hit]].astype(str).to_numpy()
     return out.tolist()

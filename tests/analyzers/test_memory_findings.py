@@ -372,3 +372,22 @@ def test_near_capacity_on_the_step_before_the_oom_names_its_largest_holders():
     assert near.evidence["peak_reserved_bytes"] == label["peak_reserved_bytes"][3]
     live = a.table("memory_live").nlargest(1, "live_bytes").iloc[0]
     assert live["op"] in near.message and live["op"] == "aten::mm"
+
+
+def test_an_allocation_is_charged_to_the_innermost_op_that_is_not_a_factory(tmp_path):
+    """aten::linear and aten::addmm start together (the inner one shorter); the allocation
+    inside aten::empty inside them belongs to aten::addmm."""
+    events = _steps(3)
+    for i in range(3):
+        t0 = i * 1000.0
+        events += [x("aten::linear", "cpu_op", t0 + 15, 40),
+                   x("aten::addmm", "cpu_op", t0 + 15, 30),
+                   x("aten::empty", "cpu_op", t0 + 18, 4),
+                   x("my_block", "user_annotation", t0 + 12, 60),
+                   memory_event(t0 + 20, GB, GB, GB, addr=1000 + i),
+                   memory_event(t0 + 600, -GB, 0, GB, addr=1000 + i)]
+    a = analyze(load_run(_run(tmp_path / "nested", events), cache=False))
+    live = a.table("memory_live")
+    assert live[["op", "annotation", "live_bytes", "count"]].values.tolist() == [
+        ["aten::addmm", "my_block", GB, 1]]
+    assert a.table("memory_peak")["op"].tolist() == ["aten::addmm"]
