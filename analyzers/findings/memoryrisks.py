@@ -51,9 +51,15 @@ def allocator_findings(result: Result, th: Thresholds) -> list[Finding]:
         rank = int(row["rank"])
         holders = holders_text(live, rank)
         peak = _peak_row(peaks, rank)
-        if rank not in oom_ranks:
-            out += _near_capacity(row, holders, peak, th)
-        out += _fragmentation(row, th)
+        near = _near_capacity(row, holders, peak, th) if rank not in oom_ranks else []
+        frag = _fragmentation(row, th)
+        if near and frag:  # one cause: the fragmentation is what brings it near capacity
+            near = [replace(near[0], evidence={**near[0].evidence,
+                                               "fragmentation": frag[0].evidence},
+                            recommendation=near[0].recommendation + frag[0].recommendation
+                            .removeprefix(ALLOC_CONF_ADVICE))]
+            frag = []
+        out += near + frag
     calls = result.tables.get("allocator_calls", pd.DataFrame())
     for rank, steps in (calls.groupby("rank") if len(calls) else ()):
         near = _near(ranks, int(rank), th)

@@ -391,3 +391,18 @@ def test_an_allocation_is_charged_to_the_innermost_op_that_is_not_a_factory(tmp_
     assert live[["op", "annotation", "live_bytes", "count"]].values.tolist() == [
         ["aten::addmm", "my_block", GB, 1]]
     assert a.table("memory_peak")["op"].tolist() == ["aten::addmm"]
+
+
+def test_fragmentation_that_brings_a_rank_near_capacity_is_one_finding(tmp_path):
+    events = _steps(3)
+    for i in range(3):  # 70 GB in tensors, 140 of 150 GB reserved (93%, 2x)
+        t0 = i * 1000.0
+        events += [memory_event(t0 + 20, 70 * GB, 70 * GB, 140 * GB, addr=1000 + i),
+                   memory_event(t0 + 600, -70 * GB, 0, 140 * GB, addr=1000 + i)]
+    a = analyze(load_run(_run(tmp_path / "both", events, cap=150 * GB), cache=False))
+    cats = _categories(a)
+    assert "near_capacity" in cats and "fragmentation" not in cats
+    (near,) = [f for f in a.findings if f.category == "near_capacity"]
+    assert near.evidence["fragmentation"]["giveback_bytes"] == 70 * GB
+    assert "expandable_segments:True" in near.recommendation
+    assert "Up to 70.0 GB would come back" in near.recommendation
