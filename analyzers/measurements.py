@@ -35,10 +35,12 @@ from profkit.analyzers.findings.comms import (
 )
 from profkit.analyzers.findings.efficiency import judge_efficiency
 from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
+from profkit.analyzers.findings.memoryrisks import allocator_findings
 from profkit.analyzers.findings.ncu import ncu_findings
 from profkit.analyzers.findings.roofline import roofline_findings
 from profkit.analyzers.measure import (
     allocations,
+    allocator,
     breakdown,
     comms,
     efficiency,
@@ -46,6 +48,7 @@ from profkit.analyzers.measure import (
     kernels,
     links,
     ncu,
+    peaklive,
     roofline,
     stragglers,
     transfers,
@@ -132,7 +135,9 @@ def used_steps(parts: dict[str, Any]) -> dict[int, int] | None:
 # --- per-rank steps ---------------------------------------------------------------------
 
 def _rank_breakdown(r: RankInputs) -> dict[str, Any]:
-    parts = breakdown.rank_parts(r.data, r.opts, r.thresholds)
+    oom = allocator.rank_oom(r.data, r.run_meta, r.thresholds.peak_memory_frac)
+    parts = breakdown.rank_parts(r.data, r.opts, r.thresholds,
+                                 cut_step=oom["step"] if oom else None)
     parts["steps_info"] = r.steps_info
     return parts
 
@@ -190,6 +195,25 @@ def _transfers(values: dict[int, Any], ctx: Combining) -> Result:
     return Result(tables={"transfers": moved})
 
 
+def _rank_allocator(r: RankInputs) -> dict[str, Any]:
+    return allocator.rank_allocator(r.data, r.values["breakdown"]["step_breakdown"],
+                                    r.run_meta, r.thresholds.peak_memory_frac)
+
+
+def _allocator(values: dict[int, Any], ctx: Combining) -> Result:
+    """Allocator churn and out-of-memory, judged with the peaks (allocations) and what
+    holds them (peak_live)."""
+    tables = allocator.combine_allocator(list(values.values()))
+    ranks = ctx.results["allocations"].tables.get("memory_ranks", pd.DataFrame())
+    live = ctx.results["peak_live"].tables
+    steps = ctx.results["breakdown"].tables.get("rank_breakdown", pd.DataFrame())
+    step_ms = dict(zip(steps["rank"], steps["step_time_ms"])) if len(steps) else {}
+    has = len(ranks) or len(tables["memory_oom"]) or tables["allocator_calls"]["malloc_calls"].sum()
+    return Result(tables=tables, facts={
+        **({"topic": "allocator"} if has else {}), "ranks": ranks,
+        "live": live["memory_live"], "peak": live["memory_peak"], "step_ms": step_ms})
+
+
 # Registry order is output order: the findings of results after the breakdown, and the
 # tables of Analysis.tables (and of --tables), follow it.
 MEASUREMENTS: tuple[Measurement, ...] = (
@@ -220,6 +244,11 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                     r.data, r.used_steps(), r.run_meta),
                 GPU, combine=lambda v, ctx: allocations.combine_allocations(list(v.values())),
                 judge=allocation_findings, needs=("breakdown",)),
+    Measurement("peak_live", lambda r: peaklive.rank_peak_live(r.data, r.used_steps()), GPU,
+                combine=lambda v, ctx: Result(tables=peaklive.combine_peak_live(
+                    list(v.values()))), needs=("breakdown",)),
+    Measurement("allocator", _rank_allocator, GPU, combine=_allocator,
+                judge=allocator_findings, needs=("breakdown", "allocations", "peak_live")),
     # CPU op totals of ranks without GPU events: analyze._cpu_only combines them, as the
     # one thing a run without GPU events shows
     Measurement("cpu_ops", lambda r: kernels.op_totals(r.data), CPU),

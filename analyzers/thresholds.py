@@ -44,6 +44,13 @@ class Thresholds:
     memory_headroom_min_x: float = 2.0
     """The batch could grow at least this many times before out-of-memory (the allocator's
     transient memory per step scaled against the device's): said as headroom (info)."""
+    fragmentation_ratio: float = 1.30
+    """The allocator's reserved peak at least this many times its allocated peak (and
+    fragmentation_min_bytes above it): fragmentation (expandable_segments)."""
+    fragmentation_min_bytes: float = 1e9
+    """Reserved beyond allocated below this is no fragmentation finding, whatever the ratio."""
+    allocator_churn_min_calls: float = 2.0
+    """cudaMalloc / cudaFree calls per used step from this many: allocator churn."""
     short_kernel_count_frac: float = 0.50
     """Short kernels at least this share of a rank's kernels, while kernels fill less than
     gpu_util_low_frac of the step: launch-bound (CUDA graphs / torch.compile)."""

@@ -30,6 +30,8 @@ import math
 from dataclasses import replace
 
 import pandas as pd
+from profkit.analyzers.findings.memoryjoin import join_headroom
+from profkit.analyzers.findings.memoryrisks import fold_memory
 from profkit.analyzers.findings.roofline import memory_advice
 from profkit.analyzers.findings.savings import (
     OVERLAP_SAVING,
@@ -60,6 +62,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         if len(ranks) else {}
     launch = {f.rank: f for f in findings if f.category == "launch"}
     findings = fold_measured(findings)
+    findings = fold_memory(findings, tables.get("idle_code"))
     findings = memory_advice(findings, tables.get("roofline"))
     out = []
     for f in findings:
@@ -72,6 +75,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         f = _estimate(f, saving, means, tables, steps, median_step)
         if f is not None:
             out.append(f)
+    out = join_headroom(out, ranks)
     return order([_trusted_saving(f) for f in _round_trips(_code_into_cause(out))],
                  verdict.get("primary"))
 

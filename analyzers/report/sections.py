@@ -238,6 +238,32 @@ def memory_section(a: Analysis) -> Section | None:
     return Section(f"Memory (spread over {len(mem)} rank devices)", pd.DataFrame(rows), notes)
 
 
+PEAK_ROWS = 5  # the largest holders of each rank's peak the text report shows
+
+
+def peak_live_section(a: Analysis) -> Section | None:
+    """What holds each rank's allocated peak: its largest live allocations by the op that
+    made them (``peak_live``); every row is in --tables (memory_live)."""
+    live, peak = a.table("memory_live"), a.table("memory_peak")
+    if live.empty:
+        return None
+    top = live.sort_values(["rank", "device", "live_bytes"], ascending=[True, True, False])
+    top = top.groupby(["rank", "device"], sort=False).head(PEAK_ROWS)
+    if top["rank"].nunique() > MAX_RANK_ROWS:  # many ranks: the largest holders of any
+        top = top.nlargest(TOP_ROWS, "live_bytes")
+    table = pd.DataFrame({
+        "rank": top["rank"].astype(int), "op": top["op"].astype(str),
+        "annotation": top["annotation"].astype(str).replace("", U.MISSING),
+        "live": [_gb(v) for v in top["live_bytes"]], "allocations": top["count"].astype(int),
+        "since": np.where(top["allocated_before_step"].astype(bool), "earlier", "this step")})
+    running = "; ".join(f"rank {int(r['rank'])}: {r['op']} at {r['allocated_bytes'] / 1e9:.1f} GB"
+                        f" (step {int(r['step'])})" for r in peak.head(4).to_dict("records"))
+    return Section("At the peak (live allocations by the op that made them)", table,
+                   [f"op running at the peak: {running}" if running else "",
+                    "since: allocated in the peak's step or before it (resident); all rows "
+                    "in --tables (memory_live)"], fold=("op",))
+
+
 def _safe(pick, values: pd.Series) -> float:
     v = pd.to_numeric(values, errors="coerce").to_numpy(np.float64)
     return float(pick(v)) if np.isfinite(v).any() else float("nan")
@@ -377,6 +403,9 @@ SHOWN: tuple[Shown, ...] = (
     # the allocator's peaks per rank; no key at all in a run without [memory] events
     Shown("allocations", memory_section, "memory",
           lambda a: a.table("memory_ranks").to_dict("records"), json_when_empty=False),
+    # what holds each rank's peak; no key at all in a run without [memory] events
+    Shown("peak_live", peak_live_section, "memory_live",
+          lambda a: a.table("memory_live").to_dict("records"), json_when_empty=False),
     Shown("breakdown", idle_section),  # the idle time by code is the breakdown's
     Shown("cpu_ops", ops_section),
 )
