@@ -248,19 +248,46 @@ def mm_step(*gemms, uncovered=None):
     return events
 
 
-def test_mfu_against_the_peak_of_the_precision_each_gemm_ran_in(tmp_path):
+def test_mfu_against_one_stated_peak_and_the_blend_under_its_own_name(tmp_path):
     """H100 SXM dense peaks: bf16 989.4, fp8 1978.9 TFLOP/s. One bf16 and one fp8 GEMM of F
-    each in 100 us: 2F / 100 us = 42.95 TFLOP/s against the blend 2F / (F/989.4 + F/1978.9)
-    = 1319.2 TFLOP/s."""
+    each in 100 us: 2F / 100 us = 42.95 TFLOP/s. MFU (PaLM): against the fastest precision
+    the step's GEMMs use, fp8's 1978.9; the blend 2F / (F/989.4 + F/1978.9) = 1319.2 TFLOP/s
+    only as the FLOP-weighted peak utilisation. No recompute: HFU = MFU."""
     res = judged(analyze_efficiency(load(tmp_path, mm_step("sm90_xmma_gemm_bf16bf16_bf16f32_f32",
                                                     "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32"))))
     row = res.tables["efficiency"].iloc[0]
     achieved = 2 * MM_FLOPS / 100e-6 / 1e12
     blend = 2 / (1 / 989.4 + 1 / 1978.9)
     assert row["achieved_tflops"] == pytest.approx(achieved)
-    assert row["peak_tflops"] == pytest.approx(blend)
-    assert row["mfu"] == pytest.approx(achieved / blend)
+    assert row["peak_tflops"] == pytest.approx(1978.9) and row["mfu_precision"] == "fp8"
+    assert row["mfu"] == pytest.approx(achieved / 1978.9) and row["hfu"] == row["mfu"]
+    assert row["flop_weighted_peak_tflops"] == pytest.approx(blend)
+    assert row["flop_weighted_util"] == pytest.approx(achieved / blend)
     assert row["precision_mix"] == "bf16:0.50,fp8:0.50" and row["flop_coverage"] == 1.0
+
+
+def test_fp32_gemms_are_judged_against_the_16_bit_peak(tmp_path):
+    """An fp32 SIMT GEMM could run in bf16 (autocast): MFU against the bf16 peak (989.4 on
+    an H100 SXM), not the fp32 one (66.9) nor a blend of the two."""
+    row = judged(analyze_efficiency(load(tmp_path, mm_step("ampere_sgemm_128x64_nn")))
+                 ).tables["efficiency"].iloc[0]
+    assert row["mfu_precision"] == "bf16" and row["peak_tflops"] == pytest.approx(989.4)
+    assert row["mfu"] == pytest.approx(MM_FLOPS / 100e-6 / 1e12 / 989.4)
+    assert row["flop_weighted_peak_tflops"] == pytest.approx(66.9)
+
+
+def test_mfu_above_100_percent_says_why_and_never_that_the_device_is_unknown(tmp_path):
+    """2 x 1024^3 FLOPs in 1 us is 2147 TFLOP/s: above the H100's bf16 peak and even its
+    fp8 one (1978.9), so FLOPs are counted twice or times cut; and a known device is never
+    'not in the peak table'."""
+    events = [step(1, 0.0, 1.0), x("aten::mm", "cpu_op", 0.0, 0.5, **MM_DIMS),
+              launch(0.1, 0.1, 1), kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32", 0.2, 0.7, 1)]
+    res = judged(analyze_efficiency(load(tmp_path, events)))
+    row = res.tables["efficiency"].iloc[0]
+    assert np.isnan(row["mfu"]) and np.isnan(row["hfu"]) and "counted twice" in row["mfu_why"]
+    notes = [f.message for f in res.findings if f.category == "mfu"]
+    assert len(notes) == 1 and "would exceed 100%" in notes[0], notes
+    assert not [m for m in notes if "peak table" in m]
 
 
 def test_block_scaled_fp4_gemms_are_tensor_core_not_fp32(tmp_path):
