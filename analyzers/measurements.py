@@ -36,6 +36,7 @@ from profkit.analyzers.findings.comms import (
 from profkit.analyzers.findings.efficiency import judge_efficiency
 from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.ncu import ncu_findings
+from profkit.analyzers.findings.recompute import recompute_findings
 from profkit.analyzers.findings.roofline import roofline_findings
 from profkit.analyzers.measure import (
     allocations,
@@ -46,6 +47,7 @@ from profkit.analyzers.measure import (
     kernels,
     links,
     ncu,
+    recompute,
     roofline,
     stragglers,
     transfers,
@@ -220,6 +222,11 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                     r.data, r.used_steps(), r.run_meta),
                 GPU, combine=lambda v, ctx: allocations.combine_allocations(list(v.values())),
                 judge=allocation_findings, needs=("breakdown",)),
+    # forward ops run again in the backward pass; its memory cost from the allocator's peaks
+    Measurement("recompute", lambda r: recompute.rank_recompute(r.data, r.used_steps()), GPU,
+                combine=lambda v, ctx: recompute.combine_recompute(
+                    list(v.values()), ctx.results["allocations"].tables.get("memory_ranks")),
+                judge=recompute_findings, needs=("breakdown", "allocations")),
     # CPU op totals of ranks without GPU events: analyze._cpu_only combines them, as the
     # one thing a run without GPU events shows
     Measurement("cpu_ops", lambda r: kernels.op_totals(r.data), CPU),

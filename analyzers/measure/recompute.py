@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.result import Result
 
 from profkit import intervals as iv
 from profkit import schema as S
@@ -209,3 +210,36 @@ def rank_recompute(rd: RankData, used: dict[int, int] | None) -> dict | None:
             "recompute_flops": float(ops[S.FLOPS].to_numpy()[re_ops].sum()) / n,
             "executed_flops": float(ops[S.FLOPS].sum()) / n,
             "activation_bytes": float(kept) / n}
+
+
+RECOMPUTE_COLUMNS = ("rank", "steps", "step_ns", "kernel_ns", "recompute_ns", "gpu_frac",
+                     "step_frac", "regions", "recompute_kernels", "recompute_flops",
+                     "executed_flops", "flop_frac", "activation_bytes",
+                     "peak_allocated_bytes", "peak_reserved_bytes", "capacity_bytes",
+                     "peak_without_bytes", "fits_without")
+
+
+def combine_recompute(values: list[dict | None], memory_ranks: pd.DataFrame | None) -> Result:
+    """The ``recompute`` table (per rank, per used step: :func:`rank_recompute`, with its
+    shares of GPU time, of the step and of the executed FLOPs) and, from the allocator's
+    peaks (``memory_ranks`` of analyzers/measure/allocations.py, read only), the peak
+    without checkpointing (the peak plus the recomputed activations) and whether it fits
+    the device. Names the topic only when some rank recomputes."""
+    rows = [dict(v) for v in values if v]
+    if not rows:
+        return Result(tables={"recompute": pd.DataFrame(columns=list(RECOMPUTE_COLUMNS))})
+    mem = memory_ranks if memory_ranks is not None and len(memory_ranks) else None
+    for row in rows:
+        row["gpu_frac"] = row["recompute_ns"] / row["kernel_ns"] if row["kernel_ns"] else np.nan
+        row["step_frac"] = row["recompute_ns"] / row["step_ns"] if row["step_ns"] else np.nan
+        row["flop_frac"] = (row["recompute_flops"] / row["executed_flops"]
+                            if row["executed_flops"] else np.nan)
+        peak = mem[mem["rank"] == row["rank"]] if mem is not None else None
+        row.update({c: float(peak[c].max()) if peak is not None and len(peak) else np.nan
+                    for c in ("peak_allocated_bytes", "peak_reserved_bytes", "capacity_bytes")})
+        row["peak_without_bytes"] = row["peak_reserved_bytes"] + row["activation_bytes"]
+        row["fits_without"] = (bool(row["peak_without_bytes"] <= row["capacity_bytes"])
+                               if np.isfinite(row["peak_without_bytes"])
+                               and np.isfinite(row["capacity_bytes"]) else None)
+    table = pd.DataFrame(rows, columns=list(RECOMPUTE_COLUMNS))
+    return Result(tables={"recompute": table}, facts={"topic": "recompute", "rows": rows})
