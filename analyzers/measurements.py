@@ -34,6 +34,7 @@ from profkit.analyzers.findings.comms import (
     straggler_findings,
 )
 from profkit.analyzers.findings.efficiency import judge_efficiency
+from profkit.analyzers.findings.fp8 import fp8_findings
 from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.ncu import ncu_findings
 from profkit.analyzers.findings.recompute import recompute_findings
@@ -43,6 +44,7 @@ from profkit.analyzers.measure import (
     breakdown,
     comms,
     efficiency,
+    fp8,
     groups,
     kernels,
     links,
@@ -215,6 +217,10 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 GPU, combine=_efficiency, judge=judge_efficiency),
     Measurement("roofline", _rank_roofline, GPU, combine=_roofline, judge=roofline_findings,
                 needs=("breakdown", "efficiency")),
+    # fp8 GEMMs' quantisation overhead; what fp8 would give a bf16 step
+    Measurement("fp8", lambda r: fp8.rank_fp8(r.data, r.used_steps(), r.run_meta), GPU,
+                combine=lambda v, ctx: fp8.combine_fp8(list(v.values())), judge=fp8_findings,
+                needs=("breakdown",)),
     Measurement("ncu", combine=_ncu, judge=ncu_findings, needs=("kernels", "roofline")),
     Measurement("transfers", lambda r: transfers.rank_transfers(r.data, bool(len(r.data.steps))),
                 GPU, combine=_transfers),

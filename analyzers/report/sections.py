@@ -21,6 +21,7 @@ from profkit.analyzers import units as U
 from profkit.analyzers.analyze import Analysis
 from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.parts import part_label
+from profkit.analyzers.report.mfu_columns import RECOMPUTE_NOTE, recompute_table, with_hfu
 from profkit.analyzers.thresholds import DEFAULT
 
 from profkit.classify.names import short_kernel_names
@@ -191,7 +192,7 @@ def efficiency_section(a: Analysis) -> Section | None:
     notes = [f"MFU is judged where ops with known FLOPs launched at least "
              f"{DEFAULT.min_flop_coverage_frac:.0%} of the compute time (FLOP coverage), or "
              "with --flops-per-step; '-': not judged"]
-    cols, fmts, notes = _with_hfu(eff, cols, fmts, notes)
+    cols, fmts, notes = with_hfu(eff, cols, fmts, notes)
     if len(eff) <= MAX_RANK_ROWS:
         table = pd.DataFrame({"rank": eff["rank"], "device": [
             device_label(m, n) for m, n in zip(eff["device_model"], eff["device_name"])]})
@@ -208,45 +209,12 @@ def efficiency_section(a: Analysis) -> Section | None:
     return Section(f"Efficiency (spread over {len(eff)} ranks)", pd.DataFrame(rows), notes)
 
 
-def _with_hfu(eff: pd.DataFrame, cols: dict, fmts: dict, notes: list) -> tuple:
-    """The efficiency columns with the peak MFU is judged against, HFU where activation
-    recompute makes it differ from MFU, and the definitions (docs/analysis.md)."""
-    if "mfu_precision" not in eff:
-        return cols, fmts, notes
-    peaks = [f"{p} {U.tflops(v)}" if p != "given" else f"given {U.tflops(v)}"
-             for p, v in zip(eff["mfu_precision"].fillna(""), eff["peak_tflops"])]
-    cols = dict(cols)
-    cols["peak"] = pd.Series(peaks, index=eff.index)
-    fmts = {**fmts, "peak": str, "HFU": U.pct}
-    notes = notes + ["MFU: model FLOPs / (step time x peak), the peak the dense one of the "
-                     "fastest precision the step's GEMMs could use on the device (16-bit, or "
-                     "fp8 where they run in fp8)"]
-    if (eff["recompute_flops"].fillna(0) > 0).any():
-        cols["HFU"] = eff["hfu"]
-        notes.append("HFU: every executed FLOP, activation recompute included, over the same "
-                     "peak; MFU leaves the recompute out")
-    return cols, fmts, notes
-
-
 def recompute_section(a: Analysis) -> Section | None:
     """Activation recompute per rank: its GPU time per step and its shares."""
     rc = a.table("recompute")
-    if rc.empty:
-        return None
-    table = pd.DataFrame({
-        "rank": rc["rank"].astype(int),
-        "recompute": [U.ms_of_ns(v, "step") for v in rc["recompute_ns"]],
-        "of GPU time": [U.pct(v) for v in rc["gpu_frac"]],
-        "of step": [U.pct(v) for v in rc["step_frac"]],
-        "regions/step": [U.number(round(v, 1)) for v in rc["regions"]],
-        "of FLOPs": [U.pct(v) for v in rc["flop_frac"]],
-        "activations": [_gb(v) for v in rc["activation_bytes"]],
-        "peak without": [_gb(v) for v in rc["peak_without_bytes"]]})
-    return Section("Activation recompute (forward ops run again in the backward pass)",
-                   table.head(MAX_RANK_ROWS),
-                   ["recompute: GPU time of the kernels launched by forward ops inside "
-                    "backward ranges (checkpointing); peak without: the allocator's peak plus "
-                    "the activations the recompute rebuilds"])
+    return None if rc.empty else Section(
+        "Activation recompute (forward ops run again in the backward pass)",
+        recompute_table(rc).head(MAX_RANK_ROWS), [RECOMPUTE_NOTE])
 
 
 def _gb(value) -> str:

@@ -91,8 +91,7 @@ _KERNEL_PRECISION = tuple((p, re.compile(rx, re.IGNORECASE)) for p, rx in (
     ("bf16", r"bf16|bfloat16|fp16|f16|half|hgemm|h\d{3,5}gemm|nvjet_(?:sm\d+_)?[th][a-z]{2}_"),
     # Ampere cuBLAS / CUTLASS fp32 GEMMs on TF32 tensor cores (cutlass_80_tensorop_s1688gemm)
     ("tf32", r"(?:_80_|ampere).*s(?:1688|16816)gemm"),
-    # fp64 (cuBLAS dgemm, CUTLASS d884 / d16816 tensor-op GEMMs) and int8 (imma, i8816 /
-    # i16832, s8 x s8): precisions of their own, never fp32 to move to 16 bits
+    # fp64 (dgemm, CUTLASS d884) and int8 (imma, i16832, s8 x s8): never fp32 to move to bf16
     ("fp64", r"dgemm|d\d{3,5}gemm|f64|fp64|<double[,>]"),
     ("int8", r"imma|i\d{3,5}gemm|i8i8|s8s8|int8"),
     # fp32 SIMT: sgemm, cuDNN scudnn, gemmSN, xmma f32 without tf32, float template args
