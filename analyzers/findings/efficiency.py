@@ -37,8 +37,9 @@ def efficiency_findings(eff: dict, th: Thresholds) -> list[Finding]:
             message=f"MFU is {eff['mfu']:.0%}: {eff['achieved_tflops']:.0f} of "
                     f"{eff['peak_tflops']:.0f} TFLOP/s ({peak}){hfu}.",
             recommendation="Find where the step goes (breakdown, kernels): raise arithmetic "
-                           "intensity (larger batch / sequence, bf16), fuse small ops, "
-                           "overlap communication."))
+                           "intensity (larger batch / sequence"
+                           + ("" if "fp8" in str(eff.get("precision_mix")) else ", bf16")
+                           + "), fuse small ops, overlap communication."))
     # tensor-core work: the GEMMs, and the convolutions autocast also moves to them
     eligible = eff["gemm_time_ns"] + eff.get("fp32_conv_ns", 0)
     if eff["gemm_time_ns"] and eff["tensor_core_gemm_frac"] == 0 and eff["fp32_gemm_ns"] \
