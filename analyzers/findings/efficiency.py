@@ -5,6 +5,7 @@ of :mod:`profkit.analyzers.measure.efficiency` (its rows as facts)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 from profkit.analyzers.findings.savings import ACHIEVABLE_TENSOR_FRAC, bf16_gemm_ns
@@ -55,7 +56,17 @@ def efficiency_findings(eff: dict, th: Thresholds) -> list[Finding]:
             recommendation="Use mixed precision: torch.autocast(dtype=torch.bfloat16) (or "
                            "fp16 with a GradScaler), or at least TF32 via "
                            "torch.backends.cuda.matmul.allow_tf32 = True."))
-    return out
+    return fold_mfu(out)
+
+
+def fold_mfu(found: list[Finding]) -> list[Finding]:
+    """One cause, one finding: where fp32 GEMMs off the tensor cores explain a low MFU, the
+    MFU becomes the precision finding's evidence and words, not a finding of its own."""
+    mfu = next((f for f in found if f.category == "mfu"), None)
+    precision = next((f for f in found if f.category == "precision"), None)
+    if mfu is None or precision is None:
+        return found
+    return [replace(precision, message=f"{precision.message}; {mfu.message.rstrip('.')}")]
 
 
 def precision_evidence(eff: dict) -> dict:

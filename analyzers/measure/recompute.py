@@ -120,8 +120,24 @@ def recompute_regions(rd: RankData) -> pd.DataFrame:
         span = spans.setdefault((pid, tid, at), [int(ts), int(ts + dur), int(step)])
         span[0], span[1] = min(span[0], int(ts)), max(span[1], int(ts + dur))
     regions += [(pid, tid, lo, hi, step) for (pid, tid, _), (lo, hi, step) in spans.items()]
-    out = pd.DataFrame(regions, columns=list(REGION_COLUMNS))
-    return out.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    return merged(pd.DataFrame(regions, columns=list(REGION_COLUMNS)))
+
+
+def merged(regions: pd.DataFrame) -> pd.DataFrame:
+    """Regions of one thread that overlap as one (a ``recompute_fn`` frame and the forward
+    ops inside it, nested backward ranges of a reentrant checkpoint), in time order."""
+    out = []
+    for (pid, tid), g in regions.sort_values("start_ns", kind="stable").groupby(
+            [S.PID, S.TID], sort=False):
+        reach = -1
+        for lo, hi, step in zip(g["start_ns"], g["end_ns"], g[S.STEP]):
+            if out and lo <= reach and out[-1][:2] == [pid, tid]:
+                out[-1][3] = reach = max(reach, int(hi))
+            else:
+                out.append([pid, tid, int(lo), int(hi), int(step)])
+                reach = int(hi)
+    frame = pd.DataFrame(out, columns=list(REGION_COLUMNS))
+    return frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
 
 
 def in_regions(regions: pd.DataFrame, pid: np.ndarray, tid: np.ndarray,
