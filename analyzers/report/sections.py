@@ -381,7 +381,8 @@ SHOWN: tuple[Shown, ...] = (
     # measured by profkit ncu: Nsight Compute's counters per kernel, only when there are any
     Shown("ncu", ncu_section, "ncu_kernels", lambda a: a.table("ncu_kernels").to_dict("records"),
           json_when_empty=False),
-    Shown("efficiency", efficiency_section),
+    Shown("efficiency", efficiency_section, "efficiency",
+          lambda a: a.table("efficiency").to_dict("records"), json_when_empty=False),
     Shown("recompute", recompute_section, "recompute",
           lambda a: a.table("recompute").to_dict("records"), json_when_empty=False),
     Shown("collectives", collectives_section),
