@@ -10,7 +10,8 @@ import math
 from profkit.analyzers.measure.fp8 import (
     ACHIEVABLE_HBM_FRAC,
     ACHIEVABLE_TENSOR_FRAC,
-    QUANT_INPUT_PASSES,
+    EAGER_QUANT_PASSES,
+    FUSED_QUANT_PASSES,
 )
 from profkit.analyzers.measure.tables import plain
 from profkit.analyzers.result import Finding, Result
@@ -40,8 +41,6 @@ def quant_finding(row: dict) -> list[Finding]:
     evidence = {k: plain(v) for k, v in row.items()}
     evidence.update(fraction=round(frac, 4), quant_ns_per_step=round(row["quant_ns"], 1),
                     fp8_gemm_ns_per_step=round(row["fp8_gemm_ns"], 1))
-    if row["quant_saving_ns"] > 0:
-        evidence["saving_ns_per_step"] = round(row["quant_saving_ns"], 1)
     return [Finding(
         category="fp8", severity="warning" if frac >= 0.10 else "info", rank=row["rank"],
         message=(f"rank {row['rank']}: fp8 quantisation overhead: the amax, scale and cast "
@@ -61,20 +60,22 @@ def whatif_finding(row: dict, th: Thresholds) -> list[Finding]:
     if saving < 0.05 * step:
         return []
     evidence = {k: plain(v) for k, v in row.items()}
+    fused = row["fp8_fused_estimate_ns"]
     evidence.update(fraction=round(row["bf16_gemm_known_ns"] / step, 4),
                     bf16_gemm_ns_per_step=round(row["bf16_gemm_ns"], 1),
                     fp8_estimate_ns_per_step=round(est, 1), saving_ns_per_step=round(saving, 1),
+                    fused_saving_ns_per_step=round(max(row["bf16_gemm_known_ns"] - fused, 0), 1),
                     assumption=f"fp8 GEMMs at {ACHIEVABLE_TENSOR_FRAC:.0%} of the fp8 dense "
-                               f"peak; a fused quantisation moving {QUANT_INPUT_PASSES}x the "
-                               f"inputs' bf16 bytes at {ACHIEVABLE_HBM_FRAC:.0%} of HBM "
-                               "bandwidth")
+                               f"peak; a dynamic quantisation of their inputs moving "
+                               f"{EAGER_QUANT_PASSES}x (eager) or {FUSED_QUANT_PASSES}x (fused) "
+                               f"their bf16 bytes at {ACHIEVABLE_HBM_FRAC:.0%} of HBM bandwidth")
     return [Finding(
         category="fp8", severity="info", rank=row["rank"],
         message=(f"rank {row['rank']}: bf16 GEMMs take {row['bf16_gemm_ns'] / 1e6:.3g} ms per "
                  f"step ({pct(row['bf16_gemm_ns'] / step)} of the step); in fp8 on the "
-                 f"{row['device_model']} they would take about {est / 1e6:.3g} ms, quantisation "
-                 f"included (an estimate: fp8 GEMMs at {ACHIEVABLE_TENSOR_FRAC:.0%} of the fp8 "
-                 f"dense peak, a fused quantisation of their inputs)"),
+                 f"{row['device_model']} they would take about {est / 1e6:.3g} ms with an eager "
+                 f"quantisation of their inputs, {fused / 1e6:.3g} ms with a fused one (an "
+                 f"estimate: fp8 GEMMs at {ACHIEVABLE_TENSOR_FRAC:.0%} of the fp8 dense peak)"),
         evidence=evidence,
         recommendation=("Try fp8 training for the large linear layers: torchao.float8 "
                         "(convert_to_float8_training, with torch.compile) or Transformer "

@@ -8,8 +8,8 @@ import pandas as pd
 from profkit.analyzers import units as U
 
 RECOMPUTE_NOTE = ("recompute: GPU time of the kernels launched by forward ops inside backward "
-                  "ranges (checkpointing); peak without: the allocator's peak plus the "
-                  "activations the recompute rebuilds")
+                  "ranges (checkpointing); peak without: the allocator's peak allocated plus "
+                  "the activations the recompute rebuilds")
 
 
 def with_hfu(eff: pd.DataFrame, cols: dict, fmts: dict, notes: list) -> tuple:
