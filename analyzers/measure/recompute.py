@@ -192,7 +192,8 @@ def allocated_at(memory: pd.DataFrame, ts: np.ndarray) -> np.ndarray:
 def rank_recompute(rd: RankData, used: dict[int, int] | None) -> dict | None:
     """One rank's recompute over the steps the verdict uses (every step >= 0 without that
     list, the whole window without steps), per step: GPU time of all kernels and of the
-    recompute's (interval unions), the recompute's counted FLOPs, its regions (forward
+    recompute's (interval unions), the GPU idle time while the host runs the recompute
+    (inside its regions: launch-bound recompute costs that too), its counted FLOPs, its regions (forward
     passes run again) and the bytes they leave allocated (their activations, kept until
     the block's backward ends); None without a recompute region."""
     from profkit.analyzers.measure.flopcount import outer_ops
@@ -218,9 +219,11 @@ def rank_recompute(rd: RankData, used: dict[int, int] | None) -> dict | None:
     end = allocated_at(rd.table("memory"), regions["end_ns"].to_numpy(np.int64))
     kept = np.nansum(np.clip(end - start, 0, None)) if np.isfinite(start + end).any() else np.nan
     ts, stop = k[S.TS_NS].to_numpy(np.int64), (k[S.TS_NS] + k[S.DUR_NS]).to_numpy(np.int64)
+    busy, spans = iv.union(ts, stop), iv.union(regions["start_ns"], regions["end_ns"])
     return {"rank": rd.rank, "steps": n, "step_ns": float(step_ns),
-            "kernel_ns": iv.total(iv.union(ts, stop)) / n,
+            "kernel_ns": iv.total(busy) / n,
             "recompute_ns": iv.total(iv.union(ts[mine], stop[mine])) / n,
+            "idle_ns": (iv.total(spans) - iv.total(iv.intersect(busy, spans))) / n,
             "recompute_kernels": int(mine.sum()) / n,
             "regions": len(regions) / n,
             "recompute_flops": float(ops[S.FLOPS].to_numpy()[re_ops].sum()) / n,
@@ -228,8 +231,8 @@ def rank_recompute(rd: RankData, used: dict[int, int] | None) -> dict | None:
             "activation_bytes": float(kept) / n}
 
 
-RECOMPUTE_COLUMNS = ("rank", "steps", "step_ns", "kernel_ns", "recompute_ns", "gpu_frac",
-                     "step_frac", "regions", "recompute_kernels", "recompute_flops",
+RECOMPUTE_COLUMNS = ("rank", "steps", "step_ns", "kernel_ns", "recompute_ns", "idle_ns",
+                     "saving_ns", "gpu_frac", "step_frac", "regions", "recompute_kernels", "recompute_flops",
                      "executed_flops", "flop_frac", "activation_bytes",
                      "peak_allocated_bytes", "peak_reserved_bytes", "capacity_bytes",
                      "peak_without_bytes", "fits_without")
@@ -249,6 +252,7 @@ def combine_recompute(values: list[dict | None], memory_ranks: pd.DataFrame | No
     for row in rows:
         row["gpu_frac"] = row["recompute_ns"] / row["kernel_ns"] if row["kernel_ns"] else np.nan
         row["step_frac"] = row["recompute_ns"] / row["step_ns"] if row["step_ns"] else np.nan
+        row["saving_ns"] = row["recompute_ns"] + row["idle_ns"]
         row["flop_frac"] = (row["recompute_flops"] / row["executed_flops"]
                             if row["executed_flops"] else np.nan)
         peak = mem[mem["rank"] == row["rank"]] if mem is not None else None

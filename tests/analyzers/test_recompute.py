@@ -149,7 +149,7 @@ def test_h200_checkpointed_gpt_recompute_share_flops_and_saving():
     assert len(found) == 1 and "which fits" in found[0].recommendation
     # the fix measured: checkpointing off, the unprofiled steps (the last two of each run)
     on_ms, off_ms = np.median(s["step_ms"][-2:]), np.median(summary("ckpt_off")["step_ms"][-2:])
-    measured = 1 - off_ms / on_ms  # 0.175
+    measured = 1 - off_ms / on_ms  # 0.175; estimated 0.196 (GPU time 3.07 + idle 3.48 ms)
     assert abs(found[0].estimated_saving["fraction"] - measured) <= 0.15
     # the peak without checkpointing (3.04 GB allocated + 2.52 GB of recomputed activations)
     # within 15% of the run without it (5.30 GB)
