@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.devices import DevicePeak, device_info, lookup_device, peak_of
-from profkit.analyzers.measure.flopcount import count_flops, kernel_time_mix, outer_ops
+from profkit.analyzers.measure.flopcount import count_flops, counted_ops, kernel_time_mix
 from profkit.analyzers.measure.kernelcost import kernel_costs
 from profkit.analyzers.measure.kernels import no_gpu_result
 from profkit.analyzers.measure.recompute import recompute_op_mask, recompute_regions
@@ -167,15 +167,15 @@ def flop_facts(rd: RankData, k: pd.DataFrame, peak: DevicePeak | None,
     text = ",".join(f"{p}:{v / total:.2f}" for p, v in sorted(mix.items(), key=lambda x: -x[1]))
     return {"trace_flops": fc.flops, "flop_coverage": fc.coverage, "precision_mix": text,
             "peak_tflops": device_peak, "mfu_precision": precision,
-            "flop_weighted_peak_tflops": blend, "recompute_flops": recompute_flops(rd)}
+            "flop_weighted_peak_tflops": blend, "recompute_flops": recompute_flops(rd, k)}
 
 
-def recompute_flops(rd: RankData) -> float:
+def recompute_flops(rd: RankData, k: pd.DataFrame) -> float:
     """Counted FLOPs of the ops run again by activation recompute, in the profiled steps."""
     regions = recompute_regions(rd)
     if regions.empty:
         return 0.0
-    ops = outer_ops(rd)
+    ops = counted_ops(rd, k)[0]
     return float(ops[S.FLOPS].to_numpy()[recompute_op_mask(regions, ops)].sum())
 
 

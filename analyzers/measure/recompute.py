@@ -196,7 +196,7 @@ def rank_recompute(rd: RankData, used: dict[int, int] | None) -> dict | None:
     (inside its regions: launch-bound recompute costs that too), its counted FLOPs, its regions (forward
     passes run again) and the bytes they leave allocated (their activations, kept until
     the block's backward ends); None without a recompute region."""
-    from profkit.analyzers.measure.flopcount import outer_ops
+    from profkit.analyzers.measure.flopcount import counted_ops
     from profkit.analyzers.measure.tables import in_steps, kernels_of, window_ns
 
     regions = recompute_regions(rd)
@@ -212,7 +212,7 @@ def rank_recompute(rd: RankData, used: dict[int, int] | None) -> dict | None:
     n = len(steps) if steps else max(len(rd.steps), 1)
     step_ns = sum(used.values()) / n if used else window_ns(rd) / n
     mine = recompute_kernels(rd, regions, k)
-    ops = outer_ops(rd)
+    ops = counted_ops(rd, k)[0]
     ops = ops[ops[S.STEP].isin(steps)] if steps is not None else ops
     re_ops = recompute_op_mask(regions, ops)
     start = allocated_at(rd.table("memory"), regions["start_ns"].to_numpy(np.int64))
