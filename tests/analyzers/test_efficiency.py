@@ -338,3 +338,16 @@ def test_corpus_b200_block_scaled_gemms_and_vllm_graph_replay():
     res = judged(analyze_efficiency(loaded(vllm)))
     assert np.isnan(res.tables["efficiency"].iloc[0]["mfu"])
     assert not [f for f in res.findings if f.category == "mfu" and f.severity == "warning"]
+
+
+def test_an_op_whose_product_never_ran_counts_no_flops(tmp_path):
+    """Two aten::mm of MM_FLOPS each: the first launches its GEMM (15 us), the second only a
+    cast (an elementwise kernel, 5 us: a recompute stopped before its GEMM). Only the first
+    op's FLOPs count: MM_FLOPS in the 100 us step."""
+    events = [step(1, 0.0, 100.0),
+              x("aten::mm", "cpu_op", 0.0, 8.0, **MM_DIMS), launch(2.0, 1.0, 1),
+              kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32", 20.0, 15.0, 1),
+              x("aten::mm", "cpu_op", 10.0, 8.0, **MM_DIMS), launch(12.0, 1.0, 2),
+              kernel("vectorized_elementwise_kernel<bfloat16_copy_kernel_cuda>", 40.0, 5.0, 2)]
+    row = judged(analyze_efficiency(load(tmp_path, events))).tables["efficiency"].iloc[0]
+    assert row["trace_flops"] == MM_FLOPS
