@@ -351,3 +351,23 @@ def test_an_op_whose_product_never_ran_counts_no_flops(tmp_path):
               kernel("vectorized_elementwise_kernel<bfloat16_copy_kernel_cuda>", 40.0, 5.0, 2)]
     row = judged(analyze_efficiency(load(tmp_path, events))).tables["efficiency"].iloc[0]
     assert row["trace_flops"] == MM_FLOPS
+
+
+@pytest.mark.parametrize("name, key", [("NVIDIA H20", "H20"), ("NVIDIA H200", "H200"),
+                                       ("NVIDIA GH200 480GB", "GH200")])
+def test_h20_is_no_h200(name, key):
+    assert match_device(name).key == key
+
+
+def test_peaks_are_dense_and_consistent():
+    """REFERENCE.md: H100 SXM bf16 ~989 dense TFLOP/s, the H200 the same compute. Hopper's
+    fp8 and int8 run at twice its 16-bit rate, TF32 at half; the A100 has no fp8."""
+    h100, h200 = DEVICES["H100 SXM"], DEVICES["H200"]
+    assert h100.bf16_tflops == pytest.approx(989.4) and h200.bf16_tflops == h100.bf16_tflops
+    for d in (h100, h200, DEVICES["H100 PCIe"], DEVICES["H20"], DEVICES["B200"]):
+        assert d.fp8_tflops == pytest.approx(2 * d.bf16_tflops, rel=0.01)
+        assert d.int8_tops == d.fp8_tflops and d.tf32_tflops == pytest.approx(d.bf16_tflops / 2, rel=0.01)
+    assert np.isnan(DEVICES["A100 80GB SXM"].fp8_tflops)
+    assert DEVICES["A100 80GB SXM"].mfu_peak(["fp8"]) == ("bf16", 312.0)  # no fp8 to judge
+    assert DEVICES["MI300X"].mfu_peak(["bf16", "fp8"]) == ("fp8", 2614.9)
+    assert h200.fastest_tflops == h200.int8_tops

@@ -160,3 +160,32 @@ def test_h200_checkpointed_gpt_recompute_share_flops_and_saving():
     assert b.table("recompute").empty
     e = b.table("efficiency").iloc[0]
     assert e["hfu"] == e["mfu"] <= 1 and e["recompute_flops"] == 0
+
+
+def test_reentrant_checkpoint_forward_inside_checkpoint_function_backward(tmp_path):
+    """Reentrant checkpoint (torch.utils.checkpoint(use_reentrant=True), DeepSpeed,
+    Megatron): CheckpointFunctionBackward [400, 900) runs the block's forward (linear 50 us
+    and gelu 20 us kernels: the region [410, 440)) then a nested backward whose aten::mm
+    (100 us) is no recompute. Recompute 70 of 170 us of kernel time."""
+    events = [
+        step(1, 0.0, 1000.0),
+        x("autograd::engine::evaluate_function: CheckpointFunctionBackward", "cpu_op", 400.0,
+          500.0, tid=BW),
+        x("CheckpointFunctionBackward", "cpu_op", 401.0, 498.0, tid=BW),
+        x("aten::linear", "cpu_op", 410.0, 20.0, tid=BW, **LINEAR), launch(412.0, 1.0, 1, BW),
+        kernel(GEMM, 420.0, 50.0, 1),
+        x("aten::gelu", "cpu_op", 432.0, 8.0, tid=BW), launch(433.0, 1.0, 2, BW),
+        kernel("vectorized_elementwise_kernel<gelu>", 470.0, 20.0, 2),
+        x("autograd::engine::evaluate_function: MmBackward0", "cpu_op", 450.0, 150.0, tid=BW),
+        x("MmBackward0", "cpu_op", 451.0, 148.0, tid=BW),
+        x("aten::mm", "cpu_op", 460.0, 10.0, tid=BW, **MM), launch(462.0, 1.0, 3, BW),
+        kernel(GEMM, 500.0, 100.0, 3),
+    ]
+    doc = trace_doc(rank=0, world_size=1, events=events, deviceProperties=[H100])
+    run = load_run(write_trace(tmp_path / "rank0.json", doc), cache=False)
+    regions = recompute_regions(run.ranks[0])
+    assert len(regions) == 1
+    assert regions.iloc[0]["end_ns"] - regions.iloc[0]["start_ns"] == 30_000
+    row = analyze(run).table("recompute").iloc[0]
+    assert row["recompute_ns"] == 70_000 and row["kernel_ns"] == 170_000
+    assert row["recompute_flops"] == F
