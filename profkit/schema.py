@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 11  # 11: an fp8 _scaled_mm's precision is its operands' (not its fp32 scales')
+TABLES_VERSION = 12  # 12: "convert" kernels are no convolutions (cudnn convert_dq_to_16bits)
+# 11: an fp8 _scaled_mm's precision is its operands' (not its fp32 scales')
 # 10: the allocator's [memory] events are cached as a fifth table
 # 9: the trace's counter ('C') samples are cached as a fourth table
 # 8: a missing name, category or Input Dims is "" (it read "nan")
