@@ -34,9 +34,11 @@ from profkit.analyzers.findings.comms import (
     straggler_findings,
 )
 from profkit.analyzers.findings.efficiency import judge_efficiency
+from profkit.analyzers.findings.fp8 import fp8_findings
 from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.memoryrisks import allocator_findings
 from profkit.analyzers.findings.ncu import ncu_findings
+from profkit.analyzers.findings.recompute import recompute_findings
 from profkit.analyzers.findings.roofline import roofline_findings
 from profkit.analyzers.measure import (
     allocations,
@@ -44,11 +46,13 @@ from profkit.analyzers.measure import (
     breakdown,
     comms,
     efficiency,
+    fp8,
     groups,
     kernels,
     links,
     ncu,
     peaklive,
+    recompute,
     roofline,
     stragglers,
     transfers,
@@ -237,6 +241,10 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 GPU, combine=_efficiency, judge=judge_efficiency),
     Measurement("roofline", _rank_roofline, GPU, combine=_roofline, judge=roofline_findings,
                 needs=("breakdown", "efficiency")),
+    # fp8 GEMMs' quantisation overhead; what fp8 would give a bf16 step
+    Measurement("fp8", lambda r: fp8.rank_fp8(r.data, r.used_steps(), r.run_meta), GPU,
+                combine=lambda v, ctx: fp8.combine_fp8(list(v.values())), judge=fp8_findings,
+                needs=("breakdown",)),
     Measurement("ncu", combine=_ncu, judge=ncu_findings, needs=("kernels", "roofline")),
     Measurement("transfers", lambda r: transfers.rank_transfers(r.data, bool(len(r.data.steps))),
                 GPU, combine=_transfers),
@@ -249,6 +257,11 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                     list(v.values()))), needs=("breakdown",)),
     Measurement("allocator", _rank_allocator, GPU, combine=_allocator,
                 judge=allocator_findings, needs=("breakdown", "allocations", "peak_live")),
+    # forward ops run again in the backward pass; its memory cost from the allocator's peaks
+    Measurement("recompute", lambda r: recompute.rank_recompute(r.data, r.used_steps()), GPU,
+                combine=lambda v, ctx: recompute.combine_recompute(
+                    list(v.values()), ctx.results["allocations"].tables.get("memory_ranks")),
+                judge=recompute_findings, needs=("breakdown", "allocations")),
     # CPU op totals of ranks without GPU events: analyze._cpu_only combines them, as the
     # one thing a run without GPU events shows
     Measurement("cpu_ops", lambda r: kernels.op_totals(r.data), CPU),

@@ -59,6 +59,13 @@ class Thresholds:
     (TensorRT-LLM host analysis: launch API time > 10% of the window)."""
     fusion_min_count: int = 10
     """A sequence of short kernels repeated at least this many times is a fusion candidate."""
+    recompute_frac: float = 0.05
+    """Activation recompute taking at least this share of the GPU time is a finding: what
+    turning checkpointing off (or checkpointing selectively) would save, and whether the
+    activations would fit (analyzers/measure/recompute.py)."""
+    fp8_whatif_gemm_frac: float = 0.30
+    """On Hopper and later, bf16 GEMMs taking at least this share of the step get an fp8
+    what-if (an estimate at an achievable share of the fp8 peak)."""
     low_mfu_frac: float = 0.20
     """MFU below this is flagged (well-tuned bf16 LLM training reaches ~0.35-0.55)."""
     min_flop_coverage_frac: float = 0.50

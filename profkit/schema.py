@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 12  # 12: the memory table keeps each event's thread and failed allocations
+TABLES_VERSION = 13  # 13: both of 12's changes (merged)
+# 12: the memory table keeps each event's thread and failed allocations; "convert" kernels
+# are no convolutions (cudnn convert_dq_to_16bits)
+# 11: an fp8 _scaled_mm's precision is its operands' (not its fp32 scales')
 # 10: the allocator's [memory] events are cached as a fifth table
 # 9: the trace's counter ('C') samples are cached as a fourth table
 # 8: a missing name, category or Input Dims is "" (it read "nan")

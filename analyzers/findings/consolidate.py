@@ -46,7 +46,7 @@ from profkit.analyzers.result import SEVERITIES, Finding
 
 LAUNCH_EVIDENCE = ("short_frac", "kernels", "launch_calls", "launch_time_frac",
                    "launch_median_ns", "max_queue_depth", "graph_launches")
-COMPUTE_ONLY = ("mfu", "precision", "fusion", "memory_bound")
+COMPUTE_ONLY = ("mfu", "precision", "fusion", "memory_bound", "recompute", "fp8")
 MIN_SAVING_FRAC = 0.01  # a finding that would save less than this of the step is not advice
 
 
