@@ -34,14 +34,18 @@ from profkit.analyzers.findings.comms import (
     straggler_findings,
 )
 from profkit.analyzers.findings.efficiency import judge_efficiency
+from profkit.analyzers.findings.experts import expert_findings
 from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.ncu import ncu_findings
 from profkit.analyzers.findings.roofline import roofline_findings
+from profkit.analyzers.findings.sharding import fsdp_findings
 from profkit.analyzers.measure import (
     allocations,
     breakdown,
     comms,
     efficiency,
+    experts,
+    fsdp_units,
     groups,
     kernels,
     links,
@@ -205,6 +209,13 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("groups", combine=lambda v, ctx: groups.find_slow_groups(
         ctx.results["collectives"], ctx.thresholds),
                 judge=group_findings, needs=("collectives",)),
+    Measurement("experts", lambda r: experts.rank_all_to_all(r.data, r.used_steps()), GPU,
+                combine=lambda v, ctx: experts.expert_balance(v, ctx.results["stragglers"]),
+                judge=expert_findings, needs=("breakdown", "stragglers")),
+    Measurement("fsdp", lambda r: fsdp_units.rank_fsdp_units(r.data, r.used_steps(),
+                                                             r.values["breakdown"]), GPU,
+                combine=lambda v, ctx: fsdp_units.combine_fsdp_units(v),
+                judge=fsdp_findings, needs=("breakdown",)),
     Measurement("kernels", _rank_kernels, GPU,
                 combine=lambda v, ctx: kernels.combine_kernels(list(v.values()), ctx.thresholds),
                 judge=kernel_findings, needs=("breakdown",)),
