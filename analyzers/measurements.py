@@ -39,6 +39,7 @@ from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.ncu import ncu_findings
 from profkit.analyzers.findings.roofline import roofline_findings
 from profkit.analyzers.findings.sharding import fsdp_findings
+from profkit.analyzers.findings.tensor_parallel import tp_findings
 from profkit.analyzers.measure import (
     allocations,
     breakdown,
@@ -52,6 +53,7 @@ from profkit.analyzers.measure import (
     ncu,
     roofline,
     stragglers,
+    tensor_parallel,
     transfers,
 )
 from profkit.analyzers.options import AnalysisOptions
@@ -194,6 +196,13 @@ def _transfers(values: dict[int, Any], ctx: Combining) -> Result:
     return Result(tables={"transfers": moved})
 
 
+def _tensor_parallel(values: dict[int, Any], ctx: Combining) -> Result:
+    """TP collectives per rank, their waits from the matched collectives, against the step."""
+    ranks = ctx.results["breakdown"].tables.get("rank_breakdown", pd.DataFrame())
+    step_ms = dict(zip(ranks["rank"], ranks["step_time_ms"])) if len(ranks) else {}
+    return tensor_parallel.combine_tp(values, ctx.results["collectives"], step_ms)
+
+
 # Registry order is output order: the findings of results after the breakdown, and the
 # tables of Analysis.tables (and of --tables), follow it.
 MEASUREMENTS: tuple[Measurement, ...] = (
@@ -216,6 +225,9 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                                                              r.values["breakdown"]), GPU,
                 combine=lambda v, ctx: fsdp_units.combine_fsdp_units(v),
                 judge=fsdp_findings, needs=("breakdown",)),
+    Measurement("tensor_parallel", lambda r: tensor_parallel.tp_collectives(r.data, r.used_steps()),
+                GPU, combine=_tensor_parallel, judge=tp_findings,
+                needs=("breakdown", "collectives")),
     Measurement("kernels", _rank_kernels, GPU,
                 combine=lambda v, ctx: kernels.combine_kernels(list(v.values()), ctx.thresholds),
                 judge=kernel_findings, needs=("breakdown",)),

@@ -40,6 +40,7 @@ from profkit.analyzers.findings.savings import (
     rank_means,
 )
 from profkit.analyzers.findings.sharding import fold_units
+from profkit.analyzers.findings.tensor_parallel import tp_communication
 from profkit.analyzers.findings.trust import saving_beyond_step
 from profkit.analyzers.parts import HOST_IDLE, HOST_SIDE
 from profkit.analyzers.result import SEVERITIES, Finding
@@ -75,6 +76,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         if f is not None:
             out.append(f)
     out = fold_units(_round_trips(_code_into_cause(out)))  # FSDP wrapping: one finding
+    out = tp_communication(out, tables.get("tp_ranks"))  # TP advice for TP collectives
     return order([_trusted_saving(f) for f in out],
                  verdict.get("primary"))
 

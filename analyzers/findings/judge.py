@@ -24,6 +24,7 @@ from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.ncu import ncu_findings
 from profkit.analyzers.findings.roofline import roofline_findings
 from profkit.analyzers.findings.sharding import fsdp_findings
+from profkit.analyzers.findings.tensor_parallel import tp_findings
 from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
@@ -32,7 +33,7 @@ JUDGES: dict[str, Callable[[Result, Thresholds], list[Finding]]] = {
     "links": link_findings, "groups": group_findings, "kernels": kernel_findings,
     "efficiency": judge_efficiency, "no_gpu": no_gpu_findings, "roofline": roofline_findings,
     "ncu": ncu_findings, "allocations": allocation_findings,
-    "experts": expert_findings, "fsdp": fsdp_findings,
+    "experts": expert_findings, "fsdp": fsdp_findings, "tensor_parallel": tp_findings,
 }
 
 
