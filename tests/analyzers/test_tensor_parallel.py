@@ -87,7 +87,8 @@ def test_exposed_tp_transfer_is_a_finding_above_a_tenth_of_the_step(share, found
     out = tp_findings(Result(tables={TP_TABLE: _table(share)}))
     assert bool(out) == found
     if found:
-        assert out[0].estimated_saving == {"ms_per_step": 6.0, "fraction": 0.3}
+        assert out[0].estimated_saving is None  # a bound, not checked against a twin
+        assert out[0].evidence["transfer_ms_per_step"] == 6.0 and "at most" in out[0].message
         assert out[0].recommendation == ADVICE
 
 
