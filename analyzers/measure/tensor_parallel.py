@@ -60,31 +60,44 @@ def tp_collectives(data: RankData, used: dict[int, int] | None) -> pd.DataFrame:
     tp = coll[(inside | named) & (cpu >= 0) & coll[S.ON_GPU].astype(bool)]
     if tp.empty:
         return pd.DataFrame(columns=[START_NS, S.STEP, S.MSG_BYTES, "exposed_ns"])
-    k = ev[(ev[S.KIND] == S.KIND_KERNEL) & (ev[S.CLASS] == S.CLS_COMPUTE)]
-    compute = _spans(k)
+    return exposed_collectives(data, tp)
+
+
+def exposed_collectives(data: RankData, rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` of the collectives table as (start ns, step, bytes, exposed ns): the part of
+    each one's kernel in which no compute kernel runs."""
+    ev = data.events
+    compute = _spans(ev[(ev[S.KIND] == S.KIND_KERNEL) & (ev[S.CLASS] == S.CLS_COMPUTE)])
     exposed = [intervals.total(intervals.subtract(
         (np.array([s], np.int64), np.array([s + d], np.int64)), compute))
-        for s, d in zip(tp[S.TS_NS].to_numpy(np.int64), tp[S.DUR_NS].to_numpy(np.int64))]
-    return pd.DataFrame({START_NS: tp[S.TS_NS].to_numpy(np.int64),
-                         S.STEP: tp[S.STEP].to_numpy(np.int64),
-                         S.MSG_BYTES: tp[S.MSG_BYTES].to_numpy(float),
+        for s, d in zip(rows[S.TS_NS].to_numpy(np.int64), rows[S.DUR_NS].to_numpy(np.int64))]
+    return pd.DataFrame({START_NS: rows[S.TS_NS].to_numpy(np.int64),
+                         S.STEP: rows[S.STEP].to_numpy(np.int64),
+                         S.MSG_BYTES: rows[S.MSG_BYTES].to_numpy(float),
                          "exposed_ns": np.asarray(exposed, np.int64)})
+
+
+def waited_ns(rows: pd.DataFrame, collectives: Result, rank: int) -> np.ndarray:
+    """Per row of :func:`exposed_collectives`, the part of its exposed time spent waiting for
+    the last peer (the matched collectives' exposed wait; 0 where unmatched)."""
+    waits = collectives.tables.get(COLLECTIVE_WAITS, pd.DataFrame())
+    if waits.empty or rows.empty:
+        return np.zeros(len(rows))
+    mine = waits[waits["rank"] == rank].drop_duplicates(START_NS).set_index(START_NS)
+    got = mine[EXPOSED_WAIT_NS].reindex(rows[START_NS].to_numpy()).fillna(0).to_numpy(float)
+    return np.minimum(got, rows["exposed_ns"].to_numpy(float))
 
 
 def combine_tp(values: dict[int, pd.DataFrame | None], collectives: Result,
                step_ms: dict[int, float]) -> Result:
     """One row per rank with tensor-parallel collectives (module doc); no topic without."""
-    waits = collectives.tables.get(COLLECTIVE_WAITS, pd.DataFrame())
     rows = []
     for rank, tp in sorted(values.items()):
         if tp is None or tp.empty:
             continue
         n_steps = max(tp[S.STEP].nunique(), 1)
-        mine = waits[waits["rank"] == rank][[START_NS, EXPOSED_WAIT_NS]] if len(waits) else \
-            pd.DataFrame(columns=[START_NS, EXPOSED_WAIT_NS])
-        joined = tp.merge(mine, on=START_NS, how="left").fillna({EXPOSED_WAIT_NS: 0})
-        waited = np.minimum(joined[EXPOSED_WAIT_NS].to_numpy(float), joined["exposed_ns"])
-        transfer = float((joined["exposed_ns"] - waited).sum()) / n_steps / 1e6
+        waited = waited_ns(tp, collectives, rank)
+        transfer = float((tp["exposed_ns"].to_numpy(float) - waited).sum()) / n_steps / 1e6
         step = step_ms.get(rank, np.nan)
         rows.append({"rank": rank, "collectives_per_step": len(tp) / n_steps,
                      "median_mib": float(tp[S.MSG_BYTES].median()) / 2**20,

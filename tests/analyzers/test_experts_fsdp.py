@@ -135,6 +135,10 @@ def test_per_linear_units_get_the_wrapping_advice_with_the_twins_saving():
     measured = 1 - _steady_ms("fsdp_block") / _steady_ms("fsdp_linear")
     assert measured == pytest.approx(0.72, abs=0.03)
     assert abs(f.estimated_saving["fraction"] - measured) <= 0.15
+    ranks = _analysis("fsdp_linear").table("fsdp_ranks").set_index("rank")
+    assert f.rank == 0  # rank 1's exposed collectives are its wait for rank 0, not its own
+    assert ranks.loc[1, "peer_wait_ms_per_step"] >= 0.9 * ranks.loc[1, "exposed_comm_ms_per_step"]
+    assert ranks.loc[1, "saving_ms_per_step"] < 0.1 * ranks.loc[1, "step_ms"]
     rank_findings = {g.category for g in _analysis("fsdp_linear").findings if g.rank == f.rank}
     assert not rank_findings & {"cpu_launch", "host_work"}  # folded in: one cause, one finding
 
