@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 from profkit.analyzers.analyze import analyze
 from profkit.analyzers.findings.experts import CATEGORY as EXPERTS
-from profkit.analyzers.findings.experts import fold_straggler
+from profkit.analyzers.findings.experts import expert_findings, fold_straggler
 from profkit.analyzers.findings.sharding import CATEGORY as WRAPPING
 from profkit.analyzers.findings.sharding import fold_units
-from profkit.analyzers.measure.experts import tokens_per_rank
+from profkit.analyzers.measure.experts import expert_balance, tokens_per_rank
 from profkit.analyzers.measure.fsdp_units import block_of
-from profkit.analyzers.result import Finding
+from profkit.analyzers.result import Finding, Result
 
 from profkit.run.loader import load_run
 from tests.conftest import REPO
@@ -169,3 +169,39 @@ def test_host_findings_fold_into_the_wrapping_finding_when_fsdp_holds_the_host()
     assert [(f.category, f.rank) for f in folded] == [(WRAPPING, 0), ("host_work", 1)]
     assert set(folded[0].evidence["folded"]) == {"cpu_launch", "straggler"}
     assert len(fold_units(host(0.3))) == 4  # FSDP is not what the host spends its time on
+
+
+def _late(compute_ms: list[float], straggler: int) -> Result:
+    n = len(compute_ms)
+    return Result(tables={"stragglers": pd.DataFrame({
+        "rank": range(n), "straggler": [r == straggler for r in range(n)],
+        "compute_ns_per_step": [c * 1e6 for c in compute_ms],
+        "others_exposed_wait_ns_per_step": [8e6 if r == straggler else 0.0 for r in range(n)],
+        "others_step_ns": [40e6] * n})})
+
+
+def _dispatch(tokens: list[int]) -> dict[int, pd.DataFrame]:
+    return {r: pd.DataFrame({"step": [1], "order": [0], "recv_elems": [t * 8.0],
+                             "recv_bytes": [t * 16.0], "recv_tokens": [float(t)]})
+            for r, t in enumerate(tokens)}
+
+
+def test_balanced_step_saving_over_four_ranks_by_hand():
+    # compute = 2 ms + 1 us per token: rank 0 (10,000 tokens) 12 ms; the mean 5,500 tokens
+    # would take 7.5 ms, so the balanced step saves 4.5 ms (under the others' 8 ms wait)
+    facts = expert_balance(_dispatch([10000, 4000, 4000, 4000]),
+                           _late([12.0, 6.0, 6.0, 6.0], straggler=0)).facts
+    assert facts["straggler"] == 0
+    assert facts["saving_ns_per_step"] == pytest.approx(4.5e6)
+    assert facts["balanced_compute_ns_per_step"] == pytest.approx(7.5e6)
+
+
+@pytest.mark.parametrize("tokens, compute, straggler", [
+    ([4000, 10000, 4000, 4000], [12.0, 6.0, 6.0, 6.0], 0),  # the straggler is not the loaded rank
+    ([10000, 9000, 1000, 2000], [12.0, 2.0, 11.0, 6.0], 0),  # compute does not follow tokens
+    ([5000, 5000, 5000, 5200], [12.0, 6.0, 6.0, 6.0], 0),  # routing balanced within 10%
+])
+def test_no_imbalance_where_the_straggler_is_not_explained_by_tokens(tokens, compute, straggler):
+    facts = expert_balance(_dispatch(tokens), _late(compute, straggler)).facts
+    assert "straggler" not in facts
+    assert expert_findings(expert_balance(_dispatch(tokens), _late(compute, straggler))) == []
