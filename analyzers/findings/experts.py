@@ -38,7 +38,7 @@ def expert_findings(result: Result, th: Thresholds | None = None) -> list[Findin
     rank = facts["straggler"]
     rows = result.tables[TOKENS_TABLE].to_dict("records")
     received = ", ".join(f"rank {int(r[RANK])} {_amount(r)}" for r in rows)
-    tokens = {int(r[RANK]): r[RECV_TOKENS] for r in rows}
+    tokens = {int(r[RANK]): float(r[RECV_TOKENS]) for r in rows}
     mib = {int(r[RANK]): round(r[RECV_BYTES] / 2**20, 1) for r in rows}
     step_ns, saving_ns = facts["step_ns"], facts["saving_ns_per_step"]
     evidence = {
@@ -46,8 +46,8 @@ def expert_findings(result: Result, th: Thresholds | None = None) -> list[Findin
         "dispatch_imbalance": round(facts["imbalance"], 3),
         "compute_ms_per_step": round(facts["compute_ns_per_step"] / 1e6, 3),
         "balanced_compute_ms_per_step": round(facts["balanced_compute_ns_per_step"] / 1e6, 3),
-        "saving_ns_per_step": saving_ns,
-        "fraction": min(saving_ns / step_ns, 1.0) if step_ns > 0 else 0.0,
+        "saving_ns_per_step": round(saving_ns),
+        "fraction": round(min(saving_ns / step_ns, 1.0), 4) if step_ns > 0 else 0.0,
     }
     return [Finding(
         category=CATEGORY, severity="critical" if evidence["fraction"] >= 0.2 else "warning",

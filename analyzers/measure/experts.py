@@ -143,5 +143,5 @@ def _balanced(joined: pd.DataFrame, slow: pd.DataFrame) -> dict:
     return {"straggler": int(row["rank"]), "saving_ns_per_step": saving,
             "step_ns": float(row["others_step_ns"]), "compute_ns_per_step": mine,
             "balanced_compute_ns_per_step": float(a + b * x.mean()),
-            "mean_tokens": float(x.mean()), "ns_per_token": float(b),
-            "tokens_known": bool(np.isfinite(joined[RECV_TOKENS]).all())}
+            "mean_received": float(x.mean()), "ns_per_received": float(b),
+            "received_in": "tokens" if np.isfinite(joined[RECV_TOKENS]).all() else "bytes"}
