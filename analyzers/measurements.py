@@ -35,22 +35,29 @@ from profkit.analyzers.findings.comms import (
 )
 from profkit.analyzers.findings.efficiency import judge_efficiency
 from profkit.analyzers.findings.experts import expert_findings
+from profkit.analyzers.findings.fp8 import fp8_findings
 from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
+from profkit.analyzers.findings.memoryrisks import allocator_findings
 from profkit.analyzers.findings.ncu import ncu_findings
+from profkit.analyzers.findings.recompute import recompute_findings
 from profkit.analyzers.findings.roofline import roofline_findings
 from profkit.analyzers.findings.sharding import fsdp_findings
 from profkit.analyzers.findings.tensor_parallel import tp_findings
 from profkit.analyzers.measure import (
     allocations,
+    allocator,
     breakdown,
     comms,
     efficiency,
     experts,
+    fp8,
     fsdp_units,
     groups,
     kernels,
     links,
     ncu,
+    peaklive,
+    recompute,
     roofline,
     stragglers,
     tensor_parallel,
@@ -138,7 +145,9 @@ def used_steps(parts: dict[str, Any]) -> dict[int, int] | None:
 # --- per-rank steps ---------------------------------------------------------------------
 
 def _rank_breakdown(r: RankInputs) -> dict[str, Any]:
-    parts = breakdown.rank_parts(r.data, r.opts, r.thresholds)
+    oom = allocator.rank_oom(r.data, r.run_meta, r.thresholds.peak_memory_frac)
+    parts = breakdown.rank_parts(r.data, r.opts, r.thresholds,
+                                 cut_step=oom["step"] if oom else None)
     parts["steps_info"] = r.steps_info
     return parts
 
@@ -203,6 +212,25 @@ def _tensor_parallel(values: dict[int, Any], ctx: Combining) -> Result:
     return tensor_parallel.combine_tp(values, ctx.results["collectives"], step_ms)
 
 
+def _rank_allocator(r: RankInputs) -> dict[str, Any]:
+    return allocator.rank_allocator(r.data, r.values["breakdown"]["step_breakdown"],
+                                    r.run_meta, r.thresholds.peak_memory_frac)
+
+
+def _allocator(values: dict[int, Any], ctx: Combining) -> Result:
+    """Allocator churn and out-of-memory, judged with the peaks (allocations) and what
+    holds them (peak_live)."""
+    tables = allocator.combine_allocator(list(values.values()))
+    ranks = ctx.results["allocations"].tables.get("memory_ranks", pd.DataFrame())
+    live = ctx.results["peak_live"].tables
+    steps = ctx.results["breakdown"].tables.get("rank_breakdown", pd.DataFrame())
+    step_ms = dict(zip(steps["rank"], steps["step_time_ms"])) if len(steps) else {}
+    has = len(ranks) or len(tables["memory_oom"]) or tables["allocator_calls"]["malloc_calls"].sum()
+    return Result(tables=tables, facts={
+        **({"topic": "allocator"} if has else {}), "ranks": ranks,
+        "live": live["memory_live"], "peak": live["memory_peak"], "step_ms": step_ms})
+
+
 # Registry order is output order: the findings of results after the breakdown, and the
 # tables of Analysis.tables (and of --tables), follow it.
 MEASUREMENTS: tuple[Measurement, ...] = (
@@ -236,6 +264,10 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 GPU, combine=_efficiency, judge=judge_efficiency),
     Measurement("roofline", _rank_roofline, GPU, combine=_roofline, judge=roofline_findings,
                 needs=("breakdown", "efficiency")),
+    # fp8 GEMMs' quantisation overhead; what fp8 would give a bf16 step
+    Measurement("fp8", lambda r: fp8.rank_fp8(r.data, r.used_steps(), r.run_meta), GPU,
+                combine=lambda v, ctx: fp8.combine_fp8(list(v.values())), judge=fp8_findings,
+                needs=("breakdown",)),
     Measurement("ncu", combine=_ncu, judge=ncu_findings, needs=("kernels", "roofline")),
     Measurement("transfers", lambda r: transfers.rank_transfers(r.data, bool(len(r.data.steps))),
                 GPU, combine=_transfers),
@@ -243,6 +275,16 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                     r.data, r.used_steps(), r.run_meta),
                 GPU, combine=lambda v, ctx: allocations.combine_allocations(list(v.values())),
                 judge=allocation_findings, needs=("breakdown",)),
+    Measurement("peak_live", lambda r: peaklive.rank_peak_live(r.data, r.used_steps()), GPU,
+                combine=lambda v, ctx: Result(tables=peaklive.combine_peak_live(
+                    list(v.values()))), needs=("breakdown",)),
+    Measurement("allocator", _rank_allocator, GPU, combine=_allocator,
+                judge=allocator_findings, needs=("breakdown", "allocations", "peak_live")),
+    # forward ops run again in the backward pass; its memory cost from the allocator's peaks
+    Measurement("recompute", lambda r: recompute.rank_recompute(r.data, r.used_steps()), GPU,
+                combine=lambda v, ctx: recompute.combine_recompute(
+                    list(v.values()), ctx.results["allocations"].tables.get("memory_ranks")),
+                judge=recompute_findings, needs=("breakdown", "allocations")),
     # CPU op totals of ranks without GPU events: analyze._cpu_only combines them, as the
     # one thing a run without GPU events shows
     Measurement("cpu_ops", lambda r: kernels.op_totals(r.data), CPU),

@@ -44,6 +44,13 @@ class Thresholds:
     memory_headroom_min_x: float = 2.0
     """The batch could grow at least this many times before out-of-memory (the allocator's
     transient memory per step scaled against the device's): said as headroom (info)."""
+    fragmentation_ratio: float = 1.30
+    """The allocator's reserved peak at least this many times its allocated peak (and
+    fragmentation_min_bytes above it): fragmentation (expandable_segments)."""
+    fragmentation_min_bytes: float = 1e9
+    """Reserved beyond allocated below this is no fragmentation finding, whatever the ratio."""
+    allocator_churn_min_calls: float = 2.0
+    """cudaMalloc / cudaFree calls per used step from this many: allocator churn."""
     short_kernel_count_frac: float = 0.50
     """Short kernels at least this share of a rank's kernels, while kernels fill less than
     gpu_util_low_frac of the step: launch-bound (CUDA graphs / torch.compile)."""
@@ -52,6 +59,13 @@ class Thresholds:
     (TensorRT-LLM host analysis: launch API time > 10% of the window)."""
     fusion_min_count: int = 10
     """A sequence of short kernels repeated at least this many times is a fusion candidate."""
+    recompute_frac: float = 0.05
+    """Activation recompute taking at least this share of the GPU time is a finding: what
+    turning checkpointing off (or checkpointing selectively) would save, and whether the
+    activations would fit (analyzers/measure/recompute.py)."""
+    fp8_whatif_gemm_frac: float = 0.30
+    """On Hopper and later, bf16 GEMMs taking at least this share of the step get an fp8
+    what-if (an estimate at an achievable share of the fp8 peak)."""
     low_mfu_frac: float = 0.20
     """MFU below this is flagged (well-tuned bf16 LLM training reaches ~0.35-0.55)."""
     min_flop_coverage_frac: float = 0.50

@@ -63,6 +63,13 @@ N_GRAPH = "n-graph"
 N_SUMMARY = "n-summary"
 N_NONE = "n-none"  # the line saying the run has no NVML samples
 
+# memory
+M_GRAPH = "m-graph"
+M_NONE = "m-none"  # the line saying the run has no memory events
+M_RANKS = "m-ranks"
+M_LIVE = "m-live"  # what is live at the peak, or the line saying it is not available
+M_TILE = "m-tile"  # the Overview's peak-memory tile
+
 # tables
 TABLES_BODY = "tables-body"
 TABLES_SCROLLED = "tables-scrolled"

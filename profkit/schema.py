@@ -10,7 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 10  # 10: the allocator's [memory] events are cached as a fifth table
+TABLES_VERSION = 13  # 13: both of 12's changes (merged)
+# 12: the memory table keeps each event's thread and failed allocations; "convert" kernels
+# are no convolutions (cudnn convert_dq_to_16bits)
+# 11: an fp8 _scaled_mm's precision is its operands' (not its fp32 scales')
+# 10: the allocator's [memory] events are cached as a fifth table
 # 9: the trace's counter ('C') samples are cached as a fourth table
 # 8: a missing name, category or Input Dims is "" (it read "nan")
 # 7: the header keeps thread names (the timeline names CPU threads)
@@ -115,14 +119,18 @@ TRACE_METRIC_PREFIX = "trace:"
 # --- memory: one row per allocation or free of PyTorch's caching allocator -----------------
 # Kineto's "[memory]" instant events (profile_memory=True), as written: DEVICE is their
 # Device Id (-1 on the CPU), BYTES is signed (negative on a free), the totals are the
-# allocator's on that device after the event; STEP is the CPU ProfilerStep holding ts_ns.
+# allocator's on that device after the event; STEP is the CPU ProfilerStep holding ts_ns;
+# TID is the CPU thread that allocated or freed (its ops enclose the event).
 DEVICE_TYPE = "device_type"  # c10::DeviceType as written: DEVICE_TYPE_CPU, DEVICE_TYPE_CUDA ...
 DEVICE_TYPE_CPU = 0
 DEVICE_TYPE_CUDA = 1  # ROCm builds of PyTorch write their GPUs as CUDA too
 ALLOCATED_BYTES = "allocated_bytes"  # "Total Allocated": bytes in live tensors
 RESERVED_BYTES = "reserved_bytes"  # "Total Reserved": bytes the allocator holds from the driver
 ADDR = "addr"  # the block's address, -1 when the trace does not write it
-MEMORY_COLUMNS = (TS_NS, DEVICE, DEVICE_TYPE, BYTES, ALLOCATED_BYTES, RESERVED_BYTES, ADDR, STEP)
+OUT_OF_MEMORY = "out_of_memory"  # True: an allocation that failed ("[OutOfMemory]": BYTES is
+# the size asked for, the totals are the allocator's then, no address), not an allocation
+MEMORY_COLUMNS = (TS_NS, DEVICE, DEVICE_TYPE, BYTES, ALLOCATED_BYTES, RESERVED_BYTES, ADDR, STEP,
+                  TID, OUT_OF_MEMORY)
 
 # --- steps: one row per ProfilerStep of one rank ----------------------------------------
 # ts_ns / dur_ns are the CPU ProfilerStep range. The GPU runs behind the CPU, so the GPU

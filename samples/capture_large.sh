@@ -28,7 +28,7 @@ fi
 
 case $PART in mem*) OUT=$ROOT_OUT/memory ;; *) OUT=$ROOT_OUT/parallel ;; esac
 # shellcheck source=capture_lib.sh
-source "$HERE/capture_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/capture_lib.sh"
 M=("$PY" "$HERE/memory_cases.py" --profiler profkit)
 P=("$HERE/parallel_cases.py" --profiler profkit)
 case $PART in

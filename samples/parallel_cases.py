@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from model import GPT, Block, GPTConfig
+from model import GPT, GPTConfig
 
 FULL = dict(batch=32, seq=512, layers=8, dim=1024, heads=16, vocab=8192, tokens=16384)
 TINY = dict(batch=8, seq=16, layers=4, dim=64, heads=4, vocab=256, tokens=64)
@@ -191,8 +191,11 @@ def fsdp(args, env) -> tuple[callable, dict]:
 
 # ---------------------------------------------------------------------------- tensor parallel
 def _tp_mlp(args, env, mesh) -> nn.Module:
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     torch.manual_seed(0)
     layers = []

@@ -52,6 +52,12 @@ def test_communication_families_and_their_collectives():
         "void cuda::per_token_cast_to_fp8_with_channels<__nv_bfloat16, 128>(__nv_bfloat16 const*)":
             (COMPUTE, "elementwise"),
         "void at::native::reduce_kernel<512, 1>(at::native::ReduceOp<float>)": (COMPUTE, "reduction"),
+        # cuDNN attention backward's helper (H200 GPT): no convolution, so no attention FLOPs
+        "void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*, unsigned int)":
+            (COMPUTE, "other"),
+        "void cudnn::engines_precompiled::nhwcToNchwKernel<float, float, float, true, false>":
+            (COMPUTE, "other"),
+        "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc": (COMPUTE, "conv"),
     }
     got = classify.classify_gpu_names(np.array([S.KIND_KERNEL] * len(names)), np.array(list(names)))
     assert dict(zip(names, zip(got.classes, got.subclasses))) == names

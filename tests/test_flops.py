@@ -137,6 +137,12 @@ def test_a_hostile_op_costs_only_its_own_flops(tmp_path):
     ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x256x32_MI16x16x1", "bf16"),
     ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1", "fp32"),
     ("attn_fwd", ""),
+    # cuBLASLt's nvjet names its input types: qq is fp8 x fp8 (H200, torch._scaled_mm e4m3)
+    ("nvjet_sm90_qqtst_144x128_128x4_1x2_h_bz_coopA_NNT", "fp8"),
+    ("volta_dgemm_64x64_nn", "fp64"),
+    ("void cutlass::Kernel<cutlass_80_tensorop_d884gemm_64x64_16x4_nn_align1>", "fp64"),
+    ("void cutlass::Kernel<cutlass_80_tensorop_i16832gemm_s8_256x128_64x3_tn_align16>", "int8"),
+    ("Cijk_Alik_Bljk_DB_MT64x64x16_MI16x16x4", "fp64"),
 ])
 def test_kernel_precision(name, precision):
     assert kernel_precision(name) == precision
@@ -147,6 +153,12 @@ def test_dtype_precision_takes_the_widest_float_input():
     assert dtype_precision(["c10::Float8_e4m3fn", "c10::BFloat16"]) == "bf16"
     assert dtype_precision(["float", "c10::Half"]) == "fp32"
     assert dtype_precision(["long", ""]) == "" and dtype_precision(None) == ""
+
+
+def test_a_scaled_gemm_is_the_precision_of_its_operands_not_of_its_scales():
+    fp8 = ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn", "float", "float", "", "c10::BFloat16"]
+    assert dtype_precision(fp8, "aten::_scaled_mm") == "fp8"
+    assert dtype_precision(fp8) == "fp32"  # any other op: the widest input
 
 
 def _events(tmp_path, events):

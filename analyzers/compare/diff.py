@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from profkit.analyzers.analyze import Analysis, analyze
-from profkit.analyzers.compare import stats
+from profkit.analyzers.compare import memory, stats
 from profkit.analyzers.compare.attribution import attribution
 from profkit.analyzers.compare.comparable import Comparability, comparability
 from profkit.analyzers.compare.nature import nature
@@ -199,7 +199,9 @@ def diff_analyses(base: Analysis, new: Analysis, thresholds: Thresholds = DEFAUL
                              "reasons": [], "warnings": [], "changes": [], "nature": [],
                              "notes": []})
     verdict, per = _judge(base, new, samples, thresholds, items_per_step)
-    return Diff(*paths, verdict, attribution(base, new, per))
+    diff = Diff(*paths, verdict, attribution(base, new, per))
+    memory.attach(diff, base, new)  # the change of peak memory, where both sides have it
+    return diff
 
 
 def slower_than(d: Diff, pct: float) -> bool:

@@ -31,6 +31,8 @@ from dataclasses import replace
 
 import pandas as pd
 from profkit.analyzers.findings.experts import fold_straggler
+from profkit.analyzers.findings.memoryjoin import join_headroom
+from profkit.analyzers.findings.memoryrisks import fold_memory
 from profkit.analyzers.findings.roofline import memory_advice
 from profkit.analyzers.findings.savings import (
     OVERLAP_SAVING,
@@ -47,7 +49,7 @@ from profkit.analyzers.result import SEVERITIES, Finding
 
 LAUNCH_EVIDENCE = ("short_frac", "kernels", "launch_calls", "launch_time_frac",
                    "launch_median_ns", "max_queue_depth", "graph_launches")
-COMPUTE_ONLY = ("mfu", "precision", "fusion", "memory_bound")
+COMPUTE_ONLY = ("mfu", "precision", "fusion", "memory_bound", "recompute", "fp8")
 MIN_SAVING_FRAC = 0.01  # a finding that would save less than this of the step is not advice
 
 
@@ -63,6 +65,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         if len(ranks) else {}
     launch = {f.rank: f for f in findings if f.category == "launch"}
     findings = fold_straggler(fold_measured(findings))  # expert imbalance: one finding
+    findings = fold_memory(findings, tables.get("idle_code"))
     findings = memory_advice(findings, tables.get("roofline"))
     out = []
     for f in findings:
@@ -75,6 +78,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         f = _estimate(f, saving, means, tables, steps, median_step)
         if f is not None:
             out.append(f)
+    out = join_headroom(out, ranks)
     out = fold_units(_round_trips(_code_into_cause(out)))  # FSDP wrapping: one finding
     out = tp_communication(out, tables.get("tp_ranks"))  # TP advice for TP collectives
     return order([_trusted_saving(f) for f in out],

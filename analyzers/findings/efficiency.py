@@ -5,10 +5,11 @@ of :mod:`profkit.analyzers.measure.efficiency` (its rows as facts)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 from profkit.analyzers.findings.savings import ACHIEVABLE_TENSOR_FRAC, bf16_gemm_ns
-from profkit.analyzers.measure.devices import DEVICES
+from profkit.analyzers.measure.devices import peak_of
 from profkit.analyzers.measure.tables import RANK, plain
 from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.thresholds import Thresholds
@@ -28,14 +29,18 @@ def efficiency_findings(eff: dict, th: Thresholds) -> list[Finding]:
     out, rank = [], eff[RANK]
     ev = {k: plain(v) for k, v in eff.items()}
     if eff["mfu"] < th.low_mfu_frac:
-        peak = "given" if th.peak_tflops else f"{eff['precision_mix']} on {eff['device_model']}"
+        peak = "given" if th.peak_tflops else \
+            f"the {eff['mfu_precision']} dense peak of the {eff['device_model']}"
+        hfu = f"; HFU {eff['hfu']:.0%} with the recompute" \
+            if eff.get("recompute_flops", 0) > 0 and np.isfinite(eff.get("hfu", np.nan)) else ""
         out.append(Finding(
             category="mfu", severity="warning", rank=rank, evidence=ev,
             message=f"MFU is {eff['mfu']:.0%}: {eff['achieved_tflops']:.0f} of "
-                    f"{eff['peak_tflops']:.0f} dense TFLOP/s ({peak}).",
+                    f"{eff['peak_tflops']:.0f} TFLOP/s ({peak}){hfu}.",
             recommendation="Find where the step goes (breakdown, kernels): raise arithmetic "
-                           "intensity (larger batch / sequence, bf16), fuse small ops, "
-                           "overlap communication."))
+                           "intensity (larger batch / sequence"
+                           + ("" if "fp8" in str(eff.get("precision_mix")) else ", bf16")
+                           + "), fuse small ops, overlap communication."))
     # tensor-core work: the GEMMs, and the convolutions autocast also moves to them
     eligible = eff["gemm_time_ns"] + eff.get("fp32_conv_ns", 0)
     if eff["gemm_time_ns"] and eff["tensor_core_gemm_frac"] == 0 and eff["fp32_gemm_ns"] \
@@ -51,7 +56,17 @@ def efficiency_findings(eff: dict, th: Thresholds) -> list[Finding]:
             recommendation="Use mixed precision: torch.autocast(dtype=torch.bfloat16) (or "
                            "fp16 with a GradScaler), or at least TF32 via "
                            "torch.backends.cuda.matmul.allow_tf32 = True."))
-    return out
+    return fold_mfu(out)
+
+
+def fold_mfu(found: list[Finding]) -> list[Finding]:
+    """One cause, one finding: where fp32 GEMMs off the tensor cores explain a low MFU, the
+    MFU becomes the precision finding's evidence and words, not a finding of its own."""
+    mfu = next((f for f in found if f.category == "mfu"), None)
+    precision = next((f for f in found if f.category == "precision"), None)
+    if mfu is None or precision is None:
+        return found
+    return [replace(precision, message=f"{precision.message}; {mfu.message.rstrip('.')}")]
 
 
 def precision_evidence(eff: dict) -> dict:
@@ -62,7 +77,7 @@ def precision_evidence(eff: dict) -> dict:
            "gemm_ns_per_step": eff["gemm_time_ns"] / steps,
            "fraction": round(eff["fp32_gemm_ns"] / eff["step_time_ns"], 4)
            if eff["step_time_ns"] else 1.0}
-    peak = DEVICES.get(eff["device_model"])
+    peak = peak_of(eff["device_model"])
     if peak is None or not eff.get("fp32_gemm_flops", 0) > 0:
         return out
     bf16 = bf16_gemm_ns(eff["fp32_gemm_flops"], eff.get("fp32_gemm_bytes") or 0.0, peak)
@@ -98,12 +113,16 @@ def nvml_findings(row: dict, th: Thresholds) -> list[Finding]:
 
 def mfu_notes(effs: list[dict], th: Thresholds) -> list[Finding]:
     """Why MFU was not judged on some ranks: no FLOPs known, too little compute time
-    covered by ops with known FLOPs, or an unknown device (one run-wide finding each)."""
+    covered by ops with known FLOPs, a figure above 100% (with its reason), or a device
+    the peak table does not know (one run-wide finding each; each rank in one of them)."""
     missing = [e for e in effs if not np.isfinite(e["mfu"])]
+    beyond = [e for e in missing if e.get("mfu_why")]
+    missing = [e for e in missing if not e.get("mfu_why")]
     none = [e for e in missing if not e["flops"] > 0]
     low = [e for e in missing if e["flops"] > 0
            and not (th.flops_per_step or e["flop_coverage"] >= th.min_flop_coverage_frac)]
-    no_peak = [e for e in missing if e not in none and e not in low]
+    no_peak = [e for e in missing if e not in none and e not in low
+               and not e.get("device_model") and not th.peak_tflops]
     model = "Pass the model's FLOPs per step (--flops-per-step / Thresholds.flops_per_step)"
     out = []
     shaped = [e for e in none if e.get("shapes_recorded")]
@@ -133,6 +152,12 @@ def mfu_notes(effs: list[dict], th: Thresholds) -> list[Finding]:
             f"can carry FLOPs (below {th.min_flop_coverage_frac:.0%}), so the counted "
             f"{max(e['achieved_tflops'] for e in low):.1f} TFLOP/s is a lower bound."),
             recommendation=f"{model} to judge MFU."))
+    if beyond:
+        out.append(Finding(category="mfu", severity="info", evidence={
+            "why": [e["mfu_why"] for e in beyond]}, message=(
+            f"MFU and HFU not shown on {ranks_text(e[RANK] for e in beyond)}: they would "
+            f"exceed 100% ({beyond[0]['mfu_why']})."), recommendation=(
+            f"{model} and its peak (--peak-tflops) to judge MFU against the model's work.")))
     if no_peak:
         out.append(Finding(category="mfu", severity="info", message=(
             f"MFU not computed on {ranks_text(e[RANK] for e in no_peak)}: the "

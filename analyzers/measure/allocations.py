@@ -42,7 +42,7 @@ def rank_allocations(data: RankData, used: dict[int, int] | None,
     if mem.empty:
         return pd.DataFrame(columns=list(STEP_COLUMNS))
     gpu = (mem[S.DEVICE_TYPE] == S.DEVICE_TYPE_CUDA).to_numpy()
-    mem = mem[gpu & (mem[S.STEP] >= 0).to_numpy()]
+    mem = mem[gpu & (mem[S.STEP] >= 0).to_numpy() & ~mem[S.OUT_OF_MEMORY].to_numpy(bool)]
     if mem.empty:
         return pd.DataFrame(columns=list(STEP_COLUMNS))
     # The table is in time order, so a group's first row is the step's first event; its
@@ -55,14 +55,14 @@ def rank_allocations(data: RankData, used: dict[int, int] | None,
     table["start_allocated_bytes"] = table["start_allocated_bytes"].clip(lower=0)
     table["transient_bytes"] = (table["peak_allocated_bytes"]
                                 - table["start_allocated_bytes"]).clip(lower=0)
-    table["capacity_bytes"] = [_capacity_bytes(data.meta, run_meta or {}, int(d))
+    table["capacity_bytes"] = [capacity_bytes(data.meta, run_meta or {}, int(d))
                                for d in table[S.DEVICE]]
     table["used"] = table[S.STEP].isin(list(used or {})).to_numpy()
     table.insert(0, "rank", data.rank)
     return table[list(STEP_COLUMNS)]
 
 
-def _capacity_bytes(rank_meta: dict, run_meta: dict, device: int) -> float:
+def capacity_bytes(rank_meta: dict, run_meta: dict, device: int) -> float:
     mem_bytes = device_info(rank_meta, run_meta, device)["mem_bytes"]
     return float(mem_bytes) if mem_bytes else np.nan
 

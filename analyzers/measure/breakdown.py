@@ -81,7 +81,7 @@ def gpu_span(gpu: pd.DataFrame) -> tuple[int, int]:
 
 def rank_steps(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
                th: Thresholds = DEFAULT, by_thread: dict | None = None,
-               one_offs: list | None = None) -> pd.DataFrame:
+               one_offs: list | None = None, cut_step: int | None = None) -> pd.DataFrame:
     """One row per step: step_ns and the ns charged to each part (summing to step_ns), the
     GPU-busy share of host_sync, hidden communication, graph capture and compile time, and
     whether the step is used for the rank's verdict (with the reason when not)."""
@@ -105,7 +105,7 @@ def rank_steps(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
         table = table.groupby(["rank", S.STEP], as_index=False).sum()
     used, reasons = choose_steps(table, table[CAPTURE].to_numpy(), opts.steps,
                                  th.step_outlier_frac, table[COMPILE_NS].to_numpy(),
-                                 th.compile_step_frac)
+                                 th.compile_step_frac, cut_step)
     table[USED], table[REASON] = used, reasons
     if by_thread is not None:
         keep = iv.union(starts[np.isin(numbers, table.loc[used, S.STEP])],
@@ -163,13 +163,14 @@ def compute_subclasses(data: RankData) -> pd.DataFrame:
 
 
 def rank_parts(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
-               th: Thresholds = DEFAULT) -> dict:
+               th: Thresholds = DEFAULT, cut_step: int | None = None) -> dict:
     """The breakdown tables of one rank (the per-rank half of :func:`analyze_breakdown`),
-    the code that filled its GPU-idle time, and its trace-health counts."""
+    the code that filled its GPU-idle time, and its trace-health counts; ``cut_step``: the
+    step the job failed in (never used)."""
     gpu = data.has_gpu
     by_thread: dict = {}
     one_offs: list = []
-    steps = rank_steps(data, opts, th, by_thread, one_offs)
+    steps = rank_steps(data, opts, th, by_thread, one_offs, cut_step)
     slow = one_offs[0] if one_offs else data.events.iloc[:0]
     return {"step_breakdown": steps,
             "stream_breakdown": stream_table(data) if gpu else None,

@@ -3,9 +3,15 @@
 Per rank, over the profiled steps (``profkit.model.step_times_ns``; without steps, the span
 of GPU work):
 
-- ``efficiency``: achieved TFLOP/s and MFU against the device's dense peak for the
-  precisions the GEMMs ran in (``analyzers/measure/flopcount.py``: fp8 GEMMs against the fp8 peak,
-  TF32 ones against TF32's, mixed runs against the FLOP-weighted blend), GPU utilisation
+- ``efficiency``: achieved TFLOP/s, MFU and HFU against one stated peak (PaLM's definition:
+  the dense peak of the fastest precision the step's GEMMs could use on the device,
+  :meth:`DevicePeak.mfu_peak`: the 16-bit peak, fp8's where GEMMs run in fp8). **MFU** =
+  model FLOPs / (step time x peak), the model's FLOPs being the executed ones less those of
+  activation recompute (analyzers/measure/recompute.py); **HFU** = every executed FLOP,
+  recompute included, / (step time x peak). The blend of each precision's peak weighted by
+  its FLOPs (``flop_weighted_peak_tflops``) gives the FLOP-weighted peak utilisation, under
+  that name only. Neither MFU nor HFU can exceed 100%: such a figure is dropped and
+  ``mfu_why`` says why (FLOPs counted twice, or a faster precision than recognised). GPU utilisation
   (merged kernel time / step time), estimated SM efficiency (time-average of min(sum of
   blocks-per-SM of running kernels, 1), idle time counting 0), estimated occupancy
   (duration-weighted ``est. achieved occupancy %``) and the share of GEMM time in
@@ -36,10 +42,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.measure.devices import DEVICES, DevicePeak, device_info, match_device
-from profkit.analyzers.measure.flopcount import count_flops, kernel_time_mix
+from profkit.analyzers.measure.devices import DevicePeak, device_info, lookup_device, peak_of
+from profkit.analyzers.measure.flopcount import count_flops, counted_ops, kernel_time_mix
 from profkit.analyzers.measure.kernelcost import kernel_costs
 from profkit.analyzers.measure.kernels import no_gpu_result
+from profkit.analyzers.measure.recompute import recompute_op_mask, recompute_regions
 from profkit.analyzers.measure.tables import RANK, empty, kernels_of
 from profkit.analyzers.result import Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds, with_mfu_options
@@ -53,9 +60,13 @@ from profkit.run.counters import nvml_samples
 # trace_flops: counted from the trace's ops; flop_coverage: share of the compute-kernel time
 # that can carry FLOPs those ops launched (analyzers/measure/flopcount.py); precision_mix: shares of the counted FLOPs per precision (without
 # any, of GEMM kernel time); peak_tflops: what MFU is judged against; mfu: NaN unless judged.
+# mfu_precision: the precision whose peak peak_tflops is; recompute_flops: executed FLOPs of
+# activation recompute; hfu: executed FLOPs over the same peak; flop_weighted_*: the blend.
 EFFICIENCY_COLUMNS = (RANK, "device", "device_name", "device_model", "steps", "step_time_ns",
                       "flops", "flops_source", "trace_flops", "flop_coverage", "precision_mix",
-                      "achieved_tflops", "peak_tflops", "mfu",
+                      "achieved_tflops", "peak_tflops", "mfu", "mfu_precision",
+                      "recompute_flops", "hfu", "flop_weighted_peak_tflops",
+                      "flop_weighted_util", "mfu_why",
                       "gpu_util", "sm_efficiency", "occupancy_pct", "gemm_time_ns",
                       "tensor_core_gemm_frac", "fp32_gemm_ns")
 NVML_COLUMNS = (RANK, "device", "sm_clock_mean_mhz", "sm_clock_min_mhz", "clock_samples",
@@ -138,20 +149,34 @@ def gemm_precision(rd: RankData, k: pd.DataFrame) -> dict:
 
 def flop_facts(rd: RankData, k: pd.DataFrame, peak: DevicePeak | None,
                peak_dtype: str | None) -> dict:
-    """Counted FLOPs, their coverage and precision mix, and the device's peak for that mix
-    (``peak_dtype``: judge every FLOP against this precision's peak instead)."""
+    """Counted FLOPs, their coverage and precision mix, the FLOPs of activation recompute,
+    the peak MFU is judged against (module doc; ``peak_dtype``: that precision's peak
+    instead) and the FLOP-weighted blend of the mix's peaks."""
     fc = count_flops(rd, k, peak_dtype or DEFAULT_PRECISION)
     if fc.flops > 0:
-        mix = {peak_dtype: fc.flops} if peak_dtype else fc.by_precision
-        device_peak = peak.flop_weighted_tflops(mix) if peak else np.nan
+        mix = fc.by_precision
+        blend = peak.flop_weighted_tflops(mix) if peak else np.nan
     else:  # no FLOPs to weigh: the GEMMs' time says which peaks apply
-        mix = {peak_dtype: 1.0} if peak_dtype else (kernel_time_mix(k)
-                                                     or {DEFAULT_PRECISION: 1.0})
-        device_peak = peak.time_weighted_tflops(mix) if peak else np.nan
+        mix = kernel_time_mix(k) or {DEFAULT_PRECISION: 1.0}
+        blend = peak.time_weighted_tflops(mix) if peak else np.nan
+    if peak_dtype:
+        precision, device_peak = peak_dtype, peak.peak_tflops(peak_dtype) if peak else np.nan
+    else:
+        precision, device_peak = peak.mfu_peak(mix) if peak else ("", np.nan)
     total = sum(mix.values())
     text = ",".join(f"{p}:{v / total:.2f}" for p, v in sorted(mix.items(), key=lambda x: -x[1]))
     return {"trace_flops": fc.flops, "flop_coverage": fc.coverage, "precision_mix": text,
-            "peak_tflops": device_peak}
+            "peak_tflops": device_peak, "mfu_precision": precision,
+            "flop_weighted_peak_tflops": blend, "recompute_flops": recompute_flops(rd, k)}
+
+
+def recompute_flops(rd: RankData, k: pd.DataFrame) -> float:
+    """Counted FLOPs of the ops run again by activation recompute, in the profiled steps."""
+    regions = recompute_regions(rd)
+    if regions.empty:
+        return 0.0
+    ops = counted_ops(rd, k)[0]
+    return float(ops[S.FLOPS].to_numpy()[recompute_op_mask(regions, ops)].sum())
 
 
 def efficiency_row(rank: int, rd: RankData, run_meta: dict, peak_dtype: str | None) -> dict:
@@ -160,8 +185,7 @@ def efficiency_row(rank: int, rd: RankData, run_meta: dict, peak_dtype: str | No
     window = int((hi - lo).sum())
     k = window_kernels(rd)
     device = rank_device(rd)
-    info = device_info(rd.meta, run_meta, device)
-    peak: DevicePeak | None = match_device(info["name"], info["num_sms"], info["mem_bytes"])
+    info, peak = lookup_device(rd.meta, run_meta, device)
     dur = k[S.DUR_NS].to_numpy()
     occ = k[S.OCCUPANCY_PCT].to_numpy(dtype=float)
     has_occ = np.isfinite(occ) & (dur > 0)
@@ -169,6 +193,7 @@ def efficiency_row(rank: int, rd: RankData, run_meta: dict, peak_dtype: str | No
             "device_model": peak.key if peak else "", "steps": len(rd.steps),
             "step_time_ns": window, "flops": np.nan, "flops_source": "",
             **flop_facts(rd, k, peak, peak_dtype), "achieved_tflops": np.nan, "mfu": np.nan,
+            "hfu": np.nan, "flop_weighted_util": np.nan, "mfu_why": "",
             "gpu_util": iv.total(iv.union(k[S.TS_NS], k[S.TS_NS] + k[S.DUR_NS])) / window
             if window else np.nan,
             "sm_efficiency": sm_efficiency(k, window),
@@ -184,23 +209,59 @@ def shapes_recorded(rd: RankData) -> bool:
 
 
 def judge_mfu(eff: dict, th: Thresholds) -> dict:
-    """The row with the FLOPs MFU is computed from (``th.flops_per_step`` x steps, else the
-    counted ones), achieved TFLOP/s, the peak (``th.peak_tflops`` if given) and MFU, left
-    NaN unless the FLOPs are the model's or cover enough compute time."""
+    """The row with the model FLOPs MFU is computed from (``th.flops_per_step`` x steps,
+    else the counted ones less the recompute's), achieved TFLOP/s, the peak
+    (``th.peak_tflops`` if given), MFU, HFU (executed FLOPs: the counted ones, or the
+    model's plus the recompute's) and the FLOP-weighted peak utilisation; left NaN unless
+    the FLOPs are the model's or cover enough compute time, and dropped with the reason
+    (``mfu_why``) where one would exceed 100%."""
     row = dict(eff)
+    recomputed = float(row.get("recompute_flops") or 0.0)
     if th.flops_per_step:
         row["flops"], row["flops_source"] = th.flops_per_step * max(row["steps"], 1), "model formula"
+        executed = row["flops"] + recomputed
     else:
-        row["flops"] = row["trace_flops"]
+        executed = row["trace_flops"]
+        row["flops"] = max(executed - recomputed, 0.0)
         row["flops_source"] = "trace" if row["trace_flops"] > 0 else ""
     if th.peak_tflops:
-        row["peak_tflops"] = float(th.peak_tflops)
+        row["peak_tflops"], row["mfu_precision"] = float(th.peak_tflops), "given"
     window_s = row["step_time_ns"] * 1e-9
     row["achieved_tflops"] = row["flops"] / window_s / 1e12 if window_s and row["flops"] else np.nan
+    hardware_tflops = executed / window_s / 1e12 if window_s and executed else np.nan
     judged = bool(th.flops_per_step) or row["flop_coverage"] >= th.min_flop_coverage_frac
-    row["mfu"] = (row["achieved_tflops"] / row["peak_tflops"]
-                  if judged and row["peak_tflops"] > 0 else np.nan)
+    peak = row["peak_tflops"]
+    row["mfu"] = row["achieved_tflops"] / peak if judged and peak > 0 else np.nan
+    row["hfu"] = hardware_tflops / peak if judged and peak > 0 else np.nan
+    blend = row.get("flop_weighted_peak_tflops", np.nan)
+    row["flop_weighted_util"] = (hardware_tflops / blend
+                                 if judged and not th.peak_tflops and blend > 0 else np.nan)
+    worst = np.nanmax([row["mfu"], row["hfu"], 0.0])
+    if not worst <= 1.0:
+        row["mfu_why"] = beyond_peak_reason(row, hardware_tflops, th)
+        row.update(mfu=np.nan, hfu=np.nan, flop_weighted_util=np.nan, achieved_tflops=np.nan)
+    elif not row["flop_weighted_util"] <= 1.0:
+        row["flop_weighted_util"] = np.nan
     return row
+
+
+def beyond_peak_reason(row: dict, hardware_tflops: float, th: Thresholds) -> str:
+    """Why MFU or HFU came out above 100%: more FLOP/s than any precision of the device
+    can run (FLOPs counted twice, or times clipped), or above the stated peak only (the
+    GEMMs ran in a faster precision than recognised: the wrong peak)."""
+    said = f"{hardware_tflops:.0f} TFLOP/s counted against a {row['peak_tflops']:.0f} TFLOP/s"
+    if th.peak_tflops:
+        return (f"{said} peak given with --peak-tflops: the peak is too low for the "
+                "precision the GEMMs ran in, or FLOPs are counted twice")
+    peak = peak_of(row.get("device_model"))
+    fastest = peak.fastest_tflops if peak else np.nan
+    if np.isfinite(fastest) and hardware_tflops <= fastest:
+        return (f"{said} {row['mfu_precision']} peak, within the device's fastest "
+                f"({fastest:.0f}): the GEMMs ran in a faster precision than their kernels' "
+                "names and inputs say (the wrong peak)")
+    return (f"{said} {row['mfu_precision']} peak, more than the device's fastest precision "
+            f"runs ({fastest:.0f}): FLOPs counted twice (an op's formula over its real "
+            "work) or kernel times cut short")
 
 
 # --- NVML joins ---------------------------------------------------------------------------
@@ -264,7 +325,7 @@ def nvml_row(rank: int, rd: RankData, run_meta: dict, eff: dict) -> dict | None:
     k = window_kernels(rd)
     mm = k[k[S.SUBCLASS].isin(MATMUL_SUBCLASSES)]
     mem = c[c[S.METRIC] == "mem_used_bytes"][S.VALUE]
-    model = DEVICES.get(eff["device_model"])
+    model = peak_of(eff["device_model"])
     cap = device_info(rd.meta, run_meta, device)["mem_bytes"] or (
         model.mem_gb * 1e9 if model else np.nan)
     n_throttle, reasons = throttle(c, start, end)

@@ -115,16 +115,40 @@ def op_precisions(ops: pd.DataFrame, kernels: pd.DataFrame, owner: np.ndarray,
     return out
 
 
-def count_flops(rd: RankData, kernels: pd.DataFrame, default: str) -> FlopCount:
-    """The rank's counted FLOPs, their precision and coverage (``kernels``: the window's)."""
+def never_ran(ops: pd.DataFrame, kernels: pd.DataFrame, owner: np.ndarray) -> np.ndarray:
+    """Ops that launched kernels, all of them elementwise or reductions (an autocast cast):
+    their product never ran. A non-reentrant checkpoint stops its recompute as soon as the
+    saved tensors are back, inside the last ``aten::linear``, after it cast its weight and
+    before its GEMM (H200 GPT: the MLP's second linear of every block)."""
+    launched, carrying = np.zeros(len(ops), bool), np.zeros(len(ops), bool)
+    has = owner >= 0
+    launched[owner[has]] = True
+    low = kernels[S.SUBCLASS].isin(LOW_FLOP_SUBCLASSES).to_numpy()
+    carrying[owner[has & ~low]] = True
+    return launched & ~carrying
+
+
+def counted_ops(rd: RankData, kernels: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The outer ops carrying FLOPs (:func:`outer_ops`) with the FLOPs of those whose product
+    never ran (:func:`never_ran`) at 0, and the owner of each kernel of ``kernels``."""
     ops = outer_ops(rd)
     owner = kernel_owners(rd, ops, kernels)
+    gone = never_ran(ops, kernels, owner)
+    if gone.any():
+        ops[S.FLOPS] = np.where(gone, 0.0, ops[S.FLOPS].to_numpy(dtype=float))
+    return ops, owner
+
+
+def count_flops(rd: RankData, kernels: pd.DataFrame, default: str) -> FlopCount:
+    """The rank's counted FLOPs, their precision and coverage (``kernels``: the window's)."""
+    ops, owner = counted_ops(rd, kernels)
     compute = (kernels[S.CLASS] == S.CLS_COMPUTE).to_numpy()
     may_carry = ~kernels[S.SUBCLASS].isin(LOW_FLOP_SUBCLASSES).to_numpy()
     dur = kernels[S.DUR_NS].to_numpy()
     precision = op_precisions(ops, kernels, owner, default)
     by_precision = ops.groupby(precision)[S.FLOPS].sum() if len(ops) else pd.Series(dtype=float)
-    return FlopCount(float(ops[S.FLOPS].sum()), {str(p): float(f) for p, f in by_precision.items()},
+    return FlopCount(float(ops[S.FLOPS].sum()),
+                     {str(p): float(f) for p, f in by_precision.items() if f > 0},
                      int(dur[compute & (owner >= 0)].sum()),
                      int(dur[compute & may_carry & (owner < 0)].sum()))
 

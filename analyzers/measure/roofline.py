@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.measure.devices import DevicePeak, device_info, match_device
+from profkit.analyzers.measure.devices import DevicePeak, lookup_device
 from profkit.analyzers.measure.efficiency import rank_device
 from profkit.analyzers.measure.kernelcost import MATMUL_SUBCLASSES, kernel_costs
 from profkit.analyzers.measure.memruns import fusion_runs
@@ -94,8 +94,7 @@ def classify(flops: np.ndarray, nbytes: np.ndarray, peak_tflops: np.ndarray,
 
 
 def rank_peak(rd: RankData, run_meta: dict) -> DevicePeak | None:
-    info = device_info(rd.meta, run_meta, rank_device(rd))
-    return match_device(info["name"], info["num_sms"], info["mem_bytes"])
+    return lookup_device(rd.meta, run_meta, rank_device(rd))[1]
 
 
 def kernel_calls(rd: RankData, kernels: pd.DataFrame, peak: DevicePeak | None,

@@ -34,6 +34,7 @@ CAPTURE_END_RE = r"^(?:cuda|hip|cu)StreamEndCapture"
 # Only called while a capture is in progress (IsCapturing, by contrast, is asked routinely).
 CAPTURE_INFO_RE = r"^(?:cuda|hip|cu)StreamGetCaptureInfo"
 USED, REASON = "used", "excluded_reason"
+CUT_REASON = "cut short: the job ran out of memory in this step"
 
 
 def step_windows(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -125,7 +126,8 @@ def capture_calls(events: pd.DataFrame) -> int:
 
 def choose_steps(table: pd.DataFrame, capture_ns: np.ndarray, chosen: tuple | None,
                  tolerance: float, compile_ns: np.ndarray | None = None,
-                 compile_frac: float = 0.05) -> tuple[np.ndarray, list[str]]:
+                 compile_frac: float = 0.05, cut_step: int | None = None
+                 ) -> tuple[np.ndarray, list[str]]:
     """(used mask, reason per step) for one rank's ``step_breakdown`` rows (time order).
 
     ``chosen`` (lo, hi) step numbers from ``--steps``: exactly those are used. Otherwise a
@@ -133,18 +135,25 @@ def choose_steps(table: pd.DataFrame, capture_ns: np.ndarray, chosen: tuple | No
     it is compilation (``compile_ns``) while other steps do not compile, or when its time is
     more than ``tolerance`` above (or below 1/(1+tolerance) of) the median step: at the
     edges of the recording that is profiler start-up or a final drain, in the middle a
-    one-off. At most half the steps are left out as outliers, and with fewer than 3 none."""
+    one-off. At most half the steps are left out as outliers, and with fewer than 3 none.
+    ``cut_step``: a step the job failed in (out of memory: ``allocator.rank_oom``), never
+    used, whatever ``chosen`` says: it did not run to its end."""
     n = len(table)
     steps = table[S.STEP].to_numpy()
     reasons = [""] * n
+    cut = steps == cut_step if cut_step is not None else np.zeros(n, bool)
     if chosen is not None:
         lo, hi = chosen
-        used = (steps >= lo) & (steps <= hi)
-        return used, ["outside --steps" if not u else "" for u in used]
+        used = (steps >= lo) & (steps <= hi) & ~cut
+        return used, [CUT_REASON if c else "outside --steps" if not u else ""
+                      for u, c in zip(used, cut)]
     step_ns = table["step_ns"].to_numpy(np.float64)
     capture = capture_ns / np.maximum(step_ns, 1) > 0.5
     for i in np.flatnonzero(capture):
         reasons[i] = "CUDA graph capture (launches recorded, nothing ran)"
+    for i in np.flatnonzero(cut):
+        reasons[i] = CUT_REASON
+    capture |= cut  # left out like a capture: neither compiling nor an outlier candidate
     compiling = _compiling(step_ns, compile_ns, compile_frac) & ~capture
     if compiling.sum() == (~capture).sum():  # every step compiles: that is the run's steady state
         compiling[:] = False

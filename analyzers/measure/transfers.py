@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.measure.devices import device_info, match_device
+from profkit.analyzers.measure.devices import lookup_device
 from profkit.analyzers.measure.flopcount import name_values
 
 from profkit import schema as S
@@ -88,8 +88,7 @@ def add_peaks(table: pd.DataFrame, metas: dict[int, dict], run_meta: dict) -> pd
 
 def link_peak(direction: str, meta: dict, run_meta: dict, device: int = 0) -> tuple[float, str]:
     """(peak GB/s per direction, link description) of a copy direction on this device."""
-    info = device_info(meta, run_meta, device)
-    peak = match_device(info["name"], info["num_sms"], info["mem_bytes"])
+    peak = lookup_device(meta, run_meta, device)[1]
     family = _family(peak.key if peak else "")
     gpu = next((g for g in run_meta.get("gpus") or [] if isinstance(g, dict)
                 and g.get("index") == device), {})

@@ -65,9 +65,29 @@ def _head_lines(d: Diff, markdown: bool) -> list[str]:
     return lines
 
 
+MEMORY_TITLE = "Peak memory per rank (GB; the allocator's, over the used steps)"
+
+
+def memory_lines(d: Diff, markdown: bool) -> list[str]:
+    """The change of peak memory beside the change of time (``verdict['memory']``), and
+    per rank and device when there are several; nothing when a side has no memory events."""
+    mem = d.verdict.get("memory")
+    if not mem:
+        return []
+    lines = ["", f"**Memory:** {mem['text']}" if markdown else f"MEMORY: {mem['text']}"]
+    table = pd.DataFrame(mem.get("ranks") or [])
+    if len(table) > 1:
+        table = table.rename(columns=lambda c: c.replace("_gb", "").replace("_frac", ""))
+        lines += ["", f"### {MEMORY_TITLE}" if markdown else MEMORY_TITLE + ":"]
+        lines += (markdown_table(table.round(3)) if markdown
+                  else [table.to_string(index=False, float_format=lambda v: f"{v:.3f}")])
+    return lines
+
+
 def diff_to_text(d: Diff, markdown: bool = False) -> str:
     head = f"profkit diff: {d.base} -> {d.new}"
-    lines = [f"## {head}" if markdown else head, "", *_head_lines(d, markdown), ""]
+    lines = [f"## {head}" if markdown else head, "", *_head_lines(d, markdown),
+             *memory_lines(d, markdown), ""]
     for name in TITLES:
         table = d.tables.get(name)
         if table is None or table.empty:

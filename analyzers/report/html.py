@@ -11,6 +11,7 @@ import pandas as pd
 from profkit.analyzers.analyze import Analysis
 from profkit.analyzers.compare.diff import Diff
 from profkit.analyzers.parts import NOTEBOOK_COLORS, PARTS, part_name
+from profkit.analyzers.report.memoryline import memory_line
 from profkit.analyzers.report.render_text import saving_text
 
 from profkit.textout import plural
@@ -85,6 +86,9 @@ def analysis_html(a: Analysis, heading: bool = True) -> str:
         if status and status != "ok":
             head += f', run status <b style="color:#B00020">{escape(str(status))}</b>'
     verdict = f'<p style="font-size:15px"><b>{escape(a.verdict.get("summary", ""))}</b></p>'
+    memory = memory_line(a)
+    if memory:
+        verdict += f"<p><b>Memory:</b> {escape(memory)}</p>"
     return (f'<div style="{BOX}">{head}{verdict}'
             f'{breakdown_chart(a.verdict, a.table("rank_breakdown"))}'
             f'{findings_list(a.findings)}</div>')
@@ -129,6 +133,8 @@ def diff_html(d: Diff) -> str:
     parts = [f'<div style="{BOX}"><b>profkit diff</b> <code>{escape(str(d.base))}</code> '
              f'&rarr; <code>{escape(str(d.new))}</code>',
              f'<p style="font-size:15px"><b>{escape(v.get("summary", ""))}</b></p>']
+    if v.get("memory"):
+        parts.append(f'<p><b>Memory:</b> {escape(v["memory"]["text"])}</p>')
     changes = v.get("changes") or []
     if changes:
         parts.append("<ul>" + "".join(f"<li>{escape(c)}</li>" for c in changes) + "</ul>")

@@ -11,8 +11,6 @@ and which rows of it the JSON report carries."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,38 +19,27 @@ from profkit.analyzers import units as U
 from profkit.analyzers.analyze import Analysis
 from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.parts import part_label
+from profkit.analyzers.report.memory_sections import (
+    memory_section,
+    peak_live_section,
+    recompute_section,
+)
+from profkit.analyzers.report.mfu_columns import with_hfu
+from profkit.analyzers.report.section import (  # noqa: F401  (Section, Shown: re-exported)
+    MAX_RANK_ROWS,
+    TOP_ROWS,
+    Section,
+    Shown,
+    safe_pick,
+)
 from profkit.analyzers.thresholds import DEFAULT
 
 from profkit.classify.names import short_kernel_names
 from profkit.textout import plural
 
-MAX_RANK_ROWS = 16  # larger runs get a per-part distribution instead of a row per rank
-TOP_ROWS = 10  # rows of the kernel, op and collective tables
 IDLE_ROWS = 8
 NAME_CHARS = 60
 ROOFLINE_ROWS = 200  # rows of the roofline table in the JSON report
-
-
-@dataclass
-class Section:
-    title: str
-    table: pd.DataFrame
-    notes: list[str] = field(default_factory=list)
-    clip: tuple[str, ...] = ()  # name columns the text report may cut to fit the terminal
-    fold: tuple[str, ...] = ()  # descriptive columns whose cells may wrap over lines there
-
-
-@dataclass(frozen=True)
-class Shown:
-    """A measurement's place in the report: its section (text, Markdown, HTML) and, where
-    the JSON report carries its rows, their key and the rows. ``measurement``: its name in
-    :data:`profkit.analyzers.measurements.MEASUREMENTS`."""
-
-    measurement: str
-    section: Callable[[Analysis], Section | None] | None = None
-    json_key: str = ""
-    json_rows: Callable[[Analysis], list[dict[str, Any]]] | None = None
-    json_when_empty: bool = True  # False: no key at all when there are no rows
 
 
 def sections(a: Analysis) -> list[Section]:
@@ -191,6 +178,7 @@ def efficiency_section(a: Analysis) -> Section | None:
     notes = [f"MFU is judged where ops with known FLOPs launched at least "
              f"{DEFAULT.min_flop_coverage_frac:.0%} of the compute time (FLOP coverage), or "
              "with --flops-per-step; '-': not judged"]
+    cols, fmts, notes = with_hfu(eff, cols, fmts, notes)
     if len(eff) <= MAX_RANK_ROWS:
         table = pd.DataFrame({"rank": eff["rank"], "device": [
             device_label(m, n) for m, n in zip(eff["device_model"], eff["device_name"])]})
@@ -200,47 +188,11 @@ def efficiency_section(a: Analysis) -> Section | None:
         return Section("Efficiency (per rank)", table, notes)
     rows = []
     for label, pick in (("min", np.nanmin), ("median", np.nanmedian), ("max", np.nanmax)):
-        rows.append({"over ranks": label, **{name: fmts[name](_safe(pick, v))
+        rows.append({"over ranks": label, **{name: fmts[name](safe_pick(pick, v))
                                               for name, v in cols.items()}})
     mix = eff["precision_mix"].fillna("").mode()
     notes.append(f"precision (most ranks): {mix.iloc[0] if len(mix) else '-'}")
     return Section(f"Efficiency (spread over {len(eff)} ranks)", pd.DataFrame(rows), notes)
-
-
-def _gb(value) -> str:
-    """Bytes as GB with one decimal (decimal, as the findings' evidence and the NVML memory
-    finding print them); '-' when unknown."""
-    v = U.finite(value)
-    return U.MISSING if v is None else f"{v / 1e9:.1f} GB"
-
-
-def memory_section(a: Analysis) -> Section | None:
-    """The allocator's peaks per rank over the steps the verdict uses (``allocations``)."""
-    mem = a.table("memory_ranks")
-    if mem.empty:
-        return None
-    cols = {"peak allocated": (mem["peak_allocated_bytes"], _gb),
-            "peak reserved": (mem["peak_reserved_bytes"], _gb),
-            "capacity": (mem["capacity_bytes"], _gb), "% of capacity": (mem["peak_frac"], U.pct),
-            "resident": (mem["resident_bytes"], _gb),
-            "transient": (mem["transient_bytes"], _gb)}
-    notes = ["PyTorch's caching allocator (the trace's [memory] events): reserved is what it "
-             "holds from the driver, allocated what live tensors use; % of capacity is reserved; "
-             "resident: allocated when a step starts, transient: what comes and goes in it"]
-    if len(mem) <= MAX_RANK_ROWS:
-        table = pd.DataFrame({"rank": mem["rank"].astype(int), "device": mem["device"].astype(int)})
-        for name, (values, fmt) in cols.items():
-            table[name] = [fmt(v) for v in values]
-        return Section("Memory (per rank)", table, notes)
-    rows = [{"over ranks": label, **{name: fmt(_safe(pick, values))
-                                     for name, (values, fmt) in cols.items()}}
-            for label, pick in (("min", np.nanmin), ("median", np.nanmedian), ("max", np.nanmax))]
-    return Section(f"Memory (spread over {len(mem)} rank devices)", pd.DataFrame(rows), notes)
-
-
-def _safe(pick, values: pd.Series) -> float:
-    v = pd.to_numeric(values, errors="coerce").to_numpy(np.float64)
-    return float(pick(v)) if np.isfinite(v).any() else float("nan")
 
 
 def collectives_section(a: Analysis) -> Section | None:
@@ -371,12 +323,18 @@ SHOWN: tuple[Shown, ...] = (
     # measured by profkit ncu: Nsight Compute's counters per kernel, only when there are any
     Shown("ncu", ncu_section, "ncu_kernels", lambda a: a.table("ncu_kernels").to_dict("records"),
           json_when_empty=False),
-    Shown("efficiency", efficiency_section),
+    Shown("efficiency", efficiency_section, "efficiency",
+          lambda a: a.table("efficiency").to_dict("records"), json_when_empty=False),
+    Shown("recompute", recompute_section, "recompute",
+          lambda a: a.table("recompute").to_dict("records"), json_when_empty=False),
     Shown("collectives", collectives_section),
     Shown("transfers", transfers_section),
     # the allocator's peaks per rank; no key at all in a run without [memory] events
     Shown("allocations", memory_section, "memory",
           lambda a: a.table("memory_ranks").to_dict("records"), json_when_empty=False),
+    # what holds each rank's peak; no key at all in a run without [memory] events
+    Shown("peak_live", peak_live_section, "memory_live",
+          lambda a: a.table("memory_live").to_dict("records"), json_when_empty=False),
     Shown("breakdown", idle_section),  # the idle time by code is the breakdown's
     Shown("cpu_ops", ops_section),
 )

@@ -11,6 +11,7 @@ from profkit.dashboard.pages import (
     compare,
     counters,
     kernels,
+    memory,
     not_found,
     overview,
     runs,
@@ -19,7 +20,7 @@ from profkit.dashboard.pages import (
 )
 
 # A run's tab pages, left to right in its tab bar.
-RUN_PAGES = (overview, timeline, kernels, comms, counters, tables)
+RUN_PAGES = (overview, timeline, kernels, comms, counters, memory, tables)
 RUN_TABS = tuple(page.TAB for page in RUN_PAGES)
 # Every page, as the app registers them.
 PAGES = (runs, *RUN_PAGES, compare, not_found)

@@ -84,6 +84,8 @@ def _diff_parts(d) -> tuple:
                html.P(v.get("headline", v.get("summary", "")), className="summary"),
                _notes([f"warning: {w}" for w in v.get("warnings", [])], "diff-warnings"),
                _notes(v.get("changes", []), "diff-changes"),
+               html.P(v["memory"]["text"], className="hint diff-memory")
+               if v.get("memory") else None,
                html.P(alike, className="hint diff-alike") if alike else None]
     return ([c for c in verdict if c is not None],
             F.diff_parts_bars(d.tables.get("diff_parts", pd.DataFrame())),

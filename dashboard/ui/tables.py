@@ -153,6 +153,16 @@ TABLES: tuple[TableSpec, ...] = (
           ("intensity_flop_per_byte", "FLOP per byte", None),
           ("bytes_per_step", "moved (GB/step)", GB),
           note="FLOPs and bytes from the ops' recorded shapes (docs/roofline.md)."),
+    _spec("memory_ranks", "Memory: the allocator's peaks (per rank and GPU)",
+          ("rank", "rank", None), ("device", "device", None), ("steps", "steps", None),
+          ("peak_allocated_bytes", "peak allocated (GB)", GB),
+          ("peak_reserved_bytes", "peak reserved (GB)", GB),
+          ("capacity_bytes", "capacity (GB)", GB),
+          ("peak_frac", "reserved (% of capacity)", PCT),
+          ("resident_bytes", "resident (GB)", GB), ("transient_bytes", "transient (GB)", GB),
+          ("batch_headroom_x", "batch could grow (x)", None),
+          note="PyTorch's caching allocator over the steps the verdict uses; resident: "
+               "allocated when a step starts, transient: what comes and goes in it."),
     _spec("idle_code", "Where the GPU waits for the host (GPU idle by the code running)",
           ("rank", "rank", None), ("part", "cause", PART), ("code", "code", None),
           ("idle_ns", "GPU idle (ms)", MS),
@@ -166,7 +176,7 @@ CITED = {**{p.key: p.cited for p in PART_TABLE if p.cited},
          "mfu": "efficiency", "precision": "efficiency", "collectives": "collectives",
          "straggler": "stragglers", "launch": "launches", "runtime_calls": "launches",
          "fusion": "fusion_candidates", "throttling": "nvml", "memory": "nvml",
-         "idle_code": "idle_code", "memory_bound": "roofline"}
+         "idle_code": "idle_code", "memory_bound": "roofline", "allocations": "memory_ranks"}
 
 
 def cited_table(category: str) -> TableSpec | None:

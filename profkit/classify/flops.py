@@ -59,11 +59,19 @@ _TYPE_PRECISION = {
 }
 
 
-def dtype_precision(types: object) -> str:
+# Ops whose first two inputs are the operands and the rest their fp32 scales and bias: the
+# operands say the precision (an fp8 ``_scaled_mm`` is no fp32 GEMM for its fp32 scales).
+SCALED_GEMMS = frozenset(("aten::_scaled_mm", "aten::_scaled_grouped_mm", "aten::_scaled_mm_v2"))
+
+
+def dtype_precision(types: object, name: str = "") -> str:
     """Precision class of an op from its ``Input type`` list: the widest floating-point
-    tensor input (an fp8 x bf16 product runs at the bf16 rate); "" when none is known."""
+    tensor input (an fp8 x bf16 product runs at the bf16 rate), of the two operands alone
+    for a scaled GEMM (:data:`SCALED_GEMMS`); "" when none is known."""
     if not isinstance(types, list):
         return ""
+    if name in SCALED_GEMMS:
+        types = types[:2]
     found = [_TYPE_PRECISION.get(str(t).lower(), "") for t in types]
     found = [p for p in found if p]
     return min(found, key=PRECISIONS.index) if found else ""
@@ -74,7 +82,8 @@ def dtype_precision(types: object) -> str:
 _KERNEL_PRECISION = tuple((p, re.compile(rx, re.IGNORECASE)) for p, rx in (
     # fp8 anywhere: also block-scaled fp8 x fp4 (bmm_MxE4m3_MxE2m1..., runs at the fp8 rate)
     # and fp8 attention with a bf16 output (fmha..QkvE4m3OBfloat16)
-    ("fp8", r"e4m3|e5m2|fp8|f8f6f4|float8"),
+    # (cuBLASLt's nvjet names the input types: nvjet_sm90_qqtst_... is fp8 x fp8)
+    ("fp8", r"e4m3|e5m2|fp8|f8f6f4|float8|nvjet_(?:sm\d+_)?qq"),
     ("fp4", r"e2m1|fp4|nvf4|mxf4|float4"),
     ("tf32", r"tf32|xf32"),
     # cuBLAS / CUTLASS / cuDNN 16-bit (hmma h884/h1688, s884gemm_fp16), nvjet's type code
@@ -82,18 +91,22 @@ _KERNEL_PRECISION = tuple((p, re.compile(rx, re.IGNORECASE)) for p, rx in (
     ("bf16", r"bf16|bfloat16|fp16|f16|half|hgemm|h\d{3,5}gemm|nvjet_(?:sm\d+_)?[th][a-z]{2}_"),
     # Ampere cuBLAS / CUTLASS fp32 GEMMs on TF32 tensor cores (cutlass_80_tensorop_s1688gemm)
     ("tf32", r"(?:_80_|ampere).*s(?:1688|16816)gemm"),
+    # fp64 (dgemm, CUTLASS d884) and int8 (imma, i16832, s8 x s8): never fp32 to move to bf16
+    ("fp64", r"dgemm|d\d{3,5}gemm|f64|fp64|<double[,>]"),
+    ("int8", r"imma|i\d{3,5}gemm|i8i8|s8s8|int8"),
     # fp32 SIMT: sgemm, cuDNN scudnn, gemmSN, xmma f32 without tf32, float template args
     ("fp32", r"sgemm|scudnn|gemmsn|f32f32_f32f32|fp32|<float[,>]"),
 ))
 # AMD Tensile / hipBLASLt: Cijk_<A index>_<B index>_<types>..., the first type code is the
 # input's: S fp32, H fp16, B bf16, X xf32, F8 / B8 fp8 ("Cijk_Alik_Bljk_BBS_BH_...").
 _TENSILE_RE = re.compile(r"^Cijk_[A-Za-z]+_[A-Za-z]+_([A-Z0-9]+)")
-_TENSILE_TYPES = {"F8": "fp8", "B8": "fp8", "S": "fp32", "H": "bf16", "B": "bf16", "X": "tf32"}
+_TENSILE_TYPES = {"F8": "fp8", "B8": "fp8", "I8": "int8", "S": "fp32", "H": "bf16", "B": "bf16",
+                  "X": "tf32", "D": "fp64"}
 
 
 def kernel_precision(name: str) -> str:
-    """Precision class (PRECISIONS) a GEMM / conv / attention kernel runs in, from its name;
-    "" when the name does not say."""
+    """Precision class (PRECISIONS, or fp64 / int8, which only kernel names tell) a GEMM /
+    conv / attention kernel runs in, from its name; "" when the name does not say."""
     name = str(name)
     tensile = _TENSILE_RE.match(name)
     if tensile:

@@ -156,7 +156,7 @@ def _tile(name: str) -> str:
 
 _FAMILIES = (
     # cuBLAS's nvjet (Hopper+): nvjet_[sm90_]tst_<tile>_<cluster>_..._<layout>
-    (re.compile(r"^nvjet_(?:sm\d+_)?[a-z]{3}_(\d+x\d+)_"),
+    (re.compile(r"^nvjet_(?:sm\d+_)?[a-z]{3,5}_(\d+x\d+)_"),  # qqtst: fp8 inputs
      lambda m, n: ("nvjet gemm", m.group(1), kernel_precision(n))),
     # cuBLAS / cuDNN xmma: sm90_xmma_gemm_..., sm80_xmma_fprop_implicit_gemm_...
     (re.compile(r"^sm\d+_xmma_([a-z]+)_"),

@@ -11,7 +11,7 @@ from profkit import schema as S
 # Compute sub-classes, tried in order (conv before gemm: implicit-gemm convolutions).
 COMPUTE_RULES = (
     ("attention", r"flash|fmha|attention|attn|sdpa|_mha|mha_|paged|mla_|_mla|fused_moe_?attn"),
-    ("conv", r"conv|implicit_?gemm|winograd|fprop|dgrad|wgrad"),
+    ("conv", r"conv(?!ert)|implicit_?gemm|winograd|fprop|dgrad|wgrad"),  # not "convert"
     (
         "gemm",
         r"gemm|gemv|matmul|cutlass|cublas|xmma|wgmma|nvjet|cijk_|hipblaslt|triton_tem|"

@@ -4,7 +4,8 @@ Ranks are written one at a time (memory is bounded by the largest rank, not the 
 Fields profkit does not change are carried as raw JSON bytes, so every event keeps its
 args. Each (rank, original pid) becomes its own process named after rank, host and device;
 flow ids are made unique per rank; timestamps move onto one clock and one base time; NVML
-samples become counter tracks beside the rank's GPU. The output is written to a temporary
+samples and the allocator's memory (allocated and reserved, :mod:`.memorytracks`) become
+counter tracks beside the rank's GPU. The output is written to a temporary
 file and renamed, so a failed merge leaves nothing half-written.
 """
 
@@ -25,6 +26,7 @@ from profkit.atomic import atomic_open
 from profkit.errors import TraceError, UsageError
 from profkit.model import RankData, Run, SkippedFile
 from profkit.run.counters import nvml_samples
+from profkit.timeline.memorytracks import memory_series
 from profkit.trace import tracefile
 from profkit.trace.header import base_time_ns
 from profkit.validate import MAX_ABS_NS, Problems
@@ -148,7 +150,8 @@ def _rank_chunks(run: Run, data: RankData, base_ns: int, window: Window):
     pids = _PidMap(data, _declared_host(run, data.rank))
     for path in data.meta.get("sources") or [data.path]:
         yield from _file_chunks(run, data.rank, path, pids, base_ns, window)
-    tail = _counter_events(data, pids, base_ns, window) + pids.metadata_events()
+    tail = (_counter_events(data, pids, base_ns, window)
+            + _memory_events(data, pids, base_ns, window) + pids.metadata_events())
     if tail:
         yield len(tail), _ENCODER.encode(tail)[1:-1]
 
@@ -310,4 +313,17 @@ def _counter_events(data: RankData, pids: _PidMap, base_ns: int, window: Window)
     for t, device, metric, value in zip(ts_us, c[S.DEVICE].to_numpy(), c[S.METRIC].astype(str), c[S.VALUE].to_numpy()):
         out.append(MEvent(ph="C", name=Raw(orjson.dumps(metric)), pid=pids.counter_pid(int(device)),
                           tid=Raw(b"0"), ts=float(t), args=Raw(orjson.dumps({metric: float(value)}))))
+    return out
+
+
+def _memory_events(data: RankData, pids: _PidMap, base_ns: int, window: Window) -> list[MEvent]:
+    """The allocator's allocated and reserved bytes per GPU as counter events (the memory
+    table, thinned with every peak kept: :func:`~.memorytracks.memory_series`)."""
+    out = []
+    for metric, device, ts_ns, values in memory_series(data.table("memory"), window.start_ns,
+                                                       window.end_ns):
+        name, pid = Raw(orjson.dumps(metric)), pids.counter_pid(device)
+        for t, value in zip(((ts_ns - base_ns) / 1000.0).tolist(), values.tolist()):
+            out.append(MEvent(ph="C", name=name, pid=pid, tid=Raw(b"0"), ts=t,
+                              args=Raw(orjson.dumps({metric: value}))))
     return out

@@ -339,7 +339,7 @@ def _shape_costs(name: str, a: Args, linked: bool) -> tuple:
             cost = UNKNOWN
             readable = False
         cost_dropped = not readable
-    found = dtype_precision(types)
+    found = dtype_precision(types, name)
     code = PRECISIONS.index(found) + 1 if found else 0
     linked = linked and readable
     return (value, dropped, cost, code, dims if linked else None, concrete if linked else None,

@@ -4,7 +4,8 @@ With ``profile_memory=True`` Kineto writes one instant ('i') event per allocatio
 of the caching allocator: ``{"ph": "i", "name": "[memory]", "ts": 12.5, "args": {"Bytes":
 512, "Total Allocated": 2560, "Total Reserved": 4096, "Device Id": 0, "Device Type": 1,
 "Addr": 1402}}``; ``Bytes`` is negative on a free and the totals are the allocator's after
-the event. A trace holds thousands of them per step, so their args are decoded per batch,
+the event. An allocation that fails is an ``[OutOfMemory]`` instant with the same args but
+the address (``Bytes``: the size asked for), kept with the flag ``out_of_memory``. A trace holds thousands of them per step, so their args are decoded per batch,
 in one call, and only the fields read here; a sample with a field that is missing or no
 integer in range is dropped alone (counted in the file's problems). Older PyTorch versions
 write no totals (only Bytes): their events are not read, and that is no problem of the file.
@@ -20,10 +21,11 @@ import numpy as np
 import pandas as pd
 
 from profkit import schema as S
-from profkit.columns import to_float, us_to_ns
+from profkit.columns import ids_to_int, to_float, us_to_ns
 from profkit.trace.traceevents import DECODE_ERRORS, InstantEvent
 
 MEMORY_EVENT = "[memory]"
+OOM_EVENT = "[OutOfMemory]"  # an allocation the allocator could not make (same args, no Addr)
 MAX_BYTES = 1 << 62  # past this no allocator total or allocation size is real
 MAX_DEVICE = (1 << 31) - 1
 MAX_DEVICE_TYPE = 127  # c10::DeviceType values, kept in an int8 column
@@ -65,7 +67,7 @@ _FIELDS = (
     (S.DEVICE_TYPE, "device_type", 0, MAX_DEVICE_TYPE, np.int8),
     (S.ADDR, "addr", ADDR_ABSENT, (1 << 63) - 1, np.int64),
 )
-_TS, _ARGS = attrgetter("ts"), attrgetter("args")
+_TS, _TID, _ARGS = attrgetter("ts"), attrgetter("tid"), attrgetter("args")
 
 
 class MemorySamples:
@@ -79,7 +81,7 @@ class MemorySamples:
         self.without_totals = 0  # samples of an older PyTorch: no allocator totals to read
 
     def add(self, events: list[InstantEvent]) -> None:
-        mem = [e for e in events if e.name == MEMORY_EVENT]
+        mem = [e for e in events if e.name == MEMORY_EVENT or e.name == OOM_EVENT]
         if not mem:
             return
         ts = list(map(_TS, mem))
@@ -96,7 +98,11 @@ class MemorySamples:
             keep &= ok
         if not keep.all():
             self._count_dropped(~keep, args)
+        tid, _oversized = ids_to_int(list(map(_TID, mem)))  # as the events table reads them
         self._put("ts_us", ts_us[keep])
+        self._put(S.TID, tid[keep].astype(np.int64))
+        failed = np.fromiter((e.name == OOM_EVENT for e in mem), bool, len(mem))
+        self._put(S.OUT_OF_MEMORY, failed[keep])
         for column, values in columns.items():
             self._put(column, values[keep])
 
@@ -122,6 +128,9 @@ class MemorySamples:
             values = np.concatenate(parts[column]) if parts else np.empty(0, dtype)
             out[column] = values[order]
         out[S.STEP] = np.full(len(order), -1, dtype=np.int64)
+        out[S.TID] = np.concatenate(parts[S.TID])[order] if parts else np.empty(0, np.int64)
+        out[S.OUT_OF_MEMORY] = (np.concatenate(parts[S.OUT_OF_MEMORY])[order] if parts
+                                else np.empty(0, bool))
         self.parts = {}
         return pd.DataFrame(out)[list(S.MEMORY_COLUMNS)]
 

@@ -108,6 +108,7 @@ class InstantEvent(msgspec.Struct, tag_field="ph", tag="i", gc=False):
 
     name: Any = None
     ts: Any = None
+    tid: Any = None  # the thread (memory events: the CPU thread that allocated)
     args: msgspec.Raw = _NO_RAW
 
 

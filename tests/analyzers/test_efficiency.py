@@ -248,19 +248,46 @@ def mm_step(*gemms, uncovered=None):
     return events
 
 
-def test_mfu_against_the_peak_of_the_precision_each_gemm_ran_in(tmp_path):
+def test_mfu_against_one_stated_peak_and_the_blend_under_its_own_name(tmp_path):
     """H100 SXM dense peaks: bf16 989.4, fp8 1978.9 TFLOP/s. One bf16 and one fp8 GEMM of F
-    each in 100 us: 2F / 100 us = 42.95 TFLOP/s against the blend 2F / (F/989.4 + F/1978.9)
-    = 1319.2 TFLOP/s."""
+    each in 100 us: 2F / 100 us = 42.95 TFLOP/s. MFU (PaLM): against the fastest precision
+    the step's GEMMs use, fp8's 1978.9; the blend 2F / (F/989.4 + F/1978.9) = 1319.2 TFLOP/s
+    only as the FLOP-weighted peak utilisation. No recompute: HFU = MFU."""
     res = judged(analyze_efficiency(load(tmp_path, mm_step("sm90_xmma_gemm_bf16bf16_bf16f32_f32",
                                                     "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32"))))
     row = res.tables["efficiency"].iloc[0]
     achieved = 2 * MM_FLOPS / 100e-6 / 1e12
     blend = 2 / (1 / 989.4 + 1 / 1978.9)
     assert row["achieved_tflops"] == pytest.approx(achieved)
-    assert row["peak_tflops"] == pytest.approx(blend)
-    assert row["mfu"] == pytest.approx(achieved / blend)
+    assert row["peak_tflops"] == pytest.approx(1978.9) and row["mfu_precision"] == "fp8"
+    assert row["mfu"] == pytest.approx(achieved / 1978.9) and row["hfu"] == row["mfu"]
+    assert row["flop_weighted_peak_tflops"] == pytest.approx(blend)
+    assert row["flop_weighted_util"] == pytest.approx(achieved / blend)
     assert row["precision_mix"] == "bf16:0.50,fp8:0.50" and row["flop_coverage"] == 1.0
+
+
+def test_fp32_gemms_are_judged_against_the_16_bit_peak(tmp_path):
+    """An fp32 SIMT GEMM could run in bf16 (autocast): MFU against the bf16 peak (989.4 on
+    an H100 SXM), not the fp32 one (66.9) nor a blend of the two."""
+    row = judged(analyze_efficiency(load(tmp_path, mm_step("ampere_sgemm_128x64_nn")))
+                 ).tables["efficiency"].iloc[0]
+    assert row["mfu_precision"] == "bf16" and row["peak_tflops"] == pytest.approx(989.4)
+    assert row["mfu"] == pytest.approx(MM_FLOPS / 100e-6 / 1e12 / 989.4)
+    assert row["flop_weighted_peak_tflops"] == pytest.approx(66.9)
+
+
+def test_mfu_above_100_percent_says_why_and_never_that_the_device_is_unknown(tmp_path):
+    """2 x 1024^3 FLOPs in 1 us is 2147 TFLOP/s: above the H100's bf16 peak and even its
+    fp8 one (1978.9), so FLOPs are counted twice or times cut; and a known device is never
+    'not in the peak table'."""
+    events = [step(1, 0.0, 1.0), x("aten::mm", "cpu_op", 0.0, 0.5, **MM_DIMS),
+              launch(0.1, 0.1, 1), kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32", 0.2, 0.7, 1)]
+    res = judged(analyze_efficiency(load(tmp_path, events)))
+    row = res.tables["efficiency"].iloc[0]
+    assert np.isnan(row["mfu"]) and np.isnan(row["hfu"]) and "counted twice" in row["mfu_why"]
+    notes = [f.message for f in res.findings if f.category == "mfu"]
+    assert len(notes) == 1 and "would exceed 100%" in notes[0], notes
+    assert not [m for m in notes if "peak table" in m]
 
 
 def test_block_scaled_fp4_gemms_are_tensor_core_not_fp32(tmp_path):
@@ -311,3 +338,36 @@ def test_corpus_b200_block_scaled_gemms_and_vllm_graph_replay():
     res = judged(analyze_efficiency(loaded(vllm)))
     assert np.isnan(res.tables["efficiency"].iloc[0]["mfu"])
     assert not [f for f in res.findings if f.category == "mfu" and f.severity == "warning"]
+
+
+def test_an_op_whose_product_never_ran_counts_no_flops(tmp_path):
+    """Two aten::mm of MM_FLOPS each: the first launches its GEMM (15 us), the second only a
+    cast (an elementwise kernel, 5 us: a recompute stopped before its GEMM). Only the first
+    op's FLOPs count: MM_FLOPS in the 100 us step."""
+    events = [step(1, 0.0, 100.0),
+              x("aten::mm", "cpu_op", 0.0, 8.0, **MM_DIMS), launch(2.0, 1.0, 1),
+              kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32", 20.0, 15.0, 1),
+              x("aten::mm", "cpu_op", 10.0, 8.0, **MM_DIMS), launch(12.0, 1.0, 2),
+              kernel("vectorized_elementwise_kernel<bfloat16_copy_kernel_cuda>", 40.0, 5.0, 2)]
+    row = judged(analyze_efficiency(load(tmp_path, events))).tables["efficiency"].iloc[0]
+    assert row["trace_flops"] == MM_FLOPS
+
+
+@pytest.mark.parametrize("name, key", [("NVIDIA H20", "H20"), ("NVIDIA H200", "H200"),
+                                       ("NVIDIA GH200 480GB", "GH200")])
+def test_h20_is_no_h200(name, key):
+    assert match_device(name).key == key
+
+
+def test_peaks_are_dense_and_consistent():
+    """REFERENCE.md: H100 SXM bf16 ~989 dense TFLOP/s, the H200 the same compute. Hopper's
+    fp8 and int8 run at twice its 16-bit rate, TF32 at half; the A100 has no fp8."""
+    h100, h200 = DEVICES["H100 SXM"], DEVICES["H200"]
+    assert h100.bf16_tflops == pytest.approx(989.4) and h200.bf16_tflops == h100.bf16_tflops
+    for d in (h100, h200, DEVICES["H100 PCIe"], DEVICES["H20"], DEVICES["B200"]):
+        assert d.fp8_tflops == pytest.approx(2 * d.bf16_tflops, rel=0.01)
+        assert d.int8_tops == d.fp8_tflops and d.tf32_tflops == pytest.approx(d.bf16_tflops / 2, rel=0.01)
+    assert np.isnan(DEVICES["A100 80GB SXM"].fp8_tflops)
+    assert DEVICES["A100 80GB SXM"].mfu_peak(["fp8"]) == ("bf16", 312.0)  # no fp8 to judge
+    assert DEVICES["MI300X"].mfu_peak(["bf16", "fp8"]) == ("fp8", 2614.9)
+    assert h200.fastest_tflops == h200.int8_tops

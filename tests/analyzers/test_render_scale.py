@@ -50,7 +50,10 @@ def test_the_tables_a_finding_points_at_stay_short_for_many_ranks(tmp_path, monk
 
     make_run(SOURCE, tmp_path / "run", 8, group_size=4, seed=7)
     analysis = analyze_run(tmp_path / "run", workers=1)
-    monkeypatch.setattr(sections, "MAX_RANK_ROWS", 4)
+    from profkit.analyzers.report import memory_sections
+
+    for module in (sections, memory_sections):
+        monkeypatch.setattr(module, "MAX_RANK_ROWS", 4)
     shown = {s.title.split(" (")[0]: s for s in sections.sections(analysis)}
     assert {"Top kernels", "Efficiency", "Collectives", "Top CPU ops"} <= set(shown)
     assert all(len(s.table) <= sections.TOP_ROWS for s in shown.values())

@@ -93,7 +93,8 @@ def _pages():
     compare = f"/compare?base={KEYS.get('zoo/balanced')}&new={straggler}"
     return {"Runs": "/", "Overview": run, "Timeline": run + "/timeline",
             "Kernels": run + "/kernels", "Communication": run + "/comms",
-            "Counters": f"/run/{KEYS.get('profkit_ddp')}/counters", "Tables": run + "/tables",
+            "Counters": f"/run/{KEYS.get('profkit_ddp')}/counters",
+            "Memory": f"/run/{KEYS.get('memory/gpt_b32')}/memory", "Tables": run + "/tables",
             "Compare": compare}
 
 

@@ -12,7 +12,8 @@ from profkit.dashboard.pages import frame
 SHOWN = [("", "Overview", "profkit: overview"), ("timeline", "Timeline", "profkit: timeline"),
          ("kernels", "Kernels & ops", "profkit: kernels"),
          ("comms", "Communication", "profkit: communication"),
-         ("counters", "Counters", "profkit: counters"), ("tables", "Tables", "profkit: tables")]
+         ("counters", "Counters", "profkit: counters"), ("memory", "Memory", "profkit: memory"),
+         ("tables", "Tables", "profkit: tables")]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def test_the_overview_url_is_tried_after_the_other_tabs(app):
 
 
 def test_a_page_added_to_the_run_pages_gets_its_tab(monkeypatch):
-    extra = frame.RunTab("memory", "Memory", "memory")
+    extra = frame.RunTab("power", "Power", "power")
     monkeypatch.setattr(pages, "RUN_TABS", (*pages.RUN_TABS, extra))
-    assert links(frame.run_tabs("k1", "a run", "memory"))[-1] == (
-        "/run/k1/memory", "Memory", "tab active")
+    assert links(frame.run_tabs("k1", "a run", "power"))[-1] == (
+        "/run/k1/power", "Power", "tab active")

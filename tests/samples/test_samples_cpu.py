@@ -180,7 +180,8 @@ def test_zoo_straggler_two_ranks_only_slow_rank_does_extra_work(tmp_path: Path) 
 
 
 # ---------------------------------------------------------------------------- capture script
-CAPTURE_SCRIPTS = ("capture_h200.sh", "capture_diagnosis.sh", "capture_frameworks.sh")
+CAPTURE_SCRIPTS = ("capture_h200.sh", "capture_diagnosis.sh", "capture_frameworks.sh",
+                   "capture_large.sh")
 
 
 @pytest.mark.parametrize("name", CAPTURE_SCRIPTS)
@@ -202,3 +203,43 @@ def test_every_zoo_script_is_captured() -> None:
     text = "".join((SAMPLES / n).read_text() for n in CAPTURE_SCRIPTS)
     for name in ZOO_SCRIPTS + GPU_ONLY_ZOO_SCRIPTS:
         assert f"{name}" in text, f"zoo script {name} is not captured"
+
+
+# ------------------------------------------------------------- memory and parallelism cases
+def test_memory_cases_checkpointing_labels_the_recompute(tmp_path: Path) -> None:
+    """ckpt: every checkpointed block runs twice; the second run (in the backward pass) is
+    inside one label/recompute range, and FlopCounterMode counts it in the executed FLOPs."""
+    out = tmp_path / "ckpt"
+    data = summary(run([sys.executable, "memory_cases.py", "--case", "ckpt", "--tiny",
+                        "--device", "cpu", "--profiler", "torch", "--out", str(out)], SAMPLES))
+    assert data["checkpointing"] is True
+    layers, active = 2, 3  # TINY layers, the schedule's active steps
+    names = [e["name"] for t in traces(out) for e in events(t)]
+    assert names.count("label/recompute") == layers * active
+    # the recompute is the blocks' forward again: more executed than model FLOPs, less than 2x
+    assert data["model_flops_per_step"] < data["executed_flops_per_step"]
+    assert data["executed_flops_per_step"] < 2 * data["model_flops_per_step"]
+
+
+def test_memory_cases_varlen_changes_the_length_every_step(tmp_path: Path) -> None:
+    data = summary(run([sys.executable, "memory_cases.py", "--case", "varlen", "--tiny",
+                        "--device", "cpu", "--out", str(tmp_path / "v")], SAMPLES))
+    assert len(set(data["seq_per_step"])) > 1
+    assert all(16 <= s <= 32 for s in data["seq_per_step"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["pipeline", "experts", "fsdp", "tp"])
+def test_parallel_cases_two_ranks_gloo(tmp_path: Path, case: str) -> None:
+    out = tmp_path / case
+    extra = ["--skew", "3"] if case == "experts" else []
+    data = summary(run([*TORCHRUN, "parallel_cases.py", "--case", case, "--tiny", "--device",
+                        "cpu", "--profiler", "torch", "--out", str(out), *extra], SAMPLES,
+                       timeout=300))
+    assert len(traces(out)) == 2
+    assert len(data["step_ms_per_rank"]) == 2
+    if case == "experts":  # expert 0 gets 3 shares of 4 from each of the two ranks
+        tokens = 64  # TINY
+        assert data["tokens_received_per_rank"] == [2 * (tokens * 3 // 4), 2 * (tokens // 4)]
+    if case == "pipeline":
+        assert data["bubble_theory"] == round(1 / (4 + 1), 4)
