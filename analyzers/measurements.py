@@ -34,19 +34,24 @@ from profkit.analyzers.findings.comms import (
     straggler_findings,
 )
 from profkit.analyzers.findings.efficiency import judge_efficiency
+from profkit.analyzers.findings.experts import expert_findings
 from profkit.analyzers.findings.fp8 import fp8_findings
 from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.memoryrisks import allocator_findings
 from profkit.analyzers.findings.ncu import ncu_findings
 from profkit.analyzers.findings.recompute import recompute_findings
 from profkit.analyzers.findings.roofline import roofline_findings
+from profkit.analyzers.findings.sharding import fsdp_findings
+from profkit.analyzers.findings.tensor_parallel import tp_findings
 from profkit.analyzers.measure import (
     allocations,
     allocator,
     breakdown,
     comms,
     efficiency,
+    experts,
     fp8,
+    fsdp_units,
     groups,
     kernels,
     links,
@@ -55,6 +60,7 @@ from profkit.analyzers.measure import (
     recompute,
     roofline,
     stragglers,
+    tensor_parallel,
     transfers,
 )
 from profkit.analyzers.options import AnalysisOptions
@@ -199,6 +205,13 @@ def _transfers(values: dict[int, Any], ctx: Combining) -> Result:
     return Result(tables={"transfers": moved})
 
 
+def _tensor_parallel(values: dict[int, Any], ctx: Combining) -> Result:
+    """TP collectives per rank, their waits from the matched collectives, against the step."""
+    ranks = ctx.results["breakdown"].tables.get("rank_breakdown", pd.DataFrame())
+    step_ms = dict(zip(ranks["rank"], ranks["step_time_ms"])) if len(ranks) else {}
+    return tensor_parallel.combine_tp(values, ctx.results["collectives"], step_ms)
+
+
 def _rank_allocator(r: RankInputs) -> dict[str, Any]:
     return allocator.rank_allocator(r.data, r.values["breakdown"]["step_breakdown"],
                                     r.run_meta, r.thresholds.peak_memory_frac)
@@ -233,6 +246,16 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("groups", combine=lambda v, ctx: groups.find_slow_groups(
         ctx.results["collectives"], ctx.thresholds),
                 judge=group_findings, needs=("collectives",)),
+    Measurement("experts", lambda r: experts.rank_all_to_all(r.data, r.used_steps()), GPU,
+                combine=lambda v, ctx: experts.expert_balance(v, ctx.results["stragglers"]),
+                judge=expert_findings, needs=("breakdown", "stragglers")),
+    Measurement("fsdp", lambda r: fsdp_units.rank_fsdp_units(r.data, r.used_steps(),
+                                                             r.values["breakdown"]), GPU,
+                combine=lambda v, ctx: fsdp_units.combine_fsdp_units(v, ctx.results["collectives"]),
+                judge=fsdp_findings, needs=("breakdown", "collectives")),
+    Measurement("tensor_parallel", lambda r: tensor_parallel.tp_collectives(r.data, r.used_steps()),
+                GPU, combine=_tensor_parallel, judge=tp_findings,
+                needs=("breakdown", "collectives")),
     Measurement("kernels", _rank_kernels, GPU,
                 combine=lambda v, ctx: kernels.combine_kernels(list(v.values()), ctx.thresholds),
                 judge=kernel_findings, needs=("breakdown",)),

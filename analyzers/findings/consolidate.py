@@ -30,6 +30,7 @@ import math
 from dataclasses import replace
 
 import pandas as pd
+from profkit.analyzers.findings.experts import fold_straggler
 from profkit.analyzers.findings.memoryjoin import join_headroom
 from profkit.analyzers.findings.memoryrisks import fold_memory
 from profkit.analyzers.findings.roofline import memory_advice
@@ -40,6 +41,8 @@ from profkit.analyzers.findings.savings import (
     part_savings,
     rank_means,
 )
+from profkit.analyzers.findings.sharding import fold_units
+from profkit.analyzers.findings.tensor_parallel import tp_communication
 from profkit.analyzers.findings.trust import saving_beyond_step
 from profkit.analyzers.parts import HOST_IDLE, HOST_SIDE
 from profkit.analyzers.result import SEVERITIES, Finding
@@ -61,7 +64,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
     median_step = dict(ranks[["rank", "step_time_ms"]].itertuples(index=False)) \
         if len(ranks) else {}
     launch = {f.rank: f for f in findings if f.category == "launch"}
-    findings = fold_measured(findings)
+    findings = fold_straggler(fold_measured(findings))  # expert imbalance: one finding
     findings = fold_memory(findings, tables.get("idle_code"))
     findings = memory_advice(findings, tables.get("roofline"))
     out = []
@@ -76,7 +79,9 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         if f is not None:
             out.append(f)
     out = join_headroom(out, ranks)
-    return order([_trusted_saving(f) for f in _round_trips(_code_into_cause(out))],
+    out = fold_units(_round_trips(_code_into_cause(out)))  # FSDP wrapping: one finding
+    out = tp_communication(out, tables.get("tp_ranks"))  # TP advice for TP collectives
+    return order([_trusted_saving(f) for f in out],
                  verdict.get("primary"))
 
 

@@ -19,12 +19,15 @@ from profkit.analyzers.findings.comms import (
     straggler_findings,
 )
 from profkit.analyzers.findings.efficiency import judge_efficiency
+from profkit.analyzers.findings.experts import expert_findings
 from profkit.analyzers.findings.fp8 import fp8_findings
 from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.memoryrisks import allocator_findings
 from profkit.analyzers.findings.ncu import ncu_findings
 from profkit.analyzers.findings.recompute import recompute_findings
 from profkit.analyzers.findings.roofline import roofline_findings
+from profkit.analyzers.findings.sharding import fsdp_findings
+from profkit.analyzers.findings.tensor_parallel import tp_findings
 from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
@@ -33,6 +36,7 @@ JUDGES: dict[str, Callable[[Result, Thresholds], list[Finding]]] = {
     "links": link_findings, "groups": group_findings, "kernels": kernel_findings,
     "efficiency": judge_efficiency, "no_gpu": no_gpu_findings, "roofline": roofline_findings,
     "ncu": ncu_findings, "allocations": allocation_findings,
+    "experts": expert_findings, "fsdp": fsdp_findings, "tensor_parallel": tp_findings,
     "allocator": allocator_findings, "recompute": recompute_findings, "fp8": fp8_findings,
 }
 

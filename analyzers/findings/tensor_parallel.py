@@ -1,0 +1,90 @@
+"""Tensor-parallel collectives that hold the step up for their own transfer
+(:mod:`profkit.analyzers.measure.tensor_parallel`), and the communication finding of a rank
+whose exposed communication is mostly tensor-parallel: its advice is TP's, not DDP's
+(bucket sizes, no_sync) nor FSDP's (:func:`tp_communication`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+from profkit.analyzers.measure.tensor_parallel import TP_TABLE
+from profkit.analyzers.result import Finding, Result
+from profkit.analyzers.thresholds import Thresholds
+
+CATEGORY = "tensor_parallel"
+MIN_TRANSFER_SHARE = 0.10  # exposed TP transfer below this share of the step is no finding
+MIN_TP_SHARE = 0.5  # TP's share of a rank's exposed communication for TP advice
+ADVICE = (
+    "Hide or shrink the tensor-parallel collectives: a larger microbatch per rank (fewer, "
+    "larger all-reduces per sample: their fixed latency is paid per layer), sequence "
+    "parallelism (SequenceParallel on the norms: a reduce-scatter and an all-gather in place "
+    "of each all-reduce, with the activations between them sharded), and async TP, which "
+    "overlaps them with the matmuls (torch.compile with "
+    "torch._inductor.config._micro_pipeline_tp = True and symmetric memory for the TP group; "
+    "Megatron's --tp-comm-overlap). Keep TP within one node's NVLink.")
+
+
+def tp_findings(result: Result, th: Thresholds | None = None) -> list[Finding]:
+    """One finding per rank whose exposed TP transfer is at least MIN_TRANSFER_SHARE of its
+    step. What overlapping the collectives would hide is at most that transfer: said as a
+    bound in the message and evidence, not as an estimated saving, which no measured twin
+    has checked yet (samples/runs/parallel holds no async-TP or sequence-parallel fix)."""
+    table = result.tables[TP_TABLE]
+    out = []
+    for row in table[table["transfer_share"] >= MIN_TRANSFER_SHARE].to_dict("records"):
+        rank = int(row["rank"])
+        evidence = {k: round(float(row[k]), 4) for k in (
+            "collectives_per_step", "median_mib", "exposed_ms_per_step", "waiting_ms_per_step",
+            "transfer_ms_per_step", "transfer_share")}
+        f = Finding(
+            category=CATEGORY, severity="critical" if row["transfer_share"] >= 0.25 else "warning",
+            rank=rank, evidence=evidence, recommendation=ADVICE,
+            message=(f"rank {rank}: tensor-parallel collectives inside the layers "
+                     f"({row['collectives_per_step']:.0f} per step, {row['median_mib']:.2f} MiB "
+                     f"each) hold the GPU up {row['transfer_ms_per_step']:.2f} ms per step "
+                     f"({row['transfer_share']:.0%} of the step) for their own transfer, "
+                     f"besides {row['waiting_ms_per_step']:.2f} ms waiting for peers; "
+                     "overlapping them with the matmuls would hide at most that transfer"))
+        out.append(f)
+    return out
+
+
+def _advice(split: dict) -> str:
+    """TP's advice; where the TP collectives mostly wait for a late peer, that peer first."""
+    waiting, exposed = split["tp_waiting_ms_per_step"], split["tp_exposed_ms_per_step"]
+    if waiting < 0.5 * exposed:
+        return ADVICE
+    return (f"These are tensor-parallel collectives, and {waiting / exposed:.0%} of their exposed "
+            "time is waiting for a late peer, which no TP setting shortens: make "
+            "that rank keep up first (the straggler and host findings). Then: " + ADVICE)
+
+
+def tp_communication(findings: list[Finding], table: pd.DataFrame | None) -> list[Finding]:
+    """A rank's communication finding where TP collectives are at least MIN_TP_SHARE of its
+    exposed communication: folded into that rank's TP finding, else given TP's advice."""
+    if table is None or table.empty:
+        return findings
+    tp_ms = dict(zip(table["rank"], table["exposed_ms_per_step"]))
+    tp_split = {int(r["rank"]): {f"tp_{k}": round(float(r[k]), 3) for k in (
+        "exposed_ms_per_step", "waiting_ms_per_step", "transfer_ms_per_step")}
+        for r in table.to_dict("records")}
+    tp_found = {f.rank for f in findings if f.category == CATEGORY}
+
+    def is_tp(f: Finding) -> bool:
+        comm_ms = f.evidence.get("ms_per_step") or 0.0
+        return f.category == "communication" and f.rank in tp_ms and comm_ms > 0 \
+            and tp_ms[f.rank] >= MIN_TP_SHARE * comm_ms
+
+    folded, out = {}, []
+    for f in findings:
+        if is_tp(f) and f.rank in tp_found:  # one cause, one finding
+            folded[f.rank] = f.message
+            continue
+        if is_tp(f):
+            f = replace(f, recommendation=_advice(tp_split[f.rank]),
+                        evidence={**f.evidence, **tp_split[f.rank]})
+        out.append(f)
+    return [replace(f, evidence={**f.evidence, "communication": folded[f.rank]})
+            if f.category == CATEGORY and f.rank in folded else f for f in out]
