@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 10  # 10: the allocator's [memory] events are cached as a fifth table
+TABLES_VERSION = 11  # 10: the allocator's [memory] events are cached as a fifth table; 11: coalesced send/recv kernels carry their group
 # 9: the trace's counter ('C') samples are cached as a fourth table
 # 8: a missing name, category or Input Dims is "" (it read "nan")
 # 7: the header keeps thread names (the timeline names CPU threads)

@@ -42,6 +42,7 @@ def build_collectives(ev: pd.DataFrame, args: list) -> pd.DataFrame:
         named = _named_ranges(ev, args, ~is_gpu & category_mask(names, "^nccl:"))
         if len(named):
             table = _attach_cpu_ops(ev, table, named, fill_time=False)
+        table = _fill_coalesced(ev, table, cpu)
     else:
         table = cpu if len(cpu) else _named_ranges(ev, args, ~is_gpu & category_mask(names, "^(?:gloo|nccl):"))
         table = table.copy()
@@ -88,6 +89,31 @@ def _attach_cpu_ops(ev: pd.DataFrame, gpu: pd.DataFrame, cpu: pd.DataFrame,
         missing = pd.isna(mine) | (mine == -1)
         if missing.any():
             gpu.loc[rows[missing], col] = cpu[col].to_numpy()[op[missing]]
+    return gpu
+
+
+def _fill_coalesced(ev: pd.DataFrame, gpu: pd.DataFrame, cpu: pd.DataFrame) -> pd.DataFrame:
+    """Kernels launched in an "nccl:coalesced" range (``batch_isend_irecv``, pipeline
+    stages' send/recv, coalesced collectives) carry no group: their ``record_param_comms``
+    ops ran just before the range, on the same thread. Each such kernel takes the group and
+    the collective of the last of those ops that started before its launch."""
+    todo = np.flatnonzero((gpu["collective_arg"].astype(object) == "coalesced").to_numpy()
+                          & pd.isna(gpu[S.PG_NAME].astype(object)).to_numpy())
+    if not len(todo) or cpu.empty:
+        return gpu
+    corr = ev[S.CORRELATION].to_numpy()
+    launch = np.flatnonzero(values_in(ev[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER)) & (corr >= 0))
+    by_corr = pd.Series(launch, index=corr[launch])
+    by_corr = by_corr[~by_corr.index.duplicated()]
+    call = by_corr.reindex(gpu[S.CORRELATION].to_numpy()[todo]).to_numpy()
+    found = ~np.isnan(call)
+    todo, call = todo[found], call[found].astype(np.int64)
+    op = _op_holding(ev[S.TS_NS].to_numpy()[call], ev[S.TID].to_numpy()[call],
+                     cpu[S.TS_NS].to_numpy(), np.full(len(cpu), np.iinfo(np.int64).max // 4),
+                     cpu[S.TID].to_numpy())
+    todo, op = todo[op >= 0], op[op >= 0]
+    for col in ("collective_arg", S.PG_NAME, S.PG_DESC, S.PG_RANKS, S.GROUP_SIZE):
+        gpu.loc[todo, col] = cpu[col].to_numpy()[op]
     return gpu
 
 
