@@ -76,13 +76,22 @@ def _dimension_of_words(text: str) -> str:
     return UNKNOWN
 
 
-def pattern_dimensions(kinds: set[str], group_size: int, world: int) -> dict[str, tuple[str, str]]:
+def pattern_dimensions(kinds: set[str], group_size: int, world: int,
+                       chains: list[list[int]] | None = None) -> dict[str, tuple[str, str]]:
     """{collective: (dimension, rule)} from the collectives one group ran (normalised names)
     and its size against the run's ``world``; barriers and unnamed kernels take the group's
-    one dimension when its other traffic has exactly one."""
+    one dimension when its other traffic has exactly one. ``chains``: the ranks its
+    point-to-point transfers link, each chain in order (:func:`p2p_chains`; None: peers
+    unknown, [[]] for a set of peers that is no chain)."""
     out = {}
     for kind in kinds:
-        if kind == P2P:
+        if kind == P2P and chains and not all(chains):
+            out[kind] = (UNKNOWN, "")  # send/recv between more than two neighbours
+        elif kind == P2P and chains:
+            shown = "; ".join(" -> ".join(map(str, c)) for c in chains[:2])
+            out[kind] = (PIPELINE, f"send/recv between fixed neighbours {shown} "
+                                   "(pipeline stages)")
+        elif kind == P2P:
             out[kind] = (PIPELINE, "point-to-point transfers (pipeline stages)")
         elif kind == "all_to_all":
             out[kind] = (EXPERT, "all-to-all exchanges (expert dispatch)")
@@ -100,6 +109,35 @@ def pattern_dimensions(kinds: set[str], group_size: int, world: int) -> dict[str
         out = {k: (dim, f"{rule}; same group") if d == UNKNOWN and k in IGNORED | {"broadcast"}
                else (d, r) for k, (d, r) in out.items()}
     return out
+
+
+def p2p_chains(edges: set[tuple[int, int]]) -> list[list[int]]:
+    """The ranks that point-to-point transfers link (``edges``: (rank, peer) pairs, global
+    ranks), as chains in rank order, when every rank talks to at most two neighbours and no
+    set of them closes a ring; [[]] otherwise (no pipeline)."""
+    links: dict[int, set[int]] = {}
+    for a, b in edges:
+        if a != b and a >= 0 and b >= 0:
+            links.setdefault(a, set()).add(b)
+            links.setdefault(b, set()).add(a)
+    if any(len(n) > 2 for n in links.values()):
+        return [[]]
+    chains, seen = [], set()
+    for start in sorted(r for r, n in links.items() if len(n) == 1):
+        if start in seen:
+            continue
+        chain, prev = [start], None
+        while True:
+            seen.add(chain[-1])
+            nxt = [n for n in links[chain[-1]] if n != prev and n not in seen]
+            if not nxt:
+                break
+            prev = chain[-1]
+            chain.append(nxt[0])
+        chains.append(chain)
+    if set(links) - seen:  # a ring: ring attention or a collective made of sends, not stages
+        return [[]]
+    return chains
 
 
 def layout_line(world: int, degrees: dict[str, int]) -> str:

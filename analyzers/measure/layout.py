@@ -36,8 +36,8 @@ from profkit import schema as S
 from profkit.columns import values_in
 from profkit.model import RankData, step_spans
 
-GROUP_COLUMNS = ("pg", "description", "ranks", "size", "dimension", "rule", "collectives",
-                 "calls")
+GROUP_COLUMNS = ("pg", "description", "ranks", "size", "stages", "dimension", "rule",
+                 "collectives", "calls")
 DIMENSION_COLUMNS = ("dimension", "collective", "groups", "ranks", "calls_per_step",
                      "exposed_ms_per_step", "step_frac", "rule")
 USAGE_COLUMNS = ("pg", "description", "ranks", "size", S.COLL_NAME, "calls", "exposed_ns")
@@ -53,8 +53,23 @@ def rank_layout(data: RankData, used: dict[int, int] | None) -> dict[str, Any]:
     steps = data.steps
     if used is not None and len(steps):
         steps = steps[steps[S.STEP].isin(list(used))]
-    return {"declared": declared, "usage": _usage(data, steps),
+    return {"declared": declared, "usage": _usage(data, steps), "p2p": _p2p_peers(data),
             "steps": int(len(steps)), "step_ns": float(sum((used or {}).values()))}
+
+
+def _p2p_peers(data: RankData) -> list[tuple[str, int]]:
+    """(group, peer's global rank) of each send / recv the rank made; the peer is a rank
+    within the group, mapped through the group's ranks list (as its own rank, where the
+    list is cut or absent)."""
+    c = data.collectives
+    if c is None or c.empty or S.PEER not in c:
+        return []
+    p2p = c[(c[S.COLL_NAME].astype(str) == D.P2P) & (c[S.PEER] >= 0)]
+    out = set()
+    for pg, ranks, peer in zip(p2p[S.PG_NAME].astype(str), p2p[S.PG_RANKS], p2p[S.PEER]):
+        members = _ranks(ranks)
+        out.add((pg, int(members[peer]) if 0 <= peer < len(members) else int(peer)))
+    return sorted(out)
 
 
 def _usage(data: RankData, steps: pd.DataFrame) -> pd.DataFrame:
@@ -143,10 +158,14 @@ def combine_layout(values: dict[int, dict[str, Any]], world: int) -> Result:
         groups["pg"], groups["description"], groups["dimension"], groups["ranks"])}
     table = _dimension_table(values, usage, groups, per_kind)
     size = dict(zip(groups["pg"], groups["size"]))
+    stages = dict(zip(groups["pg"], groups["stages"]))
     degrees: dict[str, int] = {}
-    for (pg, _), (dim, _) in per_kind.items():
-        if dim != D.UNKNOWN and size.get(pg, 0) >= 2:
-            degrees[dim] = max(degrees.get(dim, 0), int(size[pg]))
+    for (pg, kind), (dim, _) in per_kind.items():
+        # a pipeline's degree is its chain of stages where the peers are known
+        n = int(stages[pg]) if kind == D.P2P and dim == D.PIPELINE and stages.get(pg) \
+            else int(size.get(pg, 0))
+        if dim != D.UNKNOWN and n >= 2:
+            degrees[dim] = max(degrees.get(dim, 0), n)
     line = D.layout_line(world, degrees)
     layout = pd.DataFrame({"layout": [line], "world_size": [world],
                            "dimensions": [", ".join(f"{D.SHORT.get(d, d)} {n}"
@@ -170,6 +189,11 @@ def _groups(values: dict[int, dict], usage: pd.DataFrame,
     kinds = usage.groupby("pg")[S.COLL_NAME].agg(set).to_dict() if len(usage) else {}
     calls = usage.groupby("pg")["calls"].sum().to_dict() if len(usage) else {}
     doers = usage.groupby("pg")["rank"].nunique().to_dict() if len(usage) else {}
+    edges: dict[str, set] = {}
+    for rank, v in values.items():
+        for pg, peer in v.get("p2p") or []:
+            edges.setdefault(str(pg), set()).add((int(rank), int(peer)))
+    chains = {pg: D.p2p_chains(e) for pg, e in edges.items()}
     rows, per_kind = [], {}
     for pg, g in sorted(found.items()):
         size = max(g["size"], len(g["ranks"]))  # 0: the trace does not say
@@ -178,16 +202,18 @@ def _groups(values: dict[int, dict], usage: pd.DataFrame,
         mine = set(kinds.get(pg, set()))
         dim, rule = D.name_dimension(g["description"], pg)
         decided = ({k: (dim, rule) for k in mine} if dim != D.UNKNOWN
-                   else D.pattern_dimensions(mine, size, world))
+                   else D.pattern_dimensions(mine, size, world, chains.get(pg)))
         per_kind.update({(pg, k): v for k, v in decided.items()})
         dims = sorted({d for d, _ in decided.values() if d != D.UNKNOWN})
+        stages = max((len(c) for c in chains.get(pg) or []), default=0)
         rows.append({"pg": pg, "description": g["description"],
                      "ranks": rank_ranges(g["ranks"]) if g["ranks"] else "", "size": size,
+                     "stages": stages,
                      "dimension": dim if dim != D.UNKNOWN else "+".join(dims) or D.UNKNOWN,
                      "rule": rule or "; ".join(sorted({r for _, r in decided.values() if r})),
                      "collectives": ", ".join(sorted(mine)), "calls": int(calls.get(pg, 0))})
-    table = pd.DataFrame(rows, columns=list(GROUP_COLUMNS)).astype({"size": "int64",
-                                                                    "calls": "int64"})
+    table = pd.DataFrame(rows, columns=list(GROUP_COLUMNS)).astype(
+        {"size": "int64", "stages": "int64", "calls": "int64"})
     return table, per_kind
 
 

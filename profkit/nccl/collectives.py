@@ -16,7 +16,7 @@ from profkit.columns import INT64_SAFE, category_mask, to_float, to_int, values_
 RECORD_PARAM_COMMS = "record_param_comms"
 _ARG_COLUMNS = (
     "collective_arg", S.PG_NAME, S.PG_DESC, S.PG_RANKS, S.GROUP_SIZE, S.SEQ, S.COMMS_ID,
-    S.DTYPE, S.IN_NELEMS, S.OUT_NELEMS,
+    S.DTYPE, S.IN_NELEMS, S.OUT_NELEMS, S.PEER,
 )
 
 
@@ -112,7 +112,7 @@ def _fill_coalesced(ev: pd.DataFrame, gpu: pd.DataFrame, cpu: pd.DataFrame) -> p
                      cpu[S.TS_NS].to_numpy(), np.full(len(cpu), np.iinfo(np.int64).max // 4),
                      cpu[S.TID].to_numpy())
     todo, op = todo[op >= 0], op[op >= 0]
-    for col in ("collective_arg", S.PG_NAME, S.PG_DESC, S.PG_RANKS, S.GROUP_SIZE):
+    for col in ("collective_arg", S.PG_NAME, S.PG_DESC, S.PG_RANKS, S.GROUP_SIZE, S.PEER):
         gpu.loc[todo, col] = cpu[col].to_numpy()[op]
     return gpu
 
@@ -155,7 +155,7 @@ def _finish(t: pd.DataFrame) -> pd.DataFrame:
     t[S.MSG_BYTES] = np.where((msg_bytes >= 0) & (msg_bytes <= INT64_SAFE), msg_bytes, np.nan)
     for col in (S.PG_NAME, S.PG_DESC, S.PG_RANKS, S.COMMS_ID, S.DTYPE):
         t[col] = pd.Categorical(t[col].astype(object).where(t[col].notna(), "").astype(str))
-    for col in (S.GROUP_SIZE, S.SEQ, S.CPU_TS_NS):
+    for col in (S.GROUP_SIZE, S.SEQ, S.CPU_TS_NS, S.PEER):
         t[col] = pd.to_numeric(t[col], errors="coerce").fillna(-1).astype(np.int64)
     t[S.ON_GPU] = t[S.ON_GPU].astype(bool)
     t = t.sort_values(S.TS_NS).reset_index(drop=True)
@@ -176,4 +176,5 @@ def collective_args(args: list, rows: np.ndarray) -> dict[str, Any]:
         S.DTYPE: [a.dtype for a in sel],
         S.IN_NELEMS: to_float([a.in_nelems for a in sel]),
         S.OUT_NELEMS: to_float([a.out_nelems for a in sel]),
+        S.PEER: to_int([a.dst_rank if a.dst_rank is not None else a.src_rank for a in sel]),
     }

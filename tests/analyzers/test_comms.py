@@ -36,7 +36,7 @@ def colls(rows, pg="0", group_size=None):
         S.OUT_NELEMS: np.array(col(3, 0), float) / 4, S.MSG_BYTES: np.array(col(3, 0), float),
         S.STREAM: np.full(n, 20), S.CORRELATION: np.arange(n), S.EXTERNAL_ID: np.arange(n),
         S.CPU_TS_NS: np.full(n, -1), S.ON_GPU: np.ones(n, bool),
-        S.STEP: np.array(col(4, -1), dtype=np.int64),
+        S.STEP: np.array(col(4, -1), dtype=np.int64), S.PEER: np.full(n, -1, dtype=np.int64),
     })[list(S.COLLECTIVE_COLUMNS)]
 
 

@@ -55,6 +55,19 @@ def test_the_pattern_decides_per_collective_only_where_it_is_clear():
     assert D.pattern_dimensions({"all_reduce"}, 2, 4)["all_reduce"][0] == D.UNKNOWN
 
 
+def test_point_to_point_peers_make_pipeline_chains_only_between_fixed_neighbours():
+    gpipe = {(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2)}
+    assert D.p2p_chains(gpipe) == [[0, 1, 2, 3]]
+    # pp 2 x dp 2 over the default group: two pipelines of two stages
+    assert D.p2p_chains({(0, 1), (1, 0), (2, 3), (3, 2)}) == [[0, 1], [2, 3]]
+    assert D.p2p_chains({(0, 1), (1, 2), (2, 3), (3, 0)}) == [[]]  # a ring
+    assert D.p2p_chains({(0, 1), (0, 2), (0, 3)}) == [[]]  # one rank to three
+    assert D.pattern_dimensions({"send_recv"}, 4, 4, [[]])["send_recv"][0] == D.UNKNOWN
+    rule = D.pattern_dimensions({"send_recv"}, 4, 4, [[0, 1], [2, 3]])["send_recv"]
+    assert rule == (D.PIPELINE, "send/recv between fixed neighbours 0 -> 1; 2 -> 3 "
+                                "(pipeline stages)")
+
+
 def test_the_layout_line():
     assert D.layout_line(4, {D.TENSOR: 2, D.DATA: 2}) == "4 ranks: dp 2 x tp 2"
     assert D.layout_line(4, {D.PIPELINE: 4}) == "4 ranks: pipeline of 4 stages"
@@ -140,6 +153,8 @@ def test_a_gpipe_pipeline_reads_as_its_stages_and_its_waits_as_no_clock_skew():
     assert a.stragglers == []
     dims = a.table("comm_dimensions").set_index("collective")
     assert dims.loc["send_recv", "dimension"] == D.PIPELINE
+    assert "0 -> 1 -> 2 -> 3" in dims.loc["send_recv", "rule"]
+    assert a.table("process_groups")["stages"].tolist() == [4]
     # SendRecv kernels per step, counted in the raw traces, averaged over the stages
     per_rank = []
     for rank in range(4):
