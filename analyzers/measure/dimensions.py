@@ -12,11 +12,14 @@ A group's dimension comes from, in this order (the first that says wins; ``rule`
    ``undefined`` say nothing.
 2. the pattern of its traffic, for groups whose name says nothing, per kind of collective
    (one unnamed group may carry two dimensions: DLRM's default group runs the embeddings'
-   all-to-all and the dense layers' all-reduce): point-to-point transfers -> pipeline;
-   all-to-all -> expert; all-gather beside reduce-scatter -> sharded data (FSDP / ZeRO-3);
-   all-reduce over every rank of the run -> data parallel. Anything else (an all-reduce over
-   a subgroup, a lone all-gather) stays ``unknown``: the trace does not say, and a guess
-   would be advice on nothing. Barriers and broadcasts take their group's one dimension.
+   all-to-all and the dense layers' all-reduce): send/recv between fixed neighbours (a
+   chain, :func:`p2p_chains`) -> pipeline; all-to-all -> expert; all-gather beside
+   reduce-scatter -> sharded data (FSDP / ZeRO-3); all-reduce over every rank of the run ->
+   tensor parallel when some are issued in the forward pass (activations), else data
+   parallel (gradients; nothing in a run without a backward pass). Anything else (an
+   all-reduce over a subgroup, a lone all-gather) stays ``unknown``: the trace does not
+   say, and a guess would be advice on nothing. Barriers and broadcasts take their group's
+   one dimension.
 
 A pattern is read per group over every rank's collectives.
 """
@@ -77,12 +80,15 @@ def _dimension_of_words(text: str) -> str:
 
 
 def pattern_dimensions(kinds: set[str], group_size: int, world: int,
-                       chains: list[list[int]] | None = None) -> dict[str, tuple[str, str]]:
+                       chains: list[list[int]] | None = None,
+                       reduce: dict[str, int] | None = None) -> dict[str, tuple[str, str]]:
     """{collective: (dimension, rule)} from the collectives one group ran (normalised names)
     and its size against the run's ``world``; barriers and unnamed kernels take the group's
     one dimension when its other traffic has exactly one. ``chains``: the ranks its
     point-to-point transfers link, each chain in order (:func:`p2p_chains`; None: peers
-    unknown, [[]] for a set of peers that is no chain)."""
+    unknown, [[]] for a set of peers that is no chain). ``reduce``: its all-reduces'
+    ``calls``, ``forward_calls`` (issued before their step's backward pass began) and
+    ``no_backward_calls`` (in steps without one); None: not known."""
     out = {}
     for kind in kinds:
         if kind == P2P and chains and not all(chains):
@@ -99,7 +105,7 @@ def pattern_dimensions(kinds: set[str], group_size: int, world: int,
                 {"all_gather", "reduce_scatter"} <= kinds:
             out[kind] = (SHARDED, "all-gather and reduce-scatter in one group (FSDP / ZeRO-3)")
         elif kind == "all_reduce" and group_size >= 2 and group_size == world:
-            out[kind] = (DATA, f"all-reduce over all {world} ranks (DDP)")
+            out[kind] = _all_reduce_dimension(world, reduce)
         else:
             out[kind] = (UNKNOWN, "")
     known = {d for d, _ in out.values() if d != UNKNOWN}
@@ -109,6 +115,20 @@ def pattern_dimensions(kinds: set[str], group_size: int, world: int,
         out = {k: (dim, f"{rule}; same group") if d == UNKNOWN and k in IGNORED | {"broadcast"}
                else (d, r) for k, (d, r) in out.items()}
     return out
+
+
+def _all_reduce_dimension(world: int, reduce: dict[str, int] | None) -> tuple[str, str]:
+    """An all-reduce over every rank: activations (tensor parallel) when some are issued in
+    the forward pass, gradients (data parallel) when all come in or after the backward
+    pass; a run with no backward pass says neither."""
+    if reduce is None:
+        return DATA, f"all-reduce over all {world} ranks (DDP)"
+    if reduce.get("forward_calls", 0) > 0:
+        return TENSOR, ("all-reduce in the forward pass, over all "
+                        f"{world} ranks (activations: tensor parallel)")
+    if reduce.get("no_backward_calls", 0) >= reduce.get("calls", 0):
+        return UNKNOWN, ""
+    return DATA, f"all-reduce over all {world} ranks in the backward pass (gradients: DDP)"
 
 
 def p2p_chains(edges: set[tuple[int, int]]) -> list[list[int]]:

@@ -33,14 +33,16 @@ from profkit.analyzers.result import Result
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import values_in
+from profkit.columns import category_mask, values_in
 from profkit.model import RankData, step_spans
 
 GROUP_COLUMNS = ("pg", "description", "ranks", "size", "stages", "dimension", "rule",
                  "collectives", "calls")
 DIMENSION_COLUMNS = ("dimension", "collective", "groups", "ranks", "calls_per_step",
                      "exposed_ms_per_step", "step_frac", "rule")
-USAGE_COLUMNS = ("pg", "description", "ranks", "size", S.COLL_NAME, "calls", "exposed_ns")
+USAGE_COLUMNS = ("pg", "description", "ranks", "size", S.COLL_NAME, "calls", "exposed_ns",
+                 "forward_calls", "no_backward_calls")
+BACKWARD_OP = "^autograd::engine::evaluate_function"  # the ops of a backward pass
 
 
 def rank_layout(data: RankData, used: dict[int, int] | None) -> dict[str, Any]:
@@ -81,14 +83,33 @@ def _usage(data: RankData, steps: pd.DataFrame) -> pd.DataFrame:
                                        c[S.COLL_NAME].astype(str).to_numpy()])
     keys, uniques = pd.factorize(pairs, sort=True)
     exposed = _exposed_by_key(data, c, keys, steps)
+    forward, no_backward = _phases(data, c)
     rows = []
     for k, (pg, coll) in enumerate(uniques):
-        g = c.iloc[np.flatnonzero(keys == k)]
+        mine = keys == k
+        g = c.iloc[np.flatnonzero(mine)]
         rows.append({"pg": pg, "description": str(g[S.PG_DESC].iloc[0]),
                      "ranks": _ranks(g[S.PG_RANKS].iloc[0]), "size": int(g[S.GROUP_SIZE].max()),
                      S.COLL_NAME: coll, "calls": int(len(g)),
-                     "exposed_ns": float(exposed.get(k, 0.0))})
+                     "exposed_ns": float(exposed.get(k, 0.0)),
+                     "forward_calls": int(forward[mine].sum()),
+                     "no_backward_calls": int(no_backward[mine].sum())})
     return pd.DataFrame(rows, columns=list(USAGE_COLUMNS))
+
+
+def _phases(data: RankData, c: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per collective: issued before its step's backward pass began (the forward pass: a
+    tensor-parallel all-reduce of activations; a gradient all-reduce comes later), and in a
+    step with no backward pass at all (inference, or no autograd ranges recorded)."""
+    ops = data.of_kinds((S.KIND_CPU_OP,))
+    bwd = ops[category_mask(ops[S.NAME], BACKWARD_OP)]
+    first = bwd.groupby(S.STEP)[S.TS_NS].min() if len(bwd) else pd.Series(dtype="int64")
+    issued = np.where(c[S.CPU_TS_NS].to_numpy(np.int64) >= 0, c[S.CPU_TS_NS].to_numpy(np.int64),
+                      np.where(c[S.ON_GPU].to_numpy(bool), -1, c[S.TS_NS].to_numpy(np.int64)))
+    start = c[S.STEP].map(first).to_numpy(np.float64)
+    has_bwd = ~np.isnan(start)
+    forward = has_bwd & (issued >= 0) & (issued < np.nan_to_num(start))
+    return forward, ~has_bwd
 
 
 def _exposed_by_key(data: RankData, c: pd.DataFrame, keys: np.ndarray,
@@ -187,6 +208,8 @@ def _groups(values: dict[int, dict], usage: pd.DataFrame,
     for row in usage.itertuples(index=False):
         _merge(found, row.pg, row.description, row.ranks, row.size)
     kinds = usage.groupby("pg")[S.COLL_NAME].agg(set).to_dict() if len(usage) else {}
+    reduce = usage[usage[S.COLL_NAME] == "all_reduce"].groupby("pg")[
+        ["calls", "forward_calls", "no_backward_calls"]].sum() if len(usage) else pd.DataFrame()
     calls = usage.groupby("pg")["calls"].sum().to_dict() if len(usage) else {}
     doers = usage.groupby("pg")["rank"].nunique().to_dict() if len(usage) else {}
     edges: dict[str, set] = {}
@@ -202,7 +225,8 @@ def _groups(values: dict[int, dict], usage: pd.DataFrame,
         mine = set(kinds.get(pg, set()))
         dim, rule = D.name_dimension(g["description"], pg)
         decided = ({k: (dim, rule) for k in mine} if dim != D.UNKNOWN
-                   else D.pattern_dimensions(mine, size, world, chains.get(pg)))
+                   else D.pattern_dimensions(mine, size, world, chains.get(pg),
+                                             _phase_counts(reduce, pg)))
         per_kind.update({(pg, k): v for k, v in decided.items()})
         dims = sorted({d for d, _ in decided.values() if d != D.UNKNOWN})
         stages = max((len(c) for c in chains.get(pg) or []), default=0)
@@ -215,6 +239,12 @@ def _groups(values: dict[int, dict], usage: pd.DataFrame,
     table = pd.DataFrame(rows, columns=list(GROUP_COLUMNS)).astype(
         {"size": "int64", "stages": "int64", "calls": "int64"})
     return table, per_kind
+
+
+def _phase_counts(reduce: pd.DataFrame, pg: str) -> dict[str, int] | None:
+    if pg not in reduce.index:
+        return None
+    return {k: int(v) for k, v in reduce.loc[pg].items()}
 
 
 def _merge(found: dict, pg: str, desc: str, ranks: tuple, size: int) -> None:

@@ -6,6 +6,7 @@ samples/zoo/layout_capture.py) and the 2 x H200 DDP / FSDP runs (samples/runs/SU
 
 import gzip
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -48,6 +49,13 @@ def test_the_pattern_decides_per_collective_only_where_it_is_clear():
         "barrier": (D.PIPELINE, "point-to-point transfers (pipeline stages); same group")}
     dlrm = D.pattern_dimensions({"all_to_all", "all_reduce"}, 8, 8)
     assert {k: d for k, (d, _) in dlrm.items()} == {"all_to_all": D.EXPERT, "all_reduce": D.DATA}
+    # an all-reduce over every rank: activations in the forward pass, gradients after it
+    phases = {"calls": 21, "forward_calls": 12, "no_backward_calls": 0}
+    assert D.pattern_dimensions({"all_reduce"}, 2, 2, None, phases)["all_reduce"][0] == D.TENSOR
+    phases = {"calls": 21, "forward_calls": 0, "no_backward_calls": 0}
+    assert D.pattern_dimensions({"all_reduce"}, 2, 2, None, phases)["all_reduce"][0] == D.DATA
+    phases = {"calls": 21, "forward_calls": 0, "no_backward_calls": 21}  # no backward pass
+    assert D.pattern_dimensions({"all_reduce"}, 2, 2, None, phases)["all_reduce"][0] == D.UNKNOWN
     fsdp = D.pattern_dimensions({"all_gather", "reduce_scatter"}, 2, 2)
     assert {d for d, _ in fsdp.values()} == {D.SHARDED}
     # a lone all-gather, an all-reduce over part of the ranks: the trace does not say
@@ -178,3 +186,47 @@ def test_the_2_gpu_captures_read_as_their_labelled_parallelism(run, line):
     assert a.table("parallel_layout")["layout"].tolist() == [line]
     straggler = [f for f in a.findings if f.category == "straggler"]
     assert all("process group 0" not in f.message for f in straggler)
+
+
+CAPTURES = Path("/work/captures/parallel")  # this session's H200 captures (issue 37)
+
+
+def _capture_labels() -> dict[str, str]:
+    if not (CAPTURES / "SUMMARY.txt").is_file():
+        return {}
+    out = {}
+    for line in (CAPTURES / "SUMMARY.txt").read_text().splitlines():
+        name, _, doc = line.split(" ", 2)
+        if (CAPTURES / name).is_dir():
+            out[name] = json.loads(doc)["layout"]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(_capture_labels()) or ["(no captures here)"])
+def test_each_capture_reads_as_the_layout_its_workload_built(name):
+    """The workload's own layout label (how it built its groups), against the header's."""
+    if name not in _capture_labels():
+        pytest.skip("the session's captures are not on this machine")
+    label = _capture_labels()[name]
+    want = {"expert parallel 2 (one expert per rank, all_to_all_single dispatch)": "ep 2"}.get(
+        label, label)
+    a = analysed(CAPTURES / name)
+    world = int(a.run["world_size"])
+    assert a.table("parallel_layout")["layout"].tolist() == [f"{world} ranks: {want}"]
+    assert not any("clocks are not aligned" in f.message for f in a.findings)
+
+
+@pytest.mark.slow
+def test_the_captured_host_bound_mesh_rank_is_the_straggler_at_its_measured_cost():
+    """mesh2x2_hostbound: rank 3 is host-bound (the workload says so); what the others lose
+    to it per step, against the median step of the host-bound run minus the balanced one's."""
+    if not (CAPTURES / "mesh2x2_hostbound").is_dir() or not (CAPTURES / "mesh2x2").is_dir():
+        pytest.skip("the session's captures are not on this machine")
+    docs = {line.split(" ", 2)[0]: json.loads(line.split(" ", 2)[2])
+            for line in (CAPTURES / "SUMMARY.txt").read_text().splitlines()}
+    slow, fast = docs["mesh2x2_hostbound"], docs["mesh2x2"]
+    a = analysed(CAPTURES / "mesh2x2_hostbound")
+    assert [s["rank"] for s in a.stragglers] == [slow["host_bound_rank"]]
+    lost_frac = 1 - fast["median_step_ms"] / slow["median_step_ms"]
+    assert a.stragglers[0]["evidence"]["wait_frac"] == pytest.approx(lost_frac, abs=0.15)
