@@ -6,8 +6,11 @@ A rank is flagged only on evidence (all of, with the thresholds named):
   collectives;
 - it arrived last more often than chance would make it: with no straggler each of a
   collective's ``n`` ranks is last with probability 1/n;
-- the other ranks' *exposed* wait for it, averaged over those ranks and summed per step, is
-  >= ``straggler_min_wait_frac`` of their median step time (the cost grades the severity).
+- the other ranks' *exposed* wait for it, averaged over every other rank of the run and
+  summed per step, is >= ``straggler_min_wait_frac`` of their median step time (the cost
+  grades the severity). On a mesh a rank keeps its peers of several groups waiting (its
+  tensor- and data-parallel peers): their waits add up, divided by all the others, and one
+  rank's wait for it counts at most its own profiled time (:mod:`peers`).
 
 Every rank that costs the others this much is flagged, not only the most certain one: the
 statistics support the flag, they do not gate it. The number of times a rank is last is a
@@ -22,6 +25,10 @@ A process group with a slow link (:mod:`groups`) arrives late as a whole at the 
 that follow, and whichever of its ranks is last by a hair would look like the others'
 straggler: :func:`excuse_slow_groups` keeps such a rank flagged only if arriving on time by
 itself would save the others enough, so that the slow group is the one cause said.
+
+Waits longer than a step are read as misaligned clocks only where no group explains them: a
+rank waiting, within one group, longer than its own step. Point-to-point transfers (a
+pipeline's send/recv) are left out of the judgement (:mod:`peers`).
 
 Exposed wait is the part of a rank's wait in which its GPU ran nothing but the collective
 (from :mod:`comms`). Raw wait overstates the cost wherever the collective overlaps compute:
