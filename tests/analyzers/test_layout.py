@@ -148,9 +148,10 @@ def test_a_host_bound_rank_on_a_mesh_is_the_straggler_not_misaligned_clocks():
     # host-bound run minus the balanced one's (the workload's own timings)
     lost_ms = np.median([r["median_step_ms"] for r in labels("mesh_hostbound")]) - \
         np.median([r["median_step_ms"] for r in labels("mesh")])
-    frac = a.stragglers[0]["evidence"]["wait_frac"]
-    assert frac == pytest.approx(lost_ms / np.median(
-        [r["median_step_ms"] for r in labels("mesh_hostbound")]), abs=0.15)
+    lost_frac = lost_ms / np.median([r["median_step_ms"] for r in labels("mesh_hostbound")])
+    assert a.stragglers[0]["evidence"]["wait_frac"] == pytest.approx(lost_frac, abs=0.15)
+    # its estimated saving, against the measured fix (it took rank 0's host excess, 67%)
+    assert straggler.estimated_saving["fraction"] == pytest.approx(lost_frac, abs=0.15)
 
 
 def test_a_gpipe_pipeline_reads_as_its_stages_and_its_waits_as_no_clock_skew():
@@ -230,3 +231,5 @@ def test_the_captured_host_bound_mesh_rank_is_the_straggler_at_its_measured_cost
     assert [s["rank"] for s in a.stragglers] == [slow["host_bound_rank"]]
     lost_frac = 1 - fast["median_step_ms"] / slow["median_step_ms"]
     assert a.stragglers[0]["evidence"]["wait_frac"] == pytest.approx(lost_frac, abs=0.15)
+    saving = next(f for f in a.findings if f.category == "straggler").estimated_saving
+    assert saving["fraction"] == pytest.approx(lost_frac, abs=0.15)  # it said 92%
