@@ -54,6 +54,7 @@ from profkit.analyzers.measure import (
     fsdp_units,
     groups,
     kernels,
+    layout,
     links,
     ncu,
     peaklive,
@@ -170,10 +171,17 @@ def _collectives(values: dict[int, Any], ctx: Combining) -> Result:
     return coll
 
 
+def _layout(values: dict[int, Any], ctx: Combining) -> Result:
+    """Process groups, their parallel dimension and the exposed communication of each."""
+    world = max([len(values)] + [int((m.get("distributed") or {}).get("world_size") or 0)
+                                 for m in ctx.metas.values()])
+    return layout.combine_layout(values, world)
+
+
 def _stragglers(values: dict[int, Any], ctx: Combining) -> Result:
     """Late ranks, excused where their slow process group explains the lateness."""
     coll, th = ctx.results["collectives"], ctx.thresholds
-    late = stragglers.judge_stragglers(coll, values, th)
+    late = stragglers.judge_stragglers(coll, values, th, ctx.results["layout"].facts)
     return stragglers.excuse_slow_groups(late, coll, ctx.results["groups"], th)
 
 
@@ -238,14 +246,17 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 combine=lambda v, ctx: breakdown.combine_breakdown(list(v.values()))),
     Measurement("collectives", lambda r: comms.rank_collectives(r.data),
                 combine=_collectives, judge=collective_findings),
+    Measurement("layout", lambda r: layout.rank_layout(r.data, r.used_steps()),
+                combine=_layout, needs=("breakdown",)),
     Measurement("stragglers", lambda r: stragglers.rank_step_stats(r.data),
-                combine=_stragglers, judge=straggler_findings, needs=("collectives", "groups")),
+                combine=_stragglers, judge=straggler_findings,
+                needs=("collectives", "groups", "layout")),
     Measurement("links", combine=lambda v, ctx: links.judge_links(
         ctx.results["collectives"], ctx.link_peak, ctx.thresholds),
                 judge=link_findings, needs=("collectives",)),
     Measurement("groups", combine=lambda v, ctx: groups.find_slow_groups(
-        ctx.results["collectives"], ctx.thresholds),
-                judge=group_findings, needs=("collectives",)),
+        ctx.results["collectives"], ctx.thresholds, ctx.results["layout"].facts),
+                judge=group_findings, needs=("collectives", "layout")),
     Measurement("experts", lambda r: experts.rank_all_to_all(r.data, r.used_steps()), GPU,
                 combine=lambda v, ctx: experts.expert_balance(v, ctx.results["stragglers"]),
                 judge=expert_findings, needs=("breakdown", "stragglers")),

@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 13  # 13: both of 12's changes (merged)
+TABLES_VERSION = 14  # 14: 13 and the layout branch's 11 (merged)
+# 13: both of 12's changes (merged)
 # 12: the memory table keeps each event's thread and failed allocations; "convert" kernels
 # are no convolutions (cudnn convert_dq_to_16bits)
-# 11: an fp8 _scaled_mm's precision is its operands' (not its fp32 scales')
+# 11: an fp8 _scaled_mm's precision is its operands' (not its fp32 scales'); (layout
+# branch) coalesced send/recv kernels carry their group, and a peer column
 # 10: the allocator's [memory] events are cached as a fifth table
 # 9: the trace's counter ('C') samples are cached as a fourth table
 # 8: a missing name, category or Input Dims is "" (it read "nan")
@@ -97,12 +99,13 @@ IN_NELEMS = "in_nelems"
 OUT_NELEMS = "out_nelems"
 MSG_BYTES = "bytes"  # full buffer bytes used for algbw/busbw (max of in/out)
 CPU_TS_NS = "cpu_ts_ns"  # start of the CPU op that issued it, -1 if not found
+PEER = "peer"  # a send's or recv's other rank, within its group; -1 for collectives
 ON_GPU = "on_gpu"  # True when ts_ns/dur_ns are the device kernel's, False for CPU (gloo)
 
 COLLECTIVE_COLUMNS = (
     TS_NS, DUR_NS, COLL_NAME, PG_NAME, PG_DESC, PG_RANKS, GROUP_SIZE, SEQ, COMMS_ID,
     DTYPE, IN_NELEMS, OUT_NELEMS, MSG_BYTES, STREAM, CORRELATION, EXTERNAL_ID,
-    CPU_TS_NS, ON_GPU, STEP,
+    CPU_TS_NS, ON_GPU, STEP, PEER,
 )
 
 # --- counters: long format, one row per sample and metric --------------------------------

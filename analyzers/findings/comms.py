@@ -123,9 +123,10 @@ def _group_findings(table: pd.DataFrame) -> list[Finding]:
     out = []
     for pg, rows in table[table["slow"]].groupby("pg", sort=False):
         worst = rows.iloc[0]
+        name = worst.get("group") or f"process group {pg} (ranks {worst['ranks']})"
         out.append(Finding(
             category="communication", severity="warning",
-            message=(f"process group {pg} (ranks {worst['ranks']}) runs {worst[S.COLL_NAME]} of "
+            message=(f"{name} runs {worst[S.COLL_NAME]} of "
                      f"{_size(worst[S.MSG_BYTES])} {worst['slowdown']:.1f}x slower than its "
                      f"{plural(int(worst['peer_groups']), 'peer group')} doing the same work (median "
                      f"{worst['median_latency_ns'] / 1e3:.0f} us vs "
@@ -150,10 +151,11 @@ def _size(nbytes: float) -> str:
 
 def _misaligned(rows: pd.DataFrame) -> Finding:
     worst = rows.sort_values(WAIT_FRAC).iloc[-1]
+    group = f" in {worst['group']}" if worst.get("group") else ""
     return Finding(
         category="collectives", severity="warning", rank=None,
         message=(f"collective waits exceed the step time ({worst[WAIT_FRAC]:.0%} of a step for "
-                 f"rank {int(worst[RANK])}): the ranks' clocks are not aligned or their "
+                 f"rank {int(worst[RANK])}{group}): the ranks' clocks are not aligned or their "
                  "collectives do not match up, so no straggler verdict is given"),
         evidence={"wait_frac": round(float(worst[WAIT_FRAC]), 3), "rank": int(worst[RANK])},
         recommendation=("Capture with profkit.profile (it measures clock offsets between "

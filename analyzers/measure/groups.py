@@ -23,12 +23,13 @@ from profkit.columns import aggregate
 
 GROUP_COLUMNS = ("pg", S.COLL_NAME, S.MSG_BYTES, S.GROUP_SIZE, "collectives",
                  "median_latency_ns", "peer_groups", "peer_median_latency_ns", "slowdown",
-                 "median_busbw_gbps", "ranks", "slow")
+                 "median_busbw_gbps", "ranks", "slow", "group")
 
 
-def find_slow_groups(comms: Result, th: Thresholds = DEFAULT) -> Result:
+def find_slow_groups(comms: Result, th: Thresholds = DEFAULT, layout: dict | None = None) -> Result:
     """Table ``group_latency``: one row per (process group, collective, bytes, group size)
-    that has peer groups, with its slowdown against them; a finding per slow group."""
+    that has peer groups, with its slowdown against them; a finding per slow group.
+    ``layout``: the layout's facts; its ``labels`` name the groups ("group" column)."""
     coll, waits = comms.tables.get("collectives"), comms.tables.get("collective_waits")
     if coll is None or coll.empty:
         return Result(tables={"group_latency": _empty()})
@@ -44,6 +45,8 @@ def find_slow_groups(comms: Result, th: Thresholds = DEFAULT) -> Result:
     per["slowdown"] = per["median_latency_ns"] / per["peer_median_latency_ns"].where(
         per["peer_median_latency_ns"] > 0)
     per["ranks"] = per["pg"].map(_members(coll, waits)).fillna("")
+    labels = (layout or {}).get("labels") or {}
+    per["group"] = [labels.get(str(pg), "") for pg in per["pg"]]
     per["slow"] = ((per["slowdown"] >= th.slow_group_factor)
                    & (per["collectives"] >= th.slow_group_min_collectives)).to_numpy(bool)
     per = per.sort_values(["slowdown", "pg"], ascending=[False, True], kind="stable")
@@ -70,5 +73,5 @@ def _members(coll: pd.DataFrame, waits: pd.DataFrame | None) -> dict[str, str]:
 
 
 def _empty() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object if c in ("pg", S.COLL_NAME, "ranks")
+    return pd.DataFrame({c: pd.Series(dtype=object if c in ("pg", S.COLL_NAME, "ranks", "group")
                                       else "float64") for c in GROUP_COLUMNS})

@@ -6,8 +6,11 @@ A rank is flagged only on evidence (all of, with the thresholds named):
   collectives;
 - it arrived last more often than chance would make it: with no straggler each of a
   collective's ``n`` ranks is last with probability 1/n;
-- the other ranks' *exposed* wait for it, averaged over those ranks and summed per step, is
-  >= ``straggler_min_wait_frac`` of their median step time (the cost grades the severity).
+- the other ranks' *exposed* wait for it, averaged over every other rank of the run and
+  summed per step, is >= ``straggler_min_wait_frac`` of their median step time (the cost
+  grades the severity). On a mesh a rank keeps its peers of several groups waiting (its
+  tensor- and data-parallel peers): their waits add up, divided by all the others, and one
+  rank's wait for it counts at most its own profiled time (:mod:`peers`).
 
 Every rank that costs the others this much is flagged, not only the most certain one: the
 statistics support the flag, they do not gate it. The number of times a rank is last is a
@@ -23,6 +26,10 @@ that follow, and whichever of its ranks is last by a hair would look like the ot
 straggler: :func:`excuse_slow_groups` keeps such a rank flagged only if arriving on time by
 itself would save the others enough, so that the slow group is the one cause said.
 
+Waits longer than a step are read as misaligned clocks only where no group explains them: a
+rank waiting, within one group, longer than its own step. Point-to-point transfers (a
+pipeline's send/recv) are left out of the judgement (:mod:`peers`).
+
 Exposed wait is the part of a rank's wait in which its GPU ran nothing but the collective
 (from :mod:`comms`). Raw wait overstates the cost wherever the collective overlaps compute:
 in DDP the gradient all_reduce waits while backward keeps the GPU busy. On the 2 x H200
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.measure import peers
 from profkit.analyzers.measure.comms import (
     COLLECTIVE_WAITS,
     COLLECTIVES,
@@ -86,9 +94,10 @@ def find_stragglers(run: Run, comms: Result, thresholds: Thresholds = DEFAULT) -
 
 
 def judge_stragglers(comms: Result, step_stats: dict[int, dict[str, float]],
-                     thresholds: Thresholds = DEFAULT) -> Result:
+                     thresholds: Thresholds = DEFAULT, layout: dict | None = None) -> Result:
     """Judge each rank from :func:`comms.analyze_collectives`'s tables (see module doc) and
-    each rank's :func:`rank_step_stats`.
+    each rank's :func:`rank_step_stats`; ``layout``: the facts of
+    :func:`layout.combine_layout` (group labels and dimensions), when known.
 
     Table ``stragglers``: one row per rank with its late share, what the others lose to it
     per step (ns, raw and exposed), their step time, its and their GPU compute per step (ns),
@@ -99,13 +108,18 @@ def judge_stragglers(comms: Result, step_stats: dict[int, dict[str, float]],
     per_rank = comms.tables.get(RANK_WAITS)
     if coll is None or waits is None or per_rank is None or per_rank.empty:
         return Result(tables={STRAGGLERS: _empty()})
+    coll, waits, per_rank = peers.without_pipeline(coll, waits, per_rank, layout)
+    if per_rank.empty:
+        return Result(tables={STRAGGLERS: _empty()})
     late = _late_waits(coll, waits)
     table = _straggler_table(step_stats, coll, waits, per_rank, late)
     table[STRAGGLER] = _flag(table, thresholds)
-    table[WAIT_COLLECTIVE], table[WAIT_COLLECTIVE_SHARE] = _wait_collectives(table, late)
+    labels = (layout or {}).get("labels") or {}
+    table[WAIT_COLLECTIVE], table[WAIT_COLLECTIVE_SHARE] = _wait_collectives(table, late, labels)
     table[EVIDENCE] = [_evidence(row) for row in table.to_dict("records")]
-    impossible = table[table[WAIT_FRAC].fillna(0) > 1.0]
-    if len(impossible):  # waiting longer than a whole step: the ranks are not lined up
+    n_steps = coll.loc[coll[S.STEP] >= 0, S.STEP].nunique()
+    impossible = peers.unexplained_waits(late, step_stats, n_steps, labels)
+    if len(impossible):  # waiting longer than a whole step in one group: clocks are off
         table[STRAGGLER] = False
     return Result(tables={STRAGGLERS: table[list(STRAGGLER_COLUMNS)]},
                   facts={"topic": "stragglers", "thresholds": thresholds,
@@ -128,12 +142,13 @@ def _straggler_table(step_stats: dict[int, dict[str, float]], coll: pd.DataFrame
     t[P_VALUE] = [tail_probability(chances.get(int(r), np.empty(0)), int(k))
                   for r, k in zip(t[RANK], t[N_LAST])]
     n_steps = coll.loc[coll[S.STEP] >= 0, S.STEP].nunique()
-    raw, exposed = _others_wait(late)
+    ranks = t[RANK].to_numpy()
+    stats = [step_stats.get(int(r), NO_STEP_STATS) for r in ranks]
+    cap = {int(r): s[MEDIAN_STEP_NS] * n_steps for r, s in zip(ranks, stats)}
+    raw, exposed = _others_wait(late, cap)
     for col, series in ((OTHERS_WAIT_NS_PER_STEP, raw), (OTHERS_EXPOSED_WAIT_NS_PER_STEP, exposed)):
         total = t[RANK].map(series).fillna(0.0)
         t[col] = total / n_steps if n_steps else np.nan
-    ranks = t[RANK].to_numpy()
-    stats = [step_stats.get(int(r), NO_STEP_STATS) for r in ranks]
     step_ns = np.array([s[MEDIAN_STEP_NS] for s in stats], dtype=np.float64)
     compute = np.array([s[COMPUTE_NS_PER_STEP] for s in stats], dtype=np.float64)
     t[OTHERS_STEP_NS] = _others(step_ns, np.nanmedian)
@@ -173,12 +188,20 @@ def tail_probability(chances: np.ndarray, k: int) -> float:
     return float(min(1.0, dist[k:].sum()))
 
 
-def _others_wait(w: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+def _others_wait(w: pd.DataFrame, cap: dict[int, float]) -> tuple[pd.Series, pd.Series]:
     """Per late rank: the other ranks' mean wait for it, summed over the collectives inside
-    profiled steps where it arrived last (ns; raw and exposed; ``w``: :func:`_late_waits`)."""
-    raw = (w[WAIT_NS] * w["share"]).groupby(w[LAST_RANK]).sum()
-    exposed = (w[EXPOSED_WAIT_NS] * w["share"]).groupby(w[LAST_RANK]).sum()
-    return raw, exposed
+    profiled steps where it arrived last (ns; raw and exposed; ``w``: :func:`_late_waits`).
+    A waiting rank's wait for it counts at most ``cap[rank]`` (its profiled steps' time):
+    waits of two groups on two streams may overlap."""
+    share = float(w["share"].iloc[0]) if len(w) else 1.0
+    out = []
+    for col in (WAIT_NS, EXPOSED_WAIT_NS):
+        pair = w[col].groupby([w[LAST_RANK], w[RANK]]).sum()
+        limit = np.array([cap.get(int(r), np.inf) for r in pair.index.get_level_values(1)],
+                         dtype=np.float64)
+        capped = np.minimum(pair.to_numpy(np.float64), np.nan_to_num(limit, nan=np.inf))
+        out.append(pd.Series(capped * share, index=pair.index).groupby(level=0).sum())
+    return out[0], out[1]
 
 
 def _others(values: np.ndarray, reduce) -> np.ndarray:
@@ -220,10 +243,15 @@ def _late_waits(coll: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
     cols = [KEY, LAST_RANK, N_RANKS, S.COLL_NAME, S.MSG_BYTES, "pg"]
     w = waits.merge(coll[[c for c in cols if c in coll.columns]], on=KEY, how="inner")
     w = w[(w[LAST_RANK] >= 0) & (w[RANK] != w[LAST_RANK]) & (w[S.STEP] >= 0)]
-    return w.assign(share=1.0 / (w[N_RANKS] - 1))
+    # The mean over every other rank of the run: a rank late in two groups (its tensor-
+    # and data-parallel peers) costs the others the sum of both groups' waits, not each
+    # group's mean added up.
+    others = max(int(waits[RANK].nunique()) - 1, 1)
+    return w.assign(share=1.0 / others)
 
 
-def _wait_collectives(table: pd.DataFrame, late: pd.DataFrame) -> tuple[list, list]:
+def _wait_collectives(table: pd.DataFrame, late: pd.DataFrame,
+                      labels: dict | None = None) -> tuple[list, list]:
     """Per rank, the collective (kind, size, process group) the others wait in most for it,
     and that collective's share of their exposed wait for it ("" and NaN when none; ``late``:
     :func:`_late_waits`)."""
@@ -238,14 +266,16 @@ def _wait_collectives(table: pd.DataFrame, late: pd.DataFrame) -> tuple[list, li
             continue
         by = mine.groupby([S.COLL_NAME, S.MSG_BYTES, "pg"], dropna=False, observed=True)["cost"]
         (kind, nbytes, pg), cost = max(by.sum().items(), key=lambda kv: kv[1])
-        names.append(_collective_name(kind, nbytes, pg))
+        names.append(_collective_name(kind, nbytes, pg, labels or {}))
         shares.append(float(cost) / total)
     return names, shares
 
 
-def _collective_name(kind, nbytes, pg) -> str:
+def _collective_name(kind, nbytes, pg, labels: dict) -> str:
     size = f" of {nbytes / 2**20:.1f} MiB" if np.isfinite(nbytes) and nbytes > 0 else ""
-    group = f" in process group {pg}" if pg not in (None, "") and pg == pg else ""
+    known = pg not in (None, "") and pg == pg
+    group = (f" in {labels[str(pg)]}" if known and str(pg) in labels
+             else f" in process group {pg}" if known else "")
     return f"{kind}{size}{group}"
 
 

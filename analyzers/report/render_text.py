@@ -134,7 +134,10 @@ def to_text(a: Analysis, width: int = PIPE_WIDTH) -> str:
     """The report for a terminal of ``width`` columns: prose wrapped at spaces, tables
     fitted (headers over two lines, long names cut, or split), no line longer except a
     word that is (a long path)."""
-    lines = text_header(a.run, width) + [""] + wrap(a.verdict["summary"], width, "VERDICT: ", "  ")
+    lines = text_header(a.run, width)
+    if sec.layout_line(a):
+        lines += wrap(sec.layout_line(a), width, "parallel layout: ", "  ")
+    lines += [""] + wrap(a.verdict["summary"], width, "VERDICT: ", "  ")
     if a.run.get("steps"):
         lines += wrap(steps_line(a.run["steps"]), width, "steps used: ", "  ")
     table = rank_table(a)
@@ -197,7 +200,10 @@ def _md(text: str) -> str:
 
 
 def to_markdown(a: Analysis) -> str:
-    lines = markdown_header(a.run) + [f"**Verdict:** {a.verdict['summary']}", ""]
+    lines = markdown_header(a.run)
+    if sec.layout_line(a):
+        lines[-1:-1] = [f"- **Parallel layout:** {sec.layout_line(a)}"]
+    lines += [f"**Verdict:** {a.verdict['summary']}", ""]
     if a.run.get("steps"):
         lines += [f"Steps used: {steps_line(a.run['steps'])}", ""]
     table = rank_table(a)

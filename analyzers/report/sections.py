@@ -289,6 +289,31 @@ def idle_section(a: Analysis) -> Section | None:
                    fold=("code",), clip=("ranks",))
 
 
+def comm_dimensions_section(a: Analysis) -> Section | None:
+    """Exposed communication by parallel dimension (measure/layout.py): which groups, how
+    often, how much of the step, and the rule that named the dimension."""
+    dims = a.table("comm_dimensions")
+    if dims.empty:
+        return None
+    table = pd.DataFrame({
+        "dimension": dims["dimension"].astype(str), "collective": dims["collective"].astype(str),
+        "groups": [U.clip(g, 40) for g in dims["groups"]],
+        "calls/step": [U.number(round(c, 1)) for c in dims["calls_per_step"]],
+        "exposed": [U.ms(v, "step") for v in dims["exposed_ms_per_step"]],
+        "of step": [U.pct(f) for f in dims["step_frac"]],
+        "decided by": [str(r) or "-" for r in dims["rule"]]})
+    layout = a.table("parallel_layout")
+    title = "Communication by parallel dimension (exposed: no compute beside it; mean per rank)"
+    notes = [f"layout: {layout['layout'].iat[0]}"] if len(layout) else []
+    return Section(title, table, notes, fold=("decided by", "groups"))
+
+
+def layout_line(a: Analysis) -> str:
+    """'4 ranks: dp 2 x tp 2' from the process groups, '' when no dimension is known."""
+    layout = a.table("parallel_layout")
+    return str(layout["layout"].iat[0]) if len(layout) else ""
+
+
 def device_label(model, name) -> str:
     """The device as the peak table knows it; an unknown one says so, with its own name."""
     if isinstance(model, str) and model:
@@ -328,6 +353,11 @@ SHOWN: tuple[Shown, ...] = (
     Shown("recompute", recompute_section, "recompute",
           lambda a: a.table("recompute").to_dict("records"), json_when_empty=False),
     Shown("collectives", collectives_section),
+    # the process groups' dimensions: exposed communication per dimension, and the layout
+    Shown("layout", comm_dimensions_section, "comm_dimensions",
+          lambda a: a.table("comm_dimensions").to_dict("records"), json_when_empty=False),
+    Shown("layout", None, "parallel_layout",
+          lambda a: a.table("parallel_layout").to_dict("records"), json_when_empty=False),
     Shown("transfers", transfers_section),
     # the allocator's peaks per rank; no key at all in a run without [memory] events
     Shown("allocations", memory_section, "memory",

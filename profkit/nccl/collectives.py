@@ -16,7 +16,7 @@ from profkit.columns import INT64_SAFE, category_mask, to_float, to_int, values_
 RECORD_PARAM_COMMS = "record_param_comms"
 _ARG_COLUMNS = (
     "collective_arg", S.PG_NAME, S.PG_DESC, S.PG_RANKS, S.GROUP_SIZE, S.SEQ, S.COMMS_ID,
-    S.DTYPE, S.IN_NELEMS, S.OUT_NELEMS,
+    S.DTYPE, S.IN_NELEMS, S.OUT_NELEMS, S.PEER,
 )
 
 
@@ -42,6 +42,7 @@ def build_collectives(ev: pd.DataFrame, args: list) -> pd.DataFrame:
         named = _named_ranges(ev, args, ~is_gpu & category_mask(names, "^nccl:"))
         if len(named):
             table = _attach_cpu_ops(ev, table, named, fill_time=False)
+        table = _fill_coalesced(ev, table, cpu)
     else:
         table = cpu if len(cpu) else _named_ranges(ev, args, ~is_gpu & category_mask(names, "^(?:gloo|nccl):"))
         table = table.copy()
@@ -91,6 +92,31 @@ def _attach_cpu_ops(ev: pd.DataFrame, gpu: pd.DataFrame, cpu: pd.DataFrame,
     return gpu
 
 
+def _fill_coalesced(ev: pd.DataFrame, gpu: pd.DataFrame, cpu: pd.DataFrame) -> pd.DataFrame:
+    """Kernels launched in an "nccl:coalesced" range (``batch_isend_irecv``, pipeline
+    stages' send/recv, coalesced collectives) carry no group: their ``record_param_comms``
+    ops ran just before the range, on the same thread. Each such kernel takes the group and
+    the collective of the last of those ops that started before its launch."""
+    todo = np.flatnonzero((gpu["collective_arg"].astype(object) == "coalesced").to_numpy()
+                          & pd.isna(gpu[S.PG_NAME].astype(object)).to_numpy())
+    if not len(todo) or cpu.empty:
+        return gpu
+    corr = ev[S.CORRELATION].to_numpy()
+    launch = np.flatnonzero(values_in(ev[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER)) & (corr >= 0))
+    by_corr = pd.Series(launch, index=corr[launch])
+    by_corr = by_corr[~by_corr.index.duplicated()]
+    call = by_corr.reindex(gpu[S.CORRELATION].to_numpy()[todo]).to_numpy()
+    found = ~np.isnan(call)
+    todo, call = todo[found], call[found].astype(np.int64)
+    op = _op_holding(ev[S.TS_NS].to_numpy()[call], ev[S.TID].to_numpy()[call],
+                     cpu[S.TS_NS].to_numpy(), np.full(len(cpu), np.iinfo(np.int64).max // 4),
+                     cpu[S.TID].to_numpy())
+    todo, op = todo[op >= 0], op[op >= 0]
+    for col in ("collective_arg", S.PG_NAME, S.PG_DESC, S.PG_RANKS, S.GROUP_SIZE, S.PEER):
+        gpu.loc[todo, col] = cpu[col].to_numpy()[op]
+    return gpu
+
+
 def _op_holding(ts: np.ndarray, tid: np.ndarray, op_ts: np.ndarray, op_dur: np.ndarray,
                 op_tid: np.ndarray) -> np.ndarray:
     """For each call (start ``ts`` on thread ``tid``), the op (row of the ``op_*`` arrays) on
@@ -129,7 +155,7 @@ def _finish(t: pd.DataFrame) -> pd.DataFrame:
     t[S.MSG_BYTES] = np.where((msg_bytes >= 0) & (msg_bytes <= INT64_SAFE), msg_bytes, np.nan)
     for col in (S.PG_NAME, S.PG_DESC, S.PG_RANKS, S.COMMS_ID, S.DTYPE):
         t[col] = pd.Categorical(t[col].astype(object).where(t[col].notna(), "").astype(str))
-    for col in (S.GROUP_SIZE, S.SEQ, S.CPU_TS_NS):
+    for col in (S.GROUP_SIZE, S.SEQ, S.CPU_TS_NS, S.PEER):
         t[col] = pd.to_numeric(t[col], errors="coerce").fillna(-1).astype(np.int64)
     t[S.ON_GPU] = t[S.ON_GPU].astype(bool)
     t = t.sort_values(S.TS_NS).reset_index(drop=True)
@@ -150,4 +176,5 @@ def collective_args(args: list, rows: np.ndarray) -> dict[str, Any]:
         S.DTYPE: [a.dtype for a in sel],
         S.IN_NELEMS: to_float([a.in_nelems for a in sel]),
         S.OUT_NELEMS: to_float([a.out_nelems for a in sel]),
+        S.PEER: to_int([a.dst_rank if a.dst_rank is not None else a.src_rank for a in sel]),
     }

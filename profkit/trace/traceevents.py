@@ -55,6 +55,8 @@ class Args(msgspec.Struct, gc=False):
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     seq: Any = msgspec.field(default=None, name="Seq")
     comms_id: Any = msgspec.field(default=None, name="Comms Id")
+    src_rank: Any = msgspec.field(default=None, name="Src Rank")  # a recv's peer (group rank)
+    dst_rank: Any = msgspec.field(default=None, name="Dst Rank")  # a send's peer (group rank)
     name: Any = None  # metadata events: process / thread name
     labels: Any = None  # metadata events: process labels ("GPU 0", "CPU")
 

@@ -36,7 +36,7 @@ def colls(rows, pg="0", group_size=None):
         S.OUT_NELEMS: np.array(col(3, 0), float) / 4, S.MSG_BYTES: np.array(col(3, 0), float),
         S.STREAM: np.full(n, 20), S.CORRELATION: np.arange(n), S.EXTERNAL_ID: np.arange(n),
         S.CPU_TS_NS: np.full(n, -1), S.ON_GPU: np.ones(n, bool),
-        S.STEP: np.array(col(4, -1), dtype=np.int64),
+        S.STEP: np.array(col(4, -1), dtype=np.int64), S.PEER: np.full(n, -1, dtype=np.int64),
     })[list(S.COLLECTIVE_COLUMNS)]
 
 
@@ -419,3 +419,49 @@ def test_two_ranks_slow_alike_outside_any_slow_group_stay_stragglers():
     out = excuse_slow_groups(late, coll, find_slow_groups(coll, Thresholds()), Thresholds())
     assert out is late
     assert out.tables[STRAGGLERS][STRAGGLER].tolist() == [False, False, True, True]
+
+
+def mesh_run():
+    """A 2x2 mesh, 10 steps of 1 ms, no compute (every wait exposed). Each step: TP groups
+    tp01 / tp23 run an all_reduce, then DP groups dp02 / dp13 one. Rank 0 reaches its TP
+    all_reduce at +700 us, the others at +100 us, all leave at +750 us: rank 1 waits 600 us.
+    In DP rank 0 starts at +760 us, rank 2 at +200 us, both leave at +800 us: rank 2 waits
+    560 us; rank 1 starts dp13 at +760 us, rank 3 at +750 us (10 us). tp23 runs +100..+150.
+    By hand: the others lose (600 + 560) / 3 = 386.7 us per step to rank 0 (38.7%); added
+    group by group, as before, it was 1160 us, more than the step: "clocks not aligned"."""
+    def rank(r):
+        tp, dp = ("tp01" if r < 2 else "tp23"), ("dp02" if r % 2 == 0 else "dp13")
+        tp_start = {0: 700_000}.get(r, 100_000)
+        tp_end = 750_000 if r < 2 else 150_000
+        dp_start = {0: 760_000, 1: 760_000, 2: 200_000, 3: 750_000}[r]
+        t, d = [], []
+        for k in range(10):
+            t0 = k * 1_000_000
+            t.append((t0 + tp_start, tp_end - tp_start, "all_reduce", 2**20, k))
+            d.append((t0 + dp_start, 800_000 - dp_start, "all_reduce", 4 * 2**20, k))
+        frame = pd.concat([colls(t, pg=tp, group_size=2), colls(d, pg=dp, group_size=2)])
+        return frame.sort_values(S.TS_NS, kind="stable").reset_index(drop=True)
+    return make_run({r: rank(r) for r in range(4)}, n_steps=10)
+
+
+def test_a_late_rank_on_a_mesh_is_a_straggler_not_misaligned_clocks():
+    run = mesh_run()
+    res = judged(find_stragglers(run, analyze_collectives(run), Thresholds()))
+    table = res.tables[STRAGGLERS].set_index(C.RANK)
+    assert table.loc[0, "others_exposed_wait_ns_per_step"] == pytest.approx((600e3 + 560e3) / 3)
+    assert table[STRAGGLER].tolist() == [True, False, False, False]
+    assert len(res.facts["misaligned"]) == 0
+    assert [f.category for f in res.findings] == ["straggler"]
+
+
+def test_waits_past_the_step_within_one_group_still_point_at_clocks():
+    """The same mesh with rank 0's TP all_reduces 1.2 ms late on its clock: rank 1 waits
+    longer than a step inside tp01, which no group explains."""
+    run = mesh_run()
+    c = run.ranks[0].collectives
+    tp = c[S.PG_NAME].astype(str) == "tp01"
+    c.loc[tp, S.TS_NS] += 1_200_000
+    res = judged(find_stragglers(run, analyze_collectives(run), Thresholds()))
+    assert not res.tables[STRAGGLERS][STRAGGLER].any()
+    assert [f.category for f in res.findings] == ["collectives"]
+    assert "rank 1 in process group tp01" in res.findings[0].message

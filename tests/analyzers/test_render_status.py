@@ -29,8 +29,9 @@ def test_an_ok_run_has_no_status_line(ok_analysis):
     assert ok_analysis.run["status"] == "ok" and ok_analysis.run["rank_errors"] == {}
     lines = render.to_text(ok_analysis).splitlines()
     assert lines[0] == f"profkit analysis of {BALANCED}"
-    assert lines[1:4] == ["2 of 2 ranks analysed", "", lines[3]]
-    assert lines[3].startswith("VERDICT:")
+    # the layout line (a DDP pair, docs/parallelism.md) sits with the ranks, before the verdict
+    assert lines[1:4] == ["2 of 2 ranks analysed", "parallel layout: 2 ranks: dp 2", ""]
+    assert lines[4].startswith("VERDICT:")
     assert "Run status" not in render.to_markdown(ok_analysis)
     # stock traces without run.json have no status at all
     assert render.status_line({"status": None}) is None

@@ -119,7 +119,8 @@ def test_two_rank_job_writes_the_runs_analysis(job):
     assert doc["run"]["status"] == "ok" and doc["run"]["skipped_files"] == []
     assert doc["ranks"] == []  # per-rank step breakdowns need GPU events; this job is CPU
     text = report_text(run_dir)
-    assert text.startswith(f"profkit analysis of {run_dir}\n2 of 2 ranks analysed\n\nVERDICT:")
+    assert text.startswith(f"profkit analysis of {run_dir}\n2 of 2 ranks analysed\n"
+                           "parallel layout: 2 ranks: dp 2\n\nVERDICT:")  # the job is DDP
 
     # the same analysis as the library's map-reduce over the trace files, afterwards
     assert doc == json.loads(json.dumps(to_json(analyze_run(run_dir, workers=1, cache=False))))
