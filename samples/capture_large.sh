@@ -26,7 +26,8 @@ if [ "$PART" = all ]; then
   exit 0
 fi
 
-case $PART in mem*) OUT=$ROOT_OUT/memory ;; *) OUT=$ROOT_OUT/parallel ;; esac
+case $PART in mem*) OUT=$ROOT_OUT/memory ;; infer) OUT=$ROOT_OUT/inference ;;
+  *) OUT=$ROOT_OUT/parallel ;; esac
 # shellcheck source=capture_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/capture_lib.sh"
 M=("$PY" "$HERE/memory_cases.py" --profiler profkit)
@@ -70,6 +71,20 @@ case $PART in
     [ "$NGPU" -lt 4 ] && for m in 4 16; do
       run pipeline2_m$m "$OUT/pipeline2_m$m" 1 "${T2[@]}" "${P[@]}" --case pipeline \
         --microbatches $m --batch 128 --active 2 --out "$OUT/pipeline2_m$m"
+    done
+    ;;
+  infer)  # HF generate, one GPU: eager vs static cache + compile, batch 1 / 16, prompt 128 / 2048
+    # 32 new tokens x 16 layers x 3 active steps made 20 MB traces (240k CPU ops): 8 tokens,
+    # one active step
+    I=("$PY" "$HERE/infer_hf.py" --profiler profkit --new-tokens 8 --steps 4 --active 1)
+    run hf_eager "$OUT/hf_eager" 0 "${I[@]}" --out "$OUT/hf_eager"
+    run hf_static_compiled "$OUT/hf_static_compiled" 0 "${I[@]}" --cache static --compile \
+      --out "$OUT/hf_static_compiled"
+    for b in 1 16; do
+      run hf_b$b "$OUT/hf_b$b" 0 "${I[@]}" --batch $b --out "$OUT/hf_b$b"
+    done
+    for p in 128 2048; do
+      run hf_prompt$p "$OUT/hf_prompt$p" 0 "${I[@]}" --prompt $p --out "$OUT/hf_prompt$p"
     done
     ;;
   par4)
