@@ -115,8 +115,13 @@ def test_mfu_above_100_percent_is_a_note(tmp_path):
     analysis = analyze_run(COMM, cache=False, workers=1, flops_per_step=1e18)
     eff = analysis.table("efficiency")
     assert eff["mfu"].isna().all() and eff["achieved_tflops"].isna().all()
-    notes = [n for n in analysis.run["notes"] if "MFU above 100%" in n]
-    assert len(notes) == 1 and notes[0].startswith("rank 0, 1: MFU above 100%")
+    # one info finding for both ranks with the reason (1e18 FLOPs a step against the peak);
+    # not a second note in the run's header
+    said = [f for f in analysis.findings if "would exceed 100%" in f.message]
+    assert len(said) == 1 and said[0].severity == "info"
+    assert said[0].message.startswith("MFU and HFU not shown on ranks 0-1")
+    assert "TFLOP/s counted against" in said[0].message
+    assert not [n for n in analysis.run["notes"] if "MFU" in n]
 
 
 @pytest.mark.parametrize("ms, fraction", [(30.0, 1.5), (float("nan"), 0.2), (-4.0, -0.2)])
