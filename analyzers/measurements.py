@@ -36,6 +36,7 @@ from profkit.analyzers.findings.comms import (
 from profkit.analyzers.findings.efficiency import judge_efficiency
 from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.ncu import ncu_findings
+from profkit.analyzers.findings.pipeline import pipeline_findings
 from profkit.analyzers.findings.roofline import roofline_findings
 from profkit.analyzers.measure import (
     allocations,
@@ -46,6 +47,7 @@ from profkit.analyzers.measure import (
     kernels,
     links,
     ncu,
+    pipeline,
     roofline,
     stragglers,
     transfers,
@@ -199,6 +201,10 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 combine=_collectives, judge=collective_findings),
     Measurement("stragglers", lambda r: stragglers.rank_step_stats(r.data),
                 combine=_stragglers, judge=straggler_findings, needs=("collectives", "groups")),
+    Measurement("pipeline", lambda r: pipeline.rank_pipeline(r.data, r.used_steps()),
+                combine=lambda v, ctx: pipeline.combine_pipeline(
+                    v, ctx.results["breakdown"].tables["step_breakdown"]),
+                judge=pipeline_findings, needs=("breakdown",)),
     Measurement("links", combine=lambda v, ctx: links.judge_links(
         ctx.results["collectives"], ctx.link_peak, ctx.thresholds),
                 judge=link_findings, needs=("collectives",)),

@@ -73,6 +73,11 @@ PART_TABLE: tuple[Part, ...] = (
                 "forward/backward prefetch, gradient accumulation (no_sync) or a larger batch "
                 "per GPU; check the link bandwidth in the collectives table.",
          saving="collective_transfer", finding_order=1, cited="collectives"),
+    # judged by the pipeline measurement (findings/pipeline.py: the schedule's theory, the
+    # stages, the bubble model's saving), as compute is by the efficiency findings
+    Part("pipeline_bubble", "pipeline bubble",
+         "pipeline bubble (a stage waits for its neighbours)", "pipeline bubble", "#0891b2",
+         "#009E73", cited="pipeline_stages"),
     Part("memcpy", "transfer", "transfer", "memory transfer", "#10b981", "#56B4E9",
          threshold="transfer_frac", meaning="the GPU is busy copying memory",
          advice="Move fewer bytes: keep data on the GPU between steps, copy in smaller dtypes "

@@ -29,6 +29,10 @@ class Thresholds:
     held_work_frac: float = 0.15
     """GPU idle while launched work waits (on a stream, an event) above this share: look at
     the dependencies (as cpu_launch_frac, the GPU waits on something other than compute)."""
+    pipeline_bubble_frac: float = 0.10
+    """A pipeline stage waiting for its neighbours (the pipeline bubble) above this share of
+    the step: more microbatches, 1F1B / interleaved schedules, balanced stages (as
+    communication_frac: time the GPU does not compute because of the parallel layout)."""
     gpu_util_low_frac: float = 0.50
     """GPU busy below this share of the step: larger batch (TensorBoard plugin)."""
     short_kernel_ns: int = 10_000

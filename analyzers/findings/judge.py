@@ -21,6 +21,7 @@ from profkit.analyzers.findings.comms import (
 from profkit.analyzers.findings.efficiency import judge_efficiency
 from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.ncu import ncu_findings
+from profkit.analyzers.findings.pipeline import pipeline_findings
 from profkit.analyzers.findings.roofline import roofline_findings
 from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
@@ -30,6 +31,7 @@ JUDGES: dict[str, Callable[[Result, Thresholds], list[Finding]]] = {
     "links": link_findings, "groups": group_findings, "kernels": kernel_findings,
     "efficiency": judge_efficiency, "no_gpu": no_gpu_findings, "roofline": roofline_findings,
     "ncu": ncu_findings, "allocations": allocation_findings,
+    "pipeline": pipeline_findings,
 }
 
 
