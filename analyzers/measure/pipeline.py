@@ -126,8 +126,9 @@ def step_model_ns(own_ns: np.ndarray, microbatches: int) -> float:
 def combine_pipeline(values: dict[int, Any], steps: pd.DataFrame) -> Result:
     """The run's pipeline (facts: topic ``pipeline``, stages, pipelines, microbatches,
     schedule, theory_frac, period_ms, model_ms, more_microbatches, saving_frac (more
-    microbatches), balanced_saving_frac) and ``pipeline_stages`` (one row per rank,
-    :data:`STAGE_COLUMNS`); an empty result when the run is not one.
+    microbatches), balanced_saving_frac), ``pipeline_stages`` (one row per rank,
+    :data:`STAGE_COLUMNS`) and ``pipeline_steps`` (step, step_ns: the pipeline's step, per
+    used step); an empty result when the run is not one.
 
     A stage's bubble is read against the pipeline's step (the first stage's GPU span of a
     step: it starts the first microbatch and ends the last backward): 1 - its own time per
@@ -146,8 +147,9 @@ def combine_pipeline(values: dict[int, Any], steps: pd.DataFrame) -> Result:
         return Result()
     own_parts = [p for p in PARTS if p not in ("pipeline_bubble", "idle_other")]
     own = used.assign(own=used[own_parts].sum(axis=1)).groupby("rank")["own"].mean()
-    spans = [ns for v in firsts for ns in v["gpu_spans"].values()]
-    period = float(np.median(spans)) if spans else float(
+    spans = pd.DataFrame([(s, ns) for v in firsts for s, ns in v["gpu_spans"].items()],
+                         columns=[S.STEP, "step_ns"]).groupby(S.STEP, as_index=False).median()
+    period = float(spans["step_ns"].median()) if len(spans) else float(
         used[used["rank"].isin([v["rank"] for v in firsts])]["step_ns"].median())
     table = pd.DataFrame([{"rank": int(v["rank"]), "stage": i // per_stage,
                            "microbatches": micro, "own_ms": float(own.get(v["rank"], np.nan)) / 1e6}
@@ -171,7 +173,8 @@ def combine_pipeline(values: dict[int, Any], steps: pd.DataFrame) -> Result:
              "saving_frac": 1.0 - step_model_ns(stage_own, more) / model if more > micro else 0.0,
              "balanced_saving_frac": max(0.0, 1.0 - balanced / model),
              "median_ms_per_microbatch": median}
-    return Result(tables={"pipeline_stages": table[list(STAGE_COLUMNS)]}, facts=facts)
+    return Result(tables={"pipeline_stages": table[list(STAGE_COLUMNS)],
+                          "pipeline_steps": spans}, facts=facts)
 
 
 def _microbatches(first: dict, last: dict) -> int:
