@@ -13,8 +13,9 @@ rank, over its used steps:
 - microbatches per step: the forward passes the pipelining library names
   (``Forward <i>`` ranges of ``torch.distributed.pipelining``), else the first stage's sends;
 - the schedule: GPipe when every stage runs all its forwards before any backward, 1F1B
-  when a backward comes before the last forward (read from those ranges, else from the
-  first stage's sends (forwards) and receives (backwards));
+  when a backward comes before the last forward (read from those ranges, else from the end
+  stages' point-to-point ops: the first stage sends after a forward and receives before a
+  backward, the last stage the other way round);
 - each stage's bubble: the ``pipeline_bubble`` part of the charged-time model (the
   point-to-point waits) charges the instants; the stage table reads the share against the
   pipeline's step (:func:`combine_pipeline`).
@@ -189,8 +190,12 @@ def _microbatches(first: dict, last: dict) -> int:
 def _schedule(order: list[dict]) -> str:
     """``gpipe``, ``1f1b`` or ``""`` (not seen) from the passes of every stage."""
     seen = [v["passes"] for v in order if v["passes"].isupper()]
-    if not seen:  # no library ranges: the first stage's sends and receives
-        seen = [order[0]["passes"].upper()] if order[0]["passes"] else []
+    if not seen:  # no library ranges: the end stages' sends and receives: the first sends
+        # activations (forward) and receives gradients, the last the other way round (with
+        # m <= p, 1F1B's first stage runs every forward first: only the last shows it)
+        swap = str.maketrans("fb", "bf")
+        seen = [p.upper() for p in (order[0]["passes"], order[-1]["passes"].translate(swap))
+                if p]
     if not seen or "B" not in "".join(seen):
         return ""
     if all("B" not in p or "F" not in p[p.index("B"):] for p in seen):
