@@ -163,3 +163,28 @@ def test_no_pipeline_in_runs_that_are_not_one(run):
     assert a.table("pipeline_stages").empty
     assert (a.table("rank_breakdown")["pipeline_bubble"] == 0).all()
     assert not any(f.category == "pipeline_bubble" for f in a.findings)
+
+
+def test_a_1f1b_run_without_the_librarys_ranges():
+    """1F1B, 4 stages x 4 microbatches (tests/data/pipeline_m4_1f1b, its LABEL.txt):
+    Schedule1F1B writes no Forward/Backward ranges, so the schedule comes from the end
+    stages' sends and receives; with m = p the first stage runs its four forwards first and
+    only the last stage alternates. Its one profiled step is the label's step 3."""
+    run = REPO / "tests" / "data" / "pipeline_m4_1f1b"
+    text = (run / "LABEL.txt").read_text()
+    label = json.loads(text.split(" PROFKIT_SAMPLE ", 1)[1])
+    a = analysed(run)
+    stages = a.table("pipeline_stages")
+    assert len(stages) == label["stages"] == 4 and stages["rank"].tolist() == [0, 1, 2, 3]
+    assert (stages["microbatches"] == label["microbatches"]).all()
+    found = next(f for f in a.findings if f.category == "pipeline_bubble")
+    assert found.evidence["schedule"] == label["schedule"] == "1f1b"
+    assert "(1F1B)" in a.verdict["summary"]
+    assert found.evidence["step_ms"] == pytest.approx(label["step_ms_per_rank"][0][3], rel=0.01)
+    assert np.abs(stages["bubble_frac"] - label["bubble_theory"]).max() < 0.1
+    for rank, frac in zip(stages["rank"], stages["bubble_frac"]):
+        with gzip.open(run / "traces" / f"rank{rank}.pt.trace.json.gz", "rt") as f:
+            kernels = [e for e in json.load(f)["traceEvents"]
+                       if e.get("cat") == "kernel" and "SendRecv" not in e["name"]]
+        own = _busy_ms(kernels)  # one step
+        assert frac == pytest.approx(1 - own / label["step_ms_per_rank"][0][3], abs=0.03)
