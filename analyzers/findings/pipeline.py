@@ -105,8 +105,9 @@ def _severity(frac: float, th: Thresholds) -> str:
 
 
 def verdict_note(result: Result | None) -> str:
-    """'; pipeline of 4 stages x 4 microbatches (GPipe): its stages wait 40-48% of the step
-    (theory 43%)' for the verdict, when the run is a pipeline."""
+    """'; a pipeline of 4 stages x 4 microbatches (GPipe): its stages wait 40-48% of its
+    259.51 ms step in the bubble (theory 43%)' for the verdict, when the run is a pipeline
+    (its step: the first stage's GPU span, measure/pipeline.py)."""
     if result is None or result.facts.get("topic") != "pipeline":
         return ""
     f, table = result.facts, result.tables["pipeline_stages"]
@@ -115,5 +116,5 @@ def verdict_note(result: Result | None) -> str:
     low, high = float(np.nanmin(bubble)), float(np.nanmax(bubble))
     spread = pct(low) if pct(low) == pct(high) else f"{low:.0%}".rstrip("%") + f"-{pct(high)}"
     return (f"; a pipeline of {f['stages']} stages x {f['microbatches']} microbatches"
-            f"{f' ({schedule})' if schedule else ''}: its stages wait {spread} of the step in "
-            f"the bubble (theory {pct(f['theory_frac'])})")
+            f"{f' ({schedule})' if schedule else ''}: its stages wait {spread} of its "
+            f"{f['period_ms']:.2f} ms step in the bubble (theory {pct(f['theory_frac'])})")
