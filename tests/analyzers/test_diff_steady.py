@@ -95,3 +95,18 @@ def test_checkpointing_off_is_the_same_model_and_a_steady_gain():
     assert per_step == 24  # 4 blocks: 4 linears and 2 layer norms each, run again
     assert v["evidence"]["recomputed"] == [per_step, 0]
     assert any(c.startswith("recompute removed: 24 -> 0 layer calls") for c in v["changes"])
+
+
+def test_a_schedule_change_is_the_same_work_and_named():
+    """GPipe -> 1F1B at 4 stages x 4 microbatches: the same bubble in theory (43%) and the
+    same step (labels: 259.6 -> 259.5 ms, the profiled step 3 of each)."""
+    new = REPO / "tests" / "data" / "pipeline_m4_1f1b"
+    d = diff_analyses(analysed(RUNS / "parallel" / "pipeline_m4"), analysed(new))
+    v = d.verdict
+    label = json.loads((new / "LABEL.txt").read_text().split(" PROFKIT_SAMPLE ", 1)[1])
+    was = _labels("parallel", "pipeline_m4")["step_ms_per_rank"][0][3]
+    assert v["verdict"] == "unchanged" and v["reasons"] == [] and v["basis"] == "step"
+    assert v["change_frac"] == pytest.approx(label["step_ms_per_rank"][0][3] / was - 1, abs=0.01)
+    assert "pipeline schedule GPipe -> 1F1B" in v["changes"]
+    assert any(c.startswith("pipeline bubble ") and "(theory 43% -> 43%)" in c
+               for c in v["changes"])
