@@ -188,3 +188,14 @@ def test_a_1f1b_run_without_the_librarys_ranges():
                        if e.get("cat") == "kernel" and "SendRecv" not in e["name"]]
         own = _busy_ms(kernels)  # one step
         assert frac == pytest.approx(1 - own / label["step_ms_per_rank"][0][3], abs=0.03)
+
+
+def test_the_bubble_column_is_shown_only_where_a_rank_has_one(m4):
+    from profkit.analyzers.report.render import to_text
+
+    zoo = to_text(analysed(REPO / "samples" / "runs" / "zoo" / "balanced"), width=200)
+    assert "bubble" not in zoo  # neither the column nor its legend
+    text = to_text(m4, width=200)
+    header = next(line for line in text.splitlines() if line.lstrip().startswith("rank  step"))
+    assert "pipeline bubble" in header
+    assert "pipeline bubble: a stage waits for its neighbours" in text
