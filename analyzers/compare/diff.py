@@ -83,7 +83,7 @@ def _tested(change: float, shift: stats.Shift, base_ns: float, th: Thresholds) -
         how += f": under the {floor:.0%} that counts"
     return verdict, how, {"tested": True, "interval_frac": [lo, hi], "coverage": shift.confidence,
                           "noise_frac": (hi - lo) / 2, "threshold_frac": floor,
-                          "change_low_frac": lo}
+                          "change_low_frac": lo, "spread_frac": None}
 
 
 def _untested(change: float, base: np.ndarray, new: np.ndarray, th: Thresholds) -> tuple[str, str, dict]:
