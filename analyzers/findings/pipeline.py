@@ -73,31 +73,31 @@ def _why(table: pd.DataFrame, facts: dict, heavy: list[str]) -> str:
 
 def _advice(table: pd.DataFrame, facts: dict, unbalanced: np.ndarray, heavy: list[str],
             p: int, m: int, theory: float) -> list[str]:
-    advice = []
+    advice: list[tuple[float, str]] = []  # (saving, text): the larger saving first
     more, saving = int(facts["more_microbatches"]), float(facts["saving_frac"])
     if heavy:
         worst = table[unbalanced].sort_values("own_ms_per_microbatch").iloc[-1]
         extra = worst.own_ms_per_microbatch / float(facts["median_ms_per_microbatch"]) - 1
-        advice.append(
+        advice.append((float(facts["balanced_saving_frac"]),
             f"Rebalance the stages: {', '.join(heavy)} takes {extra:.0%} more time per "
             "microbatch than the median stage (its compute and whatever idles its GPU: "
             "launches, host work), and the others wait for it every microbatch: move layers "
             "off it (the last stage also runs the loss and the output head) or remove its "
             f"own bottleneck; balanced stages would save ~{pct(facts['balanced_saving_frac'])} "
-            "of the step.")
+            "of the step."))
     if more > m and saving > 0:
-        advice.append(
+        advice.append((saving,
             f"Split the same global batch into more microbatches: {m} -> {more} cuts the "
             f"bubble's theory from {pct(theory)} to {pct(bubble_theory(p, more))} and the "
             f"step by ~{pct(saving)} (each stage's work stays, split over more microbatches; "
             "smaller microbatches run their kernels less efficiently and launch more often, "
-            "so expect somewhat less).")
-    advice.append(
+            "so expect somewhat less)."))
+    ordered = [text for _, text in sorted(advice, key=lambda a: -a[0])]
+    return ordered + [
         "A 1F1B schedule (torch.distributed.pipelining.Schedule1F1B) has the same bubble but "
         "holds at most p microbatches' activations per stage instead of m: the memory that "
         "lets m grow; an interleaved schedule (ScheduleInterleaved1F1B, v stages per rank) "
-        "cuts the bubble to (p-1)/(v*m+p-1).")
-    return advice
+        "cuts the bubble to (p-1)/(v*m+p-1)."]
 
 
 def _severity(frac: float, th: Thresholds) -> str:
