@@ -12,6 +12,7 @@ from profkit.analyzers.findings.advice import breakdown_findings
 from profkit.analyzers.findings.compilation import compile_findings
 from profkit.analyzers.findings.consolidate import consolidate
 from profkit.analyzers.findings.diagnosis import UNUSABLE_WHY
+from profkit.analyzers.findings.pipeline import verdict_note as pipeline_note
 from profkit.analyzers.measure.breakdown import (
     HOST_SIDE,
     PARTS,
@@ -179,6 +180,8 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     _split_communication(tables)
     straggler_rows = _straggler_rows(tables.get("stragglers"))
     verdict = run_verdict(tables["step_breakdown"], straggler_rows, unusable, cpu_only=not gpu)
+    if verdict["primary"] is not None:  # a pipeline's bubble beside the bound (its own part)
+        verdict["summary"] += pipeline_note(results.get("pipeline"))
     steps = diagnosis.steps_report(tables["step_breakdown"],
                                    {s.rank: s.breakdown.get("steps_info") or {} for s in timed},
                                    tables.get("compilation"))

@@ -39,6 +39,7 @@ from profkit.analyzers.findings.fp8 import fp8_findings
 from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.memoryrisks import allocator_findings
 from profkit.analyzers.findings.ncu import ncu_findings
+from profkit.analyzers.findings.pipeline import pipeline_findings
 from profkit.analyzers.findings.recompute import recompute_findings
 from profkit.analyzers.findings.roofline import roofline_findings
 from profkit.analyzers.findings.sharding import fsdp_findings
@@ -58,6 +59,7 @@ from profkit.analyzers.measure import (
     links,
     ncu,
     peaklive,
+    pipeline,
     recompute,
     roofline,
     stragglers,
@@ -251,6 +253,10 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("stragglers", lambda r: stragglers.rank_step_stats(r.data),
                 combine=_stragglers, judge=straggler_findings,
                 needs=("collectives", "groups", "layout")),
+    Measurement("pipeline", lambda r: pipeline.rank_pipeline(r.data, r.used_steps()),
+                combine=lambda v, ctx: pipeline.combine_pipeline(
+                    v, ctx.results["breakdown"].tables["step_breakdown"]),
+                judge=pipeline_findings, needs=("breakdown",)),
     Measurement("links", combine=lambda v, ctx: links.judge_links(
         ctx.results["collectives"], ctx.link_peak, ctx.thresholds),
                 judge=link_findings, needs=("collectives",)),

@@ -45,6 +45,8 @@ class Part:
     finding_order: where its finding comes among a rank's part findings before they are
       ordered by saving and severity (so only findings equal in both keep this order).
     cited: the table a finding on it points at (the dashboard's Tables page).
+    optional: shown in the text and Markdown rank tables (and their legend) only where some
+      rank has time in it: the pipeline bubble, zero on every run that is not a pipeline.
     """
 
     key: str
@@ -61,6 +63,7 @@ class Part:
     host_idle: bool = False
     finding_order: int = 100
     cited: str = ""
+    optional: bool = False
 
 
 PART_TABLE: tuple[Part, ...] = (
@@ -73,6 +76,11 @@ PART_TABLE: tuple[Part, ...] = (
                 "forward/backward prefetch, gradient accumulation (no_sync) or a larger batch "
                 "per GPU; check the link bandwidth in the collectives table.",
          saving="collective_transfer", finding_order=1, cited="collectives"),
+    # judged by the pipeline measurement (findings/pipeline.py: the schedule's theory, the
+    # stages, the bubble model's saving), as compute is by the efficiency findings
+    Part("pipeline_bubble", "pipeline bubble",
+         "pipeline bubble (a stage waits for its neighbours)", "pipeline bubble", "#0891b2",
+         "#009E73", cited="pipeline_stages", optional=True),
     Part("memcpy", "transfer", "transfer", "memory transfer", "#10b981", "#56B4E9",
          threshold="transfer_frac", meaning="the GPU is busy copying memory",
          advice="Move fewer bytes: keep data on the GPU between steps, copy in smaller dtypes "

@@ -29,6 +29,10 @@ class Thresholds:
     held_work_frac: float = 0.15
     """GPU idle while launched work waits (on a stream, an event) above this share: look at
     the dependencies (as cpu_launch_frac, the GPU waits on something other than compute)."""
+    pipeline_bubble_frac: float = 0.10
+    """A pipeline stage waiting for its neighbours (the pipeline bubble) above this share of
+    the step: more microbatches, 1F1B / interleaved schedules, balanced stages (as
+    communication_frac: time the GPU does not compute because of the parallel layout)."""
     gpu_util_low_frac: float = 0.50
     """GPU busy below this share of the step: larger batch (TensorBoard plugin)."""
     short_kernel_ns: int = 10_000
@@ -157,6 +161,12 @@ class Thresholds:
     sides' steps do not overlap: as large as the step-to-step spread the step selection
     accepts as steady (step_outlier_frac, measured the same way), so spread alone cannot
     explain it."""
+    diff_spread_x: float = 3.0
+    """profkit diff: with too few steps for the interval, a change at least this many times
+    the steps' own spread (each side's (max - min) / median, the larger of the sides with two
+    or more steps), beyond diff_min_change_frac and with no step of one side reaching the
+    other's, is called (as 'likely', not tested) below diff_untested_min_change_frac: two
+    runs whose steps each agree within 2% that differ by 18% are not 'unchanged'."""
     diff_min_mix_overlap_frac: float = 0.20
     """profkit diff: two runs are different workloads (no verdict) when both the share of
     kernel time in kernels both ran and the overlap of their CPU op calls per step are below

@@ -14,8 +14,12 @@ change (:mod:`.workload`), never from kernel names, which every optimization cha
   end well (:mod:`profkit.analyzers.measure.coverage`, what the report header says too):
   its step times are those of the ranks analysed, and a straggler among the missing is not
   seen.
-- **Besides** (``notes``): user annotations renamed, more forward passes per step: said,
-  not held against the verdict.
+- **Besides** (``notes``): user annotations renamed, more forward passes per step, activation
+  recompute on or off (layer calls run again in the backward pass, never counted as more
+  blocks): said, not held against the verdict.
+- **Microbatches** (``evidence["microbatches"]``): more forward passes per step of a batch
+  as much smaller, one global batch (pipeline microbatches, gradient accumulation): the
+  same work per step, judged per step and named, not taken for another batch.
 
 Where neither the parameter shapes nor the step inputs are recorded on both sides (traces
 without ``record_shapes``, CUDA-graph replays), the mix of work decides as before: the share
@@ -95,11 +99,19 @@ def _structure(base, new, out: Comparability) -> bool:
     out.evidence.update(params=params.status, params_text=params.text, inputs=inputs.status,
                         inputs_text=inputs.text, annotations=names[0].status,
                         modules=names[1].status)
+    micro = W.same_global_batch(params, inputs, _pipeline_microbatches(base, new))
     if params.status == W.DIFFER:
         out.reasons.append(params.text)
-    elif params.status == W.SCALED:
+    elif params.status == W.SCALED and micro is None:
         out.notes.append(params.text)
-    if inputs.status in (W.BATCH, W.DIFFER):
+    recompute = W.compare_recompute(wb, wn)
+    if recompute.status == W.DIFFER:
+        out.notes.append(recompute.text)
+        out.evidence["recomputed"] = recompute.detail["recomputed"]
+    if micro is not None:  # microbatches of one global batch: the steps are the same work
+        out.evidence["microbatches"] = micro
+        out.notes.append(micro["text"])
+    elif inputs.status in (W.BATCH, W.DIFFER):
         unit = inputs.detail["unit"]
         items = inputs.detail["tokens" if unit == "token" else "samples"]
         out.batch = {"unit": unit, "items": items, "text": inputs.text}
@@ -110,6 +122,14 @@ def _structure(base, new, out: Comparability) -> bool:
     if names[1].status == W.DIFFER:
         out.warnings.append(names[1].text)
     return params.status != W.UNKNOWN or inputs.status != W.UNKNOWN
+
+
+def _pipeline_microbatches(base, new) -> tuple[int, int] | None:
+    """Microbatches per step of two pipeline runs (analyzers/measure/pipeline.py), else None."""
+    tables = [a.table("pipeline_stages") for a in (base, new)]
+    if any(t.empty for t in tables):
+        return None
+    return tuple(int(t["microbatches"].iloc[0]) for t in tables)
 
 
 def _mix(base, new, th: Thresholds, out: Comparability, decides: bool) -> None:

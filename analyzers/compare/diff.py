@@ -28,6 +28,7 @@ from profkit.analyzers.compare import memory, stats
 from profkit.analyzers.compare.attribution import attribution
 from profkit.analyzers.compare.comparable import Comparability, comparability
 from profkit.analyzers.compare.nature import nature
+from profkit.analyzers.compare.pipelines import pipeline_changes
 from profkit.analyzers.measure.steps import run_step_times_ns
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.parts import part_name
@@ -55,7 +56,12 @@ class Diff:
 
 
 def step_samples(analysis: Analysis) -> np.ndarray:
-    """Step times (ns) of the used steps, one per step: the median over its ranks."""
+    """Step times (ns) of the used steps, one per step: the median over its ranks; a
+    pipeline's: its first stage's GPU span of the step (``pipeline_steps``), as its stages'
+    step windows are offset from each other (the last stage ends its step first)."""
+    pipeline = analysis.table("pipeline_steps")
+    if len(pipeline):
+        return pipeline["step_ns"].to_numpy(float)
     return run_step_times_ns(analysis.table("step_breakdown"))
 
 
@@ -77,27 +83,52 @@ def _tested(change: float, shift: stats.Shift, base_ns: float, th: Thresholds) -
         how += f": under the {floor:.0%} that counts"
     return verdict, how, {"tested": True, "interval_frac": [lo, hi], "coverage": shift.confidence,
                           "noise_frac": (hi - lo) / 2, "threshold_frac": floor,
-                          "change_low_frac": lo}
+                          "change_low_frac": lo, "spread_frac": None}
 
 
 def _untested(change: float, base: np.ndarray, new: np.ndarray, th: Thresholds) -> tuple[str, str, dict]:
-    """Too few steps for an interval: a change is called only when the step is at least
-    1 + bar times slower or faster (the band the step selection accepts as steady, and as
-    it, the same either way) and the two runs' steps do not overlap."""
+    """Too few steps for an interval: a change is called only when the two runs' steps do
+    not overlap and the step is at least 1 + bar times slower or faster: bar is the band
+    the step selection accepts as steady (the same either way), or, where a side has two or
+    more steps, ``diff_spread_x`` times the steps' own spread when that is less (not below
+    ``diff_min_change_frac``): a steady change beyond the spread, said as likely."""
     bar = th.diff_untested_min_change_frac
+    spread = steady_spread(base, new)
+    if spread is not None:
+        bar = min(bar, max(th.diff_min_change_frac, th.diff_spread_x * spread))
     ratio = 1.0 + change
     below, above = new.max() < base.min(), new.min() > base.max()
     verdict = ("improved" if ratio <= 1 / (1 + bar) and below else
                "regressed" if ratio >= 1 + bar and above else "unchanged")
     how = (f"cannot estimate the noise from {len(base)} and {len(new)} steady step(s), an "
-           f"interval needs {stats.min_steps(th.diff_confidence)} per side: steps less than "
-           f"{1 + bar:.2f}x slower or faster count as unchanged")
+           f"interval needs {stats.min_steps(th.diff_confidence)} per side: ")
+    if spread is not None and bar < th.diff_untested_min_change_frac:
+        sides = [f"the {side}'s {len(x)} steps" for side, x in (("base", base), ("new", new))
+                 if len(x) >= 2]
+        who = "each side's steps" if len(sides) == 2 else sides[0]
+        how += (f"{who} agree within {spread:.1%}, so steps less than "
+                f"{1 + bar:.2f}x slower or faster count as unchanged")
+        if verdict != "unchanged":
+            single = min(len(base), len(new)) < 2
+            how += (f"; {abs(change):.1%} is {abs(change) / max(spread, 1e-9):.0f}x that "
+                    f"spread: {'tentative (one side has a single step)' if single else 'likely'}"
+                    ", not tested")
+    else:
+        how += f"steps less than {1 + bar:.2f}x slower or faster count as unchanged"
     if verdict == "unchanged" and not 1 / (1 + bar) < ratio < 1 + bar:
         how += ", and so do runs whose steps overlap"
     # the least slowdown every pair of steps shows (the CI gate reads it for a regression)
     low = float(new.min() - base.max()) / float(np.median(base))
     return verdict, how, {"tested": False, "interval_frac": None, "coverage": None,
-                          "noise_frac": None, "threshold_frac": bar, "change_low_frac": low}
+                          "noise_frac": None, "threshold_frac": bar, "change_low_frac": low,
+                          "spread_frac": spread}
+
+
+def steady_spread(base: np.ndarray, new: np.ndarray) -> float | None:
+    """The larger of each side's (max - min) / median over its steps, of the sides with two
+    or more steps (None when neither has)."""
+    spreads = [float((s.max() - s.min()) / np.median(s)) for s in (base, new) if len(s) >= 2]
+    return max(spreads) if spreads else None
 
 
 def step_verdict(base_ns: np.ndarray, new_ns: np.ndarray, th: Thresholds = DEFAULT,
@@ -148,6 +179,9 @@ def _judge(base: Analysis, new: Analysis, samples: tuple[np.ndarray, np.ndarray]
                        step_change_frac=steps[1] / steps[0] - 1.0)
         verdict["headline"] = (f"{verdict['headline']}, judged per {per['unit']}: {per['text']}; "
                                f"median step {steps[0]:.3f} -> {steps[1]:.3f} ms")
+    micro = comp.evidence.get("microbatches")
+    if micro is not None:  # one global batch in more microbatches: judged per step, said
+        verdict["headline"] += f", judged per step: {micro['text']}"
     verdict.update(basis=per["unit"] if per else STEP, items_per_step=per["items"] if per else None)
     if comp.reasons:
         verdict["verdict"] = NOT_COMPARABLE
@@ -158,7 +192,8 @@ def _judge(base: Analysis, new: Analysis, samples: tuple[np.ndarray, np.ndarray]
     kinds = [] if comp.reasons else nature(base, new)  # another workload: no "change" to name
     verdict["summary"] = verdict["headline"] + "".join(f"; WARNING: {w}" for w in comp.warnings)
     verdict.update(reasons=comp.reasons, warnings=comp.warnings, nature=kinds, notes=comp.notes,
-                   changes=kinds + comp.notes + straggler_changes(base, new)
+                   changes=kinds + comp.notes + pipeline_changes(base, new)
+                   + straggler_changes(base, new)
                    + bottleneck_change(base, new), evidence=comp.evidence)
     return verdict, per
 

@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from profkit.analyzers.compare.sides import used_rank_steps
-from profkit.analyzers.measure.signature import ANNOTATION, FIRST, INPUT, MODULE, PARAM
+from profkit.analyzers.measure.signature import (
+    ANNOTATION,
+    FIRST,
+    INPUT,
+    MODULE,
+    PARAM,
+    RECOMPUTE,
+)
 
 SAME, SCALED, DIFFER, BATCH, UNKNOWN = "same", "scaled", "differ", "batch", "unknown"
 # Ranges the frameworks open themselves (optimizer, DataLoader, compiled graphs, DDP, NCCL,
@@ -26,7 +33,8 @@ SAME, SCALED, DIFFER, BATCH, UNKNOWN = "same", "scaled", "differ", "batch", "unk
 FRAMEWORK_RANGE_RE = re.compile(
     r"^(?:Optimizer\.|## |enumerate\(DataLoader\)|Torch-Compiled|TorchDynamo|CompiledFunction"
     r"|DistributedDataParallel|FullyShardedDataParallel|FSDP|nccl:|c10d|record_param_comms"
-    r"|cudaGraph|autograd::|torch/)|compile_id=")
+    r"|cudaGraph|autograd::|torch/)|compile_id="
+    r"|^(?:Forward|Backward) \d+$")  # torch.distributed.pipelining's microbatch passes
 TOKEN_OPS = ("aten::embedding", "aten::embedding_bag")  # every input dim is a token
 FEATURE_LAST_OPS = ("aten::linear", "aten::layer_norm", "aten::rms_norm")  # [..., features]
 COUNT_DIGITS = 2  # per-step counts are compared at this many decimals
@@ -41,6 +49,7 @@ class Workload:
     firsts: list[str] = field(default_factory=list)  # first tensor shape per used step
     annotations: dict[str, float] = field(default_factory=dict)  # the user's own ranges
     modules: dict[str, float] = field(default_factory=dict)
+    recomputed: dict[str, float] = field(default_factory=dict)  # weight ops run again in backward
 
 
 def workload(analysis) -> Workload:
@@ -68,7 +77,23 @@ def workload(analysis) -> Workload:
         inputs=list(zip(inputs["name"].astype(str), inputs["shape"].astype(str))),
         firsts=shapes(FIRST)["shape"].astype(str).tolist(),
         annotations={k: v for k, v in annotations.items() if not FRAMEWORK_RANGE_RE.search(k)},
-        modules=per_step(MODULE, lambda r: r["name"].astype(str)))
+        modules=per_step(MODULE, lambda r: r["name"].astype(str)),
+        recomputed=per_step(RECOMPUTE, lambda r: r["name"].astype(str)))
+
+
+def compare_recompute(base: Workload, new: Workload) -> Compared:
+    """Activation checkpointing on, off or changed: the layer calls (weight ops) run again
+    in the backward pass per step on each side; ``same`` when they match, ``unknown`` when
+    neither side records shapes."""
+    if not (base.params or base.recomputed) or not (new.params or new.recomputed):
+        return Compared(UNKNOWN)
+    a, b = (round(sum(w.recomputed.values()), COUNT_DIGITS) for w in (base, new))
+    if a == b:
+        return Compared(SAME)
+    what = ("recompute removed" if not b else "recompute added" if not a else "recompute changed")
+    return Compared(DIFFER, f"{what}: {_count(a)} -> {_count(b)} layer calls run again in the "
+                    "backward pass per step (activation checkpointing; the same model)",
+                    {"recomputed": [a, b]})
 
 
 # --- parameters -----------------------------------------------------------------------------
@@ -108,14 +133,40 @@ def compare_params(base: Workload, new: Workload) -> Compared:
         if np.allclose(ratios, ratios[0], rtol=0.01):
             forwards = _forwards(a, b)
             return Compared(SCALED, f"the same parameter shapes, {forwards} forward passes "
-                            "per step", {"forward_ratio": float(ratios[0])})
+                            "per step", {"forward_ratio": float(ratios[0]),
+                                         "forwards": _forward_counts(a, b)})
     return Compared(DIFFER, "parameter shapes differ: " + _param_difference(a, b))
 
 
 def _forwards(a: dict[str, float], b: dict[str, float]) -> str:
     """``12 -> 13``: the count of the rarest shape (the model's once-per-forward layers)."""
+    was, now = _forward_counts(a, b)
+    return f"{_count(was)} -> {_count(now)}"
+
+
+def _forward_counts(a: dict[str, float], b: dict[str, float]) -> list[float]:
     key = min(a, key=lambda k: (a[k], k))
-    return f"{_count(a[key])} -> {_count(b[key])}"
+    return [a[key], b[key]]
+
+
+def same_global_batch(params: Compared, inputs: Compared,
+                      microbatches: tuple[int, int] | None = None) -> dict | None:
+    """More (or fewer) forward passes per step of a batch as much smaller (or larger): the
+    microbatches of one global batch (pipeline microbatches, gradient accumulation), not
+    another batch. ``microbatches``: the counts where the trace names them (a pipeline's);
+    else the forward passes per rank-step. None when it is not that."""
+    if params.status != SCALED or inputs.status != BATCH or inputs.detail.get("unit") != "sample":
+        return None
+    a, b = inputs.detail["samples"]
+    ratio = float(params.detail["forward_ratio"])
+    if not a or not b or abs(b * ratio - a) > 0.01 * a:
+        return None
+    counts = list(microbatches) if microbatches else params.detail["forwards"]
+    total = a * counts[0]
+    text = (f"microbatches {_count(counts[0])} -> {_count(counts[1])} per step, the same "
+            f"global batch ({a} x {_count(counts[0])} = {b} x {_count(counts[1])} = "
+            f"{_count(total)} samples)")
+    return {"microbatches": counts, "samples": [a, b], "global_batch": total, "text": text}
 
 
 def _by_op(keys, limit: int = 4) -> str:

@@ -24,6 +24,7 @@ from profkit.analyzers.findings.fp8 import fp8_findings
 from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.memoryrisks import allocator_findings
 from profkit.analyzers.findings.ncu import ncu_findings
+from profkit.analyzers.findings.pipeline import pipeline_findings
 from profkit.analyzers.findings.recompute import recompute_findings
 from profkit.analyzers.findings.roofline import roofline_findings
 from profkit.analyzers.findings.sharding import fsdp_findings
@@ -38,6 +39,7 @@ JUDGES: dict[str, Callable[[Result, Thresholds], list[Finding]]] = {
     "ncu": ncu_findings, "allocations": allocation_findings,
     "experts": expert_findings, "fsdp": fsdp_findings, "tensor_parallel": tp_findings,
     "allocator": allocator_findings, "recompute": recompute_findings, "fp8": fp8_findings,
+    "pipeline": pipeline_findings,
 }
 
 

@@ -6,7 +6,10 @@ GPU-busy instants go to the work running, in priority order:
 2. ``memcpy`` (transfer): copies whose own call did not block the host (pinned async
    copies, device-to-device, peer-to-peer), also when the host later waited for them in a
    ``synchronize()``: that wait is transfer time;
-3. ``communication``: collectives and other communication kernels;
+3. ``pipeline_bubble``: the part of point-to-point kernels (``send`` / ``recv``) that waits
+   for the peer stage (``p2p.py``: all but the rank's shortest such kernel's length), the
+   stage idle while its neighbour computes; ``communication``: the rest of the collectives
+   and other communication kernels;
 4. ``host_sync``: copies whose own call blocked the host (``cudaMemcpy``, or an async copy
    from or to pageable memory: the trace's memcpy name says ``Pageable``).
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.measure.p2p import p2p_kernels, wait_intervals
 from profkit.analyzers.parts import PARTS  # noqa: F401 (re-exported)
 
 from profkit import intervals as iv
@@ -118,11 +122,14 @@ def charged_intervals(data: RankData, lo: int, hi: int,
     comm_all = spans(gpu[values_in(gpu[S.CLASS], (S.CLS_COMMUNICATION,))])
     comm = iv.subtract(comm_all, taken)
     taken = iv.union_of(taken, comm)
+    bubble = iv.intersect(comm, wait_intervals(p2p_kernels(data)))
+    comm = iv.subtract(comm, bubble)
     blocked_copy = iv.subtract(spans(copies[blocking]), taken)
     busy = iv.union_of(taken, blocked_copy)
     idle = idle_parts(ev, gpu, iv.complement(busy, lo, hi), host_ranges(ev, blocked_calls),
                       by_thread)
-    parts = {"compute": compute, "memcpy": transfer, "communication": comm, **idle}
+    parts = {"compute": compute, "memcpy": transfer, "communication": comm,
+             "pipeline_bubble": bubble, **idle}
     parts["host_sync"] = iv.union_of(parts["host_sync"], blocked_copy)
     parts[BLOCKING_COPY] = blocked_copy
     parts[OVERLAP] = iv.intersect(comm_all, compute)

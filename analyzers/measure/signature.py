@@ -15,7 +15,11 @@ to tell the two apart. They come from what the trace holds:
 - **first**: per used step, the first tensor shape any CPU op of the step received (what
   the step starts from when the model's ops are hidden);
 - **annotation**: ``record_function`` ranges (``user_annotation``) other than ProfilerStep;
-- **module**: ``nn.Module: Name_N`` ranges (``with_stack=True``).
+- **module**: ``nn.Module: Name_N`` ranges (``with_stack=True``);
+- **recompute**: weight ops that ran inside the backward pass (within an
+  ``autograd::engine::evaluate_function`` range of their thread): activation checkpointing
+  running a forward again; counted here, never as parameter shapes (a checkpointed model
+  has the blocks it had, not twice as many).
 
 Table ``used_step_shapes``: rank, role, step (the used step for input / first, -1 for
 counts summed over the used steps), name (the op, annotation or module), shape (``AxBxC``;
@@ -36,6 +40,8 @@ from profkit.trace.ingest import STEP_PREFIX
 
 SIGNATURE_COLUMNS = ("rank", "role", S.STEP, S.NAME, "shape", "count")
 PARAM, INPUT, FIRST, ANNOTATION, MODULE = "param", "input", "first", "annotation", "module"
+RECOMPUTE = "recompute"
+BACKWARD_RANGE_RE = r"^autograd::engine::evaluate_function"
 MODULE_PREFIX = "nn.Module: "
 # Module ops that take weights: (argument indexes holding weights, index of the activation)
 WEIGHT_OPS = {
@@ -134,6 +140,36 @@ def _params(rank: int, ops: pd.DataFrame) -> pd.DataFrame:
     return _rows(rank, PARAM, -1, table["name"], table["shape"], table["count"])
 
 
+def _in_backward(ops: pd.DataFrame, backward: pd.DataFrame) -> np.ndarray:
+    """Mask of the weight ops of ``ops`` that start inside a ``backward`` range of their
+    thread (a recomputed forward: backward nodes never call them)."""
+    out = np.zeros(len(ops), bool)
+    weight = _is_weight_op(ops[S.NAME]) if len(ops) else out
+    if backward.empty or not weight.any():
+        return out
+    ts, tid = ops[S.TS_NS].to_numpy(), ops[S.TID].to_numpy()
+    for thread, ranges in backward.groupby(S.TID, sort=False):
+        start = ranges[S.TS_NS].to_numpy()
+        end = start + ranges[S.DUR_NS].to_numpy()
+        order = np.argsort(start, kind="stable")
+        start, reach = start[order], np.maximum.accumulate(end[order])
+        mine = np.flatnonzero(weight & (tid == thread))
+        at = np.searchsorted(start, ts[mine], side="right") - 1
+        inside = at >= 0
+        inside[inside] = ts[mine][inside] < reach[at[inside]]
+        out[mine[inside]] = True
+    return out
+
+
+def _recomputed(rank: int, ops: pd.DataFrame) -> pd.DataFrame:
+    """The weight ops run again in the backward pass, counted by name over the used steps
+    (outermost calls only, as for the parameters)."""
+    ops = _outermost(ops)
+    counts = _name_counts(ops[S.NAME].cat.remove_unused_categories()) if len(ops) else \
+        pd.Series(dtype=np.int64)
+    return _rows(rank, RECOMPUTE, -1, counts.index.to_numpy(dtype=object), "", counts.to_numpy())
+
+
 def _firsts(rank: int, role: str, ops: pd.DataFrame, pick: np.ndarray, shapes: np.ndarray,
             name_of: list) -> pd.DataFrame:
     """Per step, the first picked op (ops are in time order) and its shape."""
@@ -194,7 +230,10 @@ def step_signature(rank: int, events: pd.DataFrame, in_used: np.ndarray) -> pd.D
         ops = events[in_used & values_in(kind, (S.KIND_CPU_OP,))
                      & recorded[dims.codes.to_numpy()]]
         if len(ops):
-            parts += [_params(rank, ops), *_inputs(rank, ops)]
+            again = _in_backward(ops, events[in_used & values_in(kind, (S.KIND_CPU_OP,))
+                                             & category_mask(names, BACKWARD_RANGE_RE)])
+            parts += [_params(rank, ops[~again]), *_inputs(rank, ops),
+                      _recomputed(rank, ops[again])]
     annotations = events[in_used & values_in(kind, (S.KIND_ANNOTATION,))
                          & ~category_mask(names, "^" + re.escape(STEP_PREFIX))]
     python = events[in_used & values_in(kind, (S.KIND_PYTHON,))

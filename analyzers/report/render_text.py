@@ -15,7 +15,7 @@ import pandas as pd
 from profkit.analyzers.analyze import Analysis
 from profkit.analyzers.findings.diagnosis import steps_line
 from profkit.analyzers.measure.tables import rank_ranges
-from profkit.analyzers.parts import PART_NAMES, PARTS, part_label
+from profkit.analyzers.parts import BY_KEY, PART_NAMES, PARTS, part_label
 from profkit.analyzers.report import header as H
 from profkit.analyzers.report import sections as sec
 from profkit.analyzers.report.evidence import evidence_text
@@ -64,7 +64,7 @@ def rank_table(a: Analysis) -> pd.DataFrame:
     if ranks.empty:
         return ranks
     table = pd.DataFrame({"rank": ranks["rank"], STEP_MS: ranks["step_time_ms"]})
-    for p in PARTS:
+    for p in shown_parts(ranks):
         table[part_label(p)] = (100 * ranks[p]).round(1)
     table["primary"] = [part_label(str(p)) for p in ranks["primary"]]
     if len(table) <= sec.MAX_RANK_ROWS:
@@ -80,10 +80,17 @@ def rank_table(a: Analysis) -> pd.DataFrame:
 
 
 
-def part_legend() -> str:
-    """What the part names that need it mean (``held work: queued, ...``)."""
+def shown_parts(ranks: pd.DataFrame) -> list[str]:
+    """The parts of the rank table: all but an optional one no rank has time in."""
+    return [p for p in PARTS if not BY_KEY[p].optional or (ranks[p] > 0).any()]
+
+
+def part_legend(parts=None) -> str:
+    """What the part names that need it mean (``held work: queued, ...``), of ``parts``
+    (every part when not given)."""
     return "; ".join(f"{part_label(p)}: {name.split(' (', 1)[1].rstrip(')')}"
-                     for p, name in PART_NAMES.items() if " (" in name)
+                     for p, name in PART_NAMES.items()
+                     if " (" in name and (parts is None or p in parts))
 
 
 def _fmt(v: Any) -> str:
@@ -143,7 +150,8 @@ def to_text(a: Analysis, width: int = PIPE_WIDTH) -> str:
     table = rank_table(a)
     if not table.empty:
         lines += ["", "Step time by part, % (per rank):"] + text_table(table, width)
-        lines += wrap(f"({part_legend()})", width, "  ", "   ")
+        lines += wrap(f"({part_legend(shown_parts(a.table('rank_breakdown')))})", width, "  ",
+                      "   ")
     for s in _stragglers_without_finding(a):
         lines += [""] + wrap(f"rank {s['rank']}: "
                              f"{evidence_text('straggler_row', s['evidence'])}",
@@ -208,7 +216,8 @@ def to_markdown(a: Analysis) -> str:
         lines += [f"Steps used: {steps_line(a.run['steps'])}", ""]
     table = rank_table(a)
     if not table.empty:
-        lines += markdown_table(table) + ["", f"_{_md(part_legend())}_", ""]
+        legend = part_legend(shown_parts(a.table("rank_breakdown")))
+        lines += markdown_table(table) + ["", f"_{_md(legend)}_", ""]
     for s in _stragglers_without_finding(a):
         lines.append(f"**Straggler:** rank {s['rank']} "
                      f"({evidence_text('straggler_row', s['evidence'])})")

@@ -270,6 +270,22 @@ def transfers_section(a: Analysis) -> Section | None:
                    fold=("link",), clip=("ranks",))
 
 
+def pipeline_section(a: Analysis) -> Section | None:
+    """A pipeline's stages in order: rank, own time per microbatch, bubble against the
+    pipeline's step and the schedule's theory (analyzers/measure/pipeline.py)."""
+    t = a.table("pipeline_stages")
+    if t.empty:
+        return None
+    rows = [{"stage": int(r.stage), "rank": int(r.rank), "microbatches": int(r.microbatches),
+             "own ms/microbatch": U.ms(r.own_ms_per_microbatch),
+             "bubble": U.pct(r.bubble_frac), "theory": U.pct(r.theory_frac),
+             "unbalanced": "yes" if r.unbalanced else ""} for r in t.itertuples(index=False)]
+    notes = ["bubble: 1 - the stage's own time (every part but the bubble and held work) / "
+             "the pipeline's step (the first stage's GPU span of a step); theory "
+             "(p-1)/(m+p-1) for balanced stages"]
+    return Section("Pipeline stages", pd.DataFrame(rows), notes)
+
+
 def idle_section(a: Analysis) -> Section | None:
     """Where the GPU waits for the host: GPU-idle time per step by host part and code."""
     code = a.table("idle_code")
@@ -359,6 +375,9 @@ SHOWN: tuple[Shown, ...] = (
     Shown("layout", None, "parallel_layout",
           lambda a: a.table("parallel_layout").to_dict("records"), json_when_empty=False),
     Shown("transfers", transfers_section),
+    # a pipeline's stages; no key at all in a run that is not one
+    Shown("pipeline", pipeline_section, "pipeline",
+          lambda a: a.table("pipeline_stages").to_dict("records"), json_when_empty=False),
     # the allocator's peaks per rank; no key at all in a run without [memory] events
     Shown("allocations", memory_section, "memory",
           lambda a: a.table("memory_ranks").to_dict("records"), json_when_empty=False),

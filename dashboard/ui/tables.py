@@ -143,6 +143,13 @@ TABLES: tuple[TableSpec, ...] = (
           ("copies", "copies", None), ("bytes", "size (MB)", MB), ("gpu_ns", "copy time (ms)", MS),
           ("achieved_gbps", "achieved (GB/s)", None), ("peak_gbps", "link peak (GB/s)", None),
           ("peak_frac", "of peak (%)", PCT), ("link", "link", None)),
+    _spec("pipeline_stages", "Pipeline stages: the bubble against the schedule's theory",
+          ("stage", "stage", None), ("rank", "rank", None), ("microbatches", "microbatches", None),
+          ("own_ms_per_microbatch", "own time per microbatch (ms)", None),
+          ("bubble_frac", "bubble (% of the step)", PCT),
+          ("theory_frac", "theory (p-1)/(m+p-1) (%)", PCT), ("unbalanced", "unbalanced", None),
+          note="bubble: 1 - the stage's own time / the pipeline's step (the first stage's GPU "
+               "span of a step)."),
     _spec("roofline", "Kernel roofline: math-, memory- or latency-bound",
           ("rank", "rank", None), ("kernel", "kernel", NAME), ("op", "op", None),
           ("bound", "bound", None), ("calls_per_step", "calls/step", None),

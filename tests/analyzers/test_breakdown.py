@@ -72,11 +72,13 @@ def test_every_part_of_a_known_timeline(data: RankData):
     assert table.loc[1, "step_ns"] == 1000 * us
     assert {p: table.loc[1, p] // us for p in PARTS} == {
         "compute": 400, "communication": 200, "memcpy": 50, "cpu_launch": 203,
-        "host_work": 50, "data_loading": 42, "host_sync": 55, "idle_other": 0}
+        "host_work": 50, "data_loading": 42, "host_sync": 55, "idle_other": 0,
+        "pipeline_bubble": 0}
     assert table.loc[1, "after_sync_ns"] == 87 * us  # 805-892: host work after the sync
     assert {p: table.loc[2, p] // us for p in PARTS} == {
         "compute": 140, "communication": 0, "memcpy": 0, "cpu_launch": 8,
-        "host_work": 2, "data_loading": 0, "host_sync": 0, "idle_other": 50}
+        "host_work": 2, "data_loading": 0, "host_sync": 0, "idle_other": 50,
+        "pipeline_bubble": 0}
     assert (table[list(PARTS)].sum(axis=1) == table["step_ns"]).all()
 
 

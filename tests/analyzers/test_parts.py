@@ -31,9 +31,10 @@ def test_every_part_has_a_threshold_that_exists_colours_and_advice():
             assert p.meaning and p.advice and p.finding, p.key
         else:
             assert not (p.meaning or p.advice), p.key  # advice no finding would ever give
-    # compute is judged by the efficiency findings; any other part left without a
-    # threshold would never be a finding
-    assert [p.key for p in P.PART_TABLE if not p.threshold] == ["compute"]
+    # compute is judged by the efficiency findings, the pipeline bubble by the pipeline
+    # measurement (findings/pipeline.py); any other part left without a threshold would
+    # never be a finding
+    assert [p.key for p in P.PART_TABLE if not p.threshold] == ["compute", "pipeline_bubble"]
     orders = [p.finding_order for p in P.PART_TABLE if p.threshold]
     assert len(set(orders)) == len(orders)
 
@@ -62,9 +63,9 @@ def test_the_derived_names_are_the_tables_and_keep_their_old_homes():
 
 
 # A part as a contributor would add it: one row, a threshold, a charging rule.
-BUBBLE = P.Part("pipeline_bubble", "pipeline bubble",
-                "pipeline bubble (a stage waits for its neighbour)", "pipeline bubble",
-                "#123456", "#654321", threshold="pipeline_bubble_frac",
+BUBBLE = P.Part("stage_wait", "stage wait",
+                "stage wait (a stage waits for its neighbour)", "stage wait",
+                "#123456", "#654321", threshold="stage_wait_frac",
                 meaning="a pipeline stage waits for its neighbour",
                 advice="Interleave more micro-batches per stage.", saving="idle_time",
                 finding_order=7)
@@ -72,7 +73,7 @@ BUBBLE = P.Part("pipeline_bubble", "pipeline bubble",
 
 @dataclass(frozen=True, kw_only=True)
 class BubbleThresholds(Thresholds):
-    pipeline_bubble_frac: float = 0.05
+    stage_wait_frac: float = 0.05
 
 
 def held_steps(n: int = 4) -> list[dict]:
@@ -97,7 +98,7 @@ def with_bubble(monkeypatch):
 
     def charge(*args, **kwargs):
         out = charged(*args, **kwargs)
-        out["pipeline_bubble"], out["idle_other"] = out["idle_other"], EMPTY
+        out["stage_wait"], out["idle_other"] = out["idle_other"], EMPTY
         return out
 
     monkeypatch.setattr(P, "PART_TABLE", (*P.PART_TABLE, BUBBLE))
@@ -109,16 +110,16 @@ def test_a_part_added_to_the_table_reaches_every_output(tmp_path, with_bubble):
                        trace_doc(rank=0, world_size=1, events=held_steps()))
     run = load_run(path, cache=False)
     steps = breakdown.rank_steps(run.ranks[0])
-    assert (steps["pipeline_bubble"] == 200_000).all() and (steps["idle_other"] == 0).all()
+    assert (steps["stage_wait"] == 200_000).all() and (steps["idle_other"] == 0).all()
     a = analyze(run, BubbleThresholds())
-    assert a.table("rank_breakdown").loc[0, "pipeline_bubble"] == pytest.approx(0.2)
-    assert a.verdict["fractions"]["pipeline_bubble"] == pytest.approx(0.2)
+    assert a.table("rank_breakdown").loc[0, "stage_wait"] == pytest.approx(0.2)
+    assert a.verdict["fractions"]["stage_wait"] == pytest.approx(0.2)
 
     doc = json.loads(json.dumps(to_json(a)))
-    assert doc["ranks"][0]["breakdown"]["pipeline_bubble"] == pytest.approx(0.2)
-    found = [f for f in doc["findings"] if f["category"] == "pipeline_bubble"]
+    assert doc["ranks"][0]["breakdown"]["stage_wait"] == pytest.approx(0.2)
+    found = [f for f in doc["findings"] if f["category"] == "stage_wait"]
     assert [f["message"] for f in found] == [
-        "rank 0: 20% of step time is pipeline bubble (a pipeline stage waits for its "
+        "rank 0: 20% of step time is stage wait (a pipeline stage waits for its "
         "neighbour)"]
     assert found[0]["recommendation"] == BUBBLE.advice
     assert found[0]["evidence"]["threshold"] == 0.05
@@ -126,12 +127,12 @@ def test_a_part_added_to_the_table_reaches_every_output(tmp_path, with_bubble):
 
     text = to_text(a, width=200)
     header = next(line for line in text.splitlines() if line.lstrip().startswith("rank  step"))
-    assert header.split()[-3:] == ["pipeline", "bubble", "primary"]  # the rank table's column
-    assert "pipeline bubble: a stage waits for its neighbour" in text  # the legend
-    assert "of step time is pipeline bubble" in text and "could save ~0.20 ms/step" in text
+    assert header.split()[-3:] == ["stage", "wait", "primary"]  # the rank table's column
+    assert "stage wait: a stage waits for its neighbour" in text  # the legend
+    assert "of step time is stage wait" in text and "could save ~0.20 ms/step" in text
     assert "threshold 5.0%" in text  # its evidence, as any part's
-    assert P.PART_COLORS["pipeline_bubble"] == "#123456"
-    assert P.part_label("pipeline_bubble") == "pipeline bubble"
+    assert P.PART_COLORS["stage_wait"] == "#123456"
+    assert P.part_label("stage_wait") == "stage wait"
     assert "#654321" in analysis_html(a)
 
 
@@ -140,7 +141,7 @@ def test_a_finding_part_without_its_threshold_fails_loudly(with_bubble):
 
     ranks = breakdown.pd.DataFrame([{"rank": 0, "step_time_ms": 1.0, "compute": 0.5,
                                      **{p: 0.0 for p in P.PARTS if p != "compute"}}])
-    with pytest.raises(AttributeError, match="pipeline_bubble_frac"):
+    with pytest.raises(AttributeError, match="stage_wait_frac"):
         breakdown_findings(ranks, DEFAULT)
 
 

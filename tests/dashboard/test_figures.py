@@ -24,7 +24,8 @@ def step_table():
 
 
 # the parts as the reports name them (profkit.analyzers.analyze.part_name), in PARTS order
-SHOWN_PARTS = ["compute", "communication", "transfer", "launch overhead", "host work",
+SHOWN_PARTS = ["compute", "communication", "pipeline bubble (a stage waits for its neighbours)",
+               "transfer", "launch overhead", "host work",
                "data loading", "host sync", "held work (queued, waiting on a stream or event)"]
 
 
