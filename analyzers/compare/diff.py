@@ -28,7 +28,7 @@ from profkit.analyzers.compare import memory, stats
 from profkit.analyzers.compare.attribution import attribution
 from profkit.analyzers.compare.comparable import Comparability, comparability
 from profkit.analyzers.compare.nature import nature
-from profkit.analyzers.compare.pipelines import pipeline_changes
+from profkit.analyzers.compare.pipelines import fsdp_changes, pipeline_changes
 from profkit.analyzers.measure.steps import run_step_times_ns
 from profkit.analyzers.options import DEFAULT_OPTIONS, AnalysisOptions
 from profkit.analyzers.parts import part_name
@@ -192,7 +192,7 @@ def _judge(base: Analysis, new: Analysis, samples: tuple[np.ndarray, np.ndarray]
     kinds = [] if comp.reasons else nature(base, new)  # another workload: no "change" to name
     verdict["summary"] = verdict["headline"] + "".join(f"; WARNING: {w}" for w in comp.warnings)
     verdict.update(reasons=comp.reasons, warnings=comp.warnings, nature=kinds, notes=comp.notes,
-                   changes=kinds + comp.notes + pipeline_changes(base, new)
+                   changes=kinds + comp.notes + pipeline_changes(base, new) + fsdp_changes(base, new)
                    + straggler_changes(base, new)
                    + bottleneck_change(base, new), evidence=comp.evidence)
     return verdict, per

@@ -1,6 +1,7 @@
 """What changed in a pipeline between two runs (analyzers/measure/pipeline.py): its schedule,
-stages and microbatches, and the bubble against the theory. A schedule or microbatch change
-is the same work (the model and the global batch stay); it is named, not judged here."""
+stages and microbatches, and the bubble against the theory; and in an FSDP run's wrapping
+(analyzers/measure/fsdp_units.py): its units. A schedule, microbatch or wrapping change is
+the same work (the model and the global batch stay); it is named, not judged here."""
 
 from __future__ import annotations
 
@@ -41,3 +42,13 @@ def pipeline_changes(base, new) -> list[str]:
 def _schedule(analysis) -> str:
     found = [f for f in analysis.findings if f.category == "pipeline_bubble"]
     return str(found[0].evidence.get("schedule", "")) if found else ""
+
+
+def fsdp_changes(base, new) -> list[str]:
+    """'FSDP units 33 -> 9 per rank' when the wrapping changed (the largest count of any
+    rank on each side); nothing when either side has no FSDP units or the count stayed."""
+    counts = [a.table("fsdp_ranks") for a in (base, new)]
+    if any(t.empty or "units" not in t for t in counts):
+        return []
+    b, n = (int(t["units"].max()) for t in counts)
+    return [] if b == n else [f"FSDP units {b} -> {n} per rank"]

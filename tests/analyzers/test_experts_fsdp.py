@@ -205,3 +205,16 @@ def test_no_imbalance_where_the_straggler_is_not_explained_by_tokens(tokens, com
     facts = expert_balance(_dispatch(tokens), _late(compute, straggler)).facts
     assert "straggler" not in facts
     assert expert_findings(expert_balance(_dispatch(tokens), _late(compute, straggler))) == []
+
+
+def test_the_diff_names_the_change_of_fsdp_units():
+    """fsdp_linear -> fsdp_block: the units each workload built (its fsdp_units label:
+    every Linear, or every block, plus the root) as one change of the diff; a run against
+    itself names none."""
+    from profkit.analyzers.compare.pipelines import fsdp_changes
+
+    base, new = (_labels()[f"fsdp_{u}"]["fsdp_units"] for u in ("linear", "block"))
+    assert (base, new) == (33, 9)
+    a, b = _analysis("fsdp_linear"), _analysis("fsdp_block")
+    assert fsdp_changes(a, b) == [f"FSDP units {base} -> {new} per rank"]
+    assert fsdp_changes(b, b) == []
