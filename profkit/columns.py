@@ -92,6 +92,17 @@ def category_mask(column: pd.Series, pattern: str | re.Pattern) -> np.ndarray:
     return _by_code(column, ("match", pattern), contains)
 
 
+def str_values(column: pd.Series) -> np.ndarray:
+    """A column's values as Python strings ('' for a missing one) in an object array; for a
+    categorical column through its categories, each converted once. ``astype(str)`` on a
+    categorical converts every row, and inside the analysis' Python-string mode that costs
+    ~50 us a row: 24 s for the names of a 500k-event trace."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return column.astype(str).to_numpy(dtype=object)
+    cats = np.asarray(column.dtype.categories.astype(str), dtype=object)
+    return np.append(cats, "")[column.array.codes]
+
+
 def values_in(column: pd.Series, values) -> np.ndarray:
     """Rows of ``column`` holding one of ``values``, as a bool array: for a categorical
     column, looked up by category code (~5x faster than ``Series.isin``, which the

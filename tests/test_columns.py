@@ -116,3 +116,18 @@ def test_ids_to_int_maps_each_value_as_stable_id_does(values):
     want = [stable_id("nan" if v is None else v) for v in values]
     assert got.dtype == np.int64 and got.tolist() == want
     assert oversized == len({v for v in values if isinstance(v, int) and abs(v) > 1 << 62})
+
+
+def test_str_values_reads_a_categorical_through_its_categories():
+    import pandas as pd
+    from profkit.columns import str_values
+
+    col = pd.Series(pd.Categorical(["aten::mm", None, "aten::linear", "aten::mm"]))
+    assert list(str_values(col)) == ["aten::mm", "", "aten::linear", "aten::mm"]
+    plain = pd.Series(["a", "b"], dtype=object)
+    assert list(str_values(plain)) == ["a", "b"]
+    # inside the analysis' Python-string mode too (where astype(str) converts every row)
+    from profkit.strings import python_strings
+
+    with python_strings():
+        assert list(str_values(col.iloc[::-1])) == ["aten::mm", "aten::linear", "", "aten::mm"]

@@ -39,10 +39,12 @@ from profkit.analyzers.result import Result
 
 from profkit import intervals
 from profkit import schema as S
+from profkit.columns import category_mask, str_values
 from profkit.model import RankData
 
 TOPIC = "fsdp"
 RANGE = re.compile(r"^FSDP::(\w+)(?: \((.*)\))?$")
+FSDP_RANGE_RE = re.compile(r"^FSDP::")
 FSDP1_PRE_FORWARD = "FullyShardedDataParallel._pre_forward"
 ROOT = "(root)"
 BLOCK = re.compile(r"^(.*?\.\d+)(?:\.|$)")  # up to the first numbered child: blocks.3
@@ -68,14 +70,14 @@ def rank_fsdp_units(data: RankData, used: dict[int, int] | None,
     ev = data.events
     n_steps = max(len(used), 1) if used else 1
     ann = _in_steps(ev[ev[S.KIND] == S.KIND_ANNOTATION], used)
-    fsdp = ann[ann[S.NAME].astype(str).str.startswith("FSDP::")]
+    fsdp = ann[category_mask(ann[S.NAME], FSDP_RANGE_RE)]
     if fsdp.empty:
         fsdp1 = ann[ann[S.NAME] == FSDP1_PRE_FORWARD]
         if fsdp1.empty:
             return None
         return {"version": "FSDP1", "units": int(round(len(fsdp1) / n_steps)), "table": None,
                 **_step_costs(data, used, parts, fsdp1, n_steps)}
-    parsed = fsdp[S.NAME].astype(str).str.extract(RANGE)
+    parsed = pd.Series(str_values(fsdp[S.NAME])).str.extract(RANGE)
     fsdp = fsdp.assign(what=parsed[0].to_numpy(), unit=parsed[1].fillna(ROOT).to_numpy())
     pre = fsdp[fsdp["what"] == "pre_forward"]
     if pre.empty:

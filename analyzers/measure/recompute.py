@@ -30,13 +30,15 @@ forward ops is read as recompute.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 from profkit.analyzers.result import Result
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import values_in
+from profkit.columns import category_mask, values_in
 from profkit.model import RankData
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
@@ -51,14 +53,15 @@ FORWARD_OPS = frozenset((
     "aten::dropout", "aten::native_dropout", "aten::softmax", "aten::_softmax",
 ))
 RECOMPUTE_WORD = "recompute"  # in a Python frame's name (with_stack)
+RECOMPUTE_RE = re.compile(RECOMPUTE_WORD, re.IGNORECASE)
+BACKWARD_RE = re.compile("^" + re.escape(BACKWARD_PREFIX))
 REGION_COLUMNS = (S.PID, S.TID, "start_ns", "end_ns", S.STEP)
 
 
 def backward_ranges(rd: RankData) -> pd.DataFrame:
     """The autograd engine's evaluate_function ranges: pid, tid, ts_ns, end_ns."""
     ops = rd.of_kinds((S.KIND_CPU_OP,))
-    names = ops[S.NAME].astype(str)
-    rng = ops[names.str.startswith(BACKWARD_PREFIX).to_numpy()]
+    rng = ops[category_mask(ops[S.NAME], BACKWARD_RE)]
     return pd.DataFrame({S.PID: rng[S.PID].to_numpy(), S.TID: rng[S.TID].to_numpy(),
                          S.TS_NS: rng[S.TS_NS].to_numpy(np.int64),
                          "end_ns": (rng[S.TS_NS] + rng[S.DUR_NS]).to_numpy(np.int64)})
@@ -99,10 +102,8 @@ def recompute_regions(rd: RankData) -> pd.DataFrame:
     if not trees:
         return pd.DataFrame(columns=list(REGION_COLUMNS))
     ops = rd.of_kinds((S.KIND_CPU_OP, S.KIND_PYTHON))
-    names = ops[S.NAME].astype(str)
-    forward = values_in(ops[S.KIND], (S.KIND_CPU_OP,)) & names.isin(FORWARD_OPS).to_numpy()
-    frames = values_in(ops[S.KIND], (S.KIND_PYTHON,)) & \
-        names.str.lower().str.contains(RECOMPUTE_WORD).to_numpy()
+    forward = values_in(ops[S.KIND], (S.KIND_CPU_OP,)) & values_in(ops[S.NAME], FORWARD_OPS)
+    frames = values_in(ops[S.KIND], (S.KIND_PYTHON,)) & category_mask(ops[S.NAME], RECOMPUTE_RE)
     pick = forward | frames
     cand = ops[pick]
     spans: dict[tuple, list[int]] = {}
