@@ -3,6 +3,7 @@ text (a terminal) or Markdown (a pull request)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pandas as pd
@@ -52,11 +53,19 @@ def _title(name: str, d: Diff) -> str:
     return TITLES[name] + ("" if unit == "step" else PER_ITEM_TITLE.format(unit=unit))
 
 
+_BEFORE_AFTER = re.compile(r"(?<=\d) -> (?=[\d+-])")  # "21.802 -> 19.041" stays on one line
+
+
+def _para(text: str, width: int, first: str) -> list[str]:
+    """``first + text`` wrapped at ``width``, a number's ``before -> after`` kept whole."""
+    return wrap(_BEFORE_AFTER.sub(glue(" -> "), text), width, first, "  ")
+
+
 def _list(lines: list[str], title: str, items: list[str], markdown: bool, width: int) -> None:
     if items:
         lines += ["", f"**{title}**" if markdown else title]
         lines += [f"- {c}" for c in items] if markdown else \
-            [x for c in items for x in wrap(c, width, "- ", "  ")]
+            [x for c in items for x in _para(c, width, "- ")]
 
 
 def _head_lines(d: Diff, markdown: bool, width: int) -> list[str]:
@@ -65,8 +74,8 @@ def _head_lines(d: Diff, markdown: bool, width: int) -> list[str]:
         lines = [f"**Verdict:** {v['headline']}"]
         lines += [f"> **Warning:** {w}" for w in v["warnings"]]
     else:
-        lines = wrap(v["headline"], width, "VERDICT: ", "  ")
-        lines += [x for w in v["warnings"] for x in wrap(w, width, "WARNING: ", "  ")]
+        lines = _para(v["headline"], width, "VERDICT: ")
+        lines += [x for w in v["warnings"] for x in _para(w, width, "WARNING: ")]
     nature = v.get("nature", [])
     _list(lines, "What changed:", nature, markdown, width)
     _list(lines, "Also changed:", [c for c in v["changes"] if c not in nature], markdown, width)
@@ -90,7 +99,7 @@ def memory_lines(d: Diff, markdown: bool, width: int = PIPE_WIDTH) -> list[str]:
     if not mem:
         return []
     lines = ["", f"**Memory:** {mem['text']}"] if markdown else \
-        ["", *wrap(mem["text"], width, "MEMORY: ", "  ")]
+        ["", *_para(mem["text"], width, "MEMORY: ")]
     table = pd.DataFrame(mem.get("ranks") or [])
     if len(table) > 1:
         lines += ["", f"### {MEMORY_TITLE}"] if markdown else ["", *wrap(MEMORY_TITLE + ":", width)]
