@@ -253,6 +253,44 @@ def slower_than(d: Diff, pct: float) -> bool:
     return low > pct / 100.0
 
 
+def gate(d: Diff, pct: float) -> tuple[bool, str]:
+    """The CI gate's decision (:func:`slower_than`) and its reason in words: what tripped
+    it, or why it passed: nothing compared, another workload, an interval whose lower end
+    is not above ``pct``, or too few steps for an interval (then the reason, not a bound)."""
+    v = d.verdict
+    if slower_than(d, pct):
+        return True, f"slower beyond the noise ({_gate_evidence(v)}): {v['verdict']}"
+    if v.get("verdict") is None:
+        return False, f"passed (nothing compared: {v['summary']})"
+    if v["verdict"] == NOT_COMPARABLE:
+        return False, f"passed (not comparable, not judged: {'; '.join(v['reasons'])})"
+    per = v.get("basis") or STEP
+    change = f"{v['change_frac']:+.1%} per {per}"
+    if v.get("tested"):
+        return False, (f"passed ({v['verdict']}, {change}; {_gate_evidence(v)}, not above "
+                       f"{pct:g}%)")
+    steps = (f"{v['base_steps']} and {v['new_steps']} steady steps, too few for an interval "
+             f"({stats.min_steps(v['confidence'])} per side)")
+    if v["verdict"] == "regressed":
+        return False, (f"passed (regressed, {change}, not tested: {steps}; "
+                       f"{_gate_evidence(v)}, not above {pct:g}%)")
+    if v["verdict"] == "unchanged":
+        return False, (f"passed (could not judge: {steps}; {change} is within the "
+                       f"{1 + v['threshold_frac']:.2f}x taken as noise without one)")
+    return False, f"passed ({v['verdict']}, {change}, not tested: {steps})"
+
+
+def _gate_evidence(v: dict[str, Any]) -> str:
+    """The bound the gate read: the interval, or the least slowdown of every step pair."""
+    per = v.get("basis") or STEP
+    if v.get("tested"):
+        lo, hi = v["interval_frac"]
+        return f"{v['confidence']:.0%} interval {lo:+.1%} to {hi:+.1%} per {per}"
+    return (f"every new {per} at least {v['change_low_frac']:+.1%} slower than every base one"
+            if v["change_low_frac"] > 0 else
+            f"the new and base {per}s overlap ({v['change_low_frac']:+.1%} apart at best)")
+
+
 @with_python_strings
 def diff_runs(base: Run, new: Run, thresholds: Thresholds = DEFAULT,
               options: AnalysisOptions = DEFAULT_OPTIONS,

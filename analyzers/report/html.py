@@ -95,8 +95,11 @@ def analysis_html(a: Analysis, heading: bool = True) -> str:
 
 
 def _delta_bars(parts: pd.DataFrame) -> str:
-    """One bar per part, from the middle: longer means more ms per step changed; red
-    slower, green faster."""
+    """One bar per part (by its label), from the middle: longer means more ms per step
+    changed; red slower, green faster."""
+    from profkit.analyzers.parts import part_label
+    from profkit.analyzers.report.diff_display import time_cell
+
     scale = max(float(parts["delta_ms"].abs().max()), 1e-9)
     rows = []
     for _, row in parts.iterrows():
@@ -106,27 +109,30 @@ def _delta_bars(parts: pd.DataFrame) -> str:
         color = "#D55E00" if delta > 0 else "#009E73"
         rows.append(
             f'<div style="display:flex;align-items:center;margin:2px 0">'
-            f'<div style="width:110px">{escape(part_name(str(row["part"])))}</div>'
+            f'<div style="width:130px">{escape(part_label(str(row["part"])))}</div>'
             f'<div style="position:relative;height:14px;flex:1;background:#f3f3f3">'
             f'<div style="position:absolute;{side};width:{width:.3f}%;height:14px;'
             f'background:{color}"></div></div>'
-            f'<div style="width:150px;text-align:right">{float(row["base_ms"]):.3f} &rarr; '
-            f'{float(row["new_ms"]):.3f} ms</div></div>')
+            f'<div style="width:150px;text-align:right">{time_cell(row["base_ms"])} &rarr; '
+            f'{time_cell(row["new_ms"])} ms</div></div>')
     return "<h4>Where the step time changed (ms per step)</h4>" + "".join(rows)
 
 
-def _table(frame: pd.DataFrame, title: str) -> str:
-    head = "".join(f"<th style='text-align:left'>{escape(str(c))}</th>" for c in frame.columns)
+def _table(headers: list[str], rows: list[list[str]], title: str) -> str:
+    """A diff table of display strings (diff_display): the name left, numbers right."""
+    align = ["left"] + ["right"] * (len(headers) - 1)
+    head = "".join(f"<th style='text-align:{a}'>{escape(h)}</th>" for h, a in zip(headers, align))
     body = "".join(
-        "<tr>" + "".join(f"<td>{escape(f'{v:.3f}' if isinstance(v, float) else str(v)[:70])}</td>"
-                         for v in row) + "</tr>"
-        for row in frame.head(MAX_DIFF_ROWS).itertuples(index=False))
+        "<tr>" + "".join(f"<td style='text-align:{a}'>{escape(v[:70])}</td>"
+                         for v, a in zip(row, align)) + "</tr>"
+        for row in rows[:MAX_DIFF_ROWS])
     return f"<h4>{escape(title)}</h4><table><tr>{head}</tr>{body}</table>"
 
 
 def diff_html(d: Diff) -> str:
     """The verdict of ``d``, what kind of change it was, the per-part change as bars, the
     kernel groups, kernels and ops that moved (as the text report shows them)."""
+    from profkit.analyzers.report.diff_display import attribution_cells
     from profkit.analyzers.report.diff_text import TITLES, shown
 
     v = d.verdict
@@ -145,5 +151,5 @@ def diff_html(d: Diff) -> str:
         if table is not None and not table.empty:
             table = shown(name, table)
             if not table.empty:
-                parts.append(_table(table, TITLES[name]))
+                parts.append(_table(*attribution_cells(name, table), TITLES[name]))
     return "".join(parts) + "</div>"

@@ -186,29 +186,22 @@ def cmd_diff(args) -> int:
 
         data = diff_page(d).encode()
     else:
-        data = diff_to_text(d, markdown=args.format == "markdown").encode()
+        width = terminal_width(args.output is None and sys.stdout.isatty())
+        data = diff_to_text(d, markdown=args.format == "markdown", width=width).encode()
     _emit(data, args.output, d.verdict["summary"])
     return _gate(d, args.fail_if_slower)
 
 
 def _gate(d, pct: float | None) -> int:
     """``--fail-if-slower PCT``: SLOWER_EXIT when the change is surely above PCT%, with a
-    line on stderr either way (a CI log says why the job passed or failed)."""
-    from profkit.analyzers.compare.diff import slower_than
+    line on stderr either way saying why (a CI log says why the job passed or failed)."""
+    from profkit.analyzers.compare.diff import gate
 
     if pct is None:
         return 0
-    v = d.verdict
-    per = v.get("basis") or "step"
-    low = v.get("change_low_frac")
-    bound = f"at least {low:+.1%} per {per}" if low is not None else "no bound"
-    if slower_than(d, pct):
-        print(f"profkit: --fail-if-slower {pct:g}: slower beyond the noise ({bound}): "
-              f"{v['verdict']}", file=sys.stderr)
-        return SLOWER_EXIT
-    why = (f"{v['verdict']}" if v.get("verdict") else "nothing compared")
-    print(f"profkit: --fail-if-slower {pct:g}: passed ({why}; {bound})", file=sys.stderr)
-    return 0
+    tripped, why = gate(d, pct)
+    print(f"profkit: --fail-if-slower {pct:g}: {why}", file=sys.stderr)
+    return SLOWER_EXIT if tripped else 0
 
 
 def _emit(data: bytes, output: Path | None, summary: str) -> None:

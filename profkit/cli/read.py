@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from profkit.cli.options import load, parse_span
-from profkit.textout import plural, ranks_text
+from profkit.textout import plural, ranks_text, terminal_width
 
 
 def cmd_merge(args) -> int:
@@ -23,12 +23,12 @@ def cmd_merge(args) -> int:
     print(f"wrote {report.output}: {plural(report.events_written, 'event')} from "
           f"{ranks_text(report.ranks)} (open it at https://ui.perfetto.dev)")
     if not args.quiet:
-        print(format_summary(run))
+        print(format_summary(run, terminal_width(sys.stdout.isatty())))
     return 0
 
 
 def cmd_summary(args) -> int:
     from profkit.run.summary import format_summary
 
-    print(format_summary(load(args)))
+    print(format_summary(load(args), terminal_width(sys.stdout.isatty())))
     return 0

@@ -44,7 +44,9 @@ def test_b32_to_b64_reads_the_labelled_peaks_and_their_change(b32_b64):
 
 def test_the_text_json_and_html_carry_the_memory_line(b32_b64):
     text = diff_to_text(b32_b64)
-    line = next(x for x in text.splitlines() if x.startswith("MEMORY: "))
+    # the MEMORY paragraph, wrapped at the width like the verdict: its lines joined
+    paragraph = text.split("\nMEMORY: ", 1)[1].split("\n\n", 1)[0]
+    line = "MEMORY: " + " ".join(x.strip() for x in paragraph.splitlines())
     assert "allocated 5.30 -> 9.70 GB (+4.40 GB, +83.1%)" in line
     assert "reserved 5.43 -> 10.45 GB (+5.02 GB, +92.5%)" in line
     assert "beside the median step" in line
