@@ -7,8 +7,7 @@ memory_reserved(), SUMMARY.txt; label i is ProfilerStep#i):
   peak 24,515,706,880 -> 17,559,453,696 B (-28.4%), the allocated peak unchanged;
 - empty_cache() every step (and without): the same allocated peak.
 
-Read from samples/runs/memory/<case> once the captures ship there, else from
-/work/captures/memory; skipped (never passed) where neither holds them."""
+Read from samples/runs/memory/<case>."""
 
 from __future__ import annotations
 
@@ -21,14 +20,11 @@ from profkit.analyzers.compare.diff import diff_analyses
 from tests.analysed import analysed
 from tests.memory_samples import MEMORY
 
-CAPTURES = Path("/work/captures/memory")
-
 
 def case(name: str) -> Path:
-    for root in (MEMORY, CAPTURES):
-        if (root / name / "traces").is_dir():
-            return root / name
-    pytest.skip(f"the memory case {name} is in neither {MEMORY} nor {CAPTURES}")
+    path = MEMORY / name
+    assert (path / "traces").is_dir(), f"the memory case {name} is missing from {MEMORY}"
+    return path
 
 
 def label(path: Path) -> dict:
