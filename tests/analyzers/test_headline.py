@@ -141,3 +141,11 @@ def test_the_combined_saving_meets_the_measured_fix_where_the_sum_does_not():
     assert {m["category"] for m in c["members"]} == {"straggler", "host_work"}
     assert abs(c["fraction"] - measured) <= 0.15
     assert c["sum_ms"] / c["step_ms"] - measured > 0.15  # adding them up would miss the bar
+
+
+def test_the_memory_bound_finding_names_the_compute_it_is_part_of():
+    a = analyze(RUNS / "memory" / "gpt_b64")
+    compute = re.search(r"compute bound: (\d+)%", a.verdict["summary"]).group(1)
+    finding = next(f for f in a.findings if f.category == "memory_bound")
+    assert f"of the step is memory-bound kernels, within its {compute}% in compute" \
+        in finding.message
