@@ -12,8 +12,11 @@ rank ``r`` (the members: the warning and critical findings with a saving per use
 2. **Compute shares.** Findings about the compute part's kernels (precision, memory-bound,
    fusion, recompute, fp8, MFU, and any category not named here) may act on the same
    kernels: together they count as the largest of them.
-3. **Slow calls are host idle.** A slow runtime call's saving (GPU idle inside the call) is
-   time of a host-idle part: the host-idle parts count as the larger of their sum and it.
+3. **Slow calls and recompute's idle are host idle.** A slow runtime call's saving (GPU
+   idle inside the call) is time of a host-idle part, and so is the part of activation
+   recompute's saving that is GPU idle while the host runs the recompute (its ``idle_ns``;
+   its kernels' time, ``recompute_ns``, is compute): the host-idle parts count as the
+   larger of their sum and those.
 4. **A straggler is its own rank's lateness seen from the others.** Its saving (what the
    others wait for it) comes off every other rank's step. On its own rank it is the same
    time as its host-idle findings when its host is the cause (``host_excess_ms_per_step``
@@ -66,6 +69,25 @@ def _bucket(f: Finding) -> str:
     return "compute"
 
 
+def _pieces(f: Finding) -> list[tuple[str, float]]:
+    """(bucket, ms per step) of ``f``'s saving: activation recompute's is its kernels'
+    time (compute) and the GPU idle while the host runs them again (host idle, rule 3), in
+    the shares of its evidence; any other finding's is one piece."""
+    total, idle = f.evidence.get("saving_ns"), f.evidence.get("idle_ns")
+    if f.category == "recompute" and _positive(total) and _positive(idle):
+        host = _ms(f) * min(float(idle) / float(total), 1.0)
+        return [("compute", _ms(f) - host), ("host_calls", host)]
+    return [(_bucket(f), _ms(f))]
+
+
+def _positive(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+
+
+def _recompute_idles(f: Finding) -> bool:
+    return len(_pieces(f)) > 1
+
+
 def _host_caused(straggler: Finding) -> bool:
     return bool(straggler.evidence.get("host_excess_ms_per_step"))
 
@@ -84,9 +106,10 @@ def _after_ms(acting: list[Finding], step_ms: dict[int, float],
             continue
         for r in [f.rank] if f.rank is not None else list(step_ms):
             if r in buckets:
-                b, own = _bucket(f), buckets[r]
-                own[b] = max(own.get(b, 0.0), _ms(f)) if b in ("compute", "host_calls") \
-                    else own.get(b, 0.0) + _ms(f)
+                own = buckets[r]
+                for b, ms in _pieces(f):
+                    own[b] = max(own.get(b, 0.0), ms) if b in ("compute", "host_calls") \
+                        else own.get(b, 0.0) + ms
     removed = {r: 0.0 for r in step_ms}
     for r, own in buckets.items():
         host = max(sum(own.get(p, 0.0) for p in HOST_IDLE), own.get("host_calls", 0.0))
@@ -153,6 +176,9 @@ def share_groups(found: list[Finding]) -> list[list[Finding]]:
         ba, bb = _bucket(a), _bucket(b)
         if ba == bb == "compute":
             return True
+        for x, y in ((a, b), (b, a)):  # recompute's idle is host-idle time (rule 3)
+            if _recompute_idles(x) and (_bucket(y) in HOST_IDLE or _bucket(y) == "host_calls"):
+                return True
         calls = {ba, bb} & {"host_calls"}
         return bool(calls) and ({ba, bb} - calls) <= set(HOST_IDLE) | {"host_calls"}
 

@@ -149,3 +149,20 @@ def test_the_memory_bound_finding_names_the_compute_it_is_part_of():
     finding = next(f for f in a.findings if f.category == "memory_bound")
     assert f"of the step is memory-bound kernels, within its {compute}% in compute" \
         in finding.message
+
+
+def test_recompute_and_launch_overhead_share_the_host_idle_time():
+    """memory/ckpt_on: activation recompute's saving is its kernels' time (3.07 ms) plus the
+    GPU idle while the host runs them again (3.48 ms): that idle is launch-overhead time
+    already in the launch-overhead finding. Together: the kernels plus the larger of the
+    two idles, not the sum."""
+    a = analyze(RUNS / "memory" / "ckpt_on")
+    rec = next(f for f in a.findings if f.category == "recompute")
+    launch = _saving(a, "cpu_launch", 0)
+    ms = rec.estimated_saving["ms_per_step"]
+    idle_ms = ms * rec.evidence["idle_ns"] / rec.evidence["saving_ns"]
+    expected = (ms - idle_ms) + max(launch, idle_ms)
+    c = combined_saving(a.findings, a.table("rank_breakdown"))
+    assert {m["category"] for m in c["members"]} == {"cpu_launch", "recompute"}
+    assert c["ms_per_step"] == pytest.approx(expected, abs=0.01)
+    assert c["ms_per_step"] < launch + ms and c["shared"] == [[0, 1]]
