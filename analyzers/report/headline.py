@@ -134,19 +134,24 @@ def combined_text(a) -> str | None:
 
 
 def _shared_why(group: list[dict[str, Any]]) -> str:
-    straggler = next((m for m in group if m["category"] == "straggler"), None)
-    names = [_name(m["category"]) for m in group if m is not straggler]
-    names = list(dict.fromkeys(names))
+    """Why the members of ``group`` share time, in a clause."""
+    late = [m["rank"] for m in group if m["category"] == "straggler"]
+    rest = [m for m in group if m["category"] != "straggler"]
+    ranks = {m.get("rank") for m in rest}
+    one_rank = len(ranks) == 1 and None not in ranks
+    names = list(dict.fromkeys(_name(m["category"]) for m in rest)) if one_rank \
+        else _kinds(rest)
     verb = "are" if len(names) > 1 else "is"
-    if straggler is not None:
-        return (f"rank {straggler['rank']}'s {_list(names)} {verb} the time the others wait "
-                "for it (the straggler)")
-    if len(names) == 1:
-        return (f"{names[0]} is one fix on several ranks: each saves its own rank's step, "
-                "and the ranks wait for each other")
-    ranks = {m.get("rank") for m in group}
-    where = f"rank {ranks.pop()}'s " if len(ranks) == 1 and None not in ranks else ""
-    return f"{where}{_list(names)} act on the same time"
+    if late and rest:
+        whose = f"rank {rest[0]['rank']}'s " if one_rank else ""
+        them = "it (the straggler)" if len(late) == 1 else \
+            f"ranks {rank_ranges(late)} (the stragglers)"
+        return f"{whose}{_list(names)} {verb} the time the others wait for {them}"
+    if len(set(m["category"] for m in group)) == 1:
+        return (f"{names[0].split(' (')[0]} is one fix on several ranks: each saves its own "
+                "rank's step, and the ranks wait for each other")
+    whose = f"rank {rest[0]['rank']}'s " if one_rank else ""
+    return f"{whose}{_list(names)} act on the same time"
 
 
 def json_block(a) -> dict[str, Any]:
