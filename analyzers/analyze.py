@@ -98,7 +98,7 @@ def run_verdict(steps: pd.DataFrame, straggler_rows: list[dict],
                else NO_GPU_EVENTS if cpu_only else "no GPU work in the profiled steps")
         return {"primary": None, "summary": f"{why}: no verdict", "fractions": {}}
     total = steps[list(PARTS)].sum()
-    fractions = (total / total.sum()).round(4).to_dict()
+    fractions = (total / total.sum()).to_dict()  # unrounded: each view rounds it once
     primary = dominant_part(fractions)
     n_ranks = steps["rank"].nunique()
     median_ms = run_median_step_ms(steps)
@@ -273,7 +273,8 @@ def _straggler_rows(table: pd.DataFrame | None) -> list[dict[str, Any]]:
             "late_share": round(float(rec["late_share"]), 3),
             "p_value": float(f"{rec['p_value']:.3g}"),
             "arrived_last": f"{rec['n_last']}/{rec['n_collectives']}",
-            "others_wait_ms_per_step": round(rec["others_exposed_wait_ns_per_step"] / 1e6, 3),
+            # to the ns: the verdict and the finding round it once, to the same figure
+            "others_wait_ms_per_step": round(rec["others_exposed_wait_ns_per_step"] / 1e6, 6),
             "others_raw_wait_ms_per_step": round(rec["others_wait_ns_per_step"] / 1e6, 3),
             "others_step_ms": round(rec["others_step_ns"] / 1e6, 3),
             "wait_frac": round(float(rec["wait_frac"]), 4),

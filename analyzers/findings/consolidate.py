@@ -78,11 +78,31 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
         f = _estimate(f, saving, means, tables, steps, median_step)
         if f is not None:
             out.append(f)
+    out = [_within_compute(f, means) for f in out]
     out = join_headroom(out, ranks)
     out = fold_units(_round_trips(_code_into_cause(out)))  # FSDP wrapping: one finding
     out = tp_communication(out, tables.get("tp_ranks"))  # TP advice for TP collectives
     return order([_trusted_saving(f) for f in out],
                  verdict.get("primary"))
+
+
+MEMORY_BOUND_WORDS = "of the step is memory-bound kernels"
+
+
+def _within_compute(f: Finding, means: pd.DataFrame) -> Finding:
+    """A memory-bound finding says its share is part of the rank's compute (one statement,
+    not a second cause beside the verdict's compute share, issue 42): ``rank 0: 41% of the
+    step is memory-bound kernels, within its 92% in compute``, the compute share rounded as
+    the verdict rounds it."""
+    if f.category != "memory_bound" or f.rank not in means.index \
+            or MEMORY_BOUND_WORDS not in f.message:
+        return f
+    row = means.loc[f.rank]
+    if not row["step_ns"]:
+        return f
+    compute = float(row["compute"]) / float(row["step_ns"])
+    return replace(f, message=f.message.replace(
+        MEMORY_BOUND_WORDS, f"{MEMORY_BOUND_WORDS}, within its {compute:.0%} in compute", 1))
 
 
 def _code_into_cause(findings: list[Finding]) -> list[Finding]:

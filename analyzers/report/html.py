@@ -11,6 +11,7 @@ import pandas as pd
 from profkit.analyzers.analyze import Analysis
 from profkit.analyzers.compare.diff import Diff
 from profkit.analyzers.parts import NOTEBOOK_COLORS, PARTS, part_name
+from profkit.analyzers.report import headline as HL
 from profkit.analyzers.report.memoryline import memory_line
 from profkit.analyzers.report.render_text import saving_text
 
@@ -73,6 +74,18 @@ def findings_list(findings: list) -> str:
     return f"<h4>Findings</h4><ul>{''.join(items)}{more}</ul>"
 
 
+def headline_html(a: Analysis) -> str:
+    """The biggest win first, the verdict beside it, and the combined saving where savings
+    share time (analyzers/report/headline.py)."""
+    win, together = HL.win_text(a), HL.combined_text(a)
+    out = (f'<p style="font-size:15px" class="biggest-win"><b>Biggest win:</b> {escape(win)}</p>'
+           if win else "")
+    out += f'<p style="font-size:15px"><b>{escape(HL.verdict_text(a))}</b></p>'
+    if together:
+        out += f'<p class="combined-saving"><i>{escape(together[0].upper() + together[1:])}.</i></p>'
+    return out
+
+
 def analysis_html(a: Analysis, heading: bool = True) -> str:
     """The verdict, the breakdown chart and the findings of ``a``; ``heading``: begin with
     a line naming the run (a page that has its own title leaves it out)."""
@@ -85,7 +98,7 @@ def analysis_html(a: Analysis, heading: bool = True) -> str:
         status = run.get("status")
         if status and status != "ok":
             head += f', run status <b style="color:#B00020">{escape(str(status))}</b>'
-    verdict = f'<p style="font-size:15px"><b>{escape(a.verdict.get("summary", ""))}</b></p>'
+    verdict = headline_html(a)
     memory = memory_line(a)
     if memory:
         verdict += f"<p><b>Memory:</b> {escape(memory)}</p>"

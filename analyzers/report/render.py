@@ -13,6 +13,7 @@ from profkit.analyzers.analyze import SCHEMA, Analysis
 from profkit.analyzers.parts import PARTS
 from profkit.analyzers.report import sections as sec
 from profkit.analyzers.report.header import MAX_STATUS_RANKS, json_header, problems, status_line
+from profkit.analyzers.report.headline import json_block as headline_json
 from profkit.analyzers.report.render_text import (
     grouped_findings,
     markdown_table,
@@ -61,6 +62,7 @@ def to_json(a: Analysis) -> dict[str, Any]:
         "schema": SCHEMA,
         "run": json_header(a.run),
         "verdict": a.verdict,
+        **headline_json(a),  # biggest_win, combined_saving (analyzers/findings/combined.py)
         "ranks": rank_rows,
         "stragglers": a.stragglers,
         "findings": [f.as_dict() for f in sorted_findings(a)],

@@ -17,6 +17,7 @@ from profkit.analyzers.findings.diagnosis import steps_line
 from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.parts import BY_KEY, PART_NAMES, PARTS, part_label
 from profkit.analyzers.report import header as H
+from profkit.analyzers.report import headline as HL
 from profkit.analyzers.report import sections as sec
 from profkit.analyzers.report.evidence import evidence_text
 from profkit.analyzers.units import pct
@@ -144,7 +145,7 @@ def to_text(a: Analysis, width: int = PIPE_WIDTH) -> str:
     lines = text_header(a.run, width)
     if sec.layout_line(a):
         lines += wrap(sec.layout_line(a), width, "parallel layout: ", "  ")
-    lines += [""] + wrap(a.verdict["summary"], width, "VERDICT: ", "  ")
+    lines += [""] + _headline_lines(a, width)
     if a.run.get("steps"):
         lines += wrap(steps_line(a.run["steps"]), width, "steps used: ", "  ")
     table = rank_table(a)
@@ -165,6 +166,13 @@ def to_text(a: Analysis, width: int = PIPE_WIDTH) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _headline_lines(a: Analysis, width: int) -> list[str]:
+    """The biggest win first, beside the verdict (analyzers/report/headline.py)."""
+    win = HL.win_text(a)
+    lines = wrap(win, width, "BIGGEST WIN: ", "  ") if win else []
+    return lines + wrap(HL.verdict_text(a), width, "VERDICT: ", "  ")
+
+
 def _stragglers_without_finding(a: Analysis) -> list[dict]:
     """The analysis' stragglers that no finding reports (a finding says it all)."""
     told = {f.rank for f, _ in grouped_findings(a) if f.category == "straggler"}
@@ -180,6 +188,9 @@ def _text_findings(a: Analysis, width: int) -> list[str]:
     grouped = grouped_findings(a)
     findings = [g for g in grouped if g[0].severity != "info"] or grouped[:3]
     lines = ["", "Findings and what to change:"] if findings else []
+    together = HL.combined_text(a)
+    if findings and together:
+        lines += wrap(f"({together})", width, "  ", "   ")
     for f, others in findings:
         also = f" (similar on {'rank' if others.isdigit() else 'ranks'} {others})" if others else ""
         lines += wrap(f"[{f.severity}] {f.message}{also}{saving_text(f)}", width, "- ", "  ")
@@ -211,7 +222,9 @@ def to_markdown(a: Analysis) -> str:
     lines = markdown_header(a.run)
     if sec.layout_line(a):
         lines[-1:-1] = [f"- **Parallel layout:** {sec.layout_line(a)}"]
-    lines += [f"**Verdict:** {a.verdict['summary']}", ""]
+    win = HL.win_text(a)
+    lines += ([f"**Biggest win:** {_md(win)}", ""] if win else [])
+    lines += [f"**Verdict:** {_md(HL.verdict_text(a))}", ""]
     if a.run.get("steps"):
         lines += [f"Steps used: {steps_line(a.run['steps'])}", ""]
     table = rank_table(a)
@@ -225,6 +238,9 @@ def to_markdown(a: Analysis) -> str:
     if findings:
         lines += ["", "### Findings", "", "| severity | rank | finding | evidence | what to change |",
                   "|---|---|---|---|---|"]
+        together = HL.combined_text(a)
+        if together:
+            lines[-2:-2] = [f"_{_md(together[0].upper() + together[1:])}._", ""]
     for f, others in findings:
         rank = "run" if f.rank is None else ",".join(filter(None, [str(f.rank), others]))
         lines.append(f"| {f.severity} | {rank} | {_md(f.message)}{saving_text(f)} | "

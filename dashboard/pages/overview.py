@@ -10,9 +10,10 @@ import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 from profkit.analyzers.analyze import part_name
+from profkit.analyzers.report import headline as HL
 from profkit.analyzers.report.evidence import evidence_text
 from profkit.analyzers.report.render import sorted_findings
-from profkit.analyzers.report.render_text import saving_text
+from profkit.analyzers.report.render_text import finding_evidence, saving_text
 from profkit.dashboard import colors, ids
 from profkit.dashboard.figures import charts as F
 from profkit.dashboard.pages import frame, memory
@@ -33,9 +34,16 @@ def verdict_card(a) -> html.Section:
                         f"{part_name(p)} {frac:.0%}"], className="chip")
              for p, frac in sorted((v.get("fractions") or {}).items(), key=lambda x: -x[1])
              if frac >= 0.005]
-    return C.card("Verdict", html.Div(id=ids.VERDICT, className="verdict", children=[
-        C.verdict_badge(v.get("primary")), html.P(v.get("summary", ""), className="summary")]),
-        html.Div(chips, className="chips"), class_name="verdict-card")
+    win, together = HL.win_text(a), HL.combined_text(a)
+    return C.card("Verdict", html.Div(
+        [html.Strong("Biggest win: "), win], id=ids.BIGGEST_WIN, className="biggest-win")
+        if win else None,
+        html.Div(id=ids.VERDICT, className="verdict", children=[
+            C.verdict_badge(v.get("primary")), html.P(HL.verdict_text(a), className="summary")]),
+        html.Div(chips, className="chips"),
+        html.P(together[0].upper() + together[1:] + ".", id=ids.COMBINED_SAVING,
+               className="combined-saving muted") if together else None,
+        class_name="verdict-card")
 
 
 def facts_card(a) -> html.Section:
@@ -55,10 +63,19 @@ def facts_card(a) -> html.Section:
 def straggler_card(a) -> html.Section | None:
     if not a.stragglers:
         return None
+    found = {f.rank: f for f in a.findings if f.category == "straggler"}
     items = [html.Div([html.Strong(f"rank {s['rank']} is a straggler"),
-                       html.P(evidence_text("straggler_row", s.get("evidence")),
-                              className="evidence")]) for s in a.stragglers]
+                       html.P(_straggler_words(s, found.get(s["rank"])), className="evidence")])
+             for s in a.stragglers]
     return C.card("Straggler", *items, class_name="callout", id=ids.STRAGGLER_CALLOUT)
+
+
+def _straggler_words(row: dict, finding) -> str:
+    """The straggler finding's own sentence and saving where there is one (its p-value and
+    whether the evidence is weak included: one figure, one value), else the row's numbers."""
+    if finding is not None:
+        return finding.message + saving_text(finding)
+    return evidence_text("straggler_row", row.get("evidence"))
 
 
 def finding_item(f, run_key: str, timeline_href: str | None = None) -> html.Li:
@@ -74,7 +91,8 @@ def finding_item(f, run_key: str, timeline_href: str | None = None) -> html.Li:
                   html.Span(part_name(f.category), className="cat"),
                   html.Span(where, className="muted")]),
         html.P(f.message + saving_text(f)),
-        html.P(evidence_text(f.category, f.evidence), className="evidence"),
+        # none where the message says it all (the straggler's: one figure, one value)
+        html.P(finding_evidence(f), className="evidence") if finding_evidence(f) else None,
         html.P(["→ ", f.recommendation], className="rec") if f.recommendation else None,
         dcc.Link(f"see {cited.title.split(':')[0].lower()} →", className="cites",
                  href=C.run_href(run_key, "tables") + f"#{T.anchor(cited.name)}")

@@ -42,7 +42,9 @@ def test_json_contract_on_the_bundled_run():
 def test_reports_lead_with_the_verdict_and_recommend():
     a = analysed_whole(RUNS / "zoo" / "data_loading")
     text = to_text(a)
-    assert text.splitlines()[3].startswith("VERDICT: data loading bound")
+    # the biggest win first, the verdict beside it (issue 42)
+    assert text.splitlines()[3].startswith("BIGGEST WIN: rank 0 data loading")
+    assert text.splitlines()[4].startswith("VERDICT: data loading bound")
     assert "num_workers" in text
     md = to_markdown(a)
     assert "**Verdict:** data loading bound" in md and "| severity | rank |" in md

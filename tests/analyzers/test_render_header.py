@@ -30,7 +30,8 @@ def one_of_eight(tmp_path_factory):
 def test_seven_missing_ranks_are_said_first(one_of_eight):
     text = to_text(one_of_eight).splitlines()
     assert text[1] == "1 of 8 ranks analysed: 7 missing (1-7)"
-    assert text.index(text[1]) < min(i for i, ln in enumerate(text) if ln.startswith("VERDICT"))
+    assert text.index(text[1]) < min(i for i, ln in enumerate(text)
+                                     if ln.startswith(("BIGGEST WIN", "VERDICT")))
     md = to_markdown(one_of_eight).splitlines()
     assert md[2] == "- 1 of 8 ranks analysed: 7 missing (1-7)"
     run = to_json(one_of_eight)["run"]
@@ -45,7 +46,7 @@ def test_skipped_files_and_notes_come_before_the_verdict(tmp_path):
     (run / "worker1.1623143089862.pt.trace.json").write_text('{"traceEvents": [')
     a = analyze_run(run, workers=1, cache=False)
     text = to_text(a).splitlines()
-    verdict = next(i for i, ln in enumerate(text) if ln.startswith("VERDICT"))
+    verdict = next(i for i, ln in enumerate(text) if ln.startswith(("BIGGEST WIN", "VERDICT")))
     head = " ".join(" ".join(text[:verdict]).split())  # lines wrap at the terminal's width
     assert f"skipped: {run / 'worker1.1623143089862.pt.trace.json'}: truncated JSON" in head
     assert "note: " in head and head.endswith("by file order")
