@@ -56,6 +56,10 @@ def test_stock_ddp_sample(tmp_path):
     names = [e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"]
     assert any(n.startswith("rank 0") and "GPU 0" in n for n in names)
     assert any(n.startswith("rank 1") and "GPU 1" in n for n in names)
+    # one name per Perfetto process: the trace's pid -1 (events of no process) is not a
+    # second "rank 0 · CPU"
+    assert len(names) == len(set(names)), sorted(names)
+    assert "rank 0 · CPU" in names and "rank 0 · no process" in names
     assert report.events_written == len(doc["traceEvents"])
 
 

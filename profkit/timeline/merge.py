@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -276,7 +277,7 @@ class _PidMap:
         if key.startswith("gpu"):
             return f"GPU {key[3:]}"
         if isinstance(pid, int):  # Kineto writes pid -1 for events of no process
-            return f"CPU (pid {pid})" if pid >= 0 else "CPU"
+            return f"CPU (pid {pid})" if pid >= 0 else "no process"
         return key.strip()
 
     def process_name(self, pid: Any) -> str:
@@ -287,8 +288,13 @@ class _PidMap:
 
     def metadata_events(self) -> list[MEvent]:
         out = []
+        names = {old: self.process_name(old) for old in self.mapping}
+        seen = Counter(names.values())
         for old, new in self.mapping.items():
-            name = orjson.dumps({"name": self.process_name(old)})
+            # two processes of one rank under one name (Kineto's pid -1 beside the CPU
+            # process, both "CPU") are told apart by their pid in the trace
+            shown = names[old] if seen[names[old]] == 1 else f"{names[old]} (pid {old})"
+            name = orjson.dumps({"name": shown})
             sort = orjson.dumps({"sort_index": new})
             out.append(MEvent(ph="M", name=Raw(b'"process_name"'), pid=new, tid=Raw(b"0"), args=Raw(name)))
             out.append(MEvent(ph="M", name=Raw(b'"process_sort_index"'), pid=new, tid=Raw(b"0"), args=Raw(sort)))
