@@ -99,14 +99,19 @@ def cmd_ncu(args) -> int:
         capture.default_skip(kernels, args.skip_steps)
     plan = capture.NcuPlan(kernels=tuple(kernels), launch_count=args.launches,
                            launch_skip=skip, extra_args=tuple(args.ncu_option))
-    ncu = capture.find_ncu(args.ncu)
     _print_plan(plan)
-    if args.dry_run:
+    if args.dry_run:  # a plan needs no ncu: without one the command names plain `ncu`
+        try:
+            ncu = capture.find_ncu(args.ncu)
+        except NcuError as exc:
+            print(f"note: {exc}", file=sys.stderr)
+            ncu = args.ncu or "ncu"
         folder = run_folder(Path(args.run)) / "ncu"
         argv = capture.ncu_argv(ncu, plan, ["<metrics>"], folder / "report.ncu-rep",
                                 folder / "ncu.log", command)
         print(shlex.join(argv))
         return 0
+    ncu = capture.find_ncu(args.ncu)
     out = capture.profile_kernels(run_folder(Path(args.run)), plan, command, ncu,
                                   top["name"].astype(str).tolist() if len(top) else [])
     _print_result(out, kernels)

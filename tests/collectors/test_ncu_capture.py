@@ -150,6 +150,18 @@ def test_dry_run_prints_the_command_and_writes_nothing(run, fake, profkit_main):
     assert "job ran, profile off = 1" not in done.stdout and not (run / "ncu").exists()
 
 
+def test_dry_run_needs_no_ncu(run, profkit_main, monkeypatch, tmp_path):
+    """The plan and its command, with plain `ncu` and a note, where no ncu is installed."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ncu anywhere on it
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    done = profkit_main("ncu", run, "--dry-run", *JOB)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ncu ") and "--launch-count" in done.stdout
+    assert "not found" in done.stderr and not (run / "ncu").exists()
+    assert profkit_main("ncu", run, *JOB).returncode != 0  # measuring still needs it
+
+
 @pytest.mark.parametrize("mode, expected", [
     ("perm", "NVreg_RestrictProfilingToAdminUsers=0"),
     ("perm_query", "CAP_SYS_ADMIN"),
