@@ -76,6 +76,10 @@ class RankData:
     more: dict[str, pd.DataFrame] = field(default_factory=dict)
     _selected: dict | None = field(default=None, init=False, repr=False, compare=False)
 
+    def __repr__(self) -> str:
+        return (f"<RankData rank {self.rank}: {len(self.events):,} events, "
+                f"{len(self.steps)} step(s)>")
+
     def table(self, name: str) -> pd.DataFrame:
         """The rank table declared as ``name`` in ``schema.RANK_TABLES`` (empty when this
         rank was built without it: a synthetic or test rank)."""
@@ -136,6 +140,12 @@ class Run:
     notes: list[str] = field(default_factory=list)
     nccl: dict[str, pd.DataFrame] = field(default_factory=dict)  # NCCL log / flight-recorder tables
     ncu: pd.DataFrame = field(default_factory=pd.DataFrame)  # Nsight Compute launches (run/ncufiles.py)
+
+    def __repr__(self) -> str:
+        """One line (the tables are attributes; a dataclass repr printed them all)."""
+        skipped = f", {len(self.skipped)} skipped" if self.skipped else ""
+        return (f"<Run {self.path}: {len(self.ranks)} of {self.world_size} rank(s) "
+                f"{self.rank_ids}{skipped}>")
 
     @property
     def world_size(self) -> int:

@@ -51,3 +51,20 @@ def test_after_the_block_a_selection_sees_changed_events(rank):
         assert (after[S.DUR_NS].to_numpy() == before[S.DUR_NS].to_numpy() + 1).all()
     finally:
         rank.events = saved
+
+
+def test_a_run_its_ranks_and_a_diff_print_as_one_line():
+    """repr() of a loaded run, a rank and a diff: one short line each, not their tables."""
+    from profkit.analyzers.compare.diff import diff_analyses
+    from profkit.analyzers.executor import analyze_run
+    from profkit.run.loader import load_run
+    from tests.conftest import REPO
+
+    path = REPO / "samples" / "runs" / "stock_ddp"
+    run = load_run(path)
+    assert repr(run) == f"<Run {path}: 2 of 2 rank(s) [0, 1]>"
+    assert repr(run.ranks[0]).startswith("<RankData rank 0: ") and "3 step(s)" in repr(run.ranks[0])
+    a = analyze_run(path, workers=1)
+    d = diff_analyses(a, a)
+    assert "\n" not in repr(d) and len(repr(d)) < 400
+    assert repr(d).startswith(f"<Diff {path} -> {path}: unchanged")

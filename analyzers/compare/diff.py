@@ -48,6 +48,10 @@ class Diff:
     verdict: dict[str, Any]
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        """One line: the two runs and the verdict (the tables are an attribute)."""
+        return f"<Diff {self.base} -> {self.new}: {self.verdict.get('summary', '')}>"
+
     def _repr_html_(self) -> str:
         """Notebook display: verdict, per-part change, kernels and ops (analyzers/report/html.py)."""
         from profkit.analyzers.report.html import diff_html
