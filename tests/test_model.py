@@ -57,6 +57,7 @@ def test_a_run_its_ranks_and_a_diff_print_as_one_line():
     """repr() of a loaded run, a rank and a diff: one short line each, not their tables."""
     from profkit.analyzers.compare.diff import diff_analyses
     from profkit.analyzers.executor import analyze_run
+
     from profkit.run.loader import load_run
     from tests.conftest import REPO
 
