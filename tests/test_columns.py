@@ -120,6 +120,7 @@ def test_ids_to_int_maps_each_value_as_stable_id_does(values):
 
 def test_str_values_reads_a_categorical_through_its_categories():
     import pandas as pd
+
     from profkit.columns import str_values
 
     col = pd.Series(pd.Categorical(["aten::mm", None, "aten::linear", "aten::mm"]))
