@@ -9,3 +9,17 @@ def test_ci_runs_the_readme_test_command():
     ci = (REPO / ".ci" / "run").read_text()
     command = re.search(r"TEST_COMMAND='(.+)'", ci).group(1)
     assert command in (REPO / "README.md").read_text()
+
+
+def test_every_exit_code_is_in_the_readme_table():
+    """Each error class's exit code (and diff's and ncu's) has its row in README's table."""
+    from profkit import errors
+    from profkit.cli.analyze import SLOWER_EXIT
+    from profkit.collectors.collector_errors import NcuError
+
+    text = (REPO / "README.md").read_text()
+    table = text[text.index("### Exit codes"):text.index("### profkit diff in CI")]
+    rows = {int(m) for m in re.findall(r"^\| +(\d+) \|", table, flags=re.M)}
+    codes = {c.exit_code for c in vars(errors).values()
+             if isinstance(c, type) and issubclass(c, errors.ProfkitError)}
+    assert codes | {0, SLOWER_EXIT, NcuError.exit_code, 130} <= rows, sorted(rows)
