@@ -13,9 +13,10 @@ def test_ci_runs_the_readme_test_command():
 
 def test_every_exit_code_is_in_the_readme_table():
     """Each error class's exit code (and diff's and ncu's) has its row in README's table."""
+    from profkit.collectors.collector_errors import NcuError
+
     from profkit import errors
     from profkit.cli.analyze import SLOWER_EXIT
-    from profkit.collectors.collector_errors import NcuError
 
     text = (REPO / "README.md").read_text()
     table = text[text.index("### Exit codes"):text.index("### profkit diff in CI")]
