@@ -88,18 +88,26 @@ def memory_findings(facts: dict, th: Thresholds) -> list[Finding]:
                     recommendation=" ".join(FIX[f] for f in fixes) + " " + NOT_COMPUTE)]
 
 
+FIX_MIN_FRAC = 0.1  # a fix is advised for op families with this share of the memory-bound time
+
+
 def fix_list(facts: dict) -> list[str]:
     """The fixes (FIX keys) that fit the memory-bound time's op families, the largest
-    first."""
+    first; a fix whose families hold less than FIX_MIN_FRAC of that time is left out (a GPT
+    whose embedding backward is 2% of it is not told about scatter libraries), and
+    channels_last only where convolutions are part of the memory-bound time's model."""
     by_fix: dict[str, float] = {}
     for family, ns in facts["memory_families_ns"].items():
         fix = ("fusion" if family in FUSION_FAMILIES else family
                if family in FIX else "")
         if fix:
             by_fix[fix] = by_fix.get(fix, 0.0) + ns
-    if facts.get("conv_ns", 0.0) > 0 and by_fix:
-        by_fix["channels_last"] = 0.0
-    return sorted(by_fix, key=lambda k: -by_fix[k]) or ["fusion"]
+    total = sum(by_fix.values())
+    ranked = sorted(by_fix, key=lambda k: -by_fix[k])
+    kept = [f for i, f in enumerate(ranked) if i == 0 or by_fix[f] >= FIX_MIN_FRAC * total]
+    if facts.get("conv_ns", 0.0) > 0 and kept:
+        kept.append("channels_last")
+    return kept or ["fusion"]
 
 
 def _rate_text(rate: float, peak: float) -> str:

@@ -5,6 +5,7 @@ memory-bound finding and its fixes, and the compute advice memory-bound work mus
 import numpy as np
 import pytest
 from profkit.analyzers.analyze import analyze
+from profkit.analyzers.findings.roofline import fix_list
 from profkit.analyzers.measure.memruns import fusion_runs
 from profkit.analyzers.measure.roofline import BOUNDS, ROOFLINE_COLUMNS
 from profkit.analyzers.report.export import table_files
@@ -218,3 +219,27 @@ def test_compute_advice_changes_only_where_most_kernel_time_is_classified():
             (1, "memory", 60.0), (1, "math", 30.0), (1, "unknown", 10.0)]
     roof = pd.DataFrame(rows, columns=["rank", "bound", "kernel_ms_per_step"])
     assert memory_ranks(roof) == {1: pytest.approx(0.6)}
+
+
+@pytest.mark.parametrize("families, conv_ns, fixes", [
+    ({"elementwise": 80.0, "norm": 12.0, "index": 5.0, "copy": 3.0}, 0.0, ["fusion"]),
+    ({"index": 60.0, "elementwise": 40.0}, 0.0, ["index", "fusion"]),
+    ({"norm": 50.0, "elementwise": 45.0, "index": 5.0}, 7.0, ["fusion", "channels_last"]),
+    ({"other": 10.0}, 0.0, ["fusion"]),
+])
+def test_a_fix_is_advised_for_the_families_that_hold_the_time(families, conv_ns, fixes):
+    """A family with under 10% of the memory-bound time gets no paragraph of its own."""
+    assert fix_list({"memory_families_ns": families, "conv_ns": conv_ns}) == fixes
+
+
+def test_a_gpt_is_not_told_about_scatter_libraries_or_convolutions():
+    """stock_ddp (the GPT sample): its memory-bound time is elementwise, norm and copies;
+    the embedding backward's index kernels are a sliver of it."""
+    from profkit.analyzers.executor import analyze_run
+
+    from tests.conftest import REPO
+
+    a = analyze_run(REPO / "samples" / "runs" / "stock_ddp", workers=1)
+    advice = [f.recommendation for f in a.findings if f.category == "memory_bound"]
+    assert advice and all("Fuse the chains" in r for r in advice)
+    assert not any("torch_scatter" in r or "channels_last" in r for r in advice)
