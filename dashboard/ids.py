@@ -55,6 +55,7 @@ C_TABLE = "c-table"
 C_WAITS = "c-waits"
 C_SKEW = "c-skew"
 C_DETAIL = "c-detail"
+C_NONE = "c-none"
 C_STRAGGLERS = "c-stragglers"
 
 # counters
@@ -81,3 +82,4 @@ CMP_VERDICT = "cmp-verdict"
 CMP_PARTS = "cmp-parts"
 CMP_KERNELS = "cmp-kernels"
 CMP_OPS = "cmp-ops"
+RANK_TABLE_LINK = "rank-table-link"

@@ -95,15 +95,17 @@ def breakdown_bars(ranks: pd.DataFrame, stragglers: list[int] = (),
     return base_layout(fig, "Step breakdown per rank", l=MS_AXIS_MARGIN)
 
 
-def step_heatmap(steps: pd.DataFrame) -> go.Figure:
+def step_heatmap(steps: pd.DataFrame, verdict_ranks=None) -> go.Figure:
     """Rank x step heatmap of step time (ms). The colour scale starts at 0 ms, so that
     steps of 10.4 and 10.7 ms look alike and a step twice as long stands out. Steps the
     analysis left out of the verdict (``used`` False) are crossed in amber, with why on
-    hover."""
+    hover; so are the used steps of ranks outside ``verdict_ranks`` (the ranks whose steps
+    the verdict counts: a rank whose every step compiles gives none, and a run of such ranks
+    no verdict at all). None: every rank's used steps count."""
     if steps.empty:
         return empty_figure("no profiled steps")
     grid = steps.pivot_table(index="rank", columns="step", values="step_ns", aggfunc="sum") / 1e6
-    why = _step_status(steps).reindex(index=grid.index, columns=grid.columns)
+    why = _step_status(steps, verdict_ranks).reindex(index=grid.index, columns=grid.columns)
     x, y = [f"step {s}" for s in grid.columns], [f"rank {r}" for r in grid.index]
     fig = go.Figure(go.Heatmap(
         z=grid.to_numpy(), x=x, y=y, colorscale="Blues", colorbar=dict(title="ms"),
@@ -124,12 +126,20 @@ def step_heatmap(steps: pd.DataFrame) -> go.Figure:
                        r=COLORBAR_MARGIN, **({"b": LEGEND_MARGIN} if len(out) else {}))
 
 
-def _step_status(steps: pd.DataFrame) -> pd.DataFrame:
+def _step_status(steps: pd.DataFrame, verdict_ranks=None) -> pd.DataFrame:
     """Rank x step: "used for the verdict", or "left out of the verdict: <why>"."""
     n = len(steps)
     used = steps["used"].astype(bool).to_numpy() if "used" in steps else np.ones(n, bool)
     reasons = (steps["excluded_reason"].fillna("").astype(str).to_numpy()
                if "excluded_reason" in steps else np.full(n, ""))
+    if verdict_ranks is not None:
+        counted = steps["rank"].isin(list(verdict_ranks)).to_numpy()
+        compiling = (steps["compile_ns"].fillna(0).to_numpy() > 0 if "compile_ns" in steps
+                     else np.zeros(n, bool))
+        why_not = np.where(compiling, "it compiles (torch.compile): no steady state",
+                           "its rank gives no verdict")
+        reasons = np.where(used & ~counted, why_not, reasons)
+        used = used & counted
     text = ["used for the verdict" if u else f"{LEFT_OUT}: {r}" if r else LEFT_OUT
             for u, r in zip(used, reasons)]
     frame = steps[["rank", "step"]].assign(status=text)

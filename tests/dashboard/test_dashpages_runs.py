@@ -1,0 +1,89 @@
+"""Pages on real bundled runs (issue 42, items 3 and 8): the Communication page of a
+single-GPU run says there is none, the per-rank step breakdown is a table, and on
+why/recompile (every profiled step compiles: no verdict) the heatmap marks no step as used
+and the MFU reads "-". Expected values are recomputed from other tables of the analysis or
+read from the samples' SUMMARY.txt, not from the code under test."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from profkit.analyzers.parts import PART_TABLE
+from profkit.dashboard.figures import charts as F
+from profkit.dashboard.pages import comms, overview
+from profkit.dashboard.ui import tables as T
+
+from tests.analysed import analysed
+from tests.conftest import REPO
+from tests.dashboard.test_loading import text_of
+
+RUNS = REPO / "samples" / "runs"
+
+
+def test_single_gpu_run_says_it_has_no_communication():
+    a = analysed(RUNS / "zoo" / "compute")  # run.json: world_size 1
+    text = text_of(comms.body(a, 0))
+    assert "single-rank run" in text and "no collectives" in text
+    assert "Waits per rank" not in text  # no empty heatmap, skew chart or tables
+
+
+def test_two_rank_run_keeps_its_communication_panels():
+    a = analysed(RUNS / "zoo" / "straggler")
+    assert comms.nothing_to_show(a) is None
+    assert "Click a cell of the wait heatmap" in text_of(comms.body(a, 0))
+
+
+def test_rank_breakdown_table_in_the_parts_words():
+    a = analysed(RUNS / "zoo" / "straggler")
+    spec = T.BY_NAME["rank_breakdown"]
+    assert T.TABLES[0] is spec  # first on the Tables page
+    table, _ = T.readable(spec, T.source(a, spec))
+    shown = [f"{p.label} (%)" for p in PART_TABLE if f"{p.label} (%)" in table]
+    assert "compute (%)" in shown and "launch overhead (%)" in shown
+    assert "pipeline bubble (%)" not in table  # not a pipeline: no rank has a bubble
+    # independently: each part's share from the used steps of step_breakdown
+    steps = a.table("step_breakdown")
+    steps = steps[steps["used"].astype(bool)]
+    per_rank = steps.groupby("rank")[["compute", "host_work", "step_ns"]].sum()
+    for row in table.itertuples(index=False):
+        got = dict(zip(table.columns, row))
+        r = per_rank.loc[got["rank"]]
+        assert got["compute (%)"] == pytest.approx(100 * r["compute"] / r["step_ns"], abs=0.01)
+        assert got["host work (%)"] == pytest.approx(100 * r["host_work"] / r["step_ns"], abs=0.01)
+        assert got["step (ms)"] == pytest.approx(
+            steps[steps["rank"] == got["rank"]]["step_ns"].median() / 1e6)
+        assert sum(got[c] for c in shown) == pytest.approx(100, abs=0.05)
+
+
+def summary_line(path, key):
+    import json
+    for line in path.read_text().splitlines():
+        if line.startswith(key + " PROFKIT_SAMPLE "):
+            return json.loads(line.split(" ", 2)[2])
+    raise AssertionError(key)
+
+
+def test_recompile_heatmap_marks_no_step_used_and_mfu_is_a_dash():
+    label = summary_line(RUNS / "why" / "SUMMARY.txt", "why_recompile")
+    assert label["compiles_in_loop"] == label["steps"]  # the workload: every step compiles
+    a = analysed(RUNS / "why" / "recompile")
+    assert a.verdict["primary"] is None  # "... none shows the steady state: no verdict"
+    steps = a.table("step_breakdown")
+    fig = F.step_heatmap(steps, overview.verdict_ranks(a))
+    hover = np.asarray(fig.data[0].customdata).ravel().tolist()
+    assert hover and not any("used for the verdict" == h for h in hover)
+    assert all("compiles" in h for h in hover)
+    crossed = next(t for t in fig.data if t.name == F.LEFT_OUT)
+    assert len(crossed.x) == len(steps)  # every profiled step crossed
+    facts = text_of(overview.facts_card(a))
+    assert "MFU" in facts and "0%" not in facts
+
+
+def test_mfu_keeps_its_value_where_there_is_a_verdict():
+    a = analysed(RUNS / "zoo" / "compute")
+    mfu = a.table("efficiency")["mfu"].mean()
+    assert np.isfinite(mfu) and mfu > 0
+    assert f"{mfu:.0%}" in text_of(overview.facts_card(a))
+    fig = F.step_heatmap(a.table("step_breakdown"), overview.verdict_ranks(a))
+    used = a.table("step_breakdown")["used"].astype(bool).sum()
+    hover = pd.Series(np.asarray(fig.data[0].customdata).ravel())
+    assert (hover == "used for the verdict").sum() == used
