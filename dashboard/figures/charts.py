@@ -41,14 +41,25 @@ def base_layout(fig: go.Figure, title: str | None = None, height: int = 320,
     return fig
 
 
-# an NVML metric's unit suffix -> the unit it reads in (longest suffixes first)
-METRIC_UNITS = (("_mibps", "MiB/s"), ("_bytes", "bytes"), ("_mhz", "MHz"), ("_pct", "%"),
-                ("_mj", "mJ"), ("_w", "W"), ("_c", "°C"))
+# an NVML metric's unit suffix -> the unit it reads in and the factor to it (longest
+# suffixes first). Sizes in decimal MB and GB, as the text report (analyzers/units.size) and
+# the tables print them: NVML's MiB/s become MB/s, bytes GB.
+METRIC_UNITS = (("_mibps", "MB/s", 2**20 / 1e6), ("_bytes", "GB", 1e-9),
+                ("_mhz", "MHz", 1.0), ("_pct", "%", 1.0), ("_mj", "mJ", 1.0), ("_w", "W", 1.0),
+                ("_c", "°C", 1.0))
+
+
+def metric_unit(metric: str) -> tuple[str, float]:
+    """(the unit ``metric`` reads in, the factor from its stored values to it)."""
+    for suffix, unit, scale in METRIC_UNITS:
+        if metric.endswith(suffix) and len(metric) > len(suffix):
+            return unit, scale
+    return "", 1.0
 
 
 def metric_label(metric: str) -> str:
     """``sm_clock_mhz`` -> ``sm clock (MHz)``: the name in words, the unit in brackets."""
-    for suffix, unit in METRIC_UNITS:
+    for suffix, unit, _ in METRIC_UNITS:
         if metric.endswith(suffix) and len(metric) > len(suffix):
             return f"{metric[: -len(suffix)].replace('_', ' ')} ({unit})"
     return metric.replace("_", " ")
@@ -272,10 +283,13 @@ def counters_figure(counters: pd.DataFrame, metrics: list[str], steps: pd.DataFr
     palette = ["#2563eb", "#f59e0b", "#10b981", "#8b5cf6", "#dc2626", "#0ea5e9", "#a16207"]
     for i, metric in enumerate(metrics, start=1):
         for j, (rank, group) in enumerate(counters[counters["metric"] == metric].groupby("rank")):
-            fig.add_scatter(x=(group["ts_ns"] - base_ns) / 1e6, y=group["value"], row=i, col=1,
-                            mode="lines+markers", name=f"rank {rank}", legendgroup=str(rank),
-                            showlegend=i == 1, line=dict(color=palette[j % len(palette)]),
-                            hovertemplate=f"rank {rank} {metric}: " + "%{y:.1f}<extra></extra>")
+            unit, scale = metric_unit(metric)
+            fig.add_scatter(x=(group["ts_ns"] - base_ns) / 1e6, y=group["value"] * scale,
+                            row=i, col=1, mode="lines+markers", name=f"rank {rank}",
+                            legendgroup=str(rank), showlegend=i == 1,
+                            line=dict(color=palette[j % len(palette)]),
+                            hovertemplate=f"rank {rank} {metric}: " + "%{y:.1f} " + unit
+                                          + "<extra></extra>")
     times = [(counters["ts_ns"] - base_ns) / 1e6, (steps["ts_ns"] - base_ns) / 1e6]
     step_shading(fig, steps, base_ns, span_ms=float(pd.concat(times).max() - pd.concat(times).min()))
     for row in (throttled if throttled is not None else pd.DataFrame()).itertuples(index=False):

@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+from profkit.analyzers import units as U
 from profkit.dashboard.colors import CLASS_COLORS, CPU_KIND_COLORS, PART_COLORS, STRAGGLER_COLOR
-from profkit.dashboard.figures.charts import base_layout
+from profkit.dashboard.figures.charts import base_layout, metric_unit
 
 GROUP_COLORS = {**CPU_KIND_COLORS, **CLASS_COLORS, **PART_COLORS}
 LANE_PX, COMPACT_LANE_PX, COUNTER_PX = 24, 11, 100
@@ -29,12 +30,11 @@ MAX_LABELS = 40  # step labels per rank in one window
 LABEL_MIN_SHARE = 0.02  # a step showing less of the window than this gets no label
 RIGHT_EDGE = 0.9  # a label starting past this share of the window is right-aligned
 BAR_THICKNESS = 0.7  # an event's bar, in lanes
-UNITS = {"_pct": "%", "_mhz": "MHz", "_w": "W", "_bytes": "bytes", "_mibps": "MiB/s",
-         "_c": "°C", "_mj": "mJ"}
 
 
 def unit_of(metric: str) -> str:
-    return next((u for suffix, u in UNITS.items() if metric.endswith(suffix)), "")
+    """The unit a counter reads in (the Counters page's: :func:`charts.metric_unit`)."""
+    return metric_unit(metric)[0]
 
 
 def positions(view) -> dict[str, int]:
@@ -127,8 +127,8 @@ def add_links(fig: go.Figure, view) -> None:
     x, y, text = (np.full(size, None, dtype=object) for _ in range(3))
     x[at] = links["start_ms"].to_numpy()
     y[at] = links["lane"].map(positions(view)).to_numpy()
-    text[at] = (links["collective"].astype(str) + " " + (links["bytes"] / 2**20).round(1)
-                .astype(str) + " MiB<br>start skew " + links["skew_ms"].round(3).astype(str)
+    text[at] = (links["collective"].astype(str) + " " + links["bytes"].map(U.size)
+                + "<br>start skew " + links["skew_ms"].round(3).astype(str)
                 + " ms, last: rank " + links["last_rank"].astype(str) + "<br>rank "
                 + links["rank"].astype(str) + " starts").to_numpy()
     fig.add_trace(go.Scatter(x=x, y=y, text=text, mode="lines+markers",
@@ -221,7 +221,8 @@ def add_counters(fig: go.Figure, view, metrics: list[str]) -> None:
             if mine.empty:
                 continue
             fig.add_trace(go.Scatter(
-                x=mine["t_ms"], y=mine["value"], mode="lines+markers", line_shape="hv",
+                x=mine["t_ms"], y=mine["value"] * metric_unit(metric)[1],
+                mode="lines+markers", line_shape="hv",
                 name=f"rank {rank}", legendgroup=f"rank {rank}", showlegend=row == 2,
                 line=dict(color=palette[j % len(palette)], width=1.5), marker=dict(size=7),
                 hovertemplate=f"rank {rank} {metric}: " + "%{y:.1f} " + unit_of(metric)

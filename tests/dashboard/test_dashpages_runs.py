@@ -87,3 +87,15 @@ def test_mfu_keeps_its_value_where_there_is_a_verdict():
     used = a.table("step_breakdown")["used"].astype(bool).sum()
     hover = pd.Series(np.asarray(fig.data[0].customdata).ravel())
     assert (hover == "used for the verdict").sum() == used
+
+
+def test_step_marker_advice_names_the_command_that_takes_it():
+    """diagnosis/marker_steps has no ProfilerStep#, only train_step ranges: the note's
+    advice to pass --step-marker is for `profkit analyze`; the dashboard has no option."""
+    from profkit.dashboard.ui import banner
+
+    a = analysed(RUNS / "diagnosis" / "marker_steps")
+    assert any("--step-marker" in n for n in a.run["notes"])  # the analysis' own words
+    text = text_of(banner.run_banner(a.run))
+    assert "profkit analyze RUN --step-marker NAME" in text and "train_step x3" in text
+    assert "pass --step-marker" not in text and "`" not in text

@@ -134,7 +134,8 @@ def test_collectives_are_lines_through_each_ranks_start():
     (line,) = [t for t in fig.data if t.name == "collective arrival"]
     assert list(line.x) == [3.0, 1.0, None, 8.0, 7.5, None]
     assert list(line.y) == [3, 1, None, 3, 1, None]
-    assert "all_reduce 32.0 MiB" in line.text[0] and "start skew 2.0 ms" in line.text[0]
+    # 2**25 bytes in decimal MB, as the text report and the tables print sizes (was 32.0 MiB)
+    assert "all_reduce 33.6 MB" in line.text[0] and "start skew 2.0 ms" in line.text[0]
 
 
 def test_counters_are_held_samples_with_markers_counted_in_the_window():
@@ -155,10 +156,21 @@ def test_counters_are_held_samples_with_markers_counted_in_the_window():
 
 
 @pytest.mark.parametrize("metric, unit", [("gpu_util_pct", "%"), ("sm_clock_mhz", "MHz"),
-                                          ("power_w", "W"), ("mem_used_bytes", "bytes"),
+                                          ("power_w", "W"), ("mem_used_bytes", "GB"),
+                                          ("pcie_tx_mibps", "MB/s"),
                                           ("temp_c", "°C"), ("odd", "")])
 def test_units_from_metric_names(metric, unit):
     assert FT.unit_of(metric) == unit
+
+
+def test_sizes_read_in_decimal_units_as_the_report_prints_them():
+    c = pd.DataFrame({"rank": [0, 0], "metric": "pcie_tx_mibps", "t_ms": [1.0, 2.0],
+                      "value": [1000.0, 2000.0], "inside": [True, True]})
+    fig = FT.timeline_figure(view(counters=c, periods_ms={(0, "pcie_tx_mibps"): 20.0},
+                                  x0_ms=0.0, x1_ms=31.0))
+    (series,) = [t for t in fig.data if t.name == "rank 0"]
+    assert list(series.y) == pytest.approx([1048.576, 2097.152])  # MiB/s -> MB/s
+    assert "MB/s" in series.hovertemplate and "MiB" not in series.hovertemplate
 
 
 def test_a_series_without_samples_says_so():
