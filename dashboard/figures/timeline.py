@@ -30,6 +30,7 @@ MAX_LABELS = 40  # step labels per rank in one window
 LABEL_MIN_SHARE = 0.02  # a step showing less of the window than this gets no label
 RIGHT_EDGE = 0.9  # a label starting past this share of the window is right-aligned
 BAR_THICKNESS = 0.7  # an event's bar, in lanes
+MIN_COUNTER_SAMPLES = 3  # samples inside the window a counter needs to be drawn unasked
 
 
 def unit_of(metric: str) -> str:
@@ -243,9 +244,30 @@ def tick_labels(view, stragglers) -> list[str]:
     return out
 
 
-def timeline_figure(view, stragglers=()) -> go.Figure:
-    """Lanes of every rank shown (top), NVML counters (below), one time axis in ms."""
-    metrics = list(dict.fromkeys(view.counters["metric"])) if len(view.counters) else []
+def counter_metrics(view) -> list[str]:
+    """Every NVML metric of the view's counters, in their order."""
+    return list(dict.fromkeys(view.counters["metric"])) if len(view.counters) else []
+
+
+def resolvable_metrics(view, minimum: int = MIN_COUNTER_SAMPLES) -> list[str]:
+    """The metrics with at least ``minimum`` samples inside the window on every shown rank
+    that has the metric: a counter read every 100 ms says nothing about a 30 ms window
+    (one reading, held, reads 0-10% busy under a GPU that is 96% busy)."""
+    out = []
+    for metric in counter_metrics(view):
+        c = view.counters[view.counters["metric"] == metric]
+        inside = c[c["inside"].astype(bool)].groupby("rank").size()
+        ranks = [r for r in view.ranks if (c["rank"] == r).any()]
+        if ranks and min(int(inside.get(r, 0)) for r in ranks) >= minimum:
+            out.append(metric)
+    return out
+
+
+def timeline_figure(view, stragglers=(), all_counters: bool = False) -> go.Figure:
+    """Lanes of every rank shown (top), NVML counters (below), one time axis in ms: only
+    the counters that resolve the window (:func:`resolvable_metrics`), unless
+    ``all_counters``."""
+    metrics = counter_metrics(view) if all_counters else resolvable_metrics(view)
     lane_px = COMPACT_LANE_PX if view.compact else LANE_PX
     heights = [lane_px * max(len(view.lanes), 1) + 40] + [COUNTER_PX] * len(metrics)
     fig = make_subplots(rows=1 + len(metrics), cols=1, shared_xaxes=True,

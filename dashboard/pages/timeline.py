@@ -36,6 +36,7 @@ LEGEND = {**{k: colors.CLASS_COLORS[k] for k in ("compute", "communication", "me
           "step left out of the verdict": FT.LEFT_OUT_FILL}
 MAX_RANKS = 256  # ranks drawn at once (compact rows, binned)
 CPU_OPTION = "cpu"
+COUNTERS_OPTION = "counters"  # every NVML counter, also those too slow for the window
 # The run's time origin, also read by the Communication and Counters pages so that their
 # times are the timeline's.
 base_ns = TD.origin_ns
@@ -107,38 +108,55 @@ def info_text(view, stragglers) -> str:
     return text
 
 
-def counters_note(view) -> str | None:
+def hidden_counters_note(view, all_counters: bool) -> str:
+    """Which NVML counters are left out of the figure for sampling too slowly for the
+    window (:func:`~profkit.dashboard.figures.timeline.resolvable_metrics`), and how to see
+    them; empty when none is."""
+    hidden = [] if all_counters else [m for m in FT.counter_metrics(view)
+                                      if m not in FT.resolvable_metrics(view)]
+    if not hidden:
+        return ""
+    return (f" {len(hidden)} NVML counter(s) hidden ({', '.join(hidden)}): fewer than "
+            f"{FT.MIN_COUNTER_SAMPLES} samples in this window, too few to tell anything about "
+            "it; zoom out, or tick 'all NVML counters' to see them.")
+
+
+def counters_note(view, all_counters: bool = False) -> str | None:
     """What the NVML rows can and cannot tell about this window: how many utilisation
-    samples fall inside it (per rank when several are shown), then :data:`UTIL_NOTE`."""
+    samples fall inside it (per rank when several are shown), then :data:`UTIL_NOTE`, then
+    the counters hidden (:func:`hidden_counters_note`)."""
     if view.counters.empty:
         return None
     c = view.counters
     util = c[(c["metric"] == "gpu_util_pct") & c["inside"].astype(bool)]
+    hidden = hidden_counters_note(view, all_counters)
     if not (c["metric"] == "gpu_util_pct").any():
-        return UTIL_NOTE
+        return UTIL_NOTE + hidden
     per_rank = util.groupby("rank").size()
     counts = [int(per_rank.get(r, 0)) for r in view.ranks]
     n = (str(counts[0]) if len(counts) == 1 else
          ", ".join(f"rank {r}: {k}" for r, k in zip(view.ranks, counts)))
     return (f"gpu_util_pct samples in this {view.x1_ms - view.x0_ms:.1f} ms window: {n}. "
-            + UTIL_NOTE)
+            + UTIL_NOTE + hidden)
 
 
-def view_figure(results, key: str, ranks: list[int], window, show_cpu: bool) -> tuple:
+def view_figure(results, key: str, ranks: list[int], window, show_cpu: bool,
+                all_counters: bool = False) -> tuple:
     cache = lane_cache(results, key)
     view = TV.timeline_view([cache.lanes(r) for r in ranks], window, show_cpu)
     view.links, view.n_links = TL.links_in_window(cache.links(), view.ranks, view.lanes,
                                                   view.compact, view.x0_ms, view.x1_ms)
     stragglers = stragglers_of(cache.analysis)
-    return (FT.timeline_figure(view, stragglers), info_text(view, stragglers),
-            counters_note(view))
+    return (FT.timeline_figure(view, stragglers, all_counters), info_text(view, stragglers),
+            counters_note(view, all_counters))
 
 
-def figure_or_error(results, key: str, ranks: list[int], window, show_cpu: bool) -> tuple:
+def figure_or_error(results, key: str, ranks: list[int], window, show_cpu: bool,
+                    all_counters: bool = False) -> tuple:
     """:func:`view_figure`, or an empty figure and the reason when it cannot be drawn (the
     controls stay usable)."""
     return frame.attempt(f"the timeline of ranks {ranks}",
-                     lambda: view_figure(results, key, ranks, window, show_cpu),
+                     lambda: view_figure(results, key, ranks, window, show_cpu, all_counters),
                      lambda why: (F.empty_figure(f"could not be drawn: {why}"), why, None))
 
 
@@ -162,7 +180,9 @@ def _timeline_card(results, run_key: str, run, analysis, query: dict) -> html.Se
     controls = html.Div(className="controls", children=[
         html.Label(["ranks", dcc.Dropdown(id=ids.TL_RANKS, options=options, value=ranks,
                                           multi=True, clearable=False, className="dropdown")]),
-        dcc.Checklist(id=ids.TL_CPU, options=[{"label": "CPU threads", "value": CPU_OPTION}],
+        dcc.Checklist(id=ids.TL_CPU, options=[{"label": "CPU threads", "value": CPU_OPTION},
+                                              {"label": "all NVML counters",
+                                               "value": COUNTERS_OPTION}],
                       value=[], inline=True),
         html.Button("Download merged Perfetto trace", id=ids.TL_DOWNLOAD_BTN, className="button"),
         dcc.Download(id=ids.TL_DOWNLOAD),
@@ -210,7 +230,8 @@ def register(app, results) -> None:
         key = frame.stored_run(results, store)
         chosen = chosen_ranks(results, key, ranks)
         window = window_of(dash.ctx.triggered_id, relayout, stored)
-        fig, info, note = figure_or_error(results, key, chosen, window, CPU_OPTION in (cpu or []))
+        fig, info, note = figure_or_error(results, key, chosen, window, CPU_OPTION in (cpu or []),
+                                          COUNTERS_OPTION in (cpu or []))
         return fig, info, note, list(window) if window else None
 
     # Only relayouts about the x axis reach the server: Dash applies the answer to a

@@ -99,3 +99,35 @@ def test_step_marker_advice_names_the_command_that_takes_it():
     text = text_of(banner.run_banner(a.run))
     assert "profkit analyze RUN --step-marker NAME" in text and "train_step x3" in text
     assert "pass --step-marker" not in text and "`" not in text
+
+
+def test_a_kernel_without_an_occupancy_estimate_shows_none():
+    """zoo/straggler's trace gives its nvjet GEMMs 'est. achieved occupancy %': 0 (1 block
+    of 12 warps per SM: Kineto made no estimate) and its elementwise kernels 100."""
+    import gzip
+    import json
+
+    from profkit.dashboard.pages import timeline as PT
+    from profkit.dashboard.timeline import event as TE
+
+    from profkit.run.loader import load_run
+    run_dir = RUNS / "zoo" / "straggler"
+    doc = json.loads(gzip.decompress((run_dir / "traces" / "rank0.pt.trace.json.gz").read_bytes()))
+    occupancy = {e["args"]["correlation"]: e["args"].get("est. achieved occupancy %")
+                 for e in doc["traceEvents"] if e.get("cat") == "kernel"}
+    run = load_run(run_dir)
+    cache = PT.LaneCache(run, analysed(run_dir))
+    gpu = cache.lanes(0).events["gpu"]
+    events = run.ranks[0].events
+    seen = set()
+    for row, source in enumerate(gpu["source"]):
+        if source < 0 or events["kind"].iloc[int(source)] != "kernel":
+            continue
+        name = int(events["correlation"].iloc[int(source)])
+        text = text_of(TE.event_panel(cache, 0, "gpu", row))
+        if occupancy[name] == 0:
+            assert "occupancy" not in text, name  # before: "occupancy 0%"
+        else:
+            assert "occupancy" in text and str(occupancy[name]) in text, name
+        seen.add(occupancy[name] == 0)
+    assert seen == {True, False}  # both kinds checked
