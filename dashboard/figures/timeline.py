@@ -11,6 +11,8 @@ interpolated between them.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -30,6 +32,9 @@ MAX_LABELS = 40  # step labels per rank in one window
 LABEL_MIN_SHARE = 0.02  # a step showing less of the window than this gets no label
 RIGHT_EDGE = 0.9  # a label starting past this share of the window is right-aligned
 BAR_THICKNESS = 0.7  # an event's bar, in lanes
+LABEL_CHAR_PX, MIN_MARGIN_PX, MAX_MARGIN_PX = 6.2, 230, 420  # lane labels' margin
+MAX_LABEL_CHARS = 64  # a lane label's characters: (420 - 16) / 6.2
+_TAG = re.compile(r"<[^>]*>")
 MIN_COUNTER_SAMPLES = 3  # samples inside the window a counter needs to be drawn unasked
 
 
@@ -231,13 +236,30 @@ def add_counters(fig: go.Figure, view, metrics: list[str]) -> None:
         fig.update_yaxes(title_text=unit_of(metric), row=row, col=1)
 
 
+def _clip(label: str) -> str:
+    """A lane label that fits :data:`MAX_MARGIN_PX`: its middle cut out past
+    :data:`MAX_LABEL_CHARS` (the rank and the depth at its ends stay)."""
+    if len(label) <= MAX_LABEL_CHARS:
+        return label
+    half = (MAX_LABEL_CHARS - 1) // 2
+    return label[:half] + "…" + label[-(MAX_LABEL_CHARS - 1 - half):]
+
+
+def label_margin_px(labels) -> int:
+    """The left margin that holds the longest lane label whole (tags aside): about 6.2 px a
+    character at the lanes' 10 px font, within [MIN_MARGIN_PX, MAX_MARGIN_PX]. A fixed
+    230 px cut ``rank 0 · thread 1099 (pt_autograd_0) · depth 0`` short."""
+    longest = max((len(_TAG.sub("", str(t))) for t in labels or ()), default=0)
+    return int(min(MAX_MARGIN_PX, max(MIN_MARGIN_PX, LABEL_CHAR_PX * longest + 16)))
+
+
 def tick_labels(view, stragglers) -> list[str]:
     """Each lane's label, the straggler's in red; a CPU thread's depth rows after its first
     say only their depth (the thread is named once)."""
     out, thread = [], None
     for lane in view.lanes:
         owner, _, depth = lane.rpartition(" · depth ")
-        text = f"depth {depth}" if owner and owner == thread else lane
+        text = f"depth {depth}" if owner and owner == thread else _clip(lane)
         thread = owner or None
         out.append(f"<span style='color:{STRAGGLER_COLOR}'>{text}</span>"
                    if view.rank_of[lane] in stragglers else text)
@@ -293,7 +315,8 @@ def timeline_figure(view, stragglers=(), all_counters: bool = False) -> go.Figur
     fig.update_xaxes(range=[view.x0_ms, view.x1_ms])  # every row: counters reach past it
     fig.update_xaxes(title_text="time (ms after the first step)", row=1 + len(metrics), col=1)
     fig = base_layout(fig, height=sum(heights) + 90)
-    fig.update_layout(uirevision="timeline", dragmode="zoom", margin=dict(l=230, t=40),
+    fig.update_layout(uirevision="timeline", dragmode="zoom",
+                      margin=dict(l=label_margin_px(fig.layout.yaxis.ticktext), t=40),
                       shapes=shapes, annotations=list(fig.layout.annotations) + labels,
                       # the counters' legend at the left: the modebar sits at the right
                       legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0,

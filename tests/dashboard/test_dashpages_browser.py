@@ -76,3 +76,22 @@ def test_overview_links_the_rank_breakdown_table(page):
     page.locator("#rank-table-link").click()
     page.wait_for_selector("#t-rank_breakdown")
     assert page.url.endswith("/tables#table-rank_breakdown")
+
+
+# each lane label's left edge against the figure's: a label cut by the margin starts left of it
+TICKS_JS = """() => {
+    const svg = document.querySelector('#tl-graph .main-svg').getBoundingClientRect();
+    return [...document.querySelectorAll('#tl-graph .yaxislayer-above .ytick text')]
+        .map(t => [t.textContent, t.getBoundingClientRect().left - svg.left]);
+}"""
+
+
+def test_timeline_cpu_thread_labels_are_whole(page):
+    page.goto(f"{page.base}/run/{KEYS['zoo/straggler']}/timeline")
+    page.wait_for_selector("#tl-graph .main-svg")
+    page.get_by_label("CPU threads").check()
+    page.wait_for_function("document.querySelector('#tl-graph').textContent.includes('depth 1')")
+    page.wait_for_timeout(500)
+    ticks = page.evaluate(TICKS_JS)
+    assert any("(pt_autograd_0) · depth 0" in t for t, _ in ticks)
+    assert [t for t, left in ticks if left < 0] == []  # before: 'rank 1 · thread 1099 (...' cut

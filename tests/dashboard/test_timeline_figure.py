@@ -174,6 +174,16 @@ def test_sizes_read_in_decimal_units_as_the_report_prints_them():
     assert "MB/s" in series.hovertemplate and "MiB" not in series.hovertemplate
 
 
+def test_the_left_margin_holds_the_longest_lane_label():
+    assert FT.label_margin_px(["rank 0 · GPU stream 7"]) == FT.MIN_MARGIN_PX
+    cpu = "rank 0 · thread 1099 (pt_autograd_0) · depth 0"  # 46 characters: 230 px cut it
+    assert FT.label_margin_px([cpu]) >= 6 * len(cpu)
+    long = "rank 0 · thread 12 (" + "x" * 80 + ") · depth 3"
+    (clipped,) = FT.tick_labels(type("V", (), {"lanes": [long], "rank_of": {long: 0}})(), ())
+    assert len(clipped) == FT.MAX_LABEL_CHARS and clipped.startswith("rank 0 · thread 12")
+    assert clipped.endswith(") · depth 3") and FT.label_margin_px([clipped]) <= FT.MAX_MARGIN_PX
+
+
 def test_counters_too_slow_for_the_window_are_collapsed_until_asked_for():
     """gpu_util read every 100 ms has 1 sample in a 31 ms window: its row is left out
     unless asked for; power read every 5 ms has 6 and is drawn."""
