@@ -35,7 +35,8 @@ BAR_THICKNESS = 0.7  # an event's bar, in lanes
 LABEL_CHAR_PX, MIN_MARGIN_PX, MAX_MARGIN_PX = 6.2, 230, 420  # lane labels' margin
 MAX_LABEL_CHARS = 64  # a lane label's characters: (420 - 16) / 6.2
 _TAG = re.compile(r"<[^>]*>")
-MIN_COUNTER_SAMPLES = 3  # samples inside the window a counter needs to be drawn unasked
+MIN_COUNTER_SAMPLES = 3
+FLOW_NAME, FLOW_COLOR = "launch -> GPU", "rgba(79, 70, 229, 0.55)"  # CPU launch to its work  # samples inside the window a counter needs to be drawn unasked
 
 
 def unit_of(metric: str) -> str:
@@ -142,6 +143,30 @@ def add_links(fig: go.Figure, view) -> None:
                              line=dict(color=LINK_COLOR, width=1.2),
                              marker=dict(size=5, color=LINK_COLOR),
                              hovertemplate="%{text}<br>%{x:.3f} ms<extra></extra>"), row=1, col=1)
+
+
+def add_flows(fig: go.Figure, view) -> None:
+    """An arrow from each CUDA runtime call to the GPU work it queued (``view.flows``,
+    :func:`profkit.dashboard.timeline.flows.launch_flows`), as one line trace with gaps."""
+    flows = getattr(view, "flows", None)
+    if flows is None or flows.empty:
+        return
+    pos = positions(view)
+    n = len(flows)
+    x, y = np.full(3 * n, None, dtype=object), np.full(3 * n, None, dtype=object)
+    x[0::3], x[1::3] = flows["launch_ms"].to_numpy(), flows["start_ms"].to_numpy()
+    y[0::3], y[1::3] = flows["cpu_lane"].map(pos).to_numpy(), flows["gpu_lane"].map(pos).to_numpy()
+    text = np.full(3 * n, None, dtype=object)
+    delay_us = ((flows["start_ms"] - flows["launch_ms"]) * 1e3).round(1).astype(str)
+    text[0::3] = text[1::3] = ("launch of " + flows["name"].str.slice(0, 80) + "<br>starts "
+                               + delay_us + " us after the call").to_numpy()
+    size = np.zeros(3 * n)
+    size[1::3] = 9  # the arrowhead at the GPU end
+    fig.add_trace(go.Scatter(x=x, y=y, text=text, mode="lines+markers", name=FLOW_NAME,
+                             showlegend=False, line=dict(color=FLOW_COLOR, width=0.8),
+                             marker=dict(symbol="arrow", angleref="previous", size=size,
+                                         color=FLOW_COLOR),
+                             hovertemplate="%{text}<extra></extra>"), row=1, col=1)
 
 
 def rank_blocks(view) -> dict[int, tuple[float, float]]:
@@ -307,6 +332,7 @@ def timeline_figure(view, stragglers=(), all_counters: bool = False) -> go.Figur
     elif len(view.bins):
         add_bins(fig, view)
     add_links(fig, view)
+    add_flows(fig, view)
     add_counters(fig, view, metrics)
     shapes, labels = step_bands(view)
     fig.update_yaxes(tickvals=list(positions(view).values()), showgrid=False, zeroline=False,

@@ -1,7 +1,8 @@
 """Timeline: the ranks that matter on one time axis (by default up to eight: the straggler
 and the peer that waits for it most first), with matched collectives linked across ranks,
 the analysis' step windows, each rank's GPU-idle time coloured by its cause, CPU threads on
-demand and NVML counters below. Events are bars: hover anywhere on one for its name, click
+demand (with an arrow from each CUDA runtime call to the GPU work it queued) and the NVML
+counters that resolve the window below. Events are bars: hover anywhere on one for its name, click
 it for its details beside the figure. Every
 range change, zoom in or out, re-queries the server, which sends the events of the window,
 or their busy fraction per lane and bin when the window holds too many to draw.
@@ -22,6 +23,7 @@ from profkit.dashboard.figures import timeline as FT
 from profkit.dashboard.pages import frame
 from profkit.dashboard.timeline import data as TD
 from profkit.dashboard.timeline import event as TE
+from profkit.dashboard.timeline import flows as TF
 from profkit.dashboard.timeline import links as TL
 from profkit.dashboard.timeline import view as TV
 from profkit.dashboard.ui import components as C
@@ -101,6 +103,9 @@ def info_text(view, stragglers) -> str:
             f"{view.x1_ms - view.x0_ms:.2f} ms shown as {shown}")
     if view.mode == "bins":
         text += f" ({view.bin_ms * 1e3:.0f} us bins)" + ("" if view.compact else "; zoom in for events")
+    flows = getattr(view, "flows", None)
+    if flows is not None and len(flows):
+        text += f"; {len(flows)} launch -> GPU arrows"
     drawn = view.links["key"].nunique() if len(view.links) else 0
     if view.n_links:
         text += (f"; {drawn} matched collectives linked" if drawn == view.n_links else
@@ -146,6 +151,8 @@ def view_figure(results, key: str, ranks: list[int], window, show_cpu: bool,
     view = TV.timeline_view([cache.lanes(r) for r in ranks], window, show_cpu)
     view.links, view.n_links = TL.links_in_window(cache.links(), view.ranks, view.lanes,
                                                   view.compact, view.x0_ms, view.x1_ms)
+    view.flows = TF.launch_flows(view, {r: (cache.lanes(r), cache.run.ranks[r].events)
+                                        for r in view.ranks})
     stragglers = stragglers_of(cache.analysis)
     return (FT.timeline_figure(view, stragglers, all_counters), info_text(view, stragglers),
             counters_note(view, all_counters))

@@ -131,3 +131,42 @@ def test_a_kernel_without_an_occupancy_estimate_shows_none():
             assert "occupancy" in text and str(occupancy[name]) in text, name
         seen.add(occupancy[name] == 0)
     assert seen == {True, False}  # both kinds checked
+
+
+def test_launch_arrows_join_each_runtime_call_to_its_gpu_work():
+    """zoo/straggler with CPU threads shown: an arrow per cudaLaunchKernel / cudaMemcpyAsync
+    -> its kernel or copy; each arrow's queue delay is the raw trace's (the GPU event's ts
+    minus the runtime call's ts for the same correlation id, read from the JSON here)."""
+    import gzip
+    import json
+
+    from profkit.dashboard.figures import timeline as FT
+    from profkit.dashboard.pages import timeline as PT
+    from profkit.dashboard.timeline import flows as TF
+    from profkit.dashboard.timeline import view as TV
+
+    from profkit.run.loader import load_run
+    run_dir = RUNS / "zoo" / "straggler"
+    doc = json.loads(gzip.decompress((run_dir / "traces" / "rank0.pt.trace.json.gz").read_bytes()))
+    launch_us, gpu_us = {}, {}
+    for e in doc["traceEvents"]:
+        corr = (e.get("args") or {}).get("correlation")
+        if corr is None or e.get("ph") != "X":
+            continue
+        if e.get("cat") == "cuda_runtime":
+            launch_us[corr] = e["ts"]
+        elif e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            gpu_us[corr] = e["ts"]
+    run = load_run(run_dir)
+    cache = PT.LaneCache(run, analysed(run_dir))
+    view = TV.timeline_view([cache.lanes(0)], None, show_cpu=True)
+    view.flows = TF.launch_flows(view, {0: (cache.lanes(0), run.ranks[0].events)})
+    assert 100 <= len(view.flows) <= TF.MAX_FLOWS
+    for f in view.flows.itertuples():
+        raw_delay_us = gpu_us[f.correlation] - launch_us[f.correlation]
+        assert (f.start_ms - f.launch_ms) * 1e3 == pytest.approx(raw_delay_us, abs=0.01)
+        assert "GPU stream" in f.gpu_lane and "thread" in f.cpu_lane
+    arrows = next(t for t in FT.timeline_figure(view).data if t.name == FT.FLOW_NAME)
+    assert sum(x is not None for x in arrows.x) == 2 * len(view.flows)
+    hidden = TV.timeline_view([cache.lanes(0)], None, show_cpu=False)
+    assert TF.launch_flows(hidden, {0: (cache.lanes(0), run.ranks[0].events)}).empty
