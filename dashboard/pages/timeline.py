@@ -25,6 +25,7 @@ from profkit.dashboard.timeline import data as TD
 from profkit.dashboard.timeline import event as TE
 from profkit.dashboard.timeline import flows as TF
 from profkit.dashboard.timeline import links as TL
+from profkit.dashboard.timeline import search as TS
 from profkit.dashboard.timeline import view as TV
 from profkit.dashboard.ui import components as C
 
@@ -191,6 +192,8 @@ def _timeline_card(results, run_key: str, run, analysis, query: dict) -> html.Se
                                               {"label": "all NVML counters",
                                                "value": COUNTERS_OPTION}],
                       value=[], inline=True),
+        dcc.Input(id=ids.TL_SEARCH, type="search", placeholder="search by name",
+                  debounce=True, className="tl-search", maxLength=TS.MAX_QUERY),
         html.Button("Download merged Perfetto trace", id=ids.TL_DOWNLOAD_BTN, className="button"),
         dcc.Download(id=ids.TL_DOWNLOAD),
     ])
@@ -199,6 +202,7 @@ def _timeline_card(results, run_key: str, run, analysis, query: dict) -> html.Se
     event = html.Aside(className="tl-event", children=[
         html.H2("Event"), C.loading(html.Div(TE.hint(), id=ids.TL_EVENT))])
     return C.card(None, controls, html.P(info, id=ids.TL_INFO, className="muted"),
+                  html.P(id=ids.TL_FOUND, className="tl-found"),
                   C.legend(LEGEND),
                   html.Div([html.Div(dcc.Loading(graph, type="dot"), className="tl-figure"),
                             event], className="tl-body"),
@@ -240,6 +244,24 @@ def register(app, results) -> None:
         fig, info, note = figure_or_error(results, key, chosen, window, CPU_OPTION in (cpu or []),
                                           COUNTERS_OPTION in (cpu or []))
         return fig, info, note, list(window) if window else None
+
+    @app.callback(Output(ids.TL_FOUND, "children"), Input(ids.TL_SEARCH, "value"),
+                  Input(ids.TL_RANKS, "value"), Input(ids.TL_WINDOW, "data"),
+                  State(ids.RUN_STORE, "data"), prevent_initial_call=True)
+    def search(query, ranks, window, store):
+        """The matches of a name: how many and their total time, run and window."""
+        if not isinstance(query, str) or not query.strip():
+            return ""
+        key = frame.stored_run(results, store)
+        chosen = chosen_ranks(results, key, ranks)
+        cache = lane_cache(results, key)
+        lanes = [cache.lanes(r) for r in chosen]
+        # the window shown: the zoom's, else the profiled steps' (the view's default)
+        shown = tuple(window) if window else (min(r.span_ms[0] for r in lanes),
+                                              max(r.span_ms[1] for r in lanes))
+        return frame.attempt("the search", lambda: TS.summary(
+            TS.matches(lanes, query, shown), query,
+            ranks_label(chosen, stragglers_of(cache.analysis))), lambda why: why)
 
     # Only relayouts about the x axis reach the server: Dash applies the answer to a
     # callback's latest request only, so a relayout that is no zoom (an autosize) sent

@@ -95,3 +95,24 @@ def test_timeline_cpu_thread_labels_are_whole(page):
     ticks = page.evaluate(TICKS_JS)
     assert any("(pt_autograd_0) · depth 0" in t for t, _ in ticks)
     assert [t for t, left in ticks if left < 0] == []  # before: 'rank 1 · thread 1099 (...' cut
+
+
+def test_timeline_search_by_name_gives_the_matches_total_time(page):
+    page.goto(f"{page.base}/run/{KEYS['zoo/straggler']}/timeline")
+    page.wait_for_selector("#tl-graph .main-svg")
+    page.locator("#tl-search").fill("nccl")
+    page.locator("#tl-search").press("Enter")
+    page.wait_for_function("document.querySelector('#tl-found').textContent.length > 0")
+    text = page.locator("#tl-found").inner_text()
+    assert text.startswith('"nccl" on rank 1 (straggler), rank 0: GPU ')
+    assert " ms in the whole run; in this window: GPU " in text
+
+
+def test_timeline_draws_launch_arrows_with_the_cpu_threads(page):
+    page.goto(f"{page.base}/run/{KEYS['zoo/straggler']}/timeline")
+    page.wait_for_selector("#tl-graph .main-svg")
+    page.get_by_label("CPU threads").check()
+    page.wait_for_function("document.querySelector('#tl-info').textContent.includes('arrows')")
+    names = page.evaluate("() => document.querySelector('#tl-graph .js-plotly-plot')"
+                          "._fullData.map(d => d.name)")
+    assert "launch -> GPU" in names

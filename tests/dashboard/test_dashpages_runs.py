@@ -170,3 +170,29 @@ def test_launch_arrows_join_each_runtime_call_to_its_gpu_work():
     assert sum(x is not None for x in arrows.x) == 2 * len(view.flows)
     hidden = TV.timeline_view([cache.lanes(0)], None, show_cpu=False)
     assert TF.launch_flows(hidden, {0: (cache.lanes(0), run.ranks[0].events)}).empty
+
+
+def test_search_by_name_counts_and_times_the_matches():
+    """'nccl' on zoo/straggler rank 0: the NCCL kernels of the raw trace (name holds
+    'nccl', any case), counted and their durations summed from the JSON here."""
+    import gzip
+    import json
+
+    from profkit.dashboard.pages import timeline as PT
+    from profkit.dashboard.timeline import search as TS
+
+    from profkit.run.loader import load_run
+    run_dir = RUNS / "zoo" / "straggler"
+    doc = json.loads(gzip.decompress((run_dir / "traces" / "rank0.pt.trace.json.gz").read_bytes()))
+    nccl = [e["dur"] for e in doc["traceEvents"]
+            if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
+    assert nccl
+    run = load_run(run_dir)
+    cache = PT.LaneCache(run, analysed(run_dir))
+    found = TS.matches([cache.lanes(0)], "NCCL")
+    gpu = found[(found["layer"] == "gpu") & (found["scope"] == "run")].iloc[0]
+    assert gpu["events"] == len(nccl)
+    assert gpu["total_ms"] == pytest.approx(sum(nccl) / 1e3, rel=1e-6)
+    text = TS.summary(found, "NCCL", "rank 0")
+    assert text.startswith(f'"NCCL" on rank 0: GPU {len(nccl)} event(s), {sum(nccl) / 1e3:.3f} ms')
+    assert TS.matches([cache.lanes(0)], "no such kernel name")["events"].sum() == 0
