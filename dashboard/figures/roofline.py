@@ -89,9 +89,10 @@ def _draw_roofs(fig: go.Figure, compute: list[float], memory: list[float],
                         line=dict(color=ROOF_COLOR, width=1.5, dash="dot"),
                         name=f"memory roof {gbps:g} GB/s",
                         hovertemplate=f"memory roof: HBM {gbps:g} GB/s<extra></extra>")
-        fig.add_annotation(x=np.log10(lo * 2), y=np.log10(lo * 2 * gbps / 1e3),
-                           text=f"HBM {gbps:g} GB/s", showarrow=False, textangle=0,
-                           xanchor="left", yanchor="bottom", font=dict(size=10, color=ROOF_COLOR))
+        at = np.log10(lo) + 0.4 * (np.log10(min(x1, hi)) - np.log10(lo))  # along the slope
+        fig.add_annotation(x=at, y=at + np.log10(gbps / 1e3), text=f"HBM {gbps:g} GB/s",
+                           showarrow=False, xanchor="right", yanchor="bottom", xshift=-4,
+                           font=dict(size=10, color=ROOF_COLOR))
     fastest = max(memory) if memory else None
     for tflops in compute:
         x0 = tflops * 1e3 / fastest if fastest else lo

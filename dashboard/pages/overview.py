@@ -121,8 +121,8 @@ def body(a, run_key: str) -> list:
             C.card(None, _slot(ids.RANK_BARS_SLOT), C.legend(F.part_legend()),
                    html.P(["Click a rank to see its steps. ", dcc.Link(
                        "The breakdown as a table →", id=ids.RANK_TABLE_LINK,
-                       href=C.run_href(run_key, "tables") + f"#{T.anchor('rank_breakdown')}")],
-                          className="hint")),
+                       href=C.run_href(run_key, "tables") + f"#{T.anchor('rank_breakdown')}")
+                       if len(a.table("rank_breakdown")) else None], className="hint")),
             C.card(None, _slot(ids.STEP_HEATMAP_SLOT)),
         ]),
         C.card(None, _slot(ids.RANK_DETAIL_SLOT), C.legend(F.part_legend())),

@@ -36,6 +36,7 @@ LEGEND = {**{k: colors.CLASS_COLORS[k] for k in ("compute", "communication", "me
           **{f"idle: {k}": colors.PART_COLORS[k] for k in TD.IDLE_CAUSES},
           "CPU op": _CPU["cpu_op"], "CUDA runtime": _CPU["runtime"],
           "annotation": _CPU["annotation"], "collective arrival": FT.LINK_COLOR,
+          FT.FLOW_NAME + " (CPU threads)": FT.FLOW_COLOR,
           "step left out of the verdict": FT.LEFT_OUT_FILL}
 MAX_RANKS = 256  # ranks drawn at once (compact rows, binned)
 CPU_OPTION = "cpu"
