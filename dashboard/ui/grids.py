@@ -73,7 +73,8 @@ def column_defs(frame: pd.DataFrame, *, headers: dict[str, str] | None = None,
         numeric = pd.api.types.is_numeric_dtype(frame[name]) and \
             not pd.api.types.is_bool_dtype(frame[name])
         wide = not numeric and frame[name].astype(str).str.len().max() > LONG_TEXT
-        col = {"field": name, "headerName": (headers or {}).get(name, name),
+        header = (headers or {}).get(name, name)
+        col = {"field": name, "headerName": header, "headerTooltip": header,
                "filter": "agNumberColumnFilter" if numeric else "agTextColumnFilter",
                "flex": WIDE if wide else 1,
                "minWidth": MIN_WIDE_PX if wide else MIN_NUMBER_PX if numeric else MIN_TEXT_PX}
