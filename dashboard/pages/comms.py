@@ -36,16 +36,17 @@ def layout(results, run_key: str = "") -> html.Div:
 
 
 def nothing_to_show(a) -> str | None:
-    """Why the page has nothing to show, in words, when the run has no collective, no
-    collective wait and no straggler (a single-GPU run has none); None otherwise."""
+    """Why the page has nothing to show, in words, for a single-rank run without a
+    collective, a collective wait or a straggler; None otherwise. (A run of several ranks
+    keeps its panels, empty or not: with a rank missing, its collectives cannot be matched,
+    and no sentence here would be sure why.)"""
     if any(len(a.table(name)) for name in ("collectives", "collective_waits", "stragglers")):
         return None
     world = max(int(a.run.get("world_size") or 0), len(a.run.get("ranks_analyzed") or []))
-    if world <= 1:
-        return ("No communication: this is a single-rank run (one GPU), so there are no "
-                "collectives between ranks, no waits and no stragglers to show.")
-    return (f"No collectives were found in the traces of this {world}-rank run: no NCCL "
-            "kernels ran in the profiled steps, so there are no waits or stragglers to show.")
+    if world > 1:
+        return None
+    return ("No communication: this is a single-rank run (one GPU), so there are no "
+            "collectives between ranks, no waits and no stragglers to show.")
 
 
 def body(a, origin_ns: int) -> list:
