@@ -174,6 +174,10 @@ def test_zoom_out_requeries_the_whole_run(page):
 
 def test_a_relayout_that_is_no_zoom_does_not_swallow_the_zoom_answer(page):
     open_timeline(page, "zoo/straggler")
+    # the NVML rows (yaxis2 on), collapsed in this 31 ms run until asked for
+    page.get_by_label("all NVML counters").check()
+    page.wait_for_function("!document.querySelector('#tl-note').textContent.includes('hidden')")
+    page.wait_for_function(LISTENING_JS)
     # Dash applies only the answer to a callback's latest request: a relayout about another
     # axis sent while the zoom's request is in flight must not reach the server
     page.evaluate("(() => { const g = document.querySelector('#tl-graph .js-plotly-plot');"
