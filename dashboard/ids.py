@@ -37,6 +37,8 @@ TL_CPU = "tl-cpu"  # ["cpu"] draws the CPU threads too
 TL_GRAPH = "tl-graph"
 TL_INFO = "tl-info"
 TL_NOTE = "tl-note"  # what the NVML rows can and cannot tell about the window
+TL_SEARCH = "tl-search"  # search by name
+TL_FOUND = "tl-found"  # its matches: counts and total time
 TL_ZOOM = "tl-zoom"  # the graph's relayouts that are about the x axis (kept in the browser)
 TL_WINDOW = "tl-window"  # [t0_ms, t1_ms] drawn, None for every step: kept across rank changes
 TL_EVENT = "tl-event"  # the clicked event's details, beside the figure
@@ -57,6 +59,7 @@ C_TABLE = "c-table"
 C_WAITS = "c-waits"
 C_SKEW = "c-skew"
 C_DETAIL = "c-detail"
+C_NONE = "c-none"
 C_STRAGGLERS = "c-stragglers"
 
 # counters
@@ -83,3 +86,4 @@ CMP_VERDICT = "cmp-verdict"
 CMP_PARTS = "cmp-parts"
 CMP_KERNELS = "cmp-kernels"
 CMP_OPS = "cmp-ops"
+RANK_TABLE_LINK = "rank-table-link"

@@ -41,14 +41,25 @@ def base_layout(fig: go.Figure, title: str | None = None, height: int = 320,
     return fig
 
 
-# an NVML metric's unit suffix -> the unit it reads in (longest suffixes first)
-METRIC_UNITS = (("_mibps", "MiB/s"), ("_bytes", "bytes"), ("_mhz", "MHz"), ("_pct", "%"),
-                ("_mj", "mJ"), ("_w", "W"), ("_c", "°C"))
+# an NVML metric's unit suffix -> the unit it reads in and the factor to it (longest
+# suffixes first). Sizes in decimal MB and GB, as the text report (analyzers/units.size) and
+# the tables print them: NVML's MiB/s become MB/s, bytes GB.
+METRIC_UNITS = (("_mibps", "MB/s", 2**20 / 1e6), ("_bytes", "GB", 1e-9),
+                ("_mhz", "MHz", 1.0), ("_pct", "%", 1.0), ("_mj", "mJ", 1.0), ("_w", "W", 1.0),
+                ("_c", "°C", 1.0))
+
+
+def metric_unit(metric: str) -> tuple[str, float]:
+    """(the unit ``metric`` reads in, the factor from its stored values to it)."""
+    for suffix, unit, scale in METRIC_UNITS:
+        if metric.endswith(suffix) and len(metric) > len(suffix):
+            return unit, scale
+    return "", 1.0
 
 
 def metric_label(metric: str) -> str:
     """``sm_clock_mhz`` -> ``sm clock (MHz)``: the name in words, the unit in brackets."""
-    for suffix, unit in METRIC_UNITS:
+    for suffix, unit, _ in METRIC_UNITS:
         if metric.endswith(suffix) and len(metric) > len(suffix):
             return f"{metric[: -len(suffix)].replace('_', ' ')} ({unit})"
     return metric.replace("_", " ")
@@ -95,15 +106,17 @@ def breakdown_bars(ranks: pd.DataFrame, stragglers: list[int] = (),
     return base_layout(fig, "Step breakdown per rank", l=MS_AXIS_MARGIN)
 
 
-def step_heatmap(steps: pd.DataFrame) -> go.Figure:
+def step_heatmap(steps: pd.DataFrame, verdict_ranks=None) -> go.Figure:
     """Rank x step heatmap of step time (ms). The colour scale starts at 0 ms, so that
     steps of 10.4 and 10.7 ms look alike and a step twice as long stands out. Steps the
     analysis left out of the verdict (``used`` False) are crossed in amber, with why on
-    hover."""
+    hover; so are the used steps of ranks outside ``verdict_ranks`` (the ranks whose steps
+    the verdict counts: a rank whose every step compiles gives none, and a run of such ranks
+    no verdict at all). None: every rank's used steps count."""
     if steps.empty:
         return empty_figure("no profiled steps")
     grid = steps.pivot_table(index="rank", columns="step", values="step_ns", aggfunc="sum") / 1e6
-    why = _step_status(steps).reindex(index=grid.index, columns=grid.columns)
+    why = _step_status(steps, verdict_ranks).reindex(index=grid.index, columns=grid.columns)
     x, y = [f"step {s}" for s in grid.columns], [f"rank {r}" for r in grid.index]
     fig = go.Figure(go.Heatmap(
         z=grid.to_numpy(), x=x, y=y, colorscale="Blues", colorbar=dict(title="ms"),
@@ -124,12 +137,20 @@ def step_heatmap(steps: pd.DataFrame) -> go.Figure:
                        r=COLORBAR_MARGIN, **({"b": LEGEND_MARGIN} if len(out) else {}))
 
 
-def _step_status(steps: pd.DataFrame) -> pd.DataFrame:
+def _step_status(steps: pd.DataFrame, verdict_ranks=None) -> pd.DataFrame:
     """Rank x step: "used for the verdict", or "left out of the verdict: <why>"."""
     n = len(steps)
     used = steps["used"].astype(bool).to_numpy() if "used" in steps else np.ones(n, bool)
     reasons = (steps["excluded_reason"].fillna("").astype(str).to_numpy()
                if "excluded_reason" in steps else np.full(n, ""))
+    if verdict_ranks is not None:
+        counted = steps["rank"].isin(list(verdict_ranks)).to_numpy()
+        compiling = (steps["compile_ns"].fillna(0).to_numpy() > 0 if "compile_ns" in steps
+                     else np.zeros(n, bool))
+        why_not = np.where(compiling, "it compiles (torch.compile): no steady state",
+                           "its rank gives no verdict")
+        reasons = np.where(used & ~counted, why_not, reasons)
+        used = used & counted
     text = ["used for the verdict" if u else f"{LEFT_OUT}: {r}" if r else LEFT_OUT
             for u, r in zip(used, reasons)]
     frame = steps[["rank", "step"]].assign(status=text)
@@ -262,10 +283,13 @@ def counters_figure(counters: pd.DataFrame, metrics: list[str], steps: pd.DataFr
     palette = ["#2563eb", "#f59e0b", "#10b981", "#8b5cf6", "#dc2626", "#0ea5e9", "#a16207"]
     for i, metric in enumerate(metrics, start=1):
         for j, (rank, group) in enumerate(counters[counters["metric"] == metric].groupby("rank")):
-            fig.add_scatter(x=(group["ts_ns"] - base_ns) / 1e6, y=group["value"], row=i, col=1,
-                            mode="lines+markers", name=f"rank {rank}", legendgroup=str(rank),
-                            showlegend=i == 1, line=dict(color=palette[j % len(palette)]),
-                            hovertemplate=f"rank {rank} {metric}: " + "%{y:.1f}<extra></extra>")
+            unit, scale = metric_unit(metric)
+            fig.add_scatter(x=(group["ts_ns"] - base_ns) / 1e6, y=group["value"] * scale,
+                            row=i, col=1, mode="lines+markers", name=f"rank {rank}",
+                            legendgroup=str(rank), showlegend=i == 1,
+                            line=dict(color=palette[j % len(palette)]),
+                            hovertemplate=f"rank {rank} {metric}: " + "%{y:.1f} " + unit
+                                          + "<extra></extra>")
     times = [(counters["ts_ns"] - base_ns) / 1e6, (steps["ts_ns"] - base_ns) / 1e6]
     step_shading(fig, steps, base_ns, span_ms=float(pd.concat(times).max() - pd.concat(times).min()))
     for row in (throttled if throttled is not None else pd.DataFrame()).itertuples(index=False):

@@ -3,10 +3,13 @@
 
 Log-log: arithmetic intensity (FLOP per byte moved) across, achieved TFLOP/s up; one point
 per (rank, kernel), its area proportional to the kernel's time per step, its colour its
-class. The roofs are drawn for every (compute peak, HBM peak) pair the table holds: the
-memory roof ``intensity x bandwidth`` rising to each compute peak (the fp32 vector peak for
-elementwise work, the tensor peak of each GEMM precision). Kernels without a known cost are
-left out (the title counts them); kernels without FLOPs (copies) sit on the figure's floor.
+class. Each roof is drawn once and labelled: one memory roof ``intensity x bandwidth`` per
+HBM bandwidth, and one flat compute roof per compute peak the table holds (the fp32 vector
+peak for elementwise work, the tensor peak of each GEMM precision), from where it meets the
+memory roof. The table's peaks are time-weighted means per kernel, so 989.4 and
+989.3999999999999 are one roof. Kernels without a known cost are left out, and so are kernels
+without FLOPs (copies, fills): they have no place on a FLOP axis (a floor under them would
+stretch it over ten decades); the title counts both, with the copies' time per step.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ BOUND_COLORS = {"math": "#2563eb", "memory": "#dc2626", "latency": "#9ca3af"}
 ROOF_COLOR = "#1f2937"
 MAX_MARKER_PX = 40
 MIN_MARKER_PX = 5
+ROOF_DIGITS = 4  # significant digits two peaks must share to be one roof
 
 
 def roofline_figure(table: pd.DataFrame) -> go.Figure:
@@ -30,16 +34,18 @@ def roofline_figure(table: pd.DataFrame) -> go.Figure:
                   & (table["kernel_ms_per_step"] > 0)]
     if known.empty:
         return empty_figure("no kernel with a known cost: profile with record_shapes=True")
-    x = _floor(known["intensity_flop_per_byte"])
-    y = _floor(known["achieved_tflops"])
-    lo, hi = min(x.min(), 1e-2) / 2, max(x.max(), _ridge(known).max()) * 4
+    has_flops = _positive(known["intensity_flop_per_byte"]) & _positive(known["achieved_tflops"])
+    flopless, known = known[~has_flops], known[has_flops]
+    title = "Kernel roofline" + _left_out(len(table) - len(known) - len(flopless), flopless)
+    if known.empty:
+        return empty_figure("no kernel with FLOPs to place on the roofline" + title[15:])
+    x = known["intensity_flop_per_byte"].to_numpy(dtype=float)
+    y = known["achieved_tflops"].to_numpy(dtype=float)
+    compute, memory = roofs(known)
+    ridges = [t * 1e3 / g for t in compute for g in memory] or [1.0]
+    lo, hi = min(x.min(), 1e-2) / 2, max(x.max(), max(ridges)) * 4
     fig = go.Figure()
-    for tflops, gbps in _roofs(known):
-        xs = np.geomspace(lo, hi, 200)
-        fig.add_scatter(x=xs, y=np.minimum(tflops, xs * gbps / 1e3), mode="lines",
-                        line=dict(color=ROOF_COLOR, width=1.5), showlegend=False,
-                        name=f"roof {tflops:g} TFLOP/s, {gbps:g} GB/s",
-                        hovertemplate=f"roof: {tflops:g} TFLOP/s, {gbps:g} GB/s<extra></extra>")
+    _draw_roofs(fig, compute, memory, lo, hi)
     size = _sizes(known["kernel_ms_per_step"].to_numpy(dtype=float))
     for bound, color in BOUND_COLORS.items():
         rows = (known["bound"] == bound).to_numpy()
@@ -55,32 +61,63 @@ def roofline_figure(table: pd.DataFrame) -> go.Figure:
                           "%{customdata[2]:.3f} ms/step, %{y:.3g} TFLOP/s, "
                           "%{customdata[3]:.0f} GB/s, %{x:.3g} FLOP/byte<extra>"
                           + bound + "</extra>")
-    fig.update_xaxes(type="log", title_text="FLOP per byte moved")
+    fig.update_xaxes(type="log", title_text="FLOP per byte moved",
+                     range=[np.log10(lo), np.log10(hi)])
     fig.update_yaxes(type="log", title_text="achieved TFLOP/s")
-    left_out = len(table) - len(known)
-    title = "Kernel roofline" + (f" ({left_out} kernel(s) without a known cost left out)"
-                                 if left_out else "")
     return base_layout(fig, title, height=420)
 
 
-def _floor(values: pd.Series) -> np.ndarray:
-    """Positive values for a log axis: zero or missing ones (copies: no FLOPs) at a floor
-    two decades under the smallest positive one."""
+def roofs(table: pd.DataFrame) -> tuple[list[float], list[float]]:
+    """The distinct compute peaks (TFLOP/s) and HBM bandwidths (GB/s) of ``table``, each
+    once (to :data:`ROOF_DIGITS` significant digits), ascending."""
+    def distinct(values: pd.Series) -> list[float]:
+        v = values.to_numpy(dtype=float)
+        v = v[np.isfinite(v) & (v > 0)]
+        return sorted({float(f"{x:.{ROOF_DIGITS}g}") for x in v})
+    return distinct(table["peak_tflops"]), distinct(table["peak_gbps"])
+
+
+def _draw_roofs(fig: go.Figure, compute: list[float], memory: list[float],
+                lo: float, hi: float) -> None:
+    """One sloped line per bandwidth up to the highest compute peak, one flat line per
+    compute peak from its ridge with the fastest bandwidth; each with its label."""
+    top = max(compute) if compute else None
+    for gbps in memory:
+        x1 = top * 1e3 / gbps if top else hi
+        xs = np.geomspace(lo, min(x1, hi), 50)
+        fig.add_scatter(x=xs, y=xs * gbps / 1e3, mode="lines", showlegend=False,
+                        line=dict(color=ROOF_COLOR, width=1.5, dash="dot"),
+                        name=f"memory roof {gbps:g} GB/s",
+                        hovertemplate=f"memory roof: HBM {gbps:g} GB/s<extra></extra>")
+        at = np.log10(lo) + 0.4 * (np.log10(min(x1, hi)) - np.log10(lo))  # along the slope
+        fig.add_annotation(x=at, y=at + np.log10(gbps / 1e3), text=f"HBM {gbps:g} GB/s",
+                           showarrow=False, xanchor="right", yanchor="bottom", xshift=-4,
+                           font=dict(size=10, color=ROOF_COLOR))
+    fastest = max(memory) if memory else None
+    for tflops in compute:
+        x0 = tflops * 1e3 / fastest if fastest else lo
+        fig.add_scatter(x=[x0, hi], y=[tflops, tflops], mode="lines", showlegend=False,
+                        line=dict(color=ROOF_COLOR, width=1.5),
+                        name=f"compute roof {tflops:g} TFLOP/s",
+                        hovertemplate=f"compute roof: {tflops:g} TFLOP/s<extra></extra>")
+        fig.add_annotation(x=np.log10(hi), y=np.log10(tflops), text=f"{tflops:g} TFLOP/s",
+                           showarrow=False, xanchor="right", yanchor="bottom",
+                           font=dict(size=10, color=ROOF_COLOR))
+
+
+def _left_out(unknown: int, flopless: pd.DataFrame) -> str:
+    parts = []
+    if unknown:
+        parts.append(f"{unknown} kernel(s) without a known cost")
+    if len(flopless):
+        ms = flopless["kernel_ms_per_step"].sum()
+        parts.append(f"{len(flopless)} without FLOPs (copies, fills: {ms:.3g} ms/step)")
+    return f" ({' and '.join(parts)} left out)" if parts else ""
+
+
+def _positive(values: pd.Series) -> np.ndarray:
     v = values.to_numpy(dtype=float)
-    positive = v[np.isfinite(v) & (v > 0)]
-    floor = positive.min() / 100 if len(positive) else 1e-6
-    return np.where(np.isfinite(v) & (v > 0), v, floor)
-
-
-def _roofs(table: pd.DataFrame) -> list[tuple[float, float]]:
-    pairs = table[["peak_tflops", "peak_gbps"]].dropna().drop_duplicates()
-    return [(float(t), float(g)) for t, g in pairs.itertuples(index=False)]
-
-
-def _ridge(table: pd.DataFrame) -> np.ndarray:
-    """FLOP per byte where each compute roof meets the memory roof."""
-    ridge = (table["peak_tflops"] * 1e3 / table["peak_gbps"]).to_numpy(dtype=float)
-    return ridge[np.isfinite(ridge)] if np.isfinite(ridge).any() else np.array([1.0])
+    return np.isfinite(v) & (v > 0)
 
 
 def _sizes(ms: np.ndarray) -> np.ndarray:

@@ -11,12 +11,15 @@ interpolated between them.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+from profkit.analyzers import units as U
 from profkit.dashboard.colors import CLASS_COLORS, CPU_KIND_COLORS, PART_COLORS, STRAGGLER_COLOR
-from profkit.dashboard.figures.charts import base_layout
+from profkit.dashboard.figures.charts import base_layout, metric_unit
 
 GROUP_COLORS = {**CPU_KIND_COLORS, **CLASS_COLORS, **PART_COLORS}
 LANE_PX, COMPACT_LANE_PX, COUNTER_PX = 24, 11, 100
@@ -29,12 +32,16 @@ MAX_LABELS = 40  # step labels per rank in one window
 LABEL_MIN_SHARE = 0.02  # a step showing less of the window than this gets no label
 RIGHT_EDGE = 0.9  # a label starting past this share of the window is right-aligned
 BAR_THICKNESS = 0.7  # an event's bar, in lanes
-UNITS = {"_pct": "%", "_mhz": "MHz", "_w": "W", "_bytes": "bytes", "_mibps": "MiB/s",
-         "_c": "°C", "_mj": "mJ"}
+LABEL_CHAR_PX, MIN_MARGIN_PX, MAX_MARGIN_PX = 6.2, 230, 420  # lane labels' margin
+MAX_LABEL_CHARS = 64  # a lane label's characters: (420 - 16) / 6.2
+_TAG = re.compile(r"<[^>]*>")
+MIN_COUNTER_SAMPLES = 3
+FLOW_NAME, FLOW_COLOR = "launch -> GPU", "rgba(79, 70, 229, 0.55)"  # CPU launch to its work  # samples inside the window a counter needs to be drawn unasked
 
 
 def unit_of(metric: str) -> str:
-    return next((u for suffix, u in UNITS.items() if metric.endswith(suffix)), "")
+    """The unit a counter reads in (the Counters page's: :func:`charts.metric_unit`)."""
+    return metric_unit(metric)[0]
 
 
 def positions(view) -> dict[str, int]:
@@ -127,8 +134,8 @@ def add_links(fig: go.Figure, view) -> None:
     x, y, text = (np.full(size, None, dtype=object) for _ in range(3))
     x[at] = links["start_ms"].to_numpy()
     y[at] = links["lane"].map(positions(view)).to_numpy()
-    text[at] = (links["collective"].astype(str) + " " + (links["bytes"] / 2**20).round(1)
-                .astype(str) + " MiB<br>start skew " + links["skew_ms"].round(3).astype(str)
+    text[at] = (links["collective"].astype(str) + " " + links["bytes"].map(U.size)
+                + "<br>start skew " + links["skew_ms"].round(3).astype(str)
                 + " ms, last: rank " + links["last_rank"].astype(str) + "<br>rank "
                 + links["rank"].astype(str) + " starts").to_numpy()
     fig.add_trace(go.Scatter(x=x, y=y, text=text, mode="lines+markers",
@@ -136,6 +143,30 @@ def add_links(fig: go.Figure, view) -> None:
                              line=dict(color=LINK_COLOR, width=1.2),
                              marker=dict(size=5, color=LINK_COLOR),
                              hovertemplate="%{text}<br>%{x:.3f} ms<extra></extra>"), row=1, col=1)
+
+
+def add_flows(fig: go.Figure, view) -> None:
+    """An arrow from each CUDA runtime call to the GPU work it queued (``view.flows``,
+    :func:`profkit.dashboard.timeline.flows.launch_flows`), as one line trace with gaps."""
+    flows = getattr(view, "flows", None)
+    if flows is None or flows.empty:
+        return
+    pos = positions(view)
+    n = len(flows)
+    x, y = np.full(3 * n, None, dtype=object), np.full(3 * n, None, dtype=object)
+    x[0::3], x[1::3] = flows["launch_ms"].to_numpy(), flows["start_ms"].to_numpy()
+    y[0::3], y[1::3] = flows["cpu_lane"].map(pos).to_numpy(), flows["gpu_lane"].map(pos).to_numpy()
+    text = np.full(3 * n, None, dtype=object)
+    delay_us = ((flows["start_ms"] - flows["launch_ms"]) * 1e3).round(1).astype(str)
+    text[0::3] = text[1::3] = ("launch of " + flows["name"].str.slice(0, 80) + "<br>starts "
+                               + delay_us + " us after the call").to_numpy()
+    size = np.zeros(3 * n)
+    size[1::3] = 9  # the arrowhead at the GPU end
+    fig.add_trace(go.Scatter(x=x, y=y, text=text, mode="lines+markers", name=FLOW_NAME,
+                             showlegend=False, line=dict(color=FLOW_COLOR, width=0.8),
+                             marker=dict(symbol="arrow", angleref="previous", size=size,
+                                         color=FLOW_COLOR),
+                             hovertemplate="%{text}<extra></extra>"), row=1, col=1)
 
 
 def rank_blocks(view) -> dict[int, tuple[float, float]]:
@@ -221,12 +252,30 @@ def add_counters(fig: go.Figure, view, metrics: list[str]) -> None:
             if mine.empty:
                 continue
             fig.add_trace(go.Scatter(
-                x=mine["t_ms"], y=mine["value"], mode="lines+markers", line_shape="hv",
+                x=mine["t_ms"], y=mine["value"] * metric_unit(metric)[1],
+                mode="lines+markers", line_shape="hv",
                 name=f"rank {rank}", legendgroup=f"rank {rank}", showlegend=row == 2,
                 line=dict(color=palette[j % len(palette)], width=1.5), marker=dict(size=7),
                 hovertemplate=f"rank {rank} {metric}: " + "%{y:.1f} " + unit_of(metric)
                               + " read at %{x:.3f} ms<extra></extra>"), row=row, col=1)
         fig.update_yaxes(title_text=unit_of(metric), row=row, col=1)
+
+
+def _clip(label: str) -> str:
+    """A lane label that fits :data:`MAX_MARGIN_PX`: its middle cut out past
+    :data:`MAX_LABEL_CHARS` (the rank and the depth at its ends stay)."""
+    if len(label) <= MAX_LABEL_CHARS:
+        return label
+    half = (MAX_LABEL_CHARS - 1) // 2
+    return label[:half] + "…" + label[-(MAX_LABEL_CHARS - 1 - half):]
+
+
+def label_margin_px(labels) -> int:
+    """The left margin that holds the longest lane label whole (tags aside): about 6.2 px a
+    character at the lanes' 10 px font, within [MIN_MARGIN_PX, MAX_MARGIN_PX]. A fixed
+    230 px cut ``rank 0 · thread 1099 (pt_autograd_0) · depth 0`` short."""
+    longest = max((len(_TAG.sub("", str(t))) for t in labels or ()), default=0)
+    return int(min(MAX_MARGIN_PX, max(MIN_MARGIN_PX, LABEL_CHAR_PX * longest + 16)))
 
 
 def tick_labels(view, stragglers) -> list[str]:
@@ -235,16 +284,37 @@ def tick_labels(view, stragglers) -> list[str]:
     out, thread = [], None
     for lane in view.lanes:
         owner, _, depth = lane.rpartition(" · depth ")
-        text = f"depth {depth}" if owner and owner == thread else lane
+        text = f"depth {depth}" if owner and owner == thread else _clip(lane)
         thread = owner or None
         out.append(f"<span style='color:{STRAGGLER_COLOR}'>{text}</span>"
                    if view.rank_of[lane] in stragglers else text)
     return out
 
 
-def timeline_figure(view, stragglers=()) -> go.Figure:
-    """Lanes of every rank shown (top), NVML counters (below), one time axis in ms."""
-    metrics = list(dict.fromkeys(view.counters["metric"])) if len(view.counters) else []
+def counter_metrics(view) -> list[str]:
+    """Every NVML metric of the view's counters, in their order."""
+    return list(dict.fromkeys(view.counters["metric"])) if len(view.counters) else []
+
+
+def resolvable_metrics(view, minimum: int = MIN_COUNTER_SAMPLES) -> list[str]:
+    """The metrics with at least ``minimum`` samples inside the window on every shown rank
+    that has the metric: a counter read every 100 ms says nothing about a 30 ms window
+    (one reading, held, reads 0-10% busy under a GPU that is 96% busy)."""
+    out = []
+    for metric in counter_metrics(view):
+        c = view.counters[view.counters["metric"] == metric]
+        inside = c[c["inside"].astype(bool)].groupby("rank").size()
+        ranks = [r for r in view.ranks if (c["rank"] == r).any()]
+        if ranks and min(int(inside.get(r, 0)) for r in ranks) >= minimum:
+            out.append(metric)
+    return out
+
+
+def timeline_figure(view, stragglers=(), all_counters: bool = False) -> go.Figure:
+    """Lanes of every rank shown (top), NVML counters (below), one time axis in ms: only
+    the counters that resolve the window (:func:`resolvable_metrics`), unless
+    ``all_counters``."""
+    metrics = counter_metrics(view) if all_counters else resolvable_metrics(view)
     lane_px = COMPACT_LANE_PX if view.compact else LANE_PX
     heights = [lane_px * max(len(view.lanes), 1) + 40] + [COUNTER_PX] * len(metrics)
     fig = make_subplots(rows=1 + len(metrics), cols=1, shared_xaxes=True,
@@ -262,6 +332,7 @@ def timeline_figure(view, stragglers=()) -> go.Figure:
     elif len(view.bins):
         add_bins(fig, view)
     add_links(fig, view)
+    add_flows(fig, view)
     add_counters(fig, view, metrics)
     shapes, labels = step_bands(view)
     fig.update_yaxes(tickvals=list(positions(view).values()), showgrid=False, zeroline=False,
@@ -270,7 +341,8 @@ def timeline_figure(view, stragglers=()) -> go.Figure:
     fig.update_xaxes(range=[view.x0_ms, view.x1_ms])  # every row: counters reach past it
     fig.update_xaxes(title_text="time (ms after the first step)", row=1 + len(metrics), col=1)
     fig = base_layout(fig, height=sum(heights) + 90)
-    fig.update_layout(uirevision="timeline", dragmode="zoom", margin=dict(l=230, t=40),
+    fig.update_layout(uirevision="timeline", dragmode="zoom",
+                      margin=dict(l=label_margin_px(fig.layout.yaxis.ticktext), t=40),
                       shapes=shapes, annotations=list(fig.layout.annotations) + labels,
                       # the counters' legend at the left: the modebar sits at the right
                       legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0,

@@ -35,8 +35,26 @@ def layout(results, run_key: str = "") -> html.Div:
                       needs_run=False, keep=True)
 
 
+def nothing_to_show(a) -> str | None:
+    """Why the page has nothing to show, in words, for a single-rank run without a
+    collective, a collective wait or a straggler; None otherwise. (A run of several ranks
+    keeps its panels, empty or not: with a rank missing, its collectives cannot be matched,
+    and no sentence here would be sure why.)"""
+    if any(len(a.table(name)) for name in ("collectives", "collective_waits", "stragglers")):
+        return None
+    world = max(int(a.run.get("world_size") or 0), len(a.run.get("ranks_analyzed") or []))
+    if world > 1:
+        return None
+    return ("No communication: this is a single-rank run (one GPU), so there are no "
+            "collectives between ranks, no waits and no stragglers to show.")
+
+
 def body(a, origin_ns: int) -> list:
-    """The page's panels; ``origin_ns``: time 0 of the skew chart (the timeline's)."""
+    """The page's panels; ``origin_ns``: time 0 of the skew chart (the timeline's). One
+    card saying why when there is nothing to show (:func:`nothing_to_show`)."""
+    why = nothing_to_show(a)
+    if why:
+        return [C.card("Communication", html.P(why, id=ids.C_NONE, className="summary"))]
     coll = a.table("collectives")
     return [
         html.Div(className="grid two", children=[

@@ -9,6 +9,7 @@ import re
 import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
+from profkit.analyzers import units as U
 from profkit.analyzers.analyze import part_name
 from profkit.analyzers.report import headline as HL
 from profkit.analyzers.report.evidence import evidence_text
@@ -52,7 +53,8 @@ def facts_card(a) -> html.Section:
     facts = {"ranks": banner.ranks_text(a.run), "steps per rank": int(ranks["steps"].max()) if len(ranks) else 0,
              "median step": C.median_step_text(a)}
     if not eff.empty and eff["mfu"].notna().any():
-        facts["MFU"] = f"{eff['mfu'].mean():.0%}"
+        # no verdict (every step compiles, say): no step is the model's steady state
+        facts["MFU"] = U.pct(eff["mfu"].mean()) if a.verdict.get("primary") else U.MISSING
     if not eff.empty and eff["gpu_util"].notna().any():
         facts["GPU busy"] = f"{eff['gpu_util'].mean():.0%}"
     return C.card(None, html.Div([html.Div([html.Div(str(v), className="stat-value"),
@@ -135,7 +137,10 @@ def body(a, run_key: str) -> list:
             frame.panel("Evidence & recommendations", lambda: findings_card(a, run_key))]),
         html.Div(className="grid two", children=[
             C.card(None, _slot(ids.RANK_BARS_SLOT), C.legend(F.part_legend()),
-                   html.P("Click a rank to see its steps.", className="hint")),
+                   html.P(["Click a rank to see its steps. ", dcc.Link(
+                       "The breakdown as a table →", id=ids.RANK_TABLE_LINK,
+                       href=C.run_href(run_key, "tables") + f"#{T.anchor('rank_breakdown')}")
+                       if len(a.table("rank_breakdown")) else None], className="hint")),
             C.card(None, _slot(ids.STEP_HEATMAP_SLOT)),
         ]),
         C.card(None, _slot(ids.RANK_DETAIL_SLOT), C.legend(F.part_legend())),
@@ -150,6 +155,15 @@ def _slot(slot_id: str) -> html.Div:
                     children=html.P("drawing the chart...", className="muted chart-pending"))
 
 
+def verdict_ranks(a) -> list[int]:
+    """The ranks whose used steps the verdict counts: none when there is no verdict (every
+    profiled step compiles, say), else the ranks of the rank breakdown (a rank whose steps
+    all compile is left out of it)."""
+    if a.verdict.get("primary") is None:
+        return []
+    return [int(r) for r in a.table("rank_breakdown")["rank"]]
+
+
 def charts(a) -> tuple:
     """The overview's three charts (the slots' children): the per-rank step breakdown, the
     rank x step heatmap and the steps of the default rank, each drawn on its own."""
@@ -160,7 +174,7 @@ def charts(a) -> tuple:
         frame.panel("Step breakdown per rank", lambda: C.loading(C.graph(
             ids.RANK_BARS, F.breakdown_bars(a.table("rank_breakdown"), stragglers, rank)))),
         frame.panel("Step time, rank x step", lambda: C.graph(ids.STEP_HEATMAP,
-                                                           F.step_heatmap(steps))),
+                                                           F.step_heatmap(steps, verdict_ranks(a)))),
         frame.panel("Steps of one rank", lambda: C.loading(C.graph(
             ids.RANK_DETAIL, F.rank_steps_bars(steps, rank) if rank is not None
             else F.empty_figure("no ranks")))),

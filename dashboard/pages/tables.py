@@ -1,4 +1,5 @@
-"""Tables: every table a finding may point at (efficiency and MFU, GPU time per stream,
+"""Tables: the per-rank step breakdown, then every table a finding may point at (efficiency
+and MFU, GPU time per stream,
 compute kinds, collectives against the link's peak, stragglers, launches and the launch
 queue, short kernels, fusion candidates, NVML, transfers, where the GPU waits for the host),
 in display units, each sortable, filterable and exportable to CSV. A finding on the Overview

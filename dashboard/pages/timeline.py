@@ -1,7 +1,8 @@
 """Timeline: the ranks that matter on one time axis (by default up to eight: the straggler
 and the peer that waits for it most first), with matched collectives linked across ranks,
 the analysis' step windows, each rank's GPU-idle time coloured by its cause, CPU threads on
-demand and NVML counters below. Events are bars: hover anywhere on one for its name, click
+demand (with an arrow from each CUDA runtime call to the GPU work it queued) and the NVML
+counters that resolve the window below. Events are bars: hover anywhere on one for its name, click
 it for its details beside the figure. Every
 range change, zoom in or out, re-queries the server, which sends the events of the window,
 or their busy fraction per lane and bin when the window holds too many to draw.
@@ -22,7 +23,9 @@ from profkit.dashboard.figures import timeline as FT
 from profkit.dashboard.pages import frame
 from profkit.dashboard.timeline import data as TD
 from profkit.dashboard.timeline import event as TE
+from profkit.dashboard.timeline import flows as TF
 from profkit.dashboard.timeline import links as TL
+from profkit.dashboard.timeline import search as TS
 from profkit.dashboard.timeline import view as TV
 from profkit.dashboard.ui import components as C
 
@@ -33,9 +36,11 @@ LEGEND = {**{k: colors.CLASS_COLORS[k] for k in ("compute", "communication", "me
           **{f"idle: {k}": colors.PART_COLORS[k] for k in TD.IDLE_CAUSES},
           "CPU op": _CPU["cpu_op"], "CUDA runtime": _CPU["runtime"],
           "annotation": _CPU["annotation"], "collective arrival": FT.LINK_COLOR,
+          FT.FLOW_NAME + " (CPU threads)": FT.FLOW_COLOR,
           "step left out of the verdict": FT.LEFT_OUT_FILL}
 MAX_RANKS = 256  # ranks drawn at once (compact rows, binned)
 CPU_OPTION = "cpu"
+COUNTERS_OPTION = "counters"  # every NVML counter, also those too slow for the window
 # The run's time origin, also read by the Communication and Counters pages so that their
 # times are the timeline's.
 base_ns = TD.origin_ns
@@ -100,6 +105,9 @@ def info_text(view, stragglers) -> str:
             f"{view.x1_ms - view.x0_ms:.2f} ms shown as {shown}")
     if view.mode == "bins":
         text += f" ({view.bin_ms * 1e3:.0f} us bins)" + ("" if view.compact else "; zoom in for events")
+    flows = getattr(view, "flows", None)
+    if flows is not None and len(flows):
+        text += f"; {len(flows)} launch -> GPU arrows"
     drawn = view.links["key"].nunique() if len(view.links) else 0
     if view.n_links:
         text += (f"; {drawn} matched collectives linked" if drawn == view.n_links else
@@ -107,38 +115,57 @@ def info_text(view, stragglers) -> str:
     return text
 
 
-def counters_note(view) -> str | None:
+def hidden_counters_note(view, all_counters: bool) -> str:
+    """Which NVML counters are left out of the figure for sampling too slowly for the
+    window (:func:`~profkit.dashboard.figures.timeline.resolvable_metrics`), and how to see
+    them; empty when none is."""
+    hidden = [] if all_counters else [m for m in FT.counter_metrics(view)
+                                      if m not in FT.resolvable_metrics(view)]
+    if not hidden:
+        return ""
+    return (f" {len(hidden)} NVML counter(s) hidden ({', '.join(hidden)}): fewer than "
+            f"{FT.MIN_COUNTER_SAMPLES} samples in this window, too few to tell anything about "
+            "it; zoom out, or tick 'all NVML counters' to see them.")
+
+
+def counters_note(view, all_counters: bool = False) -> str | None:
     """What the NVML rows can and cannot tell about this window: how many utilisation
-    samples fall inside it (per rank when several are shown), then :data:`UTIL_NOTE`."""
+    samples fall inside it (per rank when several are shown), then :data:`UTIL_NOTE`, then
+    the counters hidden (:func:`hidden_counters_note`)."""
     if view.counters.empty:
         return None
     c = view.counters
     util = c[(c["metric"] == "gpu_util_pct") & c["inside"].astype(bool)]
+    hidden = hidden_counters_note(view, all_counters)
     if not (c["metric"] == "gpu_util_pct").any():
-        return UTIL_NOTE
+        return UTIL_NOTE + hidden
     per_rank = util.groupby("rank").size()
     counts = [int(per_rank.get(r, 0)) for r in view.ranks]
     n = (str(counts[0]) if len(counts) == 1 else
          ", ".join(f"rank {r}: {k}" for r, k in zip(view.ranks, counts)))
     return (f"gpu_util_pct samples in this {view.x1_ms - view.x0_ms:.1f} ms window: {n}. "
-            + UTIL_NOTE)
+            + UTIL_NOTE + hidden)
 
 
-def view_figure(results, key: str, ranks: list[int], window, show_cpu: bool) -> tuple:
+def view_figure(results, key: str, ranks: list[int], window, show_cpu: bool,
+                all_counters: bool = False) -> tuple:
     cache = lane_cache(results, key)
     view = TV.timeline_view([cache.lanes(r) for r in ranks], window, show_cpu)
     view.links, view.n_links = TL.links_in_window(cache.links(), view.ranks, view.lanes,
                                                   view.compact, view.x0_ms, view.x1_ms)
+    view.flows = TF.launch_flows(view, {r: (cache.lanes(r), cache.run.ranks[r].events)
+                                        for r in view.ranks})
     stragglers = stragglers_of(cache.analysis)
-    return (FT.timeline_figure(view, stragglers), info_text(view, stragglers),
-            counters_note(view))
+    return (FT.timeline_figure(view, stragglers, all_counters), info_text(view, stragglers),
+            counters_note(view, all_counters))
 
 
-def figure_or_error(results, key: str, ranks: list[int], window, show_cpu: bool) -> tuple:
+def figure_or_error(results, key: str, ranks: list[int], window, show_cpu: bool,
+                    all_counters: bool = False) -> tuple:
     """:func:`view_figure`, or an empty figure and the reason when it cannot be drawn (the
     controls stay usable)."""
     return frame.attempt(f"the timeline of ranks {ranks}",
-                     lambda: view_figure(results, key, ranks, window, show_cpu),
+                     lambda: view_figure(results, key, ranks, window, show_cpu, all_counters),
                      lambda why: (F.empty_figure(f"could not be drawn: {why}"), why, None))
 
 
@@ -162,8 +189,12 @@ def _timeline_card(results, run_key: str, run, analysis, query: dict) -> html.Se
     controls = html.Div(className="controls", children=[
         html.Label(["ranks", dcc.Dropdown(id=ids.TL_RANKS, options=options, value=ranks,
                                           multi=True, clearable=False, className="dropdown")]),
-        dcc.Checklist(id=ids.TL_CPU, options=[{"label": "CPU threads", "value": CPU_OPTION}],
+        dcc.Checklist(id=ids.TL_CPU, options=[{"label": "CPU threads", "value": CPU_OPTION},
+                                              {"label": "all NVML counters",
+                                               "value": COUNTERS_OPTION}],
                       value=[], inline=True),
+        dcc.Input(id=ids.TL_SEARCH, type="search", placeholder="search by name",
+                  debounce=True, className="tl-search", maxLength=TS.MAX_QUERY),
         html.Button("Download merged Perfetto trace", id=ids.TL_DOWNLOAD_BTN, className="button"),
         dcc.Download(id=ids.TL_DOWNLOAD),
     ])
@@ -172,6 +203,7 @@ def _timeline_card(results, run_key: str, run, analysis, query: dict) -> html.Se
     event = html.Aside(className="tl-event", children=[
         html.H2("Event"), C.loading(html.Div(TE.hint(), id=ids.TL_EVENT))])
     return C.card(None, controls, html.P(info, id=ids.TL_INFO, className="muted"),
+                  html.P(id=ids.TL_FOUND, className="tl-found"),
                   C.legend(LEGEND),
                   html.Div([html.Div(dcc.Loading(graph, type="dot"), className="tl-figure"),
                             event], className="tl-body"),
@@ -210,8 +242,27 @@ def register(app, results) -> None:
         key = frame.stored_run(results, store)
         chosen = chosen_ranks(results, key, ranks)
         window = window_of(dash.ctx.triggered_id, relayout, stored)
-        fig, info, note = figure_or_error(results, key, chosen, window, CPU_OPTION in (cpu or []))
+        fig, info, note = figure_or_error(results, key, chosen, window, CPU_OPTION in (cpu or []),
+                                          COUNTERS_OPTION in (cpu or []))
         return fig, info, note, list(window) if window else None
+
+    @app.callback(Output(ids.TL_FOUND, "children"), Input(ids.TL_SEARCH, "value"),
+                  Input(ids.TL_RANKS, "value"), Input(ids.TL_WINDOW, "data"),
+                  State(ids.RUN_STORE, "data"), prevent_initial_call=True)
+    def search(query, ranks, window, store):
+        """The matches of a name: how many and their total time, run and window."""
+        if not isinstance(query, str) or not query.strip():
+            return ""
+        key = frame.stored_run(results, store)
+        chosen = chosen_ranks(results, key, ranks)
+        cache = lane_cache(results, key)
+        lanes = [cache.lanes(r) for r in chosen]
+        # the window shown: the zoom's, else the profiled steps' (the view's default)
+        shown = tuple(window) if window else (min(r.span_ms[0] for r in lanes),
+                                              max(r.span_ms[1] for r in lanes))
+        return frame.attempt("the search", lambda: TS.summary(
+            TS.matches(lanes, query, shown), query,
+            ranks_label(chosen, stragglers_of(cache.analysis))), lambda why: why)
 
     # Only relayouts about the x axis reach the server: Dash applies the answer to a
     # callback's latest request only, so a relayout that is no zoom (an autosize) sent

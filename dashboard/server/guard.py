@@ -75,6 +75,7 @@ PROP_TYPES: dict[tuple[str, str], Callable[[object], bool]] = {
     (ids.TL_RANKS, "value"): _optional(_ints),
     (ids.TL_CPU, "value"): _optional(_texts),
     (ids.TL_WINDOW, "data"): _optional(_window),
+    (ids.TL_SEARCH, "value"): _optional(_text),
     (ids.TL_ZOOM, "data"): _optional(_dict),
     (ids.TL_GRAPH, "clickData"): _optional(_dict),
     (ids.TL_DOWNLOAD_BTN, "n_clicks"): _optional(_int),

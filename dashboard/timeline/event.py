@@ -23,7 +23,8 @@ from profkit import schema as S
 HINT = "Click an event on the timeline to see it here: its full name, times and where it ran."
 MAX_TEXT = 600  # characters of a hover text shown back (a link's, from the browser)
 _TAG = re.compile(r"<[^>]{0,40}>")
-# event columns shown, when the trace has them (-1 / NaN: it does not)
+# event columns shown, when the trace has them (-1 / NaN: it does not; an occupancy of 0:
+# not estimated)
 FACTS = ((S.KIND, "kind"), (S.CLASS, "class"), (S.SUBCLASS, "subclass"), (S.STEP, "step"),
          (S.STREAM, "stream"), (S.TID, "thread id"), (S.CORRELATION, "correlation"),
          (S.EXTERNAL_ID, "external id"), (S.BYTES, "size_bytes"),
@@ -102,6 +103,8 @@ def _facts(source: pd.Series) -> dict:
             continue
         if isinstance(value, str) and not value or not isinstance(value, str) and value == -1:
             continue
+        if column == S.OCCUPANCY_PCT and value == 0:
+            continue  # Kineto writes 0 where it could not estimate it (nvjet GEMMs, NCCL)
         out[label] = value.item() if hasattr(value, "item") else str(value)
     if source.get(S.KIND) in S.GPU_KINDS:
         out.pop("thread id", None)  # a GPU event's tid is its stream

@@ -44,6 +44,7 @@ class TimelineView:
     counters: pd.DataFrame = field(default_factory=pd.DataFrame)  # rank, metric, t_ms, value, inside
     periods_ms: dict = field(default_factory=dict)  # (rank, metric) -> median sample period
     links: pd.DataFrame = field(default_factory=pd.DataFrame)  # see timeline.links.links_in_window
+    flows: pd.DataFrame = field(default_factory=pd.DataFrame)  # see timeline.flows.launch_flows
     n_links: int = 0  # matched collectives starting in the window (some may not be drawn)
 
 

@@ -36,7 +36,7 @@ def run_banner(info: dict[str, Any]) -> html.Div | None:
         return None
     status = H.status_line(info)
     skipped = H.skipped_lines(_relative(info))
-    notes = H.note_lines(info)
+    notes = [for_dashboard(n) for n in H.note_lines(info)]
     return html.Div(id=ids.RUN_NOTE, className=f"card banner banner-{kind}", role="status",
                     children=[
         html.Strong(f"Run {status}", className="banner-status") if status else None,
@@ -45,6 +45,19 @@ def run_banner(info: dict[str, Any]) -> html.Div | None:
         _listing(f"{len(info.get('skipped_files') or [])} file(s) skipped", skipped, "skipped"),
         _listing("notes", notes, "notes"),
     ])
+
+
+# the CLI's advice, as the dashboard must put it: it has no --step-marker option itself
+CLI_STEP_MARKER = "pass --step-marker NAME to use a range you record per step"
+DASHBOARD_STEP_MARKER = ("to use a range you record per step, run: profkit analyze RUN "
+                         "--step-marker NAME (the dashboard itself has no such option and "
+                         "reads the steps as recorded)")
+
+
+def for_dashboard(note: str) -> str:
+    """A note of the analysis as the dashboard says it: advice to pass a CLI option the
+    dashboard lacks names the command that takes it."""
+    return note.replace(CLI_STEP_MARKER, DASHBOARD_STEP_MARKER)
 
 
 def _listing(title: str, lines: list[str], class_name: str) -> html.Details | None:

@@ -20,6 +20,10 @@ FULL = "__full__"  # prefix of the hidden row fields holding a shortened column'
 CSV_ATTR = "data-csv-grid"  # the export button's attribute naming its grid (assets/grids.js)
 WIDE = 3  # flex weight of long text columns (names, code) against 1 for numbers and words
 LONG_TEXT = 24  # characters: text columns with longer values are the wide ones
+# least widths (px) of a column: a number ("12345.678") and a word fit, headers wrap; at these
+# the 16 columns of the NVML table fit a 1280 px window (at 112 px each, the last columns
+# fell past the card's edge, behind a scrollbar that overlay scrollbars do not show)
+MIN_NUMBER_PX, MIN_TEXT_PX, MIN_WIDE_PX = 72, 88, 200
 # A change column (a diff's ``delta_ms``): slower red, faster green.
 DELTA_STYLE = {"styleConditions": [
     {"condition": "params.value > 0", "style": {"color": "#dc2626"}},
@@ -69,9 +73,11 @@ def column_defs(frame: pd.DataFrame, *, headers: dict[str, str] | None = None,
         numeric = pd.api.types.is_numeric_dtype(frame[name]) and \
             not pd.api.types.is_bool_dtype(frame[name])
         wide = not numeric and frame[name].astype(str).str.len().max() > LONG_TEXT
-        col = {"field": name, "headerName": (headers or {}).get(name, name),
+        header = (headers or {}).get(name, name)
+        col = {"field": name, "headerName": header, "headerTooltip": header,
                "filter": "agNumberColumnFilter" if numeric else "agTextColumnFilter",
-               "flex": WIDE if wide else 1, "minWidth": 200 if wide else 112}
+               "flex": WIDE if wide else 1,
+               "minWidth": MIN_WIDE_PX if wide else MIN_NUMBER_PX if numeric else MIN_TEXT_PX}
         if numeric:
             col["type"] = "numericColumn"
         if name in (full or {}):

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.analyze import part_name
 from profkit.analyzers.measure.fusion import SEQUENCE_SEP
-from profkit.analyzers.parts import PART_TABLE
+from profkit.analyzers.parts import PART_TABLE, part_label
 
 from profkit.classify.names import short_kernel_name, short_kernel_names
 
@@ -58,7 +58,24 @@ OPS = _spec(
     ("name", "op", None), ("count", "calls", None), ("self_ns", "self (ms)", MS),
     ("total_ns", "total (ms)", MS), ("mean_self_ns", "mean self (us)", US),
     ("self_share", "share of self time (%)", PCT))
+
+
+def rank_breakdown_spec() -> TableSpec:
+    """The per-rank step breakdown: each part's share of the rank's median used step, the
+    parts in :data:`~profkit.analyzers.parts.PART_TABLE`'s order and words."""
+    parts = tuple((p.key, f"{part_label(p.key)} (%)", PCT) for p in PART_TABLE)
+    return _spec(
+        "rank_breakdown", "Step breakdown per rank: where each rank's step goes",
+        ("rank", "rank", None), ("steps", "steps used", None),
+        ("steps_recorded", "steps recorded", None), ("step_time_ms", "step (ms)", None),
+        *parts, ("primary", "largest part", PART),
+        ("comm_overlap_frac", "communication hidden under compute (%)", PCT),
+        note="each part's share of the rank's step, over the steps the verdict uses; the "
+             "parts add up to 100%.")
+
+
 TABLES: tuple[TableSpec, ...] = (
+    rank_breakdown_spec(),
     _spec("efficiency", "Efficiency: MFU, TFLOP/s, precision (per rank)",
           ("rank", "rank", None), ("device_name", "device", None),
           ("achieved_tflops", "achieved (TFLOP/s)", None), ("peak_tflops", "peak (TFLOP/s)", None),
@@ -240,6 +257,19 @@ def with_links(analysis) -> pd.DataFrame:
     return coll.join(extra, on="key")
 
 
+def without_idle_parts(ranks: pd.DataFrame) -> pd.DataFrame:
+    """The rank breakdown without the optional parts no rank has time in (the pipeline
+    bubble of a run that is not a pipeline), as the text report's rank table leaves them."""
+    idle = [p.key for p in PART_TABLE if p.optional and p.key in ranks
+            and not (pd.to_numeric(ranks[p.key], errors="coerce").fillna(0) > 0).any()]
+    return ranks.drop(columns=idle)
+
+
 def source(analysis, spec: TableSpec) -> pd.DataFrame:
-    """The analysis table ``spec`` shows (collectives with their links)."""
-    return with_links(analysis) if spec.name == "collectives" else analysis.table(spec.name)
+    """The analysis table ``spec`` shows (collectives with their links, the rank breakdown
+    without idle optional parts)."""
+    if spec.name == "collectives":
+        return with_links(analysis)
+    if spec.name == "rank_breakdown":
+        return without_idle_parts(analysis.table(spec.name))
+    return analysis.table(spec.name)

@@ -23,7 +23,7 @@ def table():
     return pd.DataFrame([
         row("gemm_bf16", "math", 4.0, 700.0, 900.0, peak_tflops=989.4),
         row("gelu", "memory", 1.0, 6.0, 3000.0),
-        row("copy", "memory", 0.25, 0.0, 2800.0, flops=0.0),  # no FLOPs: on the floor
+        row("copy", "memory", 0.25, 0.0, 2800.0, flops=0.0),  # no FLOPs: left off the axes
         row("fill", "latency", 0.001, 1e-6, 0.004),
         {**row("custom", "unknown", 2.0, np.nan, np.nan), "bytes_per_step": np.nan},
     ], columns=list(ROOFLINE_COLUMNS))
@@ -33,24 +33,27 @@ def test_log_log_axes_both_roofs_and_points_by_class():
     fig = roofline_figure(table())
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     roofs = [t for t in fig.data if t.mode == "lines"]
-    assert len(roofs) == 2  # fp32 vector and bf16 tensor peaks, one HBM bandwidth
-    for roof in roofs:
-        x, y = np.asarray(roof.x), np.asarray(roof.y)
-        assert y.max() in (pytest.approx(66.9), pytest.approx(989.4))  # flat compute roof
-        low = x < 1.0  # the memory roof: 3350 GB/s x intensity
-        assert y[low] == pytest.approx(x[low] * 3.35)
+    # one memory roof (one HBM bandwidth), one flat roof per peak: fp32 vector, bf16 tensor
+    assert len(roofs) == 3
+    slope = [t for t in roofs if len(set(t.y)) > 2]
+    assert len(slope) == 1
+    x, y = np.asarray(slope[0].x), np.asarray(slope[0].y)
+    assert y == pytest.approx(x * 3.35)  # 3350 GB/s x intensity
+    flats = sorted(float(t.y[0]) for t in roofs if len(set(t.y)) == 1)
+    assert flats == [pytest.approx(66.9), pytest.approx(989.4)]
     points = {t.name: t for t in fig.data if t.mode == "markers"}
     assert set(points) == {"math", "memory", "latency"}
     assert all(points[b].marker.color == BOUND_COLORS[b] for b in points)
     assert "left out" in fig.layout.title.text  # the unknown kernel
 
 
-def test_marker_area_follows_time_and_zero_flops_sit_on_the_floor():
+def test_marker_area_follows_time_and_zero_flops_are_left_off():
     fig = roofline_figure(table())
     memory = next(t for t in fig.data if t.name == "memory")
-    sizes = np.asarray(memory.marker.size)
-    assert sizes[0] / sizes[1] == pytest.approx(2.0)  # 1 ms vs 0.25 ms: area x4
-    assert min(memory.y) > 0 and min(memory.x) > 0  # the copy, plottable on log axes
+    assert len(memory.x) == 1  # gelu; the copy has no FLOPs: no place on a FLOP axis
+    assert "1 without FLOPs (copies, fills: 0.25 ms/step)" in fig.layout.title.text
+    sizes = {t.name: np.asarray(t.marker.size) for t in fig.data if t.mode == "markers"}
+    assert sizes["math"][0] / sizes["memory"][0] == pytest.approx(2.0)  # 4 ms vs 1 ms: area x4
 
 
 def test_empty_and_unknown_tables_say_why():

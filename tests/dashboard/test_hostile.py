@@ -31,6 +31,7 @@ VALID = {
     ("run-store", "data"): {"run": STOCK},
     ("tl-ranks", "value"): [1, 0],
     ("tl-cpu", "value"): ["cpu"],
+    ("tl-search", "value"): "nccl",
     ("tl-window", "data"): [10.0, 12.0],
     ("tl-graph", "relayoutData"): {"xaxis.range[0]": 10.0, "xaxis.range[1]": 12.0},
     ("tl-zoom", "data"): {"xaxis.range[0]": 10.0, "xaxis.range[1]": 12.0},

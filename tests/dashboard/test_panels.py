@@ -13,7 +13,7 @@ from tests.dashboard.test_loading import text_of
 
 
 def test_a_failing_panel_names_its_cause_and_the_others_render(monkeypatch):
-    def broken_heatmap(_steps):
+    def broken_heatmap(_steps, *_):
         raise RuntimeError("heatmap broke")
 
     monkeypatch.setattr(figures, "step_heatmap", broken_heatmap)

@@ -134,7 +134,8 @@ def test_collectives_are_lines_through_each_ranks_start():
     (line,) = [t for t in fig.data if t.name == "collective arrival"]
     assert list(line.x) == [3.0, 1.0, None, 8.0, 7.5, None]
     assert list(line.y) == [3, 1, None, 3, 1, None]
-    assert "all_reduce 32.0 MiB" in line.text[0] and "start skew 2.0 ms" in line.text[0]
+    # 2**25 bytes in decimal MB, as the text report and the tables print sizes (was 32.0 MiB)
+    assert "all_reduce 33.6 MB" in line.text[0] and "start skew 2.0 ms" in line.text[0]
 
 
 def test_counters_are_held_samples_with_markers_counted_in_the_window():
@@ -142,7 +143,8 @@ def test_counters_are_held_samples_with_markers_counted_in_the_window():
                       "t_ms": [-50.0, 5.0, 60.0, 2.0], "value": [10.0, 96.0, 50.0, 7.0],
                       "inside": [False, True, False, True]})
     periods = {(1, "gpu_util_pct"): 100.0, (0, "gpu_util_pct"): 100.0}
-    fig = FT.timeline_figure(view(counters=c, periods_ms=periods, x0_ms=0.0, x1_ms=31.0))
+    fig = FT.timeline_figure(view(counters=c, periods_ms=periods, x0_ms=0.0, x1_ms=31.0),
+                             all_counters=True)  # one sample each: drawn when asked
     series = [t for t in fig.data if t.name in ("rank 1", "rank 0")]
     assert [t.name for t in series] == ["rank 1", "rank 0"]
     assert all(t.line.shape == "hv" and "markers" in t.mode for t in series)
@@ -155,16 +157,54 @@ def test_counters_are_held_samples_with_markers_counted_in_the_window():
 
 
 @pytest.mark.parametrize("metric, unit", [("gpu_util_pct", "%"), ("sm_clock_mhz", "MHz"),
-                                          ("power_w", "W"), ("mem_used_bytes", "bytes"),
+                                          ("power_w", "W"), ("mem_used_bytes", "GB"),
+                                          ("pcie_tx_mibps", "MB/s"),
                                           ("temp_c", "°C"), ("odd", "")])
 def test_units_from_metric_names(metric, unit):
     assert FT.unit_of(metric) == unit
+
+
+def test_sizes_read_in_decimal_units_as_the_report_prints_them():
+    c = pd.DataFrame({"rank": [0, 0], "metric": "pcie_tx_mibps", "t_ms": [1.0, 2.0],
+                      "value": [1000.0, 2000.0], "inside": [True, True]})
+    fig = FT.timeline_figure(view(counters=c, periods_ms={(0, "pcie_tx_mibps"): 20.0},
+                                  x0_ms=0.0, x1_ms=31.0), all_counters=True)
+    (series,) = [t for t in fig.data if t.name == "rank 0"]
+    assert list(series.y) == pytest.approx([1048.576, 2097.152])  # MiB/s -> MB/s
+    assert "MB/s" in series.hovertemplate and "MiB" not in series.hovertemplate
+
+
+def test_the_left_margin_holds_the_longest_lane_label():
+    assert FT.label_margin_px(["rank 0 · GPU stream 7"]) == FT.MIN_MARGIN_PX
+    cpu = "rank 0 · thread 1099 (pt_autograd_0) · depth 0"  # 46 characters: 230 px cut it
+    assert FT.label_margin_px([cpu]) >= 6 * len(cpu)
+    long = "rank 0 · thread 12 (" + "x" * 80 + ") · depth 3"
+    (clipped,) = FT.tick_labels(type("V", (), {"lanes": [long], "rank_of": {long: 0}})(), ())
+    assert len(clipped) == FT.MAX_LABEL_CHARS and clipped.startswith("rank 0 · thread 12")
+    assert clipped.endswith(") · depth 3") and FT.label_margin_px([clipped]) <= FT.MAX_MARGIN_PX
+
+
+def test_counters_too_slow_for_the_window_are_collapsed_until_asked_for():
+    """gpu_util read every 100 ms has 1 sample in a 31 ms window: its row is left out
+    unless asked for; power read every 5 ms has 6 and is drawn."""
+    util = pd.DataFrame({"rank": 0, "metric": "gpu_util_pct", "t_ms": [-50.0, 20.0],
+                         "value": [96.0, 5.0], "inside": [False, True]})
+    power = pd.DataFrame({"rank": 0, "metric": "power_w", "t_ms": np.arange(1.0, 31.0, 5.0),
+                          "value": 300.0, "inside": True})
+    v = view(ranks=[0], counters=pd.concat([util, power], ignore_index=True),
+             periods_ms={(0, "gpu_util_pct"): 100.0, (0, "power_w"): 5.0}, x0_ms=0.0, x1_ms=31.0)
+    assert FT.resolvable_metrics(v) == ["power_w"]
+    titles = [a.text for a in FT.timeline_figure(v).layout.annotations if "window" in a.text]
+    assert [t.split(" ")[0] for t in titles] == ["power_w"]
+    shown = FT.timeline_figure(v, all_counters=True)
+    assert [a.text.split(" ")[0] for a in shown.layout.annotations if "window" in a.text] == \
+        ["gpu_util_pct", "power_w"]
 
 
 def test_a_series_without_samples_says_so():
     c = pd.DataFrame({"rank": [0], "metric": "power_w", "t_ms": [-5.0], "value": [120.0],
                       "inside": [False]})
     fig = FT.timeline_figure(view(ranks=[0], counters=c,
-                                  periods_ms={(0, "power_w"): math.nan}))
+                                  periods_ms={(0, "power_w"): math.nan}), all_counters=True)
     titles = [a.text for a in fig.layout.annotations if a.text.startswith("power_w")]
     assert titles == ["power_w (W): 0 sample(s) in this 10.0 ms window"]

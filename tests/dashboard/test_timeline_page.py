@@ -29,15 +29,20 @@ SAMPLES = util([(0, "gpu_util_pct", 95.0, 10.0, False), (0, "gpu_util_pct", 105.
 
 
 def test_the_note_counts_utilisation_samples_inside_the_window_per_rank():
-    note = PT.counters_note(view(counters=SAMPLES, ranks=[0, 1]))
+    note = PT.counters_note(view(counters=SAMPLES, ranks=[0, 1]), all_counters=True)
     assert note.startswith("gpu_util_pct samples in this 31.0 ms window: rank 0: 2, rank 1: 0. ")
     assert note.endswith(PT.UTIL_NOTE) and "cannot resolve steps shorter" in note
     one = PT.counters_note(view(counters=SAMPLES[SAMPLES["rank"] == 1], ranks=[1]))
     assert one.startswith("gpu_util_pct samples in this 31.0 ms window: 0. NVML")
+    # drawn only when asked: 2 and 0 samples cannot resolve the window
+    assert one.endswith("2 NVML counter(s) hidden (gpu_util_pct, power_w): fewer than 3 samples in "
+                        "this window, too few to tell anything about it; zoom out, or tick "
+                        "'all NVML counters' to see them.")
 
 
 def test_the_note_without_utilisation_or_counters():
-    assert PT.counters_note(view(counters=SAMPLES[SAMPLES["metric"] == "power_w"])) == PT.UTIL_NOTE
+    power = view(counters=SAMPLES[SAMPLES["metric"] == "power_w"])
+    assert PT.counters_note(power, all_counters=True) == PT.UTIL_NOTE
     assert PT.counters_note(view()) is None
 
 
