@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers import units as U
 from profkit.analyzers.measure.comms import (
     KEY_MODE,
     MATCHING,
@@ -88,7 +89,7 @@ def link_findings(result: Result, th: Thresholds) -> list[Finding]:
         util = float(large["link_util"].median())
         findings.append(Finding(
             category="communication", severity="warning",
-            message=(f"large collectives (>= {LARGE_BYTES >> 20} MiB) reach {util:.0%} of the "
+            message=(f"large collectives (>= {U.size(LARGE_BYTES)}) reach {util:.0%} of the "
                      f"{model} link's {link:.0f} GB/s (median bus bandwidth "
                      f"{float(large['busbw_gbps'].median()):.0f} GB/s)"),
             evidence={"collectives": int(len(large)), "median_link_util": round(util, 3),
@@ -146,7 +147,7 @@ def _group_findings(table: pd.DataFrame) -> list[Finding]:
 
 
 def _size(nbytes: float) -> str:
-    return "unknown size" if not np.isfinite(nbytes) or nbytes < 0 else f"{nbytes / 2**20:.1f} MiB"
+    return "unknown size" if not np.isfinite(nbytes) or nbytes < 0 else U.size(nbytes)
 
 
 def _misaligned(rows: pd.DataFrame) -> Finding:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from profkit.analyzers import units as U
 from profkit.analyzers.measure.experts import RANK, RECV_BYTES, RECV_TOKENS, TOKENS_TABLE
 from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.thresholds import Thresholds
@@ -27,7 +28,7 @@ def _amount(row: dict) -> str:
     tokens = row.get(RECV_TOKENS)
     if tokens is not None and tokens == tokens:
         return f"{tokens:,.0f} tokens"
-    return f"{row[RECV_BYTES] / 2**20:,.0f} MiB"
+    return U.size(row[RECV_BYTES])
 
 
 def expert_findings(result: Result, th: Thresholds | None = None) -> list[Finding]:

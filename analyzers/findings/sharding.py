@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from profkit.analyzers import units as U
 from profkit.analyzers.measure.fsdp_units import RANKS_TABLE, ROOT, UNITS_TABLE
 from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.thresholds import Thresholds
@@ -54,7 +55,7 @@ def fsdp_findings(result: Result, th: Thresholds | None = None) -> list[Finding]
         category=CATEGORY, severity="critical" if frac >= 0.2 else "warning", rank=rank,
         evidence=evidence,
         message=(f"FSDP wraps the model in {units} units where one per block would make {target} "
-                 f"({examples}, ...; all-gathers of {_mib(sizes)} each): each unit costs "
+                 f"({examples}, ...; all-gathers of {_sizes(sizes)} each): each unit costs "
                  f"{evidence['host_ms_per_unit']:.2f} ms of host work per step "
                  f"({row['fsdp_host_ms_per_step']:.1f} ms in all) and its own all-gather and "
                  f"reduce-scatter ({row['exposed_comm_ms_per_step']:.1f} ms per step exposed), "
@@ -71,11 +72,12 @@ def fsdp_findings(result: Result, th: Thresholds | None = None) -> list[Finding]
     return [finding.with_saving(row["saving_ms_per_step"], frac)]
 
 
-def _mib(sizes) -> str:
+def _sizes(sizes) -> str:
     if not len(sizes):
         return "unknown size"
     lo, hi = float(sizes.min()), float(sizes.max())
-    return f"{lo:.1f} MiB" if math.isclose(lo, hi, rel_tol=0.05) else f"{lo:.1f}-{hi:.1f} MiB"
+    return U.size(lo * 2**20) if math.isclose(lo, hi, rel_tol=0.05) else \
+        f"{U.size(lo * 2**20)} to {U.size(hi * 2**20)}"
 
 
 def fold_units(findings: list[Finding]) -> list[Finding]:

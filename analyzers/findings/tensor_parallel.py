@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pandas as pd
+from profkit.analyzers import units as U
 from profkit.analyzers.measure.tensor_parallel import TP_TABLE
 from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.thresholds import Thresholds
@@ -42,7 +43,7 @@ def tp_findings(result: Result, th: Thresholds | None = None) -> list[Finding]:
             category=CATEGORY, severity="critical" if row["transfer_share"] >= 0.25 else "warning",
             rank=rank, evidence=evidence, recommendation=ADVICE,
             message=(f"rank {rank}: tensor-parallel collectives inside the layers "
-                     f"({row['collectives_per_step']:.0f} per step, {row['median_mib']:.2f} MiB "
+                     f"({row['collectives_per_step']:.0f} per step, {U.size(row['median_mib'] * 2**20)} "
                      f"each) hold the GPU up {row['transfer_ms_per_step']:.2f} ms per step "
                      f"({row['transfer_share']:.0%} of the step) for their own transfer, "
                      f"besides {row['waiting_ms_per_step']:.2f} ms waiting for peers; "

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers import units as U
 from profkit.analyzers.measure import peers
 from profkit.analyzers.measure.comms import (
     COLLECTIVE_WAITS,
@@ -272,7 +273,7 @@ def _wait_collectives(table: pd.DataFrame, late: pd.DataFrame,
 
 
 def _collective_name(kind, nbytes, pg, labels: dict) -> str:
-    size = f" of {nbytes / 2**20:.1f} MiB" if np.isfinite(nbytes) and nbytes > 0 else ""
+    size = f" of {U.size(nbytes)}" if np.isfinite(nbytes) and nbytes > 0 else ""
     known = pg not in (None, "") and pg == pg
     group = (f" in {labels[str(pg)]}" if known and str(pg) in labels
              else f" in process group {pg}" if known else "")

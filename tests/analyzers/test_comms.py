@@ -344,11 +344,11 @@ def test_every_costly_rank_is_a_straggler_with_its_collective_and_the_change():
     assert table.loc[2, "p_value"] == pytest.approx(0.00351, abs=1e-4)
     assert table.loc[3, "p_value"] == pytest.approx(0.4744, abs=1e-3)
     assert table[STRAGGLER].tolist() == [False, False, True, True]
-    assert table.loc[3, "wait_collective"] == "all_reduce of 2.0 MiB in process group 0"
+    assert table.loc[3, "wait_collective"] == "all_reduce of 2.1 MB in process group 0"
     by_rank = {f.rank: f for f in res.findings}
     assert set(by_rank) == {2, 3}
     assert "weak evidence" in by_rank[3].message and "weak evidence" not in by_rank[2].message
-    assert "mostly in all_reduce of 2.0 MiB in process group 0" in by_rank[2].message
+    assert "mostly in all_reduce of 2.1 MB in process group 0" in by_rank[2].message
     assert "changed during the run: rank 2 in steps 0-6, rank 3 in steps 7-9" in by_rank[3].message
 
 
