@@ -14,7 +14,7 @@ from profkit.analyzers.analyze import part_name
 from profkit.analyzers.report import headline as HL
 from profkit.analyzers.report.evidence import evidence_text
 from profkit.analyzers.report.render import sorted_findings
-from profkit.analyzers.report.render_text import finding_evidence, saving_text
+from profkit.analyzers.report.render_text import finding_evidence, grouped_findings, saving_text
 from profkit.dashboard import colors, ids
 from profkit.dashboard.figures import charts as F
 from profkit.dashboard.pages import frame, memory
@@ -80,12 +80,14 @@ def _straggler_words(row: dict, finding) -> str:
     return evidence_text("straggler_row", row.get("evidence"))
 
 
-def finding_item(f, run_key: str, timeline_href: str | None = None) -> html.Li:
-    """One finding: what, where, the evidence in units, the estimated saving, what to
-    change, a link to the table its evidence comes from and, when it has a place in time,
-    to the timeline there."""
+def finding_item(f, run_key: str, timeline_href: str | None = None, others: str = "") -> html.Li:
+    """One finding: what, where (``others``: the ranks whose finding of the same kind folds
+    into it, "1-3", as the text report says them), the evidence in units, the estimated
+    saving, what to change, a link to the table its evidence comes from and, when it has a
+    place in time, to the timeline there."""
+    also = f"(similar on {'rank' if others.isdigit() else 'ranks'} {others})" if others else ""
     where = " ".join(x for x in (f"rank {f.rank}" if f.rank is not None else "",
-                                 f"step {f.step}" if f.step is not None else "") if x)
+                                 f"step {f.step}" if f.step is not None else "", also) if x)
     evidence = {k: v for k, v in (f.evidence or {}).items() if not isinstance(v, (dict, list))}
     cited = T.cited_table(f.category)
     return html.Li(className=f"finding sev-{f.severity}", children=[
@@ -106,11 +108,13 @@ def finding_item(f, run_key: str, timeline_href: str | None = None) -> html.Li:
 
 
 def findings_card(a, run_key: str) -> html.Section:
-    found = sorted_findings(a)
+    """The findings as the text report lists them: one per kind, the other ranks with the
+    same finding folded into the first (render_text.grouped_findings)."""
+    at = {id(f): i for i, f in enumerate(sorted_findings(a))}  # the timeline's finding index
     # the timeline opens a finding's window itself (it loads the run; this page need not)
-    hrefs = [finding_link(run_key, i) if finding_has_place(a, f) else None
-             for i, f in enumerate(found)]
-    items = [finding_item(f, run_key, h) for f, h in zip(found, hrefs)]
+    items = [finding_item(f, run_key, finding_link(run_key, at[id(f)])
+                          if finding_has_place(a, f) else None, others)
+             for f, others in grouped_findings(a)]
     shown, rest = items[:SHOWN_FINDINGS], items[SHOWN_FINDINGS:]
     more = html.Details([html.Summary(f"{len(rest)} more findings"), html.Ul(rest)]) if rest else None
     return C.card("Evidence & recommendations", html.Ul(shown, className="findings"), more,
