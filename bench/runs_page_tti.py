@@ -14,6 +14,7 @@ first row (which also pays the dashboard's poll, every 0.5 s).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -26,6 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "dashboard"))
 from conftest import CHROMIUM, CHROMIUM_ARGS, free_port, wait_for  # noqa: E402
 
+# the token each server asks for (as `profkit dashboard` asks for one by default); the page is
+# opened at the address with it, as a user opens the printed one
+TOKEN = "bench-token-0123456789abcdef"
+TOKEN_ENV = {**os.environ, "PROFKIT_DASHBOARD_TOKEN": TOKEN}
 FIRST_DONE = "tbody tr:first-child:is([data-state='done'], [data-state='failed'])"
 ALL_DONE = "#runs-progress:has-text('runs analysed')"
 TIMEOUT_MS = 900_000
@@ -52,15 +57,15 @@ def runs_page_round(browser, root: Path, tmp: Path) -> dict[str, float | str]:
     port, log_path = free_port(), tmp / "runs-server.log"
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", "--root",
-                                 str(copy), "--port", str(port)], cwd=REPO,
+                                 str(copy), "--port", str(port)], cwd=REPO, env=TOKEN_ENV,
                                 stdout=subprocess.DEVNULL, stderr=log_file)
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_for(base + "/_dash-layout", proc, log_path, timeout=120)
+        wait_for(base + "/_dash-layout", proc, log_path, timeout=120, token=TOKEN)
         context = browser.new_context(viewport={"width": 1400, "height": 900})
         page = context.new_page()
         start = time.perf_counter()
-        page.goto(base + "/")
+        page.goto(f"{base}/?token={TOKEN}")
         page.wait_for_selector(FIRST_DONE, timeout=TIMEOUT_MS)
         first = time.perf_counter() - start
         label = page.locator("tbody tr:first-child a.runlink").inner_text()

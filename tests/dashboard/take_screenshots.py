@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     log_path = args.out / ".server.log"
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", "--root",
-                                 str(RUNS), "--port", str(port)], cwd=REPO,
+                                 str(RUNS), "--port", str(port), "--no-token"], cwd=REPO,
                                 stdout=subprocess.DEVNULL, stderr=log_file)
     base = f"http://127.0.0.1:{port}"
     straggler = run_key("zoo/straggler", (RUNS / "zoo" / "straggler").resolve())
