@@ -87,6 +87,8 @@ class RunsTable(NamedTuple):
     @property
     def progress(self) -> str:
         """The line above the table: how far the analyses are."""
+        if not self.total:
+            return "No runs to show yet."
         if self.unasked and self.settled:
             return (f"{self.done} of {self.total} runs analysed; the others are analysed "
                     "when opened (the dashboard runs with --no-background)")
@@ -107,14 +109,33 @@ def table(results) -> RunsTable:
                      len(entries), unasked)
 
 
+def no_runs(roots: list) -> html.Div:
+    """What the page says when it lists no run: where it looked, and how to name runs."""
+    looked = (["No run folders under ", *_joined([html.Code(str(r)) for r in roots]), "."]
+              if roots else ["No runs were named."])
+    return html.Div(className="no-runs", children=[
+        html.P(looked),
+        html.P(["Start the dashboard with the runs to show: ",
+                html.Code("profkit dashboard RUN [RUN ...]"), " (a run folder or trace "
+                "files) or ", html.Code("profkit dashboard --root DIR"), " (every run folder "
+                "under DIR, rescanned each time this page loads)."]),
+    ])
+
+
+def _joined(items: list) -> list:
+    out = []
+    for i, item in enumerate(items):
+        out += ([", "] if i else []) + [item]
+    return out
+
+
 def layout(results) -> html.Div:
     results.registry.rescan()
     results.prefetch_listed([e.key for e in results.registry.entries()])
     runs = table(results)
     body, total = runs.body, runs.total
     if not total:
-        body = html.P("No runs found. Start with `profkit dashboard RUN` or `--root DIR`.",
-                      className="muted")
+        body = no_runs(results.registry.roots)
     return html.Div([
         html.Div(className="pagehead", children=[
             html.H1("Runs"),
