@@ -79,3 +79,39 @@ def test_the_runs_page_html_starts_the_analyses_before_its_scripts_ask_for_the_t
     assert [results.state(k) for k in keys] == ["", ""]  # another page: nothing started
     assert app.server.test_client().get("/").status_code == 200
     wait_done(results, keys)
+
+
+def test_small_runs_are_analysed_several_at_once_in_processes(tmp_path, monkeypatch):
+    """The Runs page analyses small runs in a bounded pool of processes, several at once
+    (it used to take one run at a time, in the server's own process): with room for two,
+    two runs are being analysed at the same moment, and each row gets the verdict
+    ``profkit analyze`` gives its run."""
+    import shutil
+
+    from profkit.analyzers.executor import analyze_run
+
+    from tests.dashboard.conftest import REPO
+
+    names = ("compute", "host_sync", "straggler", "balanced")
+    copies = [shutil.copytree(REPO / "samples" / "runs" / "zoo" / n, tmp_path / n,
+                              ignore=shutil.ignore_patterns(".profkit")) for n in names]
+    in_server = []  # analyses made in this process (a worker records in its own copy)
+    real_show = loading.show
+    monkeypatch.setattr(loading, "show", lambda path: in_server.append(path) or real_show(path))
+    results = R.ResultCache(RunRegistry(copies, []))
+    results.background_threads = 2
+    if hasattr(results, "_pool"):
+        results._pool.workers = 2
+    keys = [e.key for e in results.registry.entries()]
+    results.prefetch(keys)
+    most = 0
+    deadline = time.monotonic() + 180
+    while any(results.state(k) not in (R.DONE, R.FAILED) for k in keys):
+        assert time.monotonic() < deadline
+        most = max(most, sum(results.state(k) == ANALYSING for k in keys))
+        time.sleep(0.02)
+    assert most == 2 and in_server == []
+    for key, path in zip(keys, copies):
+        assert results.state(key) == R.DONE
+        want = analyze_run(path, cache=False).verdict["primary"]
+        assert results.peek_summary(key).verdict["primary"] == want
