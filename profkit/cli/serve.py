@@ -24,9 +24,11 @@ TOKEN_ENV = "PROFKIT_DASHBOARD_TOKEN"
 
 
 NEW_TOKEN = "new"  # --token without a value: make one up
-# what a large run's analysis workers import, once, in the dashboard's worker server
+# what the analysis workers import, once, in the dashboard's worker server: a large run's
+# (the map) and the Runs page's pool (a whole small run: loading.show)
 WORKER_PRELOAD = ("profkit.analyzers.executor", "profkit.analyzers.summaries",
-                  "profkit.run.counters")
+                  "profkit.run.counters", "profkit.dashboard.server.runpool",
+                  "profkit.dashboard.server.loading")
 
 
 def dashboard_token(given: str | None, use_token: bool, environ) -> str | None:

@@ -37,7 +37,7 @@ def pages(straggler: str, balanced: str) -> dict[str, tuple[str, str]]:
     """name -> (path, what shows the page is drawn)."""
     run = f"/run/{straggler}"
     return {
-        "runs": ("/", f'tr[data-run="{straggler}"][data-state="done"]'),
+        "runs": ("/", f'.ag-row[row-id="{straggler}"].run-done'),
         "overview": (run, "#rank-detail .main-svg"),
         "timeline": (run + "/timeline", "#tl-graph .main-svg"),
         "kernels": (run + "/kernels", "#k-chart .main-svg"),
