@@ -51,7 +51,8 @@ COLUMNS = [
     {"field": "date", "headerName": "date (UTC)", "flex": 2, "minWidth": 150, **TEXT},
     {"field": "step_ms", "headerName": "median step (ms)", "flex": 1, "minWidth": 130,
      "filter": "agNumberColumnFilter", "type": "numericColumn",
-     "valueFormatter": {"function": "params.value == null ? '-' : params.value.toFixed(2)"}},
+     "valueFormatter": {"function": "params.value != null ? params.value.toFixed(2) : "
+                                    "params.data.state === 'done' ? '-' : ''"}},
     {"field": "open", "headerName": "", "cellRenderer": "RunOpen", "sortable": False,
      "filter": False, "width": 90, "maxWidth": 90},
 ]
@@ -137,7 +138,8 @@ def grid(rows: list[dict]) -> dag.AgGrid:
         id=ids.RUNS_GRID, rowData=rows, columnDefs=COLUMNS, getRowId="params.data.key",
         rowClassRules=ROW_CLASSES,
         defaultColDef={"sortable": True, "filter": True, "floatingFilter": True,
-                       "resizable": True, "cellDataType": False,
+                       "resizable": True, "cellDataType": False, "wrapHeaderText": True,
+                       "autoHeaderHeight": True,
                        "filterParams": {"buttons": ["reset"], "maxNumConditions": 1}},
         dashGridOptions={"domLayout": "autoHeight", "ensureDomOrder": True,
                          "suppressColumnVirtualisation": True, "tooltipShowDelay": 250,

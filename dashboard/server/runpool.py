@@ -48,19 +48,45 @@ def analyse_and_keep(path: str, disk_key: str) -> str | None:
 
 class RunPool:
     """A process pool, started on first use, that analyses runs with
-    :func:`analyse_and_keep`."""
+    :func:`analyse_and_keep`.
+
+    Its workers are started by a thread of its own that stays until the pool is replaced:
+    a worker is killed when the thread that started it ends (Linux's parent-death signal,
+    :func:`profkit.children.process_pool`), and the background threads that ask for runs
+    end whenever their queue is empty."""
 
     def __init__(self, workers: int):
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
+        self._retire: threading.Event | None = None  # ends the owning thread of the pool
         self._lock = threading.Lock()
+
+    def _start(self) -> None:
+        """A new pool, its workers started by a thread that then waits for its retirement."""
+        ready, retire, made = threading.Event(), threading.Event(), {}
+
+        def own() -> None:
+            try:
+                pool = children.process_pool(self.workers)
+                pool.submit(int).result()  # the workers start here, from this thread
+                made["pool"] = pool
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                made["error"] = exc
+            ready.set()
+            retire.wait()
+
+        threading.Thread(target=own, name="profkit-run-pool", daemon=True).start()
+        ready.wait()
+        if "error" in made:
+            raise made["error"]
+        self._pool, self._retire = made["pool"], retire
 
     def analyse(self, path: Path, disk_key: str) -> str | None:
         """:func:`analyse_and_keep` in a worker, waited for. Raises BrokenProcessPool when
         the worker died (killed for memory, ...); the next call starts a new pool."""
         with self._lock:
             if self._pool is None:
-                self._pool = children.process_pool(self.workers)
+                self._start()
             pool = self._pool
         try:
             return pool.submit(analyse_and_keep, str(path), disk_key).result()
@@ -68,4 +94,5 @@ class RunPool:
             with self._lock:
                 if self._pool is pool:
                     self._pool = None
+                    self._retire.set()
             raise

@@ -115,3 +115,49 @@ def test_small_runs_are_analysed_several_at_once_in_processes(tmp_path, monkeypa
         assert results.state(key) == R.DONE
         want = analyze_run(path, cache=False).verdict["primary"]
         assert results.peek_summary(key).verdict["primary"] == want
+
+
+def test_a_run_named_at_start_is_analysed_beside_the_server_not_in_it(tmp_path, monkeypatch):
+    """``profkit dashboard RUN`` analyses RUN from the start while the server imports Dash
+    and builds its pages: in a process of the run pool, so that the two do not take turns on
+    one core (the GIL); the Overview then reads the analysis back (the same verdict as
+    ``profkit analyze``)."""
+    import shutil
+
+    from profkit.analyzers.executor import analyze_run
+
+    from tests.dashboard.conftest import REPO
+
+    run = shutil.copytree(REPO / "samples" / "runs" / "stock_ddp", tmp_path / "stock_ddp",
+                          ignore=shutil.ignore_patterns(".profkit"))
+    in_server = []
+    real_show = loading.show
+    monkeypatch.setattr(loading, "show", lambda path: in_server.append(path) or real_show(path))
+    results = R.ResultCache(RunRegistry([run], []))
+    results.prefetch_named([run])
+    (key,) = [e.key for e in results.registry.entries()]
+    wait_done(results, [key])
+    assert in_server == []
+    assert results.analysis(key).verdict["primary"] == analyze_run(run, cache=False).verdict[
+        "primary"]
+
+
+def test_the_run_pool_outlives_the_thread_that_first_used_it(tmp_path):
+    """The background threads end whenever their queue is empty; the pool's workers must
+    not end with them (a worker gets SIGKILL when the thread that started it ends: seen as
+    BrokenProcessPool on the next run)."""
+    import shutil
+
+    from profkit.dashboard.server.runpool import RunPool
+
+    from tests.dashboard.conftest import REPO
+
+    copies = [shutil.copytree(REPO / "samples" / "runs" / "zoo" / "compute", tmp_path / n,
+                            ignore=shutil.ignore_patterns(".profkit")) for n in ("a", "b")]
+    pool = RunPool(1)
+    first = threading.Thread(target=pool.analyse, args=(copies[0], "k" * 24))
+    first.start()
+    first.join()
+    time.sleep(0.5)  # the parent-death signal, had the worker been the thread's
+    assert pool.analyse(copies[1], "k" * 24) is None
+    assert list((copies[1] / ".profkit").rglob("result-*"))  # kept for the server to read
