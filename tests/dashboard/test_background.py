@@ -161,3 +161,34 @@ def test_the_run_pool_outlives_the_thread_that_first_used_it(tmp_path):
     time.sleep(0.5)  # the parent-death signal, had the worker been the thread's
     assert pool.analyse(copies[1], "k" * 24) is None
     assert list((copies[1] / ".profkit").rglob("result-*"))  # kept for the server to read
+
+
+def test_the_runs_page_poll_queues_the_rows_in_view_first(runs):  # noqa: F811
+    """The Runs grid sends the keys of its rows as it shows them (sorted, filtered) with
+    each poll; those runs are queued ahead of the others, in that order, and a key that
+    names no run is dropped."""
+    import json
+
+    from profkit.dashboard.app import create_app
+
+    app = create_app([], [runs[0].parent], background=True)
+    results = app.profkit_results
+    keys = [e.key for e in results.registry.entries()]
+    asked = []
+    results.prefetch_listed = asked.append
+    view = [keys[-1], "not-a-run"]
+    body = {"output": "..runs-grid.rowData...runs-progress.children...runs-poll.disabled..",
+            "outputs": [{"id": "runs-grid", "property": "rowData"},
+                        {"id": "runs-progress", "property": "children"},
+                        {"id": "runs-poll", "property": "disabled"}],
+            "inputs": [{"id": "runs-poll", "property": "n_intervals", "value": 1}],
+            "state": [{"id": "runs-view", "property": "data", "value": view}],
+            "changedPropIds": ["runs-poll.n_intervals"]}
+    client = app.server.test_client()
+    assert client.get("/").status_code == 200  # Dash's first request registers the pages
+    answer = client.post("/_dash-update-component", data=json.dumps(body),
+                         content_type="application/json")
+    assert answer.status_code == 200, answer.data[:300]
+    assert [keys[-1], *keys] in asked  # the row in view first, then every row
+    rows = json.loads(answer.data)["response"]["runs-grid"]["rowData"]
+    assert [r["key"] for r in rows] == keys
