@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from profkit.dashboard.server import loading
+from profkit.dashboard.server import loading, runpool
 from profkit.dashboard.server.background import ANALYSING, QUEUED, Background  # noqa: F401 (states)
 from profkit.dashboard.server.registry import RunEntry, RunRegistry
 from profkit.dashboard.server.runpool import SMALL_RUN_BYTES, RunPool, pool_size
@@ -286,7 +286,8 @@ class ResultCache:
 
     def _analyse(self, key: str) -> None:
         try:
-            small = self.persist and self._sizes.get(key, 0) <= SMALL_RUN_BYTES
+            small = (self.persist and self._sizes.get(key, 0) <= SMALL_RUN_BYTES
+                     and runpool.usable())
             if small:
                 self.shown(key, self._show_in_pool)
             else:

@@ -29,6 +29,14 @@ MAX_WORKERS = 4  # runs analysed at once: each is one process (and its memory)
 SMALL_RUN_BYTES = PARALLEL_MIN_BYTES
 
 
+def usable() -> bool:
+    """Whether the pool's workers start from a forkserver, as under ``profkit dashboard``
+    (:func:`profkit.children.start_workers_by`). A worker forked straight from the server,
+    whose threads may hold a lock at that moment (logging's, an import's), can wait for it
+    forever: seen in a test process. Elsewhere the runs are analysed in threads."""
+    return children.start_method() == "forkserver"
+
+
 def pool_size(cpus: int | None = None) -> int:
     """Runs analysed at once: one per CPU, at most :data:`MAX_WORKERS`."""
     return max(1, min(MAX_WORKERS, cpus or os.cpu_count() or 1))

@@ -4,6 +4,7 @@ page's first rows first, whatever was queued before."""
 import threading
 import time
 
+import pytest
 from profkit.dashboard.server import loading
 from profkit.dashboard.server import results as R
 from profkit.dashboard.server.background import ANALYSING, QUEUED, Background
@@ -81,7 +82,16 @@ def test_the_runs_page_html_starts_the_analyses_before_its_scripts_ask_for_the_t
     wait_done(results, keys)
 
 
-def test_small_runs_are_analysed_several_at_once_in_processes(tmp_path, monkeypatch):
+@pytest.fixture
+def forkserver(monkeypatch):
+    """Pools start their workers from a forkserver, as under `profkit dashboard` (a worker
+    forked straight from this threaded test process can deadlock)."""
+    from profkit import children
+
+    monkeypatch.setattr(children, "_start_method", ["forkserver"])
+
+
+def test_small_runs_are_analysed_several_at_once_in_processes(tmp_path, monkeypatch, forkserver):
     """The Runs page analyses small runs in a bounded pool of processes, several at once
     (it used to take one run at a time, in the server's own process): with room for two,
     two runs are being analysed at the same moment, and each row gets the verdict
@@ -117,7 +127,8 @@ def test_small_runs_are_analysed_several_at_once_in_processes(tmp_path, monkeypa
         assert results.peek_summary(key).verdict["primary"] == want
 
 
-def test_a_run_named_at_start_is_analysed_beside_the_server_not_in_it(tmp_path, monkeypatch):
+def test_a_run_named_at_start_is_analysed_beside_the_server_not_in_it(tmp_path, monkeypatch,
+                                                                    forkserver):
     """``profkit dashboard RUN`` analyses RUN from the start while the server imports Dash
     and builds its pages: in a process of the run pool, so that the two do not take turns on
     one core (the GIL); the Overview then reads the analysis back (the same verdict as
@@ -142,7 +153,7 @@ def test_a_run_named_at_start_is_analysed_beside_the_server_not_in_it(tmp_path, 
         "primary"]
 
 
-def test_the_run_pool_outlives_the_thread_that_first_used_it(tmp_path):
+def test_the_run_pool_outlives_the_thread_that_first_used_it(tmp_path, forkserver):
     """The background threads end whenever their queue is empty; the pool's workers must
     not end with them (a worker gets SIGKILL when the thread that started it ends: seen as
     BrokenProcessPool on the next run)."""
