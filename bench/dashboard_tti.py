@@ -65,7 +65,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from benchlib import machine_info  # noqa: E402
 from conftest import CHROMIUM, CHROMIUM_ARGS, free_port, wait_for  # noqa: E402
 from profkit.dashboard.server.registry import run_key  # noqa: E402
-from runs_page_tti import analyze_wall_s, runs_page_round  # noqa: E402
+from runs_page_tti import TOKEN, TOKEN_ENV, analyze_wall_s, runs_page_round  # noqa: E402
 
 VERDICT = "#verdict"
 CHARTS = ("#rank-bars .main-svg", "#step-heatmap .main-svg", "#rank-detail .main-svg")
@@ -155,7 +155,8 @@ def one_round(browser, run: Path, log_path: Path, port: int | None = None) -> di
             context.add_init_script(DRAWN_JS)
         page = context.new_page()
         asked = time.perf_counter()
-        verdict, charts = timed_load(page, url, (VERDICT,), CHARTS)
+        # the printed address, with the token: a 303 that sets its cookie, then the page
+        verdict, charts = timed_load(page, f"{url}?token={TOKEN}", (VERDICT,), CHARTS)
         out = {"overview verdict": verdict, "overview charts": charts,
                "overview verdict from launch": asked + verdict - launched}
         out["warm verdict"], out["warm charts"] = timed_load(page, url, (VERDICT,), CHARTS)
@@ -173,11 +174,13 @@ def dashboard(run: Path, port: int, log_path: Path):
     server answers, while in the block."""
     with log_path.open("wb") as log_file:  # a file, not a pipe nobody drains
         proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", str(run),
-                                 "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL,
+                                 "--port", str(port)], cwd=REPO, env=TOKEN_ENV,
+                                stdout=subprocess.DEVNULL,
                                 stderr=log_file)
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_for(base + "/_dash-layout", proc, log_path, timeout=120)  # the server answers
+        wait_for(base + "/_dash-layout", proc, log_path, timeout=120,  # the server answers
+                 token=TOKEN)
         yield f"{base}/run/{run_key(run.name, run.resolve())}"
     finally:
         proc.terminate()
@@ -190,8 +193,8 @@ def prime(context, run: Path, log_path: Path, port: int) -> None:
     from the third load of the same script on (the first loads only fetch and compile it)."""
     with dashboard(run, port, log_path) as url:
         page = context.new_page()
-        for _ in range(3):
-            timed_load(page, url, CHARTS)
+        for i in range(3):
+            timed_load(page, f"{url}?token={TOKEN}" if i == 0 else url, CHARTS)
             timed_load(page, url + "/timeline", TIMELINE_READY)
         page.close()
 

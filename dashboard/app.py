@@ -3,7 +3,7 @@
 Offline and local by design: every asset is served by the app itself (no CDN, no external
 stylesheet), no chart has a button that sends it anywhere
 (:data:`~profkit.dashboard.ui.components.GRAPH_CONFIG`), the server binds 127.0.0.1 unless
-told otherwise (:mod:`~profkit.dashboard.server.serving`: waitress, an optional token), debug
+told otherwise (:mod:`~profkit.dashboard.server.serving`: waitress, a token by default), debug
 is off, there is no upload component and request bodies are capped, callback requests the
 page would never send get a 4xx (:mod:`profkit.dashboard.server.guard`), and run data is
 reached only through opaque keys of the :class:`RunRegistry`.

@@ -8,6 +8,8 @@ NAV = "nav"
 
 # runs page
 RUNS_TABLE = "runs-table"
+RUNS_GRID = "runs-grid"
+RUNS_VIEW = "runs-view"
 RUNS_POLL = "runs-poll"
 RUNS_PROGRESS = "runs-progress"
 

@@ -111,6 +111,11 @@ def start_workers_by(method: str | None, preload: tuple[str, ...] = ()) -> None:
         forkserver.ensure_running()
 
 
+def start_method() -> str | None:
+    """How later pools start their workers (:func:`start_workers_by`; None: the default)."""
+    return _start_method[0] if _start_method else None
+
+
 def process_pool(max_workers: int) -> ProcessPoolExecutor:
     """A process pool whose workers die with this process (see the module doc)."""
     context = multiprocessing.get_context(_start_method[0] if _start_method else None)

@@ -230,7 +230,7 @@ def test_the_dashboard_starts_its_worker_server_first_and_ends_it(tmp_path):
     run = shutil.copytree(REPO / "samples" / "runs" / "stock_ddp", tmp_path / "run")
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", str(run),
-                                 "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL,
+                                 "--port", str(port), "--no-token"], cwd=REPO, stdout=subprocess.DEVNULL,
                                 stderr=log_file, start_new_session=True)
     try:
         wait_for(f"http://127.0.0.1:{port}/_dash-layout", proc, log_path, timeout=120)

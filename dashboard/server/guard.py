@@ -67,6 +67,7 @@ PROP_TYPES: dict[tuple[str, str], Callable[[object], bool]] = {
     ("_pages_location", "pathname"): _path,
     ("_pages_location", "search"): _optional(_text),
     (ids.RUNS_POLL, "n_intervals"): _optional(_int),
+    (ids.RUNS_VIEW, "data"): _optional(_texts),
     (ids.RANK_BARS, "clickData"): _optional(_dict),
     (ids.STEP_HEATMAP, "clickData"): _optional(_dict),
     (ids.SELECTED_RANK, "data"): _optional(_int),

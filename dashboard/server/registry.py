@@ -94,6 +94,11 @@ class RunRegistry:
         if all(e.path != path for e in entries.values()):
             entries[entry.key] = entry
 
+    @property
+    def roots(self) -> list[Path]:
+        """The folders whose run folders are listed (resolved)."""
+        return list(self._roots)
+
     def entries(self) -> list[RunEntry]:
         with self._lock:
             return list(self._entries.values())

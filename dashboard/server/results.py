@@ -12,8 +12,10 @@ held at once: they are the large part.
 
 The Runs page asks for every run at once: :meth:`ResultCache.prefetch` analyses them in the
 background (:mod:`~profkit.dashboard.server.background`) in the order the page shows them, the first
-rows first, one at a time (:data:`BACKGROUND_THREADS`; a large run's traces are summarised in
-processes of their own), and the page shows each one as it finishes.
+rows first, several at once (:func:`~profkit.dashboard.server.runpool.pool_size`): a small run
+in a process of a bounded pool (:mod:`~profkit.dashboard.server.runpool`), a large one in a
+thread (its traces are summarised in processes of their own), one large run at a time; the
+page shows each one as it finishes.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from profkit.dashboard.server import loading
+from profkit.dashboard.server import loading, runpool
 from profkit.dashboard.server.background import ANALYSING, QUEUED, Background  # noqa: F401 (states)
 from profkit.dashboard.server.registry import RunEntry, RunRegistry
+from profkit.dashboard.server.runpool import SMALL_RUN_BYTES, RunPool, pool_size
 
 from profkit.errors import ProfkitError
 from profkit.run import cache, discover
@@ -40,10 +43,10 @@ MAX_ITEMS = 48  # analyses, diffs and tables derived from them
 MAX_RUNS = 3  # runs held with their events (every rank's events: the large items)
 MAX_PAGES = 16  # run pages as drawn: a second view of one is sent without drawing it again
 DONE, FAILED = "done", "failed"
-# Runs analysed at once in the background. One: a large run's analysis is spread over a
-# pool of processes already, and small runs are analysed in this process, where a second
-# thread mostly waits for the first (the GIL) and makes the first row's verdict later.
-BACKGROUND_THREADS = 1
+# Runs analysed at once in the background: small ones each in a process of the run pool
+# (in threads of this process they would mostly wait for each other: the GIL), large ones one
+# at a time (each spreads its files over a pool of processes already).
+BACKGROUND_THREADS = pool_size()
 
 
 class UnknownRun(LookupError):
@@ -135,6 +138,8 @@ class ResultCache:
         self._background = Background(self._analyse)
         self._sizes: dict[str, int] = {}  # run key -> bytes of JSON its traces hold
         self.background_threads = BACKGROUND_THREADS
+        self._pool = RunPool(BACKGROUND_THREADS)
+        self._large = threading.Lock()  # one large run's analysis at a time
         self._summaries: dict[str, tuple[str, Any]] = {}  # run key -> (fingerprint, Summary)
 
     # --- generic ---------------------------------------------------------------------
@@ -155,14 +160,15 @@ class ResultCache:
         return cache.run_fingerprint(self.entry(key).path)
 
     # --- what a run's pages show -------------------------------------------------------
-    def shown(self, key: str) -> loading.Shown:
+    def shown(self, key: str, make: Callable | None = None) -> loading.Shown:
         """The analysis and facts of the run under ``key``: from memory, else from the disk
-        cache, else read and analysed. Raises
-        :class:`~profkit.dashboard.server.loading.RunReadError` when nothing of it can be
-        shown."""
+        cache, else read and analysed (by ``make(entry, fingerprint)``, default here).
+        Raises :class:`~profkit.dashboard.server.loading.RunReadError` when nothing of it
+        can be shown."""
         entry = self.entry(key)
         fp = self.fingerprint(key)
-        value = self._items.get_or_compute(("shown", key, fp), lambda: self._show(entry, fp))
+        make = make or self._show
+        value = self._items.get_or_compute(("shown", key, fp), lambda: make(entry, fp))
         with self._lock:
             self._summaries[key] = (fp, loading.Summary.of(value)
                                     if isinstance(value, loading.Shown) else value)
@@ -170,11 +176,18 @@ class ResultCache:
             raise loading.RunReadError(str(value))  # a fresh one: no traceback piles up
         return value
 
+    def _disk_key(self, fp: str) -> str:
+        return hashlib.sha1(f"{fp}|{self._code}".encode()).hexdigest()[:24]
+
+    def _kept(self, entry: RunEntry, disk_key: str):
+        kept = cache.load_result(entry.path, disk_key, loading.Shown)
+        return kept if kept is not None and kept.valid() else None
+
     def _show(self, entry: RunEntry, fp: str):
-        disk_key = hashlib.sha1(f"{fp}|{self._code}".encode()).hexdigest()[:24]
+        disk_key = self._disk_key(fp)
         if self.persist:
-            kept = cache.load_result(entry.path, disk_key, loading.Shown)
-            if kept is not None and kept.valid():
+            kept = self._kept(entry, disk_key)
+            if kept is not None:
                 log.debug("%s: shown from the result cache", entry.path)
                 return kept
         shown = loading.show(entry.path)
@@ -273,9 +286,33 @@ class ResultCache:
 
     def _analyse(self, key: str) -> None:
         try:
-            self.shown(key)
+            small = (self.persist and self._sizes.get(key, 0) <= SMALL_RUN_BYTES
+                     and runpool.usable())
+            if small:
+                self.shown(key, self._show_in_pool)
+            else:
+                with self._large:
+                    self.shown(key)
         except Exception as exc:  # cached as the run's error; never ends the queue
             log.debug("%s: %s", key, loading.describe(exc))
+
+    def _show_in_pool(self, entry: RunEntry, fp: str):
+        """:meth:`_show`, the analysis made in a process of the run pool and read back from
+        the result cache it wrote there (in this thread when the worker died or could not
+        keep it)."""
+        disk_key = self._disk_key(fp)
+        kept = self._kept(entry, disk_key)
+        if kept is not None:
+            return kept
+        try:
+            problem = self._pool.analyse(entry.path, disk_key)
+        except Exception as exc:  # a worker killed (for memory, ...): analyse it here
+            log.warning("%s: the analysis process failed (%s); analysing it in the server",
+                        entry.path, loading.describe(exc))
+            return self._show(entry, fp)
+        if problem is not None:
+            return loading.RunReadError(problem)
+        return self._kept(entry, disk_key) or self._show(entry, fp)
 
     def page(self, tab: str, key: str, draw: Callable[[], Any]) -> Any:
         """A run page (``tab``) as ``draw()`` draws it, drawn once for the run's files: a

@@ -1,6 +1,7 @@
 """Serving the dashboard: on waitress, a production WSGI server (threads, no debugger, no
 per-request log lines unless asked for), only to requests for its own host names
-(:mod:`~profkit.dashboard.server.hosts`), optionally behind a token.
+(:mod:`~profkit.dashboard.server.hosts`), behind a token unless started with
+``--no-token``.
 
 With a token every request must carry it: as ``?token=...`` (answered with a redirect to the
 same address without it, and a cookie that carries it from then on), as that cookie, or as

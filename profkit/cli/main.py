@@ -104,15 +104,24 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Serve the dashboard on this machine: runs, verdicts, "
                        "timelines, kernels, communication, counters and diffs.")
     p.add_argument("runs", nargs="*", metavar="RUN",
-                   help="runs to show (default: the bundled sample runs, unless --root is given)")
+                   help="runs to show: run folders or trace files (with neither RUN nor "
+                   "--root: the sample runs of a source checkout of profkit, where there are "
+                   "some; an installed profkit has none)")
     p.add_argument("--root", type=Path, action="append",
                    help="a folder whose run folders are listed (rescanned on the Runs page)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8050, help="port (default: 8050)")
-    p.add_argument("--token", nargs="?", const=NEW_TOKEN, metavar="TOKEN",
-                   help="require this token (at least 16 characters; alone: a random one, "
-                   f"printed in the address) on every request; also from ${TOKEN_ENV}. "
-                   "Requests without it get 401")
+    access = p.add_mutually_exclusive_group()
+    access.add_argument("--token", nargs="?", const=NEW_TOKEN, metavar="TOKEN",
+                        help="the token every request must carry (default: a random one, "
+                        "printed in the address to open, as Jupyter does; also from "
+                        f"${TOKEN_ENV}, which other users cannot read in the process list as "
+                        "they can --token VALUE; at least 16 characters). Requests without "
+                        "it get 401")
+    access.add_argument("--no-token", dest="use_token", action="store_false",
+                        help="ask for no token: anyone who can open the port (any user of "
+                        "this machine, on 127.0.0.1) can read the runs and download their "
+                        "traces")
     p.add_argument("--allowed-host", action="append", metavar="NAME",
                    help="also answer requests for this host name (repeatable; also from "
                    "$PROFKIT_DASHBOARD_ALLOWED_HOSTS, comma-separated). By default only "

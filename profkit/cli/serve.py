@@ -24,22 +24,35 @@ TOKEN_ENV = "PROFKIT_DASHBOARD_TOKEN"
 
 
 NEW_TOKEN = "new"  # --token without a value: make one up
-# what a large run's analysis workers import, once, in the dashboard's worker server
+# what the analysis workers import, once, in the dashboard's worker server: a large run's
+# (the map) and the Runs page's pool (a whole small run: loading.show)
 WORKER_PRELOAD = ("profkit.analyzers.executor", "profkit.analyzers.summaries",
-                  "profkit.run.counters")
+                  "profkit.run.counters", "profkit.dashboard.server.runpool",
+                  "profkit.dashboard.server.loading")
+
+
+def dashboard_token(given: str | None, use_token: bool, environ) -> str | None:
+    """The token the dashboard asks for: none with ``--no-token``; else ``--token VALUE``,
+    else ``$PROFKIT_DASHBOARD_TOKEN``, else a random one (``--token`` alone too), as
+    Jupyter does: on a shared GPU node any local user can reach a port on 127.0.0.1."""
+    if not use_token:
+        return None
+    from profkit.dashboard.server.serving import new_token
+
+    token = given if given is not None else environ.get(TOKEN_ENV) or NEW_TOKEN
+    return new_token() if token == NEW_TOKEN else token
 
 
 def cmd_dashboard(args) -> int:
     from profkit.children import start_workers_by
     from profkit.dashboard.server.hosts import allowed_names
-    from profkit.dashboard.server.serving import new_token, serve
+    from profkit.dashboard.server.serving import serve
 
     paths = [Path(p) for p in args.runs] + list(args.root or [])
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise UsageError(f"no such file or folder: {', '.join(missing)}")
-    token = os.environ.get(TOKEN_ENV) if args.token is None else args.token
-    token = new_token() if token == NEW_TOKEN else token
+    token = dashboard_token(args.token, args.use_token, os.environ)
     if token is not None and len(token) < 16:
         raise UsageError(f"--token / {TOKEN_ENV}: at least 16 characters, or --token alone "
                          "for a random one")
@@ -63,9 +76,9 @@ def cmd_dashboard(args) -> int:
     roots = list(args.root or []) or ([] if args.runs else default_roots())
     app = create_app([Path(p) for p in args.runs], roots, results, background=args.background)
     if args.host not in LOOPBACK and token is None:
-        log.warning("serving on %s with no authentication: anyone who can reach port %d can "
-                    "read these runs. Add --token, or serve on 127.0.0.1 behind an SSH tunnel",
-                    args.host, args.port)
+        log.warning("serving on %s with no authentication (--no-token): anyone who can reach "
+                    "port %d can read these runs and download their traces. Leave the token "
+                    "on, or serve on 127.0.0.1 behind an SSH tunnel", args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host
     query = f"?token={token}" if token else ""
     print(f"profkit dashboard: http://{host}:{args.port}/{query} (Ctrl-C to stop)", flush=True)

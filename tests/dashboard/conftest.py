@@ -40,13 +40,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(url: str, proc: subprocess.Popen, log_path: Path, timeout: float = 60) -> None:
+def wait_for(url: str, proc: subprocess.Popen, log_path: Path, timeout: float = 60,
+             token: str | None = None) -> None:
+    """Until ``url`` answers 200 (with ``token`` as a bearer token, if given)."""
     deadline = time.monotonic() + timeout
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"dashboard exited: {log_path.read_text()[-2000:]}")
         try:
-            urllib.request.urlopen(url, timeout=2).read()
+            urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=2).read()
             return
         except OSError:
             time.sleep(0.2)
@@ -117,7 +120,7 @@ def server_log(tmp_path_factory) -> Path:
 def serving(args: list[str], log_path: Path):
     """Base URL of ``profkit dashboard ARGS`` on a free local port, while in the block."""
     port = free_port()
-    cmd = [sys.executable, "-m", "profkit", "dashboard", "--port", str(port), *args]
+    cmd = [sys.executable, "-m", "profkit", "dashboard", "--port", str(port), "--no-token", *args]
     with log_path.open("wb") as log_file:  # a file, not a pipe nobody drains
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log_file)
     url = f"http://127.0.0.1:{port}"

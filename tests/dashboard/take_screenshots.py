@@ -37,7 +37,7 @@ def pages(straggler: str, balanced: str) -> dict[str, tuple[str, str]]:
     """name -> (path, what shows the page is drawn)."""
     run = f"/run/{straggler}"
     return {
-        "runs": ("/", f'tr[data-run="{straggler}"][data-state="done"]'),
+        "runs": ("/", f'.ag-row[row-id="{straggler}"].run-done'),
         "overview": (run, "#rank-detail .main-svg"),
         "timeline": (run + "/timeline", "#tl-graph .main-svg"),
         "kernels": (run + "/kernels", "#k-chart .main-svg"),
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     log_path = args.out / ".server.log"
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", "--root",
-                                 str(RUNS), "--port", str(port)], cwd=REPO,
+                                 str(RUNS), "--port", str(port), "--no-token"], cwd=REPO,
                                 stdout=subprocess.DEVNULL, stderr=log_file)
     base = f"http://127.0.0.1:{port}"
     straggler = run_key("zoo/straggler", (RUNS / "zoo" / "straggler").resolve())

@@ -4,6 +4,7 @@ page's first rows first, whatever was queued before."""
 import threading
 import time
 
+import pytest
 from profkit.dashboard.server import loading
 from profkit.dashboard.server import results as R
 from profkit.dashboard.server.background import ANALYSING, QUEUED, Background
@@ -79,3 +80,126 @@ def test_the_runs_page_html_starts_the_analyses_before_its_scripts_ask_for_the_t
     assert [results.state(k) for k in keys] == ["", ""]  # another page: nothing started
     assert app.server.test_client().get("/").status_code == 200
     wait_done(results, keys)
+
+
+@pytest.fixture
+def forkserver(monkeypatch):
+    """Pools start their workers from a forkserver, as under `profkit dashboard` (a worker
+    forked straight from this threaded test process can deadlock)."""
+    from profkit import children
+
+    monkeypatch.setattr(children, "_start_method", ["forkserver"])
+
+
+def test_small_runs_are_analysed_several_at_once_in_processes(tmp_path, monkeypatch, forkserver):
+    """The Runs page analyses small runs in a bounded pool of processes, several at once
+    (it used to take one run at a time, in the server's own process): with room for two,
+    two runs are being analysed at the same moment, and each row gets the verdict
+    ``profkit analyze`` gives its run."""
+    import shutil
+
+    from profkit.analyzers.executor import analyze_run
+
+    from tests.dashboard.conftest import REPO
+
+    names = ("compute", "host_sync", "straggler", "balanced")
+    copies = [shutil.copytree(REPO / "samples" / "runs" / "zoo" / n, tmp_path / n,
+                              ignore=shutil.ignore_patterns(".profkit")) for n in names]
+    in_server = []  # analyses made in this process (a worker records in its own copy)
+    real_show = loading.show
+    monkeypatch.setattr(loading, "show", lambda path: in_server.append(path) or real_show(path))
+    results = R.ResultCache(RunRegistry(copies, []))
+    results.background_threads = 2
+    if hasattr(results, "_pool"):
+        results._pool.workers = 2
+    keys = [e.key for e in results.registry.entries()]
+    results.prefetch(keys)
+    most = 0
+    deadline = time.monotonic() + 180
+    while any(results.state(k) not in (R.DONE, R.FAILED) for k in keys):
+        assert time.monotonic() < deadline
+        most = max(most, sum(results.state(k) == ANALYSING for k in keys))
+        time.sleep(0.02)
+    assert most == 2 and in_server == []
+    for key, path in zip(keys, copies):
+        assert results.state(key) == R.DONE
+        want = analyze_run(path, cache=False).verdict["primary"]
+        assert results.peek_summary(key).verdict["primary"] == want
+
+
+def test_a_run_named_at_start_is_analysed_beside_the_server_not_in_it(tmp_path, monkeypatch,
+                                                                    forkserver):
+    """``profkit dashboard RUN`` analyses RUN from the start while the server imports Dash
+    and builds its pages: in a process of the run pool, so that the two do not take turns on
+    one core (the GIL); the Overview then reads the analysis back (the same verdict as
+    ``profkit analyze``)."""
+    import shutil
+
+    from profkit.analyzers.executor import analyze_run
+
+    from tests.dashboard.conftest import REPO
+
+    run = shutil.copytree(REPO / "samples" / "runs" / "stock_ddp", tmp_path / "stock_ddp",
+                          ignore=shutil.ignore_patterns(".profkit"))
+    in_server = []
+    real_show = loading.show
+    monkeypatch.setattr(loading, "show", lambda path: in_server.append(path) or real_show(path))
+    results = R.ResultCache(RunRegistry([run], []))
+    results.prefetch_named([run])
+    (key,) = [e.key for e in results.registry.entries()]
+    wait_done(results, [key])
+    assert in_server == []
+    assert results.analysis(key).verdict["primary"] == analyze_run(run, cache=False).verdict[
+        "primary"]
+
+
+def test_the_run_pool_outlives_the_thread_that_first_used_it(tmp_path, forkserver):
+    """The background threads end whenever their queue is empty; the pool's workers must
+    not end with them (a worker gets SIGKILL when the thread that started it ends: seen as
+    BrokenProcessPool on the next run)."""
+    import shutil
+
+    from profkit.dashboard.server.runpool import RunPool
+
+    from tests.dashboard.conftest import REPO
+
+    copies = [shutil.copytree(REPO / "samples" / "runs" / "zoo" / "compute", tmp_path / n,
+                            ignore=shutil.ignore_patterns(".profkit")) for n in ("a", "b")]
+    pool = RunPool(1)
+    first = threading.Thread(target=pool.analyse, args=(copies[0], "k" * 24))
+    first.start()
+    first.join()
+    time.sleep(0.5)  # the parent-death signal, had the worker been the thread's
+    assert pool.analyse(copies[1], "k" * 24) is None
+    assert list((copies[1] / ".profkit").rglob("result-*"))  # kept for the server to read
+
+
+def test_the_runs_page_poll_queues_the_rows_in_view_first(runs):  # noqa: F811
+    """The Runs grid sends the keys of its rows as it shows them (sorted, filtered) with
+    each poll; those runs are queued ahead of the others, in that order, and a key that
+    names no run is dropped."""
+    import json
+
+    from profkit.dashboard.app import create_app
+
+    app = create_app([], [runs[0].parent], background=True)
+    results = app.profkit_results
+    keys = [e.key for e in results.registry.entries()]
+    asked = []
+    results.prefetch_listed = asked.append
+    view = [keys[-1], "not-a-run"]
+    body = {"output": "..runs-grid.rowData...runs-progress.children...runs-poll.disabled..",
+            "outputs": [{"id": "runs-grid", "property": "rowData"},
+                        {"id": "runs-progress", "property": "children"},
+                        {"id": "runs-poll", "property": "disabled"}],
+            "inputs": [{"id": "runs-poll", "property": "n_intervals", "value": 1}],
+            "state": [{"id": "runs-view", "property": "data", "value": view}],
+            "changedPropIds": ["runs-poll.n_intervals"]}
+    client = app.server.test_client()
+    assert client.get("/").status_code == 200  # Dash's first request registers the pages
+    answer = client.post("/_dash-update-component", data=json.dumps(body),
+                         content_type="application/json")
+    assert answer.status_code == 200, answer.data[:300]
+    assert [keys[-1], *keys] in asked  # the row in view first, then every row
+    rows = json.loads(answer.data)["response"]["runs-grid"]["rowData"]
+    assert [r["key"] for r in rows] == keys

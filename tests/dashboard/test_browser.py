@@ -36,11 +36,11 @@ def test_runs_page_lists_every_sample_with_its_verdict(page, runs_page):
     # background, in the order of the rows
     runs_page.goto(runs_page.base + "/")
     stock = runs_page.keys["stock_ddp"]
-    row = runs_page.locator(f'tr[data-run="{stock}"]')
+    row = runs_page.locator(f'.ag-row[row-id="{stock}"]')
     row.locator(".badge").wait_for(timeout=ALL_RUNS_MS)
     assert row.locator(".badge").inner_text().lower() == "compute"
     straggler = runs_page.locator(
-        f'tr[data-run="{runs_page.keys["zoo/straggler"]}"][data-state="done"]')
+        f'.ag-row[row-id="{runs_page.keys["zoo/straggler"]}"].run-done')
     straggler.wait_for(timeout=ALL_RUNS_MS)
     assert "straggler: rank 1" in straggler.inner_text()
     row.locator("a.runlink").click()

@@ -22,6 +22,8 @@ VALID = {
     ("_pages_location", "search"): f"?base={STOCK}&new={KEYS.get('zoo/straggler')}",
     ("_pages_store", "data"): {"title": "profkit"},
     ("runs-poll", "n_intervals"): 3,
+    ("runs-view", "data"): [STOCK, "not-a-run"],  # the grid's rows in view (keys)
+    ("runs-grid", "virtualRowData"): [{"key": STOCK}],  # the grid's rows (a clientside callback)
     ("tables-body", "children"): [],  # the Tables page's scroll (a clientside callback)
     ("url", "hash"): "#table-stragglers",
     ("rank-bars", "clickData"): {"points": [{"x": "rank 1", "y": 3.0}]},

@@ -81,7 +81,8 @@ def port(tmp_path_factory):
     env = {**os.environ, "PROFKIT_DASHBOARD_ALLOWED_HOSTS": "team.example"}
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "profkit", "dashboard", str(RUN),
-                                 "--port", str(port), "--allowed-host", "dash.example"],
+                                 "--port", str(port), "--allowed-host", "dash.example",
+                                 "--no-token"],
                                 cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log_file)
     try:
         wait_for(f"http://127.0.0.1:{port}/", proc, log_path)

@@ -37,11 +37,12 @@ ALL_ATTRIBUTES_JS = """
 
 
 def row(page, label_or_key):
+    """The cells of a run's row in the Runs grid, by column, once it is analysed."""
     key = page.keys.get(label_or_key, label_or_key)
-    locator = page.locator(f'tr[data-run="{key}"][data-state="done"]')
-    # analysed in the background, in the order of the rows, on a machine busy with other tests
+    locator = page.locator(f'.ag-row[row-id="{key}"].run-done')
+    # analysed in the background, rows in view first, on a machine busy with other tests
     locator.wait_for(timeout=ALL_RUNS_MS)
-    return locator.locator("td")
+    return lambda column: locator.locator(f'.ag-cell[col-id="{column}"]')
 
 
 def test_runs_rows_say_how_many_ranks_were_read_and_the_gpus_used(runs_page, bad_runs,
@@ -50,26 +51,27 @@ def test_runs_rows_say_how_many_ranks_were_read_and_the_gpus_used(runs_page, bad
     page.goto(page.base + "/")
     for folder in (bad_runs["straggler-truncated"], missing_run):
         cells = row(page, run_key(folder.name, folder.resolve()))
-        assert cells.nth(1).locator(".badge").text_content() == "incomplete"  # the status pill
-        assert cells.nth(3).inner_text() == "1 of 2"
-        assert "1 of 2 ranks missing (1)" in cells.nth(3).locator("span").get_attribute("title")
+        assert cells("status").locator(".badge").text_content() == "incomplete"  # the pill
+        assert cells("ranks").inner_text() == "1 of 2"
+        assert "1 of 2 ranks missing (1)" in cells("ranks").locator("span[title]").get_attribute("title")
     cells = row(page, "zoo/straggler")
-    assert (cells.nth(1).text_content(), cells.nth(3).inner_text()) == ("ok", "2")
+    assert (cells("status").text_content(), cells("ranks").inner_text()) == ("ok", "2")
     # every rank there, two sidecars skipped: not incomplete, the files listed as notes
     cells = row(page, run_key(sidecar_run.name, sidecar_run.resolve()))
-    assert cells.nth(1).locator(".badge").count() == 0 and cells.nth(3).inner_text() == "2"
-    assert cells.nth(1).locator(".status-ok").text_content() == "ok"
-    notes = cells.nth(1).locator(".run-notes")
+    assert cells("status").locator(".badge").count() == 0
+    assert cells("ranks").inner_text() == "2"
+    assert cells("status").locator(".status-ok").text_content() == "ok"
+    notes = cells("status").locator(".run-notes")
     assert notes.text_content() == "2 files skipped"
     assert f"{BAD_STATUS}: unreadable rank status" in notes.get_attribute("title")
     assert f"{BAD_CHUNK}: NVML chunk skipped" in notes.get_attribute("title")
-    assert cells.nth(4).inner_text() == "2 x NVIDIA H200"
+    assert cells("gpus").inner_text() == "2 x NVIDIA H200"
     # one rank on a host of two GPUs: the GPU of that rank, not the host's list
-    assert row(page, "zoo/compute").nth(4).inner_text() == "1 x NVIDIA H200"
+    assert row(page, "zoo/compute")("gpus").inner_text() == "1 x NVIDIA H200"
     # every run of the page analysed (or failed), each row saying so
     page.wait_for_selector("#runs-progress:has-text('runs analysed')", timeout=ALL_RUNS_MS)
-    assert page.locator('tr[data-state="done"]').count() + page.locator(
-        'tr[data-state="failed"]').count() == page.locator("a.runlink").count() == len(page.keys)
+    assert page.locator(".ag-row.run-done").count() + page.locator(
+        ".ag-row.run-failed").count() == page.locator("a.runlink").count() == len(page.keys)
 
 
 @pytest.mark.parametrize("which", ["straggler-truncated", "missing"])

@@ -45,7 +45,7 @@ def test_the_runs_table_fills_in_as_the_background_analyses_finish(runs):
     runs_table = page_runs.table(results)
     assert runs_table[1:3] == (2, 2)
     assert runs_table.progress == "all 2 runs analysed"
-    assert "1 x NVIDIA H200" in str(runs_table.body)
+    assert [r["gpus"] for r in runs_table.rows] == ["1 x NVIDIA H200"] * 2
 
 
 def test_a_row_is_done_only_with_its_results_even_when_the_analysis_ends_meanwhile(runs):
@@ -63,10 +63,10 @@ def test_a_row_is_done_only_with_its_results_even_when_the_analysis_ends_meanwhi
         return None if looks.count(key) == 1 else peek(key)
 
     results.peek_summary = first_look_too_early
-    body = str(page_runs.table(results).body)
-    assert "data-state='done'" not in body and body.count("data-state=''") == 2
-    rows = str(page_runs.table(results).body)  # the next poll: both filled in
-    assert rows.count("data-state='done'") == 2 and rows.count("1 x NVIDIA H200") == 2
+    rows = page_runs.table(results).rows
+    assert [(r["state"], "gpus" in r) for r in rows] == [("", False)] * 2
+    rows = page_runs.table(results).rows  # the next poll: both filled in
+    assert [(r["state"], r["gpus"]) for r in rows] == [("done", "1 x NVIDIA H200")] * 2
 
 
 def test_without_background_analysis_a_listed_run_waits_until_it_is_opened(runs):
@@ -79,7 +79,7 @@ def test_without_background_analysis_a_listed_run_waits_until_it_is_opened(runs)
     assert [results.state(k) for k in keys] == ["", ""]
     runs_table = page_runs.table(results)
     assert runs_table[1:] == (0, 2, 2) and runs_table.settled
-    assert str(runs_table.body).count(page_runs.UNASKED) == 2
+    assert [r["verdict"] for r in runs_table.rows] == [page_runs.UNASKED] * 2
     results.shown(keys[0])  # the run's page opened
     runs_table = page_runs.table(results)
     assert runs_table[1:] == (1, 2, 1) and runs_table.settled
@@ -103,11 +103,11 @@ def test_more_runs_than_the_cache_holds_are_each_analysed_once(runs, tmp_path, m
     monkeypatch.setattr(loading, "show", lambda path: shows.append(path) or real_show(path))
     results.prefetch(keys)
     wait_done(results, keys)
-    body, done, total, _ = page_runs.table(results)
+    rows, done, total, _ = page_runs.table(results)
     assert (done, total) == (3, 3) and len(shows) == 3
     results.prefetch(keys)  # what the page's poll does
     assert page_runs.table(results)[1:3] == (3, 3) and len(shows) == 3
-    assert str(body).count("1 x NVIDIA H200") == 3
+    assert [r["gpus"] for r in rows] == ["1 x NVIDIA H200"] * 3
 
 
 def test_a_restarted_dashboard_shows_a_run_without_reading_its_traces(runs, monkeypatch):

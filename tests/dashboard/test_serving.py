@@ -141,14 +141,16 @@ def test_binding_beyond_loopback_without_a_token_warns(monkeypatch, caplog):
     served = {}
     monkeypatch.setattr(serving, "serve", lambda app, host, port, token, allowed=(): served.update(
         host=host, token=token))
+    monkeypatch.delenv("PROFKIT_DASHBOARD_TOKEN", raising=False)
     with caplog.at_level(logging.WARNING):
-        assert cli.main(["dashboard", str(RUN), "--host", "0.0.0.0"]) == 0
+        assert cli.main(["dashboard", str(RUN), "--host", "0.0.0.0", "--no-token"]) == 0
     assert served == {"host": "0.0.0.0", "token": None}
     assert "no authentication" in caplog.text
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        assert cli.main(["dashboard", str(RUN), "--host", "0.0.0.0", "--token"]) == 0
-    assert len(served["token"]) >= 16 and "no authentication" not in caplog.text
+    for token_args in ([], ["--token"]):  # a random token by default, as with --token alone
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert cli.main(["dashboard", str(RUN), "--host", "0.0.0.0", *token_args]) == 0
+        assert len(served["token"]) >= 16 and "no authentication" not in caplog.text
 
 
 def test_a_short_token_is_a_usage_error(capsys):
