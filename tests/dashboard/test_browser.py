@@ -27,7 +27,11 @@ def test_runs_page_lists_every_sample_with_its_verdict(page, runs_page):
     # listed at once, before any is analysed
     page.goto(page.base + "/")
     page.locator("a.runlink").first.wait_for()
-    assert page.locator("a.runlink").count() == len(KEYS) + len(BAD_RUNS) + 2
+    listed = len(KEYS) + len(BAD_RUNS) + 2
+    # the grid draws its rows over a few frames: wait for the last, then count them all
+    page.wait_for_function(f"document.querySelectorAll('a.runlink').length >= {listed}",
+                           timeout=10_000)
+    assert page.locator("a.runlink").count() == listed
     # this server runs with --no-background: the runs no test opened wait to be opened
     page.wait_for_function("document.querySelector('#runs-progress').textContent"
                            ".includes('the others are analysed when opened')")
