@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import weakref
 import zlib
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -92,15 +93,19 @@ def category_mask(column: pd.Series, pattern: str | re.Pattern) -> np.ndarray:
     return _by_code(column, ("match", pattern), contains)
 
 
-def str_values(column: pd.Series) -> np.ndarray:
-    """A column's values as Python strings ('' for a missing one) in an object array; for a
-    categorical column through its categories, each converted once. ``astype(str)`` on a
-    categorical converts every row, and inside the analysis' Python-string mode that costs
-    ~50 us a row: 24 s for the names of a 500k-event trace."""
-    if not isinstance(column.dtype, pd.CategoricalDtype):
-        return column.astype(str).to_numpy(dtype=object)
-    cats = np.asarray(column.dtype.categories.astype(str), dtype=object)
-    return np.append(cats, "")[column.array.codes]
+def name_values(names: pd.Series, fn: Callable[[str], str]) -> np.ndarray:
+    """``fn`` of each row's name, evaluated once per distinct name ("" where missing);
+    ``name_values(names, str)`` is the names as Python strings. Never ``astype(str)`` of a
+    whole categorical column: inside the analysis' Python-string mode pandas converts it row
+    by row (~50 us a row: 24 s for the names of a 500k-event trace)."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        codes, distinct = names.array.codes, names.dtype.categories
+    else:
+        codes, distinct = pd.factorize(names.to_numpy(dtype=object))
+    used = np.unique(codes[codes >= 0])
+    values = np.full(len(distinct) + 1, "", dtype=object)  # the last: code -1
+    values[used] = [fn(str(c)) for c in np.asarray(distinct, dtype=object)[used]]
+    return values[codes]
 
 
 def values_in(column: pd.Series, values) -> np.ndarray:

@@ -1,13 +1,12 @@
 """profkit.columns against pandas' own answers: values_in and category_mask against
-Series.isin / str.contains, aggregate against named aggregation, flopcount.name_values
+Series.isin / str.contains, aggregate against named aggregation, columns.name_values
 against a per-row call."""
 
 import numpy as np
 import pandas as pd
 import pytest
-from profkit.analyzers.measure.flopcount import name_values
 
-from profkit.columns import aggregate, category_mask, ids_to_int, stable_id, values_in
+from profkit.columns import aggregate, category_mask, ids_to_int, name_values, stable_id, values_in
 
 VALUES = ["kernel", "cpu_op", None, "python", "kernel", "memcpy", None, "runtime"]
 
@@ -118,17 +117,16 @@ def test_ids_to_int_maps_each_value_as_stable_id_does(values):
     assert oversized == len({v for v in values if isinstance(v, int) and abs(v) > 1 << 62})
 
 
-def test_str_values_reads_a_categorical_through_its_categories():
+def test_name_values_of_str_reads_a_categorical_through_its_categories():
     import pandas as pd
 
-    from profkit.columns import str_values
 
     col = pd.Series(pd.Categorical(["aten::mm", None, "aten::linear", "aten::mm"]))
-    assert list(str_values(col)) == ["aten::mm", "", "aten::linear", "aten::mm"]
+    assert list(name_values(col, str)) == ["aten::mm", "", "aten::linear", "aten::mm"]
     plain = pd.Series(["a", "b"], dtype=object)
-    assert list(str_values(plain)) == ["a", "b"]
+    assert list(name_values(plain, str)) == ["a", "b"]
     # inside the analysis' Python-string mode too (where astype(str) converts every row)
     from profkit.strings import python_strings
 
     with python_strings():
-        assert list(str_values(col.iloc[::-1])) == ["aten::mm", "aten::linear", "", "aten::mm"]
+        assert list(name_values(col.iloc[::-1], str)) == ["aten::mm", "aten::linear", "", "aten::mm"]

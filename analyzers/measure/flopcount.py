@@ -23,7 +23,6 @@ on its thread, which also reaches kernels launched by ops nested in it. That giv
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +30,7 @@ import pandas as pd
 
 from profkit import schema as S
 from profkit.classify.flops import kernel_precision
-from profkit.columns import values_in
+from profkit.columns import name_values, values_in
 from profkit.model import RankData
 
 MATMUL_SUBCLASSES = ("gemm", "conv", "attention")  # the kernels that carry an op's FLOPs
@@ -51,18 +50,6 @@ class FlopCount:
     def coverage(self) -> float:
         total = self.covered_ns + self.uncovered_ns
         return self.covered_ns / total if total else math.nan
-
-
-def name_values(names: pd.Series, fn: Callable[[str], str]) -> np.ndarray:
-    """``fn`` of each row's name, evaluated once per distinct name ("" where missing)."""
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        codes, distinct = names.array.codes, names.dtype.categories
-    else:
-        codes, distinct = pd.factorize(names.to_numpy(dtype=object))
-    used = np.unique(codes[codes >= 0])
-    values = np.full(len(distinct) + 1, "", dtype=object)  # the last: code -1
-    values[used] = [fn(str(c)) for c in np.asarray(distinct, dtype=object)[used]]
-    return values[codes]
 
 
 def outer_ops(rd: RankData) -> pd.DataFrame:

@@ -43,7 +43,7 @@ from profkit.analyzers.result import Result
 from profkit import intervals as iv
 from profkit import schema as S
 from profkit.classify.opfamilies import MATMUL
-from profkit.columns import str_values, values_in
+from profkit.columns import name_values, values_in
 from profkit.model import RankData
 
 ACHIEVABLE_TENSOR_FRAC = 0.70  # as findings/savings.py: cuBLAS reaches 70-85% of a dense peak
@@ -66,11 +66,10 @@ def quant_windows(rd: RankData, steps: list[int] | None) -> pd.DataFrame:
     the window (its fp8 GEMM op's row) each belongs to."""
     ops = rd.of_kinds((S.KIND_CPU_OP,))
     ops = ops[ops[S.STEP].isin(steps)] if steps is not None else ops[ops[S.STEP] >= -1]
-    names = str_values(ops[S.NAME])
-    distinct, at = np.unique(names, return_inverse=True)  # each name judged once
-    base = np.array([n.split("::", 1)[-1].split(".")[0] for n in distinct], dtype=object)
-    is_mm = (np.isin(base, list(MATMUL)) | np.isin(distinct, list(FP8_GEMM_OPS)))[at]
-    is_q = np.isin(distinct, list(QUANT_OPS))[at]
+    names = name_values(ops[S.NAME], str)
+    base = name_values(ops[S.NAME], lambda n: n.split("::", 1)[-1].split(".")[0])
+    is_mm = np.isin(base, list(MATMUL)) | np.isin(names, list(FP8_GEMM_OPS))
+    is_q = np.isin(names, list(QUANT_OPS))
     keep = is_mm | is_q
     sel = pd.DataFrame({S.PID: ops[S.PID].to_numpy()[keep], S.TID: ops[S.TID].to_numpy()[keep],
                         "start_ns": ops[S.TS_NS].to_numpy(np.int64)[keep],

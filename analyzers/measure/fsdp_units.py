@@ -39,7 +39,7 @@ from profkit.analyzers.result import Result
 
 from profkit import intervals
 from profkit import schema as S
-from profkit.columns import category_mask, str_values
+from profkit.columns import category_mask, name_values
 from profkit.model import RankData
 
 TOPIC = "fsdp"
@@ -77,7 +77,7 @@ def rank_fsdp_units(data: RankData, used: dict[int, int] | None,
             return None
         return {"version": "FSDP1", "units": int(round(len(fsdp1) / n_steps)), "table": None,
                 **_step_costs(data, used, parts, fsdp1, n_steps)}
-    parsed = pd.Series(str_values(fsdp[S.NAME])).str.extract(RANGE)
+    parsed = pd.Series(name_values(fsdp[S.NAME], str)).str.extract(RANGE)
     fsdp = fsdp.assign(what=parsed[0].to_numpy(), unit=parsed[1].fillna(ROOT).to_numpy())
     pre = fsdp[fsdp["what"] == "pre_forward"]
     if pre.empty:

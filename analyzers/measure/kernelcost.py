@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.measure.flopcount import name_values
 
 from profkit import schema as S
 from profkit.classify.flops import kernel_precision
 from profkit.classify.opfamilies import op_family
-from profkit.columns import values_in
+from profkit.columns import name_values, values_in
 from profkit.model import RankData
 
 MATMUL_SUBCLASSES = ("gemm", "conv", "attention")

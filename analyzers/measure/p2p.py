@@ -22,7 +22,7 @@ import pandas as pd
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask, str_values, values_in
+from profkit.columns import category_mask, name_values, values_in
 from profkit.model import RankData
 
 P2P_OP_RE = r"^(?:c10d::(?:send|recv_|recv_any_source_|isend|irecv)|nccl:(?:send|recv))$"
@@ -64,7 +64,7 @@ def p2p_kernels(data: RankData) -> pd.DataFrame:
         mine = np.flatnonzero(call_tid == tid)
         at = np.searchsorted(ops[S.TS_NS].to_numpy(), call_ts[mine], side="right") - 1
         ok = at >= 0
-        names = str_values(ops[S.NAME])[at[ok]]
+        names = name_values(ops[S.NAME], str)[at[ok]]
         op[mine[ok]] = names
     p2p = category_mask(pd.Series(op, dtype="category"), P2P_OP_RE) if len(op) else np.zeros(0, bool)
     rows = known[p2p]

@@ -15,10 +15,9 @@ import re
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.devices import lookup_device
-from profkit.analyzers.measure.flopcount import name_values
 
 from profkit import schema as S
-from profkit.columns import aggregate, values_in
+from profkit.columns import aggregate, name_values, values_in
 from profkit.model import RankData
 
 COLUMNS = ("rank", "direction", "memory", "copies", "bytes", "gpu_ns", "achieved_gbps",
