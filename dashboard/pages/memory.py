@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 from dash import html
-from profkit.analyzers.thresholds import DEFAULT
+from profkit.analyzers.report.memoryline import batch_growth, fullest
 from profkit.dashboard import ids
 from profkit.dashboard.figures import memory as M
 from profkit.dashboard.pages import frame
@@ -89,10 +89,10 @@ def peak_tile(a) -> html.Section:
     its peak allocated of the capacity, peak reserved, the headroom and how far the batch
     could grow (``batch_headroom_x``, if the step's transient memory scales with it; where
     the headroom finding would say it, at least ``memory_headroom_min_x``)."""
-    ranks = a.table("memory_ranks")
-    if ranks.empty:
+    row = fullest(a)
+    if row is None:
         return C.card("Peak memory", html.P(M.NO_MEMORY, className="muted"), id=ids.M_TILE)
-    row = ranks.sort_values("peak_reserved_bytes", ascending=False, kind="stable").iloc[0]
+    ranks = a.table("memory_ranks")
     cap = float(row["capacity_bytes"])
     alloc, reserved = float(row["peak_allocated_bytes"]), float(row["peak_reserved_bytes"])
     known = pd.notna(cap) and cap > 0
@@ -101,8 +101,7 @@ def peak_tile(a) -> html.Section:
              "peak reserved": f"{reserved / 1e9:.1f} GB"}
     if known:
         facts["headroom"] = f"{max(cap - reserved, 0) / 1e9:.1f} GB"
-    grow = row.get("batch_headroom_x")
-    grow = grow if pd.notna(grow) and grow >= DEFAULT.memory_headroom_min_x else None
+    grow = batch_growth(row)
     if grow is not None:
         facts["batch could grow"] = f"~{float(grow):.0f}x"
     where = f"rank {int(row['rank'])}" + (f" of {len(ranks)} rank-devices" if len(ranks) > 1
