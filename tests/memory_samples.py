@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from tests.conftest import REPO
+from tests.realruns import sample_labels
 
 MEMORY = REPO / "samples" / "runs" / "memory"
 
@@ -18,11 +19,8 @@ MEMORY = REPO / "samples" / "runs" / "memory"
 def labels() -> dict[str, dict]:
     """The workload's own numbers per run (SUMMARY.txt's PROFKIT_SAMPLE lines), by run name
     (``gpt_b32``)."""
-    out = {}
-    for line in (MEMORY / "SUMMARY.txt").read_text().splitlines():
-        name, _, doc = line.split(" ", 2)
-        out[name.removeprefix("memory_")] = json.loads(doc)
-    return out
+    return {name.removeprefix("memory_"): doc
+            for name, doc in sample_labels(MEMORY / "SUMMARY.txt").items()}
 
 
 def steady_peak(run: str, key: str) -> int:

@@ -4,6 +4,7 @@ temporaries and merged outputs added, and real traces split into profiler cycles
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,18 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "samples" / "runs"
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
+
+
+def sample_labels(summary: Path) -> dict[str, dict]:
+    """A SUMMARY.txt's ``NAME PROFKIT_SAMPLE {...}`` lines (the numbers each workload printed
+    of itself, independently of profkit) as {NAME: the line's JSON}; other lines are left
+    out."""
+    out = {}
+    for line in summary.read_text().splitlines():
+        name, _, doc = line.partition(" PROFKIT_SAMPLE ")
+        if doc:
+            out[name.strip()] = orjson.loads(doc) if "NaN" not in doc else json.loads(doc)
+    return out
 
 
 def copy_run(name: str, dest: Path) -> Path:

@@ -11,7 +11,6 @@ Read from samples/runs/memory/<case>."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from profkit.analyzers.compare.diff import diff_analyses
 
 from tests.analysed import analysed
 from tests.memory_samples import MEMORY
+from tests.realruns import sample_labels
 
 
 def case(name: str) -> Path:
@@ -28,10 +28,9 @@ def case(name: str) -> Path:
 
 
 def label(path: Path) -> dict:
-    for line in (path.parent / "SUMMARY.txt").read_text().splitlines():
-        name, _, doc = line.split(" ", 2)
+    for name, doc in sample_labels(path.parent / "SUMMARY.txt").items():
         if name.removeprefix("memory_") == path.name:
-            return json.loads(doc.replace("NaN", "null"))
+            return doc
     raise AssertionError(f"no label for {path.name}")
 
 

@@ -47,6 +47,7 @@ from profkit.analyzers.report.diff_text import diff_to_json, diff_to_text, shown
 
 from tests.analysed import analysed
 from tests.conftest import REPO
+from tests.realruns import sample_labels
 
 RUNS = REPO / "samples" / "runs"
 WHY, PAIRS = RUNS / "why", RUNS / "pairs"
@@ -105,23 +106,14 @@ def diff(base: str, new: str, items: tuple | None = None):
 
 # --- the workloads' own measurements ---------------------------------------------------------
 
-def _summary_lines(path: Path) -> dict[str, dict]:
-    out = {}
-    for line in path.read_text().splitlines():
-        key, _, rest = line.partition(" PROFKIT_SAMPLE ")
-        if rest:
-            out[key] = json.loads(rest)
-    return out
-
-
 def sample_line(run: str) -> dict:
     """The run's own PROFKIT_SAMPLE line (CUDA-event step times, batch, layers)."""
     kind, _, name = run.partition("/")
     if kind == "why":
-        return _summary_lines(WHY / "SUMMARY.txt")[f"why_{name}"]
+        return sample_labels(WHY / "SUMMARY.txt")[f"why_{name}"]
     if kind == "pairs":
-        return _summary_lines(PAIRS / "SUMMARY.txt")[name]
-    return _summary_lines(RUNS / "SUMMARY.txt")[f"zoo_{name}"]
+        return sample_labels(PAIRS / "SUMMARY.txt")[name]
+    return sample_labels(RUNS / "SUMMARY.txt")[f"zoo_{name}"]
 
 
 def profiled_ms(run: str) -> np.ndarray:

@@ -23,16 +23,13 @@ from profkit.analyzers.result import Finding, Result
 
 from profkit.run.loader import load_run
 from tests.conftest import REPO
+from tests.realruns import sample_labels
 
 PARALLEL = REPO / "samples" / "runs" / "parallel"
 
 
 def _labels() -> dict[str, dict]:
-    out = {}
-    for line in (PARALLEL / "SUMMARY.txt").read_text().splitlines():
-        name, _, doc = line.partition(" PROFKIT_SAMPLE ")
-        out[name.strip()] = json.loads(doc)
-    return out
+    return sample_labels(PARALLEL / "SUMMARY.txt")
 
 
 def _steady_ms(name: str) -> float:

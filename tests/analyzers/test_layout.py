@@ -15,6 +15,7 @@ from profkit.analyzers.measure import peers
 
 from tests.analysed import analysed
 from tests.conftest import REPO
+from tests.realruns import sample_labels
 
 RUNS = REPO / "samples" / "runs"
 LAYOUT = RUNS / "layout"
@@ -192,12 +193,8 @@ CAPTURES = RUNS / "parallel"  # the 2 and 4 x H200 parallelism cases (samples/ru
 
 
 def _capture_labels() -> dict[str, str]:
-    out = {}
-    for line in (CAPTURES / "SUMMARY.txt").read_text().splitlines():
-        name, _, doc = line.split(" ", 2)
-        if (CAPTURES / name).is_dir():
-            out[name] = json.loads(doc)["layout"]
-    return out
+    return {name: doc["layout"] for name, doc in sample_labels(CAPTURES / "SUMMARY.txt").items()
+            if (CAPTURES / name).is_dir()}
 
 
 @pytest.mark.parametrize("name", sorted(_capture_labels()))

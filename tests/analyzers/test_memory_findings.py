@@ -35,6 +35,7 @@ from tests.factories import (
     write_trace,
     x,
 )
+from tests.realruns import sample_labels
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "runs" / "memory"
 GB = 10**9
@@ -192,11 +193,7 @@ def test_an_out_of_memory_in_the_last_step_is_named_and_left_out_of_the_timing(t
 
 
 def _summary(name: str) -> dict:
-    for line in (SAMPLES / "SUMMARY.txt").read_text().splitlines():
-        label, _, doc = line.partition(" PROFKIT_SAMPLE ")
-        if label == name:
-            return json.loads(doc)
-    raise KeyError(name)
+    return sample_labels(SAMPLES / "SUMMARY.txt")[name]
 
 
 def test_the_batch_growth_saving_lands_near_the_measured_doubling():
@@ -242,11 +239,7 @@ def test_the_memory_table_keeps_the_thread_of_each_event():
 
 
 def _why(name: str) -> dict:
-    for line in (SAMPLES.parent / "why" / "SUMMARY.txt").read_text().splitlines():
-        label, _, doc = line.partition(" PROFKIT_SAMPLE ")
-        if label == name:
-            return json.loads(doc)
-    raise KeyError(name)
+    return sample_labels(SAMPLES.parent / "why" / "SUMMARY.txt")[name]
 
 
 def test_a_launch_bound_gpt_is_told_to_raise_the_batch_as_much_as_measured():

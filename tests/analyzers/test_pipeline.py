@@ -15,6 +15,7 @@ from profkit.run.loader import load_run
 from tests.analysed import analysed
 from tests.conftest import REPO
 from tests.factories import kernel, launch, step, trace_doc, write_trace, x
+from tests.realruns import sample_labels
 
 PARALLEL = REPO / "samples" / "runs" / "parallel"
 SENDRECV = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
@@ -65,10 +66,7 @@ def test_the_stage_model_is_the_theory_for_balanced_stages():
 
 def _labels(name: str) -> dict:
     """The workload's own labels (SUMMARY.txt's PROFKIT_SAMPLE line of ``name``)."""
-    for line in (PARALLEL / "SUMMARY.txt").read_text().splitlines():
-        if line.startswith(name + " PROFKIT_SAMPLE "):
-            return json.loads(line.split(" PROFKIT_SAMPLE ", 1)[1])
-    raise KeyError(name)
+    return sample_labels(PARALLEL / "SUMMARY.txt")[name]
 
 
 def _raw_kernels(name: str, rank: int) -> list[dict]:

@@ -14,6 +14,7 @@ from profkit.analyzers.measure.recompute import recompute_regions
 from profkit.run.loader import load_run
 from tests.conftest import REPO
 from tests.factories import kernel, launch, memory_event, step, trace_doc, write_trace, x
+from tests.realruns import sample_labels
 
 H100 = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132, "totalGlobalMem": 80 * 10**9}
 LINEAR = {"Input Dims": [[64, 1024], [1024, 1024], [1024]], "Input type": ["c10::BFloat16"] * 3}
@@ -100,9 +101,7 @@ MEMORY = REPO / "samples" / "runs" / "memory"
 
 def summary(name: str) -> dict:
     """The workload's own numbers for one capture (its SUMMARY.txt line)."""
-    for line in (MEMORY / "SUMMARY.txt").read_text().splitlines():
-        fields = json.loads(line.split(" PROFKIT_SAMPLE ", 1)[1]) if " PROFKIT_SAMPLE " in line \
-            else {}
+    for fields in sample_labels(MEMORY / "SUMMARY.txt").values():
         if str(fields.get("out", "")).endswith("/" + name):
             return fields
     raise LookupError(name)
