@@ -27,10 +27,10 @@ from profkit.analyzers.measure.comms import (
     PG,
     RANK,
 )
+from profkit.analyzers.measure.dimensions import P2P
 
 from profkit import schema as S
 
-P2P = "send_recv"
 PIPELINE = "pipeline"
 MEDIAN_STEP_NS = "median_step_ns"  # as stragglers.rank_step_stats names it
 WAIT_FRAC = "wait_frac"
