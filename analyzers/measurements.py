@@ -36,6 +36,7 @@ from profkit.analyzers.findings.comms import (
 from profkit.analyzers.findings.efficiency import judge_efficiency
 from profkit.analyzers.findings.experts import expert_findings
 from profkit.analyzers.findings.fp8 import fp8_findings
+from profkit.analyzers.findings.inference import inference_findings
 from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.memoryrisks import allocator_findings
 from profkit.analyzers.findings.ncu import ncu_findings
@@ -54,6 +55,7 @@ from profkit.analyzers.measure import (
     fp8,
     fsdp_units,
     groups,
+    inference,
     kernels,
     layout,
     links,
@@ -302,6 +304,11 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 combine=lambda v, ctx: recompute.combine_recompute(
                     list(v.values()), ctx.results["allocations"].tables.get("memory_ranks")),
                 judge=recompute_findings, needs=("breakdown", "allocations")),
+    # inference: prefill and decode forwards, time to first token and per token, roofs
+    Measurement("inference", lambda r: inference.rank_inference(r.data, r.used_steps(),
+                                                                r.run_meta), GPU,
+                combine=lambda v, ctx: inference.combine_inference(v), judge=inference_findings,
+                needs=("breakdown",)),
     # CPU op totals of ranks without GPU events: analyze._cpu_only combines them, as the
     # one thing a run without GPU events shows
     Measurement("cpu_ops", lambda r: kernels.op_totals(r.data), CPU),

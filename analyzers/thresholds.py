@@ -70,6 +70,16 @@ class Thresholds:
     fp8_whatif_gemm_frac: float = 0.30
     """On Hopper and later, bf16 GEMMs taking at least this share of the step get an fp8
     what-if (an estimate at an achievable share of the fp8 peak)."""
+    phase_busy_frac: float = 0.60
+    """An inference phase whose GPU is busy at least this share of its time is judged against
+    its roof (decode: HBM bandwidth; prefill: the math peak); below it the host bounds it and
+    the part findings speak (analyzers/findings/inference.py)."""
+    decode_hbm_low_frac: float = 0.50
+    """A GPU-busy decode moving its bytes below this share of the HBM bandwidth, the weights
+    most of them, is a small batch: batch more (memory-bound decode reaches 0.6-0.8 of the
+    bandwidth in tuned engines)."""
+    phase_min_share: float = 0.20
+    """A prefill taking less than this share of the step is not worth a finding of its own."""
     low_mfu_frac: float = 0.20
     """MFU below this is flagged (well-tuned bf16 LLM training reaches ~0.35-0.55)."""
     min_flop_coverage_frac: float = 0.50

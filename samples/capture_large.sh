@@ -75,8 +75,8 @@ case $PART in
     ;;
   infer)  # HF generate, one GPU: eager vs static cache + compile, batch 1 / 16, prompt 128 / 2048
     # 32 new tokens x 16 layers x 3 active steps made 20 MB traces (240k CPU ops): 8 tokens,
-    # one active step
-    I=("$PY" "$HERE/infer_hf.py" --profiler profkit --new-tokens 8 --steps 4 --active 1)
+    # one active step; 16 tokens for a per-token spread
+    I=("$PY" "$HERE/infer_hf.py" --profiler profkit --new-tokens 16 --steps 4 --active 1)
     run hf_eager "$OUT/hf_eager" 0 "${I[@]}" --out "$OUT/hf_eager"
     run hf_static_compiled "$OUT/hf_static_compiled" 0 "${I[@]}" --cache static --compile \
       --out "$OUT/hf_static_compiled"

@@ -12,6 +12,7 @@ from profkit.analyzers.analyze import Analysis
 from profkit.analyzers.compare.diff import Diff
 from profkit.analyzers.parts import NOTEBOOK_COLORS, PARTS, part_name
 from profkit.analyzers.report import headline as HL
+from profkit.analyzers.report.inference_sections import inference_line
 from profkit.analyzers.report.memoryline import memory_line
 from profkit.analyzers.report.render_text import saving_text
 
@@ -99,9 +100,11 @@ def analysis_html(a: Analysis, heading: bool = True) -> str:
         if status and status != "ok":
             head += f', run status <b style="color:#B00020">{escape(str(status))}</b>'
     verdict = headline_html(a)
-    memory = memory_line(a)
+    memory, phases = memory_line(a), inference_line(a)
     if memory:
         verdict += f"<p><b>Memory:</b> {escape(memory)}</p>"
+    if phases:
+        verdict += f"<p><b>Inference:</b> {escape(phases)}</p>"
     return (f'<div style="{BOX}">{head}{verdict}'
             f'{breakdown_chart(a.verdict, a.table("rank_breakdown"))}'
             f'{findings_list(a.findings)}</div>')

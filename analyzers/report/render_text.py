@@ -20,6 +20,7 @@ from profkit.analyzers.report import header as H
 from profkit.analyzers.report import headline as HL
 from profkit.analyzers.report import sections as sec
 from profkit.analyzers.report.evidence import evidence_text
+from profkit.analyzers.report.inference_sections import inference_line
 from profkit.analyzers.units import pct
 
 from profkit.textout import PIPE_WIDTH, glue, table_lines, wrap
@@ -148,6 +149,8 @@ def to_text(a: Analysis, width: int = PIPE_WIDTH) -> str:
     lines += [""] + _headline_lines(a, width)
     if a.run.get("steps"):
         lines += wrap(steps_line(a.run["steps"]), width, "steps used: ", "  ")
+    if inference_line(a):
+        lines += wrap(inference_line(a), width, "inference: ", "  ")
     table = rank_table(a)
     if not table.empty:
         lines += ["", "Step time by part, % (per rank):"] + text_table(table, width)
@@ -227,6 +230,8 @@ def to_markdown(a: Analysis) -> str:
     lines += [f"**Verdict:** {_md(HL.verdict_text(a))}", ""]
     if a.run.get("steps"):
         lines += [f"Steps used: {steps_line(a.run['steps'])}", ""]
+    if inference_line(a):
+        lines += [f"**Inference:** {_md(inference_line(a))}", ""]
     table = rank_table(a)
     if not table.empty:
         legend = part_legend(shown_parts(a.table("rank_breakdown")))

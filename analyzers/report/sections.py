@@ -19,6 +19,7 @@ from profkit.analyzers import units as U
 from profkit.analyzers.analyze import Analysis
 from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.parts import part_label
+from profkit.analyzers.report.inference_sections import inference_rows, inference_section
 from profkit.analyzers.report.memory_sections import (
     memory_section,
     peak_live_section,
@@ -359,6 +360,8 @@ def roofline_rows(a: Analysis) -> list[dict[str, Any]]:
 
 # Report order: the sections follow it, and the JSON report's keys after its findings.
 SHOWN: tuple[Shown, ...] = (
+    # prefill and decode; no key at all in a run that is not inference
+    Shown("inference", inference_section, "inference", inference_rows, json_when_empty=False),
     Shown("kernels", kernels_section, "top_kernels", kernel_rows),
     Shown("roofline", roofline_section, "roofline", roofline_rows),
     # measured by profkit ncu: Nsight Compute's counters per kernel, only when there are any

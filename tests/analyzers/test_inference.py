@@ -1,0 +1,141 @@
+"""Inference phases on real traces: our HF generate captures on an H200 (labels from a
+CUDA-synced timer around each token, samples/infer_hf.py) and the SGLang / vLLM traces
+TraceLens publishes (tests/data/public)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from profkit.analyzers.analyze import analyze
+from profkit.analyzers.measure import inference as I
+from profkit.analyzers.measure import phases as P
+
+from profkit.run.loader import load_run
+from tests.realruns import RUNS, read_doc, sample_labels
+
+INFER = RUNS / "inference"
+LABELS = sample_labels(INFER / "SUMMARY.txt")
+CASES = sorted(LABELS)
+PUBLIC = Path(__file__).resolve().parents[1] / "data" / "public"
+
+
+def profiled_step(run_dir: Path) -> int:
+    """The ProfilerStep#N the trace holds, read from the raw JSON (not from profkit)."""
+    doc = read_doc(next((run_dir / "traces").glob("*.json.gz")))
+    names = {e["name"] for e in doc["traceEvents"] if str(e.get("name", "")).startswith(
+        "ProfilerStep#")}
+    assert len(names) == 1, names
+    return int(re.match(r"ProfilerStep#(\d+)", names.pop()).group(1))
+
+
+@pytest.fixture(scope="module")
+def analyses():
+    return {c: analyze(load_run(INFER / c)) for c in CASES}
+
+
+def test_every_capture_is_labelled():
+    assert CASES == ["hf_b1", "hf_b16", "hf_eager", "hf_prompt128", "hf_prompt2048",
+                     "hf_static_compiled"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_ttft_and_tpot_within_ten_percent_of_the_timer(analyses, case):
+    label = LABELS[case]["per_step"][profiled_step(INFER / case)]
+    phases = analyses[case].table("inference_phases").set_index("phase")
+    prefill, decode = phases.loc["prefill"], phases.loc["decode"]
+    assert prefill["ttft_ms"] == pytest.approx(label["ttft_ms"], rel=0.10)
+    assert decode["tpot_ms"] == pytest.approx(label["tpot_ms"], rel=0.10)
+    assert decode["time_ms"] == pytest.approx(label["decode_ms"], rel=0.10)
+    # 16 new tokens: the prefill makes the first, each decode forward one more
+    assert prefill["forwards_per_step"] == 1
+    assert decode["forwards_per_step"] == LABELS[case]["new_tokens"] - 1
+    assert decode["batch"] == LABELS[case]["batch"]
+
+
+def test_the_phases_are_found_from_shapes_eager_and_from_regions_compiled(analyses):
+    assert set(analyses["hf_eager"].table("inference_phases")["source"]) == {"embedding shapes"}
+    assert set(analyses["hf_static_compiled"].table("inference_phases")["source"]) == \
+        {"compiled regions"}
+
+
+def test_prefill_grows_with_the_prompt_and_decode_tokens_per_second_with_the_batch(analyses):
+    def row(case, phase):
+        t = analyses[case].table("inference_phases")
+        return t[t["phase"] == phase].iloc[0]
+
+    assert row("hf_prompt2048", "prefill")["ttft_ms"] > 2 * row("hf_prompt128", "prefill")["ttft_ms"]
+    assert row("hf_prompt2048", "prefill")["tokens_per_forward"] == 8 * 2048
+    assert row("hf_b16", "decode")["tokens_per_s"] > 8 * row("hf_b1", "decode")["tokens_per_s"]
+
+
+def test_host_bound_decode_gets_the_decode_advice_once(analyses):
+    a = analyses["hf_eager"]
+    launch = [f for f in a.findings if f.category == "cpu_launch"]
+    assert len(launch) == 1
+    f = launch[0]
+    assert "By phase:" in f.message and "CUDA graph" in f.recommendation
+    assert "cache_implementation=\"static\"" in f.recommendation
+    # the saving is the part's, not a second one for decode
+    assert not [g for g in a.findings if g.category.startswith("decode")]
+    compiled = [f for f in analyses["hf_static_compiled"].findings if f.category == "cpu_launch"]
+    assert "compiled already" in compiled[0].recommendation
+
+
+def test_the_diff_of_eager_and_compiled_is_in_decode(analyses):
+    eager = analyses["hf_eager"].table("inference_phases").set_index("phase")
+    compiled = analyses["hf_static_compiled"].table("inference_phases").set_index("phase")
+    label_e = LABELS["hf_eager"]["per_step"][profiled_step(INFER / "hf_eager")]
+    label_c = LABELS["hf_static_compiled"]["per_step"][profiled_step(INFER / "hf_static_compiled")]
+    measured = compiled.loc["decode", "tpot_ms"] / eager.loc["decode", "tpot_ms"] - 1
+    truth = label_c["tpot_ms"] / label_e["tpot_ms"] - 1
+    assert measured == pytest.approx(truth, abs=0.05)
+
+
+def _public(name):
+    run = load_run(PUBLIC / name)
+    return I.rank_inference(run.ranks[min(run.ranks)], None, run.meta)
+
+
+def test_vllm_decode_replay_is_one_decode_forward_of_32_sequences():
+    v = _public("vllm_decode_replay")
+    rows = v["phases"]
+    assert list(rows["phase"]) == ["decode"] and rows["batch"].iat[0] == 32
+    # the window the breakdown reads: 10.74 ms GPU span (docs/public-traces.md), busy ~100%
+    assert rows["time_ms"].iat[0] == pytest.approx(10.7, abs=0.1)
+    assert rows["gpu_busy"].iat[0] > 0.95
+
+
+def test_vllm_piecewise_replay_is_a_mixed_batch():
+    rows = _public("vllm_piecewise_replay")["phases"]
+    # execute_8192_context_9(...)_generation_37(...): 9 prompts and 37 decodes in one forward
+    assert list(rows["phase"]) == ["mixed"] and rows["batch"].iat[0] == 46
+    assert rows["tokens_per_forward"].iat[0] == 8192
+
+
+def test_engine_annotations_parse():
+    ann = ("execute_15360_context_15(sq15360sk15360sqsq15728640sqsk15728640)_generation_0"
+           "(sq0sk0sqsq0sqsk0)")
+    m = P.EXECUTE_RE.match(ann)
+    assert m and m.groups() == ("15360", "15", "0")
+    m = P.SGLANG_RE.match("step[EXTEND bs=15 toks=15360]")
+    assert m and m.groups() == ("EXTEND", "15", "15360")
+
+
+def test_training_has_no_phases():
+    run = load_run(RUNS / "memory" / "gpt_b32")
+    assert all(I.rank_inference(d, None, run.meta) is None for d in run.ranks.values())
+    assert analyze(run).table("inference_phases").empty
+
+
+def test_token_counts_label_the_phases_per_step():
+    import pandas as pd
+
+    fw = pd.DataFrame({"start_ns": [0, 1, 2, 3, 4], "end_ns": [1, 2, 3, 4, 5],
+                       "tokens": [4096.0, 8, 8, 8, 512], "batch": np.nan, "phase": "",
+                       "source": "compiled regions"})
+    out = P.label_by_tokens(fw, np.array([0, 0, 0, 0, 1]))
+    # step 0: 4096 tokens then three of 8 (decode); step 1 has one forward: unknown
+    assert list(out["phase"]) == ["prefill", "decode", "decode", "decode", ""]
