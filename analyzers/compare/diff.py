@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from profkit.analyzers.analyze import Analysis, analyze
-from profkit.analyzers.compare import memory, stats
+from profkit.analyzers.compare import memory, phases, stats
 from profkit.analyzers.compare.attribution import attribution
 from profkit.analyzers.compare.comparable import Comparability, comparability
 from profkit.analyzers.compare.nature import nature
@@ -240,6 +240,7 @@ def diff_analyses(base: Analysis, new: Analysis, thresholds: Thresholds = DEFAUL
     verdict, per = _judge(base, new, samples, thresholds, items_per_step)
     diff = Diff(*paths, verdict, attribution(base, new, per))
     memory.attach(diff, base, new)  # the change of peak memory, where both sides have it
+    phases.attach(diff, base, new)  # inference: the change by phase
     return diff
 
 

@@ -107,6 +107,15 @@ def memory_lines(d: Diff, markdown: bool, width: int = PIPE_WIDTH) -> list[str]:
     return lines
 
 
+def phase_lines(d: Diff, markdown: bool, width: int = PIPE_WIDTH) -> list[str]:
+    """The change by inference phase (``verdict['phases']``); nothing without phases."""
+    ph = d.verdict.get("phases")
+    if not ph:
+        return []
+    return ["", f"**Inference:** {ph['text']}"] if markdown else \
+        ["", *_para(ph["text"], width, "INFERENCE: ")]
+
+
 def diff_to_text(d: Diff, markdown: bool = False, width: int = PIPE_WIDTH) -> str:
     """The diff for a terminal of ``width`` columns (prose wrapped at spaces, tables laid
     out as ``analyze`` lays out its own: :mod:`profkit.textout`), or as Markdown for a pull
@@ -115,7 +124,7 @@ def diff_to_text(d: Diff, markdown: bool = False, width: int = PIPE_WIDTH) -> st
     title = [f"## {head}"] if markdown else \
         wrap(f"{glue(str(d.base))} -> {glue(str(d.new))}", width, "profkit diff: ", "  ")
     lines = [*title, "", *_head_lines(d, markdown, width),
-             *memory_lines(d, markdown, width), ""]
+             *memory_lines(d, markdown, width), *phase_lines(d, markdown, width), ""]
     for name in TITLES:
         table = d.tables.get(name)
         if table is None or table.empty:

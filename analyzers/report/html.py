@@ -157,6 +157,8 @@ def diff_html(d: Diff) -> str:
              f'<p style="font-size:15px"><b>{escape(v.get("summary", ""))}</b></p>']
     if v.get("memory"):
         parts.append(f'<p><b>Memory:</b> {escape(v["memory"]["text"])}</p>')
+    if v.get("phases"):
+        parts.append(f'<p><b>Inference:</b> {escape(v["phases"]["text"])}</p>')
     changes = v.get("changes") or []
     if changes:
         parts.append("<ul>" + "".join(f"<li>{escape(c)}</li>" for c in changes) + "</ul>")

@@ -139,3 +139,38 @@ def test_token_counts_label_the_phases_per_step():
     out = P.label_by_tokens(fw, np.array([0, 0, 0, 0, 1]))
     # step 0: 4096 tokens then three of 8 (decode); step 1 has one forward: unknown
     assert list(out["phase"]) == ["prefill", "decode", "decode", "decode", ""]
+
+
+def test_diff_attributes_the_change_by_phase(analyses):
+    from profkit.analyzers.compare.diff import diff_analyses
+    from profkit.analyzers.report.diff_text import diff_to_text
+
+    d = diff_analyses(analyses["hf_eager"], analyses["hf_static_compiled"])
+    ph = d.verdict["phases"]["phases"]
+    label_e = LABELS["hf_eager"]["per_step"][profiled_step(INFER / "hf_eager")]
+    label_c = LABELS["hf_static_compiled"]["per_step"][profiled_step(INFER / "hf_static_compiled")]
+    assert ph["decode"]["change_frac"] == pytest.approx(
+        label_c["tpot_ms"] / label_e["tpot_ms"] - 1, abs=0.03)
+    assert ph["prefill"]["change_frac"] == pytest.approx(
+        label_c["ttft_ms"] / label_e["ttft_ms"] - 1, abs=0.05)
+    text = diff_to_text(d)
+    assert "INFERENCE: " in text and "of the step's change is in decode" in text
+
+
+def test_a_phase_within_three_percent_reads_unchanged():
+    import pandas as pd
+    from profkit.analyzers.compare.phases import phase_change
+
+    def side(ttft, tpot):
+        return pd.DataFrame([
+            {"rank": 0, "phase": "prefill", "ttft_ms": ttft, "tpot_ms": np.nan,
+             "forward_ms": ttft, "time_ms": ttft},
+            {"rank": 0, "phase": "decode", "ttft_ms": np.nan, "tpot_ms": tpot,
+             "forward_ms": tpot, "time_ms": 15 * tpot}])
+
+    change = phase_change(side(30.0, 20.0), side(30.5, 10.0))
+    assert change["text"].startswith("prefill unchanged time to first token (30 -> 30.5 ms)")
+    assert "decode -50.0% per token (20 -> 10 ms)" in change["text"]
+    # 150 ms of the step's 149.5 ms change is decode's: the share can pass 100%
+    assert change["phases"]["decode"]["change_frac"] == pytest.approx(-0.5)
+    assert phase_change(side(30.0, 20.0), side(30.0, 20.0).iloc[:0]) is None
