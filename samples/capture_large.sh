@@ -26,7 +26,7 @@ if [ "$PART" = all ]; then
   exit 0
 fi
 
-case $PART in mem*) OUT=$ROOT_OUT/memory ;; infer) OUT=$ROOT_OUT/inference ;;
+case $PART in mem*) OUT=$ROOT_OUT/memory ;; infer*) OUT=$ROOT_OUT/inference ;;
   *) OUT=$ROOT_OUT/parallel ;; esac
 # shellcheck source=capture_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/capture_lib.sh"
@@ -86,6 +86,17 @@ case $PART in
     for p in 128 2048; do
       run hf_prompt$p "$OUT/hf_prompt$p" 0 "${I[@]}" --prompt $p --out "$OUT/hf_prompt$p"
     done
+    ;;
+  inferkv)  # the sample GPT's KV-cache decode, eager vs one CUDA graph per token, batch 8 / 64
+    K=("$PY" "$HERE/infer_kv.py" --profiler profkit --labels --steps 4 --active 1 --layers 8
+       --dim 1024 --heads 16 --vocab 32000 --prompt 512 --new-tokens 32)
+    run kv_eager_b8 "$OUT/kv_eager_b8" 0 "${K[@]}" --batch 8 --out "$OUT/kv_eager_b8"
+    run kv_graph_b8 "$OUT/kv_graph_b8" 0 "${K[@]}" --batch 8 --graph-decode --out "$OUT/kv_graph_b8"
+    run kv_graph_b64 "$OUT/kv_graph_b64" 0 "${K[@]}" --batch 64 --graph-decode \
+      --out "$OUT/kv_graph_b64"
+    # a model whose weights dominate the bytes per token: decode nearer the HBM roof
+    run kv_graph_big_b8 "$OUT/kv_graph_big_b8" 0 "${K[@]}" --batch 8 --graph-decode \
+      --layers 16 --dim 4096 --heads 32 --out "$OUT/kv_graph_big_b8"
     ;;
   par4)
     T4=("${TORCHRUN[@]}" --nproc_per_node 4)

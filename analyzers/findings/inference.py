@@ -8,8 +8,9 @@ saving stays the part's. The judge adds what no part says:
 
 - ``decode_batch``: a decode that keeps the GPU busy yet moves its bytes far below the HBM
   roof, with the weights most of them, is a small batch: every weight read serves only
-  ``batch`` sequences. A larger (or continuous) batch raises tokens per second at nearly the
-  same time per token. No step-time saving is claimed: the gain is throughput.
+  ``batch`` sequences. A larger (or continuous) batch raises tokens per second (measured on
+  the sample GPT, one CUDA graph per token: batch 8 -> 64 gave 5.4x the tokens per second
+  at 1.47x the time per token). No step-time saving is claimed: the gain is throughput.
 - ``prefill_roof``: a prefill that keeps the GPU busy far below the math roof: attention
   kernels (a fused one where attention is written by hand), and chunked prefill to keep
   long prompts from stalling decode in a serving engine.
@@ -21,6 +22,7 @@ import math
 from dataclasses import replace
 
 import pandas as pd
+from profkit.analyzers.measure.inference import ESTIMATE
 from profkit.analyzers.parts import HOST_SIDE
 from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.thresholds import Thresholds
@@ -110,7 +112,7 @@ def _decode_batch(row, th: Thresholds) -> list[Finding]:
     """A GPU-busy decode far below the HBM roof, its bytes mostly weights: batch more."""
     if not (_finite(row.hbm_util) and _finite(row.batch)) or row.gpu_busy < th.phase_busy_frac \
             or row.hbm_util >= th.decode_hbm_low_frac \
-            or row.bytes_coverage < th.min_flop_coverage_frac \
+            or (row.bytes_coverage < th.min_flop_coverage_frac and row.bytes_source != ESTIMATE) \
             or row.weight_bytes_per_token < 0.5 * row.bytes_per_token:
         return []
     batch = int(row.batch)
@@ -119,9 +121,10 @@ def _decode_batch(row, th: Thresholds) -> list[Finding]:
                f"of KV cache) in {ms(row.tpot_ms)}, {pct(row.hbm_util)} of the "
                f"{row.hbm_tbps:g} TB/s the {row.device_model} reads (the roof: "
                f"{ms(row.roof_ms_per_token)} per token) at batch {batch}")
-    advice = (f"Every weight read serves only {batch} sequence(s): a larger batch, or "
-              "continuous batching in a serving engine, raises tokens per second at nearly "
-              "the same time per token until the KV cache's bytes match the weights'.")
+    advice = (f"Each token reads every weight once for only {batch} sequence(s): a larger "
+              "batch, or continuous batching in a serving engine, raises tokens per second "
+              "while the weights dominate the bytes; the time per token grows with the KV "
+              "cache, whose bytes grow with the batch.")
     return [Finding(category="decode_batch", severity="warning", message=message,
                     recommendation=advice, rank=int(row.rank), evidence={
                         "batch": batch, "tpot_ms": round(row.tpot_ms, 4),

@@ -36,11 +36,17 @@ from profkit.analyzers.result import Result
 
 from profkit import intervals as iv
 from profkit import schema as S
+from profkit.columns import values_in
 from profkit.model import RankData
 
+ELEMENT_BYTES = {"fp32": 4.0, "tf32": 4.0, "fp64": 8.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0,
+                 "fp4": 0.5}
+WEIGHT_OPERAND = {"aten::linear": 1, "aten::mm": 1, "aten::addmm": 2, "aten::_scaled_mm": 1}
 REQUEST = "request"  # steps holding one prefill then its decode forwards (HF generate)
 FORWARD_TABLE = ("rank", S.STEP, "forward", "phase", "window_start_ns", "window_end_ns",
-                 "tokens", "batch", "kernels", "source")
+                 "tokens", "batch", "kernels", "source", REQUEST, "start_ns", "until_ns")
+MIN_COVERAGE = 0.5  # below this share of kernel time with an op cost, bytes come from weights
+ESTIMATE = "estimate from the eager forwards"
 
 
 def _windows(rd: RankData, used: dict[int, int] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -99,7 +105,8 @@ def time_forwards(rd: RankData, fw: pd.DataFrame, w_start: np.ndarray, w_end: np
         "rank": rd.rank, S.STEP: steps, "forward": fw.groupby(S.STEP).cumcount().to_numpy(),
         "phase": fw["phase"].to_numpy(), "window_start_ns": w0, "window_end_ns": w1,
         "tokens": fw["tokens"].to_numpy(float), "batch": _batch(fw), "kernels": kernels,
-        "source": fw["source"].to_numpy(), REQUEST: request}), at, mine
+        "source": fw["source"].to_numpy(), REQUEST: request, "start_ns": start,
+        "until_ns": limit}), at, mine
 
 
 def _request_steps(fw: pd.DataFrame, first: np.ndarray) -> np.ndarray:
@@ -147,6 +154,13 @@ def phase_rows(rd: RankData, fw: pd.DataFrame, at: np.ndarray, mine: np.ndarray,
     busy = iv.per_window(spans(rd.gpu_events), w0, w1)
     per_part = {p: iv.per_window(parts[p], w0, w1) for p in PARTS}
     costs = _costs(rd, at, mine, len(fw))
+    weights = weight_bytes(rd, fw["start_ns"].to_numpy(), fw["until_ns"].to_numpy())
+    prefill = (fw["phase"] == P.PREFILL).to_numpy()
+    # an uncosted (graph-replayed) forward moves at least the weights the eager forwards
+    # read, and about the KV cache the prefill's attention read (K and V of the prompt)
+    costs["floor_weights"] = float(weights.max()) if len(weights) else 0.0
+    costs["floor_kv"] = float(costs["kv_read"][prefill].max()) \
+        if prefill.any() and costs["floor_weights"] > 0 else 0.0
     _, peak = lookup_device(rd.meta, run_meta, rank_device(rd))
     n_steps = max(fw[S.STEP].nunique(), 1)
     rows = []
@@ -193,6 +207,27 @@ def _token_times(fw: pd.DataFrame, sel: np.ndarray, phase: str) -> dict[str, flo
     return out
 
 
+def weight_bytes(rd: RankData, starts: np.ndarray, limits: np.ndarray) -> np.ndarray:
+    """Per forward: the bytes of the matmul weights its outermost matmul ops read (the
+    weight operand's shape at its precision, 2 bytes when unknown), ops started in
+    [start, limit)."""
+    ev = rd.events
+    ops = ev[values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & values_in(ev[S.NAME], tuple(WEIGHT_OPERAND))]
+    ops = P.outermost(ops)
+    out = np.zeros(len(starts))
+    ts = ops[S.TS_NS].to_numpy()
+    at = np.searchsorted(starts, ts, side="right") - 1
+    inside = (at >= 0) & (ts < limits[np.maximum(at, 0)]) if len(starts) else at >= 0
+    for i, name, text, dtype in zip(at[inside], ops[S.NAME].astype(str)[inside],
+                                    ops[S.INPUT_DIMS].astype(str)[inside],
+                                    ops[S.FLOPS_DTYPE].astype(str)[inside]):
+        shape, k = P.dims(text), WEIGHT_OPERAND[name]
+        w = shape[k] if len(shape) > k and isinstance(shape[k], list) else []
+        if len(w) == 2 and all(isinstance(d, int) for d in w):
+            out[i] += w[0] * w[1] * ELEMENT_BYTES.get(dtype, 2.0)
+    return out
+
+
 def _costs(rd: RankData, at: np.ndarray, mine: np.ndarray, n: int) -> dict[str, np.ndarray]:
     """Per forward: kernel FLOPs, bytes moved (all, matmul, attention), kernel time, and
     kernel time with a known cost."""
@@ -211,6 +246,10 @@ def _costs(rd: RankData, at: np.ndarray, mine: np.ndarray, n: int) -> dict[str, 
     return {"flops": per_forward(costs["flops"].to_numpy(float)), "bytes": per_forward(moved),
             "weight_bytes": per_forward(np.where(family == "matmul", moved, 0.0)),
             "kv_bytes": per_forward(np.where(family == "attention", moved, 0.0)),
+            # K and V of an attention op's reads (Q, K, V of equal size; with grouped
+            # queries K and V are smaller, and this errs high)
+            "kv_read": per_forward(np.where(family == "attention",
+                                            costs["read_bytes"].to_numpy(float) * 2 / 3, 0.0)),
             "kernel_ns": per_forward(dur),
             "known_ns": per_forward(np.where(np.isfinite(moved), dur, 0.0)),
             "precision": costs["precision"].to_numpy(object)}
@@ -218,15 +257,25 @@ def _costs(rd: RankData, at: np.ndarray, mine: np.ndarray, n: int) -> dict[str, 
 
 def _roofs(costs: dict, sel: np.ndarray, time_ns: float, row: dict, peak) -> dict[str, float]:
     """MFU and HBM bandwidth utilisation over the phase's time; decode's bytes per token
-    and the time per token at the HBM roof."""
-    flops, moved = costs["flops"][sel].sum(), costs["bytes"][sel].sum()
+    and the time per token at the HBM roof. Where kernels with an op cost take less than
+    :data:`MIN_COVERAGE` of the phase's kernel time (graph replays), the bytes per forward
+    are estimated from the eager forwards: their matmul weights and the prefill's attention
+    bytes (``costs['floor']``)."""
     forwards = max(int(sel.sum()), 1)
-    out = {"flops": float(flops), "bytes": float(moved),
-           "bytes_per_token": float(moved) / forwards,
-           "weight_bytes_per_token": float(costs["weight_bytes"][sel].sum()) / forwards,
-           "kv_bytes_per_token": float(costs["kv_bytes"][sel].sum()) / forwards,
-           "bytes_coverage": float(costs["known_ns"][sel].sum())
-           / max(float(costs["kernel_ns"][sel].sum()), 1.0),
+    coverage = float(costs["known_ns"][sel].sum()) / max(float(costs["kernel_ns"][sel].sum()), 1.0)
+    moved = float(costs["bytes"][sel].sum())
+    weights = float(costs["weight_bytes"][sel].sum())
+    kv = float(costs["kv_bytes"][sel].sum())
+    source = "ops" if coverage >= MIN_COVERAGE else "ops (lower bound)"
+    floor = (costs["floor_weights"] + costs["floor_kv"]) * forwards
+    if coverage < MIN_COVERAGE and floor > moved:
+        moved, source = floor, ESTIMATE
+        weights, kv = costs["floor_weights"] * forwards, costs["floor_kv"] * forwards
+    flops = float(costs["flops"][sel].sum())
+    out = {"flops": flops, "bytes": moved, "bytes_per_token": moved / forwards,
+           "weight_bytes_per_token": weights / forwards,
+           "kv_bytes_per_token": kv / forwards,
+           "bytes_coverage": coverage, "bytes_source": source,
            "mfu": np.nan, "hbm_util": np.nan, "roof_ms_per_token": np.nan, "peak_tflops": np.nan,
            "hbm_tbps": np.nan, "device_model": peak.key if peak else ""}
     if peak is None or time_ns <= 0:
@@ -234,9 +283,8 @@ def _roofs(costs: dict, sel: np.ndarray, time_ns: float, row: dict, peak) -> dic
     precisions = {p for p in costs["precision"] if isinstance(p, str) and p}
     _, tflops = peak.mfu_peak(precisions)
     out.update(peak_tflops=tflops, hbm_tbps=peak.mem_bw_tbps,
-               mfu=float(flops) / (time_ns * 1e-9 * tflops * 1e12) if flops > 0 else np.nan,
-               hbm_util=float(moved) / (time_ns * 1e-9 * peak.mem_bw_tbps * 1e12)
-               if moved > 0 else np.nan)
+               mfu=flops / (time_ns * 1e-9 * tflops * 1e12) if flops > 0 else np.nan,
+               hbm_util=moved / (time_ns * 1e-9 * peak.mem_bw_tbps * 1e12) if moved > 0 else np.nan)
     if moved > 0:
         out["roof_ms_per_token"] = out["bytes_per_token"] / (peak.mem_bw_tbps * 1e12) * 1e3
     return out

@@ -11,6 +11,8 @@ A **forward** is found, in this order of preference:
    ``[batch, sequence]`` (HF ``generate``: ``[8, 512]`` over the prompt, then ``[8, 1]`` per
    new token); a second embedding before any matmul (GPT-2's position embedding) is the
    same forward;
+   each CUDA/HIP graph launch after an eager prefill in the same step is a decode forward
+   replayed from a graph (the prefill's batch: static shapes are captured once);
 3. a compiled model: each outermost ``Torch-Compiled Region``, its token count the rows of
    its first matmul (``aten::mm [[rows, k], [k, n]]``): the fewest rows in a step are
    decode, more rows prefill.
@@ -48,19 +50,21 @@ ANNOTATION_PATTERN = EXECUTE_RE.pattern[1:].split("(")[0] + "|" + r"step\["
 EMBEDDING = "aten::embedding"
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::linear", "aten::_scaled_mm", "aten::matmul")
 COMPILED_PREFIX = "Torch-Compiled Region"
+GRAPH_LAUNCH = "^(?:cuda|hip)GraphLaunch"
+REPLAY = "graph replays"
 BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
 FORWARD_COLUMNS = ("start_ns", "end_ns", "tokens", "batch", "phase", "source")
 
 
-def _dims(text: str) -> list:
+def dims(text: str) -> list:
     try:
-        dims = json.loads(text) if text else []
+        found = json.loads(text) if text else []
     except ValueError:
         return []
-    return dims if isinstance(dims, list) else []
+    return found if isinstance(found, list) else []
 
 
-def _outermost(frame: pd.DataFrame) -> pd.DataFrame:
+def outermost(frame: pd.DataFrame) -> pd.DataFrame:
     """The ranges not inside an earlier one (ranges sorted by start)."""
     frame = frame.sort_values(S.TS_NS, kind="stable")
     end = (frame[S.TS_NS] + frame[S.DUR_NS]).to_numpy()
@@ -75,7 +79,7 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
 def engine_forwards(ev: pd.DataFrame) -> pd.DataFrame:
     """One forward per outermost engine-step annotation (module doc, source 1)."""
     ann = ev[values_in(ev[S.KIND], (S.KIND_ANNOTATION,))]
-    ann = _outermost(ann[category_mask(ann[S.NAME], ANNOTATION_PATTERN)])
+    ann = outermost(ann[category_mask(ann[S.NAME], ANNOTATION_PATTERN)])
     rows = []
     for ts, dur, name in zip(ann[S.TS_NS], ann[S.DUR_NS], ann[S.NAME].astype(str)):
         if m := EXECUTE_RE.match(name):
@@ -95,13 +99,13 @@ def engine_forwards(ev: pd.DataFrame) -> pd.DataFrame:
 def embedding_forwards(ev: pd.DataFrame) -> pd.DataFrame:
     """One forward per token embedding of ``[batch, sequence]`` indices (module doc, 2)."""
     ops = ev[values_in(ev[S.KIND], (S.KIND_CPU_OP,))]
-    emb = _outermost(ops[values_in(ops[S.NAME], (EMBEDDING,))])
+    emb = outermost(ops[values_in(ops[S.NAME], (EMBEDDING,))])
     if emb.empty:
         return _frame([])
     mm_starts = np.sort(ops[S.TS_NS].to_numpy()[values_in(ops[S.NAME], MATMUL_OPS)])
     rows, last_start = [], None
-    for ts, dur, dims in zip(emb[S.TS_NS], emb[S.DUR_NS], emb[S.INPUT_DIMS].astype(str)):
-        shape = _dims(dims)
+    for ts, dur, text in zip(emb[S.TS_NS], emb[S.DUR_NS], emb[S.INPUT_DIMS].astype(str)):
+        shape = dims(text)
         ids = shape[1] if len(shape) > 1 and isinstance(shape[1], list) else []
         if len(ids) != 2 or not all(isinstance(d, int) and d > 0 for d in ids):
             continue
@@ -114,6 +118,30 @@ def embedding_forwards(ev: pd.DataFrame) -> pd.DataFrame:
     return _frame(rows)
 
 
+def graph_forwards(ev: pd.DataFrame) -> pd.DataFrame:
+    """One forward per graph launch, its phase set by :func:`label_replays`."""
+    rt = ev[values_in(ev[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))]
+    rt = rt[category_mask(rt[S.NAME], GRAPH_LAUNCH)]
+    return _frame([{"start_ns": int(ts), "end_ns": int(ts + dur), "tokens": np.nan,
+                    "batch": np.nan, "phase": "", "source": REPLAY}
+                   for ts, dur in zip(rt[S.TS_NS], rt[S.DUR_NS])])
+
+
+def label_replays(forwards: pd.DataFrame, step_of: np.ndarray) -> pd.DataFrame:
+    """Graph replays after an eager prefill in the same step are decode forwards of its
+    batch (one token per sequence); others stay unknown."""
+    out = forwards.copy()
+    prefill_batch: dict[int, float] = {}
+    for i, (step, phase, source) in enumerate(zip(step_of, out["phase"], out["source"])):
+        if phase == PREFILL:
+            prefill_batch[step] = out["batch"].iat[i]
+        elif source == REPLAY and step in prefill_batch:
+            out.iloc[i, out.columns.get_loc("phase")] = DECODE
+            out.iloc[i, out.columns.get_loc("batch")] = prefill_batch[step]
+            out.iloc[i, out.columns.get_loc("tokens")] = prefill_batch[step]
+    return out
+
+
 def _matmul_between(starts: np.ndarray, lo: int, hi: int) -> bool:
     return bool(np.searchsorted(starts, hi) > np.searchsorted(starts, lo, side="right"))
 
@@ -122,7 +150,7 @@ def compiled_forwards(ev: pd.DataFrame) -> pd.DataFrame:
     """One forward per outermost compiled region, its tokens the rows of its first matmul
     (module doc, source 3); the phase is set per step by :func:`label_by_tokens`."""
     regions = ev[values_in(ev[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION))]
-    regions = _outermost(regions[category_mask(regions[S.NAME], "^" + COMPILED_PREFIX)])
+    regions = outermost(regions[category_mask(regions[S.NAME], "^" + COMPILED_PREFIX)])
     if regions.empty:
         return _frame([])
     ops = ev[values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & values_in(ev[S.NAME], MATMUL_OPS)]
@@ -139,7 +167,7 @@ def compiled_forwards(ev: pd.DataFrame) -> pd.DataFrame:
 
 def _rows(ops: pd.DataFrame, at: int) -> float:
     """The activation rows of one matmul op (tokens through it); NaN when unreadable."""
-    shape = _dims(str(ops[S.INPUT_DIMS].iat[at]))
+    shape = dims(str(ops[S.INPUT_DIMS].iat[at]))
     act = shape[1] if str(ops[S.NAME].iat[at]) == "aten::addmm" and len(shape) > 1 else \
         shape[0] if shape else []
     if not isinstance(act, list) or len(act) < 2 or not all(isinstance(d, int) for d in act):
@@ -180,9 +208,11 @@ def find_forwards(rd: RankData, step_of) -> pd.DataFrame:
         found = embedding_forwards(ev)
         if found.empty:
             found = compiled_forwards(ev)
+        elif len(replays := graph_forwards(ev)):
+            found = pd.concat([found, replays], ignore_index=True)
         found = found.sort_values("start_ns", kind="stable", ignore_index=True)
         steps = step_of(found["start_ns"].to_numpy())
-        found = label_by_tokens(found, steps).assign(step=steps)
+        found = label_by_tokens(label_replays(found, steps), steps).assign(step=steps)
         per_step = found.groupby("step")["phase"]
         decoding = per_step.transform(lambda p: (p == DECODE).any() and len(p) > 1)
         found = found[decoding.to_numpy(bool) & (found["phase"] != "").to_numpy()]

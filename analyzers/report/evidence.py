@@ -160,6 +160,12 @@ ITEMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "estimate_mismatch": (("{} kernel(s)", "count:num"),
                           ("first: {} estimated {}, measured {} ({})", "first_short_name:text",
                            "first_est_bytes", "first_dram_bytes", "first_bytes_ratio:x")),
+    # inference (findings/inference.py)
+    "decode_batch": (("{} tokens/s at batch {}", "tokens_per_s:count", "batch:num"),
+                     ("HBM {} of its bandwidth", "hbm_util:pct"),
+                     ("roof {} per token", "roof_ms_per_token:ms")),
+    "prefill_roof": (("MFU {}", "mfu:pct"), ("GPU busy {}", "gpu_busy:pct"),
+                     ("{} of the step", "share:pct")),
     "launch": (("{} short kernels", "short_frac:pct"),
                ("launch calls {} of the step", "launch_time_frac:pct"),
                ("GPU busy {}", "kernel_busy_frac:pct")),

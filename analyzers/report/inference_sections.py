@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 from profkit.analyzers import units as U
 from profkit.analyzers.analyze import Analysis
+from profkit.analyzers.measure.inference import ESTIMATE
 from profkit.analyzers.parts import PARTS, part_label
 from profkit.analyzers.report.section import MAX_RANK_ROWS, Section
 
@@ -28,10 +29,13 @@ def top_part(row: pd.Series) -> tuple[str, float]:
 
 
 def hbm_text(row: pd.Series, key: str = "hbm_util") -> str:
-    """HBM bandwidth use (or MFU: ``key="mfu"``), '>= x%' where kernels without an op cost
-    take half the phase's kernel time or more; '-' without it."""
+    """HBM bandwidth use (or MFU: ``key="mfu"``): '~x%' where the bytes are estimated from
+    the eager forwards (graph replays), '>= x%' where kernels without an op cost take half
+    the phase's kernel time or more; '-' without it."""
     if not _finite(row.get(key)):
         return U.MISSING
+    if key == "hbm_util" and row.get("bytes_source") == ESTIMATE:
+        return "~" + U.pct(row[key])
     lower = ">= " if row["bytes_coverage"] < MIN_BYTES_COVERAGE else ""
     return lower + U.pct(row[key])
 
@@ -97,7 +101,8 @@ def inference_section(a: Analysis) -> Section | None:
     notes = ["prefill: the step's start to its first token; per token: from one token's GPU "
              "work ending to the next's (median); HBM: the bytes the ops move (their shapes) "
              "over the phase's time against the device's bandwidth ('>=': kernels without an "
-             "op cost, such as Triton's, move bytes not counted)"]
+             "op cost, such as Triton's, move bytes not counted; '~': graph replays, estimated "
+             "from the eager forwards' weights and the prefill's attention bytes)"]
     return Section("Inference phases (prefill: the forward over the prompt; decode: one "
                    "forward per new token)", table, notes)
 

@@ -38,7 +38,8 @@ def analyses():
 
 def test_every_capture_is_labelled():
     assert CASES == ["hf_b1", "hf_b16", "hf_eager", "hf_prompt128", "hf_prompt2048",
-                     "hf_static_compiled"]
+                     "hf_static_compiled", "kv_eager_b8", "kv_graph_b64", "kv_graph_b8",
+                     "kv_graph_big_b8"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -49,9 +50,9 @@ def test_ttft_and_tpot_within_ten_percent_of_the_timer(analyses, case):
     assert prefill["ttft_ms"] == pytest.approx(label["ttft_ms"], rel=0.10)
     assert decode["tpot_ms"] == pytest.approx(label["tpot_ms"], rel=0.10)
     assert decode["time_ms"] == pytest.approx(label["decode_ms"], rel=0.10)
-    # 16 new tokens: the prefill makes the first, each decode forward one more
+    # the timer's marks: the prefill's token, then one per decode forward
     assert prefill["forwards_per_step"] == 1
-    assert decode["forwards_per_step"] == LABELS[case]["new_tokens"] - 1
+    assert decode["forwards_per_step"] == label["tokens"] - 1
     assert decode["batch"] == LABELS[case]["batch"]
 
 
@@ -69,6 +70,44 @@ def test_prefill_grows_with_the_prompt_and_decode_tokens_per_second_with_the_bat
     assert row("hf_prompt2048", "prefill")["ttft_ms"] > 2 * row("hf_prompt128", "prefill")["ttft_ms"]
     assert row("hf_prompt2048", "prefill")["tokens_per_forward"] == 8 * 2048
     assert row("hf_b16", "decode")["tokens_per_s"] > 8 * row("hf_b1", "decode")["tokens_per_s"]
+
+
+def test_graph_replayed_decode_forwards_are_found():
+    run = load_run(INFER / "kv_graph_b8")
+    fw = I.rank_inference(run.ranks[0], None, run.meta)["forwards"]
+    assert (fw["phase"] == "decode").sum() == 32 and (fw["phase"] == "prefill").sum() == 1
+
+
+def _label_tokens_per_s(case):
+    label = LABELS[case]["per_step"][profiled_step(INFER / case)]
+    return LABELS[case]["batch"] / label["tpot_ms"] * 1e3
+
+
+def test_small_batch_graph_decode_gets_the_batching_advice_and_batching_pays(analyses):
+    def batch_findings(case):
+        return [f for f in analyses[case].findings if f.category == "decode_batch"]
+
+    found = batch_findings("kv_graph_b8")
+    assert len(found) == 1 and "larger batch" in found[0].recommendation
+    # the weights alone (8 blocks of 12 x 1024^2 bf16 and the 32000 x 1024 head, tied) and
+    # K, V of the 512-token prompt (8 blocks x 2 x 8 x 512 x 1024 bf16)
+    weights = 8 * 12 * 1024 ** 2 * 2 + 32000 * 1024 * 2
+    kv = 8 * 2 * 8 * 512 * 1024 * 2
+    assert found[0].evidence["weight_bytes_per_token"] == pytest.approx(weights, rel=0.01)
+    assert found[0].evidence["kv_bytes_per_token"] == pytest.approx(kv, rel=0.01)
+    # the measured fix: batch 64 serves several times the tokens per second (timer labels)
+    assert _label_tokens_per_s("kv_graph_b64") > 4 * _label_tokens_per_s("kv_graph_b8")
+    # at batch 64 the KV cache outweighs the weights; eager decode is host bound: no advice
+    assert not batch_findings("kv_graph_b64") and not batch_findings("kv_eager_b8")
+
+
+def test_cuda_graph_decode_is_the_measured_fix_of_the_host_bound_decode(analyses):
+    launch = [f for f in analyses["kv_eager_b8"].findings if f.category == "cpu_launch"][0]
+    assert "CUDA graph" in launch.recommendation
+    step = LABELS["kv_eager_b8"]["step_ms"][profiled_step(INFER / "kv_eager_b8")]
+    fixed = LABELS["kv_graph_b8"]["step_ms"][profiled_step(INFER / "kv_graph_b8")]
+    # the saving the finding promises is within 0.15 of the step fraction the fix saved
+    assert launch.estimated_saving["fraction"] == pytest.approx(1 - fixed / step, abs=0.15)
 
 
 def test_host_bound_decode_gets_the_decode_advice_once(analyses):
