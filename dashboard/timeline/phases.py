@@ -23,7 +23,9 @@ def phase_windows(forwards: pd.DataFrame, origin_ns: int) -> pd.DataFrame:
     fw = forwards.sort_values(["rank", "step", "window_start_ns"], kind="stable")
     start = fw["window_start_ns"].to_numpy(np.int64)
     end = fw["window_end_ns"].to_numpy(np.int64)
-    reach = np.maximum.accumulate(end)  # a window inside an earlier one joins it
+    # the latest end so far in the rank's step: a window inside an earlier one joins it
+    reach = pd.Series(end).groupby([fw["rank"].to_numpy(), fw["step"].to_numpy()]).cummax() \
+        .to_numpy()
     same = np.r_[False, np.logical_and.reduce(
         [(col[1:] == col[:-1]) for col in (fw[c].to_numpy() for c in ("rank", "step", "phase"))])]
     touches = np.r_[False, start[1:] <= reach[:-1]]
