@@ -76,6 +76,7 @@ M_NONE = "m-none"  # the line saying the run has no memory events
 M_RANKS = "m-ranks"
 M_LIVE = "m-live"  # what is live at the peak, or the line saying it is not available
 M_TILE = "m-tile"  # the Overview's peak-memory tile
+INF_TILE = "inf-tile"  # the Overview's inference section (runs with inference phases)
 
 # tables
 TABLES_BODY = "tables-body"

@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from profkit.analyzers import units as U
 from profkit.dashboard.colors import CLASS_COLORS, CPU_KIND_COLORS, PART_COLORS, STRAGGLER_COLOR
+from profkit.dashboard.figures import phase_bands as PB
 from profkit.dashboard.figures.charts import base_layout, metric_unit
 
 GROUP_COLORS = {**CPU_KIND_COLORS, **CLASS_COLORS, **PART_COLORS}
@@ -335,6 +336,9 @@ def timeline_figure(view, stragglers=(), all_counters: bool = False) -> go.Figur
     add_flows(fig, view)
     add_counters(fig, view, metrics)
     shapes, labels = step_bands(view)
+    bands, names = PB.phase_bands(getattr(view, "phases", None), rank_blocks(view), view.x0_ms,
+                                  view.x1_ms, len(view.lanes))
+    shapes, labels = shapes + bands, labels + names  # inference phases above the step bands
     fig.update_yaxes(tickvals=list(positions(view).values()), showgrid=False, zeroline=False,
                      ticktext=tick_labels(view, set(stragglers)), fixedrange=True,
                      range=[-0.5, len(view.lanes) - 0.5], tickfont=dict(size=10), row=1, col=1)

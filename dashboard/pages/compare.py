@@ -86,6 +86,8 @@ def _diff_parts(d) -> tuple:
                _notes(v.get("changes", []), "diff-changes"),
                html.P(v["memory"]["text"], className="hint diff-memory")
                if v.get("memory") else None,
+               html.P("Inference: " + v["phases"]["text"], className="hint diff-phases")
+               if (v.get("phases") or {}).get("text") else None,
                html.P(alike, className="hint diff-alike") if alike else None]
     return ([c for c in verdict if c is not None],
             F.diff_parts_bars(d.tables.get("diff_parts", pd.DataFrame())),

@@ -17,7 +17,7 @@ from profkit.analyzers.report.render import sorted_findings
 from profkit.analyzers.report.render_text import finding_evidence, grouped_findings, saving_text
 from profkit.dashboard import colors, ids
 from profkit.dashboard.figures import charts as F
-from profkit.dashboard.pages import frame, memory
+from profkit.dashboard.pages import frame, inference, memory
 from profkit.dashboard.timeline.links import finding_has_place, finding_link
 from profkit.dashboard.ui import banner
 from profkit.dashboard.ui import components as C
@@ -137,6 +137,7 @@ def body(a, run_key: str) -> list:
             html.Div([frame.panel("Verdict", lambda: verdict_card(a)),
                       frame.panel("Straggler", lambda: straggler_card(a)),
                       frame.panel("Run facts", lambda: facts_card(a)),
+                      frame.panel("Inference", lambda: inference.inference_tile(a)),
                       frame.panel("Peak memory", lambda: memory.peak_tile(a))]),
             frame.panel("Evidence & recommendations", lambda: findings_card(a, run_key))]),
         html.Div(className="grid two", children=[

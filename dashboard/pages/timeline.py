@@ -25,6 +25,7 @@ from profkit.dashboard.timeline import data as TD
 from profkit.dashboard.timeline import event as TE
 from profkit.dashboard.timeline import flows as TF
 from profkit.dashboard.timeline import links as TL
+from profkit.dashboard.timeline import phases as TP
 from profkit.dashboard.timeline import search as TS
 from profkit.dashboard.timeline import view as TV
 from profkit.dashboard.ui import components as C
@@ -155,6 +156,7 @@ def view_figure(results, key: str, ranks: list[int], window, show_cpu: bool,
                                                   view.compact, view.x0_ms, view.x1_ms)
     view.flows = TF.launch_flows(view, {r: (cache.lanes(r), cache.run.ranks[r].events)
                                         for r in view.ranks})
+    view.phases = TP.view_phases(cache.analysis, cache.origin, view)
     stragglers = stragglers_of(cache.analysis)
     return (FT.timeline_figure(view, stragglers, all_counters), info_text(view, stragglers),
             counters_note(view, all_counters))
@@ -204,7 +206,7 @@ def _timeline_card(results, run_key: str, run, analysis, query: dict) -> html.Se
         html.H2("Event"), C.loading(html.Div(TE.hint(), id=ids.TL_EVENT))])
     return C.card(None, controls, html.P(info, id=ids.TL_INFO, className="muted"),
                   html.P(id=ids.TL_FOUND, className="tl-found"),
-                  C.legend(LEGEND),
+                  C.legend({**LEGEND, **TP.legend(analysis)}),
                   html.Div([html.Div(dcc.Loading(graph, type="dot"), className="tl-figure"),
                             event], className="tl-body"),
                   html.P(note, id=ids.TL_NOTE, className="hint"), dcc.Store(id=ids.TL_ZOOM),

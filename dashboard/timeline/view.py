@@ -46,6 +46,7 @@ class TimelineView:
     links: pd.DataFrame = field(default_factory=pd.DataFrame)  # see timeline.links.links_in_window
     flows: pd.DataFrame = field(default_factory=pd.DataFrame)  # see timeline.flows.launch_flows
     n_links: int = 0  # matched collectives starting in the window (some may not be drawn)
+    phases: pd.DataFrame = field(default_factory=pd.DataFrame)  # see timeline.phases.view_phases
 
 
 def layers_shown(show_cpu: bool) -> tuple[str, ...]:
