@@ -21,6 +21,7 @@ from profkit.analyzers.findings.comms import (
 from profkit.analyzers.findings.efficiency import judge_efficiency
 from profkit.analyzers.findings.experts import expert_findings
 from profkit.analyzers.findings.fp8 import fp8_findings
+from profkit.analyzers.findings.inference import inference_findings
 from profkit.analyzers.findings.kernels import kernel_findings, no_gpu_findings
 from profkit.analyzers.findings.memoryrisks import allocator_findings
 from profkit.analyzers.findings.ncu import ncu_findings
@@ -39,7 +40,7 @@ JUDGES: dict[str, Callable[[Result, Thresholds], list[Finding]]] = {
     "ncu": ncu_findings, "allocations": allocation_findings,
     "experts": expert_findings, "fsdp": fsdp_findings, "tensor_parallel": tp_findings,
     "allocator": allocator_findings, "recompute": recompute_findings, "fp8": fp8_findings,
-    "pipeline": pipeline_findings,
+    "pipeline": pipeline_findings, "inference": inference_findings,
 }
 
 

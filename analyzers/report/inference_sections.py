@@ -40,6 +40,11 @@ def hbm_text(row: pd.Series, key: str = "hbm_util") -> str:
     return lower + U.pct(row[key])
 
 
+def spread_text(row: pd.Series) -> str:
+    """``p10-p90 24.8-32.5 ms``: the spread of the time per output token."""
+    return f"p10-p90 {row['tpot_p10_ms']:.3g}-{row['tpot_p90_ms']:.3g} ms"
+
+
 def inference_line(a: Analysis) -> str | None:
     """``prefill 6.6 ms (time to first token), then 15 tokens at 3.46 ms each (p10-p90
     3.40-3.52 ms), batch 8: 2,312 tokens/s; decode GPU busy 12%, mostly launch overhead``
@@ -58,7 +63,7 @@ def inference_line(a: Analysis) -> str | None:
         d = mine.loc["decode"]
         tokens = d["forwards_per_step"]
         text = (f"{U.number(round(tokens, 1))} decode step(s) at {U.ms(d['tpot_ms'])} each "
-                f"(p10-p90 {d['tpot_p10_ms']:.3g}-{d['tpot_p90_ms']:.3g} ms)")
+                f"({spread_text(d)})")
         if _finite(d["batch"]):
             text += f", batch {int(d['batch'])}: {U.number(round(d['tokens_per_s']))} tokens/s"
         part, share = top_part(d)

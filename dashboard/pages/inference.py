@@ -16,7 +16,7 @@ import pandas as pd
 from dash import html
 from profkit.analyzers import units as U
 from profkit.analyzers.parts import part_label
-from profkit.analyzers.report.inference_sections import hbm_text, top_part
+from profkit.analyzers.report.inference_sections import hbm_text, spread_text, top_part
 from profkit.dashboard import ids
 from profkit.dashboard.ui import components as C
 
@@ -25,12 +25,6 @@ TITLE = "Inference"
 
 def _finite(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
-
-
-def spread_text(row: pd.Series) -> str:
-    """``p10-p90 24.8-32.5 ms``: the spread of the time per output token, as the report's
-    inference line writes it."""
-    return f"p10-p90 {row['tpot_p10_ms']:.3g}-{row['tpot_p90_ms']:.3g} ms"
 
 
 def first_rank_phases(a) -> tuple[int, int, pd.DataFrame] | None:

@@ -187,6 +187,18 @@ TABLES: tuple[TableSpec, ...] = (
           ("batch_headroom_x", "batch could grow (x)", None),
           note="PyTorch's caching allocator over the steps the verdict uses; resident: "
                "allocated when a step starts, transient: what comes and goes in it."),
+    _spec("inference_phases", "Inference phases: prefill and decode",
+          ("rank", "rank", None), ("phase", "phase", None),
+          ("forwards_per_step", "forwards/step", None), ("batch", "batch", None),
+          ("time_ms", "time (ms/step)", None), ("share", "of step (%)", PCT),
+          ("ttft_ms", "time to first token (ms)", None), ("tpot_ms", "per token (ms)", None),
+          ("tpot_p10_ms", "per token p10 (ms)", None), ("tpot_p90_ms", "per token p90 (ms)", None),
+          ("tokens_per_s", "tokens/s", None), ("gpu_busy", "GPU busy (%)", PCT),
+          ("mfu", "MFU (%)", PCT), ("hbm_util", "HBM use (%)", PCT),
+          ("bytes_per_token", "bytes per forward (GB)", GB), ("bytes_source", "bytes from", None),
+          ("source", "phases from", None),
+          note="prefill: the step's start to its first token; per token: one token's GPU work "
+               "ending to the next's (analyzers/measure/inference.py)."),
     _spec("idle_code", "Where the GPU waits for the host (GPU idle by the code running)",
           ("rank", "rank", None), ("part", "cause", PART), ("code", "code", None),
           ("idle_ns", "GPU idle (ms)", MS),
@@ -200,7 +212,8 @@ CITED = {**{p.key: p.cited for p in PART_TABLE if p.cited},
          "mfu": "efficiency", "precision": "efficiency", "collectives": "collectives",
          "straggler": "stragglers", "launch": "launches", "runtime_calls": "launches",
          "fusion": "fusion_candidates", "throttling": "nvml", "memory": "nvml",
-         "idle_code": "idle_code", "memory_bound": "roofline", "allocations": "memory_ranks"}
+         "idle_code": "idle_code", "memory_bound": "roofline", "allocations": "memory_ranks",
+         "decode_batch": "inference_phases", "prefill_roof": "inference_phases"}
 
 
 def cited_table(category: str) -> TableSpec | None:

@@ -123,7 +123,7 @@ def test_every_report_line_shows_a_registered_measurement():
     names = {m.name for m in measurements.MEASUREMENTS}
     assert {s.measurement for s in sections.SHOWN} <= names
     assert [s.json_key for s in sections.SHOWN if s.json_rows] == [
-        "top_kernels", "roofline", "ncu_kernels", "efficiency", "recompute",
+        "inference", "top_kernels", "roofline", "ncu_kernels", "efficiency", "recompute",
         "comm_dimensions", "parallel_layout", "pipeline", "memory", "memory_live"]
 
 

@@ -109,6 +109,15 @@ def test_every_column_the_specs_name_is_in_a_real_analysis(run):
     assert links["link_gbps"].notna().all()  # every collective against its link's peak
 
 
+def test_the_inference_table_columns_are_in_an_inference_analysis():
+    a = analyze(loader.load_run(REPO / "samples" / "runs" / "inference" / "kv_graph_b8"))
+    spec = T.BY_NAME["inference_phases"]
+    frame = T.source(a, spec)
+    assert list(frame["phase"]) == ["prefill", "decode"]
+    assert [c for c, _, _ in spec.columns if c not in frame] == []
+    assert T.cited_table("decode_batch").name == "inference_phases"
+
+
 def test_a_tiny_p_value_is_not_shown_as_zero():
     """The stragglers table's p value of 8.4e-09 once read 0 in the grid."""
     from profkit.dashboard.ui.grids import _cell
