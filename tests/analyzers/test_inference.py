@@ -213,3 +213,11 @@ def test_a_phase_within_three_percent_reads_unchanged():
     # 150 ms of the step's 149.5 ms change is decode's: the share can pass 100%
     assert change["phases"]["decode"]["change_frac"] == pytest.approx(-0.5)
     assert phase_change(side(30.0, 20.0), side(30.0, 20.0).iloc[:0]) is None
+
+
+def test_sglang_prefill_is_one_prefill_of_15_prompts():
+    rows = _public("sglang_prefill")["phases"]
+    # execute_15360_context_15(...)_generation_0(...): 15 prompts, 15,360 tokens, no decode
+    assert list(rows["phase"]) == ["prefill"]
+    assert rows["batch"].iat[0] == 15 and rows["tokens_per_forward"].iat[0] == 15360
+    assert np.isnan(rows["ttft_ms"].iat[0])  # an engine step has no request's arrival
