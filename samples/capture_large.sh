@@ -98,6 +98,14 @@ case $PART in
     run kv_graph_big_b8 "$OUT/kv_graph_big_b8" 0 "${K[@]}" --batch 8 --graph-decode \
       --layers 16 --dim 4096 --heads 32 --out "$OUT/kv_graph_big_b8"
     ;;
+  par4il)  # 1F1B against interleaved 1F1B (2 stages per rank), 8 microbatches, same batch
+    T4=("${TORCHRUN[@]}" --nproc_per_node 4)
+    PIPE=(--case pipeline --batch 64 --seq 1024 --dim 2048 --layers 16 --active 2 --microbatches 8)
+    run pipeline_m8_1f1b "$OUT/pipeline_m8_1f1b" 1 "${T4[@]}" "${P[@]}" "${PIPE[@]}" \
+      --schedule 1f1b --out "$OUT/pipeline_m8_1f1b"
+    run pipeline_m8_interleaved "$OUT/pipeline_m8_interleaved" 1 "${T4[@]}" "${P[@]}" \
+      "${PIPE[@]}" --schedule interleaved --stages-per-rank 2 --out "$OUT/pipeline_m8_interleaved"
+    ;;
   par4)
     T4=("${TORCHRUN[@]}" --nproc_per_node 4)
     # per-microbatch work large enough that more microbatches pay (GPipe: bubble 43% -> 16%)

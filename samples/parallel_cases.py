@@ -32,7 +32,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = common.sample_parser(__doc__, steps=8)
     p.add_argument("--case", choices=CASES, required=True)
     p.add_argument("--microbatches", type=int, default=4, help="pipeline: per step")
-    p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe")
+    p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved"), default="gpipe",
+                   help="pipeline: interleaved is interleaved 1F1B, --stages-per-rank per rank")
+    p.add_argument("--stages-per-rank", type=int, default=2,
+                   help="pipeline, interleaved: stages per rank (looped: rank r holds r, r+p, ...)")
     p.add_argument("--skew", type=float, default=1.0,
                    help="experts: expert 0 receives this many times the tokens of each other")
     p.add_argument("--unit", choices=("linear", "block"), default="block", help="fsdp")
@@ -77,39 +80,50 @@ class Stage(nn.Module):
 
 
 def pipeline(args, env) -> tuple[callable, dict]:
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import (
+        PipelineStage,
+        Schedule1F1B,
+        ScheduleGPipe,
+        ScheduleInterleaved1F1B,
+    )
 
     p, m = env.world_size, args.microbatches
+    v = args.stages_per_rank if args.schedule == "interleaved" else 1
     torch.manual_seed(0)
     gpt = GPT(_cfg(args))
-    per = args.layers // p
-    stage_mod = Stage(gpt, env.rank * per, (env.rank + 1) * per, env.rank == 0,
-                      env.rank == p - 1).to(env.device)
+    per = args.layers // (p * v)
     dtype = torch.bfloat16 if env.is_cuda else torch.float32
-    stage_mod.to(dtype)
-    stage = PipelineStage(stage_mod, env.rank, p, env.device)
+    # stage i of p*v holds blocks [i*per, (i+1)*per); rank r holds stages r, r+p, ...
+    mods = [Stage(gpt, i * per, (i + 1) * per, i == 0, i == p * v - 1).to(env.device, dtype)
+            for i in range(env.rank, p * v, p)]
+    stages = [PipelineStage(mod, i, p * v, env.device)
+              for mod, i in zip(mods, range(env.rank, p * v, p))]
 
     def loss_fn(logits, target):
         return F.cross_entropy(logits.float().reshape(-1, args.vocab), target.reshape(-1))
 
-    kind = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
-    schedule = kind(stage, n_microbatches=m, loss_fn=loss_fn)
-    opt = torch.optim.AdamW(stage_mod.parameters(), lr=3e-4)
+    if args.schedule == "interleaved":
+        schedule = ScheduleInterleaved1F1B(stages, n_microbatches=m, loss_fn=loss_fn)
+    else:
+        kind = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
+        schedule = kind(stages[0], n_microbatches=m, loss_fn=loss_fn)
+    params = [q for mod in mods for q in mod.parameters()]
+    opt = torch.optim.AdamW(params, lr=3e-4)
     x, y = _tokens(args, env, args.batch)
+    has_first, has_last = env.rank == 0, env.rank == (p * v - 1) % p
 
     def step(_: int) -> None:
-        if env.rank == 0:
-            schedule.step(x)
-        elif env.rank == p - 1:
-            schedule.step(target=y, losses=[])
+        kwargs = {"target": y, "losses": []} if has_last else {}
+        if has_first:
+            schedule.step(x, **kwargs)
         else:
-            schedule.step()
+            schedule.step(**kwargs)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return step, dict(stages=p, microbatches=m, schedule=args.schedule,
+    return step, dict(stages=p, virtual_stages=v, microbatches=m, schedule=args.schedule,
                       global_batch=args.batch, microbatch_size=args.batch // m,
-                      bubble_theory=round((p - 1) / (m + p - 1), 4),
+                      bubble_theory=round((p - 1) / (v * m + p - 1), 4),
                       layout=f"pipeline of {p} stages")
 
 

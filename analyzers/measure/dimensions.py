@@ -93,6 +93,9 @@ def pattern_dimensions(kinds: set[str], group_size: int, world: int,
     for kind in kinds:
         if kind == P2P and chains and not all(chains):
             out[kind] = (UNKNOWN, "")  # send/recv between more than two neighbours
+        elif kind == P2P and chains and len(chains[0]) > 2 and chains[0][0] == chains[0][-1]:
+            out[kind] = (PIPELINE, "send/recv around the ring " + " -> ".join(
+                map(str, chains[0])) + " (interleaved pipeline stages)")
         elif kind == P2P and chains:
             shown = "; ".join(" -> ".join(map(str, c)) for c in chains[:2])
             out[kind] = (PIPELINE, f"send/recv between fixed neighbours {shown} "
@@ -131,10 +134,11 @@ def _all_reduce_dimension(world: int, reduce: dict[str, int] | None) -> tuple[st
     return DATA, f"all-reduce over all {world} ranks in the backward pass (gradients: DDP)"
 
 
-def p2p_chains(edges: set[tuple[int, int]]) -> list[list[int]]:
+def p2p_chains(edges: set[tuple[int, int]], looped: bool = False) -> list[list[int]]:
     """The ranks that point-to-point transfers link (``edges``: (rank, peer) pairs, global
     ranks), as chains in rank order, when every rank talks to at most two neighbours and no
-    set of them closes a ring; [[]] otherwise (no pipeline)."""
+    set of them closes a ring; [[]] otherwise (no pipeline). ``looped``: the ranks ran an
+    interleaved pipeline's looped stages, so one ring is its chain, from its lowest rank."""
     links: dict[int, set[int]] = {}
     for a, b in edges:
         if a != b and a >= 0 and b >= 0:
@@ -156,8 +160,23 @@ def p2p_chains(edges: set[tuple[int, int]]) -> list[list[int]]:
             chain.append(nxt[0])
         chains.append(chain)
     if set(links) - seen:  # a ring: ring attention or a collective made of sends, not stages
-        return [[]]
+        return _ring(links) if looped and not chains else [[]]
     return chains
+
+
+def _ring(links: dict[int, set[int]]) -> list[list[int]]:
+    """One ring of ranks each linked to two others, walked from its lowest rank towards the
+    lower of its neighbours and closed (``[0, 1, 2, 3, 0]``); [[]] when the links are not
+    one ring."""
+    start = min(links)
+    chain, prev = [start], None
+    while True:
+        nxt = sorted(n for n in links[chain[-1]] if n != prev and n not in chain)
+        if not nxt:
+            break
+        prev = chain[-1]
+        chain.append(nxt[0])
+    return [chain + [start]] if len(chain) == len(links) else [[]]
 
 
 def layout_line(world: int, degrees: dict[str, int]) -> str:

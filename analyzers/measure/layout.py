@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure import dimensions as D
+from profkit.analyzers.measure.pipeline import stages_per_rank
 from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.result import Result
 
@@ -56,7 +57,8 @@ def rank_layout(data: RankData, used: dict[int, int] | None) -> dict[str, Any]:
     if used is not None and len(steps):
         steps = steps[steps[S.STEP].isin(list(used))]
     return {"declared": declared, "usage": _usage(data, steps), "p2p": _p2p_peers(data),
-            "steps": int(len(steps)), "step_ns": float(sum((used or {}).values()))}
+            "steps": int(len(steps)), "step_ns": float(sum((used or {}).values())),
+            "looped": stages_per_rank(data.events) > 1}
 
 
 def _p2p_peers(data: RankData) -> list[tuple[str, int]]:
@@ -216,7 +218,10 @@ def _groups(values: dict[int, dict], usage: pd.DataFrame,
     for rank, v in values.items():
         for pg, peer in v.get("p2p") or []:
             edges.setdefault(str(pg), set()).add((int(rank), int(peer)))
-    chains = {pg: D.p2p_chains(e) for pg, e in edges.items()}
+    # an interleaved pipeline's stages send around a ring (the last rank's stage feeds the
+    # first rank's next one): a ring, not ring attention, where every rank ran looped stages
+    looped = bool(values) and all(v.get("looped") for v in values.values() if v.get("p2p"))
+    chains = {pg: D.p2p_chains(e, looped) for pg, e in edges.items()}
     rows, per_kind = [], {}
     for pg, g in sorted(found.items()):
         size = max(g["size"], len(g["ranks"]))  # 0: the trace does not say
@@ -229,7 +234,7 @@ def _groups(values: dict[int, dict], usage: pd.DataFrame,
                                              _phase_counts(reduce, pg)))
         per_kind.update({(pg, k): v for k, v in decided.items()})
         dims = sorted({d for d, _ in decided.values() if d != D.UNKNOWN})
-        stages = max((len(c) for c in chains.get(pg) or []), default=0)
+        stages = max((len(set(c)) for c in chains.get(pg) or []), default=0)
         rows.append({"pg": pg, "description": g["description"],
                      "ranks": rank_ranges(g["ranks"]) if g["ranks"] else "", "size": size,
                      "stages": stages,

@@ -11,7 +11,11 @@ rank, over its used steps:
   activations arrive one stage's forward after its predecessor's). Several first stages
   (pipelines side by side, a data-parallel dimension) give ``ranks / first stages`` stages;
 - microbatches per step: the forward passes the pipelining library names
-  (``Forward <i>`` ranges of ``torch.distributed.pipelining``), else the first stage's sends;
+  (``Forward <i>`` ranges of ``torch.distributed.pipelining``, or its multi-stage runtime's
+  ``PP:<stage>F<microbatch>`` actions), else the first stage's sends;
+- stages per rank: the distinct stages of a rank's ``PP:`` actions; more than one is an
+  interleaved (looped) schedule, rank r holding stages r, r+p, ... (its theory below with
+  v*m for m);
 - the schedule: GPipe when every stage runs all its forwards before any backward, 1F1B
   when a backward comes before the last forward (read from those ranges, else from the end
   stages' point-to-point ops: the first stage sends after a forward and receives before a
@@ -31,6 +35,7 @@ microbatches give the step of the same model with ``m'`` (for balanced stages,
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -45,6 +50,10 @@ from profkit.model import RankData
 
 FORWARD_RE = r"^Forward \d+$"
 BACKWARD_RE = r"^Backward \d+$"
+# the schedule runtime's actions (PipelineScheduleMulti: interleaved and looped schedules):
+# PP:<stage><action><microbatch>, action F forward, B / I / W backward (full, input, weight)
+ACTION_RE = re.compile(r"^PP:(\d+)([FBIW])(\d+)$")
+ACTION_PATTERN = r"^PP:\d+[FBIW]\d+$"
 MICROBATCH_GROWTH = 4  # the advice's microbatches: this many times more, while each keeps a sample
 UNBALANCED_X = 1.10  # own time per microbatch this many times the median stage's: unbalanced
 STAGE_COLUMNS = ("rank", "stage", "microbatches", "bubble_frac", "theory_frac", "own_ms",
@@ -74,6 +83,7 @@ def rank_pipeline(data: RankData, used: dict[int, int] | None) -> dict[str, Any]
             "first_op": str(mine["op"].iloc[0]),
             "first_recv_end_ns": int((recvs[S.TS_NS] + recvs[S.DUR_NS]).iloc[0]) if len(recvs) else -1,
             "passes": _passes(data.events, first_step, mine),
+            **_actions(data.events, first_step),
             "microbatch_rows": _leading_size(mine), "gpu_spans": _gpu_spans(data.steps, steps)}
 
 
@@ -93,7 +103,28 @@ def _passes(ev: pd.DataFrame, step: int, ops: pd.DataFrame) -> str:
     named = host[fwd | bwd].sort_values(S.TS_NS, kind="stable")
     if len(named):
         return "".join("F" if str(n).startswith("F") else "B" for n in named[S.NAME])
+    acts = host[category_mask(host[S.NAME], ACTION_PATTERN)].sort_values(S.TS_NS, kind="stable")
+    if len(acts):  # the runtime's actions: W (weight gradients) is no pass of its own
+        return "".join("F" if a == "F" else "B" for a in
+                       (ACTION_RE.match(str(n)).group(2) for n in acts[S.NAME]) if a != "W")
     return "".join("f" if op == "send" else "b" for op in ops["op"])
+
+
+def _actions(ev: pd.DataFrame, step: int) -> dict[str, int]:
+    """The multi-stage runtime's actions in the step: the distinct stages this rank ran
+    (``virtual``, 0 without actions) and microbatches (``action_microbatches``)."""
+    host = ev[values_in(ev[S.KIND], (S.KIND_ANNOTATION,)) & (ev[S.STEP] == step).to_numpy()]
+    names = host[S.NAME][category_mask(host[S.NAME], ACTION_PATTERN)].astype(str)
+    found = [ACTION_RE.match(n).groups() for n in names]
+    return {"virtual": len({int(st) for st, _, _ in found}),
+            "action_microbatches": len({int(mb) for _, act, mb in found if act == "F"})}
+
+
+def stages_per_rank(ev: pd.DataFrame) -> int:
+    """The distinct stages of the rank's ``PP:`` actions over the whole trace (0: none)."""
+    host = ev[values_in(ev[S.KIND], (S.KIND_ANNOTATION,))]
+    names = host[S.NAME][category_mask(host[S.NAME], ACTION_PATTERN)].astype(str).unique()
+    return len({int(ACTION_RE.match(n).group(1)) for n in names})
 
 
 def _leading_size(ops: pd.DataFrame) -> int:
@@ -142,7 +173,9 @@ def combine_pipeline(values: dict[int, Any], steps: pd.DataFrame) -> Result:
     order = sorted(rows, key=lambda v: (v["first_op"] != "send", v["first_recv_end_ns"]))
     per_stage = len(firsts)
     stages = len(rows) // per_stage
-    micro = _microbatches(firsts[0], order[-1])
+    virtual = max(int(v.get("virtual", 0)) for v in rows) or 1
+    micro = firsts[0].get("action_microbatches") or _microbatches(firsts[0], order[-1])
+    chunks = micro * virtual  # the schedule's theory and model see v*m microbatches
     used = steps[steps["used"].astype(bool)] if len(steps) else steps
     if stages < 2 or micro < 1 or used.empty:
         return Result()
@@ -156,22 +189,24 @@ def combine_pipeline(values: dict[int, Any], steps: pd.DataFrame) -> Result:
                            "microbatches": micro, "own_ms": float(own.get(v["rank"], np.nan)) / 1e6}
                           for i, v in enumerate(order)])
     table["bubble_frac"] = (1.0 - table["own_ms"] * 1e6 / period).clip(lower=0.0)
-    table["theory_frac"] = bubble_theory(stages, micro)
     table["own_ms_per_microbatch"] = table["own_ms"] / micro
     median = float(table["own_ms_per_microbatch"].median())
     table["unbalanced"] = table["own_ms_per_microbatch"] > UNBALANCED_X * median
+    table["theory_frac"] = bubble_theory(stages, chunks)
     stage_own = table.groupby("stage")["own_ms"].mean().to_numpy() * 1e6
-    model = step_model_ns(stage_own, micro)
+    model = step_model_ns(stage_own, chunks)
     more = MICROBATCH_GROWTH * micro
     rows_each = order[0].get("microbatch_rows", -1)
     if rows_each > 0:  # no microbatch smaller than one sample
         more = min(more, micro * rows_each)
-    balanced = step_model_ns(np.full(stages, stage_own.mean()), micro)
+    balanced = step_model_ns(np.full(stages, stage_own.mean()), chunks)
     facts = {"topic": "pipeline", "stages": stages, "pipelines": per_stage,
-             "microbatches": micro, "schedule": _schedule(order),
-             "theory_frac": bubble_theory(stages, micro), "period_ms": period / 1e6,
+             "microbatches": micro, "stages_per_rank": virtual,
+             "schedule": "interleaved" if virtual > 1 else _schedule(order),
+             "theory_frac": bubble_theory(stages, chunks), "period_ms": period / 1e6,
              "model_ms": model / 1e6, "more_microbatches": more,
-             "saving_frac": 1.0 - step_model_ns(stage_own, more) / model if more > micro else 0.0,
+             "saving_frac": 1.0 - step_model_ns(stage_own, more * virtual) / model
+             if more > micro else 0.0,
              "balanced_saving_frac": max(0.0, 1.0 - balanced / model),
              "median_ms_per_microbatch": median}
     return Result(tables={"pipeline_stages": table[list(STAGE_COLUMNS)],

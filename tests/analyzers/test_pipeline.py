@@ -197,3 +197,35 @@ def test_the_bubble_column_is_shown_only_where_a_rank_has_one(m4):
     header = next(line for line in text.splitlines() if line.lstrip().startswith("rank  step"))
     assert "pipeline bubble" in header
     assert "pipeline bubble: a stage waits for its neighbours" in text
+
+
+@pytest.fixture(scope="module")
+def m8():
+    return {s: analysed(PARALLEL / f"pipeline_m8_{s}") for s in ("1f1b", "interleaved")}
+
+
+def test_an_interleaved_schedule_is_read_with_its_stages_per_rank(m8):
+    """ScheduleInterleaved1F1B, 2 stages per rank (rank r holds stages r and r+4): its
+    point-to-point transfers close a ring, and the runtime's PP:<stage>F<mb> actions say the
+    stages per rank and the microbatches."""
+    label = _labels("pipeline_m8_interleaved")
+    a = m8["interleaved"]
+    found = next(f for f in a.findings if f.category == "pipeline_bubble")
+    assert found.evidence["schedule"] == label["schedule"] == "interleaved"
+    assert found.evidence["stages_per_rank"] == label["virtual_stages"] == 2
+    assert found.evidence["microbatches"] == label["microbatches"] == 8
+    assert found.evidence["theory_frac"] == pytest.approx(label["bubble_theory"], abs=1e-3)
+    assert a.table("parallel_layout")["layout"].iat[0] == "4 ranks: pipeline of 4 stages"
+    # interleaving measured slower here: the advice says so instead of recommending it
+    assert "6% slower" in found.recommendation
+
+
+def test_the_1f1b_twin_keeps_its_theory_and_measures_the_interleaved_caveat(m8):
+    label, other = _labels("pipeline_m8_1f1b"), _labels("pipeline_m8_interleaved")
+    found = next(f for f in m8["1f1b"].findings if f.category == "pipeline_bubble")
+    assert found.evidence["schedule"] == "1f1b" and found.evidence["stages_per_rank"] == 1
+    assert found.evidence["theory_frac"] == pytest.approx(label["bubble_theory"], abs=1e-3)
+    # the caveat's numbers: the workloads' median steps after the profiler (steps 5-7)
+    after = [np.median(lab["step_ms"][5:]) for lab in (label, other)]
+    assert after[1] / after[0] - 1 == pytest.approx(0.06, abs=0.01)
+    assert "ScheduleInterleaved1F1B" in found.recommendation and "6% slower" in found.recommendation
