@@ -221,3 +221,31 @@ def test_sglang_prefill_is_one_prefill_of_15_prompts():
     assert list(rows["phase"]) == ["prefill"]
     assert rows["batch"].iat[0] == 15 and rows["tokens_per_forward"].iat[0] == 15360
     assert np.isnan(rows["ttft_ms"].iat[0])  # an engine step has no request's arrival
+
+
+def _phase_row(**over):
+    import pandas as pd
+
+    row = {"rank": 0, "phase": "prefill", "gpu_busy": 0.9, "mfu": 0.08, "share": 0.5,
+           "time_ms": 40.0, "peak_tflops": 989.0, "hbm_util": np.nan, "batch": 8.0,
+           "bytes_coverage": 0.9, "bytes_source": "ops", "weight_bytes_per_token": 0.0,
+           "bytes_per_token": 0.0, "kv_bytes_per_token": 0.0, "tpot_ms": np.nan,
+           "tokens_per_s": 1000.0, "roof_ms_per_token": np.nan, "hbm_tbps": 4.8,
+           "device_model": "H200"}
+    row.update(over)
+    return pd.DataFrame([row])
+
+
+@pytest.mark.parametrize("over, fires", [
+    ({}, True),  # GPU busy 90%, 8% MFU over half the step
+    ({"gpu_busy": 0.3}, False),  # the host bounds it: the part findings speak
+    ({"mfu": 0.45}, False),  # near enough the roof
+    ({"share": 0.05}, False),  # too small a share of the step to matter
+])
+def test_prefill_far_below_the_math_roof(over, fires):
+    from profkit.analyzers.findings.inference import inference_findings
+    from profkit.analyzers.result import Result
+    from profkit.analyzers.thresholds import DEFAULT
+
+    found = inference_findings(Result(tables={"inference_phases": _phase_row(**over)}), DEFAULT)
+    assert [f.category for f in found] == (["prefill_roof"] if fires else [])
