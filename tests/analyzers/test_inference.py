@@ -37,9 +37,8 @@ def analyses():
 
 
 def test_every_capture_is_labelled():
-    assert CASES == ["hf_b1", "hf_b16", "hf_eager", "hf_prompt128", "hf_prompt2048",
-                     "hf_static_compiled", "kv_eager_b8", "kv_graph_b64", "kv_graph_b8",
-                     "kv_graph_big_b8"]
+    assert CASES == ["hf_b16", "hf_eager", "hf_prompt2048", "hf_static_compiled",
+                     "kv_eager_b8", "kv_graph_b64", "kv_graph_b8", "kv_graph_big_b8"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -67,9 +66,10 @@ def test_prefill_grows_with_the_prompt_and_decode_tokens_per_second_with_the_bat
         t = analyses[case].table("inference_phases")
         return t[t["phase"] == phase].iloc[0]
 
-    assert row("hf_prompt2048", "prefill")["ttft_ms"] > 2 * row("hf_prompt128", "prefill")["ttft_ms"]
+    # prompt 512 -> 2048: the timer's TTFT 34.8 -> 73.2 ms; decode batch 8 -> 16: 2.2x tokens/s
+    assert row("hf_prompt2048", "prefill")["ttft_ms"] > 1.8 * row("hf_eager", "prefill")["ttft_ms"]
     assert row("hf_prompt2048", "prefill")["tokens_per_forward"] == 8 * 2048
-    assert row("hf_b16", "decode")["tokens_per_s"] > 8 * row("hf_b1", "decode")["tokens_per_s"]
+    assert row("hf_b16", "decode")["tokens_per_s"] > 1.8 * row("hf_eager", "decode")["tokens_per_s"]
 
 
 def test_graph_replayed_decode_forwards_are_found():
