@@ -81,9 +81,12 @@ THROTTLE_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
                     0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake",
                     0x200: "board_limit", 0x400: "reliability"}
 THROTTLE_MASK = sum(THROTTLE_REASONS)
-TENSOR_CORE_PRECISIONS = ("tf32", "bf16", "fp8", "fp4")  # fp32 GEMMs run on SIMT / vector
+# fp32 GEMMs run on SIMT / vector
+TENSOR_CORE_PRECISIONS = ("tf32", "bf16", "fp16", "16-bit", "fp8", "fp4")
 MATMUL_SUBCLASSES = ("gemm", "attention")
-DEFAULT_PRECISION = "bf16"  # what mixed-precision training runs at, when nothing says
+# FLOPs whose precision neither a kernel name nor an op dtype says: judged at the 16-bit peak
+# (peak_tflops' fallback), labelled as what they are
+UNKNOWN_PRECISION = "unknown"
 
 
 def step_windows(rd: RankData) -> tuple[np.ndarray, np.ndarray]:
@@ -152,12 +155,12 @@ def flop_facts(rd: RankData, k: pd.DataFrame, peak: DevicePeak | None,
     """Counted FLOPs, their coverage and precision mix, the FLOPs of activation recompute,
     the peak MFU is judged against (module doc; ``peak_dtype``: that precision's peak
     instead) and the FLOP-weighted blend of the mix's peaks."""
-    fc = count_flops(rd, k, peak_dtype or DEFAULT_PRECISION)
+    fc = count_flops(rd, k, peak_dtype or UNKNOWN_PRECISION)
     if fc.flops > 0:
         mix = fc.by_precision
         blend = peak.flop_weighted_tflops(mix) if peak else np.nan
     else:  # no FLOPs to weigh: the GEMMs' time says which peaks apply
-        mix = kernel_time_mix(k) or {DEFAULT_PRECISION: 1.0}
+        mix = kernel_time_mix(k) or {UNKNOWN_PRECISION: 1.0}
         blend = peak.time_weighted_tflops(mix) if peak else np.nan
     if peak_dtype:
         precision, device_peak = peak_dtype, peak.peak_tflops(peak_dtype) if peak else np.nan
@@ -165,6 +168,8 @@ def flop_facts(rd: RankData, k: pd.DataFrame, peak: DevicePeak | None,
         precision, device_peak = peak.mfu_peak(mix) if peak else ("", np.nan)
     total = sum(mix.values())
     text = ",".join(f"{p}:{v / total:.2f}" for p, v in sorted(mix.items(), key=lambda x: -x[1]))
+    if set(mix) == {UNKNOWN_PRECISION}:  # no kernel name nor op dtype says
+        text = UNKNOWN_PRECISION
     return {"trace_flops": fc.flops, "flop_coverage": fc.coverage, "precision_mix": text,
             "peak_tflops": device_peak, "mfu_precision": precision,
             "flop_weighted_peak_tflops": blend, "recompute_flops": recompute_flops(rd, k)}
