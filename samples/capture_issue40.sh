@@ -29,4 +29,4 @@ one precision_fp16 precision --steps 10 --fp16
 one precision_bf16 precision --steps 10 --bf16
 one attention_manual attention --steps 10 --manual
 one attention_flash_h200 attention --steps 10 --flash
-one shard_wait data_loading --steps 5 --slow-every 5
+one shard_wait data_loading --steps 5 --slow-every 5 --fast-ms 5

@@ -6,7 +6,7 @@ num_workers=0, so the main thread builds every batch itself: each step the host 
 ``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`` for ~40 ms while the GPU,
 which needs ~1 ms for the small MLP's forward and backward, idles.
 
---slow-every N: only every Nth batch is slow (a new shard opened), the others take 1 ms.
+--slow-every N: only every Nth batch is slow (a new shard opened), the others take --fast-ms.
 
     python samples/zoo/data_loading.py --out RUN [--slow-every N] [--profiler torch|profkit]
 """
@@ -61,7 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=0, help="DataLoader num_workers")
     p.add_argument("--slow-every", type=int, default=0, metavar="N",
                    help="only every Nth batch costs --ms-per-batch (a shard boundary); the "
-                   "others cost 1 ms")
+                   "others cost --fast-ms")
+    p.add_argument("--fast-ms", type=float, default=1.0,
+                   help="with --slow-every: CPU ms of the other batches")
     p.add_argument("--preload", action="store_true",
                    help="the twin without the cause: every batch is built before the loop, so "
                    "the steps do the same GPU work without waiting for the DataLoader")
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         dataset = SlowDataset(args.steps * args.batch, args.features,
                               args.ms_per_batch / 1e3 / args.batch, args.batch,
-                              args.slow_every, 1e-3 / args.batch)
+                              args.slow_every, args.fast_ms / 1e3 / args.batch)
         loader = iter(DataLoader(dataset, batch_size=args.batch, num_workers=args.workers,
                                  shuffle=False, pin_memory=False))
         if args.preload:
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
         common.report(args, env, "zoo/data_loading", times,
                       label="data_loading_removed" if args.preload else "data_loading",
                       loader_ms_per_batch=args.ms_per_batch, num_workers=args.workers,
-                      slow_every=args.slow_every,
+                      slow_every=args.slow_every, fast_ms=args.fast_ms,
                       preload=args.preload)
 
 
