@@ -30,6 +30,7 @@ import math
 from dataclasses import replace
 
 import pandas as pd
+from profkit.analyzers.findings import compiled
 from profkit.analyzers.findings.experts import fold_straggler
 from profkit.analyzers.findings.memoryjoin import join_headroom
 from profkit.analyzers.findings.memoryrisks import fold_memory
@@ -82,6 +83,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
     out = join_headroom(out, ranks)
     out = fold_units(_round_trips(_code_into_cause(out)))  # FSDP wrapping: one finding
     out = tp_communication(out, tables.get("tp_ranks"))  # TP advice for TP collectives
+    out = compiled.reword(out, tables.get("used_step_kernels"))  # no compile advice if compiled
     return order([_trusted_saving(f) for f in out],
                  verdict.get("primary"))
 
