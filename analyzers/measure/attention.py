@@ -56,7 +56,7 @@ ATTENTION_COLUMNS = ("rank", "device_model", "steps", "step_ns", "attention_ns",
 def _shapes(text: str) -> list[list[int]]:
     """The tensor shapes of an ``Input Dims`` text (``[[8, 16, 2048, 2048], [], []]``)."""
     return [[int(x) for x in re.findall(r"\d+", inner)]
-            for inner in re.findall(r"\[([\d, ]*)\]", str(text))]
+            for inner in re.findall(r"\[([\d,\s]*)\]", str(text))]
 
 
 def score_shapes(ops: pd.DataFrame) -> tuple[int, int, int]:
@@ -128,7 +128,7 @@ def rank_attention(rd: RankData, used: dict[int, int] | None, run_meta: dict) ->
             "kernels": int(in_attention.sum()) / n, "softmax_calls": calls / n,
             "heads_x_batch": bh, "seq": t, "head_dim": d, "training": training,
             "attention_flops": flops, "flash_estimate_ns": estimate,
-            "score_bytes": float(bh) * t * t * elem_bytes * calls / n}
+            "score_bytes": float(bh) * t * t * elem_bytes * calls / n if training else np.nan}
 
 
 def combine_attention(values: list[dict | None]) -> Result:

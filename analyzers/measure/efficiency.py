@@ -12,7 +12,7 @@ of GPU work):
   its FLOPs (``flop_weighted_peak_tflops``) gives the FLOP-weighted peak utilisation, under
   that name only. Neither MFU nor HFU can exceed 100%: such a figure is dropped and
   ``mfu_why`` says why (FLOPs counted twice, or a faster precision than recognised). GPU utilisation
-  (merged kernel time / step time), estimated SM efficiency (time-average of min(sum of
+  (merged kernel, copy and memset time / step time), estimated SM efficiency (time-average of min(sum of
   blocks-per-SM of running kernels, 1), idle time counting 0), estimated occupancy
   (duration-weighted ``est. achieved occupancy %``) and the share of GEMM time in
   tensor-core precisions (tf32, 16-bit, fp8, fp4): a GEMM's precision is its kernel name's,
@@ -102,6 +102,14 @@ def step_windows(rd: RankData) -> tuple[np.ndarray, np.ndarray]:
     if gpu.empty:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     return (np.array([gpu[S.TS_NS].min()]), np.array([(gpu[S.TS_NS] + gpu[S.DUR_NS]).max()]))
+
+
+def gpu_busy_ns(rd: RankData) -> int:
+    """ns the GPU is busy in the windows: the union of its kernels, copies and memsets (a
+    GPU copying is busy: the step table's transfer share, issue 40)."""
+    g = rd.gpu_events
+    g = g[g[S.STEP] >= 0] if len(rd.steps) else g
+    return iv.total(iv.union(g[S.TS_NS], g[S.TS_NS] + g[S.DUR_NS]))
 
 
 def window_kernels(rd: RankData) -> pd.DataFrame:
@@ -199,8 +207,7 @@ def efficiency_row(rank: int, rd: RankData, run_meta: dict, peak_dtype: str | No
             "step_time_ns": window, "flops": np.nan, "flops_source": "",
             **flop_facts(rd, k, peak, peak_dtype), "achieved_tflops": np.nan, "mfu": np.nan,
             "hfu": np.nan, "flop_weighted_util": np.nan, "mfu_why": "",
-            "gpu_util": iv.total(iv.union(k[S.TS_NS], k[S.TS_NS] + k[S.DUR_NS])) / window
-            if window else np.nan,
+            "gpu_util": gpu_busy_ns(rd) / window if window else np.nan,
             "sm_efficiency": sm_efficiency(k, window),
             "occupancy_pct": float((occ * dur)[has_occ].sum() / dur[has_occ].sum())
             if has_occ.any() else np.nan,
