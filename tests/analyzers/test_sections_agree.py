@@ -44,3 +44,16 @@ def test_gpu_busy_counts_the_copies_the_step_table_counts():
     fractions = a.verdict["fractions"]
     shown = fractions["compute"] + fractions["memcpy"] + fractions["communication"]
     assert eff["gpu_util"] == pytest.approx(shown, abs=0.02)
+
+
+def test_a_round_trips_saving_is_named_as_the_round_trip():
+    """zoo/round_trip (H200): 50 GPU -> host -> GPU round trips per step (the workload's own
+    label). The host-work finding carries the saving of the whole round trip, the blocking
+    syncs included, so its words name the round trip, and the saving is no more than the two
+    shares it adds."""
+    a = analysed(REPO / "samples" / "runs" / "zoo" / "round_trip")
+    (f,) = [f for f in a.findings if f.category == "host_work"]
+    fractions = a.verdict["fractions"]
+    assert "one round trip of" in f.message and "blocking syncs before it" in f.message
+    assert f.estimated_saving["fraction"] > fractions["host_work"]  # more than its own share
+    assert f.estimated_saving["fraction"] <= fractions["host_work"] + fractions["host_sync"] + 0.01
