@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 from profkit.analyzers.findings import trust
 from profkit.analyzers.findings.allocations import allocation_findings
+from profkit.analyzers.findings.attention import attention_findings
 from profkit.analyzers.findings.comms import (
     collective_findings,
     group_findings,
@@ -68,6 +69,7 @@ from profkit.analyzers.measure import (
     tensor_parallel,
     transfers,
 )
+from profkit.analyzers.measure import attention as hand_attention
 from profkit.analyzers.options import AnalysisOptions
 from profkit.analyzers.result import Finding, Result
 from profkit.analyzers.thresholds import Thresholds
@@ -287,6 +289,11 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("fp8", lambda r: fp8.rank_fp8(r.data, r.used_steps(), r.run_meta), GPU,
                 combine=lambda v, ctx: fp8.combine_fp8(list(v.values())), judge=fp8_findings,
                 needs=("breakdown",)),
+    # attention written by hand (matmul, mask, softmax, matmul): what SDPA would save
+    Measurement("attention", lambda r: hand_attention.rank_attention(
+                    r.data, r.used_steps(), r.run_meta), GPU,
+                combine=lambda v, ctx: hand_attention.combine_attention(list(v.values())),
+                judge=attention_findings, needs=("breakdown",)),
     Measurement("ncu", combine=_ncu, judge=ncu_findings, needs=("kernels", "roofline")),
     Measurement("transfers", lambda r: transfers.rank_transfers(r.data, bool(len(r.data.steps))),
                 GPU, combine=_transfers),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Bumped whenever the ingested tables change shape or meaning; part of the cache key.
-TABLES_VERSION = 14  # 14: 13 and the layout branch's 11 (merged)
+TABLES_VERSION = 15  # 15: fp16 apart from bf16 in flops_dtype; 14: 13 and the layout branch's 11 (merged)
 # 13: both of 12's changes (merged)
 # 12: the memory table keeps each event's thread and failed allocations; "convert" kernels
 # are no convolutions (cudnn convert_dq_to_16bits)

@@ -123,7 +123,15 @@ def test_a_hostile_op_costs_only_its_own_flops(tmp_path):
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "bf16"),
     ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "bf16"),  # under bf16 aten::mm
     ("nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT", "bf16"),
-    ("volta_s884gemm_fp16_128x128_ldg8_f2f_nn", "bf16"),
+    # fp16 and bf16 apart (issue 40: an fp16 AMP run was labelled bf16)
+    ("volta_s884gemm_fp16_128x128_ldg8_f2f_nn", "fp16"),
+    ("volta_h884gemm_64x128_ldg8_nn", "fp16"),
+    ("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn", "fp16"),
+    ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_tn", "fp16"),
+    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn", "bf16"),
+    ("void cutlass::Kernel<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>",
+     "bf16"),
+    ("Cijk_Alik_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1", "fp16"),
     ("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16", "fp8"),  # block-scaled, not fp32
     ("bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2", "fp8"),
     ("void cutlass::device_kernel<dpsk::grouped_gemm::cuda::fp8_ptp128c::GemmKernel>", "fp8"),
@@ -152,6 +160,7 @@ def test_dtype_precision_takes_the_widest_float_input():
     assert dtype_precision(["c10::BFloat16", "c10::BFloat16", "Scalar"]) == "bf16"
     assert dtype_precision(["c10::Float8_e4m3fn", "c10::BFloat16"]) == "bf16"
     assert dtype_precision(["float", "c10::Half"]) == "fp32"
+    assert dtype_precision(["c10::Half", "c10::Half"]) == "fp16"  # not bf16 (issue 40)
     assert dtype_precision(["long", ""]) == "" and dtype_precision(None) == ""
 
 

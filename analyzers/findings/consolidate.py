@@ -30,6 +30,7 @@ import math
 from dataclasses import replace
 
 import pandas as pd
+from profkit.analyzers.findings import compiled
 from profkit.analyzers.findings.experts import fold_straggler
 from profkit.analyzers.findings.inference import fold_phases
 from profkit.analyzers.findings.memoryjoin import join_headroom
@@ -84,6 +85,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
     out = fold_units(_round_trips(_code_into_cause(out)))  # FSDP wrapping: one finding
     out = tp_communication(out, tables.get("tp_ranks"))  # TP advice for TP collectives
     out = fold_phases(out, tables)  # inference: the phase split of host-side findings
+    out = compiled.reword(out, tables.get("used_step_kernels"))  # no compile advice if compiled
     return order([_trusted_saving(f) for f in out],
                  verdict.get("primary"))
 
@@ -144,12 +146,22 @@ def _round_trips(findings: list[Finding]) -> list[Finding]:
         if f.rank in syncs and f is trips[f.rank]:
             sync = syncs[f.rank]
             a, b = f.estimated_saving, sync.estimated_saving
-            f = replace(f, evidence={**f.evidence,
-                                     "round_trip_sync_ms_per_step": sync.evidence.get("ms_per_step"),
-                                     "round_trip_sync_fraction": sync.evidence.get("fraction")})
+            f = replace(f, message=f.message + _round_trip_words(sync, a, b),
+                        evidence={**f.evidence,
+                                  "round_trip_sync_ms_per_step": sync.evidence.get("ms_per_step"),
+                                  "round_trip_sync_fraction": sync.evidence.get("fraction")})
             f = f.with_saving(a["ms_per_step"] + b["ms_per_step"], a["fraction"] + b["fraction"])
         out.append(f)
     return out
+
+
+def _round_trip_words(sync: Finding, a: dict, b: dict) -> str:
+    """The folded finding names what its saving is for: the round trip, syncs included
+    (issue 40: "16% of step time is host work" carried the round trip's 83%)."""
+    frac = sync.evidence.get("fraction")
+    blocked = f" ({frac:.0%} of the step)" if isinstance(frac, (int, float)) else ""
+    return (f"; with the blocking syncs before it{blocked}, one round trip of "
+            f"{a['fraction'] + b['fraction']:.0%} of the step")
 
 
 def _trusted_saving(f: Finding) -> Finding:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 from profkit.analyzers import units as U
 from profkit.analyzers.measure.compilation import COMPILE_NS
-from profkit.analyzers.measure.health import capture_only, records_lost, time_collapsed
+from profkit.analyzers.measure.health import capture_only, records_lost, time_collapsed, too_short
 from profkit.analyzers.measure.steps import REASON, USED
 from profkit.analyzers.measure.tables import rank_ranges
 from profkit.analyzers.parts import HOST_IDLE
@@ -22,12 +22,13 @@ HOST_PARTS = HOST_IDLE  # the parts idle_code measures: the GPU idles on its hos
 UNUSABLE_WHY = {"collapsed": "the trace's events all start at one instant",
                 "capture": "the trace records CUDA-graph capture, not execution",
                 "compile": "every profiled step compiles",
-                "lost": "kernel records are missing from the trace"}
+                "lost": "kernel records are missing from the trace",
+                "short": "the trace's GPU work is too short to judge"}
 
 
 def unusable_ranks(health: dict[int, dict]) -> dict[int, str]:
     """Ranks whose breakdown would mislead, with why: {rank: "collapsed" | "capture" |
-    "lost"} (:data:`UNUSABLE_WHY`; analyze adds "compile": ranks whose every step compiles,
+    "lost" | "short"} (:data:`UNUSABLE_WHY`; analyze adds "compile": ranks whose every step compiles,
     ``steps.compiling_ranks``)."""
     out = {}
     for rank, h in health.items():
@@ -37,6 +38,8 @@ def unusable_ranks(health: dict[int, dict]) -> dict[int, str]:
             out[rank] = "capture"
         elif records_lost(h):
             out[rank] = "lost"
+        elif too_short(h):
+            out[rank] = "short"
     return out
 
 
@@ -48,6 +51,8 @@ def health_findings(health: dict[int, dict], unusable: dict[int, str]) -> list[F
             continue
         if why == "collapsed":
             findings.append(_collapsed_finding(rank, h))
+        elif why == "short":
+            findings.append(_short_finding(rank, h))
         elif why == "capture":
             findings.append(Finding(
                 category="trace", severity="warning", rank=rank,
@@ -74,6 +79,24 @@ def health_findings(health: dict[int, dict], unusable: dict[int, str]) -> list[F
                                 "stopping the profiler while work is in flight (synchronize "
                                 "before export), and check the profiler's warnings.")))
     return findings
+
+
+def _one_off_kind(name: str) -> str:
+    """What a one-off call most likely was, from its name (steps.one_off_spans)."""
+    if "DataLoader" in name:
+        return "a one-off: the DataLoader's first batch, its workers starting"
+    return "a one-off, e.g. CUDA lazy module loading or a library's first-call set-up"
+
+
+def _short_finding(rank: int, h: dict) -> Finding:
+    n, window_us = h.get("gpu_records", 0), h.get("gpu_window_ns", 0) / 1e3
+    return Finding(
+        category="trace", severity="info", rank=rank,
+        message=(f"rank {rank}: the trace's GPU work is {n} GPU event(s) in a {window_us:.1f} us "
+                 "window and no step: too short to judge what bounds the job: no verdict"),
+        evidence={"gpu_records": n, "gpu_window_us": round(window_us, 3)},
+        recommendation=("Profile a few whole steps of the job (a profiler schedule with "
+                        "wait / warmup / active steps, prof.step() once per step)."))
 
 
 def _collapsed_finding(rank: int, h: dict) -> Finding:
@@ -160,8 +183,10 @@ def step_notes(report: dict[str, dict], one_offs: pd.DataFrame) -> list[str]:
     for text, ranks in by_text.items():
         notes.append(f"{ranks_text(ranks)}: {text}")
     for row in one_offs.to_dict("records") if len(one_offs) else []:
-        notes.append(f"rank {row['rank']}: one {row['name']} call took {row[S.DUR_NS] / 1e6:.1f} ms "
-                     "(a one-off, e.g. CUDA lazy module loading): left out of the window")
+        inner = (f", {row['inner_ns'] / 1e6:.1f} ms of it in {row['inner']}"
+                 if row.get("inner") else "")
+        notes.append(f"rank {row['rank']}: one {row['name']} call took {row[S.DUR_NS] / 1e6:.1f} ms"
+                     f"{inner} ({_one_off_kind(row['name'])}): left out of the window")
     for rank, r in report.items():
         window = [c for c in r.get("compiled") or [] if c["step"] < 0]
         if window and not r["recorded"]:

@@ -39,7 +39,8 @@ def efficiency_findings(eff: dict, th: Thresholds) -> list[Finding]:
                     f"{eff['peak_tflops']:.0f} TFLOP/s ({peak}){hfu}.",
             recommendation="Find where the step goes (breakdown, kernels): raise arithmetic "
                            "intensity (larger batch / sequence"
-                           + ("" if "fp8" in str(eff.get("precision_mix")) else ", bf16")
+                           + ("" if "fp8" in str(eff.get("precision_mix"))
+                              else ", fp16" if eff.get("mfu_precision") == "fp16" else ", bf16")
                            + "), fuse small ops, overlap communication."))
     # tensor-core work: the GEMMs, and the convolutions autocast also moves to them
     eligible = eff["gemm_time_ns"] + eff.get("fp32_conv_ns", 0)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from profkit.analyzers.findings.allocations import allocation_findings
+from profkit.analyzers.findings.attention import attention_findings
 from profkit.analyzers.findings.comms import (
     collective_findings,
     group_findings,
@@ -41,6 +42,7 @@ JUDGES: dict[str, Callable[[Result, Thresholds], list[Finding]]] = {
     "experts": expert_findings, "fsdp": fsdp_findings, "tensor_parallel": tp_findings,
     "allocator": allocator_findings, "recompute": recompute_findings, "fp8": fp8_findings,
     "pipeline": pipeline_findings, "inference": inference_findings,
+    "attention": attention_findings,
 }
 
 

@@ -49,7 +49,7 @@ from profkit.model import RankData, Run
 
 VERDICT_CLASSES = PARTS  # every part can bound a step
 CAPTURE = "capture_ns"
-ONE_OFF_COLUMNS = ("rank", "name", S.TS_NS, S.DUR_NS)
+ONE_OFF_COLUMNS = ("rank", "name", S.TS_NS, S.DUR_NS, "inner", "inner_ns")
 
 
 def step_columns() -> list[str]:
@@ -177,7 +177,9 @@ def rank_parts(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
             "compute_subclasses": compute_subclasses(data) if gpu else None,
             "idle_code": idle_code(data.events, by_thread, data.rank),
             "one_off_calls": pd.DataFrame({"rank": data.rank, "name": slow[S.NAME].astype(str),
-                                           S.TS_NS: slow[S.TS_NS], S.DUR_NS: slow[S.DUR_NS]},
+                                           S.TS_NS: slow[S.TS_NS], S.DUR_NS: slow[S.DUR_NS],
+                                           "inner": slow.get("inner", ""),
+                                           "inner_ns": slow.get("inner_ns", 0)},
                                           columns=list(ONE_OFF_COLUMNS)),
             "health": rank_health(data),
             "compilation": rank_compilation(data),

@@ -22,7 +22,7 @@ from typing import Any
 
 NAN = math.nan
 FASTER_THAN_16_BIT = ("fp8", "fp4", "int8")
-ALL_PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp8", "int8", "fp4")
+ALL_PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,20 @@ class DevicePeak:
     fp4_tflops: float = NAN
     fp64_tflops: float = NAN
     int8_tops: float = NAN
+    has_bf16: bool = True  # False where the 16-bit entry is fp16 alone (V100, T4)
 
     def rate(self, precision: str) -> float:
-        """Dense peak of one precision class in T(FL)OP/s, NaN where the device lacks it."""
+        """Dense peak of one precision class in T(FL)OP/s, NaN where the device lacks it
+        (fp16 shares the 16-bit entry; bf16 is NaN on a device without it)."""
+        if precision in ("fp16", "bf16", "16-bit"):
+            return self.bf16_tflops if precision != "bf16" or self.has_bf16 else NAN
         name = "int8_tops" if precision == "int8" else f"{precision}_tflops"
         return float(getattr(self, name, NAN))
+
+    @property
+    def sixteen_bit(self) -> str:
+        """The 16-bit float its tensor cores run when nothing else says: fp16 without bf16."""
+        return "bf16" if self.has_bf16 else "fp16"
 
     def peak_tflops(self, precision: str) -> float:
         """Dense peak for a precision class; a class the device lacks (fp8 on an A100: such
@@ -56,7 +65,9 @@ class DevicePeak:
         fastest precision the step's GEMMs could use on this device. A float GEMM can run
         in 16 bits (fp32 and TF32 ones too: autocast), so the 16-bit peak at least; fp8,
         fp4 and int8 where the step's GEMMs already run in them."""
-        best = ("bf16", self.bf16_tflops)
+        precisions = tuple(precisions)
+        best = ("fp16" if "fp16" in precisions and "bf16" not in precisions
+                else self.sixteen_bit, self.bf16_tflops)
         for p in precisions:
             if p in FASTER_THAN_16_BIT and self.rate(p) > best[1]:
                 best = (p, self.rate(p))
@@ -130,8 +141,8 @@ DEVICES = {
                    fp64_tflops=19.5, int8_tops=624.0),
         # NVIDIA V100 datasheet: tensor (fp16) 125 SXM2 / 112 PCIe, FP32 15.7 / 14, FP64 7.8
         # / 7; 900 GB/s; no int8 tensor cores.
-        DevicePeak("V100 SXM2", 125.0, 15.7, 0.9, 32, fp64_tflops=7.8),
-        DevicePeak("V100 PCIe", 112.0, 14.0, 0.9, 32, fp64_tflops=7.0),
+        DevicePeak("V100 SXM2", 125.0, 15.7, 0.9, 32, fp64_tflops=7.8, has_bf16=False),
+        DevicePeak("V100 PCIe", 112.0, 14.0, 0.9, 32, fp64_tflops=7.0, has_bf16=False),
         # NVIDIA HGX B200 datasheet (8 GPUs, sparse): FP4 144, FP8 72, INT8 72 POPS,
         # FP16/BF16 36, TF32 18 PFLOPS -> per GPU dense 9,000 / 4,500 / 4,500 / 2,250 /
         # 1,125; FP32 600 -> 75 and FP64 / FP64 tensor core 296 -> 37 per GPU; 8 TB/s; 180 GB
@@ -147,7 +158,7 @@ DEVICES = {
         DevicePeak("L4", 121.0, 30.3, 0.3, 24, 60.0, 242.5, int8_tops=242.5),
         # NVIDIA T4 datasheet: mixed-precision (FP16) tensor 65, INT8 130, FP32 8.1, no bf16 /
         # TF32 / FP8 (the 16-bit entry is FP16, as on V100); 320 GB/s GDDR6, 16 GB.
-        DevicePeak("T4", 65.0, 8.1, 0.32, 16, int8_tops=130.0),
+        DevicePeak("T4", 65.0, 8.1, 0.32, 16, int8_tops=130.0, has_bf16=False),
         # NVIDIA A10 datasheet (dense | sparse): BF16 125 | 250, TF32 62.5 | 125, INT8 250 |
         # 500, FP32 31.2; 600 GB/s, 24 GB. The A10G (AWS G5) has no NVIDIA datasheet: the
         # same memory, FP32 31.5 and about half the A10's tensor rate (fp16 70, TF32 35) as

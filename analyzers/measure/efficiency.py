@@ -12,7 +12,7 @@ of GPU work):
   its FLOPs (``flop_weighted_peak_tflops``) gives the FLOP-weighted peak utilisation, under
   that name only. Neither MFU nor HFU can exceed 100%: such a figure is dropped and
   ``mfu_why`` says why (FLOPs counted twice, or a faster precision than recognised). GPU utilisation
-  (merged kernel time / step time), estimated SM efficiency (time-average of min(sum of
+  (merged kernel, copy and memset time / step time), estimated SM efficiency (time-average of min(sum of
   blocks-per-SM of running kernels, 1), idle time counting 0), estimated occupancy
   (duration-weighted ``est. achieved occupancy %``) and the share of GEMM time in
   tensor-core precisions (tf32, 16-bit, fp8, fp4): a GEMM's precision is its kernel name's,
@@ -81,9 +81,12 @@ THROTTLE_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
                     0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake",
                     0x200: "board_limit", 0x400: "reliability"}
 THROTTLE_MASK = sum(THROTTLE_REASONS)
-TENSOR_CORE_PRECISIONS = ("tf32", "bf16", "fp8", "fp4")  # fp32 GEMMs run on SIMT / vector
+# fp32 GEMMs run on SIMT / vector
+TENSOR_CORE_PRECISIONS = ("tf32", "bf16", "fp16", "16-bit", "fp8", "fp4")
 MATMUL_SUBCLASSES = ("gemm", "attention")
-DEFAULT_PRECISION = "bf16"  # what mixed-precision training runs at, when nothing says
+# FLOPs whose precision neither a kernel name nor an op dtype says: judged at the 16-bit peak
+# (peak_tflops' fallback), labelled as what they are
+UNKNOWN_PRECISION = "unknown"
 
 
 def step_windows(rd: RankData) -> tuple[np.ndarray, np.ndarray]:
@@ -99,6 +102,14 @@ def step_windows(rd: RankData) -> tuple[np.ndarray, np.ndarray]:
     if gpu.empty:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     return (np.array([gpu[S.TS_NS].min()]), np.array([(gpu[S.TS_NS] + gpu[S.DUR_NS]).max()]))
+
+
+def gpu_busy_ns(rd: RankData) -> int:
+    """ns the GPU is busy in the windows: the union of its kernels, copies and memsets (a
+    GPU copying is busy: the step table's transfer share, issue 40)."""
+    g = rd.gpu_events
+    g = g[g[S.STEP] >= 0] if len(rd.steps) else g
+    return iv.total(iv.union(g[S.TS_NS], g[S.TS_NS] + g[S.DUR_NS]))
 
 
 def window_kernels(rd: RankData) -> pd.DataFrame:
@@ -152,12 +163,12 @@ def flop_facts(rd: RankData, k: pd.DataFrame, peak: DevicePeak | None,
     """Counted FLOPs, their coverage and precision mix, the FLOPs of activation recompute,
     the peak MFU is judged against (module doc; ``peak_dtype``: that precision's peak
     instead) and the FLOP-weighted blend of the mix's peaks."""
-    fc = count_flops(rd, k, peak_dtype or DEFAULT_PRECISION)
+    fc = count_flops(rd, k, peak_dtype or UNKNOWN_PRECISION)
     if fc.flops > 0:
         mix = fc.by_precision
         blend = peak.flop_weighted_tflops(mix) if peak else np.nan
     else:  # no FLOPs to weigh: the GEMMs' time says which peaks apply
-        mix = kernel_time_mix(k) or {DEFAULT_PRECISION: 1.0}
+        mix = kernel_time_mix(k) or {UNKNOWN_PRECISION: 1.0}
         blend = peak.time_weighted_tflops(mix) if peak else np.nan
     if peak_dtype:
         precision, device_peak = peak_dtype, peak.peak_tflops(peak_dtype) if peak else np.nan
@@ -165,6 +176,8 @@ def flop_facts(rd: RankData, k: pd.DataFrame, peak: DevicePeak | None,
         precision, device_peak = peak.mfu_peak(mix) if peak else ("", np.nan)
     total = sum(mix.values())
     text = ",".join(f"{p}:{v / total:.2f}" for p, v in sorted(mix.items(), key=lambda x: -x[1]))
+    if set(mix) == {UNKNOWN_PRECISION}:  # no kernel name nor op dtype says
+        text = UNKNOWN_PRECISION
     return {"trace_flops": fc.flops, "flop_coverage": fc.coverage, "precision_mix": text,
             "peak_tflops": device_peak, "mfu_precision": precision,
             "flop_weighted_peak_tflops": blend, "recompute_flops": recompute_flops(rd, k)}
@@ -194,8 +207,7 @@ def efficiency_row(rank: int, rd: RankData, run_meta: dict, peak_dtype: str | No
             "step_time_ns": window, "flops": np.nan, "flops_source": "",
             **flop_facts(rd, k, peak, peak_dtype), "achieved_tflops": np.nan, "mfu": np.nan,
             "hfu": np.nan, "flop_weighted_util": np.nan, "mfu_why": "",
-            "gpu_util": iv.total(iv.union(k[S.TS_NS], k[S.TS_NS] + k[S.DUR_NS])) / window
-            if window else np.nan,
+            "gpu_util": gpu_busy_ns(rd) / window if window else np.nan,
             "sm_efficiency": sm_efficiency(k, window),
             "occupancy_pct": float((occ * dur)[has_occ].sum() / dur[has_occ].sum())
             if has_occ.any() else np.nan,

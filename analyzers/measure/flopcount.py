@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from profkit import schema as S
-from profkit.classify.flops import kernel_precision
+from profkit.classify.flops import kernel_precision, refine_precision
 from profkit.columns import name_values, values_in
 from profkit.model import RankData
 
@@ -97,7 +97,8 @@ def op_precisions(ops: pd.DataFrame, kernels: pd.DataFrame, owner: np.ndarray,
     if len(votes):
         best = (votes.groupby(["op", "precision"])["dur"].sum().reset_index()
                 .sort_values("dur", kind="stable").drop_duplicates("op", keep="last"))
-        out[best["op"].to_numpy()] = best["precision"].to_numpy()
+        ids = best["op"].to_numpy()
+        out[ids] = [refine_precision(p, d) for p, d in zip(best["precision"], out[ids])]
     out[out == ""] = default
     return out
 

@@ -42,6 +42,7 @@ from profkit.analyzers.result import Result
 
 from profkit import intervals as iv
 from profkit import schema as S
+from profkit.classify.flops import SIXTEEN_BIT
 from profkit.classify.opfamilies import MATMUL
 from profkit.columns import name_values, values_in
 from profkit.model import RankData
@@ -110,7 +111,7 @@ def rank_fp8(rd: RankData, used: dict[int, int] | None, run_meta: dict) -> dict 
            "fp8_gemm_ns": float(dur[fp8].sum()) / n}
     row.update(quant_time(rd, steps, k, fp8.any()))
     row.update({c: v / n for c, v in row.items() if c in ("quant_ns", "quant_kernels")})
-    bf16 = gemm & (precision == "bf16")
+    bf16 = gemm & np.isin(precision, SIXTEEN_BIT)  # the 16-bit GEMMs, bf16 or fp16
     flops = costs["flops"].to_numpy(dtype=float)
     nbytes = (costs["read_bytes"] + costs["write_bytes"]).to_numpy(dtype=float)
     reads = costs["read_bytes"].to_numpy(dtype=float)

@@ -1,4 +1,5 @@
-"""What a rank's trace can and cannot show: missing kernel records, CUDA-graph capture.
+"""What a rank's trace can and cannot show: missing kernel records, CUDA-graph capture, a
+window too short to judge.
 
 - Kernel records lost: the host launched work (launch calls with a correlation id) but the
   trace holds no GPU activity for most of them. That happens when CUPTI's activity buffers
@@ -10,6 +11,8 @@
 - Collapsed time: (almost) every event starts at one instant (timestamps lost or
   overwritten). Durations may still be real, but nothing measured between events (idle
   time, waits, skew, bandwidth over a window) means anything.
+- Too short: a trace without steps whose GPU work is a single event or spans under 50 us
+  (one small copy): its shares say nothing of the job.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ KERNEL_LAUNCH_RE = r"^(?:cuda|hip|cu)(?:LaunchKernel|LaunchCooperativeKernel|Mod
 GRAPH_LAUNCH_RE = r"^(?:cuda|hip|cu)GraphLaunch"
 MISSING_FRAC = 0.5  # more than this share of launches without GPU records: records were lost
 COLLAPSED_FRAC = 0.9  # more than this share of a rank's events at one instant: no timeline
+MIN_WINDOW_NS = 50_000  # a step-less trace's GPU window shorter than this: too short to judge
 
 
 def rank_health(data: RankData) -> dict:
@@ -48,6 +52,9 @@ def rank_health(data: RankData) -> dict:
         "capture_windows": int(len(capture[0])),
         "capture_calls": capture_calls(events),
         "graph_launches": int(category_mask(host[S.NAME], GRAPH_LAUNCH_RE).sum()),
+        "steps_recorded": int(len(data.steps)),
+        "gpu_window_ns": int((gpu[S.TS_NS] + gpu[S.DUR_NS]).max() - gpu[S.TS_NS].min())
+        if len(gpu) else 0,
         **_instants(events[S.TS_NS].to_numpy()),
     }
 
@@ -60,6 +67,16 @@ def _instants(ts_ns: np.ndarray) -> dict:
     edges = np.flatnonzero(np.diff(ts_ns)) + 1
     runs = np.diff(np.concatenate(([0], edges, [len(ts_ns)])))
     return {"events": int(len(ts_ns)), "events_at_one_instant": int(runs.max())}
+
+
+def too_short(health: dict) -> bool:
+    """A trace without steps whose GPU work is one event, or spans less than
+    :data:`MIN_WINDOW_NS`: whatever the host did around it, the shares of so short a window
+    say nothing of what bounds the job (one 1 us copy read as "host sync bound: 100%")."""
+    if health.get("steps_recorded", 1) or "gpu_window_ns" not in health:
+        return False
+    n = health.get("gpu_records", 0)
+    return 0 < n and (n < 2 or health["gpu_window_ns"] < MIN_WINDOW_NS)
 
 
 def time_collapsed(health: dict) -> bool:

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from profkit import schema as S
-from profkit.classify.flops import kernel_precision
+from profkit.classify.flops import HALF_WIDTH, kernel_precision
 from profkit.classify.opfamilies import op_family
 from profkit.columns import name_values, values_in
 from profkit.model import RankData
@@ -103,7 +103,8 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
         "flops": np.where(known, flops, np.nan),
         "read_bytes": of_op(S.OP_READ_BYTES, np.nan).astype(float) * w_all,
         "write_bytes": of_op(S.OP_WRITE_BYTES, np.nan).astype(float) * w_all,
-        "precision": np.where(precision != "", precision, dtype)})
+        "precision": np.where((precision == HALF_WIDTH) & np.isin(dtype, ("bf16", "fp16")),
+                              dtype, np.where(precision != "", precision, dtype))})
 
 
 def _group_sum(group: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -34,6 +34,7 @@ CAPTURE_END_RE = r"^(?:cuda|hip|cu)StreamEndCapture"
 # Only called while a capture is in progress (IsCapturing, by contrast, is asked routinely).
 CAPTURE_INFO_RE = r"^(?:cuda|hip|cu)StreamGetCaptureInfo"
 USED, REASON = "used", "excluded_reason"
+LOADING = "data_loading"  # the charged part (analyzers/parts.py)
 CUT_REASON = "cut short: the job ran out of memory in this step"
 
 
@@ -136,6 +137,10 @@ def choose_steps(table: pd.DataFrame, capture_ns: np.ndarray, chosen: tuple | No
     more than ``tolerance`` above (or below 1/(1+tolerance) of) the median step: at the
     edges of the recording that is profiler start-up or a final drain, in the middle a
     one-off. At most half the steps are left out as outliers, and with fewer than 3 none.
+    A long step after the first whose excess is mostly data loading (the table's
+    ``data_loading`` column) stays: the DataLoader's wait is the workload's, whatever the
+    step's place (issue 40: with three steps, a last step's shard wait read as profiler
+    stop flipped the verdict from data loading to host work).
     ``cut_step``: a step the job failed in (out of memory: ``allocator.rank_oom``), never
     used, whatever ``chosen`` says: it did not run to its end."""
     n = len(table)
@@ -161,7 +166,7 @@ def choose_steps(table: pd.DataFrame, capture_ns: np.ndarray, chosen: tuple | No
         reasons[i] = f"compiles: {ms_of_ns(compile_ns[i])} of {ms_of_ns(step_ns[i])} in torch.compile"
     steady = ~capture & ~compiling
     if steady.sum() >= 3:
-        _outliers(step_ns, steady, tolerance, reasons)
+        _outliers(step_ns, steady, tolerance, reasons, _loading_ns(table))
     used = np.array([r == "" for r in reasons])
     if not used.any():
         return np.ones(n, bool) if steady.all() else used, reasons
@@ -188,13 +193,20 @@ def compiling_ranks(steps: pd.DataFrame, frac: float) -> list[int]:
     return [int(r) for r in every[every].index]
 
 
+def _loading_ns(table: pd.DataFrame) -> np.ndarray | None:
+    """Each step's data-loading ns (the charged part), where the table has it."""
+    return table[LOADING].to_numpy(np.float64) if LOADING in table else None
+
+
 def _outliers(step_ns: np.ndarray, candidates: np.ndarray, tolerance: float,
-              reasons: list[str]) -> None:
+              reasons: list[str], loading_ns: np.ndarray | None = None) -> None:
     idx = np.flatnonzero(candidates)
     ratio = step_ns[idx] / np.median(step_ns[idx])  # robust while fewer than half are odd
     odd = (ratio > 1 + tolerance) | (ratio < 1 / (1 + tolerance))
     if odd.sum() > len(idx) // 2:  # no steady state to speak of: keep them all
         return
+    if loading_ns is not None:  # a long step the DataLoader made long is the workload's
+        odd[1:] &= ~_data_wait(step_ns[idx], loading_ns[idx])[1:]
     for k in np.flatnonzero(odd):
         i = idx[k]
         where = ("first recorded step (profiler start-up)" if k == 0 else
@@ -202,26 +214,70 @@ def _outliers(step_ns: np.ndarray, candidates: np.ndarray, tolerance: float,
         reasons[i] = f"{where}: {ratio[k]:.1f}x the median step"
 
 
+def _data_wait(step_ns: np.ndarray, loading_ns: np.ndarray) -> np.ndarray:
+    """Steps longer than the median step with at least half of the excess in data loading
+    beyond its own median: the step waited for the DataLoader (a new shard, a slow batch),
+    which the trace records as the workload's own wait, not the profiler's start or stop.
+    (The caller does not ask of the first recorded step: a DataLoader starting its workers
+    is a one-off.)"""
+    excess = step_ns - np.median(step_ns)
+    loading = loading_ns - np.median(loading_ns)
+    return (excess > 0) & (loading >= 0.5 * excess)
+
+
 WAITING_CALL_RE = r"(?i)memcpy|synchron|sync$|wait|query"
+
+
+# CPU ops whose length can be the GPU work they wait for (a copy to the host, .item()).
+WAITING_OP_RE = r"(?i)copy|item|scalar|^aten::to$|nonzero|synchron|wait"
+# The kinds a one-off can be: runtime / driver calls, and the ops and annotations around
+# them (the first aten::addmm sets up cuBLAS and loads its kernels; the first batch of a
+# DataLoader with workers waits for them to start)
+ONE_OFF_KINDS = (S.KIND_RUNTIME, S.KIND_DRIVER, S.KIND_CPU_OP, S.KIND_ANNOTATION)
 
 
 def one_off_spans(events: pd.DataFrame, lo: int, hi: int, min_ns: int = 10_000_000,
                   factor: float = 50.0, share: float = 0.05) -> pd.DataFrame:
-    """Host runtime/driver calls that took at least ``min_ns``, ``factor`` times the median
-    of their own name and ``share`` of the window [lo, hi): one-off events (lazy module
-    loading, JIT, first-call set-up) rather than the workload's behaviour. Calls that wait
-    for the GPU (copies, synchronisations, event waits) are never one-offs: their length is
-    the work they wait for."""
-    host = events[values_in(events[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))
-                  & (events[S.DUR_NS] >= min_ns).to_numpy()]
-    host = host[~category_mask(host[S.NAME], WAITING_CALL_RE)]
+    """Host calls (runtime / driver calls, CPU ops, annotations) that took at least
+    ``min_ns``, ``factor`` times the median of their own name and ``share`` of the window
+    [lo, hi): one-off events (lazy module loading, JIT, first-call set-up, DataLoader
+    workers starting) rather than the workload's behaviour. A name called once is never one
+    (its median is itself). Calls that wait for the GPU (copies, synchronisations, event
+    waits, ``.item()``) are never one-offs: their length is the work they wait for."""
+    kinds = events[S.KIND]
+    host = events[values_in(kinds, ONE_OFF_KINDS) & (events[S.DUR_NS] >= min_ns).to_numpy()]
+    runtime = values_in(host[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))
+    host = host[~category_mask(host[S.NAME], WAITING_CALL_RE)
+                & (runtime | ~category_mask(host[S.NAME], WAITING_OP_RE))]
     if host.empty:
-        return host
+        return _outermost(host)
     med = events[events[S.NAME].isin(host[S.NAME].unique())].groupby(
         S.NAME, observed=True)[S.DUR_NS].median()
     slow = host[(host[S.DUR_NS] >= factor * host[S.NAME].map(med).astype(float)).to_numpy()
                 & (host[S.DUR_NS] >= share * max(hi - lo, 1)).to_numpy()]
-    return slow
+    return _outermost(slow)
+
+
+def _outermost(spans: pd.DataFrame) -> pd.DataFrame:
+    """The spans not inside another of them (the first aten::linear holds its first
+    aten::addmm: one one-off, named once), each with the longest runtime / driver call of
+    the others inside it (``inner``, ``inner_ns``; "" and 0 without one)."""
+    spans = spans.sort_values([S.TS_NS, S.DUR_NS], ascending=[True, False], kind="stable")
+    start = spans[S.TS_NS].to_numpy()
+    ends = start + spans[S.DUR_NS].to_numpy()
+    inside = np.zeros(len(spans), bool)
+    if len(spans) > 1:
+        inside[1:] = ends[1:] <= np.maximum.accumulate(ends)[:-1]
+    outer = np.maximum.accumulate(np.where(~inside, np.arange(len(spans)), 0))
+    runtime = values_in(spans[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER)) & inside
+    out = spans[~inside].copy()
+    out["inner"], out["inner_ns"] = "", 0
+    for i in np.flatnonzero(runtime)[np.argsort(-ends[runtime] + start[runtime])]:
+        row = out.index.get_loc(spans.index[outer[i]])
+        if not out.iat[row, out.columns.get_loc("inner_ns")]:
+            out.iat[row, out.columns.get_loc("inner")] = str(spans[S.NAME].iat[i])
+            out.iat[row, out.columns.get_loc("inner_ns")] = int(ends[i] - start[i])
+    return out
 
 
 def run_step_times_ns(steps: pd.DataFrame) -> np.ndarray:

@@ -50,6 +50,11 @@ _CAT_KIND = {
     "python_function": S.KIND_PYTHON,
     "cuda_sync": S.KIND_SYNC,
     "sync": S.KIND_SYNC,
+    # Meta's MTIA accelerator: its device work (PE executions, DMA, merges, stream events)
+    # is device activity like a GPU's kernels; its runtime calls (enqueueCommand, recordEvent,
+    # synchronizeStream) are the runtime's
+    "mtia_ccp_events": S.KIND_KERNEL,
+    "mtia_runtime": S.KIND_RUNTIME,
 }
 
 # Communication kernel families by name, for kernels that lack the collective args.
@@ -77,6 +82,20 @@ _COMPUTE_RES = tuple((label, re.compile(rx, re.IGNORECASE)) for label, rx in COM
 
 _COLL_RES = tuple((label, re.compile(rx, re.IGNORECASE)) for label, rx in COLL_RULES)
 
+
+
+# The legacy torch.autograd.profiler export (before Kineto) writes no "cat": its events are
+# the ops, under the process name "CPU functions".
+LEGACY_PID_CATEGORY = {"CPU functions": "cpu_op"}
+
+
+def legacy_categories(cats: list, pids: list) -> list:
+    """``cats`` with the category of a legacy export's events filled in from their pid
+    (:data:`LEGACY_PID_CATEGORY`); unchanged when every event has one."""
+    if all(c is not None for c in cats):
+        return cats
+    return [LEGACY_PID_CATEGORY.get(p) if c is None and isinstance(p, str) else c
+            for c, p in zip(cats, pids)]
 
 
 def kinds_for_categories(cats: np.ndarray) -> np.ndarray:

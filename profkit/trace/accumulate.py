@@ -128,6 +128,7 @@ class Accumulator:
             ts_us = ts_us[placed]
         # Each field in a C-level map (zip(*...) of per-event tuples measured 10x slower).
         dur, name, cat, pid, tid, args = (list(map(get, xs)) for get in _FIELDS)
+        cat = classify.legacy_categories(cat, pid)  # a pre-Kineto export has no "cat"
         cat_codes = self.cats.encode(cat)
         name_codes = self.names.encode(name)
         self._extend_kinds()

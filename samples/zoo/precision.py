@@ -6,12 +6,12 @@ False``, float32 matmul precision "highest"): every GEMM runs on the FP32 FMA pi
 TFLOP/s on an H100) instead of the tensor cores, so the GPU is ~100% busy with compute kernels
 and the step is math-bound at a small fraction of the chip's tensor throughput. --bf16 is the
 twin without the cause: the same model and data under bf16 autocast (tensor cores; the fp32
-master weights stay).
+master weights stay); --fp16 the same under fp16 autocast.
 
 Ground truth in the PROFKIT_SAMPLE line: FLOPs per step (FlopCounterMode, one unprofiled
 step) and the achieved TFLOP/s; ``samples/capture_why.sh`` adds ncu's tensor-pipe activity.
 
-    python samples/zoo/precision.py --out RUN [--bf16] [--profiler torch|profkit]
+    python samples/zoo/precision.py --out RUN [--bf16 | --fp16] [--profiler torch|profkit]
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     common.add_size_args(p, FULL, dim="layer width", tokens="rows of the activation matrix")
     p.add_argument("--bf16", action="store_true",
                    help="the twin without the cause: bf16 autocast (tensor cores)")
+    p.add_argument("--fp16", action="store_true",
+                   help="the same twin under fp16 autocast (tensor cores, 16-bit float)")
     return common.parse_sized(p, argv, FULL, TINY, "zoo_precision")
 
 
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
         model = mlp(args.dim, args.layers).to(env.device)
         opt = torch.optim.SGD(model.parameters(), lr=1e-6)
         x = torch.randn(args.tokens, args.dim, device=env.device)
-        amp = torch.bfloat16 if args.bf16 else None
+        amp = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
 
         def train_step() -> None:
             with common.autocast(env, amp):
@@ -61,8 +63,9 @@ def main(argv: list[str] | None = None) -> None:
         flops = groundtruth.count_flops(train_step)
         times, split = groundtruth.run_measured(args, env, lambda _: train_step())
         common.report(args, env, "zoo/precision", times,
-                      label="compute_fp32_removed" if args.bf16 else "compute_fp32",
-                      dtype="bf16-autocast" if args.bf16 else "fp32", allow_tf32=False,
+                      label="compute_fp32_removed" if amp else "compute_fp32",
+                      dtype="bf16-autocast" if args.bf16 else "fp16-autocast" if args.fp16
+                      else "fp32", allow_tf32=False,
                       dim=args.dim, tokens=args.tokens, layers=args.layers,
                       flop_per_step=flops,
                       achieved_tflops=groundtruth.achieved_tflops(flops, split), **split)

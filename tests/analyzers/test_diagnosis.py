@@ -146,7 +146,10 @@ def test_one_off_calls_are_cut_out_of_a_stepless_window():
     longest = max((e for e in raw if e.get("cat") == "cuda_runtime"), key=lambda e: e["dur"])
     assert longest["name"] in notes and "one-off" in notes
     one_offs = a.table("one_off_calls")
-    assert longest["dur"] * 1000 == pytest.approx(one_offs[S_DUR].max(), abs=1000)
+    # named by itself, or (issue 40: CPU ops are one-offs too) inside the op that made it
+    named = one_offs[S_DUR].where(one_offs["name"] == longest["name"],
+                                  one_offs["inner_ns"].where(one_offs["inner"] == longest["name"]))
+    assert longest["dur"] * 1000 == pytest.approx(named.max(), abs=1000)
 
 
 S_DUR = "dur_ns"

@@ -48,7 +48,7 @@ CASES = [
     (RUNS / "profkit_fsdp", "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
      "nccl AllGather RING LL"),
     (RUNS / "profkit_ddp", "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_"
-     "64x128x64_4x1x1_cga1x1x1_kernel0_0", "cudnn flash fprop bf16"),
+     "64x128x64_4x1x1_cga1x1x1_kernel0_0", "cudnn flash fprop 16-bit"),
     (PUBLIC / "param_dlrm_8rank", "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, "
      "unsigned long, ncclWork*)", "nccl SendRecv int8 RING SIMPLE"),
     (PUBLIC / "amd_mi210_gpu_only", "igemm_fwd_gtcx2_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8_"
