@@ -6,7 +6,7 @@ FSDP2 (``fully_shard``) names every unit in its ``record_function`` ranges:
 ``FSDP::post_backward_reduce (...)``; the root module's ranges carry no name. A unit is a
 distinct name of ``FSDP::pre_forward`` (the root counted once). FSDP1 names no module: its
 units are counted as its ``FullyShardedDataParallel._pre_forward`` calls per step, with no
-wrapping advice. DeepSpeed ZeRO-3 records no range per unit and is not recognised.
+wrapping advice. DeepSpeed ZeRO-3 records no range per unit: :mod:`.zero3` reads it.
 
 Per unit: the all-gather bytes (the ``all_gather`` collectives issued inside its
 ``FSDP::all_gather`` range) and the host time in its FSDP ranges per step. Per step: the
