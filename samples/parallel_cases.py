@@ -293,6 +293,8 @@ def zero3(args, env) -> tuple[callable, dict]:
     import os
 
     os.environ.setdefault("DS_BUILD_OPS", "0")
+    if not env.is_cuda:  # gloo on the CPU: DeepSpeed's CPU accelerator
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed
 
     torch.manual_seed(0)
