@@ -99,12 +99,14 @@ def _phases(cpu: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:
 
 def rank_zero3(data: RankData, used: dict[int, int] | None, parts: dict | None) -> dict | None:
     """This rank's ZeRO-3 calls in the used steps and their costs (None: not ZeRO-3)."""
+    if not data.events[S.NAME].isin(MARKERS).any():  # (categorical: compares categories)
+        return None
     cpu = data.of_kinds((S.KIND_CPU_OP,))
     if used is not None:
         cpu = cpu[cpu[S.STEP].isin(list(used))]
     else:
         cpu = cpu[cpu[S.STEP] >= 0]
-    if not cpu[S.NAME].isin(MARKERS).any():  # (categorical: no string copy of every name)
+    if not cpu[S.NAME].isin(MARKERS).any():  # none in the used steps
         return None
     names = cpu[S.NAME].astype(str)
     n_steps = max(cpu[S.STEP].nunique(), 1)
