@@ -68,6 +68,7 @@ from profkit.analyzers.measure import (
     stragglers,
     tensor_parallel,
     transfers,
+    zero3,
 )
 from profkit.analyzers.measure import attention as hand_attention
 from profkit.analyzers.options import AnalysisOptions
@@ -274,6 +275,9 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                                                              r.values["breakdown"]), GPU,
                 combine=lambda v, ctx: fsdp_units.combine_fsdp_units(v, ctx.results["collectives"]),
                 judge=fsdp_findings, needs=("breakdown", "collectives")),
+    # DeepSpeed ZeRO-3 from its hooks' autograd Functions: its collectives per step, no judge
+    Measurement("zero3", lambda r: zero3.rank_zero3(r.data, r.used_steps(), r.values["breakdown"]),
+                combine=lambda v, ctx: zero3.combine_zero3(v), needs=("breakdown",)),
     Measurement("tensor_parallel", lambda r: tensor_parallel.tp_collectives(r.data, r.used_steps()),
                 GPU, combine=_tensor_parallel, judge=tp_findings,
                 needs=("breakdown", "collectives")),

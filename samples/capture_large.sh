@@ -73,6 +73,19 @@ case $PART in
         --microbatches $m --batch 128 --active 2 --out "$OUT/pipeline2_m$m"
     done
     ;;
+  par2z)  # DeepSpeed ZeRO-3 on 2 GPUs: DeepSpeed's defaults, then one knob changed per twin
+    export CUDA_VISIBLE_DEVICES=0,1 DS_BUILD_OPS=0
+    T2=("${TORCHRUN[@]}" --nproc_per_node 2)
+    Z=(--case zero3 --batch 8 --steps 10 --active 2)
+    run zero3_default "$OUT/zero3_default" 1 "${T2[@]}" "${P[@]}" "${Z[@]}" \
+      --out "$OUT/zero3_default"
+    run zero3_noprefetch "$OUT/zero3_noprefetch" 1 "${T2[@]}" "${P[@]}" "${Z[@]}" \
+      --prefetch-bucket 0 --out "$OUT/zero3_noprefetch"
+    run zero3_reduce1m "$OUT/zero3_reduce1m" 1 "${T2[@]}" "${P[@]}" "${Z[@]}" \
+      --reduce-bucket 1e6 --out "$OUT/zero3_reduce1m"
+    run zero3_persist "$OUT/zero3_persist" 1 "${T2[@]}" "${P[@]}" "${Z[@]}" \
+      --persistence 1e7 --out "$OUT/zero3_persist"
+    ;;
   infer)  # HF generate, one GPU: eager vs static cache + compile, batch 1 / 16, prompt 128 / 2048
     # 32 new tokens x 16 layers x 3 active steps made 20 MB traces (240k CPU ops): 8 tokens,
     # one active step; 16 tokens for a per-token spread

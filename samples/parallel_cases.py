@@ -5,10 +5,11 @@
     torchrun ... --case fsdp --unit linear        # FSDP2, every Linear its own unit (or block)
     torchrun ... --case tp                        # tensor-parallel MLP (DTensor)
     torchrun --nproc_per_node 4 ... --case mesh --host-bound-rank 3   # DeviceMesh dp x tp
+    torchrun ... --case zero3 --prefetch-bucket 0 # DeepSpeed ZeRO-3 (bf16, torch AdamW)
 
 The PROFKIT_SAMPLE line carries the labels: the layout as built (groups and their ranks), the
 pipeline's stages, microbatches and the bubble's theory (p-1)/(m+p-1), the tokens each expert
-receives, the FSDP units. Every case keeps the global batch fixed across its twins.
+receives, the FSDP units, ZeRO-3's effective knobs and its parameters' sizes. Every case keeps the global batch fixed across its twins.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from model import GPT, GPTConfig
 
 FULL = dict(batch=32, seq=512, layers=8, dim=1024, heads=16, vocab=8192, tokens=16384)
 TINY = dict(batch=8, seq=16, layers=4, dim=64, heads=4, vocab=256, tokens=64)
-CASES = ("pipeline", "experts", "fsdp", "tp", "mesh")
+CASES = ("pipeline", "experts", "fsdp", "tp", "mesh", "zero3")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,6 +42,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--unit", choices=("linear", "block"), default="block", help="fsdp")
     p.add_argument("--host-bound-rank", type=int, default=-1,
                    help="mesh: this rank sleeps 30 ms of host time in every step")
+    p.add_argument("--prefetch-bucket", type=float, default=None,
+                   help="zero3: stage3_prefetch_bucket_size (elements; DeepSpeed's default 5e7)")
+    p.add_argument("--persistence", type=float, default=None,
+                   help="zero3: stage3_param_persistence_threshold (elements; default 1e5)")
+    p.add_argument("--max-live", type=float, default=None,
+                   help="zero3: stage3_max_live_parameters (elements; default 1e9)")
+    p.add_argument("--reduce-bucket", type=float, default=None,
+                   help="zero3: reduce_bucket_size (elements; default 5e8)")
     common.add_size_args(p, FULL)
     return common.parse_sized(p, argv, FULL, TINY, "parallel_cases")
 
@@ -271,11 +280,61 @@ def mesh(args, env) -> tuple[callable, dict]:
                       host_bound_rank=args.host_bound_rank)
 
 
+# -------------------------------------------------------------------------- DeepSpeed ZeRO-3
+ZERO3_KNOBS = {"prefetch_bucket": "stage3_prefetch_bucket_size",
+               "persistence": "stage3_param_persistence_threshold",
+               "max_live": "stage3_max_live_parameters", "reduce_bucket": "reduce_bucket_size"}
+
+
+def zero3(args, env) -> tuple[callable, dict]:
+    """The sample GPT under DeepSpeed ZeRO stage 3 (parameters, gradients and optimizer state
+    sharded over the ranks), bf16, a torch AdamW (no DeepSpeed op to compile); the knobs
+    given on the command line override DeepSpeed's defaults."""
+    import os
+
+    os.environ.setdefault("DS_BUILD_OPS", "0")
+    if not env.is_cuda:  # gloo on the CPU: DeepSpeed's CPU accelerator
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+
+    torch.manual_seed(0)
+    model = GPT(_cfg(args))
+    sizes = [p.numel() for p in model.parameters()]
+    zero = {"stage": 3, "overlap_comm": True, "contiguous_gradients": True}
+    zero |= {key: int(getattr(args, a)) for a, key in ZERO3_KNOBS.items()
+             if getattr(args, a) is not None}
+    cfg = {"train_micro_batch_size_per_gpu": args.batch, "gradient_accumulation_steps": 1,
+           "zero_optimization": zero, "bf16": {"enabled": env.is_cuda},
+           "zero_allow_untested_optimizer": True, "steps_per_print": 10**9,
+           "wall_clock_breakdown": False}
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=cfg,
+                                      dist_init_required=False)
+    zc = engine._config.zero_config
+    effective = {"stage": int(zc.stage), "overlap_comm": zc.overlap_comm,
+                 "stage3_prefetch_bucket_size": zc.prefetch_bucket_size,
+                 "stage3_param_persistence_threshold": zc.param_persistence_threshold,
+                 "stage3_max_live_parameters": zc.max_live_parameters,
+                 "reduce_bucket_size": zc.reduce_bucket_size}
+    x, y = _tokens(args, env, args.batch)
+
+    def step(_: int) -> None:
+        loss = F.cross_entropy(engine(x).float().view(-1, args.vocab), y.reshape(-1))
+        engine.backward(loss)
+        engine.step()
+
+    persistent = [n for n in sizes if n <= effective["stage3_param_persistence_threshold"]]
+    return step, dict(zero_config=effective, deepspeed=deepspeed.__version__,
+                      params=len(sizes), param_numel=sum(sizes),
+                      persistent_params=len(persistent), persistent_numel=sum(persistent),
+                      layout=f"zero3 {env.world_size}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     with common.session(args, need_group=True) as env:
         build = {"pipeline": pipeline, "experts": experts, "fsdp": fsdp, "tp": tp,
-                 "mesh": mesh}[args.case]
+                 "mesh": mesh, "zero3": zero3}[args.case]
         step, labels = build(args, env)
         times = common.run_steps(args, env, step)
         received = labels.pop("_received", None)

@@ -6,7 +6,7 @@ FSDP2 (``fully_shard``) names every unit in its ``record_function`` ranges:
 ``FSDP::post_backward_reduce (...)``; the root module's ranges carry no name. A unit is a
 distinct name of ``FSDP::pre_forward`` (the root counted once). FSDP1 names no module: its
 units are counted as its ``FullyShardedDataParallel._pre_forward`` calls per step, with no
-wrapping advice. DeepSpeed ZeRO-3 records no range per unit and is not recognised.
+wrapping advice. DeepSpeed ZeRO-3 records no range per unit: :mod:`.zero3` reads it.
 
 Per unit: the all-gather bytes (the ``all_gather`` collectives issued inside its
 ``FSDP::all_gather`` range) and the host time in its FSDP ranges per step. Per step: the
@@ -76,7 +76,7 @@ def rank_fsdp_units(data: RankData, used: dict[int, int] | None,
         if fsdp1.empty:
             return None
         return {"version": "FSDP1", "units": int(round(len(fsdp1) / n_steps)), "table": None,
-                **_step_costs(data, used, parts, fsdp1, n_steps)}
+                **step_costs(data, used, parts, fsdp1, n_steps)}
     parsed = pd.Series(name_values(fsdp[S.NAME], str)).str.extract(RANGE)
     fsdp = fsdp.assign(what=parsed[0].to_numpy(), unit=parsed[1].fillna(ROOT).to_numpy())
     pre = fsdp[fsdp["what"] == "pre_forward"]
@@ -102,10 +102,10 @@ def rank_fsdp_units(data: RankData, used: dict[int, int] | None,
     named = [u for u in table["unit"] if u != ROOT]
     target = len({block_of(u) for u in named}) + (ROOT in set(table["unit"]))
     return {"version": "FSDP2", "units": len(table), "target_units": target, "table": table,
-            **_step_costs(data, used, parts, fsdp, n_steps)}
+            **step_costs(data, used, parts, fsdp, n_steps)}
 
 
-def _step_costs(data: RankData, used: dict[int, int] | None, parts: dict | None,
+def step_costs(data: RankData, used: dict[int, int] | None, parts: dict | None,
                 ranges: pd.DataFrame, n_steps: int) -> dict:
     """Host ms per step in the FSDP ranges; exposed all-gather / reduce-scatter ms per step;
     the ms per step the GPU waits on its host and the step's ms (from the breakdown)."""

@@ -33,6 +33,7 @@ from profkit.analyzers.report.section import (  # noqa: F401  (Section, Shown: r
     Shown,
     safe_pick,
 )
+from profkit.analyzers.report.zero3_section import zero3_rows, zero3_section
 from profkit.analyzers.thresholds import DEFAULT
 
 from profkit.classify.names import short_kernel_names
@@ -377,6 +378,8 @@ SHOWN: tuple[Shown, ...] = (
           lambda a: a.table("comm_dimensions").to_dict("records"), json_when_empty=False),
     Shown("layout", None, "parallel_layout",
           lambda a: a.table("parallel_layout").to_dict("records"), json_when_empty=False),
+    # DeepSpeed ZeRO-3's collectives per step; no key at all in a run without ZeRO-3
+    Shown("zero3", zero3_section, "zero3", zero3_rows, json_when_empty=False),
     Shown("transfers", transfers_section),
     # a pipeline's stages; no key at all in a run that is not one
     Shown("pipeline", pipeline_section, "pipeline",

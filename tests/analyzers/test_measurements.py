@@ -124,7 +124,7 @@ def test_every_report_line_shows_a_registered_measurement():
     assert {s.measurement for s in sections.SHOWN} <= names
     assert [s.json_key for s in sections.SHOWN if s.json_rows] == [
         "inference", "top_kernels", "roofline", "ncu_kernels", "efficiency", "recompute",
-        "comm_dimensions", "parallel_layout", "pipeline", "memory", "memory_live"]
+        "comm_dimensions", "parallel_layout", "zero3", "pipeline", "memory", "memory_live"]
 
 
 def _noop(values, ctx):

@@ -229,6 +229,21 @@ def test_memory_cases_varlen_changes_the_length_every_step(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
+def test_parallel_cases_zero3_two_ranks_gloo(tmp_path: Path) -> None:
+    """DeepSpeed ZeRO-3 on 2 CPU ranks, where DeepSpeed is installed (not a test
+    dependency): the labels count the tiny GPT's parameters (36, the tied head once), all
+    under the default persistence threshold of 1e5 elements."""
+    pytest.importorskip("deepspeed")
+    out = tmp_path / "zero3"
+    data = summary(run([*TORCHRUN, "parallel_cases.py", "--case", "zero3", "--tiny", "--device",
+                        "cpu", "--profiler", "torch", "--out", str(out)],
+                       SAMPLES, timeout=300))
+    assert len(traces(out)) == 2
+    assert data["zero_config"]["stage"] == 3
+    assert data["params"] == data["persistent_params"] == 36
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["pipeline", "experts", "fsdp", "tp"])
 def test_parallel_cases_two_ranks_gloo(tmp_path: Path, case: str) -> None:
     out = tmp_path / case
