@@ -10,6 +10,7 @@ import pytest
 from profkit.dashboard.app import default_roots
 from profkit.dashboard.server.registry import RunRegistry, run_key
 
+from profkit.dashboard.pages.runs import PAGE_ROWS
 from tests.dashboard.conftest import BAD_RUNS
 
 KEYS = {e.label: e.key for e in RunRegistry([], default_roots()).entries()}
@@ -28,10 +29,14 @@ def test_runs_page_lists_every_sample_with_its_verdict(page, runs_page):
     page.goto(page.base + "/")
     page.locator("a.runlink").first.wait_for()
     listed = len(KEYS) + len(BAD_RUNS) + 2
-    # the grid draws its rows over a few frames: wait for the last, then count them all
-    page.wait_for_function(f"document.querySelectorAll('a.runlink').length >= {listed}",
+    # the grid draws its rows over a few frames: wait for the last, then count them all; past
+    # PAGE_ROWS runs it pages them, and its paging summary counts every run
+    shown = min(listed, PAGE_ROWS)
+    page.wait_for_function(f"document.querySelectorAll('a.runlink').length >= {shown}",
                            timeout=10_000)
-    assert page.locator("a.runlink").count() == listed
+    assert page.locator("a.runlink").count() == shown
+    if listed > PAGE_ROWS:
+        assert f"of {listed}" in page.locator(".ag-paging-row-summary-panel").inner_text()
     # this server runs with --no-background: the runs no test opened wait to be opened
     page.wait_for_function("document.querySelector('#runs-progress').textContent"
                            ".includes('the others are analysed when opened')")
@@ -237,12 +242,17 @@ def test_compare_picks_no_pair_and_its_url_follows_the_dropdowns(page):
     assert verdict.locator(".badge").count() == 0
     before, after = KEYS["pairs/round_trip/before"], KEYS["pairs/round_trip/after"]
     page.locator("#cmp-new").evaluate("el => { el.dataset.drawn = 'before'; }")
+    # the list draws only the options in view: type into its search to reach one
     page.click("#cmp-base")
+    page.get_by_role("option").first.wait_for()
+    page.keyboard.type("pairs/round_trip/before")
     page.get_by_role("option", name="pairs/round_trip/before", exact=True).click()
     page.wait_for_url(f"**/compare?base={before}")
     page.wait_for_function(  # the page is drawn again from the URL: a new picker
         "document.querySelector('#cmp-new') && !document.querySelector('#cmp-new').dataset.drawn")
     page.click("#cmp-new")
+    page.get_by_role("option").first.wait_for()
+    page.keyboard.type("pairs/round_trip/after")
     page.get_by_role("option", name="pairs/round_trip/after", exact=True).click()
     page.wait_for_url(f"**/compare?base={before}&new={after}")
     verdict.locator(".badge").wait_for()
