@@ -38,6 +38,15 @@ ADVICE = (
     "the steps' spread). Where "
     "the model and its optimizer state fit, ZeRO-2 or plain data parallelism has no "
     "per-module hooks at all.")
+# every parameter already persistent (no fetch in the forward or backward): the hooks still
+# run around every module; no measured twin for leaving ZeRO-3, so no saving
+ADVICE_NO_FETCH = (
+    "ZeRO-3 fetches no parameter in the forward or backward on this rank (every parameter "
+    "is under stage3_param_persistence_threshold: only re-gathered after the optimizer "
+    "step), yet its hooks still run around every module; "
+    "CUDA graphs and torch.compile cannot capture them. Where the model and its optimizer "
+    "state fit, ZeRO-2 or plain data parallelism has no per-module hooks at all "
+    "(not measured here: no saving is estimated). Keep reduce_bucket_size large.")
 
 
 def _zero3_words(row: dict, host: list[Finding]) -> str:
@@ -49,14 +58,15 @@ def _zero3_words(row: dict, host: list[Finding]) -> str:
             f"per-module hooks ({U.number(row['hooked_forwards_per_step'])} hooked module "
             f"forwards and {U.number(gathers)} parameter all-gathers per step: "
             "PreBackwardFunctionForModule, PostBackwardFunctionModule, "
-            "LinearFunctionForZeroStage3 and the fetches); CUDA graphs cannot capture them")
+            "LinearFunctionForZeroStage3 and the fetches)")
 
 
 def zero3_host(findings: list[Finding], table: pd.DataFrame | None) -> list[Finding]:
     """On each ZeRO-3 rank whose GPU waits at least MIN_HOOK_FRAC of its step inside
     ZeRO-3's code, its launch-overhead and host-work findings become one: the larger kept
     (the verdict's part), worded for ZeRO-3, with DeepSpeed's advice, the other as its
-    evidence, and as saving the wait inside ZeRO-3's code (module doc)."""
+    evidence, and as saving the wait inside ZeRO-3's code (module doc); where the rank
+    fetches nothing (every parameter persistent), other advice and no saving."""
     if table is None or table.empty or "hook_idle_ms_per_step" not in table:
         return findings
     rows = {int(r["rank"]): r for r in table.to_dict("records")
@@ -82,7 +92,9 @@ def _reworded(f: Finding, row: dict, host: list[Finding]) -> Finding:
                 "zero3_host_idle_ms_per_step": round(float(row["host_idle_ms_per_step"]), 3),
                 "zero3_hooked_forwards_per_step": float(row["hooked_forwards_per_step"]),
                 "folded": {g.category: g.message for g in host if g is not f}}
+    f = replace(f, message=_zero3_words(row, host), evidence=evidence)
+    if row["all_gathers_forward"] + row["all_gathers_backward"] == 0:
+        return replace(f, recommendation=ADVICE_NO_FETCH, estimated_saving=None)
     # the saving: the wait inside ZeRO-3's code, never more than the kept finding's own
     saving_ms = min(hook_ms, (f.estimated_saving or {}).get("ms_per_step", hook_ms))
-    return replace(f, message=_zero3_words(row, host), recommendation=ADVICE,
-                   evidence=evidence).with_saving(saving_ms, saving_ms / step_ms)
+    return replace(f, recommendation=ADVICE).with_saving(saving_ms, saving_ms / step_ms)

@@ -12,12 +12,14 @@ import math
 from functools import cache
 
 import numpy as np
+import pandas as pd
 import pytest
 from profkit.analyzers.analyze import analyze
-from profkit.analyzers.findings.zero3 import ADVICE
+from profkit.analyzers.findings.zero3 import ADVICE, ADVICE_NO_FETCH, zero3_host
 from profkit.analyzers.measure import dimensions as D
 from profkit.analyzers.measure.zero3 import CALLS_TABLE, RANKS_TABLE, call_elements
 from profkit.analyzers.report.zero3_section import zero3_section
+from profkit.analyzers.result import Finding
 
 from profkit.run.loader import load_run
 from tests.conftest import REPO
@@ -246,3 +248,36 @@ def test_the_straggler_is_the_rank_whose_host_issues_the_post_step_gathers_later
     assert all(t0 > t1 for t0, t1 in zip(issued[0], issued[1]))
     (s,) = [f for f in _analysis(CASES[0]).findings if f.category == "straggler"]
     assert s.rank == 0 and "all_gather of 2.05 kB" in s.message
+
+
+def _row(hook_ms: float, forward_gathers: float) -> dict:
+    return {"rank": 0, "step_ms": 100.0, "hook_idle_ms_per_step": hook_ms,
+            "host_idle_ms_per_step": 80.0, "hooked_forwards_per_step": 77.0,
+            "all_gathers_forward": forward_gathers, "all_gathers_backward": 0.0,
+            "all_gathers_after_backward": 34.0}
+
+
+def _host(category: str, ms: float) -> Finding:
+    return Finding(category=category, severity="warning", rank=0, message=category,
+                   recommendation="CUDA graphs", evidence={"fraction": ms / 100}
+                   ).with_saving(ms, ms / 100)
+
+
+@pytest.mark.parametrize("hook_ms, forward_gathers, advice, saving", [
+    (20.0, 3.0, ADVICE, 20.0),  # fetches: DeepSpeed's advice, the hook wait as saving
+    (20.0, 0.0, ADVICE_NO_FETCH, None),  # everything persistent: no persistence advice
+    (4.0, 3.0, "CUDA graphs", None),  # hook wait under 5% of the step: left alone
+])
+def test_zero3_host_folds_the_host_findings_by_the_hook_wait(hook_ms, forward_gathers, advice,
+                                                             saving):
+    findings = [_host("cpu_launch", 50.0), _host("host_work", 30.0),
+                _host("straggler", 10.0)]
+    out = zero3_host(findings, pd.DataFrame([_row(hook_ms, forward_gathers)]))
+    if advice == "CUDA graphs":
+        assert out == findings
+        return
+    assert [f.category for f in out] == ["cpu_launch", "straggler"]
+    assert out[0].recommendation == advice and out[0].evidence["folded"] == {
+        "host_work": "host_work"}
+    got = (out[0].estimated_saving or {}).get("ms_per_step")
+    assert got == saving
