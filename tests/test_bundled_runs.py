@@ -16,8 +16,6 @@ from tests.conftest import REPO
 
 RUNS = REPO / "samples" / "runs"
 ALL = sorted(p.parent for p in RUNS.rglob("run.json")) + [RUNS / "stock_ddp", RUNS / "stock_ddp_stack"]
-# captured on CPU ranks (gloo): DeepSpeed ZeRO-3's trace without a GPU (samples/runs/README.md)
-CPU_CAPTURES = {"zero3_cpu_default", "zero3_cpu_noprefetch"}
 
 
 def measured_ms() -> dict[str, float]:
@@ -41,7 +39,7 @@ def test_bundled_run_loads_cleanly(run_dir, tmp_path):
     expected = {"stock_ddp_stack": 10, "pipeline_m16": 1}.get(run_dir.name, active)
     for data in run.ranks.values():
         assert len(data.steps) == expected
-        assert data.has_gpu or run_dir.name in CPU_CAPTURES
+        assert data.has_gpu
 
 
 def test_stock_ddp_sample(tmp_path):

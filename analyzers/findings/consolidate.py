@@ -46,6 +46,7 @@ from profkit.analyzers.findings.savings import (
 from profkit.analyzers.findings.sharding import fold_units
 from profkit.analyzers.findings.tensor_parallel import tp_communication
 from profkit.analyzers.findings.trust import saving_beyond_step
+from profkit.analyzers.findings.zero3 import zero3_host
 from profkit.analyzers.parts import HOST_IDLE, HOST_SIDE
 from profkit.analyzers.result import SEVERITIES, Finding
 
@@ -84,6 +85,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
     out = join_headroom(out, ranks)
     out = fold_units(_round_trips(_code_into_cause(out)))  # FSDP wrapping: one finding
     out = tp_communication(out, tables.get("tp_ranks"))  # TP advice for TP collectives
+    out = zero3_host(out, tables.get("zero3_ranks"))  # ZeRO-3's hooks: one host finding
     out = fold_phases(out, tables)  # inference: the phase split of host-side findings
     out = compiled.reword(out, tables.get("used_step_kernels"))  # no compile advice if compiled
     return order([_trusted_saving(f) for f in out],

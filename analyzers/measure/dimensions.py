@@ -14,7 +14,9 @@ A group's dimension comes from, in this order (the first that says wins; ``rule`
    (one unnamed group may carry two dimensions: DLRM's default group runs the embeddings'
    all-to-all and the dense layers' all-reduce): send/recv between fixed neighbours (a
    chain, :func:`p2p_chains`) -> pipeline; all-to-all -> expert; all-gather beside
-   reduce-scatter -> sharded data (FSDP / ZeRO-3); all-reduce over every rank of the run ->
+   reduce-scatter -> sharded data (FSDP / ZeRO-3), and so are all-reduces of scalars
+   beside them (at most ``SCALAR_BYTES``: DeepSpeed's overflow flag and gradient norm,
+   FSDP's clipped norm; no gradient bucket is that small); all-reduce over every rank of the run ->
    tensor parallel when some are issued in the forward pass (activations), else data
    parallel (gradients; nothing in a run without a backward pass). Anything else (an
    all-reduce over a subgroup, a lone all-gather) stays ``unknown``: the trace does not
@@ -51,6 +53,7 @@ _TOKEN_RES = tuple((dim, re.compile(rf"^(?:{rx})$")) for dim, rx in _TOKENS)
 _SILENT = {"default_pg", "undefined", "none", "", "default", "nan"}
 _HASH = re.compile(r"^[0-9a-f]{16,}(?:_\d+)?$")
 P2P = "send_recv"
+SCALAR_BYTES = 64  # an all-reduce of at most this many bytes carries scalars, not gradients
 IGNORED = {"barrier", "other"}  # say nothing of a dimension
 
 
@@ -87,8 +90,10 @@ def pattern_dimensions(kinds: set[str], group_size: int, world: int,
     one dimension when its other traffic has exactly one. ``chains``: the ranks its
     point-to-point transfers link, each chain in order (:func:`p2p_chains`; None: peers
     unknown, [[]] for a set of peers that is no chain). ``reduce``: its all-reduces'
-    ``calls``, ``forward_calls`` (issued before their step's backward pass began) and
-    ``no_backward_calls`` (in steps without one); None: not known."""
+    ``calls``, ``forward_calls`` (issued before their step's backward pass began),
+    ``no_backward_calls`` (in steps without one) and ``max_bytes`` (the largest); None: not
+    known."""
+    sharded = {"all_gather", "reduce_scatter"} <= kinds
     out = {}
     for kind in kinds:
         if kind == P2P and chains and not all(chains):
@@ -104,9 +109,13 @@ def pattern_dimensions(kinds: set[str], group_size: int, world: int,
             out[kind] = (PIPELINE, "point-to-point transfers (pipeline stages)")
         elif kind == "all_to_all":
             out[kind] = (EXPERT, "all-to-all exchanges (expert dispatch)")
-        elif kind in ("all_gather", "reduce_scatter") and \
-                {"all_gather", "reduce_scatter"} <= kinds:
+        elif kind in ("all_gather", "reduce_scatter") and sharded:
             out[kind] = (SHARDED, "all-gather and reduce-scatter in one group (FSDP / ZeRO-3)")
+        elif kind == "all_reduce" and sharded and reduce is not None \
+                and 0 < reduce.get("max_bytes", SCALAR_BYTES + 1) <= SCALAR_BYTES:
+            out[kind] = (SHARDED, f"all-reduces of scalars (at most {SCALAR_BYTES} B) beside "
+                                  "all-gather and reduce-scatter (an overflow flag, a gradient "
+                                  "norm: ZeRO-3 / FSDP)")
         elif kind == "all_reduce" and group_size >= 2 and group_size == world:
             out[kind] = _all_reduce_dimension(world, reduce)
         else:

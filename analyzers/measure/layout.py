@@ -42,7 +42,7 @@ GROUP_COLUMNS = ("pg", "description", "ranks", "size", "stages", "dimension", "r
 DIMENSION_COLUMNS = ("dimension", "collective", "groups", "ranks", "calls_per_step",
                      "exposed_ms_per_step", "step_frac", "rule")
 USAGE_COLUMNS = ("pg", "description", "ranks", "size", S.COLL_NAME, "calls", "exposed_ns",
-                 "forward_calls", "no_backward_calls")
+                 "forward_calls", "no_backward_calls", "max_bytes")
 BACKWARD_OP = "^autograd::engine::evaluate_function"  # the ops of a backward pass
 
 
@@ -95,7 +95,8 @@ def _usage(data: RankData, steps: pd.DataFrame) -> pd.DataFrame:
                      S.COLL_NAME: coll, "calls": int(len(g)),
                      "exposed_ns": float(exposed.get(k, 0.0)),
                      "forward_calls": int(forward[mine].sum()),
-                     "no_backward_calls": int(no_backward[mine].sum())})
+                     "no_backward_calls": int(no_backward[mine].sum()),
+                     "max_bytes": int(np.nan_to_num(g[S.MSG_BYTES].max()))})
     return pd.DataFrame(rows, columns=list(USAGE_COLUMNS))
 
 
@@ -210,8 +211,10 @@ def _groups(values: dict[int, dict], usage: pd.DataFrame,
     for row in usage.itertuples(index=False):
         _merge(found, row.pg, row.description, row.ranks, row.size)
     kinds = usage.groupby("pg")[S.COLL_NAME].agg(set).to_dict() if len(usage) else {}
-    reduce = usage[usage[S.COLL_NAME] == "all_reduce"].groupby("pg")[
-        ["calls", "forward_calls", "no_backward_calls"]].sum() if len(usage) else pd.DataFrame()
+    reduce = usage[usage[S.COLL_NAME] == "all_reduce"].groupby("pg").agg(
+        calls=("calls", "sum"), forward_calls=("forward_calls", "sum"),
+        no_backward_calls=("no_backward_calls", "sum"), max_bytes=("max_bytes", "max")) \
+        if len(usage) else pd.DataFrame()
     calls = usage.groupby("pg")["calls"].sum().to_dict() if len(usage) else {}
     doers = usage.groupby("pg")["rank"].nunique().to_dict() if len(usage) else {}
     edges: dict[str, set] = {}

@@ -22,7 +22,12 @@ Each call is placed in the step's forward (before its first
 backward (DeepSpeed's gradient epilogue, the optimizer step, and the re-gather of the
 persistent parameters it updated). On GPU ranks, the all-gather and reduce-scatter kernels'
 time with no compute kernel beside them is the exposed time, as for FSDP
-(:func:`profkit.analyzers.measure.fsdp_units.step_costs`).
+(:func:`profkit.analyzers.measure.fsdp_units.step_costs`), and the GPU's wait on the host
+inside ZeRO-3's code is the hook wait: the idle time the breakdown names (``idle_code``)
+whose code is one of DeepSpeed's autograd Functions (``MARKERS``, their backward nodes
+included) or the c10d operator of a fetch. torch's ``AccumulateGrad`` nodes, where
+DeepSpeed's gradient hooks run, and Python between recorded ops are left out: the trace
+does not say how much of them is DeepSpeed's (a lower bound).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ OPS = {"c10d::_allgather_base_": GATHER, "c10d::allgather_into_tensor_coalesced_
        "c10d::reduce_scatter_tensor_coalesced_": SCATTER, "c10d::reduce_scatter_": SCATTER}
 BACKWARD = "autograd::engine::evaluate_function"
 PHASES = ("forward", "backward", "after backward")
+HOOK_CODE = (*MARKERS, *OPS)  # an idle_code label naming one of these is ZeRO-3's host work
 
 
 def numel(dims: object) -> int:
@@ -121,12 +127,27 @@ def rank_zero3(data: RankData, used: dict[int, int] | None, parts: dict | None) 
     out = {"n_steps": n_steps, "calls": calls,
            "hooked_forwards_per_step": float((names == HOOK).sum()) / n_steps,
            "exposed_comm_ms_per_step": np.nan, "host_idle_ms_per_step": np.nan,
-           "step_ms": np.nan}
+           "step_ms": np.nan, "hook_idle_ms_per_step": np.nan}
     if data.has_gpu:
         costs = step_costs(data, used, parts, cpu.iloc[:0], n_steps)
         out.update({k: costs[k] for k in ("exposed_comm_ms_per_step", "host_idle_ms_per_step",
                                           "step_ms")})
+        out["hook_idle_ms_per_step"] = hook_idle_ms(parts)
     return out
+
+
+def hook_idle_ms(parts: dict | None) -> float:
+    """ms per used step the GPU waits on the host inside ZeRO-3's code (module doc), from
+    the breakdown's ``idle_code`` (its largest labels per part); NaN without it."""
+    code = None if parts is None else parts.get("idle_code")
+    steps = None if parts is None else parts.get("step_breakdown")
+    if code is None or steps is None or not len(steps):
+        return np.nan
+    n_used = int(steps["used"].astype(bool).sum()) or len(steps)
+    if code.empty:
+        return 0.0
+    mine = code["code"].astype(str).map(lambda c: any(m in c for m in HOOK_CODE))
+    return float(code.loc[mine.to_numpy(bool), "idle_ns"].sum()) / n_used / 1e6
 
 
 def combine_zero3(values: dict[int, dict | None]) -> Result:
@@ -152,7 +173,8 @@ def combine_zero3(values: dict[int, dict | None]) -> Result:
 def rank_rows(values: dict[int, dict | None]) -> pd.DataFrame | None:
     """Per rank and step: hooked module forwards, all-gathers in each phase (calls and
     elements), reduce-scatters (calls and elements), the largest call of each kind, and on
-    GPU ranks the exposed ZeRO-3 collectives, the GPU's wait on its host and the step (ms)."""
+    GPU ranks the exposed ZeRO-3 collectives, the GPU's wait on its host, the part of it
+    inside ZeRO-3's code (the hook wait) and the step (ms)."""
     rows = []
     for rank, v in sorted(values.items()):
         if not v:
@@ -170,7 +192,8 @@ def rank_rows(values: dict[int, dict | None]) -> pd.DataFrame | None:
                 row["reduce_scatters"] = len(mine) / n
                 row["reduce_scatter_elements"] = float(mine["elements"].sum()) / n
             row[f"{label}_max_elements"] = int(mine["elements"].max()) if len(mine) else 0
-        row.update({k: v[k] for k in ("exposed_comm_ms_per_step", "host_idle_ms_per_step",
-                                      "step_ms")})
+        row.update({k: v.get(k, np.nan) for k in ("exposed_comm_ms_per_step",
+                                                  "host_idle_ms_per_step", "step_ms",
+                                                  "hook_idle_ms_per_step")})
         rows.append(row)
     return pd.DataFrame(rows) if rows else None

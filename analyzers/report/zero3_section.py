@@ -1,6 +1,7 @@
 """The report's section on a DeepSpeed ZeRO-3 run (:mod:`profkit.analyzers.measure.zero3`):
 per rank, its hooked module forwards and its all-gathers and reduce-scatters per step, by
-phase, with their sizes in elements (the unit of DeepSpeed's bucket knobs)."""
+phase, with their sizes in elements (the unit of DeepSpeed's bucket knobs), and the GPU's
+wait on the host inside ZeRO-3's code."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def zero3_section(a: Analysis) -> Section | None:
              "after backward": _calls(r.all_gathers_after_backward,
                                       r.all_gather_elements_after_backward),
              "reduce-scatters": _calls(r.reduce_scatters, r.reduce_scatter_elements),
-             "exposed": U.ms(r.exposed_comm_ms_per_step, "step")}
+             "exposed": U.ms(r.exposed_comm_ms_per_step, "step"),
+             "hook wait": U.ms(getattr(r, "hook_idle_ms_per_step", None), "step")}
             for r in t.head(MAX_RANK_ROWS).itertuples(index=False)]
     notes = ["per step; calls (elements in all): an all-gather's gathered buffer, a "
              "reduce-scatter's unreduced one, in elements as stage3_prefetch_bucket_size and "
@@ -55,7 +57,9 @@ def zero3_section(a: Analysis) -> Section | None:
         notes.append("no GPU events: calls and sizes only, no exposed time")
     if len(t) > MAX_RANK_ROWS:
         notes.append(f"the first {MAX_RANK_ROWS} of {len(t)} ranks")
-    notes.append("no finding or saving: the effect of DeepSpeed's knobs is not estimated")
+    notes.append("hook wait: the GPU idle while the host runs ZeRO-3's autograd "
+                 "Functions and fetches (AccumulateGrad and unrecorded Python left out); where "
+                 "the GPU waits on the host, the launch and host-work findings name them")
     return Section("DeepSpeed ZeRO-3 (sharded parameters, gradients and optimizer state)",
                    pd.DataFrame(rows), notes)
 

@@ -193,8 +193,8 @@ CAPTURES = RUNS / "parallel"  # the 2 and 4 x H200 parallelism cases (samples/ru
 
 
 def _capture_labels() -> dict[str, str]:
-    """The GPU captures' layouts; the CPU (gloo) ZeRO-3 captures are left out: gloo runs a
-    reduce-scatter as an all-reduce, which the layout cannot tell (docs/parallelism.md)."""
+    """The GPU captures' layouts (shipped runs only; a CPU (gloo) capture would be left out:
+    gloo runs a reduce-scatter as an all-reduce, which the layout cannot tell)."""
     return {name: doc["layout"] for name, doc in sample_labels(CAPTURES / "SUMMARY.txt").items()
             if (CAPTURES / name).is_dir() and doc["device"].startswith("cuda")}
 
@@ -203,8 +203,8 @@ def _capture_labels() -> dict[str, str]:
 def test_each_capture_reads_as_the_layout_its_workload_built(name):
     """The workload's own layout label (how it built its groups), against the header's."""
     label = _capture_labels()[name]
-    want = {"expert parallel 2 (one expert per rank, all_to_all_single dispatch)": "ep 2"}.get(
-        label, label)
+    want = {"expert parallel 2 (one expert per rank, all_to_all_single dispatch)": "ep 2",
+            "zero3 2": "fsdp 2"}.get(label, label)
     a = analysed(CAPTURES / name)
     world = int(a.run["world_size"])
     assert a.table("parallel_layout")["layout"].tolist() == [f"{world} ranks: {want}"]
