@@ -28,6 +28,7 @@ from profkit.classify.opfamilies import op_family
 from profkit.classify.shapes import readable_dims
 from profkit.classify.traffic import UNKNOWN, op_cost
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns, values_in
+from profkit.trace import nativefeed
 from profkit.trace.countersamples import CounterSamples
 from profkit.trace.memorysamples import MemorySamples
 from profkit.trace.traceevents import Args, CounterEvent, Event, InstantEvent, Meta, without_raw
@@ -394,7 +395,9 @@ def accumulate(trace: Trace, base_ns: int = 0) -> Accumulator:
     """Every batch of the trace collected (relative times on ``base_ns``); the trace's raw
     buffers are released after and what was dropped or repaired added to its problems."""
     acc = Accumulator(base_ns)
-    for batch in trace.batches():
+    if trace.native is not None:  # the native reader's columns (profkit.trace.native)
+        nativefeed.feed(acc, trace.native, trace._bytes, trace.repairs)
+    for batch in trace.batches() if trace.native is None else ():
         acc.add(batch)
     trace.release()
     acc.resolve_conv_links()
