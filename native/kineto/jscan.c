@@ -2,26 +2,15 @@
 #include "jscan.h"
 
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 static int fail(JsCursor *c) {
     c->bad = 1;
     return 0;
 }
 
-int js_peek(JsCursor *c) { return c->p < c->end ? *c->p : -1; }
-
-void js_skip_ws(JsCursor *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
-        c->p++;
-}
-
-int js_expect(JsCursor *c, unsigned char ch) {
-    if (c->p < c->end && *c->p == ch) {
-        c->p++;
-        return 1;
-    }
-    return fail(c);
-}
 
 static int hex_value(int ch) {
     if (ch >= '0' && ch <= '9') return ch - '0';
@@ -45,7 +34,26 @@ int js_string(JsCursor *c, JsString *out) {
     if (!js_expect(c, '"')) return 0;
     const unsigned char *start = c->p;
     int escaped = 0;
-    while (c->p < c->end) {
+    for (;;) {
+#ifdef __SSE2__
+        /* sixteen bytes at a time while sixteen remain: stop at a quote, backslash or
+         * control character */
+        const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\'),
+                      low = _mm_set1_epi8(0x1F);
+        while (c->end - c->p >= 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(const void *)c->p);
+            __m128i hit = _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash));
+            hit = _mm_or_si128(hit, _mm_cmpeq_epi8(_mm_max_epu8(v, low), low));
+            int mask = _mm_movemask_epi8(hit);
+            if (mask) {
+                c->p += __builtin_ctz((unsigned)mask);
+                break;
+            }
+            c->p += 16;
+        }
+#endif
+        while (c->p < c->end && *c->p >= 0x20 && *c->p != '"' && *c->p != '\\') c->p++;
+        if (c->p >= c->end) break;
         unsigned char ch = *c->p;
         if (ch == '"') {
             out->s = start;
@@ -250,5 +258,34 @@ int js_unescape(const JsString *str, char *out, size_t cap, size_t *len) {
         out[(*len)++] = plain;
         i += 2;
     }
+    return 1;
+}
+
+/* A decimal number whose digits make an integer up to 2**53 and a power of ten up to 22
+ * are both exact as doubles, and so is the power: one multiplication or division rounds once,
+ * correctly (Clinger's fast path). Other numbers are left to a full parser. */
+int js_fast_double(const JsNumber *num, double *out) {
+    static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                   1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                   1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    const unsigned char *p = num->s, *end = num->s + num->n;
+    const uint64_t exact = UINT64_C(1) << 53;
+    int negative = 0, frac = 0;
+    uint64_t m = 0;
+    if (p < end && *p == '-') negative = 1, p++;
+    for (; p < end && *p >= '0' && *p <= '9'; p++) {
+        m = m * 10 + (unsigned)(*p - '0');
+        if (m > exact) return 0;
+    }
+    if (p < end && *p == '.') {
+        for (p++; p < end && *p >= '0' && *p <= '9'; p++) {
+            m = m * 10 + (unsigned)(*p - '0');
+            if (m > exact || ++frac > 22) return 0;
+        }
+    }
+    if (p != end) return 0; /* an exponent: the full parser */
+    double v = (double)m;
+    if (frac) v /= POW10[frac];
+    *out = negative ? -v : v;
     return 1;
 }

@@ -35,11 +35,25 @@ typedef struct {
     int fits;      /* integer within +-(2**62) */
 } JsNumber;
 
-void js_skip_ws(JsCursor *c);
-int js_peek(JsCursor *c);                            /* next byte, -1 at the end */
-int js_expect(JsCursor *c, unsigned char ch);        /* consume ch or set bad */
+static inline void js_skip_ws(JsCursor *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t'))
+        c->p++;
+}
+
+static inline int js_peek(const JsCursor *c) { return c->p < c->end ? *c->p : -1; } /* -1: end */
+
+static inline int js_expect(JsCursor *c, unsigned char ch) { /* consume ch, or set bad */
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 1;
+    }
+    c->bad = 1;
+    return 0;
+}
+
 int js_string(JsCursor *c, JsString *out);           /* at '"' */
 int js_number(JsCursor *c, JsNumber *out);           /* at '-' or a digit */
+int js_fast_double(const JsNumber *num, double *out); /* exact cases only; 0: not one */
 int js_skip_value(JsCursor *c);                      /* any value */
 int js_is_literal(JsCursor *c, const char *lit);     /* consume true/false/null */
 int js_unescape(const JsString *str, char *out, size_t cap, size_t *len); /* UTF-8 of str */

@@ -14,6 +14,7 @@ static const char *const ARG_KEYS[SCAN_NARGS] = {
 /* The args kept as raw JSON, interned (order: profkit.trace.native.RAW_COLUMNS). */
 static const char *const RAW_KEYS[SCAN_NRAW] = {
     "Input Dims", "Input type", "Input Strides", "Concrete Inputs"};
+static const char *const COLL_KEYS[2] = {"Collective name", "In msg nelems"};
 static const char SKIPPED_PHASES[] = "BEIbnestfPONDVvRc()"; /* traceevents.OTHER_PHASES */
 
 /* ---- growable buffers and the intern tables (every size checked before use) ---- */
@@ -36,9 +37,16 @@ static int grow_put(Grow *g, const void *src, size_t n) {
 }
 
 static uint64_t hash_bytes(const unsigned char *s, size_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ULL;
-    return h;
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) { /* eight bytes at a time (memcpy: no unaligned read) */
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
+        h ^= h >> 32;
+    }
+    for (; i < n; i++) h = (h ^ s[i]) * 0x100000001B3ULL;
+    return h ^ (h >> 29);
 }
 
 static int intern_rehash(Intern *t, size_t nslots) {
@@ -116,6 +124,14 @@ static int key_is(const JsString *k, const char *name) {
     return k->n == n && memcmp(k->s, name, n) == 0;
 }
 
+/* The place of key k in names[0:count] (-1: none), the first byte compared first. */
+static int key_index(const JsString *k, const char *const *names, int count) {
+    if (k->n == 0) return -1;
+    for (int i = 0; i < count; i++)
+        if ((unsigned char)names[i][0] == k->s[0] && key_is(k, names[i])) return i;
+    return -1;
+}
+
 /* A number or null into *out (NaN for null); anything else declines the event. */
 static int read_double(Scan *s, JsCursor *c, Fields *f, double *out) {
     if (js_peek(c) == 'n') {
@@ -133,7 +149,7 @@ static int read_double(Scan *s, JsCursor *c, Fields *f, double *out) {
     if (num.integer) {
         if (num.fits) *out = (double)num.value;
         else f->decline = 1;
-    } else if (!s->to_double(num.s, num.n, out) || !isfinite(*out)) {
+    } else if (!js_fast_double(&num, out) && (!s->to_double(num.s, num.n, out) || !isfinite(*out))) {
         f->decline = 1;
     }
     return 1;
@@ -191,13 +207,9 @@ static int read_args(Scan *s, JsCursor *c, Fields *f) {
         if (!js_expect(c, ':')) return 0;
         js_skip_ws(c);
         if (key.escaped) f->decline = 1; /* it may spell a key read below */
-        int slot = -1;
-        for (int i = 0; i < SCAN_NARGS; i++)
-            if (key_is(&key, ARG_KEYS[i])) slot = i;
-        int raw = -1;
-        for (int i = 0; i < SCAN_NRAW; i++)
-            if (key_is(&key, RAW_KEYS[i])) raw = i;
-        int coll = key_is(&key, "Collective name") || key_is(&key, "In msg nelems");
+        int slot = key_index(&key, ARG_KEYS, SCAN_NARGS);
+        int raw = slot < 0 ? key_index(&key, RAW_KEYS, SCAN_NRAW) : -1;
+        int coll = slot < 0 && raw < 0 && key_index(&key, COLL_KEYS, 2) >= 0;
         unsigned bit = slot >= 0 ? 1u << slot : raw >= 0 ? 1u << (SCAN_NARGS + raw) : 0;
         if (bit & seen) f->decline = 1; /* a repeated key: the decoder keeps one of them */
         seen |= bit;
@@ -259,9 +271,7 @@ static int read_event(Scan *s, JsCursor *c, Fields *f) {
         js_skip_ws(c);
         if (!js_expect(c, ':')) return -1;
         js_skip_ws(c);
-        int which = -1;
-        for (int i = 0; i < 8; i++)
-            if (key_is(&key, KEYS[i])) which = i;
+        int which = key_index(&key, KEYS, 8);
         if (key.escaped) f->decline = ph_twice = 1;
         if (which >= 0 && (seen >> which) & 1) f->decline = 1;
         if (which == 0 && (seen & 1)) ph_twice = 1;

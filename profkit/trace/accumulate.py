@@ -156,11 +156,12 @@ class Accumulator:
         self.rows += len(xs)
 
     def _add_shape_costs(self, flops: np.ndarray, name_codes: np.ndarray, names: list,
-                         args: list[Args]) -> None:
+                         args: list[Args], shape_hits=None) -> None:
         """FLOPs of matmul / conv / attention ops from their shapes where the trace has
         none, the bytes and vector FLOPs of every op with a cost formula, and the precision
         of their inputs (profkit.classify.flops, profkit.classify.traffic). One op's costs
-        are worked out once per distinct set of shapes (memo)."""
+        are worked out once per distinct set of shapes (memo). ``shape_hits``: how the rows
+        and their costs are found (:meth:`_shape_hits`, or the native reader's)."""
         n = len(names)
         precision = np.zeros(n, dtype=np.int8)  # 0: unknown, else 1 + PRECISIONS index
         costs = np.full((3, n), np.nan, dtype=np.float32)  # read, write, vector FLOPs
@@ -168,23 +169,7 @@ class Accumulator:
         absurd = ~np.isnan(flops) & ~((flops >= 0) & (flops <= MAX_OP_FLOPS))
         flops[absurd] = np.nan
         self.dropped_flops += int(absurd.sum())
-        # Only the rows of wanted names are looked at (decided once per name, not per event);
-        # what each row's shapes give is written into the columns afterwards, all at once.
-        rows, hits = [], []
-        memo = self.memo
-        for i in np.flatnonzero(self._wanted_names()[name_codes]).tolist():
-            a = args[i]
-            if not len(a.input_dims):
-                continue
-            key = (names[i], bytes(a.input_dims), bytes(a.input_types), bytes(a.concrete_inputs),
-                   bytes(a.input_strides))
-            hit = memo.get(key)
-            if hit is None:
-                if len(memo) >= MAX_MEMO:
-                    memo.clear()
-                hit = memo[key] = _shape_costs(names[i], a, self.conv_links.wants(names[i]))
-            rows.append(i)
-            hits.append(hit)
+        rows, hits = (shape_hits or self._shape_hits)(name_codes, names, args)
         if rows:
             at = np.array(rows, dtype=np.int64)
             fill = np.isnan(flops[at])  # the trace's own count wins over the shapes'
@@ -203,6 +188,28 @@ class Accumulator:
         self._put(S.FLOPS_DTYPE, precision)
         for column, values in zip(S.COST_COLUMNS, costs):
             self._put(column, values)
+
+    def _shape_hits(self, name_codes: np.ndarray, names: list, args: list[Args]) -> tuple:
+        """(rows, what :func:`_shape_costs` found for each) of the ops with a cost formula
+        and Input Dims."""
+        # Only the rows of wanted names are looked at (decided once per name, not per event);
+        # what each row's shapes give is written into the columns afterwards, all at once.
+        rows, hits = [], []
+        memo = self.memo
+        for i in np.flatnonzero(self._wanted_names()[name_codes]).tolist():
+            a = args[i]
+            if not len(a.input_dims):
+                continue
+            key = (names[i], bytes(a.input_dims), bytes(a.input_types), bytes(a.concrete_inputs),
+                   bytes(a.input_strides))
+            hit = memo.get(key)
+            if hit is None:
+                if len(memo) >= MAX_MEMO:
+                    memo.clear()
+                hit = memo[key] = _shape_costs(names[i], a, self.conv_links.wants(names[i]))
+            rows.append(i)
+            hits.append(hit)
+        return rows, hits
 
     def _wanted_names(self) -> np.ndarray:
         """Per name code: whether the name has a FLOP or cost formula or a conv link."""

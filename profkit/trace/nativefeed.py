@@ -108,16 +108,28 @@ class _RawArgs:
         return _EVENT_DECODER.decode(self._rows.event_bytes(self._row)).args.seq_number
 
 
+class _KnownSeq:
+    """The one arg ConvLinks.note reads of a row, decoded ahead."""
+
+    __slots__ = ("seq_number",)
+
+    def __init__(self, seq_number) -> None:
+        self.seq_number = seq_number
+
+
 class _LazyArgs:
     """``args[i]`` of the rows of one add, built only for the rows that are asked for."""
 
     def __init__(self, rows: _Rows, at: np.ndarray) -> None:
         self.rows, self.at = rows, at
+        self.seq: dict[int, object] = {}  # row -> sequence number, decoded ahead where known
 
     def __len__(self) -> int:
         return len(self.at)
 
-    def __getitem__(self, i: int) -> _RawArgs:
+    def __getitem__(self, i: int):
+        if i in self.seq:
+            return _KnownSeq(self.seq[i])
         return self.rows.args_of(int(self.at[i]))
 
 
@@ -165,16 +177,55 @@ class _Rows:
                 wanted[[_KIND_CODE[k] for k in kinds]] = True
                 values[~wanted[kind]] = np.nan
             if column == S.FLOPS:
-                acc._add_shape_costs(values, name_codes, _LazyNames(self, at),
-                                     _LazyArgs(self, at))
+                lazy = _LazyArgs(self, at)
+                acc._add_shape_costs(values, name_codes, _LazyNames(self, at), lazy,
+                                     self._shape_hits(acc, at, lazy))
             acc._put(column, values)
         dims = col["raw0"][at].copy()
         dims[kind != _KIND_CODE[S.KIND_CPU_OP]] = -1
         acc._put(S.INPUT_DIMS, self._encode(acc.dims, dims, self.scan.raw, _dims_text))
-        for i in np.flatnonzero(col["coll"][at]).tolist():
-            event = _EVENT_DECODER.decode(self.event_bytes(int(at[i])))
-            acc.coll_args[acc.rows + i] = without_raw(event.args)
+        coll = np.flatnonzero(col["coll"][at])
+        if len(coll):  # the few rows with collective args: decoded whole, at once
+            events = BATCH_DECODER.decode(join_spans(self.raw, col["start"][at[coll]],
+                                                     col["end"][at[coll]]))
+            for i, event in zip(coll.tolist(), events):
+                acc.coll_args[acc.rows + i] = without_raw(event.args)
         acc.rows += len(at)
+
+    def _shape_hits(self, acc, at: np.ndarray, lazy: _LazyArgs):
+        """Accumulator._shape_hits for the rows ``at``: the rows of wanted names with Input
+        Dims, their costs worked out once per distinct (name, raw args), from the scan's
+        ids, with the accumulator's memo (its keys as _shape_hits makes them)."""
+        from profkit.trace.accumulate import MAX_MEMO, _shape_costs
+
+        def hits_of(name_codes: np.ndarray, names, args) -> tuple:
+            col = self.col
+            keys = np.stack([col["name"][at]] + [col[f"raw{k}"][at] for k in range(4)], axis=1)
+            rows = np.flatnonzero(acc._wanted_names()[name_codes] & (keys[:, 1] >= 0))
+            if not len(rows):
+                return [], []
+            uniq, inverse = np.unique(keys[rows], axis=0, return_inverse=True)
+            memo, found = acc.memo, []
+            for name_id, *raw_ids in uniq.tolist():
+                name = self.scan.strings[name_id]
+                a = _RawArgs(tuple(self.no_raw if r < 0 else self.scan.raw[r] for r in raw_ids),
+                             self, -1)
+                key = (name, a.input_dims, a.input_types, a.concrete_inputs, a.input_strides)
+                hit = memo.get(key)
+                if hit is None:
+                    if len(memo) >= MAX_MEMO:
+                        memo.clear()
+                    hit = memo[key] = _shape_costs(name, a, acc.conv_links.wants(name))
+                found.append(hit)
+            hits = [found[j] for j in inverse.ravel().tolist()]
+            linked = [r for r, hit in zip(rows.tolist(), hits) if hit[4] is not None]
+            if linked:  # their sequence numbers (ConvLinks.note), decoded at once
+                events = BATCH_DECODER.decode(join_spans(self.raw, col["start"][at[linked]],
+                                                         col["end"][at[linked]]))
+                lazy.seq = {r: e.args.seq_number for r, e in zip(linked, events)}
+            return rows.tolist(), hits
+
+        return hits_of
 
     def _encode(self, codes, local: np.ndarray, values: list, text=str) -> np.ndarray:
         """Codes of the scan ids ``local`` (-1: missing, coded as ""), each distinct value
