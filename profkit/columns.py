@@ -17,9 +17,13 @@ _SAFE_INT = 1 << 62  # the same bound, compared exactly with ints
 def to_float(values: list) -> np.ndarray:
     """float64 array; None and non-numbers (lists, objects, ints past float range) become NaN."""
     try:
-        return np.array(values, dtype=np.float64)
+        out = np.array(values, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
-        return np.array([_one_float(v) for v in values], dtype=np.float64)
+        out = None
+    if out is not None and out.ndim == 1:
+        return out
+    # values that are all lists of one length make a 2-D array: each is no number
+    return np.array([_one_float(v) for v in values], dtype=np.float64)
 
 
 def _one_float(value) -> float:
