@@ -144,7 +144,7 @@ def test_scanner_fuzzed_under_sanitizers(tmp_path, monkeypatch):
     exe = tmp_path / "fuzz_scan"
     build = subprocess.run(
         ["gcc", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-         *(str(NATIVE_SRC / f) for f in ("fuzz_scan.c", "scan.c", "jscan.c")), "-lm",
+         *(str(NATIVE_SRC / f) for f in ("fuzz_scan.c", "scan.c", "store.c", "jscan.c")), "-lm",
          "-o", str(exe)], capture_output=True, text=True)
     if build.returncode and "libasan" in build.stderr + build.stdout:
         pytest.skip("gcc without the sanitizer runtimes")

@@ -12,22 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct {
-    char *data;
-    size_t len, cap;
-} Grow;
-
-typedef struct {
-    const unsigned char *s;
-    size_t n;
-} Key;
-
-typedef struct {
-    uint32_t *slots; /* 0: empty, else id + 1 */
-    size_t nslots;
-    Key *keys;
-    size_t count, cap;
-} Intern;
+#include "store.h"
 
 enum { /* the fast events' columns, one row per fast event, in file order */
     C_INDEX,      /* int64: the event's place in traceEvents */
