@@ -34,11 +34,15 @@ static int to_double(const unsigned char *s, size_t n, double *out) {
     return 1;
 }
 
-/* A dict {name: bytearray} of n growable buffers. */
-static PyObject *grow_dict(const Grow *g, const char *const *names, int n) {
+/* A dict {name: bytearray} of n growable buffers, each freed once copied (so that the
+ * columns are not held twice at once). */
+static PyObject *grow_dict(Grow *g, const char *const *names, int n) {
     PyObject *out = PyDict_New();
     for (int i = 0; out && i < n; i++) {
         PyObject *arr = PyByteArray_FromStringAndSize(g[i].data ? g[i].data : "", (Py_ssize_t)g[i].len);
+        free(g[i].data);
+        g[i].data = NULL;
+        g[i].len = g[i].cap = 0;
         if (!arr || PyDict_SetItemString(out, names[i], arr) < 0) {
             Py_XDECREF(arr);
             Py_CLEAR(out);
@@ -102,7 +106,7 @@ static PyObject *bytes_list(const Intern *t) {
     return out;
 }
 
-static PyObject *result_dict(const Scan *s) {
+static PyObject *result_dict(Scan *s) {
     PyObject *columns = grow_dict(s->col, COLUMN_NAMES, SCAN_NCOLS);
     PyObject *other = columns ? grow_dict(s->other, OTHER_NAMES, SCAN_NOTHER) : NULL;
     PyObject *strings = other ? string_list(&s->strings) : NULL;

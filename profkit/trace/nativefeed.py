@@ -24,7 +24,9 @@ from profkit.trace.traceevents import (
     _EVENT_DECODER,
     BATCH_DECODER,
     DECODE_ERRORS,
+    CounterEvent,
     Event,
+    InstantEvent,
     Meta,
     decode_lenient,
     without_raw,
@@ -63,8 +65,8 @@ def _other_events(acc, scan: NativeScan, raw, repairs: Counter):
         hi = min(lo + BATCH_EVENTS, len(index))
         records = _decode(raw, start[lo:hi], end[lo:hi], repairs)
         acc.metadata.extend(e for e in records if type(e) is Meta)
-        acc.counters.add([e for e in records if type(e).__name__ == "CounterEvent"])
-        acc.memory.add([e for e in records if type(e).__name__ == "InstantEvent"])
+        acc.counters.add([e for e in records if type(e) is CounterEvent])
+        acc.memory.add([e for e in records if type(e) is InstantEvent])
         fast = scan.columns["index"]
         for i, rec in zip(range(lo, hi), records):
             if type(rec) is not Event:
