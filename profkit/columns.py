@@ -20,9 +20,11 @@ def to_float(values: list) -> np.ndarray:
         out = np.array(values, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
         out = None
-    if out is not None and out.ndim == 1:
+    # values that are all lists of one length make a 2-D array, and numpy reads True as 1:
+    # each is no number, whatever the values beside it (the same value, the same float)
+    if out is not None and out.ndim == 1 and (
+            isinstance(values, np.ndarray) or bool not in set(map(type, values))):
         return out
-    # values that are all lists of one length make a 2-D array: each is no number
     return np.array([_one_float(v) for v in values], dtype=np.float64)
 
 

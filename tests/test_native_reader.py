@@ -126,6 +126,15 @@ def test_native_reader_matches_python_reader_on_fuzz_corpus(tmp_path, monkeypatc
     assert declined_events > 100  # the corpus reaches the events left to Python
 
 
+def test_to_float_reads_each_value_alone():
+    # found by the fuzz corpus: True was 1.0 in a batch of numbers but NaN in a batch holding
+    # a list (and so read differently by the two readers, which batch events differently)
+    from profkit.columns import to_float
+
+    assert np.isnan(to_float([True, 2.0])[0]) and np.isnan(to_float([True, []])[0])
+    assert to_float([True, 2.0])[1] == 2.0 and to_float([3, None])[0] == 3.0
+
+
 def test_to_float_of_lists_is_nan(tmp_path):
     # found by the fuzz corpus: "correlation": [] on every event made a 2-D column
     doc = {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
