@@ -108,6 +108,18 @@ def test_native_reader_reads_the_events_itself():
     assert names == [e["name"] for e in plain_x]
 
 
+@needs_native
+def test_join_checks_every_span():
+    from profkit import _kineto
+
+    raw = b'[1,22,333]'
+    assert native.join_spans(raw, np.array([1, 3]), np.array([2, 5])) == b"[1,22]"
+    assert native.join_spans(raw, np.array([]), np.array([])) == b"[]"
+    for starts, ends in (([0], [11]), ([5], [4]), ([-1], [2]), ([0, 1], [1])):
+        with pytest.raises(ValueError):
+            _kineto.join(raw, np.array(starts, np.int64), np.array(ends, np.int64))
+
+
 def _fuzz_corpus(count: int) -> list[bytes]:
     rng = random.Random(43)
     seeds = seed_bytes(20)

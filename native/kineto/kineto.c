@@ -153,26 +153,31 @@ static PyObject *kineto_join(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y*y*", &buf, &starts, &ends)) return NULL;
     PyObject *out = NULL;
     Py_ssize_t n = starts.len / 8, total = 2;
-    const int64_t *st = starts.buf, *en = ends.buf;
     if (starts.len != ends.len || starts.len % 8) {
         PyErr_SetString(PyExc_ValueError, "starts and ends differ");
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (st[i] < 0 || st[i] > en[i] || en[i] > buf.len) {
+        int64_t st, en; /* memcpy: the buffers need not be aligned */
+        memcpy(&st, (const char *)starts.buf + 8 * i, 8);
+        memcpy(&en, (const char *)ends.buf + 8 * i, 8);
+        if (st < 0 || st > en || en > buf.len || en - st > PY_SSIZE_T_MAX - 1 - total) {
             PyErr_SetString(PyExc_ValueError, "span outside the buffer");
             goto done;
         }
-        total += (Py_ssize_t)(en[i] - st[i]) + 1;
+        total += (Py_ssize_t)(en - st) + 1;
     }
     out = PyBytes_FromStringAndSize(NULL, total - (n > 0));
     if (!out) goto done;
     char *w = PyBytes_AS_STRING(out);
     *w++ = '[';
     for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t st, en;
+        memcpy(&st, (const char *)starts.buf + 8 * i, 8);
+        memcpy(&en, (const char *)ends.buf + 8 * i, 8);
         if (i) *w++ = ',';
-        memcpy(w, (const char *)buf.buf + st[i], (size_t)(en[i] - st[i]));
-        w += en[i] - st[i];
+        memcpy(w, (const char *)buf.buf + st, (size_t)(en - st));
+        w += en - st;
     }
     *w = ']';
 done:
