@@ -189,12 +189,14 @@ def test_pure_python_when_the_extension_is_missing(monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "profkit._kineto", None)  # import fails
     monkeypatch.delattr(profkit, "_kineto", raising=False)
     monkeypatch.setattr(native, "_NOTED", [])
+    monkeypatch.delenv("PROFKIT_NATIVE_NOTED", raising=False)
     with caplog.at_level(logging.WARNING, logger="profkit.trace.native"):
         first = tracefile.load(path)
         tracefile.load(path)
     assert first.native is None and len(first.raw_events) == len(first)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "reading traces in pure Python" in lines[0]
+    assert os.environ["PROFKIT_NATIVE_NOTED"] == "1"  # a pool's workers say nothing more
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc")

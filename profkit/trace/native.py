@@ -30,6 +30,9 @@ _DTYPES = {"index": np.int64, "start": np.int64, "end": np.int64, "ts": np.float
            **{f"arg{i}": np.float64 for i in range(len(ARG_FIELDS))},
            **{f"raw{i}": np.int32 for i in range(len(RAW_FIELDS))}}
 _NOTED = []  # the one line saying that the native reader is missing, once per process
+# ... and once per command: set once said, so that the pool's workers (started later, with
+# this environment) say nothing more
+_NOTED_ENV = "PROFKIT_NATIVE_NOTED"
 
 
 def _module():
@@ -38,9 +41,10 @@ def _module():
     try:
         from profkit import _kineto
     except ImportError as exc:
-        if not _NOTED:
+        if not _NOTED and not os.environ.get(_NOTED_ENV):
             _NOTED.append(True)
-            log.warning("profkit: the native trace reader is not built (%s); reading traces "
+            os.environ[_NOTED_ENV] = "1"
+            log.warning("the native trace reader is not built (%s); reading traces "
                         "in pure Python (slower, same results)", exc)
         return None
     return _kineto
@@ -88,3 +92,6 @@ def join_spans(raw: bytes | bytearray, starts: np.ndarray, ends: np.ndarray) -> 
 
     return _kineto.join(raw, np.ascontiguousarray(starts, np.int64),
                           np.ascontiguousarray(ends, np.int64))
+
+
+_module()  # said at import, in the command's own process, when the reader is missing
