@@ -17,9 +17,15 @@ _SAFE_INT = 1 << 62  # the same bound, compared exactly with ints
 def to_float(values: list) -> np.ndarray:
     """float64 array; None and non-numbers (lists, objects, ints past float range) become NaN."""
     try:
-        return np.array(values, dtype=np.float64)
+        out = np.array(values, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
-        return np.array([_one_float(v) for v in values], dtype=np.float64)
+        out = None
+    # values that are all lists of one length make a 2-D array, and numpy reads True as 1:
+    # each is no number, whatever the values beside it (the same value, the same float)
+    if out is not None and out.ndim == 1 and (
+            isinstance(values, np.ndarray) or bool not in set(map(type, values))):
+        return out
+    return np.array([_one_float(v) for v in values], dtype=np.float64)
 
 
 def _one_float(value) -> float:

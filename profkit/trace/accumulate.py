@@ -28,6 +28,7 @@ from profkit.classify.opfamilies import op_family
 from profkit.classify.shapes import readable_dims
 from profkit.classify.traffic import UNKNOWN, op_cost
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns, values_in
+from profkit.trace import nativefeed
 from profkit.trace.countersamples import CounterSamples
 from profkit.trace.memorysamples import MemorySamples
 from profkit.trace.traceevents import Args, CounterEvent, Event, InstantEvent, Meta, without_raw
@@ -156,11 +157,12 @@ class Accumulator:
         self.rows += len(xs)
 
     def _add_shape_costs(self, flops: np.ndarray, name_codes: np.ndarray, names: list,
-                         args: list[Args]) -> None:
+                         args: list[Args], shape_hits=None) -> None:
         """FLOPs of matmul / conv / attention ops from their shapes where the trace has
         none, the bytes and vector FLOPs of every op with a cost formula, and the precision
         of their inputs (profkit.classify.flops, profkit.classify.traffic). One op's costs
-        are worked out once per distinct set of shapes (memo)."""
+        are worked out once per distinct set of shapes (memo). ``shape_hits``: how the rows
+        and their costs are found (:meth:`_shape_hits`, or the native reader's)."""
         n = len(names)
         precision = np.zeros(n, dtype=np.int8)  # 0: unknown, else 1 + PRECISIONS index
         costs = np.full((3, n), np.nan, dtype=np.float32)  # read, write, vector FLOPs
@@ -168,23 +170,7 @@ class Accumulator:
         absurd = ~np.isnan(flops) & ~((flops >= 0) & (flops <= MAX_OP_FLOPS))
         flops[absurd] = np.nan
         self.dropped_flops += int(absurd.sum())
-        # Only the rows of wanted names are looked at (decided once per name, not per event);
-        # what each row's shapes give is written into the columns afterwards, all at once.
-        rows, hits = [], []
-        memo = self.memo
-        for i in np.flatnonzero(self._wanted_names()[name_codes]).tolist():
-            a = args[i]
-            if not len(a.input_dims):
-                continue
-            key = (names[i], bytes(a.input_dims), bytes(a.input_types), bytes(a.concrete_inputs),
-                   bytes(a.input_strides))
-            hit = memo.get(key)
-            if hit is None:
-                if len(memo) >= MAX_MEMO:
-                    memo.clear()
-                hit = memo[key] = _shape_costs(names[i], a, self.conv_links.wants(names[i]))
-            rows.append(i)
-            hits.append(hit)
+        rows, hits = (shape_hits or self._shape_hits)(name_codes, names, args)
         if rows:
             at = np.array(rows, dtype=np.int64)
             fill = np.isnan(flops[at])  # the trace's own count wins over the shapes'
@@ -203,6 +189,28 @@ class Accumulator:
         self._put(S.FLOPS_DTYPE, precision)
         for column, values in zip(S.COST_COLUMNS, costs):
             self._put(column, values)
+
+    def _shape_hits(self, name_codes: np.ndarray, names: list, args: list[Args]) -> tuple:
+        """(rows, what :func:`_shape_costs` found for each) of the ops with a cost formula
+        and Input Dims."""
+        # Only the rows of wanted names are looked at (decided once per name, not per event);
+        # what each row's shapes give is written into the columns afterwards, all at once.
+        rows, hits = [], []
+        memo = self.memo
+        for i in np.flatnonzero(self._wanted_names()[name_codes]).tolist():
+            a = args[i]
+            if not len(a.input_dims):
+                continue
+            key = (names[i], bytes(a.input_dims), bytes(a.input_types), bytes(a.concrete_inputs),
+                   bytes(a.input_strides))
+            hit = memo.get(key)
+            if hit is None:
+                if len(memo) >= MAX_MEMO:
+                    memo.clear()
+                hit = memo[key] = _shape_costs(names[i], a, self.conv_links.wants(names[i]))
+            rows.append(i)
+            hits.append(hit)
+        return rows, hits
 
     def _wanted_names(self) -> np.ndarray:
         """Per name code: whether the name has a FLOP or cost formula or a conv link."""
@@ -395,7 +403,9 @@ def accumulate(trace: Trace, base_ns: int = 0) -> Accumulator:
     """Every batch of the trace collected (relative times on ``base_ns``); the trace's raw
     buffers are released after and what was dropped or repaired added to its problems."""
     acc = Accumulator(base_ns)
-    for batch in trace.batches():
+    if trace.native is not None:  # the native reader's columns (profkit.trace.native)
+        nativefeed.feed(acc, trace.native, trace._bytes, trace.repairs)
+    for batch in trace.batches() if trace.native is None else ():
         acc.add(batch)
     trace.release()
     acc.resolve_conv_links()

@@ -23,6 +23,7 @@ import msgspec
 
 from profkit.errors import TraceError
 from profkit.trace import jsonrepair
+from profkit.trace import native as native_reader
 from profkit.trace.readlimit import read_trace_bytes
 from profkit.trace.traceevents import BATCH_DECODER, DECODE_ERRORS, decode_lenient
 from profkit.validate import Problems
@@ -79,9 +80,10 @@ class Trace:
     _bytes: bytes = field(repr=False, default=b"")  # the buffer the slices point into
     problems: Problems = field(default_factory=Problems)  # repairs of the file as a whole
     repairs: Counter = field(default_factory=Counter)  # per-event repairs, by field
+    native: native_reader.NativeScan | None = None  # the native reader's columns (raw_events empty)
 
     def __post_init__(self) -> None:
-        self.count = len(self.raw_events)
+        self.count = len(self.raw_events) if self.native is None else self.native.count
 
     def __len__(self) -> int:
         """Events in the trace (still known after :meth:`release`)."""
@@ -91,9 +93,13 @@ class Trace:
         """Drop the raw JSON; the trace cannot be decoded again after this."""
         self.raw_events = []
         self._bytes = b""
+        self.native = None
 
     def raw_chunks(self, size: int = BATCH_EVENTS) -> Iterator[list[msgspec.Raw]]:
         """The events' raw JSON, at most ``size`` events at a time."""
+        if self.native is not None and not self.raw_events:  # split now, in Python
+            doc = _RAW_DECODER.decode(self._bytes)
+            self.raw_events = doc if isinstance(doc, list) else doc.traceEvents
         for i in range(0, len(self.raw_events), size):
             yield self.raw_events[i:i + size]
 
@@ -168,22 +174,33 @@ def _split(path: str, raw: bytes, problems: Problems):
     raise TraceError(path, "JSON nested too deeply to read")
 
 
-def decode(path: str | Path, raw: bytes) -> Trace:
-    """Split trace JSON bytes into header and raw events; raise :class:`TraceError` for
+def decode(path: str | Path, raw: bytes, columns: bool = True) -> Trace:
+    """Split trace JSON bytes into header and raw events (``columns``: or scan the events
+    into columns with the native reader, where it is built); raise :class:`TraceError` for
     anything that is not a trace."""
     path = str(path)
     problems = Problems()
     if not jsonrepair.is_valid_utf8(raw):
         raw = jsonrepair.repair_utf8(raw)
         problems.append("invalid UTF-8 bytes replaced by U+FFFD")
+    scanned = native_reader.scan(raw) if columns else None
+    if scanned is not None:  # the header alone is split in Python, the events were scanned
+        start, end = scanned.events_span
+        if start < 0:
+            return Trace(path, Header(), [], raw, problems, native=scanned)
+        doc, _ = _split(path, bytes(raw[:start]) + b"[]" + bytes(raw[end:]), problems)
+        return Trace(path, _header(doc, problems), [], raw, problems, native=scanned)
     doc, raw = _split(path, raw, problems)
     if isinstance(doc, list):
         return Trace(path, Header(), doc, raw, problems)
     if doc.traceEvents is None:
         raise TraceError(path, "JSON but not a trace: no traceEvents list")
-    header = Header(**{f: _header_value(getattr(doc, f), f, problems)
-                       for f in Header.__struct_fields__})
-    return Trace(path, header, doc.traceEvents, raw, problems)
+    return Trace(path, _header(doc, problems), doc.traceEvents, raw, problems)
+
+
+def _header(doc: _RawDoc, problems: Problems) -> Header:
+    return Header(**{f: _header_value(getattr(doc, f), f, problems)
+                     for f in Header.__struct_fields__})
 
 
 def _json_problem(raw: bytes, exc: Exception) -> str:
@@ -195,7 +212,8 @@ def _json_problem(raw: bytes, exc: Exception) -> str:
     return f"not valid JSON ({exc})"
 
 
-def load(path: str | Path, readers: int = 1) -> Trace:
+def load(path: str | Path, readers: int = 1, columns: bool = True) -> Trace:
     """Read one trace file and split it into header and raw events (``readers``: traces
-    read at once, sharing one memory budget: profkit.trace.readlimit)."""
-    return decode(path, read_trace_bytes(path, readers))
+    read at once, sharing one memory budget: profkit.trace.readlimit; ``columns``: scanned
+    into columns by the native reader where it is built, for profkit.trace.accumulate)."""
+    return decode(path, read_trace_bytes(path, readers), columns)

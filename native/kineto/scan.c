@@ -1,0 +1,369 @@
+/* One pass over a Kineto trace into event columns: see scan.h. */
+#include "scan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jscan.h"
+#include "store.h"
+
+/* The args read into C_ARG0.. (order: profkit.trace.native.ARG_COLUMNS). */
+static const char *const ARG_KEYS[SCAN_NARGS] = {
+    "correlation", "External id", "stream", "device",
+    "blocks per SM", "est. achieved occupancy %", "flops", "bytes"};
+/* The args kept as raw JSON, interned (order: profkit.trace.native.RAW_COLUMNS). */
+static const char *const RAW_KEYS[SCAN_NRAW] = {
+    "Input Dims", "Input type", "Input Strides", "Concrete Inputs"};
+static const char *const COLL_KEYS[2] = {"Collective name", "In msg nelems"};
+static const char SKIPPED_PHASES[] = "BEIbnestfPONDVvRc()"; /* traceevents.OTHER_PHASES */
+
+void scan_init(Scan *s, ScanToDouble to_double) {
+    memset(s, 0, sizeof *s);
+    s->events_start = s->events_end = -1;
+    s->to_double = to_double;
+}
+
+void scan_free(Scan *s) {
+    for (int i = 0; i < SCAN_NCOLS; i++) free(s->col[i].data);
+    for (int i = 0; i < SCAN_NOTHER; i++) free(s->other[i].data);
+    free(s->strings.slots);
+    free(s->strings.keys);
+    free(s->raw.slots);
+    free(s->raw.keys);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- one event ---- */
+
+typedef struct {
+    int decline;          /* a field profkit reads has an unusual form: the event is "other" */
+    JsString ph;
+    int has_ph;
+    JsString name, cat;   /* n == SIZE_MAX: absent or null */
+    double ts, dur;
+    int64_t id[2];        /* pid, tid */
+    JsString id_text[2];  /* s != NULL: the id is text */
+    double args[SCAN_NARGS];
+    const unsigned char *raw[SCAN_NRAW]; /* NULL: absent */
+    size_t raw_n[SCAN_NRAW];
+    int coll;
+} Fields;
+
+static int key_is(const JsString *k, const char *name) {
+    size_t n = strlen(name);
+    return k->n == n && memcmp(k->s, name, n) == 0;
+}
+
+/* The place of key k in names[0:count] (-1: none), the first byte compared first. */
+static int key_index(const JsString *k, const char *const *names, int count) {
+    if (k->n == 0) return -1;
+    for (int i = 0; i < count; i++)
+        if ((unsigned char)names[i][0] == k->s[0] && key_is(k, names[i])) return i;
+    return -1;
+}
+
+/* A number or null into *out (NaN for null); anything else declines the event. */
+static int read_double(Scan *s, JsCursor *c, Fields *f, double *out) {
+    if (js_peek(c) == 'n') {
+        if (!js_is_literal(c, "null")) return c->bad = 1, 0;
+        *out = NAN;
+        return 1;
+    }
+    int ch = js_peek(c);
+    if (ch != '-' && !(ch >= '0' && ch <= '9')) {
+        f->decline = 1;
+        return js_skip_value(c);
+    }
+    JsNumber num;
+    if (!js_number(c, &num)) return 0;
+    if (num.integer) {
+        if (num.fits) *out = (double)num.value;
+        else f->decline = 1;
+    } else if (!js_fast_double(&num, out) && (!s->to_double(num.s, num.n, out) || !isfinite(*out))) {
+        f->decline = 1;
+    }
+    return 1;
+}
+
+/* A string (or null, n = SIZE_MAX) into *out; anything else declines the event. */
+static int read_string(JsCursor *c, Fields *f, JsString *out) {
+    if (js_peek(c) == '"') return js_string(c, out);
+    if (js_peek(c) == 'n' && js_is_literal(c, "null")) {
+        out->n = SIZE_MAX;
+        return 1;
+    }
+    f->decline = 1;
+    return js_skip_value(c);
+}
+
+/* pid / tid: an int within +-2**62 or a string; anything else (null too) declines. */
+static int read_id(Scan *s, JsCursor *c, Fields *f, int which) {
+    (void)s;
+    int ch = js_peek(c);
+    if (ch == '"') return js_string(c, &f->id_text[which]);
+    if (ch == '-' || (ch >= '0' && ch <= '9')) {
+        JsNumber num;
+        if (!js_number(c, &num)) return 0;
+        if (num.fits) f->id[which] = num.value;
+        else f->decline = 1;
+        return 1;
+    }
+    f->decline = 1;
+    return js_skip_value(c);
+}
+
+static int read_args(Scan *s, JsCursor *c, Fields *f) {
+    if (js_peek(c) == 'n') {
+        if (!js_is_literal(c, "null")) return c->bad = 1, 0;
+        return 1;
+    }
+    if (js_peek(c) != '{') {
+        f->decline = 1;
+        return js_skip_value(c);
+    }
+    if (++c->depth > JS_MAX_DEPTH) return c->bad = 1, 0;
+    c->p++;
+    js_skip_ws(c);
+    if (js_peek(c) == '}') {
+        c->p++;
+        c->depth--;
+        return 1;
+    }
+    unsigned seen = 0;
+    for (;;) {
+        JsString key;
+        if (!js_string(c, &key)) return 0;
+        js_skip_ws(c);
+        if (!js_expect(c, ':')) return 0;
+        js_skip_ws(c);
+        if (key.escaped) f->decline = 1; /* it may spell a key read below */
+        int slot = key_index(&key, ARG_KEYS, SCAN_NARGS);
+        int raw = slot < 0 ? key_index(&key, RAW_KEYS, SCAN_NRAW) : -1;
+        int coll = slot < 0 && raw < 0 && key_index(&key, COLL_KEYS, 2) >= 0;
+        unsigned bit = slot >= 0 ? 1u << slot : raw >= 0 ? 1u << (SCAN_NARGS + raw) : 0;
+        if (bit & seen) f->decline = 1; /* a repeated key: the decoder keeps one of them */
+        seen |= bit;
+        if (slot >= 0) {
+            if (!read_double(s, c, f, &f->args[slot])) return 0;
+        } else if (raw >= 0) {
+            const unsigned char *start = c->p;
+            if (!js_skip_value(c)) return 0;
+            f->raw[raw] = start;
+            f->raw_n[raw] = (size_t)(c->p - start);
+        } else if (coll) {
+            if (!js_is_literal(c, "null")) {
+                f->coll = 1;
+                if (!js_skip_value(c)) return 0;
+            }
+        } else if (!js_skip_value(c)) {
+            return 0;
+        }
+        js_skip_ws(c);
+        int ch = js_peek(c);
+        if (ch == ',') {
+            c->p++;
+            js_skip_ws(c);
+            continue;
+        }
+        if (ch == '}') {
+            c->p++;
+            c->depth--;
+            return 1;
+        }
+        return c->bad = 1, 0;
+    }
+}
+
+enum { EV_FAST, EV_SKIP, EV_OTHER };
+
+/* Parse the object at c (an element of traceEvents) into f; the event's class, or -1. */
+static int read_event(Scan *s, JsCursor *c, Fields *f) {
+    static const char *const KEYS[] = {"ph", "name", "cat", "ts", "dur", "pid", "tid", "args"};
+    memset(f, 0, sizeof *f);
+    f->name.n = f->cat.n = SIZE_MAX;
+    f->ts = f->dur = NAN;
+    for (int i = 0; i < SCAN_NARGS; i++) f->args[i] = NAN;
+    int has_id[2] = {0, 0};
+    c->odd_number = 0;
+    if (++c->depth > JS_MAX_DEPTH) return c->bad = 1, -1;
+    c->p++;
+    js_skip_ws(c);
+    unsigned seen = 0;
+    int ph_twice = 0;
+    if (js_peek(c) == '}') {
+        c->p++;
+        c->depth--;
+        return EV_OTHER;
+    }
+    for (;;) {
+        JsString key;
+        if (!js_string(c, &key)) return -1;
+        js_skip_ws(c);
+        if (!js_expect(c, ':')) return -1;
+        js_skip_ws(c);
+        int which = key_index(&key, KEYS, 8);
+        if (key.escaped) f->decline = ph_twice = 1;
+        if (which >= 0 && (seen >> which) & 1) f->decline = 1;
+        if (which == 0 && (seen & 1)) ph_twice = 1;
+        if (which >= 0) seen |= 1u << which;
+        int ok;
+        switch (which) {
+        case 0:
+            f->has_ph = js_peek(c) == '"';
+            ok = read_string(c, f, &f->ph);
+            f->has_ph = f->has_ph && !f->ph.escaped;
+            break;
+        case 1: ok = read_string(c, f, &f->name); break;
+        case 2: ok = read_string(c, f, &f->cat); break;
+        case 3: ok = read_double(s, c, f, &f->ts); break;
+        case 4: ok = read_double(s, c, f, &f->dur); break;
+        case 5:
+        case 6:
+            has_id[which - 5] = 1;
+            ok = read_id(s, c, f, which - 5);
+            break;
+        case 7: ok = read_args(s, c, f); break;
+        default: ok = js_skip_value(c);
+        }
+        if (!ok) return -1;
+        js_skip_ws(c);
+        int ch = js_peek(c);
+        if (ch == ',') {
+            c->p++;
+            js_skip_ws(c);
+            continue;
+        }
+        if (ch == '}') {
+            c->p++;
+            c->depth--;
+            break;
+        }
+        return c->bad = 1, -1;
+    }
+    if (!f->has_ph || ph_twice) return EV_OTHER;
+    if (f->ph.n == 1 && f->ph.s[0] != 0 && strchr(SKIPPED_PHASES, f->ph.s[0])) return EV_SKIP;
+    if (f->ph.n != 1 || f->ph.s[0] != 'X') return EV_OTHER;
+    if (f->decline || c->odd_number || !has_id[0] || !has_id[1]) return EV_OTHER;
+    return EV_FAST;
+}
+
+static int put_string_id(Scan *s, const JsString *str, int32_t *id) {
+    *id = -1;
+    if (str->n == SIZE_MAX || str->s == NULL) return 1;
+    *id = intern(&s->strings, str->s, str->n);
+    return *id >= 0;
+}
+
+static int put_fast(Scan *s, const Fields *f, int64_t index, int64_t start, int64_t end) {
+    int32_t name, cat, pid_s, tid_s, raw[SCAN_NRAW];
+    uint8_t coll = (uint8_t)f->coll;
+    if (!put_string_id(s, &f->name, &name) || !put_string_id(s, &f->cat, &cat) ||
+        !put_string_id(s, &f->id_text[0], &pid_s) || !put_string_id(s, &f->id_text[1], &tid_s))
+        return 0;
+    for (int i = 0; i < SCAN_NRAW; i++) {
+        raw[i] = -1;
+        if (f->raw[i] && (raw[i] = intern(&s->raw, f->raw[i], f->raw_n[i])) < 0) return 0;
+    }
+    int ok = grow_put(&s->col[C_INDEX], &index, 8) && grow_put(&s->col[C_START], &start, 8) &&
+             grow_put(&s->col[C_END], &end, 8) && grow_put(&s->col[C_TS], &f->ts, 8) &&
+             grow_put(&s->col[C_DUR], &f->dur, 8) && grow_put(&s->col[C_NAME], &name, 4) &&
+             grow_put(&s->col[C_CAT], &cat, 4) && grow_put(&s->col[C_PID], &f->id[0], 8) &&
+             grow_put(&s->col[C_TID], &f->id[1], 8) && grow_put(&s->col[C_PID_S], &pid_s, 4) &&
+             grow_put(&s->col[C_TID_S], &tid_s, 4) &&              grow_put(&s->col[C_COLL], &coll, 1);
+    for (int i = 0; ok && i < SCAN_NARGS; i++) ok = grow_put(&s->col[C_ARG0 + i], &f->args[i], 8);
+    for (int i = 0; ok && i < SCAN_NRAW; i++) ok = grow_put(&s->col[C_RAW0 + i], &raw[i], 4);
+    return ok;
+}
+
+static int put_other(Scan *s, int64_t index, int64_t start, int64_t end) {
+    return grow_put(&s->other[O_INDEX], &index, 8) && grow_put(&s->other[O_START], &start, 8) &&
+           grow_put(&s->other[O_END], &end, 8);
+}
+
+/* ---- the document ---- */
+
+static int scan_events(Scan *s, JsCursor *c, const unsigned char *buf) {
+    if (++c->depth > JS_MAX_DEPTH) return c->bad = 1, SCAN_DECLINED;
+    c->p++; /* '[' */
+    js_skip_ws(c);
+    if (js_peek(c) == ']') {
+        c->p++;
+        c->depth--;
+        return SCAN_OK;
+    }
+    Fields f;
+    for (;;) {
+        int64_t start = c->p - buf, index = s->count++;
+        int cls = EV_OTHER;
+        if (js_peek(c) == '{') {
+            cls = read_event(s, c, &f);
+            if (cls < 0) return SCAN_DECLINED;
+        } else if (!js_skip_value(c)) {
+            return SCAN_DECLINED;
+        }
+        int64_t end = c->p - buf;
+        if (cls == EV_FAST && !put_fast(s, &f, index, start, end)) return SCAN_NO_MEMORY;
+        if (cls == EV_OTHER && !put_other(s, index, start, end)) return SCAN_NO_MEMORY;
+        js_skip_ws(c);
+        int ch = js_peek(c);
+        if (ch == ',') {
+            c->p++;
+            js_skip_ws(c);
+            continue;
+        }
+        if (ch == ']') {
+            c->p++;
+            c->depth--;
+            return SCAN_OK;
+        }
+        return SCAN_DECLINED;
+    }
+}
+
+int scan_buffer(Scan *s, const unsigned char *buf, size_t n) {
+    JsCursor c = {buf, buf + n, 0, 0, 0};
+    int rc = SCAN_DECLINED;
+    js_skip_ws(&c);
+    if (js_peek(&c) == '[') {
+        rc = scan_events(s, &c, buf);
+    } else if (js_peek(&c) == '{') {
+        c.depth = 1;
+        c.p++;
+        js_skip_ws(&c);
+        int found = 0;
+        if (js_peek(&c) == '}') c.p++, c.depth = 0;
+        while (c.depth == 1) {
+            JsString key;
+            if (!js_string(&c, &key) || key.escaped) return SCAN_DECLINED;
+            js_skip_ws(&c);
+            if (!js_expect(&c, ':')) return SCAN_DECLINED;
+            js_skip_ws(&c);
+            if (key_is(&key, "traceEvents")) {
+                if (found || js_peek(&c) != '[') return SCAN_DECLINED;
+                found = 1;
+                s->events_start = c.p - buf;
+                rc = scan_events(s, &c, buf);
+                if (rc != SCAN_OK) return rc;
+                s->events_end = c.p - buf;
+            } else if (!js_skip_value(&c)) {
+                return SCAN_DECLINED;
+            }
+            js_skip_ws(&c);
+            int ch = js_peek(&c);
+            if (ch == ',') {
+                c.p++;
+                js_skip_ws(&c);
+            } else if (ch == '}') {
+                c.p++;
+                c.depth = 0;
+            } else {
+                return SCAN_DECLINED;
+            }
+        }
+        if (!found) return SCAN_DECLINED;
+    }
+    if (rc != SCAN_OK || c.bad) return rc == SCAN_NO_MEMORY ? rc : SCAN_DECLINED;
+    js_skip_ws(&c);
+    return c.p == c.end ? SCAN_OK : SCAN_DECLINED;
+}

@@ -1,0 +1,272 @@
+"""Feeding the native reader's columns (profkit.trace.native) into an :class:`Accumulator`.
+
+Every rule stays where it is: the fast events' columns go through the same steps as
+:meth:`Accumulator.add` (the epoch range, durations, coding of names, categories and shapes,
+kinds, the args read per kind, FLOPs and costs from shapes, collective args), vectorised
+over numpy columns instead of per decoded event. The events the native reader left to Python
+are decoded by the Python reader's own decoder, in file order: metadata, counters and
+instants go to their collectors, complete events to :meth:`Accumulator.add` at their place
+among the fast rows, so rows, codes and their order are those of the pure-Python reader
+(tests/test_native_reader.py checks that on every bundled, public and corpus trace).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import msgspec
+import numpy as np
+
+from profkit import schema as S
+from profkit.columns import stable_id
+from profkit.trace.native import ARG_FIELDS, RAW_FIELDS, NativeScan, join_spans
+from profkit.trace.traceevents import (
+    _EVENT_DECODER,
+    BATCH_DECODER,
+    DECODE_ERRORS,
+    CounterEvent,
+    Event,
+    InstantEvent,
+    Meta,
+    decode_lenient,
+    without_raw,
+)
+
+BATCH_EVENTS = 10_000  # the other events decoded at a time (as tracefile.BATCH_EVENTS)
+_ARG_KINDS = {  # the kinds each numeric arg is read for (accumulate._ARG_COLUMNS)
+    "stream": S.GPU_KINDS, "device": S.GPU_KINDS, "blocks_per_sm": (S.KIND_KERNEL,),
+    "occupancy_pct": (S.KIND_KERNEL,), "flops": (S.KIND_CPU_OP,),
+    "bytes": (S.KIND_MEMCPY, S.KIND_MEMSET)}
+
+
+def feed(acc, scan: NativeScan, raw: bytes | bytearray, repairs: Counter) -> None:
+    """Every event of the scanned trace into ``acc``, as the pure-Python reader adds them."""
+    rows = _Rows(scan, raw)
+    fast_index = scan.columns["index"]
+    pos = 0
+    for index, records in _other_events(acc, scan, raw, repairs):
+        at = int(np.searchsorted(fast_index, index))  # the fast rows before these events
+        if at > pos:
+            rows.add(acc, pos, at)
+            pos = at
+        acc.add(records)
+    if len(fast_index) > pos:
+        rows.add(acc, pos, len(fast_index))
+
+
+def _other_events(acc, scan: NativeScan, raw, repairs: Counter):
+    """(event index, [complete events]) of each run of complete events among the events the
+    native reader left to Python, in file order; their metadata, counter and instant events
+    go to ``acc``'s collectors on the way."""
+    index, start, end = scan.other["index"], scan.other["start"], scan.other["end"]
+    run: list = []
+    run_at = -1
+    for lo in range(0, len(index), BATCH_EVENTS):
+        hi = min(lo + BATCH_EVENTS, len(index))
+        records = _decode(raw, start[lo:hi], end[lo:hi], repairs)
+        acc.metadata.extend(e for e in records if type(e) is Meta)
+        acc.counters.add([e for e in records if type(e) is CounterEvent])
+        acc.memory.add([e for e in records if type(e) is InstantEvent])
+        fast = scan.columns["index"]
+        for i, rec in zip(range(lo, hi), records):
+            if type(rec) is not Event:
+                continue
+            ev_index = int(index[i])
+            if run and np.searchsorted(fast, ev_index) != np.searchsorted(fast, run_at):
+                yield run_at, run
+                run = []
+            if not run:
+                run_at = ev_index
+            run.append(rec)
+    if run:
+        yield run_at, run
+
+
+def _decode(raw, starts: np.ndarray, ends: np.ndarray, repairs: Counter) -> list:
+    """The events of the spans, decoded as tracefile.Trace.batches does (None for one the
+    lenient path drops, so that the list stays aligned with the spans)."""
+    try:
+        return BATCH_DECODER.decode(join_spans(raw, starts, ends))
+    except DECODE_ERRORS:
+        out = []
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            kept = decode_lenient([msgspec.Raw(bytes(raw[s:e]))], repairs)
+            out.append(kept[0] if kept else None)
+        return out
+
+
+class _RawArgs:
+    """The args accumulate's shape costs read of one fast event: its raw JSON args, and
+    (decoded from the event's bytes when asked) its sequence number."""
+
+    __slots__ = ("input_dims", "input_types", "input_strides", "concrete_inputs", "_rows", "_row")
+
+    def __init__(self, raws: tuple, rows: _Rows, row: int) -> None:
+        self.input_dims, self.input_types, self.input_strides, self.concrete_inputs = raws
+        self._rows, self._row = rows, row
+
+    @property
+    def seq_number(self):
+        return _EVENT_DECODER.decode(self._rows.event_bytes(self._row)).args.seq_number
+
+
+class _KnownSeq:
+    """The one arg ConvLinks.note reads of a row, decoded ahead."""
+
+    __slots__ = ("seq_number",)
+
+    def __init__(self, seq_number) -> None:
+        self.seq_number = seq_number
+
+
+class _LazyArgs:
+    """``args[i]`` of the rows of one add, built only for the rows that are asked for."""
+
+    def __init__(self, rows: _Rows, at: np.ndarray) -> None:
+        self.rows, self.at = rows, at
+        self.seq: dict[int, object] = {}  # row -> sequence number, decoded ahead where known
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def __getitem__(self, i: int):
+        if i in self.seq:
+            return _KnownSeq(self.seq[i])
+        return self.rows.args_of(int(self.at[i]))
+
+
+class _LazyNames(_LazyArgs):
+    def __getitem__(self, i: int):
+        code = self.rows.col["name"][self.at[i]]
+        return None if code < 0 else self.rows.scan.strings[code]
+
+
+class _Rows:
+    """The scan's fast rows, and the per-trace state of coding them (lut: scan string id
+    + 1 -> code of each Codes, -1 until coded; 0 stands for a missing value)."""
+
+    def __init__(self, scan: NativeScan, raw) -> None:
+        self.scan, self.raw, self.col = scan, raw, scan.columns
+        self.luts: dict[int, np.ndarray] = {}
+        self.no_raw = b""
+
+    def add(self, acc, lo: int, hi: int) -> None:
+        """The fast rows lo:hi into ``acc`` (the steps of Accumulator.add)."""
+        from profkit.trace.accumulate import _KIND_CODE, _dims_text
+
+        col = self.col
+        ts_us = col["ts"][lo:hi]
+        placed = (ts_us >= acc.ts_range_us[0]) & (ts_us <= acc.ts_range_us[1])
+        at = np.arange(lo, hi)
+        if not placed.all():
+            acc.dropped_ts += int(len(at) - placed.sum())
+            at, ts_us = at[placed], ts_us[placed]
+        cat_codes = self._encode(acc.cats, col["cat"][at], self.scan.strings)
+        name_codes = self._encode(acc.names, col["name"][at], self.scan.strings)
+        acc._extend_kinds()
+        kind = np.asarray(acc.cat_kind_code, dtype=np.int8)[cat_codes]
+        acc._put("ts_us", ts_us)
+        acc._put(S.DUR_NS, acc._dur_ns(col["dur"][at]))
+        acc._put(S.NAME, name_codes)
+        acc._put(S.CAT, cat_codes)
+        for column in (S.PID, S.TID):
+            acc._put(column, self._ids(col[column][at], col[f"{column}_text"][at]))
+        for field, column in zip(ARG_FIELDS, _arg_columns()):
+            values = col[f"arg{ARG_FIELDS.index(field)}"][at].copy()
+            kinds = _ARG_KINDS.get(field)
+            if kinds is not None:
+                wanted = np.zeros(len(S.KINDS), dtype=bool)
+                wanted[[_KIND_CODE[k] for k in kinds]] = True
+                values[~wanted[kind]] = np.nan
+            if column == S.FLOPS:
+                lazy = _LazyArgs(self, at)
+                acc._add_shape_costs(values, name_codes, _LazyNames(self, at), lazy,
+                                     self._shape_hits(acc, at, lazy))
+            acc._put(column, values)
+        dims = col["raw0"][at].copy()
+        dims[kind != _KIND_CODE[S.KIND_CPU_OP]] = -1
+        acc._put(S.INPUT_DIMS, self._encode(acc.dims, dims, self.scan.raw, _dims_text))
+        coll = np.flatnonzero(col["coll"][at])
+        if len(coll):  # the few rows with collective args: decoded whole, at once
+            events = BATCH_DECODER.decode(join_spans(self.raw, col["start"][at[coll]],
+                                                     col["end"][at[coll]]))
+            for i, event in zip(coll.tolist(), events):
+                acc.coll_args[acc.rows + i] = without_raw(event.args)
+        acc.rows += len(at)
+
+    def _shape_hits(self, acc, at: np.ndarray, lazy: _LazyArgs):
+        """Accumulator._shape_hits for the rows ``at``: the rows of wanted names with Input
+        Dims, their costs worked out once per distinct (name, raw args), from the scan's
+        ids, with the accumulator's memo (its keys as _shape_hits makes them)."""
+        from profkit.trace.accumulate import MAX_MEMO, _shape_costs
+
+        def hits_of(name_codes: np.ndarray, names, args) -> tuple:
+            col = self.col
+            keys = np.stack([col["name"][at]] + [col[f"raw{k}"][at] for k in range(4)], axis=1)
+            rows = np.flatnonzero(acc._wanted_names()[name_codes] & (keys[:, 1] >= 0))
+            if not len(rows):
+                return [], []
+            uniq, inverse = np.unique(keys[rows], axis=0, return_inverse=True)
+            memo, found = acc.memo, []
+            for name_id, *raw_ids in uniq.tolist():
+                name = self.scan.strings[name_id]
+                a = _RawArgs(tuple(self.no_raw if r < 0 else self.scan.raw[r] for r in raw_ids),
+                             self, -1)
+                key = (name, a.input_dims, a.input_types, a.concrete_inputs, a.input_strides)
+                hit = memo.get(key)
+                if hit is None:
+                    if len(memo) >= MAX_MEMO:
+                        memo.clear()
+                    hit = memo[key] = _shape_costs(name, a, acc.conv_links.wants(name))
+                found.append(hit)
+            hits = [found[j] for j in inverse.ravel().tolist()]
+            linked = [r for r, hit in zip(rows.tolist(), hits) if hit[4] is not None]
+            if linked:  # their sequence numbers (ConvLinks.note), decoded at once
+                events = BATCH_DECODER.decode(join_spans(self.raw, col["start"][at[linked]],
+                                                         col["end"][at[linked]]))
+                lazy.seq = {r: e.args.seq_number for r, e in zip(linked, events)}
+            return rows.tolist(), hits
+
+        return hits_of
+
+    def _encode(self, codes, local: np.ndarray, values: list, text=str) -> np.ndarray:
+        """Codes of the scan ids ``local`` (-1: missing, coded as ""), each distinct value
+        coded at its first row, as Codes.encode codes a batch's values."""
+        lut = self.luts.get(id(codes))
+        if lut is None:
+            lut = self.luts[id(codes)] = np.full(len(values) + 1, -1, dtype=np.int32)
+        shifted = local.astype(np.int64) + 1
+        new = lut[shifted] < 0
+        if new.any():
+            ids, first = np.unique(shifted[new], return_index=True)
+            for j in ids[np.argsort(first)].tolist():
+                lut[j] = codes._code("" if j == 0 else text(values[j - 1]))
+        return lut[shifted] if len(shifted) else np.empty(0, np.int32)
+
+    def _ids(self, numbers: np.ndarray, text_ids: np.ndarray) -> np.ndarray:
+        """pid / tid as columns.ids_to_int reads them: ints as they are, text by stable_id."""
+        texts = text_ids >= 0
+        if not texts.any():
+            return numbers.copy()
+        out = numbers.copy()
+        uniq, inverse = np.unique(text_ids[texts], return_inverse=True)
+        mapped = np.array([stable_id(self.scan.strings[j]) for j in uniq.tolist()],
+                          dtype=np.int64)
+        out[texts] = mapped[inverse]
+        return out
+
+    def event_bytes(self, row: int) -> bytes:
+        return bytes(self.raw[int(self.col["start"][row]):int(self.col["end"][row])])
+
+    def args_of(self, row: int) -> _RawArgs:
+        raws = tuple(self.no_raw if self.col[f"raw{k}"][row] < 0
+                     else self.scan.raw[self.col[f"raw{k}"][row]]
+                     for k in range(len(RAW_FIELDS)))
+        return _RawArgs(raws, self, row)
+
+
+def _arg_columns() -> tuple:
+    from profkit.trace.accumulate import _ARG_COLUMNS
+
+    columns = {attr: column for column, attr, _ in _ARG_COLUMNS}
+    return tuple(columns[f] for f in ARG_FIELDS)
