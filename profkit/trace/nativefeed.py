@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 
 from profkit import schema as S
+from profkit.classify.events import LEGACY_PID_CATEGORY
 from profkit.columns import stable_id
 from profkit.trace.native import ARG_FIELDS, RAW_FIELDS, NativeScan, join_spans
 from profkit.trace.traceevents import (
@@ -161,7 +162,8 @@ class _Rows:
         if not placed.all():
             acc.dropped_ts += int(len(at) - placed.sum())
             at, ts_us = at[placed], ts_us[placed]
-        cat_codes = self._encode(acc.cats, col["cat"][at], self.scan.strings)
+        cat_codes = self._legacy(acc, self._encode(acc.cats, col["cat"][at], self.scan.strings),
+                                 col["cat"][at], col["pid_text"][at])
         name_codes = self._encode(acc.names, col["name"][at], self.scan.strings)
         acc._extend_kinds()
         kind = np.asarray(acc.cat_kind_code, dtype=np.int8)[cat_codes]
@@ -228,6 +230,20 @@ class _Rows:
             return rows.tolist(), hits
 
         return hits_of
+
+    def _legacy(self, acc, cat_codes: np.ndarray, cats: np.ndarray,
+                pid_texts: np.ndarray) -> np.ndarray:
+        """A pre-Kineto export's events without a "cat": their category from their pid's
+        name (classify.legacy_categories, as the Python reader reads them)."""
+        missing = (cats < 0) & (pid_texts >= 0)
+        if not missing.any():
+            return cat_codes
+        out = cat_codes.copy()
+        for i in np.flatnonzero(missing).tolist():
+            cat = LEGACY_PID_CATEGORY.get(self.scan.strings[pid_texts[i]])
+            if cat is not None:
+                out[i] = acc.cats._code(cat)
+        return out
 
     def _encode(self, codes, local: np.ndarray, values: list, text=str) -> np.ndarray:
         """Codes of the scan ids ``local`` (-1: missing, coded as ""), each distinct value
