@@ -93,6 +93,7 @@ def create_shell() -> Dash:
     app = Dash(__name__, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
                serve_locally=True, external_stylesheets=[], external_scripts=[],
                title="profkit", update_title=None, suppress_callback_exceptions=True,
+               include_pages_meta=False,  # no page's meta tags: the early index is every page's
                compress=False, eager_loading=True)  # eager: the chunks the pages render are
     # fetched and parsed with the other bundles, while the server draws the page, not after
     # it (the chunks no page uses are left to load on demand first; plotly.js after the

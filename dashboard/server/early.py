@@ -4,8 +4,9 @@
 create_shell`); the pages, pandas and the analyzers (most of a start: ~0.9 of ~1.3 s on an
 idle 2-core machine, several seconds on a busy one) are loaded while the browser fetches and
 runs the page's scripts. Meanwhile :class:`EarlyGate` answers what needs none of them: a
-page's HTML (Dash's index, the same scripts listed as later) and the files it names (the
-component libraries' scripts, ``assets/``, the favicon). Every other request (the layout,
+page's HTML (Dash's index: its script tags at once, the rest, which the pages' clientside
+callbacks add to it, once the app is complete) and the files it names (the component
+libraries' scripts, ``assets/``, the favicon). Every other request (the layout,
 the callbacks, the first of them included) waits until the app is complete, then goes on
 as usual; so does every request after that.
 """
@@ -13,9 +14,10 @@ as usual; so does every request after that.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 
-from flask import request
+from flask import Response, request
 
 log = logging.getLogger(__name__)
 WAIT_S = 600.0  # a request held longer than this while the app is loaded gets a 503
@@ -24,6 +26,8 @@ SUITES = "_dash-component-suites/"
 # endpoints (Flask's ``static``, Dash's assets: ``_dash_assets.static``)
 FILE_RULES = ("_favicon.ico",)
 STATIC_ENDPOINT = "static"
+SOURCES = re.compile(r'<(?:script src|link rel="stylesheet" href)="([^"]+)"')
+RELOAD = "<script>window.location.reload()</script></footer></body></html>"
 
 
 class EarlyGate:
@@ -95,15 +99,33 @@ class EarlyGate:
         return self.app.server.ensure_sync(view)(**(request.view_args or {}))
 
     def _index(self):
-        """Dash's index page: its scripts are the component libraries loaded by now (the
-        shell loads every one a page renders) and the files of ``assets/``, listed here once
-        (Dash's first-request set-up would list them a second time: it is told not to)."""
+        """Dash's index page, streamed in two parts: at once, all of it up to the last of
+        its scripts' tags (the component libraries loaded by now, as the shell loads every
+        one a page renders, and the files of ``assets/``); once the app is complete, the
+        rest (the inline scripts of the pages' clientside callbacks, the renderer's start)
+        from the index page it then serves. The browser fetches and runs the scripts
+        meanwhile. Should that page name other scripts or stylesheets, the rest is a
+        reload."""
         with self._assets_lock:
-            if not self._assets_listed:
+            if not self._assets_listed:  # Dash's first-request set-up would list them again
                 self.app._walk_assets_directory()  # noqa: SLF001 - Dash's own listing
                 self.app.config.include_assets_files = False
                 self._assets_listed = True
-        return self.app.index()
+        head, _ = _split(self.app.index())
+
+        def parts():
+            yield head
+            self._ready.wait(self.wait_s)
+            whole_head, tail = _split(self.app.index())
+            yield tail if SOURCES.findall(whole_head) == SOURCES.findall(head) else RELOAD
+
+        return Response(parts(), mimetype="text/html")
+
+
+def _split(index: str) -> tuple[str, str]:
+    """``index`` up to the end of its last script tag with a source, and the rest."""
+    cut = index.index("</script>", index.rindex("<script src=")) + len("</script>")
+    return index[:cut], index[cut:]
 
 
 def _is_file(rule: str, prefix: str, url_rule) -> bool:

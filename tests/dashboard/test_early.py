@@ -38,10 +38,12 @@ def test_early_answers_then_the_held_requests_once_the_app_is_complete():
 
     app = create_shell()
     client = app.server.test_client()
-    early = client.get("/run/some-key")
+    early = client.get("/run/some-key", buffered=False)
     assert early.status_code == 200
-    scripts = SCRIPT.findall(early.get_data(as_text=True))
-    styles = STYLESHEET.findall(early.get_data(as_text=True))
+    first = next(early.response).decode()  # what the browser has before the app is complete
+    scripts = SCRIPT.findall(first)
+    styles = STYLESHEET.findall(first)
+    assert first.rstrip().endswith("</script>") and "new DashRenderer" not in first
     # the files it names are served now, an unknown one is a 404 as later
     renderer = next(s for s in scripts if "dash_renderer" in s)
     assert client.get(renderer).status_code == 200
@@ -57,6 +59,14 @@ def test_early_answers_then_the_held_requests_once_the_app_is_complete():
     assert held.is_alive() and not answers
     finish_app(app, [STRAGGLER], [])
     held.join(timeout=60)
+    # the rest of that index page: the clientside callbacks' scripts (the Runs grid's, the
+    # page router's), then the renderer, as in the index page of the complete app
+    streamed = first + b"".join(early.response).decode()
+    early.close()
+    signed = re.compile(r'"end_id":"[^"]*"')  # a token Dash signs for each index page
+    assert signed.sub("", streamed) == signed.sub("", client.get("/run/some-key").get_data(
+        as_text=True))
+    assert "dash_clientside" in streamed and "new DashRenderer" in streamed
     assert answers["layout"].status_code == 200 and b"_pages_content" in answers["layout"].data
     assert answers["deps"].status_code == 200 and b"overview-charts" in answers["deps"].data
     # the index page as the complete app serves it: the same scripts, each file once
