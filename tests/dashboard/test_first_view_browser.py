@@ -48,3 +48,14 @@ def test_the_verdict_is_drawn_before_plotly_runs_and_the_charts_with_it(page, br
     page.click("a.tab:has-text('Kernels')")
     page.wait_for_selector("#k-chart .main-svg")
     assert len(plotly_fetches) == 1
+
+
+def test_a_findings_two_links_are_apart(page):
+    """"see stragglers →" and "see it on the timeline" read as two links, not as one run-on
+    "see stragglers →see it on the timeline" (seen in the Overview's screenshot)."""
+    page.goto(f"{page.base}/run/{KEYS['zoo/straggler']}")
+    page.wait_for_selector("#findings .finding .tl-link", timeout=120_000)
+    finding = page.locator("#findings .finding", has=page.locator(".cites + .tl-link")).first
+    cites = finding.locator(".cites").bounding_box()
+    timeline = finding.locator(".tl-link").bounding_box()
+    assert timeline["x"] - (cites["x"] + cites["width"]) >= 12
