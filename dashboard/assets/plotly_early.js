@@ -1,7 +1,7 @@
 // plotly.js (4.8 MB) is not one of the page's blocking scripts (dashboard/app.py,
 // _load_plotly_after_first_paint): a browser without its compiled code spent ~0.5-0.8 s
 // running it before it drew anything, the verdict included. Here it is fetched and run once
-// the page's first content is painted, while the server draws the charts (which need it).
+// a page with charts is painted, while the server draws the charts (which need it).
 // Fetched from the start (a preload), it ran right after that paint: a long task that kept
 // the verdict's frame from being seen for ~0.8 s.
 //
@@ -43,8 +43,10 @@
         watcher.disconnect();
         start(url());
     };
-    // the first content of a page drawn: load it after that frame is painted
-    const drawn = () => document.querySelector("#_pages_content > *");
+    // a page with a chart drawn (a chart, or the Overview's slots for its charts, which
+    // come in a second request): load it after that frame is painted. A page without
+    // charts (the Runs page) does not run it.
+    const drawn = () => document.querySelector("#_pages_content .chart-slot, #_pages_content .dash-graph");
     const watcher = new MutationObserver(() => {
         if (drawn()) { requestAnimationFrame(() => setTimeout(begin, 0)); }
     });

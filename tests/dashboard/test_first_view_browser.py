@@ -59,3 +59,13 @@ def test_a_findings_two_links_are_apart(page):
     cites = finding.locator(".cites").bounding_box()
     timeline = finding.locator(".tl-link").bounding_box()
     assert timeline["x"] - (cites["x"] + cites["width"]) >= 12
+
+
+def test_a_page_without_charts_does_not_load_plotly(page):
+    """The Runs page draws no chart: plotly.js (4.8 MB to run) is not fetched for it."""
+    fetched = []
+    page.on("request", lambda r: fetched.append(r.url) if "plotly.min" in r.url else None)
+    page.goto(page.base + "/")
+    page.locator("a.runlink").first.wait_for()
+    page.wait_for_timeout(1500)
+    assert fetched == []
