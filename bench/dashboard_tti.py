@@ -179,8 +179,9 @@ def dashboard(run: Path, port: int, log_path: Path):
                                 stderr=log_file)
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_for(base + "/_dash-layout", proc, log_path, timeout=120,  # the server answers
-                 token=TOKEN)
+        # the server answers the first request a browser sends (an index page: answered
+        # before the pages and the analysis code are loaded, server/early.py)
+        wait_for(base + "/", proc, log_path, timeout=120, token=TOKEN)
         yield f"{base}/run/{run_key(run.name, run.resolve())}"
     finally:
         proc.terminate()
@@ -221,8 +222,8 @@ def load_average() -> str:
 
 
 def pages_table(rows: dict[str, list[dict]]) -> None:
-    heads = ["overview verdict", "overview charts", "warm charts", "warm charts in page",
-             "timeline cold", "timeline warm"]
+    heads = ["overview verdict from launch", "overview verdict", "overview charts",
+             "warm charts", "warm charts in page", "timeline cold", "timeline warm"]
     print("| case | " + " | ".join(heads) + " | zoom median | zoom max | zoom server max |")
     print("| --- |" + " ---: |" * (len(heads) + 3))
     for name, rounds in rows.items():

@@ -19,9 +19,10 @@ import dash
 from dash import Dash, dcc, html
 from profkit.dashboard import colors, ids
 from profkit.dashboard.server import busy, guard
-from profkit.dashboard.server.registry import RunRegistry
-from profkit.dashboard.server.results import ResultCache
-from profkit.dashboard.ui import components
+from profkit.dashboard.server.early import EarlyGate
+
+# pandas, the analysis code and the pages are imported by finish_app, not with this module:
+# `profkit dashboard` serves its first answers before them (server/early.py)
 
 log = logging.getLogger(__name__)
 ASSETS = Path(__file__).parent / "assets"
@@ -68,24 +69,56 @@ def _load_unused_chunks_on_demand() -> None:
                 resource["async"] = "lazy"
 
 
-def create_app(runs: list[Path], roots: list[Path], results: ResultCache | None = None,
-               background: bool = True) -> Dash:
-    """The dashboard over ``runs`` (run folders or trace files) and every run found under
-    ``roots`` (rescanned whenever the Runs page loads), its results kept in ``results`` (one
-    over the same runs and roots, made before Dash was imported so that the named runs'
-    analysis has started) or a new one; ``background``: whether the Runs page analyses
-    the runs it lists of its own accord (for a new one)."""
+def _load_plotly_after_first_paint() -> None:
+    """Leave plotly.js (4.8 MB, registered by Dash as it starts) out of the page's blocking
+    scripts: ``assets/plotly_early.js`` loads it, off the main thread, once the page's first
+    content is drawn. A browser without its compiled code (a fresh profile) spent ~0.5-0.8 s
+    on it before drawing anything, the verdict included."""
+    import dash.dcc
+
+    for resource in dash.dcc._js_dist:
+        if resource.get("namespace") == "plotly":
+            resource["async"] = "lazy"
+
+
+def create_shell() -> Dash:
+    """The Dash app without its pages: Dash and the component libraries the pages render
+    (so that its index page lists every script it will need), the guards and an
+    :class:`~profkit.dashboard.server.early.EarlyGate` (``app.profkit_gate``), which answers
+    the index page and its files until :func:`finish_app` has loaded the rest and holds the
+    other requests until then. Neither pandas nor the analysis code is imported."""
+    import dash_ag_grid  # noqa: F401 - its scripts in the index page from the first answer
+
     _load_unused_chunks_on_demand()
     app = Dash(__name__, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
                serve_locally=True, external_stylesheets=[], external_scripts=[],
                title="profkit", update_title=None, suppress_callback_exceptions=True,
-               compress=False, eager_loading=True)  # eager: plotly.js is fetched and
-    # parsed with the other bundles, while the server draws the page, not after it (the
-    # chunks no page uses are left to load on demand first)
+               include_pages_meta=False,  # no page's meta tags: the early index is every page's
+               compress=False, eager_loading=True)  # eager: the chunks the pages render are
+    # fetched and parsed with the other bundles, while the server draws the page, not after
+    # it (the chunks no page uses are left to load on demand first; plotly.js after the
+    # first paint)
+    _load_plotly_after_first_paint()
     app.server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
     app.index_string = with_part_colors(app.index_string)
     guard.install(app)
     busy.install(app)  # after the guard: a turn only for a request it lets through
+    app.profkit_gate = EarlyGate(app).install()  # ahead of them all
+    return app
+
+
+def finish_app(app: Dash, runs: list[Path], roots: list[Path], results=None,
+               background: bool = True) -> Dash:
+    """Complete ``app`` (from :func:`create_shell`) with its pages, its layout and its
+    results: those in ``results`` (a ResultCache over the same runs and roots, made before so
+    that the named runs' analysis has started) or a new one over ``runs`` (run folders or
+    trace files) and every run found under ``roots`` (rescanned whenever the Runs page
+    loads); ``background``: whether the Runs page analyses the runs it lists of its own
+    accord (for a new one). Then its gate lets every request through."""
+    from profkit.dashboard.server.registry import RunRegistry
+    from profkit.dashboard.server.results import ResultCache
+    from profkit.dashboard.ui import components
+
     _import_analysis_code()
     results = results or ResultCache(RunRegistry(runs, roots), background=background)
     # the pages (plotly's figures with them) load with an app, not with this module
@@ -99,7 +132,15 @@ def create_app(runs: list[Path], roots: list[Path], results: ResultCache | None 
         html.Footer("profkit dashboard: every file stays on this machine", className="footer"),
     ])
     app.profkit_results = results  # for tests and the CLI
+    app.profkit_gate.ready()
     return app
+
+
+def create_app(runs: list[Path], roots: list[Path], results=None,
+               background: bool = True) -> Dash:
+    """The dashboard over ``runs`` and ``roots``, complete (:func:`create_shell`, then
+    :func:`finish_app` with ``results`` and ``background``)."""
+    return finish_app(create_shell(), runs, roots, results, background)
 
 
 def warm_up(app: Dash, runs: list[Path]) -> None:

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from profkit.analyzers.analyze import part_name
 from profkit.analyzers.measure.breakdown import PARTS
+from profkit.analyzers.parts import PART_TABLE
 from profkit.dashboard.colors import CLASS_COLORS, PART_COLORS, STRAGGLER_COLOR
 
 from profkit.classify.names import short_kernel_names
@@ -29,6 +30,7 @@ MS_AXIS_MARGIN = 64  # left of a chart in ms, for its title and labels up to "15
 MAX_STEP_LABELS = 8  # labelled steps on a chart's x axis: more get rotated, which needs room
 LEGEND_MARGIN = 64  # below a chart, for a one-line legend under its axis labels
 STEP_LABEL_MARGIN = 32  # right of a chart of steps: half the last step's label, "step 12345"
+OPTIONAL = {p.key: p.optional for p in PART_TABLE}
 
 
 def base_layout(fig: go.Figure, title: str | None = None, height: int = 320,
@@ -65,9 +67,21 @@ def metric_label(metric: str) -> str:
     return metric.replace("_", " ")
 
 
-def part_legend() -> dict[str, str]:
-    """Display name -> colour of every breakdown part, in PARTS order (for an HTML legend)."""
-    return {part_name(p): PART_COLORS[p] for p in PARTS}
+def shown_parts(ranks: pd.DataFrame | None = None) -> list[str]:
+    """The parts a chart of ``ranks`` (the rank breakdown: a column of each part's share)
+    draws, in PARTS order: every part but an optional one no rank has time in (the pipeline
+    bubble of a run that is not a pipeline), as the text report's rank table
+    (:attr:`~profkit.analyzers.parts.Part.optional`). None: every part."""
+    if ranks is None:
+        return list(PARTS)
+    return [p for p in PARTS if not OPTIONAL[p] or (
+        p in ranks and (pd.to_numeric(ranks[p], errors="coerce").fillna(0) > 0).any())]
+
+
+def part_legend(ranks: pd.DataFrame | None = None) -> dict[str, str]:
+    """Display name -> colour of the parts :func:`shown_parts` draws for ``ranks``, in PARTS
+    order (for an HTML legend)."""
+    return {part_name(p): PART_COLORS[p] for p in shown_parts(ranks)}
 
 
 def empty_figure(message: str, height: int = 220) -> go.Figure:
@@ -86,7 +100,7 @@ def breakdown_bars(ranks: pd.DataFrame, stragglers: list[int] = (),
         return empty_figure("no profiled steps")
     labels = [f"rank {r}" for r in ranks["rank"]]
     fig = go.Figure()
-    for part in PARTS:
+    for part in shown_parts(ranks):
         ms = ranks[part] * ranks["step_time_ms"]
         fig.add_bar(x=labels, y=ms, name=part_name(part), marker_color=PART_COLORS[part],
                     customdata=np.c_[ranks[part] * 100, ranks["rank"]],
@@ -165,7 +179,7 @@ def rank_steps_bars(steps: pd.DataFrame, rank: int) -> go.Figure:
         return empty_figure(f"rank {rank} has no profiled steps")
     fig = go.Figure()
     x = [f"step {s}" for s in mine["step"]]
-    for part in PARTS:
+    for part in shown_parts(steps):  # the parts of the run's legend, of every rank
         fig.add_bar(x=x, y=mine[part] / 1e6, name=part_name(part), marker_color=PART_COLORS[part],
                     hovertemplate="%{x} " + part_name(part) + ": %{y:.2f} ms<extra></extra>")
     fig.update_layout(barmode="stack", showlegend=False)  # HTML legend: see breakdown_bars

@@ -141,14 +141,14 @@ def body(a, run_key: str) -> list:
                       frame.panel("Peak memory", lambda: memory.peak_tile(a))]),
             frame.panel("Evidence & recommendations", lambda: findings_card(a, run_key))]),
         html.Div(className="grid two", children=[
-            C.card(None, _slot(ids.RANK_BARS_SLOT), C.legend(F.part_legend()),
+            C.card(None, _slot(ids.RANK_BARS_SLOT), C.legend(F.part_legend(a.table("rank_breakdown"))),
                    html.P(["Click a rank to see its steps. ", dcc.Link(
                        "The breakdown as a table →", id=ids.RANK_TABLE_LINK,
                        href=C.run_href(run_key, "tables") + f"#{T.anchor('rank_breakdown')}")
                        if len(a.table("rank_breakdown")) else None], className="hint")),
             C.card(None, _slot(ids.STEP_HEATMAP_SLOT)),
         ]),
-        C.card(None, _slot(ids.RANK_DETAIL_SLOT), C.legend(F.part_legend())),
+        C.card(None, _slot(ids.RANK_DETAIL_SLOT), C.legend(F.part_legend(a.table("rank_breakdown")))),
         dcc.Store(id=ids.SELECTED_RANK, data=default_rank(a)),
         dcc.Store(id=ids.OVERVIEW_CHARTS, data={"run": run_key}),
     ]

@@ -193,9 +193,13 @@ def start_early(results) -> None:
     HTML: its scripts load for a second or more before it asks for the table, the time of
     a few small runs' analyses. In a thread: the HTML is not held back."""
     if flask.request.method == "GET" and flask.request.path == "/":
-        keys = [e.key for e in results.registry.entries()]
-        threading.Thread(target=results.prefetch_listed, args=(keys,), name="profkit-runs-early",
-                         daemon=True).start()
+        start_now(results)
+
+
+def start_now(results) -> None:
+    keys = [e.key for e in results.registry.entries()]
+    threading.Thread(target=results.prefetch_listed, args=(keys,), name="profkit-runs-early",
+                     daemon=True).start()
 
 
 # The keys of the grid's rows as it shows them (sorted, filtered), for the poll: those runs
@@ -208,7 +212,12 @@ VIEW_JS = f"""function (rows) {{
 def register(app, results) -> None:
     dash.register_page(__name__, path="/", name="Runs", title="profkit: runs",
                        layout=lambda **_query: layout(results))
-    app.server.before_request(lambda: start_early(results))
+    # into the list itself: the server may have answered already (the early index pages
+    # of `profkit dashboard`, server/early.py), after which Flask refuses before_request()
+    app.server.before_request_funcs.setdefault(None, []).append(lambda: start_early(results))
+    gate = getattr(app, "profkit_gate", None)
+    if gate is not None and "/" in gate.early_paths:  # the Runs page asked for meanwhile
+        start_now(results)
     app.clientside_callback(VIEW_JS, Output(ids.RUNS_VIEW, "data"),
                             Input(ids.RUNS_GRID, "virtualRowData"))
 

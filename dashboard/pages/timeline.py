@@ -17,6 +17,7 @@ import threading
 import dash
 from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
+from profkit.analyzers.parts import part_label
 from profkit.dashboard import colors, ids
 from profkit.dashboard.figures import charts as F
 from profkit.dashboard.figures import timeline as FT
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 TAB = frame.RunTab("timeline", "Timeline", "timeline")
 _CPU = colors.CPU_KIND_COLORS
 LEGEND = {**{k: colors.CLASS_COLORS[k] for k in ("compute", "communication", "memcpy", "memset")},
-          **{f"idle: {k}": colors.PART_COLORS[k] for k in TD.IDLE_CAUSES},
+          **{f"idle: {part_label(k)}": colors.PART_COLORS[k] for k in TD.IDLE_CAUSES},
           "CPU op": _CPU["cpu_op"], "CUDA runtime": _CPU["runtime"],
           "annotation": _CPU["annotation"], "collective arrival": FT.LINK_COLOR,
           FT.FLOW_NAME + " (CPU threads)": FT.FLOW_COLOR,

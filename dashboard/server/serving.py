@@ -13,7 +13,8 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
@@ -101,12 +102,29 @@ def wsgi_app(app, port: int, token: str | None = None, allowed: AllowedHosts | N
 
 
 def serve(app, host: str = "127.0.0.1", port: int = 8050, token: str | None = None,
-          allowed_hosts: Iterable[str] = ()) -> None:
+          allowed_hosts: Iterable[str] = (), meanwhile: Callable[[], None] | None = None) -> None:
     """Serve ``app`` on waitress until interrupted. ``allowed_hosts``: host names the
-    requests may use besides loopback and ``host`` (``--allowed-host``)."""
-    import waitress
+    requests may use besides loopback and ``host`` (``--allowed-host``). ``meanwhile``: run
+    in this thread once the port is bound, while the server answers on its own threads (an
+    exception it raises ends the serving)."""
+    server = listening(app, host, port, token, allowed_hosts)
+    if meanwhile is None:
+        server.run()
+        return
+    thread = threading.Thread(target=server.run, name="profkit-server", daemon=True)
+    thread.start()
+    meanwhile()
+    while thread.is_alive():  # until Ctrl-C or SIGTERM (handled in this, the main, thread)
+        thread.join(3600)
+
+
+def listening(app, host: str = "127.0.0.1", port: int = 8050, token: str | None = None,
+              allowed_hosts: Iterable[str] = ()):
+    """A waitress server of ``app`` (as :func:`serve`), bound to its port already; its
+    ``run()`` serves until interrupted."""
+    import waitress.server
 
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth" chatter
     allowed = AllowedHosts.build(host, port, allowed_hosts)
-    waitress.serve(wsgi_app(app, port, token, allowed), host=host, port=port, threads=THREADS,
-                   ident="profkit")
+    return waitress.server.create_server(wsgi_app(app, port, token, allowed), host=host,
+                                         port=port, threads=THREADS, ident="profkit")

@@ -63,25 +63,46 @@ def cmd_dashboard(args) -> int:
     # while this process has one thread (the server's threads must not fork workers), and
     # so that the worker server loads the analysis code while this one loads Dash
     start_workers_by("forkserver", WORKER_PRELOAD)
-    results = None
-    if args.runs:  # analyse the named runs from now on, while Dash loads
-        from profkit.dashboard.server.registry import RunRegistry
-        from profkit.dashboard.server.results import ResultCache
+    from profkit.dashboard.app import create_shell
 
-        results = ResultCache(RunRegistry([Path(p) for p in args.runs], list(args.root or [])),
-                              background=args.background)
-        results.prefetch_named([Path(p) for p in args.runs])
-    from profkit.dashboard.app import create_app, default_roots, warm_up
-
-    roots = list(args.root or []) or ([] if args.runs else default_roots())
-    app = create_app([Path(p) for p in args.runs], roots, results, background=args.background)
+    # serving from here on (the index page and its scripts, which the browser loads while
+    # finish() loads the rest; the other requests wait for that)
+    app = create_shell()
     if args.host not in LOOPBACK and token is None:
         log.warning("serving on %s with no authentication (--no-token): anyone who can reach "
                     "port %d can read these runs and download their traces. Leave the token "
                     "on, or serve on 127.0.0.1 behind an SSH tunnel", args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host
     query = f"?token={token}" if token else ""
-    print(f"profkit dashboard: http://{host}:{args.port}/{query} (Ctrl-C to stop)", flush=True)
-    warm_up(app, [Path(p) for p in args.runs])
-    serve(app, args.host, args.port, token, allowed)
+
+    def meanwhile() -> None:
+        print(f"profkit dashboard: http://{host}:{args.port}/{query} (Ctrl-C to stop)",
+              flush=True)
+        finish(app, args)
+
+    serve(app, args.host, args.port, token, allowed, meanwhile=meanwhile)
     return 0
+
+
+def finish(app, args) -> None:
+    """Start analysing the runs named on the command line, then load the pages and the
+    analysis code into ``app`` (:func:`~profkit.dashboard.app.finish_app`); on an error the
+    app's held requests are answered with it, and it is raised."""
+    from profkit.dashboard.app import default_roots, finish_app, warm_up
+
+    try:
+        results = None
+        named = [Path(p) for p in args.runs]
+        if named:  # analyse the named runs from now on, while the pages load
+            from profkit.dashboard.server.registry import RunRegistry
+            from profkit.dashboard.server.results import ResultCache
+
+            results = ResultCache(RunRegistry(named, list(args.root or [])),
+                                  background=args.background)
+            results.prefetch_named(named)
+        roots = list(args.root or []) or ([] if named else default_roots())
+        finish_app(app, named, roots, results, background=args.background)
+    except BaseException as exc:
+        app.profkit_gate.failed(f"{type(exc).__name__}: {exc}")
+        raise
+    warm_up(app, named)

@@ -30,7 +30,8 @@ SHOWN_PARTS = ["compute", "communication", "pipeline bubble (a stage waits for i
 
 
 def test_breakdown_bars_stack_parts_in_order_with_part_colours():
-    fig = F.breakdown_bars(rank_table())
+    fig = F.breakdown_bars(rank_table({"compute": 0.5, "pipeline_bubble": 0.3,
+                                       "cpu_launch": 0.2}))
     assert [t.name for t in fig.data] == SHOWN_PARTS
     assert fig.layout.showlegend is False  # an HTML legend instead: part_legend
     assert list(F.part_legend()) == SHOWN_PARTS
@@ -39,6 +40,16 @@ def test_breakdown_bars_stack_parts_in_order_with_part_colours():
     compute = fig.data[0]
     assert list(compute.x) == ["rank 0", "rank 1"]
     assert list(compute.y) == pytest.approx([5.0, 10.0])  # fraction x step ms
+
+
+def test_an_idle_optional_part_is_neither_drawn_nor_in_the_legend():
+    """No rank has pipeline-bubble time (not a pipeline): left out, as the text report's
+    rank table leaves it out (parts.py: optional); the other parts stay, zero or not."""
+    without = [n for n in SHOWN_PARTS if not n.startswith("pipeline bubble")]
+    ranks = rank_table()
+    assert [t.name for t in F.breakdown_bars(ranks).data] == without
+    assert list(F.part_legend(ranks)) == without
+    assert [t.name for t in F.rank_steps_bars(step_table(), 0).data] == without
 
 
 def test_breakdown_bars_call_out_the_straggler():

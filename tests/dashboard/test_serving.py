@@ -139,8 +139,8 @@ def test_the_dashboard_on_waitress_asks_for_its_token(tmp_path, verbose):
 
 def test_binding_beyond_loopback_without_a_token_warns(monkeypatch, caplog):
     served = {}
-    monkeypatch.setattr(serving, "serve", lambda app, host, port, token, allowed=(): served.update(
-        host=host, token=token))
+    monkeypatch.setattr(serving, "serve", lambda app, host, port, token, allowed=(),
+                        meanwhile=None: served.update(host=host, token=token))
     monkeypatch.delenv("PROFKIT_DASHBOARD_TOKEN", raising=False)
     with caplog.at_level(logging.WARNING):
         assert cli.main(["dashboard", str(RUN), "--host", "0.0.0.0", "--no-token"]) == 0

@@ -71,3 +71,11 @@ def test_a_click_shows_the_event_it_names_and_nothing_it_does_not(tmp_path):
     for bad in ([0, "gpu", 99], [5, "gpu", 0], [0, "disk", 0], [0, "gpu", True], "x", None):
         assert text_of(TE.details(cache, {"points": [{"customdata": bad}]})) == TE.HINT
     assert "zoom in" in text_of(TE.details(cache, {"points": [{"customdata": 0.5, "x": 3.0}]}))
+
+
+def test_the_legend_names_the_idle_causes_as_the_reports_do():
+    """'idle: launch overhead', as the Overview and the text report name the part, not the
+    column key 'idle: cpu_launch' (issue 42: one vocabulary)."""
+    idle = [name for name in PT.LEGEND if name.startswith("idle: ")]
+    assert idle == ["idle: launch overhead", "idle: host work", "idle: data loading",
+                    "idle: host sync", "idle: held work"]
