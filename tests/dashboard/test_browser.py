@@ -8,9 +8,9 @@ import urllib.request
 
 import pytest
 from profkit.dashboard.app import default_roots
+from profkit.dashboard.pages.runs import PAGE_ROWS
 from profkit.dashboard.server.registry import RunRegistry, run_key
 
-from profkit.dashboard.pages.runs import PAGE_ROWS
 from tests.dashboard.conftest import BAD_RUNS
 
 KEYS = {e.label: e.key for e in RunRegistry([], default_roots()).entries()}
