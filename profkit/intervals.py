@@ -94,3 +94,43 @@ def per_window(iv: Intervals, w_starts: np.ndarray, w_ends: np.ndarray) -> np.nd
 def union_of(*sets: Intervals) -> Intervals:
     """Union of several interval sets."""
     return union(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
+
+
+# --- ranges that nest (the CPU ranges of one thread) ----------------------------------------
+
+Nesting = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def nesting(starts, ends) -> Nesting:
+    """Ranges of one thread, which nest: (start, end, parent, index), sorted by start and,
+    of ranges starting together, the longer first; ``parent``: the position of the range
+    holding each (-1 for none); ``index``: each one's position in the input."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    order = np.lexsort((-ends, starts))
+    lo, hi = starts[order], ends[order]
+    parent = np.full(len(lo), -1, dtype=np.int64)
+    stack: list[int] = []
+    hi_list = hi.tolist()
+    for i, h in enumerate(hi_list):
+        while stack and hi_list[stack[-1]] < h:
+            stack.pop()
+        parent[i] = stack[-1] if stack else -1
+        stack.append(i)
+    return lo, hi, parent, order
+
+
+def innermost(tree: Nesting, starts, ends) -> np.ndarray:
+    """For each query [start, end], the input position of the innermost range of ``tree``
+    (:func:`nesting`) holding it (the latest-starting one, for ranges that nest); -1 when
+    none does. An instant is a query whose start and end are equal."""
+    lo, hi, parent, order = tree
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    k = np.searchsorted(lo, starts, side="right") - 1
+    while True:  # climb from the latest start to the first range reaching the query's end
+        short = (k >= 0) & (hi[np.maximum(k, 0)] < ends)
+        if not short.any():
+            break
+        k[short] = parent[k[short]]
+    return np.where(k >= 0, order[np.maximum(k, 0)], -1)

@@ -45,3 +45,38 @@ def test_per_window_matches_a_grid():
     grid = cover(a, 1100)
     expected = [grid[lo:hi].sum() for lo, hi in zip(w_starts, w_ends)]
     assert iv.per_window(a, w_starts, w_ends).tolist() == expected
+
+
+def _brute_innermost(starts, ends, q_lo, q_hi):
+    """The holder of each query by definition: of the ranges holding it, the latest start,
+    of those the shortest (ranges that nest: the innermost)."""
+    out = []
+    for lo, hi in zip(q_lo, q_hi):
+        holders = [i for i, (s, e) in enumerate(zip(starts, ends)) if s <= lo and e >= hi]
+        out.append(max(holders, key=lambda i: (starts[i], -ends[i])) if holders else -1)
+    return out
+
+
+def test_innermost_of_nested_ranges_matches_the_definition():
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        # a random nest: children cut out of their parent, siblings apart
+        starts, ends = [], []
+
+        def grow(lo, hi, depth):
+            starts.append(lo)
+            ends.append(hi)
+            if depth == 0 or hi - lo < 4:
+                return
+            cut = np.sort(rng.choice(np.arange(lo, hi + 1), size=4, replace=False))
+            for a, b in ((cut[0], cut[1]), (cut[2], cut[3])):
+                if b > a and rng.random() < 0.8:
+                    grow(int(a), int(b), depth - 1)
+
+        grow(0, 1000, 4)
+        perm = rng.permutation(len(starts))  # any input order
+        s, e = np.array(starts)[perm], np.array(ends)[perm]
+        q_lo = rng.integers(-10, 1010, size=50)
+        q_hi = q_lo + rng.integers(0, 30, size=50)
+        got = iv.innermost(iv.nesting(s, e), q_lo, q_hi)
+        assert got.tolist() == _brute_innermost(s.tolist(), e.tolist(), q_lo, q_hi)

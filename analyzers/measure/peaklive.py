@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from profkit import intervals as iv
 from profkit import schema as S
 from profkit.columns import category_mask, values_in
 from profkit.model import RankData
@@ -38,7 +39,6 @@ FACTORY_OP_RE = (r"^aten::(?:empty|empty_like|empty_strided|new_empty|new_empty_
 STEP_MARK_RE = r"^ProfilerStep#"
 MODULE_RE = r"^nn\.Module: "
 HOST_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_PYTHON)
-_CHUNK = 256  # queries matched against a thread's ops at once (a CHUNK x ops mask)
 
 
 def rank_peak_live(data: RankData, used: dict[int, int] | None) -> dict[str, pd.DataFrame]:
@@ -166,27 +166,19 @@ def enclosing(host: pd.DataFrame, ts: np.ndarray, tid: np.ndarray) -> tuple[list
 
 
 def _innermost(ranges: pd.DataFrame, ts: np.ndarray, tid: np.ndarray, none: str) -> list:
-    """The name of the latest-starting range of ``ranges`` on each query's thread that holds
-    its instant (for ranges that nest, the innermost)."""
+    """The name of the innermost range of ``ranges`` on each query's thread that holds its
+    instant (:func:`profkit.intervals.innermost`), ``none`` where none does."""
     out = np.full(len(ts), none, dtype=object)
     for thread in np.unique(tid):
         mine = ranges[(ranges[S.TID] == thread).to_numpy()]
         qs = np.flatnonzero(tid == thread)
         if mine.empty or not len(qs):
             continue
-        # by start, the longer first: of ranges starting together the inner one is last
-        mine = mine.iloc[np.lexsort((-mine[S.DUR_NS].to_numpy(), mine[S.TS_NS].to_numpy()))]
-        start = mine[S.TS_NS].to_numpy()
-        end = start + mine[S.DUR_NS].to_numpy()
-        names = mine[S.NAME]
-        for lo in range(0, len(qs), _CHUNK):
-            q = qs[lo:lo + _CHUNK]
-            t = ts[q][:, None]
-            holds = (start[None, :] <= t) & (end[None, :] >= t)
-            key = np.where(holds, start[None, :], np.iinfo(np.int64).min)[:, ::-1]
-            best = len(start) - 1 - key.argmax(axis=1)  # the last of the latest starts
-            hit = holds[np.arange(len(q)), best]
-            out[q[hit]] = names.iloc[best[hit]].astype(str).to_numpy()
+        start = mine[S.TS_NS].to_numpy(np.int64)
+        tree = iv.nesting(start, start + mine[S.DUR_NS].to_numpy(np.int64))
+        at = iv.innermost(tree, ts[qs], ts[qs])
+        hit = at >= 0
+        out[qs[hit]] = mine[S.NAME].iloc[at[hit]].astype(str).to_numpy()
     return out.tolist()
 
 

@@ -37,6 +37,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from profkit import intervals as iv
 from profkit import schema as S
 from profkit.columns import category_mask, values_in
 from profkit.model import RankData
@@ -65,11 +66,12 @@ def dims(text: str) -> list:
 
 
 def outermost(frame: pd.DataFrame) -> pd.DataFrame:
-    """The ranges not inside an earlier one (ranges sorted by start)."""
+    """The ranges no other range of ``frame`` holds (:func:`profkit.intervals.nesting`), in
+    time order."""
     frame = frame.sort_values(S.TS_NS, kind="stable")
-    end = (frame[S.TS_NS] + frame[S.DUR_NS]).to_numpy()
-    covered = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(end)[:-1]])
-    return frame[frame[S.TS_NS].to_numpy() >= covered]
+    start = frame[S.TS_NS].to_numpy(np.int64)
+    _, _, parent, order = iv.nesting(start, start + frame[S.DUR_NS].to_numpy(np.int64))
+    return frame.iloc[np.sort(order[parent < 0])]
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:

@@ -67,32 +67,11 @@ def backward_ranges(rd: RankData) -> pd.DataFrame:
                          "end_ns": (rng[S.TS_NS] + rng[S.DUR_NS]).to_numpy(np.int64)})
 
 
-def thread_ranges(ranges: pd.DataFrame) -> dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per (pid, tid): its ranges' starts and ends sorted by start, and each one's parent
-    (the range holding it, -1 for none): ranges on one thread nest."""
-    out = {}
-    for key, g in ranges.groupby([S.PID, S.TID], sort=False):
-        g = g.sort_values([S.TS_NS, "end_ns"], ascending=[True, False], kind="stable")
-        lo, hi = g[S.TS_NS].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
-        parent = np.full(len(g), -1, dtype=np.int64)
-        stack: list[int] = []
-        for i in range(len(g)):
-            while stack and hi[stack[-1]] < hi[i]:
-                stack.pop()
-            parent[i] = stack[-1] if stack else -1
-            stack.append(i)
-        out[key] = (lo, hi, parent)
-    return out
-
-
-def innermost(tree: tuple[np.ndarray, np.ndarray, np.ndarray], ts: int, end: int) -> int:
-    """Index of the innermost range of a thread (:func:`thread_ranges`) holding [ts, end],
-    -1 when none does."""
-    lo, hi, parent = tree
-    k = int(np.searchsorted(lo, ts, side="right")) - 1
-    while k >= 0 and hi[k] < end:
-        k = int(parent[k])
-    return k
+def thread_ranges(ranges: pd.DataFrame) -> dict[tuple, iv.Nesting]:
+    """Per (pid, tid): its ranges (which nest) as :func:`profkit.intervals.nesting` reads
+    them."""
+    return {key: iv.nesting(g[S.TS_NS].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
+            for key, g in ranges.groupby([S.PID, S.TID], sort=False)}
 
 
 def recompute_regions(rd: RankData) -> pd.DataFrame:
@@ -108,18 +87,24 @@ def recompute_regions(rd: RankData) -> pd.DataFrame:
     cand = ops[pick]
     spans: dict[tuple, list[int]] = {}
     regions = []
-    for pid, tid, ts, dur, step, is_frame in zip(
-            cand[S.PID], cand[S.TID], cand[S.TS_NS].to_numpy(np.int64),
-            cand[S.DUR_NS].to_numpy(np.int64), cand[S.STEP], frames[pick]):
+    ts_all, dur_all = cand[S.TS_NS].to_numpy(np.int64), cand[S.DUR_NS].to_numpy(np.int64)
+    is_frame_all = frames[pick]
+    for (pid, tid), rows in cand.groupby([S.PID, S.TID], sort=False).indices.items():
         tree = trees.get((pid, tid))
-        at = innermost(tree, int(ts), int(ts + dur)) if tree else -1
-        if at < 0:
+        if tree is None:
             continue
-        if is_frame:
-            regions.append((pid, tid, int(ts), int(ts + dur), int(step)))
-            continue
-        span = spans.setdefault((pid, tid, at), [int(ts), int(ts + dur), int(step)])
-        span[0], span[1] = min(span[0], int(ts)), max(span[1], int(ts + dur))
+        ts, end = ts_all[rows], ts_all[rows] + dur_all[rows]
+        holder = iv.innermost(tree, ts, end)  # the innermost backward range, -1: none
+        for at, lo, hi, step, is_frame in zip(holder.tolist(), ts.tolist(), end.tolist(),
+                                              cand[S.STEP].to_numpy()[rows].tolist(),
+                                              is_frame_all[rows].tolist()):
+            if at < 0:
+                continue
+            if is_frame:
+                regions.append((pid, tid, lo, hi, int(step)))
+                continue
+            span = spans.setdefault((pid, tid, at), [lo, hi, int(step)])
+            span[0], span[1] = min(span[0], lo), max(span[1], hi)
     regions += [(pid, tid, lo, hi, step) for (pid, tid, _), (lo, hi, step) in spans.items()]
     return merged(pd.DataFrame(regions, columns=list(REGION_COLUMNS)))
 
