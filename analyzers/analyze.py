@@ -230,7 +230,9 @@ def _cpu_only(summaries: list[RankSummary], tables: dict[str, pd.DataFrame],
     tables["cpu_steps"] = pd.DataFrame({
         "rank": [s.rank for s in summaries],
         "steps": [int((s.breakdown.get("steps_info") or {}).get("count") or 0) for s in summaries]})
-    return [f for f in findings if not _needs_gpu_events(f)] + [diagnosis.no_gpu_finding()]
+    launches = {s.rank: int(s.values.get("launch_calls") or 0) for s in summaries}
+    return [f for f in findings if not _needs_gpu_events(f)] + \
+        [diagnosis.no_gpu_finding({r: n for r, n in launches.items() if n})]
 
 
 def _needs_gpu_events(f: Finding) -> bool:

@@ -56,6 +56,7 @@ from profkit.analyzers.measure import (
     fp8,
     fsdp_units,
     groups,
+    health,
     inference,
     kernels,
     layout,
@@ -323,6 +324,9 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     # CPU op totals of ranks without GPU events: analyze._cpu_only combines them, as the
     # one thing a run without GPU events shows
     Measurement("cpu_ops", lambda r: kernels.op_totals(r.data), CPU),
+    # ...and their kernel launch calls: launches without a single GPU record are kernel
+    # records the trace lost, not a CPU-only job
+    Measurement("launch_calls", lambda r: health.kernel_launch_calls(r.data), CPU),
 )
 
 

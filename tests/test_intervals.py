@@ -57,23 +57,24 @@ def _brute_innermost(starts, ends, q_lo, q_hi):
     return out
 
 
+def _grow(rng, starts, ends, lo, hi, depth):
+    """A range [lo, hi] and, inside it, up to two children apart, ``depth`` levels down."""
+    starts.append(lo)
+    ends.append(hi)
+    if depth == 0 or hi - lo < 4:
+        return
+    cut = np.sort(rng.choice(np.arange(lo, hi + 1), size=4, replace=False))
+    for a, b in ((cut[0], cut[1]), (cut[2], cut[3])):
+        if b > a and rng.random() < 0.8:
+            _grow(rng, starts, ends, int(a), int(b), depth - 1)
+
+
 def test_innermost_of_nested_ranges_matches_the_definition():
     rng = np.random.default_rng(7)
     for _ in range(200):
         # a random nest: children cut out of their parent, siblings apart
         starts, ends = [], []
-
-        def grow(lo, hi, depth):
-            starts.append(lo)
-            ends.append(hi)
-            if depth == 0 or hi - lo < 4:
-                return
-            cut = np.sort(rng.choice(np.arange(lo, hi + 1), size=4, replace=False))
-            for a, b in ((cut[0], cut[1]), (cut[2], cut[3])):
-                if b > a and rng.random() < 0.8:
-                    grow(int(a), int(b), depth - 1)
-
-        grow(0, 1000, 4)
+        _grow(rng, starts, ends, 0, 1000, 4)
         perm = rng.permutation(len(starts))  # any input order
         s, e = np.array(starts)[perm], np.array(ends)[perm]
         q_lo = rng.integers(-10, 1010, size=50)

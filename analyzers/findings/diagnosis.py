@@ -223,8 +223,24 @@ def idle_code_findings(code: pd.DataFrame, ranks: pd.DataFrame, verdict: str | N
     return findings
 
 
-def no_gpu_finding() -> Finding:
-    """A run with no GPU events at all (and no rank whose trace explains why)."""
+def no_gpu_finding(launches: dict[int, int] | None = None) -> Finding:
+    """A run with no GPU events at all (and no rank whose trace explains why). ``launches``:
+    {rank: kernel launch calls} of the ranks that called the runtime to launch kernels:
+    their kernel records are missing, the trace is no CPU-only one."""
+    if launches:
+        ranks = sorted(launches)
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
+        return Finding(category="trace", severity="warning", message=(
+            f"kernel records are missing: {who} called the CUDA runtime to launch "
+            f"{sum(launches.values())} kernel(s) and the trace holds no GPU record at all, so "
+            "there is no step breakdown, kernels or efficiency, only the CPU ops"),
+            recommendation=(
+                "The profiler recorded CUDA activity but the kernels did not reach the trace: "
+                "profile again with no other profiler on the process (Nsight Systems, a "
+                "second torch.profiler hold CUPTI), fewer active steps (CUPTI's buffers), and "
+                "read the profiler's warnings."),
+            evidence={"kernel_launches": sum(launches.values()),
+                      "launches_with_gpu_record": 0, "ranks": ranks})
     return Finding(category="input", severity="info", message=(
         "no GPU events in this run (a CPU-only trace): no step breakdown, kernels or "
         "efficiency, only the CPU ops"),

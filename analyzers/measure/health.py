@@ -59,6 +59,12 @@ def rank_health(data: RankData) -> dict:
     }
 
 
+def kernel_launch_calls(data: RankData) -> int:
+    """The rank's kernel launch calls (runtime or driver), with GPU records or not."""
+    host = data.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER))
+    return int(category_mask(host[S.NAME], KERNEL_LAUNCH_RE).sum())
+
+
 def _instants(ts_ns: np.ndarray) -> dict:
     """How many events there are, and how many of them start at the most common instant."""
     if not len(ts_ns):

@@ -115,3 +115,24 @@ def test_several_hosts_are_named_as_such():
     tables["efficiency"]["device_model"] = ["", ""]
     notes = collectives_section(Analysis({"path": "r"}, {"summary": ""}, tables)).notes
     assert notes[-1] == "link peak unknown: NVIDIA H100: not in profkit's table of GPU links"
+
+
+def test_launches_without_a_single_gpu_record_are_lost_kernel_records():
+    """Issue 40: a trace with CUDA launch calls and no GPU record is no CPU-only trace."""
+    import gzip
+    import json
+    import re
+    from pathlib import Path
+
+    run = Path(__file__).resolve().parents[1] / "data" / "kernels_lost"
+    doc = json.loads(gzip.decompress((run / "rank0.pt.trace.json.gz").read_bytes()))
+    launches = sum(1 for e in doc["traceEvents"] if re.match(
+        r"^(cuda|cu)LaunchKernel", str(e.get("name", ""))) and e.get("ph") == "X")
+    assert launches and not [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    a = analyze_run(str(run))
+    [finding] = [f for f in a.findings if f.category in ("trace", "input")]
+    assert finding.category == "trace" and finding.severity == "warning"
+    assert finding.message.startswith("kernel records are missing")
+    assert finding.evidence["kernel_launches"] == launches
+    assert "GPU machine" not in finding.recommendation
+    assert "CPU-only" not in to_text(a)
