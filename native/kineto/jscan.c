@@ -141,37 +141,15 @@ int js_is_literal(JsCursor *c, const char *lit) {
 
 static int skip_container(JsCursor *c, unsigned char open) {
     unsigned char close = open == '[' ? ']' : '}';
-    if (++c->depth > JS_MAX_DEPTH) return fail(c);
-    c->p++; /* the opening bracket, checked by the caller */
-    js_skip_ws(c);
-    if (js_peek(c) == close) {
-        c->p++;
-        c->depth--;
-        return 1;
-    }
-    for (;;) {
-        if (open == '{') {
-            JsString key;
-            if (!js_string(c, &key)) return 0;
-            js_skip_ws(c);
-            if (!js_expect(c, ':')) return 0;
-            js_skip_ws(c);
-        }
+    int empty, more;
+    if (!js_open(c, close, &empty)) return 0;
+    if (empty) return 1;
+    do {
+        JsString key;
+        if (open == '{' && !js_key(c, &key)) return 0;
         if (!js_skip_value(c)) return 0;
-        js_skip_ws(c);
-        int ch = js_peek(c);
-        if (ch == ',') {
-            c->p++;
-            js_skip_ws(c);
-            continue;
-        }
-        if (ch == close) {
-            c->p++;
-            c->depth--;
-            return 1;
-        }
-        return fail(c);
-    }
+    } while ((more = js_next(c, close)) > 0);
+    return more == 0;
 }
 
 int js_skip_value(JsCursor *c) {

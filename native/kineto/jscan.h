@@ -58,4 +58,50 @@ int js_skip_value(JsCursor *c);                      /* any value */
 int js_is_literal(JsCursor *c, const char *lit);     /* consume true/false/null */
 int js_unescape(const JsString *str, char *out, size_t cap, size_t *len); /* UTF-8 of str */
 
+/* The walk of an object or array, shared by every reader of one:
+ *   js_open   at '{' or '[': consume it and count the depth (0, bad set, past JS_MAX_DEPTH);
+ *             *empty is 1 when the container closes at once (its close consumed);
+ *   js_key    an object member's key and its ':';
+ *   js_next   after a member: 1 when another follows (',' consumed), 0 when the container
+ *             closes (`close` consumed, depth counted down), -1 (bad set) on anything else. */
+static inline int js_open(JsCursor *c, unsigned char close, int *empty) {
+    if (++c->depth > JS_MAX_DEPTH) {
+        c->bad = 1;
+        return 0;
+    }
+    c->p++;
+    js_skip_ws(c);
+    *empty = js_peek(c) == close;
+    if (*empty) {
+        c->p++;
+        c->depth--;
+    }
+    return 1;
+}
+
+static inline int js_key(JsCursor *c, JsString *key) {
+    if (!js_string(c, key)) return 0;
+    js_skip_ws(c);
+    if (!js_expect(c, ':')) return 0;
+    js_skip_ws(c);
+    return 1;
+}
+
+static inline int js_next(JsCursor *c, unsigned char close) {
+    js_skip_ws(c);
+    int ch = js_peek(c);
+    if (ch == ',') {
+        c->p++;
+        js_skip_ws(c);
+        return 1;
+    }
+    if (ch == close) {
+        c->p++;
+        c->depth--;
+        return 0;
+    }
+    c->bad = 1;
+    return -1;
+}
+
 #endif

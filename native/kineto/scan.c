@@ -122,21 +122,13 @@ static int read_args(Scan *s, JsCursor *c, Fields *f) {
         f->decline = 1;
         return js_skip_value(c);
     }
-    if (++c->depth > JS_MAX_DEPTH) return c->bad = 1, 0;
-    c->p++;
-    js_skip_ws(c);
-    if (js_peek(c) == '}') {
-        c->p++;
-        c->depth--;
-        return 1;
-    }
+    int empty, more;
+    if (!js_open(c, '}', &empty)) return 0;
+    if (empty) return 1;
     unsigned seen = 0;
-    for (;;) {
+    do {
         JsString key;
-        if (!js_string(c, &key)) return 0;
-        js_skip_ws(c);
-        if (!js_expect(c, ':')) return 0;
-        js_skip_ws(c);
+        if (!js_key(c, &key)) return 0;
         if (key.escaped) f->decline = 1; /* it may spell a key read below */
         int slot = key_index(&key, ARG_KEYS, SCAN_NARGS);
         int raw = slot < 0 ? key_index(&key, RAW_KEYS, SCAN_NRAW) : -1;
@@ -159,20 +151,8 @@ static int read_args(Scan *s, JsCursor *c, Fields *f) {
         } else if (!js_skip_value(c)) {
             return 0;
         }
-        js_skip_ws(c);
-        int ch = js_peek(c);
-        if (ch == ',') {
-            c->p++;
-            js_skip_ws(c);
-            continue;
-        }
-        if (ch == '}') {
-            c->p++;
-            c->depth--;
-            return 1;
-        }
-        return c->bad = 1, 0;
-    }
+    } while ((more = js_next(c, '}')) > 0);
+    return more == 0;
 }
 
 enum { EV_FAST, EV_SKIP, EV_OTHER };
@@ -186,22 +166,14 @@ static int read_event(Scan *s, JsCursor *c, Fields *f) {
     for (int i = 0; i < SCAN_NARGS; i++) f->args[i] = NAN;
     int has_id[2] = {0, 0};
     c->odd_number = 0;
-    if (++c->depth > JS_MAX_DEPTH) return c->bad = 1, -1;
-    c->p++;
-    js_skip_ws(c);
+    int empty, more;
+    if (!js_open(c, '}', &empty)) return -1;
+    if (empty) return EV_OTHER;
     unsigned seen = 0;
     int ph_twice = 0;
-    if (js_peek(c) == '}') {
-        c->p++;
-        c->depth--;
-        return EV_OTHER;
-    }
-    for (;;) {
+    do {
         JsString key;
-        if (!js_string(c, &key)) return -1;
-        js_skip_ws(c);
-        if (!js_expect(c, ':')) return -1;
-        js_skip_ws(c);
+        if (!js_key(c, &key)) return -1;
         int which = key_index(&key, KEYS, 8);
         if (key.escaped) f->decline = ph_twice = 1;
         if (which >= 0 && (seen >> which) & 1) f->decline = 1;
@@ -227,20 +199,8 @@ static int read_event(Scan *s, JsCursor *c, Fields *f) {
         default: ok = js_skip_value(c);
         }
         if (!ok) return -1;
-        js_skip_ws(c);
-        int ch = js_peek(c);
-        if (ch == ',') {
-            c->p++;
-            js_skip_ws(c);
-            continue;
-        }
-        if (ch == '}') {
-            c->p++;
-            c->depth--;
-            break;
-        }
-        return c->bad = 1, -1;
-    }
+    } while ((more = js_next(c, '}')) > 0);
+    if (more < 0) return -1;
     if (!f->has_ph || ph_twice) return EV_OTHER;
     if (f->ph.n == 1 && f->ph.s[0] != 0 && strchr(SKIPPED_PHASES, f->ph.s[0])) return EV_SKIP;
     if (f->ph.n != 1 || f->ph.s[0] != 'X') return EV_OTHER;
@@ -284,16 +244,11 @@ static int put_other(Scan *s, int64_t index, int64_t start, int64_t end) {
 /* ---- the document ---- */
 
 static int scan_events(Scan *s, JsCursor *c, const unsigned char *buf) {
-    if (++c->depth > JS_MAX_DEPTH) return c->bad = 1, SCAN_DECLINED;
-    c->p++; /* '[' */
-    js_skip_ws(c);
-    if (js_peek(c) == ']') {
-        c->p++;
-        c->depth--;
-        return SCAN_OK;
-    }
+    int empty, more;
+    if (!js_open(c, ']', &empty)) return SCAN_DECLINED;
+    if (empty) return SCAN_OK;
     Fields f;
-    for (;;) {
+    do {
         int64_t start = c->p - buf, index = s->count++;
         int cls = EV_OTHER;
         if (js_peek(c) == '{') {
@@ -305,20 +260,8 @@ static int scan_events(Scan *s, JsCursor *c, const unsigned char *buf) {
         int64_t end = c->p - buf;
         if (cls == EV_FAST && !put_fast(s, &f, index, start, end)) return SCAN_NO_MEMORY;
         if (cls == EV_OTHER && !put_other(s, index, start, end)) return SCAN_NO_MEMORY;
-        js_skip_ws(c);
-        int ch = js_peek(c);
-        if (ch == ',') {
-            c->p++;
-            js_skip_ws(c);
-            continue;
-        }
-        if (ch == ']') {
-            c->p++;
-            c->depth--;
-            return SCAN_OK;
-        }
-        return SCAN_DECLINED;
-    }
+    } while ((more = js_next(c, ']')) > 0);
+    return more == 0 ? SCAN_OK : SCAN_DECLINED;
 }
 
 int scan_buffer(Scan *s, const unsigned char *buf, size_t n) {
@@ -328,17 +271,11 @@ int scan_buffer(Scan *s, const unsigned char *buf, size_t n) {
     if (js_peek(&c) == '[') {
         rc = scan_events(s, &c, buf);
     } else if (js_peek(&c) == '{') {
-        c.depth = 1;
-        c.p++;
-        js_skip_ws(&c);
-        int found = 0;
-        if (js_peek(&c) == '}') c.p++, c.depth = 0;
-        while (c.depth == 1) {
+        int found = 0, empty, more;
+        if (!js_open(&c, '}', &empty)) return SCAN_DECLINED;
+        for (more = !empty; more > 0;) {
             JsString key;
-            if (!js_string(&c, &key) || key.escaped) return SCAN_DECLINED;
-            js_skip_ws(&c);
-            if (!js_expect(&c, ':')) return SCAN_DECLINED;
-            js_skip_ws(&c);
+            if (!js_key(&c, &key) || key.escaped) return SCAN_DECLINED;
             if (key_is(&key, "traceEvents")) {
                 if (found || js_peek(&c) != '[') return SCAN_DECLINED;
                 found = 1;
@@ -349,17 +286,7 @@ int scan_buffer(Scan *s, const unsigned char *buf, size_t n) {
             } else if (!js_skip_value(&c)) {
                 return SCAN_DECLINED;
             }
-            js_skip_ws(&c);
-            int ch = js_peek(&c);
-            if (ch == ',') {
-                c.p++;
-                js_skip_ws(&c);
-            } else if (ch == '}') {
-                c.p++;
-                c.depth = 0;
-            } else {
-                return SCAN_DECLINED;
-            }
+            if ((more = js_next(&c, '}')) < 0) return SCAN_DECLINED;
         }
         if (!found) return SCAN_DECLINED;
     }
