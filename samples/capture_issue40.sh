@@ -15,18 +15,12 @@ set -u -o pipefail
 OUT=${1:?usage: capture_issue40.sh OUT_ROOT}
 # shellcheck source=capture_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/capture_lib.sh"
-Z="$ROOT/samples/zoo"
 W="$OUT/why"
 mkdir -p "$W"
 
-one() {  # one NAME SCRIPT ARGS...: one single-GPU capture into why/NAME
-  local name=$1 script=$2; shift 2
-  run "why_$name" "$W/$name" 0 "$PY" "$Z/$script.py" --profiler "$PROFILER" --out "$W/$name" "$@"
-}
-
-one precision_h200 precision --steps 10
-one precision_fp16 precision --steps 10 --fp16
-one precision_bf16 precision --steps 10 --bf16
-one attention_manual attention --steps 10 --manual
-one attention_flash_h200 attention --steps 10 --flash
-one shard_wait data_loading --steps 5 --slow-every 5 --fast-ms 5
+zoo_one precision_h200 precision --steps 10
+zoo_one precision_fp16 precision --steps 10 --fp16
+zoo_one precision_bf16 precision --steps 10 --bf16
+zoo_one attention_manual attention --steps 10 --manual
+zoo_one attention_flash_h200 attention --steps 10 --flash
+zoo_one shard_wait data_loading --steps 5 --slow-every 5 --fast-ms 5

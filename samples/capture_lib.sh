@@ -75,3 +75,14 @@ run() {
     tail -n 15 "$OUT/logs/$name.log" | sed 's/^/    | /'
   fi
 }
+
+# zoo_one NAME SCRIPT ARGS...: one single-GPU capture of samples/zoo/SCRIPT.py into $W/NAME
+# (the caller sets W), with fresh compiler caches: every compile in it is a real (cold) one.
+zoo_one() {
+  local name=$1 script=$2; shift 2
+  local cache; cache=$(mktemp -d)
+  TORCHINDUCTOR_CACHE_DIR="$cache/inductor" TRITON_CACHE_DIR="$cache/triton" \
+    run "why_$name" "$W/$name" 0 "$PY" "$ROOT/samples/zoo/$script.py" --profiler "$PROFILER" \
+    --out "$W/$name" "$@"
+  rm -rf "$cache"
+}

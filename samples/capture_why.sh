@@ -41,15 +41,9 @@ wanted() {  # wanted NAME: in $ONLY (or no ONLY) and before the deadline
   fi
 }
 
-why() {  # why NAME SCRIPT ARGS...: one single-GPU capture into why/NAME
-  local name=$1 script=$2; shift 2
-  wanted "$name" || return 0
-  # Fresh compiler caches: every compile in the capture is a real (cold) one.
-  local cache; cache=$(mktemp -d)
-  TORCHINDUCTOR_CACHE_DIR="$cache/inductor" TRITON_CACHE_DIR="$cache/triton" \
-    run "why_$name" "$W/$name" 0 "$PY" "$Z/$script.py" --profiler "$PROFILER" \
-    --out "$W/$name" "$@"
-  rm -rf "$cache"
+why() {  # why NAME SCRIPT ARGS...: one single-GPU capture into why/NAME (capture_lib.sh)
+  wanted "$1" || return 0
+  zoo_one "$@"
 }
 
 # ncu metrics: those of this list that ncu knows for the GPU (the rest are left out).
