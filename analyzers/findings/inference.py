@@ -41,14 +41,9 @@ COMPILED_NO_GRAPHS = (
     "mode=\"reduce-overhead\" captures them in a CUDA graph.")
 
 
-def _decode(phases: pd.DataFrame, rank: int | None) -> pd.Series | None:
-    rows = phases[(phases["rank"] == rank) & (phases["phase"] == "decode")] \
-        if len(phases) else phases
-    return rows.iloc[0] if len(rows) else None
-
-
-def _prefill(phases: pd.DataFrame, rank: int | None) -> pd.Series | None:
-    rows = phases[(phases["rank"] == rank) & (phases["phase"] == "prefill")] \
+def _phase(phases: pd.DataFrame, rank: int | None, phase: str) -> pd.Series | None:
+    """The rank's row of ``phase``, None without one."""
+    rows = phases[(phases["rank"] == rank) & (phases["phase"] == phase)] \
         if len(phases) else phases
     return rows.iloc[0] if len(rows) else None
 
@@ -61,8 +56,9 @@ def fold_phases(findings: list[Finding], tables: dict[str, pd.DataFrame]) -> lis
         return findings
     out = []
     for f in findings:
-        decode = _decode(phases, f.rank) if f.category in FOLDED_PARTS else None
-        out.append(f if decode is None else _with_phases(f, decode, _prefill(phases, f.rank)))
+        decode = _phase(phases, f.rank, "decode") if f.category in FOLDED_PARTS else None
+        out.append(f if decode is None else
+                   _with_phases(f, decode, _phase(phases, f.rank, "prefill")))
     return out
 
 

@@ -110,16 +110,15 @@ def time_forwards(rd: RankData, fw: pd.DataFrame, w_start: np.ndarray, w_end: np
 
 
 def _request_steps(fw: pd.DataFrame, first: np.ndarray) -> np.ndarray:
-    """Per forward: its step is one request batch (a step, prefill first, then decode)."""
-    group = np.cumsum(first)
-    phase = fw["phase"].to_numpy(object)
-    ok = {}
-    for g in np.unique(group):
-        p = phase[group == g]
-        ok[g] = bool(fw[S.STEP].iat[int(np.argmax(group == g))] >= 0
-                     and fw["source"].iat[int(np.argmax(group == g))] != "engine annotation"
-                     and p[0] == P.PREFILL and len(p) > 1 and (p[1:] == P.DECODE).all())
-    return np.array([ok[g] for g in group], bool)
+    """Per forward: its step is one request batch (a step, prefill first, then decode);
+    ``first`` marks each step's first forward."""
+    phase, steps, source = (fw[c].to_numpy(object) for c in ("phase", S.STEP, "source"))
+    out = np.zeros(len(fw), bool)
+    bounds = np.flatnonzero(first)
+    for lo, hi in zip(bounds, np.append(bounds[1:], len(fw))):
+        out[lo:hi] = (steps[lo] >= 0 and source[lo] != P.ENGINE and phase[lo] == P.PREFILL
+                      and hi - lo > 1 and (phase[lo + 1:hi] == P.DECODE).all())
+    return out
 
 
 def _batch(fw: pd.DataFrame) -> np.ndarray:

@@ -53,6 +53,7 @@ MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::linear", "aten::_scaled_mm", "at
 COMPILED_PREFIX = "Torch-Compiled Region"
 GRAPH_LAUNCH = "^(?:cuda|hip)GraphLaunch"
 REPLAY = "graph replays"
+ENGINE = "engine annotation"  # the source of forwards an engine annotated
 BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
 FORWARD_COLUMNS = ("start_ns", "end_ns", "tokens", "batch", "phase", "source")
 
@@ -94,7 +95,7 @@ def engine_forwards(ev: pd.DataFrame) -> pd.DataFrame:
         else:
             continue
         rows.append({"start_ns": int(ts), "end_ns": int(ts + dur), "tokens": tokens,
-                     "batch": batch, "phase": phase, "source": "engine annotation"})
+                     "batch": batch, "phase": phase, "source": ENGINE})
     return _frame(rows)
 
 
