@@ -157,17 +157,8 @@ def p2p_chains(edges: set[tuple[int, int]], looped: bool = False) -> list[list[i
         return [[]]
     chains, seen = [], set()
     for start in sorted(r for r, n in links.items() if len(n) == 1):
-        if start in seen:
-            continue
-        chain, prev = [start], None
-        while True:
-            seen.add(chain[-1])
-            nxt = [n for n in links[chain[-1]] if n != prev and n not in seen]
-            if not nxt:
-                break
-            prev = chain[-1]
-            chain.append(nxt[0])
-        chains.append(chain)
+        if start not in seen:
+            chains.append(_walk(links, start, seen))
     if set(links) - seen:  # a ring: ring attention or a collective made of sends, not stages
         return _ring(links) if looped and not chains else [[]]
     return chains
@@ -178,14 +169,20 @@ def _ring(links: dict[int, set[int]]) -> list[list[int]]:
     lower of its neighbours and closed (``[0, 1, 2, 3, 0]``); [[]] when the links are not
     one ring."""
     start = min(links)
-    chain, prev = [start], None
-    while True:
-        nxt = sorted(n for n in links[chain[-1]] if n != prev and n not in chain)
-        if not nxt:
-            break
-        prev = chain[-1]
-        chain.append(nxt[0])
+    chain = _walk(links, start, set())
     return [chain + [start]] if len(chain) == len(links) else [[]]
+
+
+def _walk(links: dict[int, set[int]], start: int, seen: set[int]) -> list[int]:
+    """The ranks reached from ``start`` one link at a time, never back to one in ``seen``
+    (which it fills), the lower neighbour first where two are new."""
+    chain = [start]
+    while True:
+        seen.add(chain[-1])
+        nxt = sorted(n for n in links[chain[-1]] if n not in seen)
+        if not nxt:
+            return chain
+        chain.append(nxt[0])
 
 
 def layout_line(world: int, degrees: dict[str, int]) -> str:
