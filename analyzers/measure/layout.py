@@ -190,6 +190,9 @@ def combine_layout(values: dict[int, dict[str, Any]], world: int) -> Result:
             else int(size.get(pg, 0))
         if dim != D.UNKNOWN and n >= 2:
             degrees[dim] = max(degrees.get(dim, 0), n)
+    order = list(D.SHORT)  # one order whatever the groups' order between processes
+    degrees = dict(sorted(degrees.items(), key=lambda dn: order.index(dn[0])
+                          if dn[0] in order else len(order)))
     line = D.layout_line(world, degrees)
     layout = pd.DataFrame({"layout": [line], "world_size": [world],
                            "dimensions": [", ".join(f"{D.SHORT.get(d, d)} {n}"

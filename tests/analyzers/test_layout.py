@@ -226,3 +226,25 @@ def test_the_captured_host_bound_mesh_rank_is_the_straggler_at_its_measured_cost
     assert a.stragglers[0]["evidence"]["wait_frac"] == pytest.approx(lost_frac, abs=0.15)
     saving = next(f for f in a.findings if f.category == "straggler").estimated_saving
     assert saving["fraction"] == pytest.approx(lost_frac, abs=0.15)  # it said 92%
+
+
+def test_the_dimensions_are_listed_in_one_order_in_every_process():
+    """The layout's dimension list follows one fixed order (pp, dp, fsdp, cp, ep, tp), not the
+    iteration order of a set of collective names, which changes with each process's string
+    hashing (DLRM: data-parallel all-reduces and the embeddings' all-to-all over the same 8
+    ranks read "dp 8, ep 8" in some runs and "ep 8, dp 8" in others)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from profkit.analyzers.measure.layout import combine_layout, rank_layout\n"
+            "from profkit.run.loader import load_run\n"
+            f"run = load_run({str(REPO / 'tests/data/public/param_dlrm_8rank')!r}, cache=False)\n"
+            "v = {r: rank_layout(d, None) for r, d in run.ranks.items()}\n"
+            "print(combine_layout(v, 8).tables['parallel_layout']['dimensions'].iloc[0])\n")
+    seen = set()
+    for seed in ("1", "2", "3", "4"):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed}, cwd=REPO, check=True)
+        seen.add(out.stdout.strip())
+    assert seen == {"dp 8, ep 8"}
