@@ -1,6 +1,8 @@
 """``profkit ncu`` on a real GPU (marked gpu: run on the device, needs ncu and CUDA): the
-"why" zoo workloads rerun under Nsight Compute against their H100 captures in
-samples/runs/why, and the analysis joining the counters to the trace's kernels.
+"why" zoo workloads captured on this GPU, then rerun under Nsight Compute, and the analysis
+joining the counters to the trace's kernels. (The captures in samples/runs/why are an H100's:
+another GPU runs other cuBLAS kernels, so the join needs a trace of the GPU that ncu
+measures.)
 
 - eltwise_chain (memory-bound elementwise chain): its kernels near the DRAM roof, and the
   DRAM bytes of a step close to the tensor bytes the workload counts itself;
@@ -25,7 +27,6 @@ from profkit.analyzers.report.render import to_json, to_text
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
-WHY = REPO / "samples" / "runs" / "why"
 ZOO = REPO / "samples" / "zoo"
 # (run captured from it, its command, profkit ncu options): every kernel of the eltwise
 # step (13), the top 5 of the others
@@ -57,7 +58,11 @@ def measured(tmp_path_factory):
     proof = os.environ.get("PROFKIT_NCU_PROOF_DIR")
     for name, (run, script, options) in WORKLOADS.items():
         copy = tmp_path_factory.mktemp(name) / run
-        shutil.copytree(WHY / run, copy)
+        capture = [sys.executable, str(ZOO / script[0]), "--profiler", "profkit", "--out",
+                   str(copy), *script[1:]]
+        done = subprocess.run(capture, capture_output=True, text=True, timeout=400,
+                              cwd=copy.parent)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         cmd = [sys.executable, "-m", "profkit", "ncu", str(copy), *options, "--", sys.executable,
                str(ZOO / script[0]), "--profiler", "none", *script[1:]]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=400,
@@ -87,8 +92,16 @@ def _table(measured, name):
 def test_elementwise_kernels_are_near_the_dram_roof(measured):
     k = _table(measured, "eltwise_chain")
     assert len(k) == 13
-    assert (k["measured_bound"] == "memory").all(), k[["short_name", "measured_bound"]]
-    assert k["dram_pct"].min() >= 60 and k["dram_pct"].median() >= 80
+    # the vectorized elementwise kernels stream at the DRAM roof on an H100 and an H200; the
+    # broadcasting (non-vectorized) ones and the softmax do on an H100 (3.35 TB/s) but not
+    # on an H200 (4.8 TB/s), where they run out of issue slots first (SM 59-73%, DRAM 51-57%)
+    vec = k[k["kernel"].str.contains("vectorized_elementwise_kernel")]
+    assert len(vec) >= 9
+    assert (vec["measured_bound"] == "memory").all(), vec[["short_name", "measured_bound"]]
+    assert vec["dram_pct"].min() >= 80
+    assert (k["measured_bound"] == "memory").sum() >= 10 and k["dram_pct"].median() >= 80
+    others = k[k["measured_bound"] != "memory"]  # what is not memory-bound says why
+    assert (others["sm_pct"] > others["dram_pct"] - 5).all(), others
     assert any(f.category == "hbm_roof" for f in measured["eltwise_chain"][0].findings)
 
 
