@@ -5,8 +5,13 @@ FSDP2 (``fully_shard``) names every unit in its ``record_function`` ranges:
 ``FSDP::pre_forward (blocks.3.attn.qkv)``, ``FSDP::all_gather (...)``,
 ``FSDP::post_backward_reduce (...)``; the root module's ranges carry no name. A unit is a
 distinct name of ``FSDP::pre_forward`` (the root counted once). FSDP1 names no module: its
-units are counted as its ``FullyShardedDataParallel._pre_forward`` calls per step, with no
-wrapping advice. DeepSpeed ZeRO-3 records no range per unit: :mod:`.zero3` reads it.
+units are counted as its ``FullyShardedDataParallel._pre_forward`` calls per step, and its
+blocks are read from the sizes of the forward's all-gathers, one flat parameter per unit:
+where they repeat with a period of p units L times (:func:`repeating_units`; every Linear
+of a GPT block its own unit: p = 4), the wrapping target is one unit per period. Checked
+on the FSDP2 captures, whose names say the answer: the sizes alone give 4 units per block
+x 8 blocks (fsdp_linear) and 1 x 8 (fsdp_block). DeepSpeed ZeRO-3 records no range per
+unit: :mod:`.zero3` reads it.
 
 Per unit: the all-gather bytes (the ``all_gather`` collectives issued inside its
 ``FSDP::all_gather`` range) and the host time in its FSDP ranges per step. Per step: the
@@ -51,6 +56,7 @@ BLOCK = re.compile(r"^(.*?\.\d+)(?:\.|$)")  # up to the first numbered child: bl
 UNITS_TABLE = "fsdp_units"
 RANKS_TABLE = "fsdp_ranks"
 EXPOSED_KINDS = ("all_gather", "reduce_scatter")
+MAX_PATTERN_UNITS = 1000  # units looked at for a repeating pattern (FSDP1)
 
 
 def block_of(unit: str) -> str:
@@ -58,6 +64,26 @@ def block_of(unit: str) -> str:
     outside a numbered module list is its own."""
     m = BLOCK.match(unit)
     return m.group(1) if m else unit
+
+
+def repeating_units(sizes: list[float]) -> tuple[int, int]:
+    """(units per block, blocks) of a forward's all-gather sizes in issue order, found where
+    no unit names a module (FSDP1): the period ``p`` whose run of repeats (``sizes[i] ==
+    sizes[i + p]``) covers the most units, the shortest among equals, and its repeats.
+    Every Linear its own unit in a GPT block gives (4, blocks): q/k/v, the projection and
+    the MLP's two; one unit per block gives (1, blocks). (0, 0) where no run covers at least
+    half of the units twice over: no block structure to go by."""
+    n = len(sizes)
+    best = (0, 0, 0)  # (covered, -period, repeats)
+    for p in range(1, n // 2 + 1):
+        run = 0
+        for i in range(n - p):
+            run = run + 1 if sizes[i] == sizes[i + p] else 0
+            repeats = (run + p) // p
+            if repeats >= 2 and (repeats * p, -p) > best[:2]:
+                best = (repeats * p, -p, repeats)
+    covered, period, repeats = best
+    return (-period, repeats) if covered >= max(n / 2, 2) else (0, 0)
 
 
 def _in_steps(ev: pd.DataFrame, used: dict[int, int] | None) -> pd.DataFrame:
@@ -75,7 +101,11 @@ def rank_fsdp_units(data: RankData, used: dict[int, int] | None,
         fsdp1 = ann[ann[S.NAME] == FSDP1_PRE_FORWARD]
         if fsdp1.empty:
             return None
-        return {"version": "FSDP1", "units": int(round(len(fsdp1) / n_steps)), "table": None,
+        units = int(round(len(fsdp1) / n_steps))
+        per_block, blocks = repeating_units(_forward_gathers(data, used, fsdp1))
+        target = units - blocks * per_block + blocks if per_block else np.nan
+        return {"version": "FSDP1", "units": units, "target_units": target, "table": None,
+                "units_per_block": per_block, "blocks": blocks,
                 **step_costs(data, used, parts, fsdp1, n_steps)}
     parsed = pd.Series(name_values(fsdp[S.NAME], str)).str.extract(RANGE)
     fsdp = fsdp.assign(what=parsed[0].to_numpy(), unit=parsed[1].fillna(ROOT).to_numpy())
@@ -103,6 +133,23 @@ def rank_fsdp_units(data: RankData, used: dict[int, int] | None,
     target = len({block_of(u) for u in named}) + (ROOT in set(table["unit"]))
     return {"version": "FSDP2", "units": len(table), "target_units": target, "table": table,
             **step_costs(data, used, parts, fsdp, n_steps)}
+
+
+def _forward_gathers(data: RankData, used: dict[int, int] | None,
+                     pre: pd.DataFrame) -> list[float]:
+    """The bytes of the all-gathers issued inside FSDP1's pre-forward ranges of the first
+    used step, in issue order: one per unit's flat parameter."""
+    if pre.empty:
+        return []
+    first = pre[pre[S.STEP] == pre[S.STEP].min()]
+    coll = _in_steps(data.collectives, used)
+    gathers = coll[coll[S.COLL_NAME] == "all_gather"].sort_values(S.CPU_TS_NS)
+    starts, ends = intervals.union(first[S.TS_NS].to_numpy(np.int64),
+                                   (first[S.TS_NS] + first[S.DUR_NS]).to_numpy(np.int64))
+    cpu = gathers[S.CPU_TS_NS].to_numpy(np.int64)
+    idx = np.searchsorted(starts, cpu, side="right") - 1
+    inside = (idx >= 0) & (cpu <= ends[np.maximum(idx, 0)])
+    return gathers[S.MSG_BYTES].to_numpy(float)[inside][:MAX_PATTERN_UNITS].tolist()
 
 
 def step_costs(data: RankData, used: dict[int, int] | None, parts: dict | None,
@@ -166,7 +213,8 @@ def rank_rows(values: dict[int, dict | None]) -> pd.DataFrame | None:
         peer_ms = v.get("waiting_ms_per_step", 0.0)
         waiting = v["host_idle_ms_per_step"] + v["exposed_comm_ms_per_step"] - peer_ms
         rows.append({"rank": rank, "version": v["version"], "units": units,
-                     "target_units": target, "fsdp_host_ms_per_step": v["host_ms_per_step"],
+                     "target_units": target,
+                     "units_per_block": v.get("units_per_block", np.nan), "fsdp_host_ms_per_step": v["host_ms_per_step"],
                      "exposed_comm_ms_per_step": v["exposed_comm_ms_per_step"],
                      "peer_wait_ms_per_step": peer_ms,
                      "host_idle_ms_per_step": v["host_idle_ms_per_step"],

@@ -215,3 +215,38 @@ def test_the_diff_names_the_change_of_fsdp_units():
     a, b = _analysis("fsdp_linear"), _analysis("fsdp_block")
     assert fsdp_changes(a, b) == [f"FSDP units {base} -> {new} per rank"]
     assert fsdp_changes(b, b) == []
+
+
+@pytest.mark.parametrize("name", ["fsdp_linear", "fsdp_block"])
+def test_the_forwards_all_gather_sizes_alone_give_the_blocks_the_names_give(name):
+    """FSDP1 names no module: its blocks are read from the forward's all-gather sizes
+    (repeating_units). On the FSDP2 captures, whose unit names say the answer (the raw
+    trace's FSDP::pre_forward ranges), the sizes alone find the same blocks: 4 Linears per
+    GPT block x 8 blocks, or 1 unit per block."""
+    from profkit.analyzers.measure.fsdp_units import repeating_units
+
+    for rank in (0, 1):
+        events = _raw(name, rank)
+        pre = sorted((e["ts"], e["name"]) for e in events if e.get("ph") == "X"
+                     and e["name"].startswith("FSDP::pre_forward ("))
+        steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                       if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#"))
+        lo, hi = steps[0]
+        named = [n[len("FSDP::pre_forward ("):-1] for ts, n in pre if lo <= ts < hi]
+        per_block = len(named) // len({block_of(u) for u in named})  # the names' answer
+        gathers = sorted((e["ts"], e["args"].get("In msg nelems"))
+                         for e in events if e.get("ph") == "X"
+                         and e.get("name") == "record_param_comms"
+                         and "allgather" in e["args"].get("Collective name", "")
+                         and lo <= e["ts"] < hi)
+        sizes = [n for _, n in gathers][:len(named) + 1]  # the root's first, then the units'
+        assert repeating_units(sizes) == (per_block, 8)
+        assert per_block == (4 if name == "fsdp_linear" else 1)
+
+
+def test_a_repeating_pattern_needs_to_cover_half_the_units():
+    from profkit.analyzers.measure.fsdp_units import repeating_units
+
+    assert repeating_units([9, 3, 1, 4, 4, 3, 1, 4, 4]) == (4, 2)
+    assert repeating_units([1, 2, 3, 4, 5, 6, 7, 7]) == (0, 0)  # one repeat of 8: no blocks
+    assert repeating_units([5, 5, 5]) == (1, 3)
