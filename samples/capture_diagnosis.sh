@@ -51,7 +51,8 @@ zoo compute compute
 zoo compute_again compute
 # Two GPUs: a host-side straggler (rank 1 sleeps before backward) and its twin without it.
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
-  for pair in "straggler_sleep straggler.py --extra-matmuls 0 --sleep-ms 3" "straggler_sleep_removed balanced.py"; do
+  for pair in "straggler_sleep straggler.py --extra-matmuls 0 --sleep-ms 3" "straggler_sleep_removed balanced.py" \
+      "straggler_sleep40 straggler.py --extra-matmuls 0 --sleep-ms 40"; do
     read -r name script rest <<< "$pair"
     if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then continue; fi
     # shellcheck disable=SC2086

@@ -111,6 +111,17 @@ case $PART in
     run kv_graph_big_b8 "$OUT/kv_graph_big_b8" 0 "${K[@]}" --batch 8 --graph-decode \
       --layers 16 --dim 4096 --heads 32 --out "$OUT/kv_graph_big_b8"
     ;;
+  tp)  # TP over every GPU: all-reduce TP eager, sequence parallel compiled, async TP compiled
+    TN=("${TORCHRUN[@]}" --nproc_per_node "$NGPU")
+    TPA=(--case tp --batch 16384 --dim 1024 --layers 8 --steps 10 --active 3)
+    run tp_allreduce "$OUT/tp_allreduce" 1 "${TN[@]}" "${P[@]}" "${TPA[@]}" --out "$OUT/tp_allreduce"
+    run tp_allreduce_m8 "$OUT/tp_allreduce_m8" 1 "${TN[@]}" "${P[@]}" "${TPA[@]}" \
+      --tp-microbatches 8 --out "$OUT/tp_allreduce_m8"
+    for mode in sp async; do
+      run tp_$mode "$OUT/tp_$mode" 1 "${TN[@]}" "${P[@]}" "${TPA[@]}" --tp-mode $mode \
+        --out "$OUT/tp_$mode"
+    done
+    ;;
   par4il)  # 1F1B against interleaved 1F1B (2 stages per rank), 8 microbatches, same batch
     T4=("${TORCHRUN[@]}" --nproc_per_node 4)
     PIPE=(--case pipeline --batch 64 --seq 1024 --dim 2048 --layers 16 --active 2 --microbatches 8)

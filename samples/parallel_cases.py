@@ -15,7 +15,6 @@ receives, the FSDP units, ZeRO-3's effective knobs and its parameters' sizes. Ev
 from __future__ import annotations
 
 import argparse
-import time
 
 import common
 import torch
@@ -23,6 +22,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from model import GPT, GPTConfig
+from parallel_tp import mesh, tp
 
 FULL = dict(batch=32, seq=512, layers=8, dim=1024, heads=16, vocab=8192, tokens=16384)
 TINY = dict(batch=8, seq=16, layers=4, dim=64, heads=4, vocab=256, tokens=64)
@@ -40,6 +40,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skew", type=float, default=1.0,
                    help="experts: expert 0 receives this many times the tokens of each other")
     p.add_argument("--unit", choices=("linear", "block"), default="block", help="fsdp")
+    p.add_argument("--fsdp-version", type=int, choices=(1, 2), default=2,
+                   help="fsdp: 2 (fully_shard) or 1 (FullyShardedDataParallel)")
+    p.add_argument("--tp-mode", choices=("allreduce", "sp", "async"), default="allreduce",
+                   help="tp: all-reduce TP, sequence parallel compiled, or async TP")
+    p.add_argument("--tp-microbatches", type=int, default=1,
+                   help="tp: gradient-accumulation microbatches per step (same --batch)")
     p.add_argument("--host-bound-rank", type=int, default=-1,
                    help="mesh: this rank sleeps 30 ms of host time in every step")
     p.add_argument("--prefetch-bucket", type=float, default=None,
@@ -182,6 +188,8 @@ def experts(args, env) -> tuple[callable, dict]:
 
 # --------------------------------------------------------------------------------------- fsdp
 def fsdp(args, env) -> tuple[callable, dict]:
+    if args.fsdp_version == 1:
+        return fsdp1(args, env)
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(0)
@@ -200,6 +208,31 @@ def fsdp(args, env) -> tuple[callable, dict]:
             units += 1
     fully_shard(model, mp_policy=mp)
     units += 1
+    return _fsdp_step(args, env, model), dict(unit=args.unit, fsdp_units=units,
+                                              layout=f"fsdp {env.world_size}")
+
+
+def fsdp1(args, env) -> tuple[callable, dict]:
+    """FSDP1 (FullyShardedDataParallel): an auto-wrap policy of nn.Linear (every Linear its
+    own unit) or of the model's Block class, the root wrapping the rest."""
+    from model import Block
+    from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    torch.manual_seed(0)
+    model = GPT(_cfg(args)).to(env.device)
+    dtype = torch.bfloat16 if env.is_cuda else torch.float32
+    policy = ModuleWrapPolicy({nn.Linear} if args.unit == "linear" else {Block})
+    model = FullyShardedDataParallel(
+        model, auto_wrap_policy=policy, use_orig_params=True,
+        mixed_precision=MixedPrecision(param_dtype=dtype, reduce_dtype=torch.float32),
+        device_id=env.device if env.is_cuda else None)
+    units = sum(isinstance(m, FullyShardedDataParallel) for m in model.modules())
+    return _fsdp_step(args, env, model), dict(unit=args.unit, fsdp_units=units, fsdp_version=1,
+                                              layout=f"fsdp {env.world_size}")
+
+
+def _fsdp_step(args, env, model) -> callable:
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     x, y = _tokens(args, env, args.batch)
 
@@ -209,75 +242,7 @@ def fsdp(args, env) -> tuple[callable, dict]:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return step, dict(unit=args.unit, fsdp_units=units, layout=f"fsdp {env.world_size}")
-
-
-# ---------------------------------------------------------------------------- tensor parallel
-def _tp_mlp(args, env, mesh) -> nn.Module:
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        RowwiseParallel,
-        parallelize_module,
-    )
-
-    torch.manual_seed(0)
-    layers = []
-    for _ in range(args.layers // 2):
-        layers += [nn.Linear(args.dim, 4 * args.dim, bias=False), nn.GELU("tanh"),
-                   nn.Linear(4 * args.dim, args.dim, bias=False)]
-    model = nn.Sequential(*layers).to(env.device)
-    plan = {}
-    for i in range(0, len(layers), 3):
-        plan[str(i)] = ColwiseParallel()
-        plan[str(i + 2)] = RowwiseParallel()
-    return parallelize_module(model, mesh, plan)
-
-
-def tp(args, env) -> tuple[callable, dict]:
-    from torch.distributed.device_mesh import init_device_mesh
-
-    mesh = init_device_mesh(env.device.type, (env.world_size,), mesh_dim_names=("tp",))
-    model = _tp_mlp(args, env, mesh)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    x = torch.randn(args.batch, args.dim, device=env.device)  # small batch: comm exposed
-
-    def step(_: int) -> None:
-        with common.autocast(env, torch.bfloat16 if env.is_cuda else None):
-            out = model(x)
-        out.float().square().mean().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step, dict(layout=f"tp {env.world_size}", tp_batch=args.batch)
-
-
-def mesh(args, env) -> tuple[callable, dict]:
-    """DeviceMesh ("dp", "tp"): a TP MLP per dp replica, gradients all-reduced over dp."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    dp = env.world_size // 2
-    m = init_device_mesh(env.device.type, (dp, 2), mesh_dim_names=("dp", "tp"))
-    model = _tp_mlp(args, env, m["tp"])
-    dp_group = m["dp"].get_group()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    x = torch.randn(args.batch * 8, args.dim, device=env.device)
-
-    def step(_: int) -> None:
-        if env.rank == args.host_bound_rank:
-            with common.mark(args, "host_work"):
-                time.sleep(0.03)
-        with common.autocast(env, torch.bfloat16 if env.is_cuda else None):
-            out = model(x)
-        out.float().square().mean().backward()
-        for p in model.parameters():
-            dist.all_reduce(p.grad.to_local(), group=dp_group)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    groups = {"dp": [dist.get_process_group_ranks(dp_group)],
-              "tp": [dist.get_process_group_ranks(m["tp"].get_group())]}
-    return step, dict(layout=f"dp {dp} x tp 2", my_groups=groups,
-                      host_bound_rank=args.host_bound_rank)
+    return step
 
 
 # -------------------------------------------------------------------------- DeepSpeed ZeRO-3
