@@ -111,9 +111,17 @@ case $PART in
     run kv_graph_big_b8 "$OUT/kv_graph_big_b8" 0 "${K[@]}" --batch 8 --graph-decode \
       --layers 16 --dim 4096 --heads 32 --out "$OUT/kv_graph_big_b8"
     ;;
+  fsdp1)  # FSDP1 (FullyShardedDataParallel) on 2 GPUs: every Linear its own unit vs per block
+    export CUDA_VISIBLE_DEVICES=0,1
+    T2=("${TORCHRUN[@]}" --nproc_per_node 2)
+    for u in linear block; do
+      run fsdp1_$u "$OUT/fsdp1_$u" 1 "${T2[@]}" "${P[@]}" --case fsdp --fsdp-version 1 --unit $u \
+        --batch 8 --active 2 --out "$OUT/fsdp1_$u"
+    done
+    ;;
   tp)  # TP over every GPU: all-reduce TP eager, sequence parallel compiled, async TP compiled
     TN=("${TORCHRUN[@]}" --nproc_per_node "$NGPU")
-    TPA=(--case tp --batch 16384 --dim 1024 --layers 8 --steps 10 --active 3)
+    TPA=(--case tp --batch 32768 --dim 2048 --layers 8 --steps 10 --active 3)
     run tp_allreduce "$OUT/tp_allreduce" 1 "${TN[@]}" "${P[@]}" "${TPA[@]}" --out "$OUT/tp_allreduce"
     run tp_allreduce_m8 "$OUT/tp_allreduce_m8" 1 "${TN[@]}" "${P[@]}" "${TPA[@]}" \
       --tp-microbatches 8 --out "$OUT/tp_allreduce_m8"

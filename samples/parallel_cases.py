@@ -15,6 +15,7 @@ receives, the FSDP units, ZeRO-3's effective knobs and its parameters' sizes. Ev
 from __future__ import annotations
 
 import argparse
+import functools
 
 import common
 import torch
@@ -217,12 +218,16 @@ def fsdp1(args, env) -> tuple[callable, dict]:
     own unit) or of the model's Block class, the root wrapping the rest."""
     from model import Block
     from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision
-    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy, lambda_auto_wrap_policy
 
     torch.manual_seed(0)
     model = GPT(_cfg(args)).to(env.device)
     dtype = torch.bfloat16 if env.is_cuda else torch.float32
-    policy = ModuleWrapPolicy({nn.Linear} if args.unit == "linear" else {Block})
+    blocks_linears = {id(m) for b in model.blocks for m in b.modules() if isinstance(m, nn.Linear)}
+    # the Linears inside the blocks, as for FSDP2 (the head's weight is the embedding's)
+    policy = functools.partial(lambda_auto_wrap_policy,
+                               lambda_fn=lambda m: id(m) in blocks_linears) \
+        if args.unit == "linear" else ModuleWrapPolicy({Block})
     model = FullyShardedDataParallel(
         model, auto_wrap_policy=policy, use_orig_params=True,
         mixed_precision=MixedPrecision(param_dtype=dtype, reduce_dtype=torch.float32),

@@ -66,7 +66,8 @@ def tp(args, env) -> tuple[callable, dict]:
             except (ImportError, AttributeError):
                 pass
         model = torch.compile(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    # all-reduce TP leaves the norms' parameters plain tensors beside DTensors: no foreach
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=args.tp_mode != "allreduce")
     m, world = args.tp_microbatches, env.world_size
     rows = args.batch // m // (world if args.tp_mode != "allreduce" else 1)
     xs = [torch.randn(rows, args.dim, device=env.device) for _ in range(m)]

@@ -36,7 +36,8 @@ def fsdp_findings(result: Result, th: Thresholds | None = None) -> list[Finding]
         return []
     rank, units, target = int(row["rank"]), int(row["units"]), int(row["target_units"])
     table = result.tables[UNITS_TABLE]
-    mine = table[(table["rank"] == rank) & (table["unit"] != ROOT)]
+    mine = table[(table["rank"] == rank) & (table["unit"] != ROOT)] if len(table) else \
+        table.reindex(columns=["rank", "unit", "all_gather_mib"])  # FSDP1: no unit names
     sizes = mine["all_gather_mib"]
     per_block = row.get("units_per_block")
     examples = ", ".join(mine["unit"].head(3)) if len(mine) else (

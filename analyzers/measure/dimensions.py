@@ -84,7 +84,8 @@ def _dimension_of_words(text: str) -> str:
 
 def pattern_dimensions(kinds: set[str], group_size: int, world: int,
                        chains: list[list[int]] | None = None,
-                       reduce: dict[str, int] | None = None) -> dict[str, tuple[str, str]]:
+                       reduce: dict[str, int] | None = None,
+                       model_kinds: set[str] | None = None) -> dict[str, tuple[str, str]]:
     """{collective: (dimension, rule)} from the collectives one group ran (normalised names)
     and its size against the run's ``world``; barriers and unnamed kernels take the group's
     one dimension when its other traffic has exactly one. ``chains``: the ranks its
@@ -92,11 +93,19 @@ def pattern_dimensions(kinds: set[str], group_size: int, world: int,
     unknown, [[]] for a set of peers that is no chain). ``reduce``: its all-reduces'
     ``calls``, ``forward_calls`` (issued before their step's backward pass began),
     ``no_backward_calls`` (in steps without one) and ``max_bytes`` (the largest); None: not
-    known."""
+    known. ``model_kinds``: the collectives every call of which the model's layers issued
+    (inside DTensor redistributions or compiled graphs, outside FSDP's hooks): tensor or
+    sequence parallelism, whatever else the pattern would say."""
     sharded = {"all_gather", "reduce_scatter"} <= kinds
     out = {}
     for kind in kinds:
-        if kind == P2P and chains and not all(chains):
+        scalars = kind == "all_reduce" and reduce is not None \
+            and 0 < reduce.get("max_bytes", SCALAR_BYTES + 1) <= SCALAR_BYTES
+        if kind in (model_kinds or ()) and kind not in (P2P, "all_to_all") and not scalars:
+            out[kind] = (TENSOR, f"{kind.replace('_', '-')} issued by the model's layers (DTensor "
+                                 "or a compiled graph, not FSDP's hooks): tensor / sequence "
+                                 "parallel activations")
+        elif kind == P2P and chains and not all(chains):
             out[kind] = (UNKNOWN, "")  # send/recv between more than two neighbours
         elif kind == P2P and chains and len(chains[0]) > 2 and chains[0][0] == chains[0][-1]:
             out[kind] = (PIPELINE, "send/recv around the ring " + " -> ".join(

@@ -51,6 +51,7 @@ TOPIC = "fsdp"
 RANGE = re.compile(r"^FSDP::(\w+)(?: \((.*)\))?$")
 FSDP_RANGE_RE = re.compile(r"^FSDP::")
 FSDP1_PRE_FORWARD = "FullyShardedDataParallel._pre_forward"
+FSDP1_RANGE_RE = re.compile(r"^FullyShardedDataParallel\.")
 ROOT = "(root)"
 BLOCK = re.compile(r"^(.*?\.\d+)(?:\.|$)")  # up to the first numbered child: blocks.3
 UNITS_TABLE = "fsdp_units"
@@ -104,9 +105,10 @@ def rank_fsdp_units(data: RankData, used: dict[int, int] | None,
         units = int(round(len(fsdp1) / n_steps))
         per_block, blocks = repeating_units(_forward_gathers(data, used, fsdp1))
         target = units - blocks * per_block + blocks if per_block else np.nan
+        ranges = ann[category_mask(ann[S.NAME], FSDP1_RANGE_RE)]  # all its hooks' ranges
         return {"version": "FSDP1", "units": units, "target_units": target, "table": None,
                 "units_per_block": per_block, "blocks": blocks,
-                **step_costs(data, used, parts, fsdp1, n_steps)}
+                **step_costs(data, used, parts, ranges, n_steps)}
     parsed = pd.Series(name_values(fsdp[S.NAME], str)).str.extract(RANGE)
     fsdp = fsdp.assign(what=parsed[0].to_numpy(), unit=parsed[1].fillna(ROOT).to_numpy())
     pre = fsdp[fsdp["what"] == "pre_forward"]

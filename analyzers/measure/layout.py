@@ -30,6 +30,7 @@ import pandas as pd
 from profkit.analyzers.measure import dimensions as D
 from profkit.analyzers.measure.pipeline import stages_per_rank
 from profkit.analyzers.measure.tables import rank_ranges
+from profkit.analyzers.measure.tensor_parallel import issued_by_model
 from profkit.analyzers.result import Result
 
 from profkit import intervals as iv
@@ -41,7 +42,8 @@ GROUP_COLUMNS = ("pg", "description", "ranks", "size", "stages", "dimension", "r
                  "collectives", "calls")
 DIMENSION_COLUMNS = ("dimension", "collective", "groups", "ranks", "calls_per_step",
                      "exposed_ms_per_step", "step_frac", "rule")
-USAGE_COLUMNS = ("pg", "description", "ranks", "size", S.COLL_NAME, "calls", "exposed_ns",
+USAGE_COLUMNS = ("pg", "description", "ranks", "size", S.COLL_NAME, "calls", "model_calls",
+                 "exposed_ns",
                  "forward_calls", "no_backward_calls", "max_bytes")
 BACKWARD_OP = "^autograd::engine::evaluate_function"  # the ops of a backward pass
 
@@ -86,6 +88,7 @@ def _usage(data: RankData, steps: pd.DataFrame) -> pd.DataFrame:
     keys, uniques = pd.factorize(pairs, sort=True)
     exposed = _exposed_by_key(data, c, keys, steps)
     forward, no_backward = _phases(data, c)
+    model = issued_by_model(data, c)
     rows = []
     for k, (pg, coll) in enumerate(uniques):
         mine = keys == k
@@ -93,6 +96,7 @@ def _usage(data: RankData, steps: pd.DataFrame) -> pd.DataFrame:
         rows.append({"pg": pg, "description": str(g[S.PG_DESC].iloc[0]),
                      "ranks": _ranks(g[S.PG_RANKS].iloc[0]), "size": int(g[S.GROUP_SIZE].max()),
                      S.COLL_NAME: coll, "calls": int(len(g)),
+                     "model_calls": int(model[mine].sum()),
                      "exposed_ns": float(exposed.get(k, 0.0)),
                      "forward_calls": int(forward[mine].sum()),
                      "no_backward_calls": int(no_backward[mine].sum()),
@@ -219,6 +223,12 @@ def _groups(values: dict[int, dict], usage: pd.DataFrame,
         no_backward_calls=("no_backward_calls", "sum"), max_bytes=("max_bytes", "max")) \
         if len(usage) else pd.DataFrame()
     calls = usage.groupby("pg")["calls"].sum().to_dict() if len(usage) else {}
+    by_kind = usage.groupby(["pg", S.COLL_NAME])[["calls", "model_calls"]].sum() \
+        if len(usage) else pd.DataFrame(columns=["calls", "model_calls"])
+    model_kinds = {pg: set() for pg in found}
+    for (pg, kind), row in by_kind.iterrows():
+        if row["calls"] > 0 and row["model_calls"] == row["calls"]:
+            model_kinds.setdefault(pg, set()).add(kind)
     doers = usage.groupby("pg")["rank"].nunique().to_dict() if len(usage) else {}
     edges: dict[str, set] = {}
     for rank, v in values.items():
@@ -237,7 +247,8 @@ def _groups(values: dict[int, dict], usage: pd.DataFrame,
         dim, rule = D.name_dimension(g["description"], pg)
         decided = ({k: (dim, rule) for k in mine} if dim != D.UNKNOWN
                    else D.pattern_dimensions(mine, size, world, chains.get(pg),
-                                             _phase_counts(reduce, pg)))
+                                             _phase_counts(reduce, pg),
+                                             model_kinds.get(pg, set())))
         per_kind.update({(pg, k): v for k, v in decided.items()})
         dims = sorted({d for d, _ in decided.values() if d != D.UNKNOWN})
         stages = max((len(set(c)) for c in chains.get(pg) or []), default=0)

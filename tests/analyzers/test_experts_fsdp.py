@@ -250,3 +250,32 @@ def test_a_repeating_pattern_needs_to_cover_half_the_units():
     assert repeating_units([9, 3, 1, 4, 4, 3, 1, 4, 4]) == (4, 2)
     assert repeating_units([1, 2, 3, 4, 5, 6, 7, 7]) == (0, 0)  # one repeat of 8: no blocks
     assert repeating_units([5, 5, 5]) == (1, 3)
+
+
+def test_fsdp1_per_linear_gets_the_block_target_from_its_sizes_and_the_twins_saving():
+    """FSDP1 names no module; its 33 units (label: fsdp_units, counted again from the raw
+    trace's FullyShardedDataParallel._pre_forward ranges) are read as 4 per block x 8 blocks
+    + the root from the all-gather sizes, and the wrapping finding's saving is within 0.15 of
+    the per-block twin's measured one (fsdp1_block, captured back to back: labels only)."""
+    label = _labels()["fsdp1_linear"]
+    for rank in (0, 1):
+        events = _raw("fsdp1_linear", rank)
+        host = [e for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+        lo, hi = min((e["ts"], e["ts"] + e["dur"]) for e in host
+                     if e["name"].startswith("ProfilerStep#"))
+        pre = [e for e in host if lo <= e["ts"] < hi
+               and e["name"] == "FullyShardedDataParallel._pre_forward"]
+        assert len(pre) == label["fsdp_units"] == 33
+    ranks = _analysis("fsdp1_linear").table("fsdp_ranks").set_index("rank")
+    assert (ranks["version"] == "FSDP1").all() and (ranks["target_units"] == 9).all()
+    assert (ranks["units_per_block"] == 4).all()
+    found = _of("fsdp1_linear", WRAPPING)
+    assert len(found) == 1 and "33 -> 9" in found[0].recommendation
+    per_rank = _labels()["fsdp1_block"]["step_ms_per_rank"]
+    block = float(pd.Series([t for r in per_rank for t in r[5:]]).median())
+    measured = 1 - block / _steady_ms("fsdp1_linear")
+    assert measured == pytest.approx(0.59, abs=0.03)
+    assert abs(found[0].estimated_saving["fraction"] - measured) <= 0.15
+    rank_findings = {g.category for g in _analysis("fsdp1_linear").findings
+                     if g.rank == found[0].rank}
+    assert not rank_findings & {"cpu_launch", "host_work", "straggler"}  # one cause

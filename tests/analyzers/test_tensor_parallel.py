@@ -13,6 +13,8 @@ import pytest
 from profkit.analyzers.analyze import analyze
 from profkit.analyzers.findings.tensor_parallel import (
     ADVICE,
+    ASYNC_ADVICE,
+    ASYNC_ON,
     CATEGORY,
     tp_communication,
     tp_findings,
@@ -75,11 +77,11 @@ def test_a_late_peers_wait_is_not_tp_transfer():
     assert [f.rank for f in a.findings if f.category == "straggler"] == [0]
 
 
-def _table(share: float, waiting: float = 0.1) -> pd.DataFrame:
+def _table(share: float, waiting: float = 0.1, **more) -> pd.DataFrame:
     return pd.DataFrame([{"rank": 0, "collectives_per_step": 48.0, "median_mib": 4.0,
                           "exposed_ms_per_step": 20 * share + waiting,
                           "waiting_ms_per_step": waiting, "transfer_ms_per_step": 20 * share,
-                          "step_ms": 20.0, "transfer_share": share}])
+                          "step_ms": 20.0, "transfer_share": share, **more}])
 
 
 @pytest.mark.parametrize("share, found", [(0.3, True), (0.05, False)])
@@ -87,9 +89,28 @@ def test_exposed_tp_transfer_is_a_finding_above_a_tenth_of_the_step(share, found
     out = tp_findings(Result(tables={TP_TABLE: _table(share)}))
     assert bool(out) == found
     if found:
-        assert out[0].estimated_saving is None  # a bound, not checked against a twin
-        assert out[0].evidence["transfer_ms_per_step"] == 6.0 and "at most" in out[0].message
+        assert out[0].estimated_saving is None  # the TP degree unknown: no estimate
+        assert out[0].evidence["transfer_ms_per_step"] == 6.0
+        assert "not in the trace" in out[0].message
         assert out[0].recommendation == ADVICE
+
+
+@pytest.mark.parametrize("n, sp, saving_ms", [(2, False, 3.0), (4, False, 4.5), (2, True, 1.0)])
+def test_async_tp_saves_n_minus_1_over_n_of_the_transfer_it_splits(n, sp, saving_ms):
+    """All-reduce TP: (n-1)/n of its exposed transfer (6 ms); sequence parallel: of the
+    all-gathers' and reduce-scatters' (2 ms of the 6), the optimizer's all-reduces stay."""
+    out = tp_findings(Result(tables={TP_TABLE: _table(
+        0.3, group_size=n, sequence_parallel=sp, async_tp=False,
+        split_transfer_ms_per_step=2.0 if sp else 0.0)}))
+    assert out[0].estimated_saving["ms_per_step"] == pytest.approx(saving_ms)
+    assert out[0].recommendation == (ASYNC_ADVICE if sp else ADVICE)
+
+
+def test_async_tp_already_on_gets_no_async_advice_and_no_saving():
+    out = tp_findings(Result(tables={TP_TABLE: _table(
+        0.3, group_size=2, sequence_parallel=True, async_tp=True,
+        split_transfer_ms_per_step=5.0)}))
+    assert out[0].estimated_saving is None and out[0].recommendation == ASYNC_ON
 
 
 def test_communication_of_tp_collectives_gets_tp_advice_or_folds_into_the_tp_finding():
@@ -104,3 +125,55 @@ def test_communication_of_tp_collectives_gets_tp_advice_or_folds_into_the_tp_fin
     assert [f.category for f in folded] == [CATEGORY]
     assert folded[0].evidence["communication"] == comm.message
     assert tp_communication([comm], _table(0.01, waiting=0.1))[0] is comm  # TP is not most of it
+
+
+# --- compiled sequence parallel and async TP (samples/runs/parallel/tp_sp, tp_async) -------
+def _steady_ms(name: str) -> float:
+    """Median of rank 0's step times after the profiler stopped (steps 6-9), as printed by
+    the workload itself (CUDA events), independent of profkit."""
+    from tests.realruns import sample_labels
+
+    return float(pd.Series(sample_labels(PARALLEL / "SUMMARY.txt")[name]
+                           ["step_ms_per_rank"][0][6:]).median())
+
+
+@pytest.mark.parametrize("name", ["tp_sp", "tp_async"])
+def test_compiled_sequence_parallel_reads_as_tp_not_data_or_sharded(name):
+    """A 1-D DeviceMesh over both ranks runs on the default group, whose name says nothing;
+    the all-gathers and reduce-scatters are Inductor's, inside the compiled graphs (counted
+    from the raw trace: every one under a CompiledFunction range), so they are TP's, not
+    FSDP's: the layout is the workload's own ("tp 2"), and no advice speaks of DDP buckets
+    or FSDP prefetching."""
+    events = json.loads(gzip.decompress(
+        (PARALLEL / name / "traces" / "rank0.pt.trace.json.gz").read_bytes()))["traceEvents"]
+    compiled = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("ph") == "X"
+                and e["name"] in ("CompiledFunction", "CompiledFunctionBackward")]
+    split = [e["ts"] for e in events if e.get("name") == "record_param_comms"
+             and e["args"].get("Collective name", "").endswith("_coalesced")]
+    assert split and all(any(a <= t <= b for a, b in compiled) for t in split)
+    a = _analysis(name)
+    from tests.realruns import sample_labels
+    assert sample_labels(PARALLEL / "SUMMARY.txt")[name]["layout"] == "tp 2"
+    assert a.table("parallel_layout")["layout"].iloc[0] == "2 ranks: tp 2"
+    assert not [f for f in a.findings if "bucket_cap_mb" in f.recommendation
+                or "FSDP forward/backward prefetch" in f.recommendation]
+
+
+def test_sequence_parallel_gets_async_tp_with_the_twins_saving():
+    """tp_sp -> tp_async is the one change async TP makes (both compiled, same model and
+    rows): its measured saving after the profiler (-5.3%) is within 0.15 of the estimate
+    ((n-1)/n of the exposed all-gather and reduce-scatter transfer)."""
+    found = [f for f in _analysis("tp_sp").findings if f.category == CATEGORY]
+    assert sorted(f.rank for f in found) == [0, 1]  # one per rank (the report folds them)
+    measured = 1 - _steady_ms("tp_async") / _steady_ms("tp_sp")
+    assert measured == pytest.approx(0.053, abs=0.01)
+    for f in found:
+        assert f.recommendation == ASYNC_ADVICE
+        assert abs(f.estimated_saving["fraction"] - measured) <= 0.15
+        assert f.evidence["sequence_parallel"] and not f.evidence["async_tp"]
+
+
+def test_async_tp_is_recognised_as_on():
+    found = [f for f in _analysis("tp_async").findings if f.category == CATEGORY]
+    assert found and all(f.recommendation == ASYNC_ON and f.estimated_saving is None
+                         for f in found)
