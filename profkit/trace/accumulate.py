@@ -404,7 +404,7 @@ def accumulate(trace: Trace, base_ns: int = 0) -> Accumulator:
     buffers are released after and what was dropped or repaired added to its problems."""
     acc = Accumulator(base_ns)
     if trace.native is not None:  # the native reader's columns (profkit.trace.native)
-        nativefeed.feed(acc, trace.native, trace._bytes, trace.repairs)
+        nativefeed.feed(acc, trace.native, trace.repairs)
     for batch in trace.batches() if trace.native is None else ():
         acc.add(batch)
     trace.release()

@@ -24,7 +24,7 @@ import msgspec
 from profkit.errors import TraceError
 from profkit.trace import jsonrepair
 from profkit.trace import native as native_reader
-from profkit.trace.readlimit import read_trace_bytes
+from profkit.trace.readlimit import read_trace_bytes, trace_pieces
 from profkit.trace.traceevents import BATCH_DECODER, DECODE_ERRORS, decode_lenient
 from profkit.validate import Problems
 
@@ -96,10 +96,11 @@ class Trace:
         self.native = None
 
     def raw_chunks(self, size: int = BATCH_EVENTS) -> Iterator[list[msgspec.Raw]]:
-        """The events' raw JSON, at most ``size`` events at a time."""
-        if self.native is not None and not self.raw_events:  # split now, in Python
-            doc = _RAW_DECODER.decode(self._bytes)
-            self.raw_events = doc if isinstance(doc, list) else doc.traceEvents
+        """The events' raw JSON, at most ``size`` events at a time (of a trace the native
+        reader scanned, whose JSON it did not keep: the file read again, split in Python)."""
+        if self.native is not None and not self.raw_events:
+            again = load(self.path, columns=False)
+            self.raw_events, self._bytes = again.raw_events, again._bytes
         for i in range(0, len(self.raw_events), size):
             yield self.raw_events[i:i + size]
 
@@ -179,23 +180,29 @@ def decode(path: str | Path, raw: bytes, columns: bool = True) -> Trace:
     into columns with the native reader, where it is built); raise :class:`TraceError` for
     anything that is not a trace."""
     path = str(path)
+    scanned = native_reader.scan(raw) if columns else None
+    if scanned is not None:
+        return _scanned(path, scanned)
     problems = Problems()
     if not jsonrepair.is_valid_utf8(raw):
         raw = jsonrepair.repair_utf8(raw)
         problems.append("invalid UTF-8 bytes replaced by U+FFFD")
-    scanned = native_reader.scan(raw) if columns else None
-    if scanned is not None:  # the header alone is split in Python, the events were scanned
-        start, end = scanned.events_span
-        if start < 0:
-            return Trace(path, Header(), [], raw, problems, native=scanned)
-        doc, _ = _split(path, bytes(raw[:start]) + b"[]" + bytes(raw[end:]), problems)
-        return Trace(path, _header(doc, problems), [], raw, problems, native=scanned)
     doc, raw = _split(path, raw, problems)
     if isinstance(doc, list):
         return Trace(path, Header(), doc, raw, problems)
     if doc.traceEvents is None:
         raise TraceError(path, "JSON but not a trace: no traceEvents list")
     return Trace(path, _header(doc, problems), doc.traceEvents, raw, problems)
+
+
+def _scanned(path: str, scanned: native_reader.NativeScan) -> Trace:
+    """The trace the native reader scanned: its header split in Python from the document
+    around the events (strict JSON and valid UTF-8, or the scanner had declined it)."""
+    problems = Problems()
+    if scanned.head is None:
+        return Trace(path, Header(), [], b"", problems, native=scanned)
+    doc, _ = _split(path, scanned.head, problems)
+    return Trace(path, _header(doc, problems), [], b"", problems, native=scanned)
 
 
 def _header(doc: _RawDoc, problems: Problems) -> Header:
@@ -215,5 +222,15 @@ def _json_problem(raw: bytes, exc: Exception) -> str:
 def load(path: str | Path, readers: int = 1, columns: bool = True) -> Trace:
     """Read one trace file and split it into header and raw events (``readers``: traces
     read at once, sharing one memory budget: profkit.trace.readlimit; ``columns``: scanned
-    into columns by the native reader where it is built, for profkit.trace.accumulate)."""
-    return decode(path, read_trace_bytes(path, readers), columns)
+    into columns by the native reader where it is built, for profkit.trace.accumulate, as
+    the file is read or gunzipped, so that its JSON is never held whole). A file the
+    native reader declines is read again, whole, by the Python reader."""
+    if columns and native_reader.available():
+        pieces = trace_pieces(path, readers)
+        try:
+            scanned = native_reader.scan_pieces(pieces)
+        finally:
+            pieces.close()
+        if scanned is not None:
+            return _scanned(str(path), scanned)
+    return decode(path, read_trace_bytes(path, readers), columns=False)
