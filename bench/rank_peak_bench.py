@@ -1,10 +1,12 @@
 #!/usr/bin/env python
 """Peak memory and CPU of reading one rank, stage by stage.
 
-    python bench/rank_peak_bench.py TRACE [TRACE ...] [--repeat 3] [--python PY]
+    python bench/rank_peak_bench.py TRACE [TRACE ...] [--repeat 3] [--base SRC_DIR]
 
-Each measurement runs in a fresh child process (the traces alternating, ``--repeat`` times
-each). The child imports profkit's reader and analysis, notes its RSS (the interpreter with
+Each measurement runs in a fresh child process (the traces, and with ``--base`` the two
+versions, alternating, ``--repeat`` times each; ``SRC_DIR``: profkit's sources from before a
+change, ``git archive COMMIT | tar -x -C SRC_DIR`` with its native reader built in place,
+imported through ``PYTHONPATH``). The child imports profkit's reader and analysis, notes its RSS (the interpreter with
 numpy and pandas: the baseline), then runs the stages of a pool worker's
 ``loader.ingest_file`` one by one, resetting the kernel's peak RSS (VmHWM, through
 ``/proc/self/clear_refs``) before each, so that each stage's own peak is read:
@@ -76,9 +78,10 @@ def json_bytes(path: Path) -> int:
     return n
 
 
-def measure(python: str, path: Path) -> dict:
+def measure(python: str, path: Path, src: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(src)}
     proc = subprocess.run([python, "-c", CHILD, str(path)], capture_output=True, text=True,
-                          cwd=ROOT, env=os.environ.copy())
+                          cwd="/", env=env)
     if proc.returncode:
         raise SystemExit(f"{path}: child failed: {proc.stderr[-800:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -89,15 +92,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("traces", nargs="+", type=Path)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--python", default=sys.executable, help="interpreter with profkit")
+    ap.add_argument("--base", type=Path, help="profkit sources before a change")
     args = ap.parse_args(argv)
-    runs: dict[Path, list[dict]] = {p: [] for p in args.traces}
+    sides = [("this", ROOT)] + ([("base", args.base)] if args.base else [])
+    keys = [(side, src, p) for p in args.traces for side, src in sides]
+    runs: dict[tuple, list[dict]] = {(side, p): [] for side, _, p in keys}
     for r in range(args.repeat):
-        for path in (args.traces if r % 2 == 0 else args.traces[::-1]):
-            runs[path].append(measure(args.python, path))
+        for side, src, path in (keys if r % 2 == 0 else keys[::-1]):
+            runs[side, path].append(measure(args.python, path, src))
     print(f"load: {os.getloadavg()[0]:.1f} (1-min load average at the end)")
-    print(f"{'trace':<34} {'stage':<7} {'CPU s min/med':>14} {'peak MiB min/med':>17} "
-          f"{'x JSON':>7} {'x JSON above base':>18}")
-    for path, rows in runs.items():
+    print(f"{'version':<5} {'trace':<30} {'stage':<7} {'CPU s min/med':>14} "
+          f"{'peak MiB min/med':>17} {'x JSON':>7} {'x JSON above base':>18}")
+    for (side, path), rows in runs.items():
         size = json_bytes(path)
         base = statistics.median(r["baseline"] for r in rows)
         for stage, cpu, peak in (("load", "load_cpu", "load_peak"),
@@ -106,10 +112,11 @@ def main(argv: list[str] | None = None) -> int:
             cpus = [r[cpu] for r in rows]
             peaks = [r[peak] for r in rows]
             med = statistics.median(peaks)
-            print(f"{str(path)[-34:]:<34} {stage:<7} {min(cpus):>6.3f}/{statistics.median(cpus):<7.3f}"
+            print(f"{side:<5} {str(path)[-30:]:<30} {stage:<7} "
+                  f"{min(cpus):>6.3f}/{statistics.median(cpus):<7.3f}"
                   f" {min(peaks) / MIB:>8.0f}/{med / MIB:<8.0f} {med / size:>7.2f} "
                   f"{(med - base) / size:>18.2f}")
-        print(f"{'':<34} JSON {size / MIB:.1f} MiB, baseline RSS {base / MIB:.0f} MiB")
+        print(f"{'':<36} JSON {size / MIB:.1f} MiB, baseline RSS {base / MIB:.0f} MiB")
     return 0
 
 
