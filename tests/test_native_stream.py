@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import random
+import shutil
 import sys
 import tracemalloc
 from pathlib import Path
@@ -147,3 +148,42 @@ def test_gzip_members_and_padding_are_read_as_before(tmp_path):
     path.write_bytes(body[:-5])
     with pytest.raises(Exception, match="truncated"):
         tracefile.load(path)
+
+
+@needs_native
+@pytest.mark.parametrize("run", ["stock_ddp_stack", "memory/gpt_b32/traces", "broken"])
+def test_merge_streamed_as_split_whole(run, tmp_path, monkeypatch):
+    """profkit merge with every file streamed through the scanner (checked, then split as
+    it is read) writes the bytes it writes with msgspec's split of the whole file; a file
+    broken at its end gives no events either way (all or nothing), named alike."""
+    from profkit.run.loader import load_run
+    from profkit.timeline.merge import merge_run
+
+    src = ROOT / "samples" / "runs" / ("stock_ddp" if run == "broken" else run)
+    run_dir = tmp_path / "run"
+    shutil.copytree(src, run_dir)
+    loaded = load_run(run_dir, cache=False, workers=1)
+    if run == "broken":  # rank 1's file cut short after it was loaded: merge meets it first
+        path = Path(loaded.ranks[1].path)
+        raw = read_trace_bytes(path)
+        path.write_bytes(gzip.compress(raw[:-40]) if path.name.endswith(".gz") else raw[:-40])
+    outputs, reports = [], []
+    for streamed in (False, True):
+        monkeypatch.setattr(tracefile, "STREAM_SPLIT_MIN_BYTES", 0 if streamed else 1 << 62)
+        calls = []
+        monkeypatch.setattr(native, "split_pieces", _counting(native.split_pieces, calls))
+        out = tmp_path / f"m{streamed}.json"
+        report = merge_run(loaded, out)
+        assert bool(calls) == streamed
+        outputs.append(out.read_bytes())
+        reports.append((report.events_written, [(s.path, s.reason) for s in report.skipped]))
+    assert outputs[0] == outputs[1] and reports[0] == reports[1]
+    if run == "broken":
+        assert any("truncated" in reason for _, reason in reports[0][1])
+
+
+def _counting(func, calls: list):
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        return func(*args, **kwargs)
+    return wrapped

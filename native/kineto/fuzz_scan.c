@@ -10,7 +10,8 @@
  * unescapes every string the scan kept; then it feeds the same input in pieces of random
  * sizes (each window again in a buffer of exactly its size), as profkit.trace.native
  * scan_pieces does, and checks that the two scans accept or decline alike and give the same
- * columns, kept bytes, head and strings, byte for byte. A sanitizer report aborts with a non-zero exit; at
+ * columns, kept bytes, head and strings, byte for byte; and that merge's check scan accepts
+ * alike and its split, read whole or in pieces drained window by window, gives every element. A sanitizer report aborts with a non-zero exit; at
  * the end it prints the executions, the time and how many inputs the scanner accepted or
  * declined. --save DIR N writes N accepted inputs (spread over the run) to DIR, for the
  * Python identity test's fuzz corpus. libFuzzer needs clang, which these machines lack;
@@ -142,7 +143,7 @@ static void check(const Scan *s) {
 
 /* The input fed in pieces of 1..64 bytes, a window that makes no progress retried once it
  * has doubled (profkit.trace.native.scan_pieces). */
-static int scan_in_pieces(Scan *s, const unsigned char *in, size_t len) {
+static int scan_in_pieces(Scan *s, const unsigned char *in, size_t len, Grow *drained) {
     unsigned char *window = malloc(len + 1);
     size_t wlen = 0, pos = 0, want = 1, used = 0;
     int rc = SCAN_OK;
@@ -159,6 +160,10 @@ static int scan_in_pieces(Scan *s, const unsigned char *in, size_t len) {
         rc = scan_feed(s, exact, wlen, 0, &used);
         free(exact);
         if (rc != SCAN_OK) break;
+        if (drained) { /* SCAN_SPLIT: take the elements' bytes, as _kineto.drain does */
+            if (!grow_put(drained, s->kept.data, s->kept.len)) abort();
+            s->kept.len = 0;
+        }
         if (used > wlen) abort();
         want = used == 0 ? 2 * wlen : 1;
         memmove(window, window + used, wlen - used);
@@ -169,6 +174,7 @@ static int scan_in_pieces(Scan *s, const unsigned char *in, size_t len) {
         memcpy(exact, window, wlen);
         rc = scan_feed(s, exact, wlen, 1, &used);
         free(exact);
+        if (rc == SCAN_OK && drained && !grow_put(drained, s->kept.data, s->kept.len)) abort();
     }
     free(window);
     return rc;
@@ -239,7 +245,7 @@ int main(int argc, char **argv) {
         int rc = scan_buffer(&s, input, len);
         Scan fed;
         scan_init(&fed, plain_double);
-        int fed_rc = scan_in_pieces(&fed, input, len);
+        int fed_rc = scan_in_pieces(&fed, input, len, NULL);
         if (fed_rc != rc || (rc == SCAN_OK && !same_scan(&s, &fed))) {
             fprintf(stderr, "fuzz_scan: the input read whole and in pieces differ (%d, %d):\n", rc,
                     fed_rc);
@@ -247,6 +253,31 @@ int main(int argc, char **argv) {
             abort();
         }
         scan_free(&fed);
+        /* merge's modes: a check accepts what the columns scan accepts, and a split fed in
+         * pieces gives the bytes of every element of the split read whole */
+        Scan checked, split, split_fed;
+        scan_init(&checked, plain_double);
+        scan_init(&split, plain_double);
+        scan_init(&split_fed, plain_double);
+        checked.mode = SCAN_CHECK;
+        split.mode = split_fed.mode = SCAN_SPLIT;
+        Grow drained = {NULL, 0, 0};
+        int check_rc = scan_buffer(&checked, input, len);
+        int split_rc = scan_buffer(&split, input, len);
+        int split_fed_rc = scan_in_pieces(&split_fed, input, len, &drained);
+        if (check_rc != rc || split_rc != rc || split_fed_rc != rc ||
+            (rc == SCAN_OK && (checked.count != s.count || split.count != s.count ||
+                               split_fed.count != s.count || !same_grow(&split.kept, &drained) ||
+                               !same_grow(&split.head, &s.head)))) {
+            fprintf(stderr, "fuzz_scan: the check or split scan differs (%d %d %d %d):\n", rc,
+                    check_rc, split_rc, split_fed_rc);
+            fwrite(input, 1, len, stderr);
+            abort();
+        }
+        scan_free(&checked);
+        scan_free(&split);
+        scan_free(&split_fed);
+        grow_free(&drained);
         if (rc == SCAN_OK) {
             accepted++;
             check(&s);

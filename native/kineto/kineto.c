@@ -1,6 +1,9 @@
 /* profkit._kineto: the CPython binding of the native Kineto trace scanner (scan.c).
  *
- * scanner() -> a scan in progress (a capsule);
+ * scanner(mode=0) -> a scan in progress (a capsule); mode (scan.h): 0 columns, 1 split
+ * (every element's bytes, taken feed by feed with drain), 2 check (nothing kept);
+ * drain(scanner) -> (bytes, starts, ends): the elements a split scan read since the last
+ * drain, and their spans in those bytes;
  * feed(scanner, buffer, final) -> int | None: the bytes of buffer read (feed the rest again
  * with more after it), None when the scanner declines the file (the Python reader then
  * reads it as it always did);
@@ -159,12 +162,18 @@ static void scanner_free(PyObject *capsule) {
     free(sc);
 }
 
-static PyObject *kineto_scanner(PyObject *self, PyObject *unused) {
+static PyObject *kineto_scanner(PyObject *self, PyObject *args) {
     (void)self;
-    (void)unused;
+    int mode = SCAN_COLUMNS;
+    if (!PyArg_ParseTuple(args, "|i", &mode)) return NULL;
+    if (mode != SCAN_COLUMNS && mode != SCAN_SPLIT && mode != SCAN_CHECK) {
+        PyErr_SetString(PyExc_ValueError, "no such scan mode");
+        return NULL;
+    }
     Scanner *sc = calloc(1, sizeof *sc);
     if (!sc) return PyErr_NoMemory();
     scan_init(&sc->s, to_double);
+    sc->s.mode = mode;
     PyObject *out = PyCapsule_New(sc, CAPSULE, scanner_free);
     if (!out) {
         scan_free(&sc->s);
@@ -196,6 +205,24 @@ static PyObject *kineto_feed(PyObject *self, PyObject *args) {
         }
     }
     PyBuffer_Release(&view);
+    return out;
+}
+
+/* The bytes of the elements read since the last drain, with their spans in them, as
+ * (bytes, starts, ends) (int64 each); the scanner keeps nothing of them (SCAN_SPLIT). */
+static PyObject *kineto_drain(PyObject *self, PyObject *capsule) {
+    (void)self;
+    Scanner *sc = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (!sc) return NULL;
+    Scan *s = &sc->s;
+    PyObject *out = Py_BuildValue("(y#y#y#)", s->kept.data ? s->kept.data : "",
+                                  (Py_ssize_t)s->kept.len,
+                                  s->other[O_START].data ? s->other[O_START].data : "",
+                                  (Py_ssize_t)s->other[O_START].len,
+                                  s->other[O_END].data ? s->other[O_END].data : "",
+                                  (Py_ssize_t)s->other[O_END].len);
+    s->kept.len = 0; /* the capacities stay: the next window fills them again */
+    for (int i = 0; i < SCAN_NOTHER; i++) s->other[i].len = 0;
     return out;
 }
 
@@ -296,7 +323,8 @@ static PyObject *kineto_trim(PyObject *self, PyObject *unused) {
 
 static PyMethodDef METHODS[] = {
     {"trim", kineto_trim, METH_NOARGS, "Return the C heap's free pages to the system (glibc)."},
-    {"scanner", kineto_scanner, METH_NOARGS, "A scan of a Kineto trace fed in pieces."},
+    {"scanner", kineto_scanner, METH_VARARGS, "A scan of a Kineto trace fed in pieces (mode)."},
+    {"drain", kineto_drain, METH_O, "The elements a split scan read since the last drain."},
     {"feed", kineto_feed, METH_VARARGS, "Feed bytes to a scanner: the bytes read (None: declined)."},
     {"result", kineto_result, METH_O, "The columns of a scanner fed the whole document."},
     {"scan", kineto_scan, METH_O, "Scan Kineto trace JSON bytes into event columns (None: declined)."},

@@ -325,6 +325,10 @@ static int unit_member(JsCursor *c, Unit *u) {
 
 static int unit_elem(Scan *s, JsCursor *c, Unit *u) {
     u->cls = EV_OTHER;
+    if (s->mode != SCAN_COLUMNS) { /* the element whole, as it is */
+        if (s->mode == SCAN_CHECK) u->cls = EV_SKIP;
+        return js_skip_value(c) ? U_OK : U_FAIL;
+    }
     if (js_peek(c) == '{') {
         u->cls = read_event(s, c, &u->f);
         if (u->cls < 0) return U_FAIL;

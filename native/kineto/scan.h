@@ -45,7 +45,13 @@ enum { K_START, K_END, SCAN_NCOLL }; /* int64 each: the bytes in kept of each C_
 
 typedef int (*ScanToDouble)(const unsigned char *s, size_t n, double *out); /* 1: finite */
 
+/* What a scan keeps of each element of traceEvents: the columns of the fast events and the
+ * bytes of the others (profkit's reader), every element's bytes (merge's split of the events,
+ * drained feed by feed), or nothing (a check that the file is one the scanner reads). */
+enum { SCAN_COLUMNS, SCAN_SPLIT, SCAN_CHECK };
+
 typedef struct {
+    int mode;       /* SCAN_COLUMNS, SCAN_SPLIT or SCAN_CHECK */
     Grow col[SCAN_NCOLS];
     Grow other[SCAN_NOTHER];
     Grow coll[SCAN_NCOLL];
@@ -63,7 +69,7 @@ typedef struct {
 
 enum { SCAN_DECLINED = 0, SCAN_OK = 1, SCAN_NO_MEMORY = -1 };
 
-void scan_init(Scan *s, ScanToDouble to_double);
+void scan_init(Scan *s, ScanToDouble to_double); /* mode SCAN_COLUMNS; set s->mode after */
 void scan_free(Scan *s);
 /* Read what buf[0:n] holds whole; *used: the bytes read (the caller feeds the rest again,
  * with more after it). final: buf ends the document (SCAN_OK then means it was read whole).

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 ARG_FIELDS = ("correlation", "external_id", "stream", "device", "blocks_per_sm",
               "occupancy_pct", "flops", "bytes")
 RAW_FIELDS = ("input_dims", "input_types", "input_strides", "concrete_inputs")
+COLUMNS, SPLIT, CHECK = 0, 1, 2  # what a scan keeps (native/kineto/scan.h SCAN_COLUMNS ..)
 NO_SEQ = np.iinfo(np.int64).min  # column seq: no "Sequence number" (absent or null)
 FEED_BYTES = 4 << 20  # the least JSON handed to the scanner at a time (a pieces' window)
 _DTYPES = {"index": np.int64, "ts": np.float64, "dur": np.float64, "name": np.int32,
@@ -88,15 +89,47 @@ def scan(raw: bytes | bytearray) -> NativeScan | None:
     return _result(mod.scan(raw))
 
 
-def scan_pieces(pieces: Iterable[bytes | bytearray]) -> NativeScan | None:
+def scan_pieces(pieces: Iterable[bytes | bytearray], mode: int = COLUMNS) -> NativeScan | None:
     """:func:`scan` of the document the ``pieces`` make, read as they come: the scanner is
     handed at least :data:`FEED_BYTES` at a time and keeps nothing of them, so only the
     part of an element cut by a piece's end is held over (a value too long for the window
-    is retried once the window has doubled, so that no byte is scanned more than ~twice)."""
+    is retried once the window has doubled, so that no byte is scanned more than ~twice).
+    ``mode`` CHECK: nothing of the events is kept (the scan says whether the scanner reads
+    the file, and gives its head and count)."""
     mod = _module()
     if mod is None:
         return None
-    state = mod.scanner()
+    state = mod.scanner(mode)
+    try:
+        for _ in _feed(mod, state, pieces):
+            pass
+    except Declined:
+        return None
+    return _result(mod.result(state))
+
+
+class Declined(Exception):
+    """The scanner left the file to the Python reader."""
+
+
+def split_pieces(pieces: Iterable[bytes | bytearray]) -> Iterator[tuple]:
+    """The elements of traceEvents of the document the ``pieces`` make, as they are read:
+    (bytes, starts, ends) per window, each element's JSON at bytes[starts[i]:ends[i]], in
+    file order; raises :class:`Declined` where the scanner declines the file (after
+    elements were given: check it first, with :func:`scan_pieces` and CHECK)."""
+    mod = _module()
+    if mod is None:
+        raise Declined("the native reader is not built")
+    state = mod.scanner(SPLIT)
+    for _ in _feed(mod, state, pieces):
+        kept, starts, ends = mod.drain(state)
+        if starts:
+            yield (kept, np.frombuffer(starts, dtype=np.int64),
+                   np.frombuffer(ends, dtype=np.int64))
+
+
+def _feed(mod, state, pieces: Iterable[bytes | bytearray]) -> Iterator[None]:
+    """Feed the pieces to the scanner (one step per feed); raises :class:`Declined`."""
     window = bytearray()
     want = FEED_BYTES
     for piece in pieces:
@@ -105,13 +138,13 @@ def scan_pieces(pieces: Iterable[bytes | bytearray]) -> NativeScan | None:
             continue
         used = mod.feed(state, window, False)
         if used is None:
-            return None
+            raise Declined
+        yield
         want = max(FEED_BYTES, 2 * len(window)) if used == 0 else FEED_BYTES
         del window[:used]
     if mod.feed(state, window, True) is None:
-        return None
-    del window
-    return _result(mod.result(state))
+        raise Declined
+    yield
 
 
 def _result(found: dict | None) -> NativeScan | None:
