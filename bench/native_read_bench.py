@@ -12,6 +12,8 @@ the repeats). Rows:
 * ``read``            the file's JSON bytes (gunzipped for .json.gz, with the ratio check)
 * ``orjson.loads``    read + ``orjson.loads`` (the faster of with and without ``gc.disable``)
 * ``native columns``  read + ``tracefile.decode`` + ``accumulate`` + the events table
+* ``native load (streamed) + columns``  the same as profkit reads a rank: ``tracefile.load``
+  scans the file as it is read or gunzipped, never holding its JSON whole
 * ``python columns``  the same with ``PROFKIT_PURE_PYTHON=1`` (the pure-Python reader)
 * ``native tables`` / ``python tables``  read + ``ingest.build_tables`` (every rank table)
 """
@@ -34,6 +36,9 @@ STAGES = {
                               + "; orjson.loads(raw)", False),
     "native columns": (READ + "; from profkit.trace import tracefile, accumulate as A; "
                        "A.accumulate(tracefile.decode(PATH, raw)).frame()", False),
+    "native load (streamed) + columns": (
+        "from profkit.trace import tracefile, accumulate as A; "
+        "A.accumulate(tracefile.load(PATH)).frame()", False),
     "python columns": (READ + "; from profkit.trace import tracefile, accumulate as A; "
                        "A.accumulate(tracefile.decode(PATH, raw)).frame()", True),
     "native tables": (READ + "; from profkit.trace import tracefile, ingest; "
@@ -79,10 +84,10 @@ def main() -> None:
     floor = min(min(times["orjson.loads"]), min(times["orjson.loads (gc off)"]))
     size_mb = len(_raw(args.trace)) / 1e6
     print(f"{args.trace}: {size_mb:.1f} MB of JSON, {args.repeat} repeats, fresh process each")
-    print(f"{'stage':24} {'min CPU s':>10} {'median':>8} {'x orjson':>9} {'peak MiB':>9}")
+    print(f"{'stage':34} {'min CPU s':>10} {'median':>8} {'x orjson':>9} {'peak MiB':>9}")
     for stage in STAGES:
         best = min(times[stage])
-        print(f"{stage:24} {best:10.3f} {statistics.median(times[stage]):8.3f} "
+        print(f"{stage:34} {best:10.3f} {statistics.median(times[stage]):8.3f} "
               f"{best / floor:9.2f} {peaks[stage] / 1024:9.0f}")
 
 

@@ -7,7 +7,11 @@
  *
  * Each FILE (a small trace, plain JSON) is a seed. Every run copies one mutated input into a
  * buffer of exactly its size (so AddressSanitizer sees any read past its end), scans it, and
- * unescapes every string the scan kept. A sanitizer report aborts with a non-zero exit; at
+ * unescapes every string the scan kept; then it feeds the same input in pieces of random
+ * sizes (each window again in a buffer of exactly its size), as profkit.trace.native
+ * scan_pieces does, and checks that the two scans accept or decline alike and give the same
+ * columns, kept bytes, head and strings, byte for byte; and that merge's check scan accepts
+ * alike and its split, read whole or in pieces drained window by window, gives every element. A sanitizer report aborts with a non-zero exit; at
  * the end it prints the executions, the time and how many inputs the scanner accepted or
  * declined. --save DIR N writes N accepted inputs (spread over the run) to DIR, for the
  * Python identity test's fuzz corpus. libFuzzer needs clang, which these machines lack;
@@ -130,11 +134,73 @@ static void check(const Scan *s) {
             tmp = realloc(tmp, cap);
             if (!tmp) abort();
         }
-        JsString str = {k->s, k->n, 1};
+        JsString str = {intern_bytes(&s->strings, i), k->n, 1};
         size_t len;
         if (!js_unescape(&str, tmp, cap, &len) || len > k->n) abort();
     }
     free(tmp);
+}
+
+/* The input fed in pieces of 1..64 bytes, a window that makes no progress retried once it
+ * has doubled (profkit.trace.native.scan_pieces). */
+static int scan_in_pieces(Scan *s, const unsigned char *in, size_t len, Grow *drained) {
+    unsigned char *window = malloc(len + 1);
+    size_t wlen = 0, pos = 0, want = 1, used = 0;
+    int rc = SCAN_OK;
+    if (!window) abort();
+    while (pos < len && rc == SCAN_OK) {
+        size_t k = 1 + below(64);
+        if (k > len - pos) k = len - pos;
+        memcpy(window + wlen, in + pos, k);
+        wlen += k;
+        pos += k;
+        if (wlen < want) continue;
+        unsigned char *exact = malloc(wlen);
+        memcpy(exact, window, wlen);
+        rc = scan_feed(s, exact, wlen, 0, &used);
+        free(exact);
+        if (rc != SCAN_OK) break;
+        if (drained) { /* SCAN_SPLIT: take the elements' bytes, as _kineto.drain does */
+            if (!grow_put(drained, s->kept.data, s->kept.len)) abort();
+            s->kept.len = 0;
+        }
+        if (used > wlen) abort();
+        want = used == 0 ? 2 * wlen : 1;
+        memmove(window, window + used, wlen - used);
+        wlen -= used;
+    }
+    if (rc == SCAN_OK) {
+        unsigned char *exact = malloc(wlen ? wlen : 1);
+        memcpy(exact, window, wlen);
+        rc = scan_feed(s, exact, wlen, 1, &used);
+        free(exact);
+        if (rc == SCAN_OK && drained && !grow_put(drained, s->kept.data, s->kept.len)) abort();
+    }
+    free(window);
+    return rc;
+}
+
+static int same_grow(const Grow *a, const Grow *b) {
+    return a->len == b->len && (a->len == 0 || memcmp(a->data, b->data, a->len) == 0);
+}
+
+static int same_intern(const Intern *a, const Intern *b) {
+    if (a->count != b->count) return 0;
+    for (size_t i = 0; i < a->count; i++)
+        if (a->keys[i].n != b->keys[i].n ||
+            memcmp(intern_bytes(a, i), intern_bytes(b, i), a->keys[i].n) != 0)
+            return 0;
+    return 1;
+}
+
+static int same_scan(const Scan *a, const Scan *b) {
+    int same = a->count == b->count && a->root_array == b->root_array &&
+               same_grow(&a->kept, &b->kept) && same_grow(&a->head, &b->head) &&
+               same_intern(&a->strings, &b->strings) && same_intern(&a->raw, &b->raw);
+    for (int i = 0; same && i < SCAN_NCOLS; i++) same = same_grow(&a->col[i], &b->col[i]);
+    for (int i = 0; same && i < SCAN_NOTHER; i++) same = same_grow(&a->other[i], &b->other[i]);
+    for (int i = 0; same && i < SCAN_NCOLL; i++) same = same_grow(&a->coll[i], &b->coll[i]);
+    return same;
 }
 
 int main(int argc, char **argv) {
@@ -177,6 +243,41 @@ int main(int argc, char **argv) {
         Scan s;
         scan_init(&s, plain_double);
         int rc = scan_buffer(&s, input, len);
+        Scan fed;
+        scan_init(&fed, plain_double);
+        int fed_rc = scan_in_pieces(&fed, input, len, NULL);
+        if (fed_rc != rc || (rc == SCAN_OK && !same_scan(&s, &fed))) {
+            fprintf(stderr, "fuzz_scan: the input read whole and in pieces differ (%d, %d):\n", rc,
+                    fed_rc);
+            fwrite(input, 1, len, stderr);
+            abort();
+        }
+        scan_free(&fed);
+        /* merge's modes: a check accepts what the columns scan accepts, and a split fed in
+         * pieces gives the bytes of every element of the split read whole */
+        Scan checked, split, split_fed;
+        scan_init(&checked, plain_double);
+        scan_init(&split, plain_double);
+        scan_init(&split_fed, plain_double);
+        checked.mode = SCAN_CHECK;
+        split.mode = split_fed.mode = SCAN_SPLIT;
+        Grow drained = {NULL, 0, 0};
+        int check_rc = scan_buffer(&checked, input, len);
+        int split_rc = scan_buffer(&split, input, len);
+        int split_fed_rc = scan_in_pieces(&split_fed, input, len, &drained);
+        if (check_rc != rc || split_rc != rc || split_fed_rc != rc ||
+            (rc == SCAN_OK && (checked.count != s.count || split.count != s.count ||
+                               split_fed.count != s.count || !same_grow(&split.kept, &drained) ||
+                               !same_grow(&split.head, &s.head)))) {
+            fprintf(stderr, "fuzz_scan: the check or split scan differs (%d %d %d %d):\n", rc,
+                    check_rc, split_rc, split_fed_rc);
+            fwrite(input, 1, len, stderr);
+            abort();
+        }
+        scan_free(&checked);
+        scan_free(&split);
+        scan_free(&split_fed);
+        grow_free(&drained);
         if (rc == SCAN_OK) {
             accepted++;
             check(&s);

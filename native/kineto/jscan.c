@@ -267,3 +267,44 @@ int js_fast_double(const JsNumber *num, double *out) {
     *out = negative ? -v : v;
     return 1;
 }
+
+/* Whether s[0:n] is UTF-8 that Python's strict "utf-8" codec decodes: no overlong forms,
+ * no surrogates (U+D800..U+DFFF), nothing past U+10FFFF, no sequence cut at the end. */
+int js_valid_utf8(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        if (n - i >= 8) { /* eight ASCII bytes at a time */
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (!(w & UINT64_C(0x8080808080808080))) {
+                i += 8;
+                continue;
+            }
+        }
+        unsigned char b = s[i];
+        if (b < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        unsigned char lo = 0x80, hi = 0xBF; /* the range of the second byte */
+        if (b >= 0xC2 && b <= 0xDF) {
+            len = 2;
+        } else if (b >= 0xE0 && b <= 0xEF) {
+            len = 3;
+            if (b == 0xE0) lo = 0xA0;      /* overlong */
+            else if (b == 0xED) hi = 0x9F; /* surrogates */
+        } else if (b >= 0xF0 && b <= 0xF4) {
+            len = 4;
+            if (b == 0xF0) lo = 0x90;      /* overlong */
+            else if (b == 0xF4) hi = 0x8F; /* past U+10FFFF */
+        } else {
+            return 0;
+        }
+        if (n - i < len || s[i + 1] < lo || s[i + 1] > hi) return 0;
+        for (size_t k = 2; k < len; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return 0;
+        i += len;
+    }
+    return 1;
+}

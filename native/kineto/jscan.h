@@ -57,6 +57,7 @@ int js_fast_double(const JsNumber *num, double *out); /* exact cases only; 0: no
 int js_skip_value(JsCursor *c);                      /* any value */
 int js_is_literal(JsCursor *c, const char *lit);     /* consume true/false/null */
 int js_unescape(const JsString *str, char *out, size_t cap, size_t *len); /* UTF-8 of str */
+int js_valid_utf8(const unsigned char *s, size_t n); /* strict, as Python's "utf-8" codec */
 
 /* The walk of an object or array, shared by every reader of one:
  *   js_open   at '{' or '[': consume it and count the depth (0, bad set, past JS_MAX_DEPTH);

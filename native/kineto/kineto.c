@@ -1,22 +1,36 @@
 /* profkit._kineto: the CPython binding of the native Kineto trace scanner (scan.c).
  *
- * scan(buffer) -> dict | None: the columns of the trace's fast events as bytearrays (read by
+ * scanner(mode=0) -> a scan in progress (a capsule); mode (scan.h): 0 columns, 1 split
+ * (every element's bytes, taken feed by feed with drain), 2 check (nothing kept);
+ * drain(scanner) -> (bytes, starts, ends): the elements a split scan read since the last
+ * drain, and their spans in those bytes;
+ * feed(scanner, buffer, final) -> int | None: the bytes of buffer read (feed the rest again
+ * with more after it), None when the scanner declines the file (the Python reader then
+ * reads it as it always did);
+ * result(scanner) -> dict: the columns of the trace's fast events as bytearrays (read by
  * numpy.frombuffer on the Python side), the distinct strings and Input Dims they point to,
- * and the spans of the events left to the Python reader; None when the scanner declines the
- * file (the Python reader then reads it as it always did).
- * join(buffer, starts, ends) -> bytes: the spans as one JSON array, "[a,b,...]". */
+ * the bytes of the events left to the Python reader (kept) with their spans, and the
+ * document around the events (head); the scanner's buffers are released;
+ * scan(buffer) -> dict | None: the same of a whole document at once;
+ * join(buffer, starts, ends) -> bytes: the spans as one JSON array, "[a,b,...]";
+ * trim(): the C heap's free pages returned to the system (glibc's malloc_trim). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "jscan.h"
 #include "scan.h"
 
 static const char *const COLUMN_NAMES[SCAN_NCOLS] = {
-    "index", "start", "end", "ts", "dur", "name", "cat", "pid", "tid", "pid_text", "tid_text",
+    "index", "ts", "dur", "name", "cat", "pid", "tid", "pid_text", "tid_text",
     "arg0", "arg1", "arg2", "arg3", "arg4", "arg5", "arg6", "arg7",
-    "raw0", "raw1", "raw2", "raw3", "coll"};
+    "raw0", "raw1", "raw2", "raw3", "coll", "seq"};
 static const char *const OTHER_NAMES[SCAN_NOTHER] = {"index", "start", "end"};
+static const char *const COLL_NAMES[SCAN_NCOLL] = {"start", "end"};
+static const char *const CAPSULE = "profkit._kineto.scanner";
 
 static int to_double(const unsigned char *s, size_t n, double *out) {
     char text[64];
@@ -40,9 +54,7 @@ static PyObject *grow_dict(Grow *g, const char *const *names, int n) {
     PyObject *out = PyDict_New();
     for (int i = 0; out && i < n; i++) {
         PyObject *arr = PyByteArray_FromStringAndSize(g[i].data ? g[i].data : "", (Py_ssize_t)g[i].len);
-        free(g[i].data);
-        g[i].data = NULL;
-        g[i].len = g[i].cap = 0;
+        grow_free(&g[i]);
         if (!arr || PyDict_SetItemString(out, names[i], arr) < 0) {
             Py_XDECREF(arr);
             Py_CLEAR(out);
@@ -60,10 +72,11 @@ static PyObject *string_list(const Intern *t) {
     size_t tmp_cap = 0;
     for (size_t i = 0; out && i < t->count; i++) {
         const Key *k = &t->keys[i];
-        JsString str = {k->s, k->n, memchr(k->s, '\\', k->n) != NULL};
+        const unsigned char *bytes = intern_bytes(t, i);
+        JsString str = {bytes, k->n, memchr(bytes, '\\', k->n) != NULL};
         PyObject *item;
         if (!str.escaped) {
-            item = PyUnicode_DecodeUTF8((const char *)k->s, (Py_ssize_t)k->n, "strict");
+            item = PyUnicode_DecodeUTF8((const char *)bytes, (Py_ssize_t)k->n, "strict");
         } else {
             if (tmp_cap < k->n + 1) { /* unescaping never lengthens a string */
                 char *bigger = realloc(tmp, k->n + 1);
@@ -96,7 +109,8 @@ static PyObject *string_list(const Intern *t) {
 static PyObject *bytes_list(const Intern *t) {
     PyObject *out = PyList_New((Py_ssize_t)t->count);
     for (size_t i = 0; out && i < t->count; i++) {
-        PyObject *item = PyBytes_FromStringAndSize((const char *)t->keys[i].s, (Py_ssize_t)t->keys[i].n);
+        PyObject *item = PyBytes_FromStringAndSize((const char *)intern_bytes(t, i),
+                                                   (Py_ssize_t)t->keys[i].n);
         if (!item) {
             Py_CLEAR(out);
             break;
@@ -109,18 +123,131 @@ static PyObject *bytes_list(const Intern *t) {
 static PyObject *result_dict(Scan *s) {
     PyObject *columns = grow_dict(s->col, COLUMN_NAMES, SCAN_NCOLS);
     PyObject *other = columns ? grow_dict(s->other, OTHER_NAMES, SCAN_NOTHER) : NULL;
-    PyObject *strings = other ? string_list(&s->strings) : NULL;
+    PyObject *coll = other ? grow_dict(s->coll, COLL_NAMES, SCAN_NCOLL) : NULL;
+    PyObject *strings = coll ? string_list(&s->strings) : NULL;
     PyObject *dims = strings ? bytes_list(&s->raw) : NULL;
+    intern_free(&s->strings);
+    intern_free(&s->raw);
+    PyObject *head = dims ? PyBytes_FromStringAndSize(s->head.data ? s->head.data : "",
+                                                      (Py_ssize_t)s->head.len) : NULL;
+    grow_free(&s->head);
+    PyObject *kept = head ? PyByteArray_FromStringAndSize(s->kept.data ? s->kept.data : "",
+                                                          (Py_ssize_t)s->kept.len) : NULL;
+    grow_free(&s->kept);
     PyObject *out = NULL;
-    if (dims)
-        out = Py_BuildValue("{s:L,s:(LL),s:O,s:O,s:O,s:O}", "count", (long long)s->count,
-                            "events_span", (long long)s->events_start, (long long)s->events_end,
-                            "columns", columns, "other", other, "strings", strings, "raw", dims);
+    if (kept)
+        out = Py_BuildValue("{s:L,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "count", (long long)s->count,
+                            "root_array", s->root_array ? Py_True : Py_False, "columns", columns,
+                            "other", other, "coll", coll, "strings", strings, "raw", dims,
+                            "head", head, "kept", kept);
     Py_XDECREF(columns);
     Py_XDECREF(other);
+    Py_XDECREF(coll);
     Py_XDECREF(strings);
     Py_XDECREF(dims);
+    Py_XDECREF(head);
+    Py_XDECREF(kept);
     return out;
+}
+
+typedef struct {
+    Scan s;
+    int declined; /* a feed declined the file: nothing more is read */
+} Scanner;
+
+static void scanner_free(PyObject *capsule) {
+    Scanner *sc = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (!sc) return;
+    scan_free(&sc->s);
+    free(sc);
+}
+
+static PyObject *kineto_scanner(PyObject *self, PyObject *args) {
+    (void)self;
+    int mode = SCAN_COLUMNS;
+    if (!PyArg_ParseTuple(args, "|i", &mode)) return NULL;
+    if (mode != SCAN_COLUMNS && mode != SCAN_SPLIT && mode != SCAN_CHECK) {
+        PyErr_SetString(PyExc_ValueError, "no such scan mode");
+        return NULL;
+    }
+    Scanner *sc = calloc(1, sizeof *sc);
+    if (!sc) return PyErr_NoMemory();
+    scan_init(&sc->s, to_double);
+    sc->s.mode = mode;
+    PyObject *out = PyCapsule_New(sc, CAPSULE, scanner_free);
+    if (!out) {
+        scan_free(&sc->s);
+        free(sc);
+    }
+    return out;
+}
+
+static PyObject *kineto_feed(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *capsule;
+    Py_buffer view;
+    int final;
+    if (!PyArg_ParseTuple(args, "Oy*p", &capsule, &view, &final)) return NULL;
+    Scanner *sc = PyCapsule_GetPointer(capsule, CAPSULE);
+    PyObject *out = NULL;
+    if (sc) {
+        size_t used = 0;
+        int rc = sc->declined ? SCAN_DECLINED
+                 : scan_feed(&sc->s, (const unsigned char *)view.buf, (size_t)view.len, final, &used);
+        if (rc == SCAN_NO_MEMORY) {
+            PyErr_NoMemory();
+        } else if (rc == SCAN_DECLINED) {
+            sc->declined = 1;
+            scan_free(&sc->s); /* its memory back at once */
+            out = Py_NewRef(Py_None);
+        } else {
+            out = PyLong_FromSize_t(used);
+        }
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* The bytes of the elements read since the last drain, with their spans in them, as
+ * (bytes, starts, ends) (int64 each); the scanner keeps nothing of them (SCAN_SPLIT). */
+static PyObject *kineto_drain(PyObject *self, PyObject *capsule) {
+    (void)self;
+    Scanner *sc = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (!sc) return NULL;
+    Scan *s = &sc->s;
+    PyObject *out = Py_BuildValue("(y#y#y#)", s->kept.data ? s->kept.data : "",
+                                  (Py_ssize_t)s->kept.len,
+                                  s->other[O_START].data ? s->other[O_START].data : "",
+                                  (Py_ssize_t)s->other[O_START].len,
+                                  s->other[O_END].data ? s->other[O_END].data : "",
+                                  (Py_ssize_t)s->other[O_END].len);
+    s->kept.len = 0; /* the capacities stay: the next window fills them again */
+    for (int i = 0; i < SCAN_NOTHER; i++) s->other[i].len = 0;
+    return out;
+}
+
+/* The result of a scan fed whole (its last feed final); None when it declined, or when a
+ * string is no UTF-8. */
+static PyObject *scan_result(Scan *s) {
+    PyObject *out = result_dict(s);
+    if (!out && PyErr_ExceptionMatches(PyExc_ValueError)) { /* a string that is no UTF-8 */
+        PyErr_Clear();
+        out = Py_NewRef(Py_None);
+    }
+    scan_free(s);
+    return out;
+}
+
+static PyObject *kineto_result(PyObject *self, PyObject *capsule) {
+    (void)self;
+    Scanner *sc = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (!sc) return NULL;
+    if (sc->declined || !scan_done(&sc->s)) {
+        PyErr_SetString(PyExc_ValueError, "the scan is not complete");
+        return NULL;
+    }
+    sc->declined = 1; /* its buffers are handed over: nothing more to feed */
+    return scan_result(&sc->s);
 }
 
 static PyObject *kineto_scan(PyObject *self, PyObject *arg) {
@@ -130,21 +257,16 @@ static PyObject *kineto_scan(PyObject *self, PyObject *arg) {
     Scan s;
     scan_init(&s, to_double);
     int rc = scan_buffer(&s, (const unsigned char *)view.buf, (size_t)view.len);
-    PyObject *out = NULL;
-    if (rc == SCAN_NO_MEMORY) {
-        PyErr_NoMemory();
-    } else if (rc == SCAN_DECLINED) {
-        out = Py_NewRef(Py_None);
-    } else {
-        out = result_dict(&s);
-        if (!out && PyErr_ExceptionMatches(PyExc_ValueError)) { /* a string that is no UTF-8 */
-            PyErr_Clear();
-            out = Py_NewRef(Py_None);
-        }
-    }
-    scan_free(&s);
     PyBuffer_Release(&view);
-    return out;
+    if (rc == SCAN_NO_MEMORY) {
+        scan_free(&s);
+        return PyErr_NoMemory();
+    }
+    if (rc == SCAN_DECLINED) {
+        scan_free(&s);
+        Py_RETURN_NONE;
+    }
+    return scan_result(&s);
 }
 
 static PyObject *kineto_join(PyObject *self, PyObject *args) {
@@ -187,7 +309,24 @@ done:
     return out;
 }
 
+/* Give the C heap's free pages back to the system (glibc keeps freed blocks of up to 32 MB
+ * in its heap, and a rank's scan and its columns free many): a rank's peak RSS is then what
+ * it holds, not what it held. Nothing elsewhere. */
+static PyObject *kineto_trim(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef METHODS[] = {
+    {"trim", kineto_trim, METH_NOARGS, "Return the C heap's free pages to the system (glibc)."},
+    {"scanner", kineto_scanner, METH_VARARGS, "A scan of a Kineto trace fed in pieces (mode)."},
+    {"drain", kineto_drain, METH_O, "The elements a split scan read since the last drain."},
+    {"feed", kineto_feed, METH_VARARGS, "Feed bytes to a scanner: the bytes read (None: declined)."},
+    {"result", kineto_result, METH_O, "The columns of a scanner fed the whole document."},
     {"scan", kineto_scan, METH_O, "Scan Kineto trace JSON bytes into event columns (None: declined)."},
     {"join", kineto_join, METH_VARARGS, "Spans of a buffer as one JSON array."},
     {NULL, NULL, 0, NULL}};

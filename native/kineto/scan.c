@@ -1,4 +1,4 @@
-/* One pass over a Kineto trace into event columns: see scan.h. */
+/* One pass over a Kineto trace into event columns, fed in pieces: see scan.h. */
 #include "scan.h"
 
 #include <math.h>
@@ -16,21 +16,22 @@ static const char *const ARG_KEYS[SCAN_NARGS] = {
 static const char *const RAW_KEYS[SCAN_NRAW] = {
     "Input Dims", "Input type", "Input Strides", "Concrete Inputs"};
 static const char *const COLL_KEYS[2] = {"Collective name", "In msg nelems"};
+static const char *const SEQ_KEY[1] = {"Sequence number"};
 static const char SKIPPED_PHASES[] = "BEIbnestfPONDVvRc()"; /* traceevents.OTHER_PHASES */
 
 void scan_init(Scan *s, ScanToDouble to_double) {
     memset(s, 0, sizeof *s);
-    s->events_start = s->events_end = -1;
     s->to_double = to_double;
 }
 
 void scan_free(Scan *s) {
-    for (int i = 0; i < SCAN_NCOLS; i++) free(s->col[i].data);
-    for (int i = 0; i < SCAN_NOTHER; i++) free(s->other[i].data);
-    free(s->strings.slots);
-    free(s->strings.keys);
-    free(s->raw.slots);
-    free(s->raw.keys);
+    for (int i = 0; i < SCAN_NCOLS; i++) grow_free(&s->col[i]);
+    for (int i = 0; i < SCAN_NOTHER; i++) grow_free(&s->other[i]);
+    for (int i = 0; i < SCAN_NCOLL; i++) grow_free(&s->coll[i]);
+    grow_free(&s->kept);
+    grow_free(&s->head);
+    intern_free(&s->strings);
+    intern_free(&s->raw);
     memset(s, 0, sizeof *s);
 }
 
@@ -48,6 +49,7 @@ typedef struct {
     const unsigned char *raw[SCAN_NRAW]; /* NULL: absent */
     size_t raw_n[SCAN_NRAW];
     int coll;
+    int64_t seq;
 } Fields;
 
 static int key_is(const JsString *k, const char *name) {
@@ -113,6 +115,25 @@ static int read_id(Scan *s, JsCursor *c, Fields *f, int which) {
     return js_skip_value(c);
 }
 
+/* "Sequence number": an int within +-2**62 or null; anything else declines the event. */
+static int read_seq(JsCursor *c, Fields *f) {
+    int ch = js_peek(c);
+    if (ch == 'n') {
+        if (!js_is_literal(c, "null")) return c->bad = 1, 0;
+        f->seq = SCAN_NO_SEQ;
+        return 1;
+    }
+    if (ch == '-' || (ch >= '0' && ch <= '9')) {
+        JsNumber num;
+        if (!js_number(c, &num)) return 0;
+        if (num.fits) f->seq = num.value;
+        else f->decline = 1;
+        return 1;
+    }
+    f->decline = 1;
+    return js_skip_value(c);
+}
+
 static int read_args(Scan *s, JsCursor *c, Fields *f) {
     if (js_peek(c) == 'n') {
         if (!js_is_literal(c, "null")) return c->bad = 1, 0;
@@ -132,8 +153,10 @@ static int read_args(Scan *s, JsCursor *c, Fields *f) {
         if (key.escaped) f->decline = 1; /* it may spell a key read below */
         int slot = key_index(&key, ARG_KEYS, SCAN_NARGS);
         int raw = slot < 0 ? key_index(&key, RAW_KEYS, SCAN_NRAW) : -1;
-        int coll = slot < 0 && raw < 0 && key_index(&key, COLL_KEYS, 2) >= 0;
-        unsigned bit = slot >= 0 ? 1u << slot : raw >= 0 ? 1u << (SCAN_NARGS + raw) : 0;
+        int seq = slot < 0 && raw < 0 && key_index(&key, SEQ_KEY, 1) >= 0;
+        int coll = slot < 0 && raw < 0 && !seq && key_index(&key, COLL_KEYS, 2) >= 0;
+        unsigned bit = slot >= 0 ? 1u << slot : raw >= 0 ? 1u << (SCAN_NARGS + raw)
+                     : seq ? 1u << (SCAN_NARGS + SCAN_NRAW) : 0;
         if (bit & seen) f->decline = 1; /* a repeated key: the decoder keeps one of them */
         seen |= bit;
         if (slot >= 0) {
@@ -143,6 +166,8 @@ static int read_args(Scan *s, JsCursor *c, Fields *f) {
             if (!js_skip_value(c)) return 0;
             f->raw[raw] = start;
             f->raw_n[raw] = (size_t)(c->p - start);
+        } else if (seq) {
+            if (!read_seq(c, f)) return 0;
         } else if (coll) {
             if (!js_is_literal(c, "null")) {
                 f->coll = 1;
@@ -163,6 +188,7 @@ static int read_event(Scan *s, JsCursor *c, Fields *f) {
     memset(f, 0, sizeof *f);
     f->name.n = f->cat.n = SIZE_MAX;
     f->ts = f->dur = NAN;
+    f->seq = SCAN_NO_SEQ;
     for (int i = 0; i < SCAN_NARGS; i++) f->args[i] = NAN;
     int has_id[2] = {0, 0};
     c->odd_number = 0;
@@ -215,7 +241,15 @@ static int put_string_id(Scan *s, const JsString *str, int32_t *id) {
     return *id >= 0;
 }
 
-static int put_fast(Scan *s, const Fields *f, int64_t index, int64_t start, int64_t end) {
+/* The bytes of one event into kept; its span there into the two buffers spans[0:2]. */
+static int keep(Scan *s, Grow *spans, const unsigned char *from, const unsigned char *to) {
+    int64_t start = (int64_t)s->kept.len, end = start + (to - from);
+    return grow_put(&s->kept, from, (size_t)(to - from)) && grow_put(&spans[0], &start, 8) &&
+           grow_put(&spans[1], &end, 8);
+}
+
+static int put_fast(Scan *s, const Fields *f, int64_t index, const unsigned char *from,
+                    const unsigned char *to) {
     int32_t name, cat, pid_s, tid_s, raw[SCAN_NRAW];
     uint8_t coll = (uint8_t)f->coll;
     if (!put_string_id(s, &f->name, &name) || !put_string_id(s, &f->cat, &cat) ||
@@ -225,72 +259,161 @@ static int put_fast(Scan *s, const Fields *f, int64_t index, int64_t start, int6
         raw[i] = -1;
         if (f->raw[i] && (raw[i] = intern(&s->raw, f->raw[i], f->raw_n[i])) < 0) return 0;
     }
-    int ok = grow_put(&s->col[C_INDEX], &index, 8) && grow_put(&s->col[C_START], &start, 8) &&
-             grow_put(&s->col[C_END], &end, 8) && grow_put(&s->col[C_TS], &f->ts, 8) &&
+    int ok = grow_put(&s->col[C_INDEX], &index, 8) && grow_put(&s->col[C_TS], &f->ts, 8) &&
              grow_put(&s->col[C_DUR], &f->dur, 8) && grow_put(&s->col[C_NAME], &name, 4) &&
              grow_put(&s->col[C_CAT], &cat, 4) && grow_put(&s->col[C_PID], &f->id[0], 8) &&
              grow_put(&s->col[C_TID], &f->id[1], 8) && grow_put(&s->col[C_PID_S], &pid_s, 4) &&
-             grow_put(&s->col[C_TID_S], &tid_s, 4) &&              grow_put(&s->col[C_COLL], &coll, 1);
+             grow_put(&s->col[C_TID_S], &tid_s, 4) && grow_put(&s->col[C_COLL], &coll, 1) &&
+             grow_put(&s->col[C_SEQ], &f->seq, 8);
     for (int i = 0; ok && i < SCAN_NARGS; i++) ok = grow_put(&s->col[C_ARG0 + i], &f->args[i], 8);
     for (int i = 0; ok && i < SCAN_NRAW; i++) ok = grow_put(&s->col[C_RAW0 + i], &raw[i], 4);
-    return ok;
+    return ok && (!coll || keep(s, s->coll, from, to));
 }
 
-static int put_other(Scan *s, int64_t index, int64_t start, int64_t end) {
-    return grow_put(&s->other[O_INDEX], &index, 8) && grow_put(&s->other[O_START], &start, 8) &&
-           grow_put(&s->other[O_END], &end, 8);
+static int put_other(Scan *s, int64_t index, const unsigned char *from, const unsigned char *to) {
+    return grow_put(&s->other[O_INDEX], &index, 8) && keep(s, &s->other[O_START], from, to);
 }
 
-/* ---- the document ---- */
+/* ---- the document, one unit at a time ----
+ *
+ * A unit is what the scanner reads and keeps in one go: the root's opening, one top-level
+ * member (key and value, or the key of traceEvents and its '['), one element of traceEvents
+ * with the ',' or ']' after it, or the ',' / '}' after traceEvents. A unit is kept only when
+ * the window holds it whole and at least one byte after it (so that no decision was made at
+ * the window's end); else the feed stops before it and the caller feeds it again with more. */
 
-static int scan_events(Scan *s, JsCursor *c, const unsigned char *buf) {
-    int empty, more;
-    if (!js_open(c, ']', &empty)) return SCAN_DECLINED;
-    if (empty) return SCAN_OK;
-    Fields f;
-    do {
-        int64_t start = c->p - buf, index = s->count++;
-        int cls = EV_OTHER;
-        if (js_peek(c) == '{') {
-            cls = read_event(s, c, &f);
-            if (cls < 0) return SCAN_DECLINED;
-        } else if (!js_skip_value(c)) {
-            return SCAN_DECLINED;
+enum { ST_START, ST_MEMBER, ST_ELEM, ST_AFTER_EVENTS, ST_END };
+enum { U_OK, U_FAIL, U_DECLINE, U_NO_MEMORY }; /* U_FAIL: not JSON here, or the window ended */
+
+typedef struct {
+    int next;                 /* the state after the unit */
+    int cls;                  /* ST_ELEM: the element's class (EV_*) */
+    Fields f;                 /* ST_ELEM, EV_FAST: its fields */
+    const unsigned char *bracket; /* ST_MEMBER of traceEvents: its '[' */
+    int empty;                /* ... and whether the array closed at once */
+} Unit;
+
+static int unit_start(Scan *s, JsCursor *c, Unit *u) {
+    js_skip_ws(c);
+    int ch = js_peek(c), empty;
+    if (ch != '[' && ch != '{') return ch < 0 ? U_FAIL : U_DECLINE;
+    s->root_array = ch == '[';
+    if (!js_open(c, ch == '[' ? ']' : '}', &empty)) return U_FAIL;
+    if (ch == '{' && empty) return U_DECLINE; /* no traceEvents */
+    u->next = ch == '{' ? ST_MEMBER : empty ? ST_END : ST_ELEM;
+    return U_OK;
+}
+
+static int unit_member(JsCursor *c, Unit *u) {
+    JsString key;
+    if (!js_key(c, &key)) return U_FAIL;
+    if (key.escaped) return U_DECLINE; /* it may spell traceEvents */
+    if (!key_is(&key, "traceEvents")) {
+        if (!js_skip_value(c)) return U_FAIL;
+        int more = js_next(c, '}');
+        if (more < 0) return U_FAIL;
+        u->next = more ? ST_MEMBER : ST_END;
+        return U_OK;
+    }
+    int ch = js_peek(c);
+    if (ch != '[') return ch < 0 ? U_FAIL : U_DECLINE;
+    u->bracket = c->p;
+    if (!js_open(c, ']', &u->empty)) return U_FAIL;
+    u->next = u->empty ? ST_AFTER_EVENTS : ST_ELEM;
+    return U_OK;
+}
+
+static int unit_elem(Scan *s, JsCursor *c, Unit *u) {
+    u->cls = EV_OTHER;
+    if (s->mode != SCAN_COLUMNS) { /* the element whole, as it is */
+        if (s->mode == SCAN_CHECK) u->cls = EV_SKIP;
+        return js_skip_value(c) ? U_OK : U_FAIL;
+    }
+    if (js_peek(c) == '{') {
+        u->cls = read_event(s, c, &u->f);
+        if (u->cls < 0) return U_FAIL;
+    } else if (!js_skip_value(c)) {
+        return U_FAIL;
+    }
+    return U_OK;
+}
+
+static int unit_after(JsCursor *c, Unit *u, unsigned char close, int closed_state) {
+    int more = js_next(c, close);
+    if (more < 0) return U_FAIL;
+    u->next = more ? (close == ']' ? ST_ELEM : ST_MEMBER) : closed_state;
+    return U_OK;
+}
+
+/* Keep a unit read from [from, c->p): its effects on the columns, kept bytes and head. */
+static int commit(Scan *s, const Unit *u, const unsigned char *from, const unsigned char *elem_end,
+                  const unsigned char *to) {
+    switch (s->state) {
+    case ST_START:
+        return s->root_array || grow_put(&s->head, from, (size_t)(to - from));
+    case ST_MEMBER:
+        if (u->next == ST_ELEM || u->next == ST_AFTER_EVENTS) { /* the traceEvents key */
+            if (s->events_seen) return -1;
+            s->events_seen = 1;
+            return grow_put(&s->head, from, (size_t)(u->bracket + 1 - from)) &&
+                   (!u->empty || grow_put(&s->head, "]", 1));
         }
-        int64_t end = c->p - buf;
-        if (cls == EV_FAST && !put_fast(s, &f, index, start, end)) return SCAN_NO_MEMORY;
-        if (cls == EV_OTHER && !put_other(s, index, start, end)) return SCAN_NO_MEMORY;
-    } while ((more = js_next(c, ']')) > 0);
-    return more == 0 ? SCAN_OK : SCAN_DECLINED;
+        return grow_put(&s->head, from, (size_t)(to - from));
+    case ST_ELEM: {
+        int64_t index = s->count++;
+        if (u->cls == EV_FAST && !put_fast(s, &u->f, index, from, elem_end)) return 0;
+        if (u->cls == EV_OTHER && !put_other(s, index, from, elem_end)) return 0;
+        return u->next == ST_ELEM || s->root_array || grow_put(&s->head, "]", 1);
+    }
+    default: /* ST_AFTER_EVENTS */
+        return grow_put(&s->head, from, (size_t)(to - from));
+    }
+}
+
+int scan_feed(Scan *s, const unsigned char *buf, size_t n, int final, size_t *used) {
+    const unsigned char *mark = buf; /* what is before it is read and kept */
+    *used = 0;
+    for (;;) {
+        JsCursor c = {mark, buf + n, s->depth, 0, 0};
+        if (s->state == ST_END) { /* only whitespace may follow the root */
+            js_skip_ws(&c);
+            if (c.p < c.end) return SCAN_DECLINED;
+            mark = c.p;
+            break;
+        }
+        Unit u;
+        const unsigned char *elem_end = NULL;
+        int rc;
+        switch (s->state) {
+        case ST_START: rc = unit_start(s, &c, &u); break;
+        case ST_MEMBER: rc = unit_member(&c, &u); break;
+        case ST_ELEM:
+            rc = unit_elem(s, &c, &u);
+            elem_end = c.p;
+            if (rc == U_OK) rc = unit_after(&c, &u, ']', s->root_array ? ST_END : ST_AFTER_EVENTS);
+            break;
+        default: rc = unit_after(&c, &u, '}', ST_END);
+        }
+        if (rc == U_DECLINE) return SCAN_DECLINED;
+        if (rc == U_FAIL || c.bad || (c.p >= c.end && !final)) {
+            if (final) return SCAN_DECLINED;
+            break; /* the window ends inside this unit: fed again with more */
+        }
+        int kept = commit(s, &u, mark, elem_end, c.p);
+        if (kept < 0) return SCAN_DECLINED; /* a second traceEvents */
+        if (!kept) return SCAN_NO_MEMORY;
+        s->state = u.next;
+        s->depth = c.depth;
+        mark = c.p;
+    }
+    if (!js_valid_utf8(buf, (size_t)(mark - buf))) return SCAN_DECLINED;
+    *used = (size_t)(mark - buf);
+    return final && !scan_done(s) ? SCAN_DECLINED : SCAN_OK; /* no traceEvents: declined */
 }
 
 int scan_buffer(Scan *s, const unsigned char *buf, size_t n) {
-    JsCursor c = {buf, buf + n, 0, 0, 0};
-    int rc = SCAN_DECLINED;
-    js_skip_ws(&c);
-    if (js_peek(&c) == '[') {
-        rc = scan_events(s, &c, buf);
-    } else if (js_peek(&c) == '{') {
-        int found = 0, empty, more;
-        if (!js_open(&c, '}', &empty)) return SCAN_DECLINED;
-        for (more = !empty; more > 0;) {
-            JsString key;
-            if (!js_key(&c, &key) || key.escaped) return SCAN_DECLINED;
-            if (key_is(&key, "traceEvents")) {
-                if (found || js_peek(&c) != '[') return SCAN_DECLINED;
-                found = 1;
-                s->events_start = c.p - buf;
-                rc = scan_events(s, &c, buf);
-                if (rc != SCAN_OK) return rc;
-                s->events_end = c.p - buf;
-            } else if (!js_skip_value(&c)) {
-                return SCAN_DECLINED;
-            }
-            if ((more = js_next(&c, '}')) < 0) return SCAN_DECLINED;
-        }
-        if (!found) return SCAN_DECLINED;
-    }
-    if (rc != SCAN_OK || c.bad) return rc == SCAN_NO_MEMORY ? rc : SCAN_DECLINED;
-    js_skip_ws(&c);
-    return c.p == c.end ? SCAN_OK : SCAN_DECLINED;
+    size_t used;
+    return scan_feed(s, buf, n, 1, &used);
 }
+
+int scan_done(const Scan *s) { return s->state == ST_END && (s->root_array || s->events_seen); }

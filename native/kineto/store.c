@@ -17,9 +17,15 @@ int grow_put(Grow *g, const void *src, size_t n) {
         g->data = data;
         g->cap = cap;
     }
-    memcpy(g->data + g->len, src, n);
+    if (n) memcpy(g->data + g->len, src, n);
     g->len += n;
     return 1;
+}
+
+void grow_free(Grow *g) {
+    free(g->data);
+    g->data = NULL;
+    g->len = g->cap = 0;
 }
 
 static uint64_t hash_bytes(const unsigned char *s, size_t n) {
@@ -39,7 +45,7 @@ static int intern_rehash(Intern *t, size_t nslots) {
     uint32_t *slots = calloc(nslots, sizeof *slots);
     if (!slots) return 0;
     for (size_t id = 0; id < t->count; id++) {
-        size_t at = hash_bytes(t->keys[id].s, t->keys[id].n) & (nslots - 1);
+        size_t at = hash_bytes(intern_bytes(t, id), t->keys[id].n) & (nslots - 1);
         while (slots[at]) at = (at + 1) & (nslots - 1);
         slots[at] = (uint32_t)(id + 1);
     }
@@ -49,15 +55,15 @@ static int intern_rehash(Intern *t, size_t nslots) {
     return 1;
 }
 
-/* The id of bytes s[0:n] (pointing into the scanned buffer), added when new; -1 on no memory. */
+/* The id of bytes s[0:n], copied in when new; -1 on no memory. */
 int32_t intern(Intern *t, const unsigned char *s, size_t n) {
     if (t->count >= INT32_MAX - 1) return -1;
     if ((t->count + 1) * 2 > t->nslots && !intern_rehash(t, t->nslots ? t->nslots * 2 : 1024))
         return -1;
     size_t at = hash_bytes(s, n) & (t->nslots - 1);
     while (t->slots[at]) {
-        Key *k = &t->keys[t->slots[at] - 1];
-        if (k->n == n && memcmp(k->s, s, n) == 0) return (int32_t)(t->slots[at] - 1);
+        size_t id = t->slots[at] - 1;
+        if (t->keys[id].n == n && memcmp(intern_bytes(t, id), s, n) == 0) return (int32_t)id;
         at = (at + 1) & (t->nslots - 1);
     }
     if (t->count == t->cap) {
@@ -67,9 +73,17 @@ int32_t intern(Intern *t, const unsigned char *s, size_t n) {
         t->keys = keys;
         t->cap = cap;
     }
-    t->keys[t->count].s = s;
+    size_t off = t->arena.len;
+    if (!grow_put(&t->arena, s, n)) return -1;
+    t->keys[t->count].off = off;
     t->keys[t->count].n = n;
     t->slots[at] = (uint32_t)(t->count + 1);
     return (int32_t)t->count++;
 }
 
+void intern_free(Intern *t) {
+    free(t->slots);
+    free(t->keys);
+    grow_free(&t->arena);
+    memset(t, 0, sizeof *t);
+}

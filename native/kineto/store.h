@@ -1,5 +1,6 @@
 /* Growable byte buffers and intern tables of byte strings (every size checked before use).
- * The tables point into the scanned buffer, which must outlive them. */
+ * An intern table keeps its own copy of each distinct string (the scanned window is gone by
+ * the next feed), addressed by offset: its arena moves as it grows. */
 #ifndef PROFKIT_STORE_H
 #define PROFKIT_STORE_H
 
@@ -12,8 +13,7 @@ typedef struct {
 } Grow;
 
 typedef struct {
-    const unsigned char *s;
-    size_t n;
+    size_t off, n; /* the string is arena.data[off:off + n] */
 } Key;
 
 typedef struct {
@@ -21,9 +21,16 @@ typedef struct {
     size_t nslots;
     Key *keys;
     size_t count, cap;
+    Grow arena; /* the strings' bytes, one after another */
 } Intern;
 
 int grow_put(Grow *g, const void *src, size_t n); /* 0: no memory */
+void grow_free(Grow *g);
 int32_t intern(Intern *t, const unsigned char *s, size_t n); /* the id of s[0:n]; -1: no memory */
+void intern_free(Intern *t);
+
+static inline const unsigned char *intern_bytes(const Intern *t, size_t id) {
+    return (const unsigned char *)t->arena.data + t->keys[id].off;
+}
 
 #endif

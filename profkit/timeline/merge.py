@@ -158,7 +158,7 @@ def _rank_chunks(run: Run, data: RankData, base_ns: int, window: Window):
 
 
 def _file_chunks(run: Run, rank: int, path: str, pids: _PidMap, base_ns: int, window: Window):
-    trace = tracefile.load(path, columns=False)  # merge re-encodes every raw event
+    trace = tracefile.load_split(path)  # merge re-encodes every raw event, read as they come
     base_time = base_time_ns(trace.header.baseTimeNanoseconds, Problems())
     shift_us = (base_time - run.clock_offset_ns(rank) - base_ns) / 1000.0
     lo, hi = _window_us(window, base_ns)

@@ -28,6 +28,7 @@ from profkit.classify.opfamilies import op_family
 from profkit.classify.shapes import readable_dims
 from profkit.classify.traffic import UNKNOWN, op_cost
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns, values_in
+from profkit.trace import native as native_reader
 from profkit.trace import nativefeed
 from profkit.trace.countersamples import CounterSamples
 from profkit.trace.memorysamples import MemorySamples
@@ -276,17 +277,17 @@ class Accumulator:
         ts_us = self._take("ts_us")
         order = np.argsort(ts_us, kind="stable")
         self._rekey_args(order)
-        cats = self.cats.categorical(self._take(S.CAT, order).astype(np.int32))
+        cats = self.cats.categorical(self._take(S.CAT, order).astype(np.int32, copy=False))
         kinds = np.asarray(self.cat_kind + [S.KIND_OTHER], dtype=object)
         ev = pd.DataFrame({
             S.TS_NS: self.base_ns + us_to_ns(ts_us[order]),
             S.DUR_NS: self._take(S.DUR_NS, order).astype(np.int64),
-            S.NAME: self.names.categorical(self._take(S.NAME, order).astype(np.int32)),
+            S.NAME: self.names.categorical(self._take(S.NAME, order).astype(np.int32, copy=False)),
             S.CAT: cats,
             S.KIND: pd.Categorical(kinds[cats.codes], categories=S.KINDS),
         })
         for name in (S.PID, S.TID):
-            ev[name] = self._take(name, order).astype(np.int64)
+            ev[name] = self._take(name, order).astype(np.int64, copy=False)
         for name in (S.CORRELATION, S.EXTERNAL_ID):
             ev[name] = to_int(self._take(name, order))
         is_gpu = values_in(ev[S.KIND], S.GPU_KINDS)
@@ -298,16 +299,18 @@ class Accumulator:
         for name in (S.BLOCKS_PER_SM, S.OCCUPANCY_PCT, S.FLOPS, S.BYTES):
             ev[name] = self._take(name, order)
         ev[S.FLOPS_DTYPE] = pd.Categorical.from_codes(
-            self._take(S.FLOPS_DTYPE, order).astype(np.int8), categories=("",) + PRECISIONS)
-        ev[S.INPUT_DIMS] = self.dims.categorical(self._take(S.INPUT_DIMS, order).astype(np.int32))
+            self._take(S.FLOPS_DTYPE, order).astype(np.int8, copy=False), categories=("",) + PRECISIONS)
+        ev[S.INPUT_DIMS] = self.dims.categorical(
+            self._take(S.INPUT_DIMS, order).astype(np.int32, copy=False))
         for name in S.COST_COLUMNS:
-            ev[name] = self._take(name, order).astype(np.float32)
+            ev[name] = self._take(name, order).astype(np.float32, copy=False)
         return ev
 
     def _take(self, column: str, order: np.ndarray | None = None) -> np.ndarray:
         """One collected column, concatenated (and reordered), its parts released."""
         parts = self.parts.pop(column, [])
-        values = np.concatenate(parts) if parts else np.empty(0)
+        # one part (the native reader's one add) is taken as it is: no copy to concatenate
+        values = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0)
         del parts
         return values if order is None else values[order]
 
@@ -404,10 +407,11 @@ def accumulate(trace: Trace, base_ns: int = 0) -> Accumulator:
     buffers are released after and what was dropped or repaired added to its problems."""
     acc = Accumulator(base_ns)
     if trace.native is not None:  # the native reader's columns (profkit.trace.native)
-        nativefeed.feed(acc, trace.native, trace._bytes, trace.repairs)
+        nativefeed.feed(acc, trace.native, trace.repairs)
     for batch in trace.batches() if trace.native is None else ():
         acc.add(batch)
     trace.release()
+    native_reader.trim()  # the scan's columns (or raw events) and what building the parts freed
     acc.resolve_conv_links()
     trace.problems.extend(acc.problems())
     return acc

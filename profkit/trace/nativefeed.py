@@ -20,9 +20,8 @@ import numpy as np
 from profkit import schema as S
 from profkit.classify.events import LEGACY_PID_CATEGORY
 from profkit.columns import stable_id
-from profkit.trace.native import ARG_FIELDS, RAW_FIELDS, NativeScan, join_spans
+from profkit.trace.native import ARG_FIELDS, NO_SEQ, RAW_FIELDS, NativeScan, join_spans
 from profkit.trace.traceevents import (
-    _EVENT_DECODER,
     BATCH_DECODER,
     DECODE_ERRORS,
     CounterEvent,
@@ -40,12 +39,12 @@ _ARG_KINDS = {  # the kinds each numeric arg is read for (accumulate._ARG_COLUMN
     "bytes": (S.KIND_MEMCPY, S.KIND_MEMSET)}
 
 
-def feed(acc, scan: NativeScan, raw: bytes | bytearray, repairs: Counter) -> None:
+def feed(acc, scan: NativeScan, repairs: Counter) -> None:
     """Every event of the scanned trace into ``acc``, as the pure-Python reader adds them."""
-    rows = _Rows(scan, raw)
+    rows = _Rows(scan)
     fast_index = scan.columns["index"]
     pos = 0
-    for index, records in _other_events(acc, scan, raw, repairs):
+    for index, records in _other_events(acc, scan, repairs):
         at = int(np.searchsorted(fast_index, index))  # the fast rows before these events
         if at > pos:
             rows.add(acc, pos, at)
@@ -55,7 +54,7 @@ def feed(acc, scan: NativeScan, raw: bytes | bytearray, repairs: Counter) -> Non
         rows.add(acc, pos, len(fast_index))
 
 
-def _other_events(acc, scan: NativeScan, raw, repairs: Counter):
+def _other_events(acc, scan: NativeScan, repairs: Counter):
     """(event index, [complete events]) of each run of complete events among the events the
     native reader left to Python, in file order; their metadata, counter and instant events
     go to ``acc``'s collectors on the way."""
@@ -64,7 +63,7 @@ def _other_events(acc, scan: NativeScan, raw, repairs: Counter):
     run_at = -1
     for lo in range(0, len(index), BATCH_EVENTS):
         hi = min(lo + BATCH_EVENTS, len(index))
-        records = _decode(raw, start[lo:hi], end[lo:hi], repairs)
+        records = _decode(scan.kept, start[lo:hi], end[lo:hi], repairs)
         acc.metadata.extend(e for e in records if type(e) is Meta)
         acc.counters.add([e for e in records if type(e) is CounterEvent])
         acc.memory.add([e for e in records if type(e) is InstantEvent])
@@ -97,26 +96,13 @@ def _decode(raw, starts: np.ndarray, ends: np.ndarray, repairs: Counter) -> list
 
 
 class _RawArgs:
-    """The args accumulate's shape costs read of one fast event: its raw JSON args, and
-    (decoded from the event's bytes when asked) its sequence number."""
+    """The args accumulate's shape costs read of one fast event: its raw JSON args and its
+    sequence number."""
 
-    __slots__ = ("input_dims", "input_types", "input_strides", "concrete_inputs", "_rows", "_row")
+    __slots__ = ("input_dims", "input_types", "input_strides", "concrete_inputs", "seq_number")
 
-    def __init__(self, raws: tuple, rows: _Rows, row: int) -> None:
+    def __init__(self, raws: tuple, seq_number) -> None:
         self.input_dims, self.input_types, self.input_strides, self.concrete_inputs = raws
-        self._rows, self._row = rows, row
-
-    @property
-    def seq_number(self):
-        return _EVENT_DECODER.decode(self._rows.event_bytes(self._row)).args.seq_number
-
-
-class _KnownSeq:
-    """The one arg ConvLinks.note reads of a row, decoded ahead."""
-
-    __slots__ = ("seq_number",)
-
-    def __init__(self, seq_number) -> None:
         self.seq_number = seq_number
 
 
@@ -125,14 +111,11 @@ class _LazyArgs:
 
     def __init__(self, rows: _Rows, at: np.ndarray) -> None:
         self.rows, self.at = rows, at
-        self.seq: dict[int, object] = {}  # row -> sequence number, decoded ahead where known
 
     def __len__(self) -> int:
         return len(self.at)
 
     def __getitem__(self, i: int):
-        if i in self.seq:
-            return _KnownSeq(self.seq[i])
         return self.rows.args_of(int(self.at[i]))
 
 
@@ -146,22 +129,28 @@ class _Rows:
     """The scan's fast rows, and the per-trace state of coding them (lut: scan string id
     + 1 -> code of each Codes, -1 until coded; 0 stands for a missing value)."""
 
-    def __init__(self, scan: NativeScan, raw) -> None:
-        self.scan, self.raw, self.col = scan, raw, scan.columns
+    def __init__(self, scan: NativeScan) -> None:
+        self.scan, self.col = scan, scan.columns
         self.luts: dict[int, np.ndarray] = {}
         self.no_raw = b""
+        self.coll_rows = np.flatnonzero(scan.columns["coll"])  # rows of scan.coll's spans
 
     def add(self, acc, lo: int, hi: int) -> None:
-        """The fast rows lo:hi into ``acc`` (the steps of Accumulator.add)."""
+        """The fast rows lo:hi into ``acc`` (the steps of Accumulator.add). Where no row is
+        dropped, columns are read as slices and a column that needs no change (ts, the ids,
+        args no row of another kind carries) goes into ``acc`` as a view of the scan's: the
+        rows are not copied for nothing (a large rank's peak is ~0.1x its JSON less)."""
         from profkit.trace.accumulate import _KIND_CODE, _dims_text
 
         col = self.col
         ts_us = col["ts"][lo:hi]
         placed = (ts_us >= acc.ts_range_us[0]) & (ts_us <= acc.ts_range_us[1])
-        at = np.arange(lo, hi)
+        at = slice(lo, hi)  # the rows, as a slice while none is dropped
         if not placed.all():
-            acc.dropped_ts += int(len(at) - placed.sum())
-            at, ts_us = at[placed], ts_us[placed]
+            acc.dropped_ts += int(len(placed) - placed.sum())
+            at = np.arange(lo, hi)[placed]
+            ts_us = ts_us[placed]
+        rows = np.arange(lo, hi) if isinstance(at, slice) else at
         cat_codes = self._legacy(acc, self._encode(acc.cats, col["cat"][at], self.scan.strings),
                                  col["cat"][at], col["pid_text"][at])
         name_codes = self._encode(acc.names, col["name"][at], self.scan.strings)
@@ -174,29 +163,32 @@ class _Rows:
         for column in (S.PID, S.TID):
             acc._put(column, self._ids(col[column][at], col[f"{column}_text"][at]))
         for field, column in zip(ARG_FIELDS, _arg_columns()):
-            values = col[f"arg{ARG_FIELDS.index(field)}"][at].copy()
+            values = col[f"arg{ARG_FIELDS.index(field)}"][at]
             kinds = _ARG_KINDS.get(field)
             if kinds is not None:
                 wanted = np.zeros(len(S.KINDS), dtype=bool)
                 wanted[[_KIND_CODE[k] for k in kinds]] = True
-                values[~wanted[kind]] = np.nan
+                unwanted = ~wanted[kind] & ~np.isnan(values)
+                if unwanted.any() or column == S.FLOPS:  # FLOPs are changed in place below
+                    values = values.copy()
+                    values[unwanted] = np.nan
             if column == S.FLOPS:
-                lazy = _LazyArgs(self, at)
-                acc._add_shape_costs(values, name_codes, _LazyNames(self, at), lazy,
-                                     self._shape_hits(acc, at, lazy))
+                acc._add_shape_costs(values, name_codes, _LazyNames(self, rows),
+                                     _LazyArgs(self, rows), self._shape_hits(acc, at))
             acc._put(column, values)
         dims = col["raw0"][at].copy()
         dims[kind != _KIND_CODE[S.KIND_CPU_OP]] = -1
         acc._put(S.INPUT_DIMS, self._encode(acc.dims, dims, self.scan.raw, _dims_text))
         coll = np.flatnonzero(col["coll"][at])
         if len(coll):  # the few rows with collective args: decoded whole, at once
-            events = BATCH_DECODER.decode(join_spans(self.raw, col["start"][at[coll]],
-                                                     col["end"][at[coll]]))
+            span = np.searchsorted(self.coll_rows, rows[coll])
+            events = BATCH_DECODER.decode(join_spans(self.scan.kept, self.scan.coll["start"][span],
+                                                     self.scan.coll["end"][span]))
             for i, event in zip(coll.tolist(), events):
                 acc.coll_args[acc.rows + i] = without_raw(event.args)
-        acc.rows += len(at)
+        acc.rows += len(rows)
 
-    def _shape_hits(self, acc, at: np.ndarray, lazy: _LazyArgs):
+    def _shape_hits(self, acc, at):
         """Accumulator._shape_hits for the rows ``at``: the rows of wanted names with Input
         Dims, their costs worked out once per distinct (name, raw args), from the scan's
         ids, with the accumulator's memo (its keys as _shape_hits makes them)."""
@@ -213,7 +205,7 @@ class _Rows:
             for name_id, *raw_ids in uniq.tolist():
                 name = self.scan.strings[name_id]
                 a = _RawArgs(tuple(self.no_raw if r < 0 else self.scan.raw[r] for r in raw_ids),
-                             self, -1)
+                             None)
                 key = (name, a.input_dims, a.input_types, a.concrete_inputs, a.input_strides)
                 hit = memo.get(key)
                 if hit is None:
@@ -221,13 +213,7 @@ class _Rows:
                         memo.clear()
                     hit = memo[key] = _shape_costs(name, a, acc.conv_links.wants(name))
                 found.append(hit)
-            hits = [found[j] for j in inverse.ravel().tolist()]
-            linked = [r for r, hit in zip(rows.tolist(), hits) if hit[4] is not None]
-            if linked:  # their sequence numbers (ConvLinks.note), decoded at once
-                events = BATCH_DECODER.decode(join_spans(self.raw, col["start"][at[linked]],
-                                                         col["end"][at[linked]]))
-                lazy.seq = {r: e.args.seq_number for r, e in zip(linked, events)}
-            return rows.tolist(), hits
+            return rows.tolist(), [found[j] for j in inverse.ravel().tolist()]
 
         return hits_of
 
@@ -263,7 +249,7 @@ class _Rows:
         """pid / tid as columns.ids_to_int reads them: ints as they are, text by stable_id."""
         texts = text_ids >= 0
         if not texts.any():
-            return numbers.copy()
+            return numbers
         out = numbers.copy()
         uniq, inverse = np.unique(text_ids[texts], return_inverse=True)
         mapped = np.array([stable_id(self.scan.strings[j]) for j in uniq.tolist()],
@@ -271,14 +257,12 @@ class _Rows:
         out[texts] = mapped[inverse]
         return out
 
-    def event_bytes(self, row: int) -> bytes:
-        return bytes(self.raw[int(self.col["start"][row]):int(self.col["end"][row])])
-
     def args_of(self, row: int) -> _RawArgs:
         raws = tuple(self.no_raw if self.col[f"raw{k}"][row] < 0
                      else self.scan.raw[self.col[f"raw{k}"][row]]
                      for k in range(len(RAW_FIELDS)))
-        return _RawArgs(raws, self, row)
+        seq = int(self.col["seq"][row])
+        return _RawArgs(raws, None if seq == NO_SEQ else seq)
 
 
 def _arg_columns() -> tuple:

@@ -1,7 +1,9 @@
 """Reading a trace file's JSON bytes with a bound on their size.
 
 A few MB of gzip can expand to many GB (a gzip bomb, or a corrupt file), so gzip is
-decompressed as a stream and stopped once the JSON passes the limit: half the memory free
+decompressed as a stream (:func:`trace_pieces`, which the native reader reads piece by
+piece, so that neither the compressed file nor its JSON is held whole) and stopped once the
+JSON passes the limit: half the memory free
 now, shared by the traces read at once (:func:`memory_budget_bytes`), at most
 :data:`ABS_MAX_TRACE_BYTES`, and for gzip at most :data:`MAX_GZIP_RATIO` times the
 compressed size (Kineto traces compress 7-25x; a bomb ~1000x). The ratio is checked as the
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from profkit.errors import TraceError
@@ -29,7 +32,8 @@ MAX_GZIP_RATIO = 100  # JSON bytes per gzip byte; 4x the most seen in real trace
 MIN_GZIP_LIMIT_BYTES = 64 << 20  # the ratio does not apply below this
 GZIP_MAGIC = b"\x1f\x8b"
 _PIECE_BYTES = 64 << 10  # compressed bytes fed to zlib at a time (small outputs stay in cache)
-_STEP_BYTES = 16 << 20  # JSON bytes produced between two checks of the limit
+_STEP_BYTES = 4 << 20  # JSON bytes produced (at most) between two checks of the limit
+_PLAIN_PIECE_BYTES = 4 << 20  # JSON bytes of a plain file read at a time
 
 
 def available_memory_bytes() -> int | None:
@@ -115,43 +119,63 @@ def _check_growth(path: Path, out_bytes: int, read_bytes: int, limit: int,
         raise _inflated(path, out_bytes, read_bytes)
 
 
-def _gunzip(path: Path, data: bytes, limit: int) -> bytearray:
-    """Every gzip member of ``data``, decompressed until ``limit`` is passed or the JSON
-    outgrows the ratio (:func:`_check_growth`): memory stays under the limit plus one step."""
+def _gunzip(path: Path, fh, limit: int) -> Iterator[bytes]:
+    """Every gzip member of the file ``fh`` (read from its start), decompressed piece by
+    piece until ``limit`` is passed or the JSON outgrows the ratio (:func:`_check_growth`):
+    neither the compressed file nor its JSON is held whole here."""
     ratio_applies = _override_bytes() is None
-    out = bytearray()
-    view = memoryview(data)
+    out_bytes = taken = 0  # JSON bytes made; gzip bytes given to the streams
     stream = zlib.decompressobj(wbits=31)
-    pos = 0
+    piece = b""
     while True:
         if stream.eof:  # a finished member: what follows is another member or zero padding
-            pos -= len(stream.unused_data)
-            if data.count(b"\0", pos) == len(data) - pos:
-                return out
-            if data[pos:pos + 2] != GZIP_MAGIC:
-                raise TraceError(str(path), "corrupt gzip: data after the end of the gzip "
-                                 "stream is not gzip")
+            taken -= len(stream.unused_data)
+            piece = _after_member(path, stream.unused_data, fh)
+            if piece is None:
+                return
             stream = zlib.decompressobj(wbits=31)
-        if pos >= len(data):
-            raise TraceError(str(path), "corrupt or truncated gzip: the file ends inside its "
-                             "compressed data (was the writer interrupted?)")
-        piece = view[pos:pos + _PIECE_BYTES]
-        pos += len(piece)
+        if not piece:
+            piece = fh.read(_PIECE_BYTES)
+            if not piece:
+                raise TraceError(str(path), "corrupt or truncated gzip: the file ends inside its "
+                                 "compressed data (was the writer interrupted?)")
+        taken += len(piece)
         while piece and not stream.eof:
-            out += stream.decompress(piece, _STEP_BYTES)
+            out = stream.decompress(piece, _STEP_BYTES)
             piece = stream.unconsumed_tail
-            _check_growth(path, len(out), pos - len(piece), limit, ratio_applies)
+            out_bytes += len(out)
+            _check_growth(path, out_bytes, taken - len(piece), limit, ratio_applies)
+            if out:
+                yield out
+        piece = b""
 
 
-def read_trace_bytes(path: str | Path, readers: int = 1) -> bytes | bytearray:
-    """The file's JSON bytes, gunzipped when the file is gzip (by content, not name), at
-    most :func:`max_trace_bytes` of them (``readers``: traces read at once, which share the
-    memory); raises :class:`TraceError` naming the file."""
+def _after_member(path: Path, rest: bytes, fh) -> bytes | None:
+    """The next gzip member's first bytes after the end of one (``rest``: the bytes read
+    past it), or None when only zero padding follows to the end of the file."""
+    while len(rest) < 2:
+        more = fh.read(_PIECE_BYTES)
+        if not more:
+            break
+        rest += more
+    if rest[:2] == GZIP_MAGIC:
+        return rest
+    while rest:
+        if rest.count(b"\0") != len(rest):
+            raise TraceError(str(path), "corrupt gzip: data after the end of the gzip stream "
+                             "is not gzip")
+        rest = fh.read(_PIECE_BYTES)
+    return None
+
+
+def trace_pieces(path: str | Path, readers: int = 1) -> Iterator[bytes]:
+    """The file's JSON bytes piece by piece, gunzipped when the file is gzip (by content,
+    not name), at most :func:`max_trace_bytes` of them (``readers``: traces read at once,
+    which share the memory); raises :class:`TraceError` naming the file (also part way
+    through, for a gzip that turns out corrupt, truncated or too large)."""
     path = Path(path)
+    made = 0
     try:
-        # unbuffered: read() then allocates the file's size once and reads into it (a
-        # buffered reader returns its buffered head joined to the rest: a second copy of
-        # the file, twice the page faults, measured ~2x the time on a 75 MB trace)
         with open(path, "rb", buffering=0) as fh:
             head = fh.read(2)
             if not head:
@@ -161,14 +185,49 @@ def read_trace_bytes(path: str | Path, readers: int = 1) -> bytes | bytearray:
             if head != GZIP_MAGIC and size > limit:
                 raise _too_large(path, size, limit, gunzipped=False)
             fh.seek(0)
-            data = fh.read()  # gzip: the compressed bytes, ~1/12 of the JSON
-        if head != GZIP_MAGIC:
-            return data
-        raw = _gunzip(path, data, limit)
+            if head != GZIP_MAGIC:
+                while piece := fh.read(_PLAIN_PIECE_BYTES):
+                    yield piece
+                return
+            for piece in _gunzip(path, fh, limit):
+                made += len(piece)
+                yield piece
     except OSError as exc:
         raise TraceError(str(path), f"cannot read: {exc.strerror or exc}") from None
     except zlib.error as exc:
         raise TraceError(str(path), f"corrupt or truncated gzip: {exc}") from None
-    if not raw:
+    if not made:
         raise TraceError(str(path), "empty file (after gunzip)")
-    return raw
+
+
+def read_trace_bytes(path: str | Path, readers: int = 1) -> bytes | bytearray:
+    """The file's JSON bytes whole (:func:`trace_pieces`, with its limits and errors)."""
+    path = Path(path)
+    if not _is_gzip(path):
+        try:
+            # unbuffered: read() then allocates the file's size once and reads into it (a
+            # buffered reader returns its buffered head joined to the rest: a second copy of
+            # the file, twice the page faults, measured ~2x the time on a 75 MB trace)
+            with open(path, "rb", buffering=0) as fh:
+                size = os.fstat(fh.fileno()).st_size
+                limit = max_trace_bytes(None, readers)
+                if size > limit:
+                    raise _too_large(path, size, limit, gunzipped=False)
+                data = fh.read()
+        except OSError as exc:
+            raise TraceError(str(path), f"cannot read: {exc.strerror or exc}") from None
+        if not data:
+            raise TraceError(str(path), "empty file")
+        return data
+    out = bytearray()
+    for piece in trace_pieces(path, readers):
+        out += piece
+    return out
+
+
+def _is_gzip(path: Path) -> bool:
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            return fh.read(2) == GZIP_MAGIC
+    except OSError as exc:
+        raise TraceError(str(path), f"cannot read: {exc.strerror or exc}") from None
