@@ -13,6 +13,8 @@ the host time) and the workload's own labels (SUMMARY.txt), never against profki
   step's first GPU event.
 - samples/runs/why/gpt_4l: a GPT trained on a batch made on the GPU, no DataLoader; launch-
   and dispatcher-bound: no DataLoader advice.
+- samples/runs/parallel/tp_mlp: a 2-rank tensor-parallel MLP (DTensor) on a batch made on the
+  GPU, no DataLoader: host bound under DTensor dispatch, 68% host work on rank 0.
 - samples/runs/parallel/mesh2x2_hostbound: rank 3 sleeps 30 ms per step in a ``host_work``
   range: named, not DataLoader advice.
 - samples/runs/why/cpu_optimizer: Adam on CPU tensors after reading the gradients back: a
@@ -107,6 +109,20 @@ def test_a_dispatcher_bound_loop_gets_no_dataloader_advice():
     assert f.evidence["host_work_kind"] == "between_launches"
     assert f.evidence["host_work_shares"]["before_first_op"] < 0.1
     assert "torch.compile" in f.recommendation and "Python between recorded ops" in f.recommendation
+    assert loader_advice(run) == []
+
+
+def test_dtensor_dispatch_gets_no_dataloader_advice():
+    run = RUNS / "parallel" / "tp_mlp"
+    ev = raw(run, rank=0)
+    assert not [e for e in ev if "DataLoader" in e["name"]]
+    assert max(heads_ms(ev)) < 1.0
+    # independently: the host runs DTensor's dispatch (PythonSubclass / Redistribute ranges)
+    subclass = sum(e["dur"] for e in ev if e["name"] in ("PythonSubclass", "Redistribute"))
+    assert subclass > 1000  # us over the trace
+    f = host_work(run)
+    assert f.evidence["host_work_kind"] == "between_launches"
+    assert "PythonSubclass" in f.recommendation and "DTensor" in f.recommendation
     assert loader_advice(run) == []
 
 
