@@ -1,7 +1,7 @@
 """What the host did while the GPU waited on its host work, and advice that fits it.
 
-Host work before a step's first GPU op is input preparation: a DataLoader's workers can take
-it over. Host work among the step's launches is not: it is Python, dispatch, autograd, the
+Host work before a step's first GPU op, where that op copies the step's input to the GPU, is
+input preparation: a DataLoader's workers can take it over. Host work among the step's launches is not: it is Python, dispatch, autograd, the
 optimizer or code in a range the user named, and DataLoader workers would not touch it. The
 split comes from :mod:`profkit.analyzers.measure.hostwork` (``host_work_where``), the code
 from the breakdown's ``idle_code`` labels of the part; issue 40 (DataLoader advice given to a
@@ -20,10 +20,15 @@ UNRECORDED_PREFIX = "(Python between recorded ops"
 OPTIMIZER_LABEL = "Optimizer."
 
 INPUT_ADVICE = (
-    "The host prepares the step's input before the step's first GPU op ({share} of this "
-    "host work{code}): run that work in DataLoader workers (num_workers>0, pin_memory=True, "
+    "The host prepares the step's input before the step's first GPU op, a copy of that "
+    "input to the GPU ({share} of this host work{code}): run that work in DataLoader workers (num_workers>0, pin_memory=True, "
     "persistent_workers=True) so that it overlaps the GPU's work, or move it onto the GPU "
     "(transforms on the GPU after copying the raw batch).")
+HEAD_ADVICE = (
+    "The host works before the step's first GPU op, which is no copy of an input ({share} "
+    "of this host work{code}): the GPU has nothing to do until it is done. Make it cheaper, "
+    "run it less often, or overlap it with GPU work (launch the step's work first, or move "
+    "it to another thread or process).")
 OPTIMIZER_ADVICE = (
     "The host works in the optimizer ({share} of this host work{code}): keep the parameters "
     "and the optimizer state on the GPU and use a fused or foreach optimizer (e.g. "
@@ -52,14 +57,17 @@ def host_work_evidence(rank: int, where: pd.DataFrame | None, code: pd.DataFrame
     if row is None or row["host_work_ns"] <= 0:
         return {}, ""
     total = float(row["host_work_ns"])
-    shares = {"before_first_op": row["head_ns"] / total,
+    shares = {"input": row["input_ns"] / total,
+              "before_first_op": (row["head_ns"] - row["input_ns"]) / total,
               "optimizer": row["optimizer_ns"] / total,
               "named_ranges": row["annotated_ns"] / total}
     shares["between_launches"] = max(0.0, 1.0 - sum(shares.values()))
     kind, template = _kind(shares)
     top = _top_code(code, rank, max(steps_used, 1), kind)
     code_text = "; ".join(f"{_short(c)} ({ms:.2f} ms/step)" for c, ms in top)
-    advice = template.format(share=pct(shares[kind]),
+    share = shares["input"] + shares["before_first_op"] if kind == "before_first_op" \
+        else shares[kind]
+    advice = template.format(share=pct(share),
                              code=f": {code_text}" if code_text else "")
     unrecorded = sum(ms for c, ms in top if c.startswith(UNRECORDED_PREFIX))
     if kind == "between_launches" and unrecorded > 0.5 * sum(ms for _, ms in top):
@@ -72,11 +80,15 @@ def host_work_evidence(rank: int, where: pd.DataFrame | None, code: pd.DataFrame
 
 
 def _kind(shares: dict[str, float]) -> tuple[str, str]:
-    """The kind of host work advised on: input preparation where most of it comes before the
-    step's first GPU op, else the optimizer or named ranges where they hold most, else the
+    """The kind of host work advised on: input preparation where most of it comes before
+    the step's first GPU op and that op copies the input to the GPU; else host work before a
+    first op of another kind, the optimizer or named ranges where they hold most; else the
     work among the launches."""
-    for kind, template in (("before_first_op", INPUT_ADVICE), ("optimizer", OPTIMIZER_ADVICE),
-                           ("named_ranges", NAMED_ADVICE)):
+    head = shares["input"] + shares["before_first_op"]
+    if head >= MOST:
+        return ("input", INPUT_ADVICE) if shares["input"] >= MOST else \
+            ("before_first_op", HEAD_ADVICE)
+    for kind, template in (("optimizer", OPTIMIZER_ADVICE), ("named_ranges", NAMED_ADVICE)):
         if shares[kind] >= MOST:
             return kind, template
     return "between_launches", BETWEEN_ADVICE

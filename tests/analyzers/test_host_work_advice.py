@@ -44,15 +44,24 @@ def raw(run, rank: int = 0) -> list[dict]:
     return [e for e in read_doc(trace)["traceEvents"] if e.get("ph") == "X"]
 
 
-def heads_ms(ev: list[dict]) -> list[float]:
-    """Per ProfilerStep: ms from its start to the start of the first call whose correlation
-    id has a GPU event (the step's first GPU op launched)."""
-    gpu = {e["args"].get("correlation") for e in ev if e.get("cat") in GPU_CATS}
-    calls = sorted(e["ts"] for e in ev if e.get("cat") == "cuda_runtime"
+def first_ops(ev: list[dict]) -> list[tuple[float, str]]:
+    """Per ProfilerStep: (ms from its start to the first call whose correlation id has a GPU
+    event, that GPU event's name): when and how the step's GPU work began."""
+    gpu = {e["args"].get("correlation"): e["name"] for e in ev if e.get("cat") in GPU_CATS}
+    calls = sorted((e["ts"], gpu[e["args"]["correlation"]]) for e in ev
+                   if e.get("cat") == "cuda_runtime"
                    and e.get("args", {}).get("correlation") in gpu)
     steps = sorted(e["ts"] for e in ev if e["name"].startswith("ProfilerStep#")
                    and e.get("cat") == "user_annotation")
-    return [(min(t for t in calls if t >= s) - s) / 1e3 for s in steps]
+    out = []
+    for s in steps:
+        t, name = min(c for c in calls if c[0] >= s)
+        out.append(((t - s) / 1e3, name))
+    return out
+
+
+def heads_ms(ev: list[dict]) -> list[float]:
+    return [ms for ms, _ in first_ops(ev)]
 
 
 def summary(path, key: str) -> dict:
@@ -81,21 +90,23 @@ def test_preprocessing_before_the_first_op_gets_dataloader_advice():
     ev = raw(run)
     assert not [e for e in ev if "DataLoader" in e["name"]]  # no loader: prepared in the loop
     heads = heads_ms(ev)
-    # independently: each step waits ~the workload's host preprocessing before its first op
+    # independently: each step waits ~the workload's host preprocessing before its first op,
+    # and that op copies the batch to the GPU
     assert sorted(heads)[len(heads) // 2] > 0.7 * label["host_preprocess_ms"]
+    assert all("HtoD" in name for _, name in first_ops(ev))
     f = host_work(run)
-    assert f.evidence["host_work_kind"] == "before_first_op"
-    assert f.evidence["host_work_shares"]["before_first_op"] > 0.8
+    assert f.evidence["host_work_kind"] == "input"
+    assert f.evidence["host_work_shares"]["input"] > 0.8
     assert "num_workers>0" in f.recommendation
     assert "_upsample_bilinear2d_aa" in f.recommendation  # what the host did, named
 
 
 def test_video_preprocessing_before_the_first_op_gets_dataloader_advice():
     run = PUBLIC / "tracelens_h100_timesformer"
-    (head,) = heads_ms(raw(run))
-    assert head > 200  # 218 ms before the step's first GPU op
+    ((head, op),) = first_ops(raw(run))
+    assert head > 200 and "HtoD" in op  # 218 ms, then the frames are copied to the GPU
     f = host_work(run)
-    assert f.evidence["host_work_kind"] == "before_first_op"
+    assert f.evidence["host_work_kind"] == "input"
     assert "num_workers>0" in f.recommendation and "normalize" in f.recommendation
 
 
@@ -107,7 +118,8 @@ def test_a_dispatcher_bound_loop_gets_no_dataloader_advice():
     assert max(heads) < 1.0  # each step launches within 1 ms of its start
     f = host_work(run)
     assert f.evidence["host_work_kind"] == "between_launches"
-    assert f.evidence["host_work_shares"]["before_first_op"] < 0.1
+    assert f.evidence["host_work_shares"]["input"] + \
+        f.evidence["host_work_shares"]["before_first_op"] < 0.1
     assert "torch.compile" in f.recommendation and "Python between recorded ops" in f.recommendation
     assert loader_advice(run) == []
 
@@ -134,6 +146,7 @@ def test_a_sleep_in_a_named_range_is_named_not_given_dataloader_advice():
     # independently: the 30 ms sleep opens each step, before its first GPU op
     assert len(sleeps) == len(steps) and all(28_000 < e["dur"] < 40_000 for e in sleeps)
     assert min(heads_ms(ev)) > 28
+    assert not [name for _, name in first_ops(ev) if "Memcpy" in name]  # it opens with a kernel
     f = host_work(run, rank=3)
     assert f.evidence["host_work_kind"] == "named_ranges"
     assert "profkit/host_work" in f.recommendation
@@ -157,3 +170,20 @@ def test_no_dataloader_advice_without_a_dataloader_or_input_preparation(run):
     ev = [e for tr in sorted(run.rglob("*.json.gz")) for e in read_doc(tr)["traceEvents"]]
     assert not [e for e in ev if "DataLoader" in str(e.get("name", ""))]
     assert loader_advice(run) == []
+
+
+def test_work_before_a_first_kernel_is_not_called_input_preparation():
+    """An unnamed sleep or Python at the step's start, then a kernel (no input copied): the
+    advice names it, without DataLoader workers (the split as measure/hostwork.py gives it)."""
+    import pandas as pd
+    from profkit.analyzers.findings.hostwork import host_work_evidence
+
+    where = pd.DataFrame([{"rank": 0, "host_work_ns": 100, "head_ns": 90, "input_ns": 0,
+                           "optimizer_ns": 0, "annotated_ns": 0},
+                          {"rank": 1, "host_work_ns": 100, "head_ns": 90, "input_ns": 80,
+                           "optimizer_ns": 0, "annotated_ns": 0}])
+    ev0, advice0 = host_work_evidence(0, where, None, 1)
+    ev1, advice1 = host_work_evidence(1, where, None, 1)
+    assert ev0["host_work_kind"] == "before_first_op" and not LOADER.search(advice0)
+    assert "(90% of this host work)" in advice0
+    assert ev1["host_work_kind"] == "input" and "num_workers>0" in advice1
