@@ -20,8 +20,8 @@ UNRECORDED_PREFIX = "(Python between recorded ops"
 OPTIMIZER_LABEL = "Optimizer."
 
 INPUT_ADVICE = (
-    "The host prepares the step's input before the step's first GPU op, a copy of that "
-    "input to the GPU ({share} of this host work{code}): run that work in DataLoader workers (num_workers>0, pin_memory=True, "
+    "The host prepares the step's input before copying it to the GPU, the step's first GPU "
+    "op ({share} of this host work{code}): run that work in DataLoader workers (num_workers>0, pin_memory=True, "
     "persistent_workers=True) so that it overlaps the GPU's work, or move it onto the GPU "
     "(transforms on the GPU after copying the raw batch).")
 HEAD_ADVICE = (
