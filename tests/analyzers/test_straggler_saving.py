@@ -12,14 +12,18 @@ tests/analyzers/test_saving_named.py.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from profkit.analyzers.findings.straggler_saving import straggler_saving
+from profkit.analyzers.report.render import to_json
 from profkit.analyzers.result import Finding
 
 from tests.analysed import analysed
 from tests.conftest import REPO
 
 MS = 1e6
+PAIRS = REPO / "samples" / "runs" / "pairs"
 MESSAGE = "Rank 1 is a straggler: the other ranks lose 51.00 ms per step (75% of their 68.00 ms step)"
 
 
@@ -52,9 +56,40 @@ def test_a_straggler_late_on_compute_saves_the_exposed_wait():
 def test_a_real_host_late_straggler_saves_its_host_excess():
     """straggler_sleep: rank 1 sleeps 3 ms per step; the saving is its host excess (capped
     by the raw wait), which its message now names beside the others' exposed wait."""
-    a = analysed(REPO / "samples" / "runs" / "pairs" / "straggler_sleep" / "before")
+    a = analysed(PAIRS / "straggler_sleep" / "before")
     (f,) = [f for f in a.findings if f.category == "straggler"]
     ev = f.evidence
     expected = min(ev["host_excess_ms_per_step"], ev["others_wait_ns_per_step"] / MS)
     assert f.estimated_saving["ms_per_step"] == pytest.approx(expected, abs=2e-3)
     assert f"{ev['host_excess_ms_per_step']:.2f} ms per step" in f.message
+
+
+def summary_step_ms(key: str) -> float:
+    for line in (PAIRS / "SUMMARY.txt").read_text().splitlines():
+        if line.startswith(key + " "):
+            return json.loads(line.split("PROFKIT_SAMPLE ", 1)[1])["median_step_ms"]
+    raise KeyError(key)
+
+
+def test_a_40ms_sleep_straggler_saves_what_removing_the_sleep_saved():
+    """straggler_sleep40: rank 1 sleeps 40 ms per step inside profkit/straggler_extra; the
+    balanced twin runs 47.49 -> 8.21 ms (the workload's own CUDA-event medians, SUMMARY.txt):
+    83% saved. The straggler's saving is its host lateness, at most the others' wait; it and
+    the rank's own host-work finding are one fix, counted once in the combined saving."""
+    measured = 1 - summary_step_ms("straggler_sleep40/after") / summary_step_ms(
+        "straggler_sleep40/before")
+    assert measured == pytest.approx(0.827, abs=0.005)
+    a = analysed(PAIRS / "straggler_sleep40" / "before")
+    (f,) = [f for f in a.findings if f.category == "straggler"]
+    ev = f.evidence
+    assert f.rank == 1 and abs(f.estimated_saving["fraction"] - measured) < 0.05
+    assert f.estimated_saving["ms_per_step"] <= ev["others_wait_ns_per_step"] / MS + 1e-3
+    assert f.estimated_saving["ms_per_step"] <= ev["host_excess_ms_per_step"] + 1e-3
+    assert "profkit/straggler_extra" in ev["host_code"]
+    (own,) = [g for g in a.findings if g.category == "host_work" and g.rank == 1]
+    assert "profkit/straggler_extra" in own.recommendation  # the sleep's range, named
+    assert "DataLoader" not in own.recommendation
+    combined = to_json(a)["combined_saving"]
+    assert combined["sum_ms"] == pytest.approx(
+        f.estimated_saving["ms_per_step"] + own.estimated_saving["ms_per_step"], abs=0.01)
+    assert combined["ms_per_step"] == pytest.approx(f.estimated_saving["ms_per_step"])  # once
