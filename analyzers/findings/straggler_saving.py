@@ -15,6 +15,8 @@ Where its host is not the cause (extra compute), the saving stays the others' ex
 
 Issue 40: on a 2-rank DDP job whose rank 1 sleeps 40 ms per step, the others' wait promised
 75% while removing the sleep saved 52%, and the straggler's own host-work finding said 59%.
+samples/runs/pairs/straggler_sleep40 (the same job captured again): 39.28 ms (83%) predicted,
+47.49 -> 8.21 ms (83%) measured.
 """
 
 from __future__ import annotations
