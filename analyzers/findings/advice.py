@@ -52,14 +52,14 @@ def breakdown_findings(ranks: pd.DataFrame, th: Thresholds,
                         "ms_per_step": round(frac * float(row.step_time_ms), 3)}
             extra, text = _part_evidence(part, int(row.rank), steps, transfers)
             evidence.update(extra)
-            if part in HOST_SIDE and extra.get("after_sync_share", 0) > 0.5:
-                meaning = "the GPU waits while the host works after blocking syncs"
-                recommendation, text = ROUND_TRIP_ADVICE, ""
-            elif part == "host_work":
+            if part == "host_work":  # what the host did (a round trip's too), and its advice
                 extra, advice = host_work_evidence(int(row.rank), host_where, idle_code,
                                                    _used_steps(steps, int(row.rank)))
                 evidence.update(extra)
                 recommendation = advice or recommendation
+            if part in HOST_SIDE and evidence.get("after_sync_share", 0) > 0.5:
+                meaning = "the GPU waits while the host works after blocking syncs"
+                recommendation, text = ROUND_TRIP_ADVICE, ""
             findings.append(Finding(
                 category=part, severity=_severity(frac, threshold), rank=int(row.rank),
                 message=f"rank {row.rank}: {pct(frac)} of step time is {p.finding}"

@@ -160,6 +160,13 @@ def test_a_cpu_optimizer_keeps_its_round_trip_story_without_dataloader_advice():
     f = host_work(run)
     assert f.evidence["after_sync_share"] > 0.5  # a round trip: its own advice
     assert "GPU optimizer" in f.recommendation and "Optimizer.step#Adam" in f.evidence["code"]
+    # independently: Adam's host time, from the raw trace, is most of the host work charged
+    ev = raw(run)
+    adam_ms = sum(e["dur"] for e in ev if e["name"].startswith("Optimizer.step#")
+                  and e.get("cat") == "user_annotation") / 1e3 / len(heads_ms(ev))
+    assert adam_ms > 0.8 * label["host_cpu_adam_ms"]
+    assert f.evidence["host_work_kind"] == "optimizer"
+    assert f.evidence["host_work_shares"]["optimizer"] > 0.9
     assert loader_advice(run) == []
 
 
