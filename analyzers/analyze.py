@@ -187,7 +187,8 @@ def combine(header: RunHeader, summaries: list[RankSummary],
                                    tables.get("compilation"))
     findings = diagnosis.health_findings(health, unusable)
     findings += breakdown_findings(tables["rank_breakdown"], thresholds,
-                                   tables["step_breakdown"], tables["transfers"])
+                                   tables["step_breakdown"], tables["transfers"],
+                                   tables.get("host_work_where"), tables.get("idle_code"))
     findings += compile_findings(tables.get("compilation"), tables["step_breakdown"], thresholds)
     findings += diagnosis.idle_code_findings(
         tables.get("idle_code", pd.DataFrame()), tables["rank_breakdown"], verdict["primary"],

@@ -97,8 +97,8 @@ PART_TABLE: tuple[Part, ...] = (
     Part("host_work", "host work", "host work", "host work", "#be185d", "#882255",
          threshold="host_work_frac",
          meaning="the GPU waits while the host works without launching anything",
-         advice="Move the host work off the critical path: run it in DataLoader workers "
-                "(num_workers>0) or another thread or process, overlap it with the GPU work "
+         advice="Move the host work off the critical path: run it in another thread or "
+                "process, overlap it with the GPU work "
                 "(launch the next step first), or move it onto the GPU (GPU transforms, a fused "
                 "GPU optimizer). The evidence names the code the GPU waits on.",
          saving="idle_time", host_side=True, host_idle=True, finding_order=4, cited="launches"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.findings.hostwork import host_work_evidence
 from profkit.analyzers.measure.charge import AFTER_SYNC, BLOCKING_COPY
 from profkit.analyzers.parts import HOST_SIDE, finding_parts
 from profkit.analyzers.result import Finding
@@ -21,7 +22,7 @@ ROUND_TRIP_ADVICE = (
     "a GPU optimizer instead of a CPU one), or overlap it: launch the next GPU work before "
     "reading the result (read it a step later, or every N steps). CUDA graphs cannot help "
     "while the loop waits on the host.")
-PAGEABLE_ADVICE = (" Pin the host memory (DataLoader(pin_memory=True), tensor.pin_memory()) "
+PAGEABLE_ADVICE = (" Pin the host memory ({how}) "
                    "and copy with non_blocking=True: a pageable copy blocks the host and runs "
                    "below the link's rate.")
 
@@ -34,7 +35,11 @@ def _severity(frac: float, threshold: float) -> str:
 
 def breakdown_findings(ranks: pd.DataFrame, th: Thresholds,
                        steps: pd.DataFrame | None = None,
-                       transfers: pd.DataFrame | None = None) -> list[Finding]:
+                       transfers: pd.DataFrame | None = None,
+                       host_where: pd.DataFrame | None = None,
+                       idle_code: pd.DataFrame | None = None) -> list[Finding]:
+    """``host_where`` and ``idle_code``: where host work fell and the code that filled the
+    GPU's idle time, for advice that fits what the host did (findings/hostwork.py)."""
     findings = []
     for row in ranks.itertuples(index=False):
         for p in finding_parts():
@@ -47,7 +52,12 @@ def breakdown_findings(ranks: pd.DataFrame, th: Thresholds,
                         "ms_per_step": round(frac * float(row.step_time_ms), 3)}
             extra, text = _part_evidence(part, int(row.rank), steps, transfers)
             evidence.update(extra)
-            if part in HOST_SIDE and extra.get("after_sync_share", 0) > 0.5:
+            if part == "host_work":  # what the host did (a round trip's too), and its advice
+                extra, advice = host_work_evidence(int(row.rank), host_where, idle_code,
+                                                   _used_steps(steps, int(row.rank)))
+                evidence.update(extra)
+                recommendation = advice or recommendation
+            if part in HOST_SIDE and evidence.get("after_sync_share", 0) > 0.5:
                 meaning = "the GPU waits while the host works after blocking syncs"
                 recommendation, text = ROUND_TRIP_ADVICE, ""
             findings.append(Finding(
@@ -64,6 +74,12 @@ def breakdown_findings(ranks: pd.DataFrame, th: Thresholds,
                 recommendation="Make the kernels cheaper: bf16/fp8 tensor cores, fused kernels "
                                "(torch.compile), FlashAttention; check MFU in the efficiency table."))
     return findings
+
+
+def _used_steps(steps: pd.DataFrame | None, rank: int) -> int:
+    if steps is None or not len(steps):
+        return 1
+    return int((steps["used"].astype(bool) & (steps["rank"] == rank)).sum())
 
 
 def _fraction(row, part: str) -> float:
@@ -84,7 +100,7 @@ def _part_evidence(part: str, rank: int, steps: pd.DataFrame | None,
                     "achieved_gbps": _round(top["achieved_gbps"]),
                     "peak_gbps": _round(top["peak_gbps"]), "link": top["link"] or "unknown"}
         pageable = (mine["memory"] == "Pageable").any()
-        return evidence, PAGEABLE_ADVICE if pageable else ""
+        return evidence, _pageable_advice(steps, rank) if pageable else ""
     rows = (steps[(steps["rank"] == rank) & steps["used"].astype(bool)]
             if steps is not None and len(steps) else None)
     if part in HOST_SIDE and rows is not None:
@@ -95,8 +111,18 @@ def _part_evidence(part: str, rank: int, steps: pd.DataFrame | None,
         blocking = float(rows[BLOCKING_COPY].sum()) / max(float(rows["host_sync"].sum()), 1.0)
         pageable = mine is not None and (mine["memory"] == "Pageable").any()
         evidence = {"blocking_copy_share": round(blocking, 3)}
-        return evidence, PAGEABLE_ADVICE if pageable and blocking > 0.1 else ""
+        return evidence, _pageable_advice(steps, rank) if pageable and blocking > 0.1 else ""
     return {}, ""
+
+
+def _pageable_advice(steps: pd.DataFrame | None, rank: int) -> str:
+    """Pinning advice; a DataLoader's pin_memory only where the rank waited on a DataLoader
+    (issue 40: no DataLoader advice without a DataLoader in the trace)."""
+    loader = (steps is not None and len(steps) and "data_loading" in steps
+              and bool((steps.loc[steps["rank"] == rank, "data_loading"] > 0).any()))
+    how = ("DataLoader(pin_memory=True), tensor.pin_memory()" if loader
+           else "tensor.pin_memory(), or allocate with pin_memory=True")
+    return PAGEABLE_ADVICE.format(how=how)
 
 
 def _round(value) -> float | None:

@@ -44,6 +44,7 @@ from profkit.analyzers.findings.savings import (
     rank_means,
 )
 from profkit.analyzers.findings.sharding import fold_units
+from profkit.analyzers.findings.straggler_saving import straggler_saving
 from profkit.analyzers.findings.tensor_parallel import tp_communication
 from profkit.analyzers.findings.trust import saving_beyond_step
 from profkit.analyzers.findings.zero3 import zero3_host
@@ -234,20 +235,8 @@ def _estimate(f: Finding, saving: dict, means: pd.DataFrame,
         cap = min(float(f.evidence.get("fraction", 1.0)), compute)
         return _with_saving(f, float(f.evidence["saving_ns_per_step"]), means, median_step,
                             cap=cap)
-    if f.category == "straggler":
-        f = with_host_lateness(f, tables)
-        wait = f.evidence.get("others_exposed_wait_ns_per_step") or 0.0
-        # a straggler late because its own host idles its GPU: fixing that shortens its own
-        # step too, by the host time it has beyond the others (when that is the larger)
-        wait = max(wait, (f.evidence.get("host_excess_ms_per_step") or 0.0) * 1e6)
-        # but never more than the others wait for it, hidden under their compute or not: on a
-        # mesh its peers' own host time hides behind that wait, and its host excess over
-        # theirs overstates the fix (mesh2x2_hostbound: 92% against 58% measured)
-        raw = f.evidence.get("others_wait_ns_per_step")
-        if raw is not None and raw > 0:
-            wait = min(wait, float(raw))
-        step = f.evidence.get("others_step_ns") or 0.0
-        return f.with_saving(wait / 1e6, as_fraction(wait, step))
+    if f.category == "straggler":  # its lateness once its own step is fixed
+        return straggler_saving(with_host_lateness(f, tables))
     if f.category == "compile":
         return _compile_saving(f)
     if f.category == "runtime_calls" and f.rank in means.index:

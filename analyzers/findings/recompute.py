@@ -40,7 +40,7 @@ def rank_finding(row: dict, th: Thresholds) -> list[Finding]:
              if math.isfinite(row["flop_frac"]) and row["recompute_flops"] > 0 else "")
     message = (f"rank {row['rank']}: activation recompute is {pct(share)} of GPU time "
                f"({row['recompute_ns'] / 1e6:.3g} ms per step, {row['regions']:.3g} forward "
-               f"region(s) run again in the backward pass{flops})")
+               f"region(s) run again in the backward pass{flops}){_idle_words(row)}")
     evidence = {k: plain(v) for k, v in row.items()}
     saving = float(row["saving_ns"])
     evidence.update(fraction=round(saving / row["step_ns"], 4) if row["step_ns"] else 1.0,
@@ -48,6 +48,15 @@ def rank_finding(row: dict, th: Thresholds) -> list[Finding]:
     return [Finding(category="recompute", severity="warning" if share >= 0.15 else "info",
                     rank=row["rank"], message=message, evidence=evidence,
                     recommendation=advice(row))]
+
+
+def _idle_words(row: dict) -> str:
+    """The share of the step its saving comes from, where the GPU also idles while the host
+    runs the recompute (issue 40: a saving must be a share the message names)."""
+    if not row.get("idle_ns") or not row["step_ns"] or row["saving_ns"] <= row["recompute_ns"]:
+        return ""
+    return (f"; with the GPU idle while the host runs it, "
+            f"{pct(row['saving_ns'] / row['step_ns'])} of the step")
 
 
 def advice(row: dict) -> str:

@@ -27,6 +27,7 @@ from profkit.analyzers.measure.compilation import (
     window_compilation,
 )
 from profkit.analyzers.measure.health import rank_health
+from profkit.analyzers.measure.hostwork import host_work_where
 from profkit.analyzers.measure.idle_code import idle_code
 from profkit.analyzers.measure.steps import (
     REASON,
@@ -176,6 +177,7 @@ def rank_parts(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
             "stream_breakdown": stream_table(data) if gpu else None,
             "compute_subclasses": compute_subclasses(data) if gpu else None,
             "idle_code": idle_code(data.events, by_thread, data.rank),
+            "host_work_where": host_work_where(data, by_thread),
             "one_off_calls": pd.DataFrame({"rank": data.rank, "name": slow[S.NAME].astype(str),
                                            S.TS_NS: slow[S.TS_NS], S.DUR_NS: slow[S.DUR_NS],
                                            "inner": slow.get("inner", ""),
@@ -228,7 +230,7 @@ def combine_breakdown(parts: list[dict]) -> Result:
                      "primary": primary})
     tables = {"step_breakdown": steps, "rank_breakdown": pd.DataFrame(rows, columns=rank_columns())}
     for name in ("stream_breakdown", "compute_subclasses", "idle_code", "one_off_calls",
-                 "compilation", *USED_WORK_TABLES):
+                 "compilation", "host_work_where", *USED_WORK_TABLES):
         frames = [p[name] for p in parts if p.get(name) is not None and len(p[name])]
         tables[name] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return Result(tables=tables)
