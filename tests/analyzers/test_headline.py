@@ -88,8 +88,8 @@ def test_the_zoo_s_biggest_win_is_its_labelled_cause(run, cause):
 
 
 def test_no_combined_saving_ever_passes_the_step():
-    for run in sorted((RUNS / "zoo").iterdir()) + [RUNS / "layout" / "mesh",
-                                                   RUNS / "parallel" / "mesh2x2"]:
+    zoo = [p for p in (RUNS / "zoo").iterdir() if not p.name.startswith(".")]  # no caches
+    for run in sorted(zoo) + [RUNS / "layout" / "mesh", RUNS / "parallel" / "mesh2x2"]:
         a = analyze(run)
         c = combined_saving(a.findings, a.table("rank_breakdown"))
         if c is not None:
