@@ -67,8 +67,13 @@ def test_one_finding_says_there_are_no_gpu_events(gloo_run):
     assert finding.category == "input" and "CPU-only" in finding.message
     assert gloo_run.verdict["primary"] is None
     assert gloo_run.verdict["summary"] == "no GPU events in this run: no verdict"
-    findings = to_text(gloo_run).split("Findings and what to change:")[1].split("\n\n")[0]
-    assert findings.count("\n- ") == 1 and "CPU-only" in findings
+    text = to_text(gloo_run).split("Findings and what to change:")[1]
+    findings = [ln for ln in text.splitlines() if ln.startswith("- ")]
+    assert any("CPU-only" in f for f in findings)
+    # the only other: two live CPU ranks drift apart on a loaded machine (a rank descheduled
+    # mid-collective), and their waits can exceed a step: said as a warning of its own
+    others = [f for f in findings if "CPU-only" not in f]
+    assert all("collective waits exceed the step time" in f for f in others), others
 
 
 def test_the_cpu_ops_are_shown_per_step(gloo_run):
