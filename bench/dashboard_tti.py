@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import json
 import os
 import platform
@@ -63,7 +64,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "dashboard"))
 sys.path.insert(0, str(REPO / "bench"))
 from benchlib import machine_info  # noqa: E402
-from conftest import CHROMIUM, CHROMIUM_ARGS, free_port, wait_for  # noqa: E402
+from conftest import CHROMIUM, CHROMIUM_ARGS, free_port  # noqa: E402
 from profkit.dashboard.server.registry import run_key  # noqa: E402
 from runs_page_tti import TOKEN, TOKEN_ENV, analyze_wall_s, runs_page_round  # noqa: E402
 
@@ -179,13 +180,37 @@ def dashboard(run: Path, port: int, log_path: Path):
                                 stderr=log_file)
     try:
         base = f"http://127.0.0.1:{port}"
-        # the server answers the first request a browser sends (an index page: answered
-        # before the pages and the analysis code are loaded, server/early.py)
-        wait_for(base + "/", proc, log_path, timeout=120, token=TOKEN)
+        # the server answers the first request a browser sends (an index page: its first
+        # part answered before the pages and the analysis code are loaded, server/early.py)
+        answering(base + "/", proc, log_path)
         yield f"{base}/run/{run_key(run.name, run.resolve())}"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def answering(url: str, proc: subprocess.Popen, log_path: Path, timeout: float = 120,
+              poll_s: float = 0.02) -> None:
+    """Until ``url`` answers 200 (its status line: the early index page's first part, what
+    a browser starts on; not the whole page, whose end waits until the app is complete),
+    asked every ``poll_s``, as soon as a user could open the address the server prints."""
+    deadline = time.monotonic() + timeout
+    host, port = url.split("/")[2].split(":")
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"dashboard exited: {log_path.read_text()[-2000:]}")
+        conn = http.client.HTTPConnection(host, int(port), timeout=5)
+        try:
+            conn.request("GET", "/" + url.split("/", 3)[3],
+                         headers={"Authorization": f"Bearer {TOKEN}"})
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        finally:
+            conn.close()
+        time.sleep(poll_s)
+    raise TimeoutError(f"{url} did not answer in {timeout} s")
 
 
 def prime(context, run: Path, log_path: Path, port: int) -> None:

@@ -1,0 +1,60 @@
+"""The first named run's analysis, started before Dash is loaded (server/early_runs.py): the
+result cache shows what it kept, without analysing the run a second time, and the same
+analysis as ``analyze_run`` makes in this process."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.dashboard.conftest import REPO
+
+RUN = REPO / "samples" / "runs" / "stock_ddp"
+# in a fresh process, as `profkit dashboard RUN` does it: the forkserver chosen but not
+# started, the run's analysis forked while the process has one thread; then the result
+# cache with the server's own analysis made impossible
+SCRIPT = """
+import json, sys, threading
+from pathlib import Path
+from profkit import children
+children.start_workers_by("forkserver", (), start_now=False)
+from profkit.dashboard.server import early_runs
+assert threading.active_count() == 1
+early_runs.start([Path(sys.argv[1])])
+from profkit.dashboard.server import loading
+from profkit.dashboard.server.registry import RunRegistry
+from profkit.dashboard.server.results import ResultCache
+def never(path):
+    raise AssertionError("analysed again in the server")
+loading.show = never
+results = ResultCache(RunRegistry([Path(sys.argv[1])], []))
+key = results.registry.entries()[0].key
+a = results.analysis(key)
+print(json.dumps({"primary": a.verdict.get("primary"), "fractions": a.verdict.get("fractions"),
+                  "ranks": a.run["ranks_analyzed"], "second": early_runs.wait(Path(sys.argv[1]).resolve())[0]}))
+"""
+
+
+@pytest.fixture
+def run_copy(tmp_path):
+    if not RUN.is_dir():
+        pytest.skip("the bundled sample runs are absent")
+    return shutil.copytree(RUN, tmp_path / "run", ignore=shutil.ignore_patterns(".profkit"))
+
+
+def test_the_result_cache_shows_the_early_analysis_without_analysing_again(run_copy):
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(run_copy)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown = json.loads(done.stdout.strip().splitlines()[-1])
+    from profkit.analyzers.executor import analyze_run
+
+    here = analyze_run(RUN, cache=False, workers=1)  # independently, in this process
+    assert shown["primary"] == here.verdict["primary"] is not None
+    assert shown["fractions"] == pytest.approx(here.verdict["fractions"])
+    assert shown["ranks"] == here.run["ranks_analyzed"] and len(shown["ranks"]) >= 2
+    assert shown["second"] is False  # used once: a later look analyses as usual
