@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import json
 import os
 import platform
@@ -66,7 +65,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from benchlib import machine_info  # noqa: E402
 from conftest import CHROMIUM, CHROMIUM_ARGS, free_port  # noqa: E402
 from profkit.dashboard.server.registry import run_key  # noqa: E402
-from runs_page_tti import TOKEN, TOKEN_ENV, analyze_wall_s, runs_page_round  # noqa: E402
+from runs_page_tti import TOKEN, TOKEN_ENV, analyze_wall_s, answering, runs_page_round  # noqa: E402
 
 VERDICT = "#verdict"
 CHARTS = ("#rank-bars .main-svg", "#step-heatmap .main-svg", "#rank-detail .main-svg")
@@ -187,30 +186,6 @@ def dashboard(run: Path, port: int, log_path: Path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-
-
-def answering(url: str, proc: subprocess.Popen, log_path: Path, timeout: float = 120,
-              poll_s: float = 0.02) -> None:
-    """Until ``url`` answers 200 (its status line: the early index page's first part, what
-    a browser starts on; not the whole page, whose end waits until the app is complete),
-    asked every ``poll_s``, as soon as a user could open the address the server prints."""
-    deadline = time.monotonic() + timeout
-    host, port = url.split("/")[2].split(":")
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"dashboard exited: {log_path.read_text()[-2000:]}")
-        conn = http.client.HTTPConnection(host, int(port), timeout=5)
-        try:
-            conn.request("GET", "/" + url.split("/", 3)[3],
-                         headers={"Authorization": f"Bearer {TOKEN}"})
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        finally:
-            conn.close()
-        time.sleep(poll_s)
-    raise TimeoutError(f"{url} did not answer in {timeout} s")
 
 
 def prime(context, run: Path, log_path: Path, port: int) -> None:
