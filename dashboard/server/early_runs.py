@@ -9,8 +9,9 @@ is analysed as ``ResultCache`` would (:func:`~profkit.dashboard.server.runpool.
 analyse_and_keep`: ``profkit analyze``'s map and reduce, kept in the run's result cache) in a
 process forked from this one while it has no other thread, its map in processes forked from
 that one (the code loaded once, not again in a forkserver); Dash loads meanwhile. The
-forkserver of the server's later pools is started once this analysis has ended, so that its
-own loading of the analysis code does not take the CPU from it. The result cache then finds
+forkserver of the server's later pools is started once this analysis has ended and the first
+view has been drawn, so that its own loading of the analysis code (~0.8 CPU s) does not take
+the CPU from them. The result cache then finds
 the analysis on disk (:func:`wait`), under the key it would have kept it under itself.
 
 Only the standard library and :mod:`profkit.children` are imported with this module.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from profkit import children
 log = logging.getLogger(__name__)
 _started: dict[Path, Future] = {}  # resolved run path -> its analysis (None or the error)
 _lock = threading.Lock()
+FORKSERVER_AFTER_S = 2.0  # the forkserver is started this long after the analysis ended
 
 
 def start(runs: list[Path]) -> None:
@@ -36,8 +39,7 @@ def start(runs: list[Path]) -> None:
     the others are left to the result cache. Call while this process has no other thread
     (a process forked while another thread holds a lock may wait for it forever), after
     :func:`profkit.children.start_workers_by` chose the forkserver with ``start_now=False``:
-    the forkserver is started once this analysis has ended, so that its own loading of the
-    analysis code does not take the CPU from it."""
+    the forkserver is started a while after this analysis has ended (see the module doc)."""
     if not runs or children.start_method() != "forkserver":
         return
     # what the analysis needs, loaded before the fork (the server needs it too)
@@ -61,6 +63,9 @@ def start(runs: list[Path]) -> None:
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
             kill_workers(pool)
             done.set_exception(exc)
+        # not at once: its loading would take the CPU from the first view's drawing (a
+        # pool that needs it sooner starts it itself)
+        time.sleep(FORKSERVER_AFTER_S)
         children.start_forkserver()
 
     threading.Thread(target=wait_for_it, name="profkit-early-run", daemon=True).start()
@@ -68,9 +73,9 @@ def start(runs: list[Path]) -> None:
 
 def analyse_named(path: str) -> str | None:
     """In the worker: analyse the run at ``path`` and keep what its pages show under the
-    key the server's result cache looks it up by; None, or the message of the error that
-    is all that can be shown of it."""
-    from profkit.dashboard.server import results, runpool
+    key the server's result cache looks it up by (nothing to do when it is kept there
+    already); None, or the message of the error that is all that can be shown of it."""
+    from profkit.dashboard.server import loading, results, runpool
 
     from profkit.run import cache
 
@@ -78,6 +83,9 @@ def analyse_named(path: str) -> str | None:
     # no other thread that could hold a lock
     children.start_workers_by("fork")
     key = results.disk_key(cache.run_fingerprint(Path(path)), results.code_fingerprint())
+    kept = cache.load_result(Path(path), key, loading.Shown)
+    if kept is not None and kept.valid():  # shown before: the server reads it back itself
+        return None
     return runpool.analyse_and_keep(path, key)
 
 

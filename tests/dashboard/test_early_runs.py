@@ -58,3 +58,22 @@ def test_the_result_cache_shows_the_early_analysis_without_analysing_again(run_c
     assert shown["fractions"] == pytest.approx(here.verdict["fractions"])
     assert shown["ranks"] == here.run["ranks_analyzed"] and len(shown["ranks"]) >= 2
     assert shown["second"] is False  # used once: a later look analyses as usual
+
+
+def test_a_run_kept_already_is_not_analysed_again(run_copy):
+    """The second start of the dashboard on the same run: the early analysis finds the
+    result kept by the first and leaves it (it was analysed again, the file rewritten)."""
+    first = subprocess.run([sys.executable, "-c", SCRIPT, str(run_copy)], cwd=REPO,
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    kept = sorted((run_copy / ".profkit" / "cache").glob("result-*.data"))
+    assert len(kept) == 1
+    written_ns = kept[0].stat().st_mtime_ns
+    again = subprocess.run([sys.executable, "-c", SCRIPT, str(run_copy)], cwd=REPO,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    shown = [json.loads(done.stdout.strip().splitlines()[-1]) for done in (first, again)]
+    for seen in shown:
+        seen.pop("second")  # the second's result cache reads the kept one before it asks
+    assert shown[1] == shown[0]
+    assert kept[0].stat().st_mtime_ns == written_ns
