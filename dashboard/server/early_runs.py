@@ -102,6 +102,12 @@ def json_bytes(path: Path, depth: int = 3) -> int:
         return 0
 
 
+def running() -> bool:
+    """Whether an early analysis has not ended yet."""
+    with _lock:
+        return any(not done.done() for done in _started.values())
+
+
 def analyse_named(path: str) -> str | None:
     """In the worker: analyse the run at ``path`` and keep what its pages show under the
     key the server's result cache looks it up by (nothing to do when it is kept there

@@ -26,6 +26,7 @@ from profkit.dashboard.server import early_runs
 assert threading.active_count() == 1
 early_runs.EARLY_MIN_BYTES = 0  # the sample run is small: analysed early all the same
 assert early_runs.start([Path(sys.argv[1])])
+assert early_runs.running()  # (the warm-up of the figures waits for it)
 from profkit.dashboard.server import loading
 from profkit.dashboard.server.registry import RunRegistry
 from profkit.dashboard.server.results import ResultCache
@@ -35,8 +36,10 @@ loading.show = never
 results = ResultCache(RunRegistry([Path(sys.argv[1])], []))
 key = results.registry.entries()[0].key
 a = results.analysis(key)
+second = early_runs.wait(Path(sys.argv[1]).resolve())[0]  # waits, if it was not asked
+assert not early_runs.running()
 print(json.dumps({"primary": a.verdict.get("primary"), "fractions": a.verdict.get("fractions"),
-                  "ranks": a.run["ranks_analyzed"], "second": early_runs.wait(Path(sys.argv[1]).resolve())[0]}))
+                  "ranks": a.run["ranks_analyzed"], "second": second}))
 """
 
 
