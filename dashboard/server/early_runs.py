@@ -4,15 +4,16 @@ and the pages are loaded, in a process of its own.
 ``profkit dashboard`` loaded Dash (~1 s), served the index page, then loaded pandas, the
 analysis code and the pages (~1 s more) before its :class:`~profkit.dashboard.server.results.
 ResultCache` started analysing the named runs; on a large run that analysis is what the
-Overview's verdict waits for. Here the analysis code is loaded first and the first named run
-is analysed as ``ResultCache`` would (:func:`~profkit.dashboard.server.runpool.
-analyse_and_keep`: ``profkit analyze``'s map and reduce, kept in the run's result cache) in a
-process forked from this one while it has no other thread, its map in processes forked from
-that one (the code loaded once, not again in a forkserver); Dash loads meanwhile. The
-forkserver of the server's later pools is started once this analysis has ended and the first
-view has been drawn, so that its own loading of the analysis code (~0.8 CPU s) does not take
-the CPU from them. The result cache then finds
-the analysis on disk (:func:`wait`), under the key it would have kept it under itself.
+Overview's verdict waits for. For a run of at least :data:`EARLY_MIN_BYTES` of JSON, the
+analysis code is loaded first and the run is analysed as ``ResultCache`` would
+(:func:`~profkit.dashboard.server.runpool.analyse_and_keep`: ``profkit analyze``'s map and
+reduce, kept in the run's result cache; nothing when it is kept there already) in a process
+forked from this one while it has no other thread, its map in processes forked from that one
+(the code loaded once, not again in a forkserver); Dash loads meanwhile. The forkserver of
+the server's later pools is started :data:`FORKSERVER_AFTER_S` after this analysis has
+ended, so that its own loading of the analysis code (~0.8 CPU s) takes the CPU neither from
+the analysis nor from drawing the first view. The result cache then finds the analysis on
+disk (:func:`wait`), under the key it would have kept it under itself.
 
 Only the standard library and :mod:`profkit.children` are imported with this module.
 """
