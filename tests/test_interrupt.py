@@ -237,10 +237,9 @@ def test_workers_started_by_a_forkserver_are_its_children_and_end_with_ours():
 
 
 def test_the_dashboard_starts_its_worker_server_first_and_ends_it(tmp_path):
-    """``profkit dashboard RUN`` starts the forkserver its analyses' pools fork from (at
-    once, or, for a large run analysed first in a process forked before the server has a
-    thread, once that analysis has ended: dashboard/server/early_runs.py); Ctrl-C ends it
-    with the server."""
+    """``profkit dashboard RUN`` starts the forkserver its analyses' pools fork from (once
+    RUN's analysis, in a process forked before the server has a thread, has ended:
+    dashboard/server/early_runs.py); Ctrl-C ends it with the server."""
     from tests.dashboard.conftest import free_port, wait_for
 
     port, log_path = free_port(), tmp_path / "server.log"

@@ -4,12 +4,14 @@ and the pages are loaded, in a process of its own.
 ``profkit dashboard`` loaded Dash (~1 s), served the index page, then loaded pandas, the
 analysis code and the pages (~1 s more) before its :class:`~profkit.dashboard.server.results.
 ResultCache` started analysing the named runs; on a large run that analysis is what the
-Overview's verdict waits for. For a run of at least :data:`EARLY_MIN_BYTES` of JSON, the
-analysis code is loaded first and the run is analysed as ``ResultCache`` would
-(:func:`~profkit.dashboard.server.runpool.analyse_and_keep`: ``profkit analyze``'s map and
-reduce, kept in the run's result cache; nothing when it is kept there already) in a process
-forked from this one while it has no other thread, its map in processes forked from that one
-(the code loaded once, not again in a forkserver); Dash loads meanwhile. The forkserver of
+Overview's verdict waits for. Now the analysis code is loaded first and the first named run
+is analysed as ``ResultCache`` would (:func:`~profkit.dashboard.server.runpool.
+analyse_and_keep`: ``profkit analyze``'s map and reduce, kept in the run's result cache;
+nothing when it is kept there already) in a process forked from this one while it has no
+other thread, its map in processes forked from that one (the code loaded once, not again in
+a forkserver); Dash loads meanwhile. For a small run too: the page is served ~0.4 s later
+(pandas first), but the forkserver's loading is left out of the first view (A/B on
+stock_ddp under load 5-7: 3.64 s against 4.69 s; under load 3-5: 2.66 against 2.42). The forkserver of
 the server's later pools is started :data:`FORKSERVER_AFTER_S` after this analysis has
 ended, so that its own loading of the analysis code (~0.8 CPU s) takes the CPU neither from
 the analysis nor from drawing the first view. The result cache then finds the analysis on
@@ -21,7 +23,6 @@ Only the standard library and :mod:`profkit.children` are imported with this mod
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from concurrent.futures import Future
@@ -33,23 +34,17 @@ log = logging.getLogger(__name__)
 _started: dict[Path, Future] = {}  # resolved run path -> its analysis (None or the error)
 _lock = threading.Lock()
 FORKSERVER_AFTER_S = 2.0  # the forkserver is started this long after the analysis ended
-# Smaller runs are analysed as before (once Dash, then pandas, are loaded): their analysis
-# (~11 ms of CPU per MB) ends before the browser has loaded the page, and loading pandas
-# first would only serve the page later. 64 MB: ~0.7 CPU s of analysis.
-EARLY_MIN_BYTES = 64 << 20
 
 
 def start(runs: list[Path]) -> bool:
     """Start analysing the first of ``runs`` (named on the command line) in a process of
-    its own, forked from this one with the analysis code loaded (imported here: ~0.6 s),
-    when its traces hold at least :data:`EARLY_MIN_BYTES` of JSON; the others are left to
-    the result cache. Call while this process has no other thread (a process forked while
-    another thread holds a lock may wait for it forever), after
-    :func:`profkit.children.start_workers_by` chose the forkserver with ``start_now=False``:
-    the forkserver is started a while after this analysis has ended (see the module doc).
-    Whether it started; if not, start the forkserver."""
-    if not runs or children.start_method() != "forkserver" \
-            or json_bytes(Path(runs[0])) < EARLY_MIN_BYTES:
+    its own, forked from this one with the analysis code loaded (imported here: ~0.6 s);
+    the others are left to the result cache. Call while this process has no other thread
+    (a process forked while another thread holds a lock may wait for it forever), after
+    :func:`profkit.children.start_workers_by` chose the forkserver with ``start_now=False``.
+    Whether it started: the forkserver is started a while after this analysis has ended;
+    if none started, start it (see the module doc)."""
+    if not runs or children.start_method() != "forkserver":
         return False
     # what the analysis needs, loaded before the fork (the server needs it too)
     import profkit.analyzers.executor  # noqa: F401
@@ -79,28 +74,6 @@ def start(runs: list[Path]) -> bool:
 
     threading.Thread(target=wait_for_it, name="profkit-early-run", daemon=True).start()
     return True
-
-
-def json_bytes(path: Path, depth: int = 3) -> int:
-    """About how many bytes of JSON the trace files at ``path`` (a file, or a folder and
-    its folders ``depth`` deep, hidden ones left out) hold, gzip expanded; found without
-    pandas, which the run's own discovery loads."""
-    gz_expansion = 12  # profkit.run.loader.GZIP_EXPANSION
-    try:
-        if path.is_file():
-            size = path.stat().st_size
-            return size * gz_expansion if path.name.endswith(".json.gz") else size
-        total = 0
-        for entry in os.scandir(path):
-            if entry.name.startswith("."):
-                continue
-            if entry.is_dir(follow_symlinks=False) and depth > 0:
-                total += json_bytes(Path(entry.path), depth - 1)
-            elif entry.name.endswith((".json", ".json.gz")) and entry.is_file():
-                total += json_bytes(Path(entry.path))
-        return total
-    except OSError:  # the analysis says what is wrong
-        return 0
 
 
 def running() -> bool:

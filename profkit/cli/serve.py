@@ -62,7 +62,7 @@ def cmd_dashboard(args) -> int:
         raise UsageError(str(exc)) from exc
     # while this process has one thread (the server's threads must not fork workers), and
     # so that the worker server loads the analysis code while this one loads Dash
-    # started now unless a large named run is analysed first (early_runs: it starts it after)
+    # started now unless a named run is analysed first (early_runs: it starts it after)
     start_workers_by("forkserver", WORKER_PRELOAD, start_now=False)
     from profkit.children import start_forkserver
     from profkit.dashboard.server import early_runs

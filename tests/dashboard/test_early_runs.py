@@ -24,7 +24,6 @@ from profkit import children
 children.start_workers_by("forkserver", (), start_now=False)
 from profkit.dashboard.server import early_runs
 assert threading.active_count() == 1
-early_runs.EARLY_MIN_BYTES = 0  # the sample run is small: analysed early all the same
 assert early_runs.start([Path(sys.argv[1])])
 assert early_runs.running()  # (the warm-up of the figures waits for it)
 from profkit.dashboard.server import loading
@@ -82,17 +81,3 @@ def test_a_run_kept_already_is_not_analysed_again(run_copy):
     assert shown[1] == shown[0]
     assert kept[0].stat().st_mtime_ns == written_ns
 
-
-def test_the_json_a_run_holds_is_counted_without_its_caches(run_copy):
-    """gzip'd traces count 12 bytes of JSON a byte (profkit.run.loader.GZIP_EXPANSION);
-    the .profkit folder (its caches) is left out."""
-    (run_copy / ".profkit").mkdir()
-    (run_copy / ".profkit" / "big.json").write_bytes(b"x" * 1000)
-    expected = sum(f.stat().st_size * (12 if f.name.endswith(".gz") else 1)
-                   for f in RUN.rglob("*") if f.is_file() and ".profkit" not in f.parts
-                   and f.name.endswith((".json", ".json.gz")))
-    from profkit.dashboard.server import early_runs
-
-    assert expected > 1 << 20
-    assert early_runs.json_bytes(run_copy) == expected
-    assert early_runs.json_bytes(run_copy) < early_runs.EARLY_MIN_BYTES  # analysed as before
