@@ -146,9 +146,15 @@ def create_app(runs: list[Path], roots: list[Path], results=None,
 def warm_up(app: Dash, runs: list[Path]) -> None:
     """Start on what the first page will need while the browser connects: the runs named on
     the command line (read and analysed, or read back from the result cache, in the
-    background) and plotly's figure classes (imported on first use: about a second)."""
+    background) and plotly's figure classes (imported on first use: ~0.2 CPU s). Not those
+    while a large run is analysed first (:mod:`~profkit.dashboard.server.early_runs`): its
+    verdict waits for that analysis, which they would take the CPU from, and its charts
+    (the first figures) are drawn while the browser loads plotly.js, which takes longer."""
+    from profkit.dashboard.server import early_runs
+
     app.profkit_results.prefetch_named(runs)
-    threading.Thread(target=_first_figure, name="profkit-warm-up", daemon=True).start()
+    if not early_runs.running():
+        threading.Thread(target=_first_figure, name="profkit-warm-up", daemon=True).start()
 
 
 def _first_figure() -> None:

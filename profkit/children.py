@@ -96,19 +96,27 @@ def _exists(pid: int) -> bool:
 _start_method: list[str] = []  # how later pools start their workers (empty: the default)
 
 
-def start_workers_by(method: str | None, preload: tuple[str, ...] = ()) -> None:
+def start_workers_by(method: str | None, preload: tuple[str, ...] = (),
+                     start_now: bool = True) -> None:
     """Start the workers of later pools by ``method`` (None: the platform's default, fork
     on Linux). A process with threads at work (the dashboard's server and background
     analyses) uses "forkserver": a worker forked from it while another thread held a lock
     (an import's, say) would wait for that lock forever. The server process is started here,
     at once, and imports ``preload`` (the analysis code) while the caller goes on, so that
-    each worker forked from it later starts with that code loaded."""
+    each worker forked from it later starts with that code loaded. ``start_now=False``:
+    the server is started by the first pool that needs it, or :func:`start_forkserver`."""
     _start_method[:] = [method] if method else []
     if method == "forkserver":
-        from multiprocessing import forkserver
-
         multiprocessing.get_context(method).set_forkserver_preload(list(preload))
-        forkserver.ensure_running()
+        if start_now:
+            start_forkserver()
+
+
+def start_forkserver() -> None:
+    """Start the forkserver (it loads its preload), unless it is running."""
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
 
 
 def start_method() -> str | None:
@@ -116,9 +124,11 @@ def start_method() -> str | None:
     return _start_method[0] if _start_method else None
 
 
-def process_pool(max_workers: int) -> ProcessPoolExecutor:
-    """A process pool whose workers die with this process (see the module doc)."""
-    context = multiprocessing.get_context(_start_method[0] if _start_method else None)
+def process_pool(max_workers: int, method: str | None = None) -> ProcessPoolExecutor:
+    """A process pool whose workers die with this process (see the module doc), started by
+    ``method`` (default: :func:`start_method`'s)."""
+    context = multiprocessing.get_context(method or (_start_method[0] if _start_method
+                                                     else None))
     # a forkserver's workers are its children, not ours: they watch this process instead
     served = context.get_start_method() == "forkserver"
     initargs = (None, os.getpid()) if served else (os.getpid(),)

@@ -237,8 +237,9 @@ def test_workers_started_by_a_forkserver_are_its_children_and_end_with_ours():
 
 
 def test_the_dashboard_starts_its_worker_server_first_and_ends_it(tmp_path):
-    """``profkit dashboard RUN`` starts the forkserver its analyses' pools fork from before
-    it has a thread (or Dash) of its own; Ctrl-C ends it with the server."""
+    """``profkit dashboard RUN`` starts the forkserver its analyses' pools fork from (once
+    RUN's analysis, in a process forked before the server has a thread, has ended:
+    dashboard/server/early_runs.py); Ctrl-C ends it with the server."""
     from tests.dashboard.conftest import free_port, wait_for
 
     port, log_path = free_port(), tmp_path / "server.log"
@@ -251,9 +252,15 @@ def test_the_dashboard_starts_its_worker_server_first_and_ends_it(tmp_path):
         wait_for(f"http://127.0.0.1:{port}/_dash-layout", proc, log_path, timeout=120)
         from profkit.children import descendants
 
-        below = descendants(proc.pid)
-        cmdlines = [Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")
-                    for p in below if Path(f"/proc/{p}/cmdline").exists()]
+        deadline = time.monotonic() + 60
+        while True:
+            below = descendants(proc.pid)
+            cmdlines = [Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")
+                        for p in below if Path(f"/proc/{p}/cmdline").exists()]
+            if any("multiprocessing.forkserver" in c for c in cmdlines) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert any("multiprocessing.forkserver" in c for c in cmdlines), cmdlines
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) in INTERRUPTED

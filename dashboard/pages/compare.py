@@ -131,10 +131,9 @@ def layout(results, base: str | None = None, new: str | None = None) -> html.Div
             C.card("Did it help?", html.Div(verdict, id=ids.CMP_VERDICT, className="verdict")),
             C.card(None, C.graph(ids.CMP_PARTS, parts)),
         ]),
-        html.Div(className="grid two", children=[
-            C.card("Kernels that moved", _table(ids.CMP_KERNELS, "kernel", kernels)),
-            C.card("Ops that moved", _table(ids.CMP_OPS, "op", ops)),
-        ]),
+        # one under the other: four columns whose headers fit, and room for the names
+        C.card("Kernels that moved", _table(ids.CMP_KERNELS, "kernel", kernels)),
+        C.card("Ops that moved", _table(ids.CMP_OPS, "op", ops)),
     ])
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from profkit.dashboard.server import loading, runpool
+from profkit.dashboard.server import early_runs, loading, runpool
 from profkit.dashboard.server.background import ANALYSING, QUEUED, Background  # noqa: F401 (states)
 from profkit.dashboard.server.registry import RunEntry, RunRegistry
 from profkit.dashboard.server.runpool import SMALL_RUN_BYTES, RunPool, pool_size
@@ -109,6 +109,12 @@ def code_fingerprint() -> str:
     return f"dashboard|{profkit.__version__}|{code}|{classify.rules_fingerprint()}"
 
 
+def disk_key(fp: str, code: str) -> str:
+    """The result cache's key of a run whose files have fingerprint ``fp``, analysed by
+    the code of :func:`code_fingerprint` ``code``."""
+    return hashlib.sha1(f"{fp}|{code}".encode()).hexdigest()[:24]
+
+
 def run_json_bytes(path: Path) -> int:
     """About how many bytes of JSON the run's traces hold (gzip expanded), for the memory
     budget of the background analyses."""
@@ -177,16 +183,26 @@ class ResultCache:
         return value
 
     def _disk_key(self, fp: str) -> str:
-        return hashlib.sha1(f"{fp}|{self._code}".encode()).hexdigest()[:24]
+        return disk_key(fp, self._code)
 
     def _kept(self, entry: RunEntry, disk_key: str):
         kept = cache.load_result(entry.path, disk_key, loading.Shown)
         return kept if kept is not None and kept.valid() else None
 
+    def _early(self, entry: RunEntry, disk_key: str):
+        """What the early analysis of the run (:mod:`~profkit.dashboard.server.early_runs`,
+        started with the server) kept, once it has ended, or its error; None when there was
+        none (or it kept nothing under ``disk_key``: the files changed since)."""
+        ran, problem = early_runs.wait(entry.path)
+        if not ran:
+            return None
+        return loading.RunReadError(problem) if problem is not None else \
+            self._kept(entry, disk_key)
+
     def _show(self, entry: RunEntry, fp: str):
         disk_key = self._disk_key(fp)
         if self.persist:
-            kept = self._kept(entry, disk_key)
+            kept = self._kept(entry, disk_key) or self._early(entry, disk_key)
             if kept is not None:
                 log.debug("%s: shown from the result cache", entry.path)
                 return kept
@@ -301,7 +317,7 @@ class ResultCache:
         the result cache it wrote there (in this thread when the worker died or could not
         keep it)."""
         disk_key = self._disk_key(fp)
-        kept = self._kept(entry, disk_key)
+        kept = self._kept(entry, disk_key) or self._early(entry, disk_key)
         if kept is not None:
             return kept
         try:

@@ -24,6 +24,12 @@ LONG_TEXT = 24  # characters: text columns with longer values are the wide ones
 # the 16 columns of the NVML table fit a 1280 px window (at 112 px each, the last columns
 # fell past the card's edge, behind a scrollbar that overlay scrollbars do not show)
 MIN_NUMBER_PX, MIN_TEXT_PX, MIN_WIDE_PX = 72, 88, 200
+# a header wraps between words, never inside one: a column is at least as wide as its
+# header's longest word (12 px semibold: up to ~8 px a character, "communication" 103 px in
+# chromium) and the cell's padding, so that "(ms/step/rank)" is not cut to "(ms/step/r..."
+# (the Compare page), as far as the table's columns still fit a full-width card of a 1400 px
+# window (the NVML table's 16 at their least widths nearly fill it)
+HEADER_CHAR_PX, HEADER_PAD_PX, FULL_CARD_PX = 8.0, 14, 1300
 # A change column (a diff's ``delta_ms``): slower red, faster green.
 DELTA_STYLE = {"styleConditions": [
     {"condition": "params.value > 0", "style": {"color": "#dc2626"}},
@@ -87,7 +93,19 @@ def column_defs(frame: pd.DataFrame, *, headers: dict[str, str] | None = None,
         if name in deltas:
             col["cellStyle"] = DELTA_STYLE
         out.append(col)
+    spare = FULL_CARD_PX - sum(c["minWidth"] for c in out)
+    for col in sorted(out, key=lambda c: header_px(c["headerName"]) - c["minWidth"]):
+        more = header_px(col["headerName"]) - col["minWidth"]
+        if 0 < more <= spare:  # the narrowest wants first: the most headers whole
+            col["minWidth"] += more
+            spare -= more
     return out
+
+
+def header_px(header: str) -> int:
+    """The least width (px) at which ``header``'s longest word fits its header cell."""
+    longest = max((len(word) for word in str(header).split()), default=0)
+    return math.ceil(longest * HEADER_CHAR_PX) + HEADER_PAD_PX
 
 
 def grid(grid_id: str, frame: pd.DataFrame, *, page_size: int = 12,

@@ -62,7 +62,13 @@ def cmd_dashboard(args) -> int:
         raise UsageError(str(exc)) from exc
     # while this process has one thread (the server's threads must not fork workers), and
     # so that the worker server loads the analysis code while this one loads Dash
-    start_workers_by("forkserver", WORKER_PRELOAD)
+    # started now unless a named run is analysed first (early_runs: it starts it after)
+    start_workers_by("forkserver", WORKER_PRELOAD, start_now=False)
+    from profkit.children import start_forkserver
+    from profkit.dashboard.server import early_runs
+
+    if not early_runs.start([Path(p) for p in args.runs]):  # its analysis, before Dash
+        start_forkserver()
     from profkit.dashboard.app import create_shell
 
     # serving from here on (the index page and its scripts, which the browser loads while

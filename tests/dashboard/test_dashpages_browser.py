@@ -116,3 +116,24 @@ def test_timeline_draws_launch_arrows_with_the_cpu_threads(page):
     names = page.evaluate("() => document.querySelector('#tl-graph .js-plotly-plot')"
                           "._fullData.map(d => d.name)")
     assert "launch -> GPU" in names
+
+
+# every header's text against its own box: a word wider than its column is cut ("..."),
+# since headers wrap between words only
+CUT_HEADERS_JS = """() => [...document.querySelectorAll('.profkit-grid .ag-header-cell-text')]
+    .filter(t => t.scrollWidth > t.clientWidth + 1).map(t => t.textContent)"""
+
+
+@pytest.mark.parametrize("where", ["compare", "tables"])
+def test_grid_headers_are_not_cut(page, where):
+    """Compare's "base (ms/step/rank)" was cut to "(ms/step/r..." (its column 95 px, the
+    word 100 px): a column is as wide as its header's longest word."""
+    if where == "compare":
+        page.goto(f"{page.base}/compare?base={KEYS['zoo/balanced']}&new={KEYS['zoo/straggler']}")
+        page.wait_for_selector("#cmp-kernels .ag-row")
+    else:
+        page.goto(f"{page.base}/run/{KEYS['zoo/straggler']}/tables")
+        page.wait_for_selector("#t-nvml .ag-row")
+    heads = page.locator(".profkit-grid .ag-header-cell-text").all_inner_texts()
+    assert any("(ms/step/rank)" in h for h in heads) if where == "compare" else len(heads) > 40
+    assert page.evaluate(CUT_HEADERS_JS) == []
