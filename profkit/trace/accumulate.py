@@ -12,26 +12,18 @@ from itertools import chain
 from operator import attrgetter, itemgetter
 
 import numpy as np
-import orjson
 import pandas as pd
 
 from profkit import schema as S
 from profkit.classify import events as classify
-from profkit.classify.flops import (
-    MAX_OP_FLOPS,
-    PRECISIONS,
-    ConvLinks,
-    dtype_precision,
-    shape_flops,
-)
+from profkit.classify.flops import MAX_OP_FLOPS, PRECISIONS, ConvLinks
 from profkit.classify.opfamilies import op_family
-from profkit.classify.shapes import readable_dims
-from profkit.classify.traffic import UNKNOWN, op_cost
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns, values_in
 from profkit.trace import native as native_reader
 from profkit.trace import nativefeed
 from profkit.trace.countersamples import CounterSamples
 from profkit.trace.memorysamples import MemorySamples
+from profkit.trace.opargs import dims_raw, dims_text, shape_costs
 from profkit.trace.traceevents import Args, CounterEvent, Event, InstantEvent, Meta, without_raw
 from profkit.trace.tracefile import Trace
 from profkit.validate import MAX_ABS_NS, MAX_NAME_CHARS, cap_name
@@ -43,7 +35,6 @@ _COLL = attrgetter("collective", "in_nelems")  # set on the rows the collectives
 _NO_COLL = (None, None)
 _KIND_CODE = {k: i for i, k in enumerate(S.KINDS)}
 MAX_DUR_US = 86_400e6  # one day: longer is no profiled event; clipped to this
-MAX_DIMS_CHARS = 4000  # an op's Input Dims text kept up to this (longer: cut, unreadable)
 MAX_MEMO = 200_000  # distinct (op, shapes) costs remembered per trace before starting over
 
 
@@ -108,7 +99,7 @@ class Accumulator:
         self.cat_kind: list[str] = []  # kind of each category code
         self.cat_kind_code: list[int] = []  # the same as a code (index in _KIND_CODE)
         self.name_wanted: list[bool] = []  # per name code: costs from shapes (_wanted_names)
-        self.memo: dict[tuple, tuple] = {}  # (name, raw shapes) -> what _shape_costs found
+        self.memo: dict[tuple, tuple] = {}  # (name, raw shapes) -> what shape_costs found
         self.parts: dict[str, list[np.ndarray]] = {}
         self.coll_args = SparseArgs()
         self.metadata: list[Meta] = []
@@ -151,7 +142,7 @@ class Accumulator:
                 self._add_shape_costs(values, name_codes, name, args)
             self._put(column, values)
         cpu_ops = _of_kinds(args, kind, (S.KIND_CPU_OP,), rows_of)
-        self._put(S.INPUT_DIMS, self.dims.encode(_dims_raw(len(args), *cpu_ops), _dims_text))
+        self._put(S.INPUT_DIMS, self.dims.encode(dims_raw(len(args), *cpu_ops), dims_text))
         has_coll = np.fromiter(map(_NO_COLL.__ne__, map(_COLL, args)), bool, len(args))
         for i in np.flatnonzero(has_coll).tolist():
             self.coll_args[self.rows + i] = without_raw(args[i])
@@ -192,7 +183,7 @@ class Accumulator:
             self._put(column, values)
 
     def _shape_hits(self, name_codes: np.ndarray, names: list, args: list[Args]) -> tuple:
-        """(rows, what :func:`_shape_costs` found for each) of the ops with a cost formula
+        """(rows, what :func:`.opargs.shape_costs` found for each) of the ops with a cost formula
         and Input Dims."""
         # Only the rows of wanted names are looked at (decided once per name, not per event);
         # what each row's shapes give is written into the columns afterwards, all at once.
@@ -208,7 +199,7 @@ class Accumulator:
             if hit is None:
                 if len(memo) >= MAX_MEMO:
                     memo.clear()
-                hit = memo[key] = _shape_costs(names[i], a, self.conv_links.wants(names[i]))
+                hit = memo[key] = shape_costs(names[i], a, self.conv_links.wants(names[i]))
             rows.append(i)
             hits.append(hit)
         return rows, hits
@@ -334,30 +325,6 @@ def _read_arg(args: list[Args], kind: np.ndarray, attr: str, kinds: tuple | None
     return out
 
 
-def _shape_costs(name: str, a: Args, linked: bool) -> tuple:
-    """(FLOPs from shapes, whether they were dropped as impossible, (read, write, vector
-    FLOPs), precision code, dims, concrete, whether the cost was dropped) of one op; dims
-    and concrete are kept only for the convolution links (``linked``). Shapes that are no
-    shapes, or that a formula fails on, cost only this op (NaN, counted)."""
-    dims, concrete, types = _json(a.input_dims), _json(a.concrete_inputs), _json(a.input_types)
-    value, dropped = shape_flops(name, dims, concrete)
-    readable = dims is None or readable_dims(dims)
-    cost, cost_dropped = UNKNOWN, False
-    if op_family(name):
-        try:
-            cost = op_cost(name, dims, types, concrete, value, _json(a.input_strides)) \
-                if readable else UNKNOWN
-        except Exception:  # e.g. numpy's 32-dimension broadcast: this op's cost only
-            cost = UNKNOWN
-            readable = False
-        cost_dropped = not readable
-    found = dtype_precision(types, name)
-    code = PRECISIONS.index(found) + 1 if found else 0
-    linked = linked and readable
-    return (value, dropped, cost, code, dims if linked else None, concrete if linked else None,
-            cost_dropped)
-
-
 def _of_kinds(args: list[Args], kind: np.ndarray, kinds: tuple, rows_of: dict) -> tuple:
     """(rows, their args) of the batch's events of ``kinds``, found once per batch
     (``rows_of``) for every column read on them."""
@@ -369,37 +336,9 @@ def _of_kinds(args: list[Args], kind: np.ndarray, kinds: tuple, rows_of: dict) -
     return rows_of[kinds]
 
 
-def _dims_raw(n: int, rows: np.ndarray, cpu_args: list[Args]) -> list:
-    """The ``Input Dims`` JSON of each of the ``n`` events that is a CPU op with one (None
-    elsewhere; ``rows``, ``cpu_args``: the CPU ops), as bytes: coded as text
-    (:func:`_dims_text`, once per distinct value), so a trace's few hundred distinct shape
-    lists are parsed once, by the analyzers that read them
-    (profkit.analyzers.measure.signature)."""
-    out: list = [None] * n
-    for i, a in zip(rows.tolist(), cpu_args):
-        if len(a.input_dims):
-            out[i] = bytes(a.input_dims)
-    return out
-
-
-def _dims_text(raw: bytes) -> str:
-    """One distinct ``Input Dims`` value as text (cut to MAX_DIMS_CHARS)."""
-    return raw[:MAX_DIMS_CHARS].decode(errors="replace")
-
-
 def _missing(value) -> bool:
     """None, or the NaN ``pd.factorize`` makes of it."""
     return value is None or (isinstance(value, float) and value != value)
-
-
-def _json(raw) -> object:
-    """A raw JSON argument decoded, None when absent or not JSON."""
-    if not len(raw):
-        return None
-    try:
-        return orjson.loads(bytes(raw))
-    except orjson.JSONDecodeError:
-        return None
 
 
 def accumulate(trace: Trace, base_ns: int = 0) -> Accumulator:

@@ -21,6 +21,7 @@ from profkit import schema as S
 from profkit.classify.events import LEGACY_PID_CATEGORY
 from profkit.columns import stable_id
 from profkit.trace.native import ARG_FIELDS, NO_SEQ, RAW_FIELDS, NativeScan, join_spans
+from profkit.trace.opargs import dims_text, shape_costs
 from profkit.trace.traceevents import (
     BATCH_DECODER,
     DECODE_ERRORS,
@@ -140,7 +141,7 @@ class _Rows:
         dropped, columns are read as slices and a column that needs no change (ts, the ids,
         args no row of another kind carries) goes into ``acc`` as a view of the scan's: the
         rows are not copied for nothing (a large rank's peak is ~0.1x its JSON less)."""
-        from profkit.trace.accumulate import _KIND_CODE, _dims_text
+        from profkit.trace.accumulate import _KIND_CODE
 
         col = self.col
         ts_us = col["ts"][lo:hi]
@@ -178,7 +179,7 @@ class _Rows:
             acc._put(column, values)
         dims = col["raw0"][at].copy()
         dims[kind != _KIND_CODE[S.KIND_CPU_OP]] = -1
-        acc._put(S.INPUT_DIMS, self._encode(acc.dims, dims, self.scan.raw, _dims_text))
+        acc._put(S.INPUT_DIMS, self._encode(acc.dims, dims, self.scan.raw, dims_text))
         coll = np.flatnonzero(col["coll"][at])
         if len(coll):  # the few rows with collective args: decoded whole, at once
             span = np.searchsorted(self.coll_rows, rows[coll])
@@ -192,7 +193,7 @@ class _Rows:
         """Accumulator._shape_hits for the rows ``at``: the rows of wanted names with Input
         Dims, their costs worked out once per distinct (name, raw args), from the scan's
         ids, with the accumulator's memo (its keys as _shape_hits makes them)."""
-        from profkit.trace.accumulate import MAX_MEMO, _shape_costs
+        from profkit.trace.accumulate import MAX_MEMO
 
         def hits_of(name_codes: np.ndarray, names, args) -> tuple:
             col = self.col
@@ -211,7 +212,7 @@ class _Rows:
                 if hit is None:
                     if len(memo) >= MAX_MEMO:
                         memo.clear()
-                    hit = memo[key] = _shape_costs(name, a, acc.conv_links.wants(name))
+                    hit = memo[key] = shape_costs(name, a, acc.conv_links.wants(name))
                 found.append(hit)
             return rows.tolist(), [found[j] for j in inverse.ravel().tolist()]
 
