@@ -1,6 +1,6 @@
 """What kind of change went from one run to the other, in the words people use for it: "now
 compiled (torch.compile)", "kernels fused: 16 -> 1 per step", "GEMMs now bf16 (were fp32)",
-"attention now flash (was math)", "now replays CUDA graphs", "batches now from DataLoader
+"attention now flash (was math)", "now replays CUDA graphs", "async TP now on", "batches now from DataLoader
 worker processes", ".item() round trips per step: 50 -> 0".
 
 Each is read from both analyses' used steps (kernels and CPU ops by name, their groups) and
@@ -237,8 +237,28 @@ def _work(base, new) -> list[str]:
     return []
 
 
+def tp_mode(a) -> str:
+    """How the run's tensor parallelism communicates: "async" (symmetric-memory transfers
+    overlapped with the matmuls), "sequence parallel", "all-reduce", or "" (none seen)."""
+    t = a.table("tp_ranks")
+    if t.empty or "async_tp" not in t:
+        return ""
+    if t["async_tp"].any():
+        return "async"
+    return "sequence parallel" if t["sequence_parallel"].any() else "all-reduce"
+
+
+def _tp(base, new) -> list[str]:
+    mb, mn = tp_mode(base), tp_mode(new)
+    if not mb or not mn or mb == mn:
+        return []
+    if mn == "async":
+        return [f"async TP now on (the matmuls overlap their collectives; was {mb} TP)"]
+    return [f"TP now {mn} (was {mb})"]
+
+
 def nature(base, new) -> list[str]:
     """The kinds of change between two analyses, in the words of the module doc."""
     return (_compile_and_fusion(base, new) + _precision_and_attention(base, new)
-            + _graphs(base, new) + _data(base, new) + _host(base, new) + _copies(base, new)
-            + _work(base, new))
+            + _graphs(base, new) + _tp(base, new) + _data(base, new) + _host(base, new)
+            + _copies(base, new) + _work(base, new))

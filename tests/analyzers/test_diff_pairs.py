@@ -30,7 +30,8 @@ samples/runs/why (1 x H100, README there):
 
 samples/runs/pairs (1 x H200; README there) and the zoo's straggler/balanced pair keep the
 answers they had: same workload twice unchanged, launch_sync unchanged (-6%, under the 1.25x
-a 3-step side needs), the rest improved.
+a 3-step side needs), the rest improved. parallel/tp_sp -> tp_async (2 x H200): async TP
+named; unchanged, as the profiled steps were (+9%; the steps after the profiler: -5.3%).
 """
 
 from __future__ import annotations
@@ -92,6 +93,9 @@ PAIR_TABLE = [
     Pair("pairs/launch_sync/before", "pairs/launch_sync/after", "unchanged"),
     Pair("pairs/straggler_sleep/before", "pairs/straggler_sleep/after", "improved"),
     Pair("zoo/straggler", "zoo/balanced", "improved"),
+    # 2 x H200: the same compiled sequence-parallel MLP, then with async TP; the profiled
+    # steps 30.3-31.8 vs 33.0-41.7 ms (slower under the profiler; -5.3% after it)
+    Pair("parallel/tp_sp", "parallel/tp_async", "unchanged", says=("async TP now on",)),
 ]
 
 
@@ -113,6 +117,8 @@ def sample_line(run: str) -> dict:
         return sample_labels(WHY / "SUMMARY.txt")[f"why_{name}"]
     if kind == "pairs":
         return sample_labels(PAIRS / "SUMMARY.txt")[name]
+    if kind == "parallel":  # rank 0's line
+        return sample_labels(RUNS / "parallel" / "SUMMARY.txt")[name]
     return sample_labels(RUNS / "SUMMARY.txt")[f"zoo_{name}"]
 
 
