@@ -91,6 +91,17 @@ def per_window(iv: Intervals, w_starts: np.ndarray, w_ends: np.ndarray) -> np.nd
     return out
 
 
+def holds(iv: Intervals, points) -> np.ndarray:
+    """Per point: whether one of the intervals holds it (its start to its end, both
+    included); a negative point (no time) is held by none."""
+    points = np.asarray(points, dtype=np.int64)
+    starts, ends = iv
+    if not len(starts):
+        return np.zeros(len(points), bool)
+    at = np.searchsorted(starts, points, side="right") - 1
+    return (at >= 0) & (points <= ends[np.maximum(at, 0)]) & (points >= 0)
+
+
 def union_of(*sets: Intervals) -> Intervals:
     """Union of several interval sets."""
     return union(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))

@@ -81,3 +81,17 @@ def test_innermost_of_nested_ranges_matches_the_definition():
         q_hi = q_lo + rng.integers(0, 30, size=50)
         got = iv.innermost(iv.nesting(s, e), q_lo, q_hi)
         assert got.tolist() == _brute_innermost(s.tolist(), e.tolist(), q_lo, q_hi)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_holds_matches_the_definition(seed):
+    """A point is held when some range of positive length has start <= point <= end (both
+    ends included; the union drops empty ranges), checked range by range against the
+    union's answer; negative points (no time) never."""
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, 1000, 30)
+    ends = starts + rng.integers(0, 60, 30)
+    points = np.concatenate([rng.integers(-5, 1100, 400), starts, ends, [-1]])
+    want = [p >= 0 and any(s <= p <= e for s, e in zip(starts, ends) if e > s) for p in points]
+    assert iv.holds(iv.union(starts, ends), points).tolist() == want
+    assert iv.holds(iv.union([], []), points).tolist() == [False] * len(points)

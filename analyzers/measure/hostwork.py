@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.measure.charge import LAUNCH_KINDS, spans
 
 from profkit import intervals as iv
 from profkit import schema as S
@@ -32,7 +33,6 @@ from profkit.model import RankData
 
 OPTIMIZER_RE = r"^Optimizer\.(?:step|zero_grad)#"
 UNNAMED_RE = r"^ProfilerStep#|DataLoader|_DataLoaderIter"  # ranges that name no host code
-LAUNCH_KINDS = (S.KIND_RUNTIME, S.KIND_DRIVER)
 COLUMNS = ("rank", "host_work_ns", "head_ns", "input_ns", "optimizer_ns", "annotated_ns")
 INPUT_COPY = "HtoD"  # the sub-class of a host-to-device copy
 
@@ -54,9 +54,9 @@ def host_work_where(data: RankData, by_thread: dict) -> pd.DataFrame:
     tid = events[S.TID].to_numpy()
     for thread, ivs in work.items():
         mine = tid == thread
-        opt = iv.intersect(ivs, _spans(events[optimizer & mine]))
+        opt = iv.intersect(ivs, spans(events[optimizer & mine]))
         rest = iv.subtract(ivs, opt)
-        ann = iv.intersect(rest, _spans(events[named & mine]))
+        ann = iv.intersect(rest, spans(events[named & mine]))
         row["host_work_ns"] += iv.total(ivs)
         row["optimizer_ns"] += iv.total(opt)
         row["annotated_ns"] += iv.total(ann)
@@ -89,7 +89,3 @@ def _heads(events: pd.DataFrame, gpu: pd.DataFrame,
     first_copy = is_copy[k] & (launch[k] >= start)
     return iv.union(start, end), iv.union(start[first_copy], end[first_copy])
 
-
-def _spans(frame: pd.DataFrame) -> iv.Intervals:
-    start = frame[S.TS_NS].to_numpy(np.int64)
-    return iv.union(start, start + frame[S.DUR_NS].to_numpy(np.int64))

@@ -28,6 +28,7 @@ import re
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.measure.charge import spans
 from profkit.analyzers.measure.comms import COLLECTIVE_WAITS, EXPOSED_WAIT_NS, START_NS
 from profkit.analyzers.result import Result
 
@@ -49,11 +50,6 @@ SPLIT_KINDS = ("all_gather", "reduce_scatter")  # sequence parallel's halves of 
 TP_GROUP = re.compile(r"(?:^|[_\W])(?:tp|tensor)(?:$|[_\W])", re.IGNORECASE)
 
 
-def _spans(df: pd.DataFrame) -> intervals.Intervals:
-    return intervals.union(df[S.TS_NS].to_numpy(np.int64),
-                           (df[S.TS_NS] + df[S.DUR_NS]).to_numpy(np.int64))
-
-
 def issued_by_model(data: RankData, c: pd.DataFrame) -> np.ndarray:
     """Per collective: issued by the model's own layers (inside a DTensor redistribution or a
     compiled graph: tensor and sequence parallelism's activations, whatever the group is
@@ -69,17 +65,9 @@ def issued_by_model(data: RankData, c: pd.DataFrame) -> np.ndarray:
         launch = launch[~launch.index.duplicated()]
         got = launch.reindex(c[S.CORRELATION].to_numpy()[unrecorded]).to_numpy()
         cpu[unrecorded] = np.where(np.isnan(got), -1, got).astype(np.int64)
-
-    def inside(rows: pd.DataFrame) -> np.ndarray:
-        if rows.empty or not len(cpu):
-            return np.zeros(len(cpu), bool)
-        starts, ends = _spans(rows)
-        idx = np.searchsorted(starts, cpu, side="right") - 1
-        return (idx >= 0) & (cpu <= ends[np.maximum(idx, 0)]) & (cpu >= 0)
-
-    model = host[category_mask(host[S.NAME], MODEL_COLLECTIVE_RE)]
-    hooks = host[category_mask(host[S.NAME], SHARDING_HOOK_RE)]
-    return inside(model) & ~inside(hooks)
+    model = spans(host[category_mask(host[S.NAME], MODEL_COLLECTIVE_RE)])
+    hooks = spans(host[category_mask(host[S.NAME], SHARDING_HOOK_RE)])
+    return intervals.holds(model, cpu) & ~intervals.holds(hooks, cpu)
 
 
 def tp_collectives(data: RankData, used: dict[int, int] | None) -> pd.DataFrame:
@@ -106,7 +94,7 @@ def exposed_collectives(data: RankData, rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` of the collectives table as (start ns, step, bytes, exposed ns): the part of
     each one's kernel in which no compute kernel runs."""
     ev = data.events
-    compute = _spans(ev[(ev[S.KIND] == S.KIND_KERNEL) & (ev[S.CLASS] == S.CLS_COMPUTE)])
+    compute = spans(ev[(ev[S.KIND] == S.KIND_KERNEL) & (ev[S.CLASS] == S.CLS_COMPUTE)])
     exposed = [intervals.total(intervals.subtract(
         (np.array([s], np.int64), np.array([s + d], np.int64)), compute))
         for s, d in zip(rows[S.TS_NS].to_numpy(np.int64), rows[S.DUR_NS].to_numpy(np.int64))]
