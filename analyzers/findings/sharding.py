@@ -39,16 +39,16 @@ def fsdp_findings(result: Result, th: Thresholds | None = None) -> list[Finding]
     mine = table[(table["rank"] == rank) & (table["unit"] != ROOT)] if len(table) else \
         table.reindex(columns=["rank", "unit", "all_gather_mib"])  # FSDP1: no unit names
     sizes = mine["all_gather_mib"]
-    per_block = row.get("units_per_block")
+    per_block = None if len(mine) else int(row["units_per_block"])  # FSDP1: from its sizes
     examples = ", ".join(mine["unit"].head(3)) if len(mine) else (
         f"FSDP1 names no module; the forward's all-gather sizes repeat every "
-        f"{per_block:.0f} units, {(units - target) / (per_block - 1):.0f} times")
+        f"{per_block} units, {int(row['blocks'])} times")
+    shown = f"{examples}, ...; all-gathers of {_sizes(sizes)} each" if len(mine) else examples
     host_share = row["fsdp_host_ms_per_step"] / row["host_idle_ms_per_step"] \
         if row["host_idle_ms_per_step"] > 0 else 0.0
     evidence = {
         "units": units, "target_units": target, "units_example": examples,
-        "units_per_block": None if per_block != per_block or per_block is None
-        else int(per_block),
+        "units_per_block": per_block,
         "all_gather_mib_min": round(float(sizes.min()), 2) if len(sizes) else None,
         "all_gather_mib_max": round(float(sizes.max()), 2) if len(sizes) else None,
         "fsdp_host_ms_per_step": round(row["fsdp_host_ms_per_step"], 3),
@@ -61,8 +61,7 @@ def fsdp_findings(result: Result, th: Thresholds | None = None) -> list[Finding]
         category=CATEGORY, severity="critical" if frac >= 0.2 else "warning", rank=rank,
         evidence=evidence,
         message=(f"FSDP wraps the model in {units} units where one per block would make {target} "
-                 f"({examples}{', ...; all-gathers of ' + _sizes(sizes) + ' each' if len(mine) else ''}"
-                 "): each unit costs "
+                 f"({shown}): each unit costs "
                  f"{evidence['host_ms_per_unit']:.2f} ms of host work per step "
                  f"({row['fsdp_host_ms_per_step']:.1f} ms in all) and its own all-gather and "
                  f"reduce-scatter ({row['exposed_comm_ms_per_step']:.1f} ms per step exposed), "

@@ -48,7 +48,7 @@ def tp_findings(result: Result, th: Thresholds | None = None) -> list[Finding]:
         rank = int(row["rank"])
         evidence = {k: round(float(row[k]), 4) for k in (
             "collectives_per_step", "median_mib", "exposed_ms_per_step", "waiting_ms_per_step",
-            "transfer_ms_per_step", "transfer_share") if k in row}
+            "transfer_ms_per_step", "transfer_share")}
         sp, on = bool(row.get("sequence_parallel")), bool(row.get("async_tp"))
         evidence.update(sequence_parallel=sp, async_tp=on)
         advice = ASYNC_ON if on else ASYNC_ADVICE if sp else ADVICE

@@ -120,8 +120,7 @@ def pattern_dimensions(kinds: set[str], group_size: int, world: int,
             out[kind] = (EXPERT, "all-to-all exchanges (expert dispatch)")
         elif kind in ("all_gather", "reduce_scatter") and sharded:
             out[kind] = (SHARDED, "all-gather and reduce-scatter in one group (FSDP / ZeRO-3)")
-        elif kind == "all_reduce" and sharded and reduce is not None \
-                and 0 < reduce.get("max_bytes", SCALAR_BYTES + 1) <= SCALAR_BYTES:
+        elif scalars and sharded:
             out[kind] = (SHARDED, f"all-reduces of scalars (at most {SCALAR_BYTES} B) beside "
                                   "all-gather and reduce-scatter (an overflow flag, a gradient "
                                   "norm: ZeRO-3 / FSDP)")

@@ -38,6 +38,7 @@ import re
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.measure.charge import spans
 from profkit.analyzers.measure.tensor_parallel import exposed_collectives, waited_ns
 from profkit.analyzers.parts import HOST_IDLE
 from profkit.analyzers.result import Result
@@ -118,8 +119,7 @@ def rank_fsdp_units(data: RankData, used: dict[int, int] | None,
     coll = _in_steps(data.collectives, used)
     gathers = coll[coll[S.COLL_NAME] == "all_gather"]
     for unit, mine in fsdp.groupby("unit", sort=False):
-        iv = intervals.union(mine[S.TS_NS].to_numpy(np.int64),
-                             (mine[S.TS_NS] + mine[S.DUR_NS]).to_numpy(np.int64))
+        iv = spans(mine)
         ag = mine[mine["what"] == "all_gather"]
         inside = np.zeros(len(gathers), bool)
         cpu = gathers[S.CPU_TS_NS].to_numpy(np.int64)
@@ -146,11 +146,7 @@ def _forward_gathers(data: RankData, used: dict[int, int] | None,
     first = pre[pre[S.STEP] == pre[S.STEP].min()]
     coll = _in_steps(data.collectives, used)
     gathers = coll[coll[S.COLL_NAME] == "all_gather"].sort_values(S.CPU_TS_NS)
-    starts, ends = intervals.union(first[S.TS_NS].to_numpy(np.int64),
-                                   (first[S.TS_NS] + first[S.DUR_NS]).to_numpy(np.int64))
-    cpu = gathers[S.CPU_TS_NS].to_numpy(np.int64)
-    idx = np.searchsorted(starts, cpu, side="right") - 1
-    inside = (idx >= 0) & (cpu <= ends[np.maximum(idx, 0)])
+    inside = intervals.holds(spans(first), gathers[S.CPU_TS_NS].to_numpy(np.int64))
     return gathers[S.MSG_BYTES].to_numpy(float)[inside][:MAX_PATTERN_UNITS].tolist()
 
 
@@ -158,17 +154,11 @@ def step_costs(data: RankData, used: dict[int, int] | None, parts: dict | None,
                 ranges: pd.DataFrame, n_steps: int) -> dict:
     """Host ms per step in the FSDP ranges; exposed all-gather / reduce-scatter ms per step;
     the ms per step the GPU waits on its host and the step's ms (from the breakdown)."""
-    host = intervals.union(ranges[S.TS_NS].to_numpy(np.int64),
-                           (ranges[S.TS_NS] + ranges[S.DUR_NS]).to_numpy(np.int64))
+    host = spans(ranges)
     k = _in_steps(data.events[data.events[S.KIND] == S.KIND_KERNEL], used)
     comm = k[(k[S.CLASS] == S.CLS_COMMUNICATION) & k[S.SUBCLASS].isin(EXPOSED_KINDS)]
     comp = k[k[S.CLASS] == S.CLS_COMPUTE]
-
-    def iv(df: pd.DataFrame) -> intervals.Intervals:
-        return intervals.union(df[S.TS_NS].to_numpy(np.int64),
-                               (df[S.TS_NS] + df[S.DUR_NS]).to_numpy(np.int64))
-
-    exposed = intervals.total(intervals.subtract(iv(comm), iv(comp))) if len(comm) else 0
+    exposed = intervals.total(intervals.subtract(spans(comm), spans(comp))) if len(comm) else 0
     coll = _in_steps(data.collectives, used)
     coll = coll[coll[S.COLL_NAME].isin(EXPOSED_KINDS) & coll[S.ON_GPU].astype(bool)]
     out = {"host_ms_per_step": intervals.total(host) / n_steps / 1e6,
@@ -215,8 +205,8 @@ def rank_rows(values: dict[int, dict | None]) -> pd.DataFrame | None:
         peer_ms = v.get("waiting_ms_per_step", 0.0)
         waiting = v["host_idle_ms_per_step"] + v["exposed_comm_ms_per_step"] - peer_ms
         rows.append({"rank": rank, "version": v["version"], "units": units,
-                     "target_units": target,
-                     "units_per_block": v.get("units_per_block", np.nan), "fsdp_host_ms_per_step": v["host_ms_per_step"],
+                     "target_units": target, "units_per_block": v.get("units_per_block", np.nan),
+                     "blocks": v.get("blocks", np.nan), "fsdp_host_ms_per_step": v["host_ms_per_step"],
                      "exposed_comm_ms_per_step": v["exposed_comm_ms_per_step"],
                      "peer_wait_ms_per_step": peer_ms,
                      "host_idle_ms_per_step": v["host_idle_ms_per_step"],

@@ -225,7 +225,7 @@ def _groups(values: dict[int, dict], usage: pd.DataFrame,
     calls = usage.groupby("pg")["calls"].sum().to_dict() if len(usage) else {}
     by_kind = usage.groupby(["pg", S.COLL_NAME])[["calls", "model_calls"]].sum() \
         if len(usage) else pd.DataFrame(columns=["calls", "model_calls"])
-    model_kinds = {pg: set() for pg in found}
+    model_kinds: dict[str, set[str]] = {}  # every call the model's layers' (tensor_parallel)
     for (pg, kind), row in by_kind.iterrows():
         if row["calls"] > 0 and row["model_calls"] == row["calls"]:
             model_kinds.setdefault(pg, set()).add(kind)
