@@ -127,8 +127,7 @@ def start_method() -> str | None:
 def process_pool(max_workers: int, method: str | None = None) -> ProcessPoolExecutor:
     """A process pool whose workers die with this process (see the module doc), started by
     ``method`` (default: :func:`start_method`'s)."""
-    context = multiprocessing.get_context(method or (_start_method[0] if _start_method
-                                                     else None))
+    context = multiprocessing.get_context(method or start_method())
     # a forkserver's workers are its children, not ours: they watch this process instead
     served = context.get_start_method() == "forkserver"
     initargs = (None, os.getpid()) if served else (os.getpid(),)

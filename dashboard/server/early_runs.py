@@ -86,7 +86,7 @@ def analyse_named(path: str) -> str | None:
     """In the worker: analyse the run at ``path`` and keep what its pages show under the
     key the server's result cache looks it up by (nothing to do when it is kept there
     already); None, or the message of the error that is all that can be shown of it."""
-    from profkit.dashboard.server import loading, results, runpool
+    from profkit.dashboard.server import results, runpool
 
     from profkit.run import cache
 
@@ -94,8 +94,7 @@ def analyse_named(path: str) -> str | None:
     # no other thread that could hold a lock
     children.start_workers_by("fork")
     key = results.disk_key(cache.run_fingerprint(Path(path)), results.code_fingerprint())
-    kept = cache.load_result(Path(path), key, loading.Shown)
-    if kept is not None and kept.valid():  # shown before: the server reads it back itself
+    if results.kept_result(Path(path), key) is not None:  # the server reads it back itself
         return None
     return runpool.analyse_and_keep(path, key)
 

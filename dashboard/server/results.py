@@ -115,6 +115,12 @@ def disk_key(fp: str, code: str) -> str:
     return hashlib.sha1(f"{fp}|{code}".encode()).hexdigest()[:24]
 
 
+def kept_result(path: Path, disk_key: str):
+    """What the run's result cache keeps under ``disk_key``, while still valid; None."""
+    kept = cache.load_result(path, disk_key, loading.Shown)
+    return kept if kept is not None and kept.valid() else None
+
+
 def run_json_bytes(path: Path) -> int:
     """About how many bytes of JSON the run's traces hold (gzip expanded), for the memory
     budget of the background analyses."""
@@ -186,8 +192,7 @@ class ResultCache:
         return disk_key(fp, self._code)
 
     def _kept(self, entry: RunEntry, disk_key: str):
-        kept = cache.load_result(entry.path, disk_key, loading.Shown)
-        return kept if kept is not None and kept.valid() else None
+        return kept_result(entry.path, disk_key)
 
     def _early(self, entry: RunEntry, disk_key: str):
         """What the early analysis of the run (:mod:`~profkit.dashboard.server.early_runs`,
