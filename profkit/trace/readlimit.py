@@ -168,11 +168,16 @@ def _after_member(path: Path, rest: bytes, fh) -> bytes | None:
     return None
 
 
-def trace_pieces(path: str | Path, readers: int = 1) -> Iterator[bytes]:
+def trace_pieces(path: str | Path, readers: int = 1,
+                 plain_piece_bytes: int = _PLAIN_PIECE_BYTES) -> Iterator[bytes]:
     """The file's JSON bytes piece by piece, gunzipped when the file is gzip (by content,
     not name), at most :func:`max_trace_bytes` of them (``readers``: traces read at once,
     which share the memory); raises :class:`TraceError` naming the file (also part way
-    through, for a gzip that turns out corrupt, truncated or too large)."""
+    through, for a gzip that turns out corrupt, truncated or too large).
+    ``plain_piece_bytes``: a plain file's bytes read at a time; -1: in one read (unbuffered,
+    it allocates the file's size once and reads into it; a buffered reader returns its
+    buffered head joined to the rest: a second copy of the file, twice the page faults,
+    measured ~2x the time on a 75 MB trace)."""
     path = Path(path)
     made = 0
     try:
@@ -186,7 +191,7 @@ def trace_pieces(path: str | Path, readers: int = 1) -> Iterator[bytes]:
                 raise _too_large(path, size, limit, gunzipped=False)
             fh.seek(0)
             if head != GZIP_MAGIC:
-                while piece := fh.read(_PLAIN_PIECE_BYTES):
+                while piece := fh.read(plain_piece_bytes):
                     yield piece
                 return
             for piece in _gunzip(path, fh, limit):
@@ -201,33 +206,11 @@ def trace_pieces(path: str | Path, readers: int = 1) -> Iterator[bytes]:
 
 
 def read_trace_bytes(path: str | Path, readers: int = 1) -> bytes | bytearray:
-    """The file's JSON bytes whole (:func:`trace_pieces`, with its limits and errors)."""
-    path = Path(path)
-    if not _is_gzip(path):
-        try:
-            # unbuffered: read() then allocates the file's size once and reads into it (a
-            # buffered reader returns its buffered head joined to the rest: a second copy of
-            # the file, twice the page faults, measured ~2x the time on a 75 MB trace)
-            with open(path, "rb", buffering=0) as fh:
-                size = os.fstat(fh.fileno()).st_size
-                limit = max_trace_bytes(None, readers)
-                if size > limit:
-                    raise _too_large(path, size, limit, gunzipped=False)
-                data = fh.read()
-        except OSError as exc:
-            raise TraceError(str(path), f"cannot read: {exc.strerror or exc}") from None
-        if not data:
-            raise TraceError(str(path), "empty file")
-        return data
-    out = bytearray()
-    for piece in trace_pieces(path, readers):
+    """The file's JSON bytes whole (:func:`trace_pieces`, with its limits and errors): a
+    plain file in one read, a gzip one gunzipped into one buffer."""
+    pieces = trace_pieces(path, readers, plain_piece_bytes=-1)
+    out: bytes | bytearray = next(pieces)  # it raises for a file with nothing in it
+    for piece in pieces:
+        out = out if isinstance(out, bytearray) else bytearray(out)
         out += piece
     return out
-
-
-def _is_gzip(path: Path) -> bool:
-    try:
-        with open(path, "rb", buffering=0) as fh:
-            return fh.read(2) == GZIP_MAGIC
-    except OSError as exc:
-        raise TraceError(str(path), f"cannot read: {exc.strerror or exc}") from None
