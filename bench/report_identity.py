@@ -19,6 +19,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +46,19 @@ def report(folder: Path, env: dict) -> tuple[int, bytes]:
     return proc.returncode, proc.stdout if proc.returncode in (0, 1) else proc.stderr[-2000:]
 
 
+def _importable(src: Path, site: Path) -> str:
+    """A folder to put on PYTHONPATH that imports ``src``'s profkit whole: its profkit/ and
+    the packages the install maps into it (analyzers, collectors, dashboard), as
+    samples/capture_lib.sh maps a checkout. Without it, ``profkit.analyzers`` of a bare
+    ``src`` came from this checkout's editable install: base and after ran one analyzer."""
+    (site / "profkit").mkdir(parents=True)
+    for f in (src / "profkit").iterdir():
+        (site / "profkit" / f.name).symlink_to(f.resolve())
+    for d in ("analyzers", "collectors", "dashboard"):
+        (site / "profkit" / d).symlink_to((src / d).resolve())
+    return str(site)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", type=Path, required=True, help="profkit sources before the change")
@@ -54,8 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     common = {**os.environ, "PYTHONHASHSEED": "0"}
     common.pop("PROFKIT_PURE_PYTHON", None)
-    before = {**common, "PYTHONPATH": str(args.base)}
-    after = {**common, "PYTHONPATH": str(args.after)}
+    shims = tempfile.TemporaryDirectory(prefix="report_identity_")
+    before = {**common, "PYTHONPATH": _importable(args.base, Path(shims.name) / "base")}
+    after = {**common, "PYTHONPATH": _importable(args.after, Path(shims.name) / "after")}
     if args.pure:
         after["PROFKIT_PURE_PYTHON"] = "1"
     differ, refused = [], 0
