@@ -187,3 +187,91 @@ def _counting(func, calls: list):
         calls.append(1)
         return func(*args, **kwargs)
     return wrapped
+
+
+def _check_doc(events: int) -> bytes:
+    """A trace of ``events`` plain kernel events (~90 bytes each)."""
+    one = b'{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1500,"dur":2,' \
+          b'"args":{"flops":1.5}}'
+    return b'{"traceEvents":[' + b",".join([one] * events) + b"]}"
+
+
+@needs_native
+def test_a_feed_lets_other_threads_run():
+    """The scan runs without the GIL: a Python thread makes progress while a feed runs.
+    With a switch interval longer than the feed, a GIL held through the feed would let the
+    thread run not once between the feed's start and its end."""
+    import threading
+    import time
+
+    from profkit import _kineto
+
+    doc = _check_doc(300_000)  # ~35 MB: tens of ms of scanning
+    stamps: list[float] = []
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            stamps.append(time.perf_counter())
+            for _ in range(200):
+                pass
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.5)
+    spinner = threading.Thread(target=spin)
+    try:
+        spinner.start()
+        while not stamps:
+            time.sleep(0.001)
+        state = _kineto.scanner(native.COLUMNS)
+        start = time.perf_counter()
+        used = _kineto.feed(state, doc, True)
+        end = time.perf_counter()
+    finally:
+        stop.set()
+        spinner.join()
+        sys.setswitchinterval(interval)
+    assert used == len(doc)
+    inside = [t for t in stamps if start < t < end]
+    assert len(inside) >= 10, (len(inside), end - start)
+    found = native._result(_kineto.result(state))
+    assert len(found) == 300_000 and set(found.columns["arg6"].tolist()) == {1.5}
+
+
+@needs_native
+def test_a_scanner_fed_in_one_thread_is_refused_to_another():
+    import threading
+
+    from profkit import _kineto
+
+    doc = _check_doc(300_000)
+    state = _kineto.scanner(native.CHECK)
+    feeder = threading.Thread(target=_kineto.feed, args=(state, doc, True))
+    refused = set()
+    feeder.start()
+    while feeder.is_alive():
+        try:
+            _kineto.drain(state)
+        except ValueError as exc:
+            refused.add(str(exc))
+    feeder.join()
+    assert "the scanner is being fed in another thread" in refused
+    assert native._result(_kineto.result(state)).count == 300_000  # and it read them all
+
+
+@needs_native
+def test_long_numbers_are_read_as_python_reads_them():
+    """Numbers of more than 53 bits of digits take the C library's parser in a scan without
+    the GIL: each must be the double Python's float() gives (correctly rounded)."""
+    rng = random.Random(43)
+    texts = ["12345678901234567.5", "9007199254740993.0", "9007199254740993.5",
+             "0.1000000000000000055511151231257827", "2.2250738585072011000000001",
+             "179769313486231570.5"]
+    texts += [f"{rng.randrange(10**15, 10**18)}.{rng.randrange(10**4)}" for _ in range(3000)]
+    texts += [f"0.{'0' * rng.randrange(0, 12)}{rng.randrange(10**16, 10**19)}" for _ in range(3000)]
+    events = ",".join('{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":2,'
+                      f'"args":{{"flops":{t}}}}}' for t in texts)
+    found = native.scan(f'{{"traceEvents":[{events}]}}'.encode())
+    read = dict(zip(found.columns["index"].tolist(), found.columns["arg6"].tolist()))
+    assert len(read) == len(texts)  # every one read by the scanner, none left to Python
+    assert all(read[i] == float(t) for i, t in enumerate(texts))

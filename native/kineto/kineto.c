@@ -6,12 +6,13 @@
  * drain, and their spans in those bytes;
  * feed(scanner, buffer, final) -> int | None: the bytes of buffer read (feed the rest again
  * with more after it), None when the scanner declines the file (the Python reader then
- * reads it as it always did);
+ * reads it as it always did); the scan runs without the GIL, so that other threads run
+ * meanwhile (one feed at a time per scanner: another call on it meanwhile is refused);
  * result(scanner) -> dict: the columns of the trace's fast events as bytearrays (read by
  * numpy.frombuffer on the Python side), the distinct strings and Input Dims they point to,
  * the bytes of the events left to the Python reader (kept) with their spans, and the
  * document around the events (head); the scanner's buffers are released;
- * scan(buffer) -> dict | None: the same of a whole document at once;
+ * scan(buffer) -> dict | None: the same of a whole document at once (without the GIL);
  * join(buffer, starts, ends) -> bytes: the spans as one JSON array, "[a,b,...]";
  * trim(): the C heap's free pages returned to the system (glibc's malloc_trim). */
 #define PY_SSIZE_T_CLEAN
@@ -47,6 +48,37 @@ static int to_double(const unsigned char *s, size_t n, double *out) {
     *out = v;
     return 1;
 }
+
+/* The numbers js_fast_double leaves (more than 53 bits of digits), parsed in a scan that
+ * runs without the GIL. Where the C library has strtod_l (glibc, macOS: correctly rounded,
+ * as Python's parser is), with the "C" locale's decimal point; elsewhere Python's parser,
+ * the GIL taken for each such number. */
+#if defined(__GLIBC__) || defined(__APPLE__)
+#include <locale.h>
+#ifdef __APPLE__
+#include <xlocale.h>
+#endif
+static locale_t C_NUMERIC; /* made once, at import */
+
+static int to_double_c(const unsigned char *s, size_t n, double *out) {
+    char text[64];
+    if (n == 0 || n >= sizeof text) return 0;
+    memcpy(text, s, n);
+    text[n] = 0;
+    char *end = NULL;
+    *out = strtod_l(text, &end, C_NUMERIC); /* out of range: +-inf or 0, as Python's */
+    return end == text + n;
+}
+#endif
+
+static int to_double_gil(const unsigned char *s, size_t n, double *out) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int ok = to_double(s, n, out);
+    PyGILState_Release(gil);
+    return ok;
+}
+
+static ScanToDouble to_double_nogil = to_double_gil;
 
 /* A dict {name: bytearray} of n growable buffers, each freed once copied (so that the
  * columns are not held twice at once). */
@@ -153,7 +185,18 @@ static PyObject *result_dict(Scan *s) {
 typedef struct {
     Scan s;
     int declined; /* a feed declined the file: nothing more is read */
+    int busy;     /* a feed runs (without the GIL): another call on it is refused */
 } Scanner;
+
+/* The scanner of a capsule, unless a feed of it runs in another thread (ValueError). */
+static Scanner *idle_scanner(PyObject *capsule) {
+    Scanner *sc = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (sc && sc->busy) {
+        PyErr_SetString(PyExc_ValueError, "the scanner is being fed in another thread");
+        return NULL;
+    }
+    return sc;
+}
 
 static void scanner_free(PyObject *capsule) {
     Scanner *sc = PyCapsule_GetPointer(capsule, CAPSULE);
@@ -172,7 +215,7 @@ static PyObject *kineto_scanner(PyObject *self, PyObject *args) {
     }
     Scanner *sc = calloc(1, sizeof *sc);
     if (!sc) return PyErr_NoMemory();
-    scan_init(&sc->s, to_double);
+    scan_init(&sc->s, to_double_nogil); /* its feeds run without the GIL */
     sc->s.mode = mode;
     PyObject *out = PyCapsule_New(sc, CAPSULE, scanner_free);
     if (!out) {
@@ -188,12 +231,18 @@ static PyObject *kineto_feed(PyObject *self, PyObject *args) {
     Py_buffer view;
     int final;
     if (!PyArg_ParseTuple(args, "Oy*p", &capsule, &view, &final)) return NULL;
-    Scanner *sc = PyCapsule_GetPointer(capsule, CAPSULE);
+    Scanner *sc = idle_scanner(capsule);
     PyObject *out = NULL;
     if (sc) {
         size_t used = 0;
-        int rc = sc->declined ? SCAN_DECLINED
-                 : scan_feed(&sc->s, (const unsigned char *)view.buf, (size_t)view.len, final, &used);
+        int rc = SCAN_DECLINED;
+        if (!sc->declined) { /* the scan touches only its own buffers and the view (held) */
+            sc->busy = 1;
+            Py_BEGIN_ALLOW_THREADS
+            rc = scan_feed(&sc->s, (const unsigned char *)view.buf, (size_t)view.len, final, &used);
+            Py_END_ALLOW_THREADS
+            sc->busy = 0;
+        }
         if (rc == SCAN_NO_MEMORY) {
             PyErr_NoMemory();
         } else if (rc == SCAN_DECLINED) {
@@ -212,7 +261,7 @@ static PyObject *kineto_feed(PyObject *self, PyObject *args) {
  * (bytes, starts, ends) (int64 each); the scanner keeps nothing of them (SCAN_SPLIT). */
 static PyObject *kineto_drain(PyObject *self, PyObject *capsule) {
     (void)self;
-    Scanner *sc = PyCapsule_GetPointer(capsule, CAPSULE);
+    Scanner *sc = idle_scanner(capsule);
     if (!sc) return NULL;
     Scan *s = &sc->s;
     PyObject *out = Py_BuildValue("(y#y#y#)", s->kept.data ? s->kept.data : "",
@@ -240,7 +289,7 @@ static PyObject *scan_result(Scan *s) {
 
 static PyObject *kineto_result(PyObject *self, PyObject *capsule) {
     (void)self;
-    Scanner *sc = PyCapsule_GetPointer(capsule, CAPSULE);
+    Scanner *sc = idle_scanner(capsule);
     if (!sc) return NULL;
     if (sc->declined || !scan_done(&sc->s)) {
         PyErr_SetString(PyExc_ValueError, "the scan is not complete");
@@ -255,8 +304,11 @@ static PyObject *kineto_scan(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     Scan s;
-    scan_init(&s, to_double);
-    int rc = scan_buffer(&s, (const unsigned char *)view.buf, (size_t)view.len);
+    scan_init(&s, to_double_nogil);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS /* the buffer is held by the view: other threads run meanwhile */
+    rc = scan_buffer(&s, (const unsigned char *)view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (rc == SCAN_NO_MEMORY) {
         scan_free(&s);
@@ -334,4 +386,10 @@ static PyMethodDef METHODS[] = {
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_kineto", NULL, -1, METHODS,
                                     NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__kineto(void) { return PyModule_Create(&MODULE); }
+PyMODINIT_FUNC PyInit__kineto(void) {
+#if defined(__GLIBC__) || defined(__APPLE__)
+    if (!C_NUMERIC) C_NUMERIC = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+    if (C_NUMERIC) to_double_nogil = to_double_c;
+#endif
+    return PyModule_Create(&MODULE);
+}
