@@ -269,13 +269,15 @@ class Accumulator:
         order = np.argsort(ts_us, kind="stable")
         self._rekey_args(order)
         cats = self.cats.categorical(self._take(S.CAT, order).astype(np.int32, copy=False))
-        kinds = np.asarray(self.cat_kind + [S.KIND_OTHER], dtype=object)
+        # each category's kind code (-1, no category: other), mapped through the codes: no
+        # string per row to look up (~15 ms of a 200k-event rank)
+        kind_of_cat = np.asarray(self.cat_kind_code + [_KIND_CODE[S.KIND_OTHER]], dtype=np.int8)
         ev = pd.DataFrame({
             S.TS_NS: self.base_ns + us_to_ns(ts_us[order]),
             S.DUR_NS: self._take(S.DUR_NS, order).astype(np.int64),
             S.NAME: self.names.categorical(self._take(S.NAME, order).astype(np.int32, copy=False)),
             S.CAT: cats,
-            S.KIND: pd.Categorical(kinds[cats.codes], categories=S.KINDS),
+            S.KIND: pd.Categorical.from_codes(kind_of_cat[cats.codes], categories=S.KINDS),
         })
         for name in (S.PID, S.TID):
             ev[name] = self._take(name, order).astype(np.int64, copy=False)
