@@ -212,12 +212,18 @@ def _library(space: str) -> str:
     return next((g for g in found.groups() if g), "") if found else ""
 
 
+_MARKS_RE = re.compile(r"[<>(){}\[\] :]")  # the characters the readers of _scan look at
+
+
 def _scan(text: str):
-    """(index, char, depth before it) over ``text``; ``<`` ``(`` ``{`` ``[`` nest, and a
-    ``>`` closes only a ``<`` (so ``(8)>(0)`` inside a template stays inside it)."""
+    """(index, char, depth before it) of the brackets, spaces and colons of ``text`` (the
+    other characters neither nest nor split: ~10x fewer steps on a long C++ name); ``<``
+    ``(`` ``{`` ``[`` nest, and a ``>`` closes only a ``<`` (so ``(8)>(0)`` inside a template
+    stays inside it)."""
     stack: list[str] = []
     pairs = {")": "(", "}": "{", "]": "["}
-    for i, c in enumerate(text):
+    for mark in _MARKS_RE.finditer(text):
+        i, c = mark.start(), mark.group()
         yield i, c, len(stack)
         if c in "<({[":
             stack.append(c)
