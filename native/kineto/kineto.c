@@ -8,8 +8,8 @@
  * with more after it), None when the scanner declines the file (the Python reader then
  * reads it as it always did); the scan runs without the GIL, so that other threads run
  * meanwhile (one feed at a time per scanner: another call on it meanwhile is refused);
- * result(scanner) -> dict: the columns of the trace's fast events as bytearrays (read by
- * numpy.frombuffer on the Python side), the distinct strings and Input Dims they point to,
+ * result(scanner) -> dict: the columns of the trace's fast events, as Column objects that
+ * own the scan's buffers (handed over, not copied; read by numpy.frombuffer on the Python side), the distinct strings and Input Dims they point to,
  * the bytes of the events left to the Python reader (kept) with their spans, and the
  * document around the events (head); the scanner's buffers are released;
  * scan(buffer) -> dict | None: the same of a whole document at once (without the GIL);
@@ -80,13 +80,60 @@ static int to_double_gil(const unsigned char *s, size_t n, double *out) {
 
 static ScanToDouble to_double_nogil = to_double_gil;
 
-/* A dict {name: bytearray} of n growable buffers, each freed once copied (so that the
- * columns are not held twice at once). */
+/* A column's bytes handed over from the scan, not copied: an object that owns a growable
+ * buffer's memory (freed with it) and lends it, writable, through the buffer protocol
+ * (numpy.frombuffer keeps the object alive while an array views it). */
+typedef struct {
+    PyObject_HEAD
+    char *data; /* NULL when empty */
+    Py_ssize_t len;
+} Owned;
+
+static char NOTHING[1];
+
+static int owned_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    Owned *o = (Owned *)self;
+    return PyBuffer_FillInfo(view, self, o->data ? o->data : NOTHING, o->len, 0, flags);
+}
+
+static void owned_dealloc(PyObject *self) {
+    free(((Owned *)self)->data);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyBufferProcs OWNED_BUFFER = {owned_getbuffer, NULL};
+
+static PyTypeObject OWNED_TYPE = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profkit._kineto.Column",
+    .tp_basicsize = sizeof(Owned),
+    .tp_dealloc = owned_dealloc,
+    .tp_as_buffer = &OWNED_BUFFER,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The bytes of one column of a scan (read them with numpy.frombuffer).",
+};
+
+/* The bytes of g as an Owned (g emptied: its memory is the object's now, cut to its length). */
+static PyObject *owned_from(Grow *g) {
+    Owned *o = PyObject_New(Owned, &OWNED_TYPE);
+    if (!o) return NULL;
+    o->data = NULL;
+    o->len = (Py_ssize_t)g->len;
+    if (g->len) {
+        char *cut = realloc(g->data, g->len); /* the unused capacity back (no copy of a large one) */
+        o->data = cut ? cut : g->data;
+        g->data = NULL;
+    }
+    grow_free(g);
+    return (PyObject *)o;
+}
+
+/* A dict {name: column} of n growable buffers, each handed over, not copied (so that the
+ * columns are never held twice, nor their pages touched again). */
 static PyObject *grow_dict(Grow *g, const char *const *names, int n) {
     PyObject *out = PyDict_New();
     for (int i = 0; out && i < n; i++) {
-        PyObject *arr = PyByteArray_FromStringAndSize(g[i].data ? g[i].data : "", (Py_ssize_t)g[i].len);
-        grow_free(&g[i]);
+        PyObject *arr = owned_from(&g[i]);
         if (!arr || PyDict_SetItemString(out, names[i], arr) < 0) {
             Py_XDECREF(arr);
             Py_CLEAR(out);
@@ -387,6 +434,7 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_kineto", NULL, -1, 
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__kineto(void) {
+    if (PyType_Ready(&OWNED_TYPE) < 0) return NULL;
 #if defined(__GLIBC__) || defined(__APPLE__)
     if (!C_NUMERIC) C_NUMERIC = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
     if (C_NUMERIC) to_double_nogil = to_double_c;
