@@ -55,8 +55,8 @@ def _cached_analysis(args, run: str, thresholds, fmt: str):
     from profkit.analyzers.executor import analyze_run
     from profkit.run import cache
 
-    key = _analysis_key(args, run, thresholds)
-    if not args.no_cache and Path(run).exists():
+    key = None if args.no_cache else _analysis_key(args, run, thresholds)
+    if key is not None and Path(run).exists():
         cached = cache.load_result(Path(run), key, Analysis)
         if cached is not None and _renders(cached, fmt):
             log.debug("analysis of %s from the result cache", run)
@@ -66,7 +66,7 @@ def _cached_analysis(args, run: str, thresholds, fmt: str):
                            ranks=parse_ranks(args.ranks), cycle=args.cycle,
                            options=_analysis_options(args), progress=progress,
                            thresholds=thresholds)
-    if not args.no_cache:
+    if key is not None:
         cache.store_result(Path(run), key, analysis)
     return _steps_found(args, analysis)
 
