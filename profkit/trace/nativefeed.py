@@ -107,6 +107,30 @@ class _RawArgs:
         self.seq_number = seq_number
 
 
+class _RowArgs:
+    """The args of one fast row as _RawArgs has them, each read from the scan's columns
+    only when asked for (the convolution links read only the sequence number)."""
+
+    __slots__ = ("_rows", "_row")
+
+    def __init__(self, rows: _Rows, row: int) -> None:
+        self._rows, self._row = rows, row
+
+    def _raw(self, k: int) -> bytes:
+        i = int(self._rows.raw_columns[k][self._row])
+        return self._rows.no_raw if i < 0 else self._rows.scan.raw[i]
+
+    input_dims = property(lambda self: self._raw(0))
+    input_types = property(lambda self: self._raw(1))
+    input_strides = property(lambda self: self._raw(2))
+    concrete_inputs = property(lambda self: self._raw(3))
+
+    @property
+    def seq_number(self) -> int | None:
+        seq = int(self._rows.col["seq"][self._row])
+        return None if seq == NO_SEQ else seq
+
+
 class _LazyArgs:
     """``args[i]`` of the rows of one add, built only for the rows that are asked for."""
 
@@ -259,11 +283,8 @@ class _Rows:
         out[texts] = mapped[inverse]
         return out
 
-    def args_of(self, row: int) -> _RawArgs:
-        ids = [int(column[row]) for column in self.raw_columns]
-        seq = int(self.col["seq"][row])
-        return _RawArgs(tuple(self.no_raw if i < 0 else self.scan.raw[i] for i in ids),
-                        None if seq == NO_SEQ else seq)
+    def args_of(self, row: int) -> _RowArgs:
+        return _RowArgs(self, row)
 
 
 def _unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
