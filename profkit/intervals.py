@@ -91,6 +91,28 @@ def per_window(iv: Intervals, w_starts: np.ndarray, w_ends: np.ndarray) -> np.nd
     return out
 
 
+def covered_before(iv: Intervals, t) -> np.ndarray:
+    """Per time ``t``: the covered length of the disjoint set before it, ns."""
+    starts, ends = iv
+    t = np.asarray(t, dtype=np.int64)
+    if len(starts) == 0:
+        return np.zeros(len(t), dtype=np.int64)
+    lengths = ends - starts
+    before = np.concatenate([[0], np.cumsum(lengths)])
+    k = np.searchsorted(starts, t, side="right") - 1
+    at = np.maximum(k, 0)
+    inside = np.where(k >= 0, np.clip(t - starts[at], 0, lengths[at]), 0)
+    return before[at] * (k >= 0) + inside
+
+
+def covered_each(iv: Intervals, starts, ends) -> np.ndarray:
+    """Per range [start, end): its length covered by the disjoint set, ns (0 for an empty
+    or reversed range); ``total(intersect(range, iv))`` of each, in one pass."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.maximum(np.asarray(ends, dtype=np.int64), starts)
+    return covered_before(iv, ends) - covered_before(iv, starts)
+
+
 def holds(iv: Intervals, points) -> np.ndarray:
     """Per point: whether one of the intervals holds it (its start to its end, both
     included); a negative point (no time) is held by none."""

@@ -95,3 +95,21 @@ def test_holds_matches_the_definition(seed):
     want = [p >= 0 and any(s <= p <= e for s, e in zip(starts, ends) if e > s) for p in points]
     assert iv.holds(iv.union(starts, ends), points).tolist() == want
     assert iv.holds(iv.union([], []), points).tolist() == [False] * len(points)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_covered_each_matches_a_grid(seed):
+    """Each range's covered length is the count of grid points both it and the set hold;
+    a set with nothing covers nothing, an empty or reversed range has nothing covered."""
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 900, 40)
+    a = iv.union(s, s + rng.integers(0, 50, 40))
+    q_lo = np.concatenate([rng.integers(-20, 1000, 300), a[0], a[1]])
+    q_hi = q_lo + rng.integers(-5, 120, len(q_lo))
+    grid = cover(a, 1200)
+    want = [int(grid[max(lo, 0):max(hi, 0)].sum()) if hi > lo else 0 for lo, hi in zip(q_lo, q_hi)]
+    assert iv.covered_each(a, q_lo, q_hi).tolist() == want
+    assert iv.covered_each(iv.union([], []), q_lo, q_hi).tolist() == [0] * len(q_lo)
+    # covered before t: the grid's covered points below t
+    t = rng.integers(-10, 1100, 100)
+    assert iv.covered_before(a, t).tolist() == [int(grid[:max(x, 0)].sum()) for x in t]

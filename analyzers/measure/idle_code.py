@@ -84,7 +84,7 @@ class _Ranges:
 
     def attribute(self, idle: iv.Intervals) -> dict[str, int]:
         """Idle ns by the label of the innermost range covering each idle instant."""
-        covered = _cover(idle, self.seg_end) - _cover(idle, self.seg_start)
+        covered = iv.covered_each(idle, self.seg_start, self.seg_end)
         per_owner = np.bincount(self.seg_owner, weights=covered, minlength=self.n) \
             if len(self.seg_owner) else np.zeros(0)
         owners = np.flatnonzero(per_owner > 0)
@@ -163,16 +163,6 @@ def _innermost(start: np.ndarray, end: np.ndarray):
         close(stack.pop())
     return (np.array(seg_s, np.int64), np.array(seg_e, np.int64),
             np.array(seg_o, np.int64), np.array(parent, np.int64))
-
-
-def _cover(idle: iv.Intervals, t: np.ndarray) -> np.ndarray:
-    """Idle ns before each time ``t``."""
-    starts, ends = idle
-    lengths = np.concatenate([[0], np.cumsum(ends - starts)])
-    k = np.searchsorted(starts, t, side="right") - 1
-    inside = np.where(k >= 0, np.clip(t - starts[np.maximum(k, 0)], 0,
-                                      (ends - starts)[np.maximum(k, 0)]), 0)
-    return lengths[np.maximum(k, 0)] * (k >= 0) + inside
 
 
 def _ancestors(is_user: np.ndarray, is_op: np.ndarray, parent: np.ndarray):

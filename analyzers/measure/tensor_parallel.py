@@ -95,13 +95,10 @@ def exposed_collectives(data: RankData, rows: pd.DataFrame) -> pd.DataFrame:
     each one's kernel in which no compute kernel runs."""
     ev = data.events
     compute = spans(ev[(ev[S.KIND] == S.KIND_KERNEL) & (ev[S.CLASS] == S.CLS_COMPUTE)])
-    exposed = [intervals.total(intervals.subtract(
-        (np.array([s], np.int64), np.array([s + d], np.int64)), compute))
-        for s, d in zip(rows[S.TS_NS].to_numpy(np.int64), rows[S.DUR_NS].to_numpy(np.int64))]
-    return pd.DataFrame({START_NS: rows[S.TS_NS].to_numpy(np.int64),
-                         S.STEP: rows[S.STEP].to_numpy(np.int64),
+    start, dur = rows[S.TS_NS].to_numpy(np.int64), rows[S.DUR_NS].to_numpy(np.int64)
+    return pd.DataFrame({START_NS: start, S.STEP: rows[S.STEP].to_numpy(np.int64),
                          S.MSG_BYTES: rows[S.MSG_BYTES].to_numpy(float),
-                         "exposed_ns": np.asarray(exposed, np.int64)})
+                         "exposed_ns": dur - intervals.covered_each(compute, start, start + dur)})
 
 
 def waited_ns(rows: pd.DataFrame, collectives: Result, rank: int) -> np.ndarray:
