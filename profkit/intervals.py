@@ -134,13 +134,32 @@ def union_of(*sets: Intervals) -> Intervals:
 Nesting = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
+def nest_order(starts, ends) -> np.ndarray:
+    """The order of ranges by start and, of ranges starting together, the longer first (a
+    parent before its children), ties kept in input order: ``np.lexsort((-ends, starts))``.
+    A stable sort by start alone (quick on a table already in time order), then only the
+    runs of equal starts sorted by end."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    order = np.argsort(starts, kind="stable")
+    first = starts[order]
+    tie = first[1:] == first[:-1]
+    if tie.any():
+        in_run = np.zeros(len(order), dtype=bool)
+        in_run[1:] = tie
+        in_run[:-1] |= tie
+        run = np.flatnonzero(in_run)
+        order[run] = order[run][np.lexsort((-ends[order[run]], first[run]))]
+    return order
+
+
 def nesting(starts, ends) -> Nesting:
     """Ranges of one thread, which nest: (start, end, parent, index), sorted by start and,
     of ranges starting together, the longer first; ``parent``: the position of the range
     holding each (-1 for none); ``index``: each one's position in the input."""
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
-    order = np.lexsort((-ends, starts))
+    order = nest_order(starts, ends)
     lo, hi = starts[order], ends[order]
     parent = np.full(len(lo), -1, dtype=np.int64)
     stack: list[int] = []

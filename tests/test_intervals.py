@@ -113,3 +113,18 @@ def test_covered_each_matches_a_grid(seed):
     # covered before t: the grid's covered points below t
     t = rng.integers(-10, 1100, 100)
     assert iv.covered_before(a, t).tolist() == [int(grid[:max(x, 0)].sum()) for x in t]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_nest_order_sorts_by_start_then_longer_first(seed):
+    """By start; of equal starts the later end first; of equal ranges, input order kept
+    (checked pairwise along the order, with many ties, sorted and shuffled inputs)."""
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.integers(0, 60, 400))
+    ends = starts + rng.integers(0, 5, 400)
+    for s, e in ((starts, ends), (starts[::-1], ends[::-1]), (starts[p := rng.permutation(400)], ends[p])):
+        order = iv.nest_order(s, e)
+        assert sorted(order.tolist()) == list(range(400))
+        for a, b in zip(order[:-1], order[1:]):
+            assert (s[a], -e[a], a) < (s[b], -e[b], b)
+    assert iv.nest_order([], []).tolist() == []

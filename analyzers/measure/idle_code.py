@@ -66,7 +66,7 @@ class _Ranges:
         start = host[S.TS_NS].to_numpy(np.int64)
         end = start + host[S.DUR_NS].to_numpy(np.int64)
         near = _overlapping(start, end, near_idle)
-        order = near[np.lexsort((-(end[near] - start[near]), start[near]))]
+        order = near[iv.nest_order(start[near], end[near])]
         self.seg_start, self.seg_end, self.seg_owner, parent = _innermost(start[order],
                                                                           end[order])
         names = host[S.NAME].astype("category")

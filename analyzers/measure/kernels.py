@@ -122,7 +122,7 @@ def self_times(cpu: pd.DataFrame) -> np.ndarray:
         d = cpu[S.DUR_NS].to_numpy()[idx]
         pos = idx[d > 0]  # zero-length rows contain nothing and take nothing
         s, d = s[d > 0], d[d > 0]
-        order = np.lexsort((-d, s))  # parents (longer) before children at equal starts
+        order = iv.nest_order(s, s + d)  # parents (longer) before children at equal starts
         pos, s, d = pos[order], s[order], d[order]
         e = s + d
         depth = np.arange(len(s)) - np.searchsorted(np.sort(e), s, side="right")
