@@ -69,3 +69,23 @@ def test_a_run_its_ranks_and_a_diff_print_as_one_line():
     d = diff_analyses(a, a)
     assert "\n" not in repr(d) and len(repr(d)) < 400
     assert repr(d).startswith(f"<Diff {path} -> {path}: unchanged")
+
+
+@pytest.mark.parametrize("kinds", KIND_SETS)
+def test_of_kinds_with_columns_is_those_columns_of_the_rows(rank, kinds):
+    columns = [S.NAME, S.TS_NS, S.KIND]
+    want = rank.events[rank.events[S.KIND].astype(str).isin(kinds).to_numpy()][columns]
+    assert rank.of_kinds(kinds, columns).equals(want)
+    with rank.sharing_selections():
+        assert rank.of_kinds(kinds, columns).equals(want)
+        assert rank.of_kinds(kinds).equals(rank.events.loc[want.index])  # then every column
+        assert rank.of_kinds(kinds, columns[:1]).equals(want[columns[:1]])
+
+
+def test_a_change_to_a_shared_column_stays_the_callers(rank):
+    with rank.sharing_selections():
+        first = rank.of_kinds(S.GPU_KINDS, [S.DUR_NS])
+        want = first[S.DUR_NS].to_numpy().copy()
+        first.loc[first.index[0], S.DUR_NS] = -7  # copy-on-write: first's own copy
+        again = rank.of_kinds(S.GPU_KINDS)
+        assert again[S.DUR_NS].to_numpy().tolist() == want.tolist()

@@ -65,6 +65,7 @@ COPY_CALL_RE = re.compile(r"memcpy", re.IGNORECASE)
 SYNC_CALL_RE = re.compile(r"synchronize|^(?:cuda|hip|cu)Memcpy(?:DtoH)?$|EventQuery|StreamQuery",
                           re.IGNORECASE)
 CPU_NEST_KINDS = (S.KIND_CPU_OP, S.KIND_RUNTIME, S.KIND_DRIVER, S.KIND_SYNC)
+NEST_COLUMNS = (S.KIND, S.NAME, S.PID, S.TID, S.TS_NS, S.DUR_NS)  # what self_times reads, and the kind
 # Fewer kernels (or launch calls) than this in the window: too little to call launch-bound.
 MIN_KERNELS = 100
 # CUDA's launch queue holds about 1024 ops (peers flag 1024 as full; a V100 trace here peaks
@@ -140,7 +141,7 @@ def self_times(cpu: pd.DataFrame) -> np.ndarray:
 
 def op_totals(rd: RankData) -> pd.DataFrame:
     """Count, self and inclusive time of each CPU op name of one rank."""
-    cpu = rd.of_kinds(CPU_NEST_KINDS)
+    cpu = rd.of_kinds(CPU_NEST_KINDS, NEST_COLUMNS)
     is_op = values_in(cpu[S.KIND], (S.KIND_CPU_OP,))
     ops = pd.DataFrame({"code": cpu[S.NAME].cat.codes.to_numpy()[is_op],
                         "self_ns": self_times(cpu)[is_op],

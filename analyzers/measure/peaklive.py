@@ -111,7 +111,8 @@ def device_peak_live(dev: pd.DataFrame, data: RankData,
     picked = dev[live]
     query_ts = np.append(picked[S.TS_NS].to_numpy(), dev[S.TS_NS].iat[p])
     query_tid = np.append(picked[S.TID].to_numpy(), dev[S.TID].iat[p])
-    ops, notes = enclosing(data.of_kinds(HOST_KINDS), query_ts, query_tid)
+    ops, notes = enclosing(data.of_kinds(HOST_KINDS, (S.TID, S.KIND, S.NAME, S.TS_NS, S.DUR_NS)),
+                           query_ts, query_tid)
     table = pd.DataFrame({"step": step, "op": ops[:-1], "annotation": notes[:-1],
                           "allocated_before_step": picked[S.TS_NS].to_numpy() < step_start,
                           "live_bytes": picked[S.BYTES].to_numpy(np.int64), "count": 1})
