@@ -18,7 +18,7 @@ import pandas as pd
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask, values_in
+from profkit.columns import category_mask, unique_rows, values_in
 
 CODE_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_PYTHON, S.KIND_RUNTIME, S.KIND_DRIVER,
               S.KIND_SYNC)
@@ -88,8 +88,8 @@ class _Ranges:
         per_owner = np.bincount(self.seg_owner, weights=covered, minlength=self.n) \
             if len(self.seg_owner) else np.zeros(0)
         owners = np.flatnonzero(per_owner > 0)
-        uniq, inverse = _distinct_rows(self.codes[owners], self.user_code[owners],
-                                       self.outer_code[owners], len(self.categories))
+        uniq, inverse, _ = unique_rows([self.codes[owners], self.user_code[owners],
+                                        self.outer_code[owners]])
         sums = np.bincount(inverse.ravel(), weights=per_owner[owners], minlength=len(uniq))
         out: dict[str, int] = {}
         for (own, user, outer), ns in zip(uniq.tolist(), sums.tolist()):  # each label once
@@ -99,20 +99,6 @@ class _Ranges:
         if rest > 0:
             out[UNRECORDED] = out.get(UNRECORDED, 0) + rest
         return out
-
-
-def _distinct_rows(own: np.ndarray, user: np.ndarray, outer: np.ndarray, n_codes: int):
-    """``np.unique`` of the rows (own, user, outer) of name codes (-1: none), with the
-    inverse: the rows sorted the same way, found as one int64 key per row (``axis=0``
-    sorts rows as structured records, ~10x slower) where the codes leave room for it."""
-    base = n_codes + 1
-    if base ** 3 >= 1 << 63:
-        return np.unique(np.stack([own, user, outer], axis=1), axis=0, return_inverse=True)
-    own, user, outer = (np.asarray(c, dtype=np.int64) for c in (own, user, outer))
-    key = ((own + 1) * base + (user + 1)) * base + (outer + 1)
-    uniq, inverse = np.unique(key, return_inverse=True)
-    return np.stack([uniq // (base * base) - 1, uniq // base % base - 1, uniq % base - 1],
-                    axis=1), inverse
 
 
 def _overlapping(start: np.ndarray, end: np.ndarray, idle: iv.Intervals) -> np.ndarray:

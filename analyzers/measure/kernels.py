@@ -42,7 +42,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import aggregate, values_in
+from profkit.columns import aggregate, unique_rows, values_in
 from profkit.model import RankData, Run
 
 TOP_KERNEL_COLUMNS = (S.NAME, S.CLASS, S.SUBCLASS, "count", "total_ns", "mean_ns", "share",
@@ -86,8 +86,8 @@ def kernel_totals(rank: int, rd: RankData) -> pd.DataFrame:
         return k.groupby(keys)[S.DUR_NS].agg(["size", "sum"]).reset_index().assign(rank=rank)
     # On the category codes, then the (few) groups named and put in the order of their
     # names, as grouping the names as text would.
-    groups, at = np.unique(codes, axis=1, return_inverse=True)
-    at = at.reshape(-1)
+    groups, at, _ = unique_rows(list(codes))
+    groups = groups.T
     total = np.zeros(groups.shape[1], dtype=np.int64)
     np.add.at(total, at, k[S.DUR_NS].to_numpy(np.int64))
     texts = [[str(v) for v in np.asarray(k[c].dtype.categories, dtype=object)[group]]

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pytest
-from profkit.analyzers.measure.idle_code import UNRECORDED, _distinct_rows, _Ranges
+from profkit.analyzers.measure.idle_code import UNRECORDED, _Ranges
 
 from profkit import schema as S
 
@@ -63,17 +62,3 @@ def test_a_long_name_is_cut_to_80_characters():
     host = _host([(long, S.KIND_ANNOTATION, 0, 10), ("aten::copy_", S.KIND_CPU_OP, 2, 8)])
     got = attribute(host, _idle((3, 4)))
     assert got == {"x" * 77 + "... -> aten::copy_": 1}
-
-
-@pytest.mark.parametrize("n_codes", [1, 7, 300, 3_000_000])  # the last: no room for one key
-@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int64])
-def test_distinct_rows_is_numpy_unique_of_the_rows(n_codes, dtype):
-    rng = np.random.default_rng(n_codes)
-    high = min(n_codes, np.iinfo(dtype).max)
-    own = rng.integers(0, high, 400).astype(dtype)
-    user, outer = rng.integers(-1, high, (2, 400))
-    got, inverse = _distinct_rows(own, user, outer, n_codes)
-    want, want_inverse = np.unique(np.stack([own, user, outer], axis=1), axis=0,
-                                   return_inverse=True)
-    assert got.tolist() == want.tolist()
-    assert inverse.ravel().tolist() == want_inverse.ravel().tolist()
