@@ -161,15 +161,41 @@ def nesting(starts, ends) -> Nesting:
     ends = np.asarray(ends, dtype=np.int64)
     order = nest_order(starts, ends)
     lo, hi = starts[order], ends[order]
-    parent = np.full(len(lo), -1, dtype=np.int64)
+    return lo, hi, previous_reaching(hi), order
+
+
+JUMP_ROUNDS = 200  # pointer jumping takes a few dozen rounds on real threads
+
+
+def previous_reaching(hi: np.ndarray) -> np.ndarray:
+    """For each position, the nearest earlier one whose value is at least its own (-1 for
+    none): of ranges in :func:`nest_order`, by their ends, the one holding each. Found by
+    pointer jumping: each position's candidate only ever moves to its candidate's, past
+    values all below its own, until it reaches one as high (a round per step, for every
+    position at once); past :data:`JUMP_ROUNDS` rounds (contrived orders), a stack walk."""
+    hi = np.asarray(hi, dtype=np.int64)
+    cand = np.arange(-1, len(hi) - 1, dtype=np.int64)
+    todo = np.arange(1, len(hi), dtype=np.int64)
+    for _ in range(JUMP_ROUNDS):
+        todo = todo[hi[cand[todo]] < hi[todo]]
+        cand[todo] = cand[cand[todo]]
+        todo = todo[cand[todo] >= 0]
+        if not len(todo):
+            return cand
+    return _previous_reaching_walk(hi)
+
+
+def _previous_reaching_walk(hi: np.ndarray) -> np.ndarray:
+    """:func:`previous_reaching` by a walk with a stack of the positions not yet passed."""
+    out = np.full(len(hi), -1, dtype=np.int64)
     stack: list[int] = []
     hi_list = hi.tolist()
     for i, h in enumerate(hi_list):
         while stack and hi_list[stack[-1]] < h:
             stack.pop()
-        parent[i] = stack[-1] if stack else -1
+        out[i] = stack[-1] if stack else -1
         stack.append(i)
-    return lo, hi, parent, order
+    return out
 
 
 def innermost(tree: Nesting, starts, ends) -> np.ndarray:

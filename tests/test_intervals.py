@@ -128,3 +128,17 @@ def test_nest_order_sorts_by_start_then_longer_first(seed):
         for a, b in zip(order[:-1], order[1:]):
             assert (s[a], -e[a], a) < (s[b], -e[b], b)
     assert iv.nest_order([], []).tolist() == []
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_previous_reaching_is_the_nearest_earlier_value_as_high(seed):
+    """By definition, position by position, on random values with ties, on values that
+    climb (each answer -1) and on blocks that fall while their base climbs (which take the
+    stack walk after too many rounds)."""
+    rng = np.random.default_rng(seed)
+    cases = [rng.integers(0, 20, 300), rng.integers(0, 3, 300), np.arange(300),
+             np.arange(300)[::-1], np.tile(np.arange(250)[::-1], 2) + np.repeat([0, 1], 250),
+             np.array([], dtype=np.int64)]
+    for hi in cases:
+        want = [max((j for j in range(i) if hi[j] >= hi[i]), default=-1) for i in range(len(hi))]
+        assert iv.previous_reaching(hi).tolist() == want
