@@ -113,9 +113,22 @@ class RankData:
             shared = self._selected[tuple(kinds)] = _Selection(self.events, kinds)
         return shared.frame(self.events, columns)
 
+    def derived(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(self, *args)``, a table derived from the rank's (``args`` hashable). Inside
+        :meth:`sharing_selections` it is computed once per (fn, args) and shared by the
+        measurements that ask for it; each caller gets frames of its own (shallow copies:
+        a column it adds stays its own, copy-on-write keeps a change to the data its own)."""
+        if self._selected is None:
+            return fn(self, *args)
+        key = ("derived", fn, *args)
+        if key not in self._selected:
+            self._selected[key] = fn(self, *args)
+        return _own(self._selected[key])
+
     @contextlib.contextmanager
     def sharing_selections(self) -> Iterator[None]:
-        """Share :meth:`of_kinds` selections for the block; the events must not change in it."""
+        """Share :meth:`of_kinds` selections and :meth:`derived` tables for the block; the
+        events must not change in it."""
         if self._selected is not None:  # nested: the outer block shares already
             yield
             return
@@ -128,6 +141,15 @@ class RankData:
     @property
     def has_gpu(self) -> bool:
         return bool(values_in(self.events[S.KIND], S.GPU_KINDS).any())
+
+
+def _own(value: Any) -> Any:
+    """A shared value as a caller's own: frames (alone or in a tuple) shallow-copied."""
+    if isinstance(value, pd.DataFrame):
+        return value.copy(deep=False)
+    if isinstance(value, tuple):
+        return tuple(_own(v) for v in value)
+    return value
 
 
 class _Selection:

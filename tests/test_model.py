@@ -89,3 +89,23 @@ def test_a_change_to_a_shared_column_stays_the_callers(rank):
         first.loc[first.index[0], S.DUR_NS] = -7  # copy-on-write: first's own copy
         again = rank.of_kinds(S.GPU_KINDS)
         assert again[S.DUR_NS].to_numpy().tolist() == want.tolist()
+
+
+def test_a_derived_table_is_computed_once_inside_the_block(rank):
+    """Outside the block every call computes; inside, once per (function, arguments), and
+    each caller's frames are its own (a column one adds is not seen by the next)."""
+    calls = []
+
+    def steps_of_kind(data, kind):
+        calls.append(kind)
+        return data.of_kinds((kind,), [S.STEP]), len(calls)
+
+    assert rank.derived(steps_of_kind, S.KIND_KERNEL)[1] == 1
+    assert rank.derived(steps_of_kind, S.KIND_KERNEL)[1] == 2
+    with rank.sharing_selections():
+        first, n = rank.derived(steps_of_kind, S.KIND_KERNEL)
+        first["mine"] = 1
+        again, m = rank.derived(steps_of_kind, S.KIND_KERNEL)
+        assert n == m == 3 and "mine" not in again.columns
+        assert rank.derived(steps_of_kind, S.KIND_RUNTIME)[1] == 4
+    assert calls == [S.KIND_KERNEL] * 3 + [S.KIND_RUNTIME]

@@ -189,6 +189,12 @@ def kernels_per_step(rank: int, rd: RankData) -> pd.DataFrame:
 
 
 def launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(launch calls, GPU ops with their launch call's start, per-op launch delays), found
+    once per rank (:func:`_launch_join`; the kernels and inference measurements read it)."""
+    return rd.derived(_launch_join)
+
+
+def _launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(launch calls, GPU ops with their launch call's start, per-op launch delays).
 
     GPU ops sharing a correlation (graph replays) get their graph launch's start but no
@@ -219,9 +225,14 @@ def launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
 def slow_calls(rd: RankData, th: Thresholds) -> pd.DataFrame:
     """Runtime/driver calls in the steps above slow_runtime_call_ns, synchronisations and
-    copies aside (a copy that blocks is host_sync's, an async one is a launch)."""
+    copies aside (a copy that blocks is host_sync's, an async one is a launch); found once
+    per rank and threshold."""
+    return rd.derived(_slow_calls, th.slow_runtime_call_ns)
+
+
+def _slow_calls(rd: RankData, slow_ns: float) -> pd.DataFrame:
     rt = in_steps(rd.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER)), rd)
-    return rt[(rt[S.DUR_NS] > th.slow_runtime_call_ns).to_numpy()
+    return rt[(rt[S.DUR_NS] > slow_ns).to_numpy()
               & ~name_mask(rt[S.NAME], SYNC_CALL_RE) & ~name_mask(rt[S.NAME], COPY_CALL_RE)]
 
 

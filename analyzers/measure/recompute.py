@@ -76,7 +76,12 @@ def thread_ranges(ranges: pd.DataFrame) -> dict[tuple, iv.Nesting]:
 
 def recompute_regions(rd: RankData) -> pd.DataFrame:
     """The recompute regions of one rank (module doc): pid, tid, start_ns, end_ns and the
-    step each lies in (-1 outside steps), in time order."""
+    step each lies in (-1 outside steps), in time order (found once per rank: the
+    recompute and efficiency measurements both read them)."""
+    return rd.derived(_recompute_regions)
+
+
+def _recompute_regions(rd: RankData) -> pd.DataFrame:
     trees = thread_ranges(backward_ranges(rd))
     if not trees:
         return pd.DataFrame(columns=list(REGION_COLUMNS))
