@@ -155,12 +155,13 @@ def enclosing(host: pd.DataFrame, ts: np.ndarray, tid: np.ndarray) -> tuple[list
     ranges (events of :data:`HOST_KINDS`): the innermost CPU op holding it (factory ops
     skipped), :data:`UNKNOWN_OP` when none; the innermost annotation or module range, ""
     when none."""
-    host = host[host[S.TID].isin(np.unique(tid)).to_numpy()]
-    is_op = (values_in(host[S.KIND], (S.KIND_CPU_OP,))
+    mine = host[S.TID].isin(np.unique(tid)).to_numpy()
+    is_op = (mine & values_in(host[S.KIND], (S.KIND_CPU_OP,))
              & ~category_mask(host[S.NAME], FACTORY_OP_RE))
-    is_note = ((values_in(host[S.KIND], (S.KIND_ANNOTATION,))
-                & ~category_mask(host[S.NAME], STEP_MARK_RE))
-               | (values_in(host[S.KIND], (S.KIND_PYTHON,)) & category_mask(host[S.NAME], MODULE_RE)))
+    is_note = mine & ((values_in(host[S.KIND], (S.KIND_ANNOTATION,))
+                       & ~category_mask(host[S.NAME], STEP_MARK_RE))
+                      | (values_in(host[S.KIND], (S.KIND_PYTHON,))
+                         & category_mask(host[S.NAME], MODULE_RE)))
     ops = _innermost(host[is_op], ts, tid, UNKNOWN_OP)
     notes = _innermost(host[is_note], ts, tid, "")
     return ops, notes
