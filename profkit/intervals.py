@@ -169,29 +169,42 @@ JUMP_ROUNDS = 200  # pointer jumping takes a few dozen rounds on real threads
 
 def previous_reaching(hi: np.ndarray) -> np.ndarray:
     """For each position, the nearest earlier one whose value is at least its own (-1 for
-    none): of ranges in :func:`nest_order`, by their ends, the one holding each. Found by
-    pointer jumping: each position's candidate only ever moves to its candidate's, past
-    values all below its own, until it reaches one as high (a round per step, for every
-    position at once); past :data:`JUMP_ROUNDS` rounds (contrived orders), a stack walk."""
+    none): of ranges in :func:`nest_order`, by their ends, the one holding each."""
     hi = np.asarray(hi, dtype=np.int64)
-    cand = np.arange(-1, len(hi) - 1, dtype=np.int64)
-    todo = np.arange(1, len(hi), dtype=np.int64)
+    return _nearest_earlier(hi, hi, strict=False)
+
+
+def previous_open(starts, ends) -> np.ndarray:
+    """For ranges in start order: the nearest earlier one still open at each one's start
+    (ending after it), -1 for none; of ranges that nest, the one holding each."""
+    return _nearest_earlier(np.asarray(ends, dtype=np.int64), np.asarray(starts, dtype=np.int64),
+                            strict=True)
+
+
+def _nearest_earlier(values: np.ndarray, limits: np.ndarray, strict: bool) -> np.ndarray:
+    """Per position i, the nearest j < i with ``values[j] > limits[i]`` (``strict``) or
+    ``>=``, -1 for none, where a candidate that fails a position fails every later one its
+    own earlier failures do (:func:`previous_reaching`: values below a value below its own;
+    :func:`previous_open`: the limits never fall). Found by pointer jumping: each position's
+    candidate only ever moves to its candidate's candidate, everything passed failing, a
+    round per step for every position at once; past :data:`JUMP_ROUNDS` rounds (contrived
+    orders), a walk with a stack of the positions not yet passed."""
+    def passes(value, limit):
+        return value > limit if strict else value >= limit
+
+    cand = np.arange(-1, len(values) - 1, dtype=np.int64)
+    todo = np.arange(1, len(values), dtype=np.int64)
     for _ in range(JUMP_ROUNDS):
-        todo = todo[hi[cand[todo]] < hi[todo]]
+        todo = todo[~passes(values[cand[todo]], limits[todo])]
         cand[todo] = cand[cand[todo]]
         todo = todo[cand[todo] >= 0]
         if not len(todo):
             return cand
-    return _previous_reaching_walk(hi)
-
-
-def _previous_reaching_walk(hi: np.ndarray) -> np.ndarray:
-    """:func:`previous_reaching` by a walk with a stack of the positions not yet passed."""
-    out = np.full(len(hi), -1, dtype=np.int64)
+    out = np.full(len(values), -1, dtype=np.int64)
     stack: list[int] = []
-    hi_list = hi.tolist()
-    for i, h in enumerate(hi_list):
-        while stack and hi_list[stack[-1]] < h:
+    value, limit = values.tolist(), limits.tolist()
+    for i, lim in enumerate(limit):
+        while stack and not passes(value[stack[-1]], lim):
             stack.pop()
         out[i] = stack[-1] if stack else -1
         stack.append(i)

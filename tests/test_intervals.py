@@ -142,3 +142,20 @@ def test_previous_reaching_is_the_nearest_earlier_value_as_high(seed):
     for hi in cases:
         want = [max((j for j in range(i) if hi[j] >= hi[i]), default=-1) for i in range(len(hi))]
         assert iv.previous_reaching(hi).tolist() == want
+
+
+@pytest.mark.parametrize("rounds", [iv.JUMP_ROUNDS, 1])  # 1: the stack walk
+@pytest.mark.parametrize("seed", range(5))
+def test_previous_open_is_the_nearest_earlier_range_ending_after_a_start(seed, rounds, monkeypatch):
+    """By definition, range by range, for ranges in start order (ties, zero-length ones,
+    ranges ending where another starts), nested or not; the walk gives the same."""
+    monkeypatch.setattr(iv, "JUMP_ROUNDS", rounds)
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.integers(0, 100, 300))
+    ends = starts + rng.integers(0, 12, 300)
+    want = [max((j for j in range(i) if ends[j] > starts[i]), default=-1) for i in range(300)]
+    assert iv.previous_open(starts, ends).tolist() == want
+    assert iv.previous_open([], []).tolist() == []
+    hi = rng.integers(0, 20, 300)
+    want = [max((j for j in range(i) if hi[j] >= hi[i]), default=-1) for i in range(300)]
+    assert iv.previous_reaching(hi).tolist() == want

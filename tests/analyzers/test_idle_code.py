@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.measure.idle_code import UNRECORDED, _Ranges
+import pytest
+from profkit.analyzers.measure.idle_code import UNRECORDED, _innermost, _Ranges, _walk
 
+from profkit import intervals as iv
 from profkit import schema as S
 
 
@@ -62,3 +64,43 @@ def test_a_long_name_is_cut_to_80_characters():
     host = _host([(long, S.KIND_ANNOTATION, 0, 10), ("aten::copy_", S.KIND_CPU_OP, 2, 8)])
     got = attribute(host, _idle((3, 4)))
     assert got == {"x" * 77 + "... -> aten::copy_": 1}
+
+
+def _nest(rng, starts, ends, lo, hi, depth):
+    """A range [lo, hi) and inside it up to two children apart (touching or empty ones
+    too), ``depth`` levels down."""
+    starts.append(lo)
+    ends.append(hi)
+    if depth and hi - lo >= 4:
+        cut = np.sort(rng.choice(np.arange(lo, hi + 1), size=4, replace=False))
+        for a, b in ((cut[0], cut[1]), (cut[2], cut[3])):
+            if rng.random() < 0.8:
+                _nest(rng, starts, ends, int(a), int(b), depth - 1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_nested_ranges_split_as_the_walk_and_the_definition_split_them(seed):
+    """Ranges that nest: each instant's owner is the innermost range holding it (checked on
+    a grid, where no two ranges have one extent), and the parents and each owner's time
+    are the walk's; ranges that do not nest go to the walk."""
+    rng = np.random.default_rng(seed)
+    for trial in range(150):
+        starts, ends = [], []
+        _nest(rng, starts, ends, 0, 200, 5)
+        if trial % 2:  # a few ranges across the others: the walk decides
+            extra = rng.integers(0, 200, 4)
+            starts, ends = starts + extra.tolist(), ends + (extra + rng.integers(1, 40, 4)).tolist()
+        s, e = np.array(starts, np.int64), np.array(ends, np.int64)
+        order = iv.nest_order(s, e)
+        s, e = s[order], e[order]
+        got, want = _innermost(s, e), _walk(s, e)
+        assert got[3].tolist() == want[3].tolist()
+        owned = [np.bincount(o, weights=b - a, minlength=len(s)) for a, b, o, _ in (got, want)]
+        assert owned[0].tolist() == owned[1].tolist()
+        if trial % 2 == 0 and len(set(zip(starts, ends))) == len(starts):
+            grid = np.full(201, -1)
+            for a, b, o in zip(*got[:3]):
+                grid[a:b] = o
+            inner = [max((i for i in range(len(s)) if s[i] <= t < e[i]), default=-1,
+                         key=lambda i: (s[i], -e[i])) for t in range(201)]
+            assert grid.tolist() == inner
