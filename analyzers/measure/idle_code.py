@@ -186,17 +186,26 @@ def _walk(start: np.ndarray, end: np.ndarray):
 
 def _ancestors(is_user: np.ndarray, is_op: np.ndarray, parent: np.ndarray):
     """Per range: the nearest user-code Python frame above it and the outermost CPU op or
-    annotation above it (-1 when none), in one pass (a parent comes before its children)."""
+    annotation above it (-1 when none), by pointer jumping up the parents (a round per
+    doubling of the depth, for every range at once)."""
     n = len(parent)
-    user_above = np.full(n, -1, dtype=np.int64)
-    outer_above = np.full(n, -1, dtype=np.int64)
-    user, op = is_user.tolist(), is_op.tolist()
-    ua, oa = user_above.tolist(), outer_above.tolist()
-    for i, p in enumerate(parent.tolist()):
-        if p >= 0:
-            ua[i] = p if user[p] else ua[p]
-            oa[i] = oa[p] if oa[p] >= 0 else (p if op[p] else -1)
-    user_above[:], outer_above[:] = ua, oa
+    # nearest: each candidate an ancestor with nothing marked between; jump past unmarked
+    user_above = parent.copy()
+    todo = np.flatnonzero(user_above >= 0)
+    while len(todo):
+        todo = todo[~is_user[user_above[todo]]]
+        user_above[todo] = user_above[user_above[todo]]
+        todo = todo[user_above[todo] >= 0]
+    # outermost: of the path from each range up to (not into) ``up``, its outermost op
+    top = np.where(is_op, np.arange(n), -1)
+    up = parent.copy()
+    todo = np.flatnonzero(up >= 0)
+    while len(todo):
+        higher = top[up[todo]]
+        top[todo] = np.where(higher >= 0, higher, top[todo])
+        up[todo] = up[up[todo]]
+        todo = todo[up[todo] >= 0]
+    outer_above = np.where(parent >= 0, top[np.maximum(parent, 0)], -1)
     return user_above, outer_above
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from profkit.analyzers.measure.idle_code import UNRECORDED, _innermost, _Ranges, _walk
+from profkit.analyzers.measure.idle_code import UNRECORDED, _ancestors, _innermost, _Ranges, _walk
 
 from profkit import intervals as iv
 from profkit import schema as S
@@ -104,3 +104,22 @@ def test_nested_ranges_split_as_the_walk_and_the_definition_split_them(seed):
             inner = [max((i for i in range(len(s)) if s[i] <= t < e[i]), default=-1,
                          key=lambda i: (s[i], -e[i])) for t in range(201)]
             assert grid.tolist() == inner
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ancestors_are_the_nearest_user_frame_and_the_outermost_op_above(seed):
+    """By walking up each range's parents: random forests and a long chain."""
+    rng = np.random.default_rng(seed)
+    for n in (0, 1, 7, 40, 300):
+        parent = np.array([rng.integers(-1, i) if i and rng.random() < 0.9 else -1
+                           for i in range(n)], dtype=np.int64)
+        for parents in (parent, np.arange(-1, n - 1, dtype=np.int64)):
+            is_user, is_op = rng.random(n) < 0.3, rng.random(n) < 0.5
+            user_above, outer_above = _ancestors(is_user, is_op, parents)
+            for i in range(n):
+                chain, p = [], parents[i]
+                while p >= 0:
+                    chain.append(p)
+                    p = parents[p]
+                assert user_above[i] == next((a for a in chain if is_user[a]), -1)
+                assert outer_above[i] == next((a for a in reversed(chain) if is_op[a]), -1)
