@@ -152,6 +152,15 @@ def _by_code(column: pd.Series, key: tuple, per_category) -> np.ndarray:
     return codes == only if only is not None else lut[codes]
 
 
+def distinct(values) -> np.ndarray:
+    """``np.unique(values)`` of integers, by a sort: numpy's own pass over int64 (a hash
+    table, then a sort) costs ~15x more."""
+    ordered = np.sort(np.asarray(values), kind="stable")
+    keep = np.ones(len(ordered), dtype=bool)
+    keep[1:] = ordered[1:] != ordered[:-1]
+    return ordered[keep]
+
+
 def unique_rows(columns: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``np.unique`` of the rows of integer columns (``np.stack(columns, axis=1)``, ``axis=0``):
     (the distinct rows in order, as int64, each row's position among them, the count of

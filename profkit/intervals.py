@@ -219,9 +219,9 @@ def innermost(tree: Nesting, starts, ends) -> np.ndarray:
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     k = np.searchsorted(lo, starts, side="right") - 1
-    while True:  # climb from the latest start to the first range reaching the query's end
-        short = (k >= 0) & (hi[np.maximum(k, 0)] < ends)
-        if not short.any():
-            break
-        k[short] = parent[k[short]]
+    climbing = np.flatnonzero(k >= 0)
+    while len(climbing):  # from the latest start to the first range reaching the query's end
+        climbing = climbing[hi[k[climbing]] < ends[climbing]]
+        k[climbing] = parent[k[climbing]]
+        climbing = climbing[k[climbing] >= 0]
     return np.where(k >= 0, order[np.maximum(k, 0)], -1)

@@ -9,6 +9,7 @@ import pytest
 from profkit.columns import (
     aggregate,
     category_mask,
+    distinct,
     ids_to_int,
     name_values,
     stable_id,
@@ -154,3 +155,12 @@ def test_unique_rows_is_numpy_unique_of_the_rows(high, dtype):
         assert got[0].tolist() == want[0].tolist()
         assert got[1].tolist() == want[1].ravel().tolist()
         assert got[2].tolist() == want[2].tolist()
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int64])
+def test_distinct_is_numpy_unique(dtype):
+    rng = np.random.default_rng(3)
+    for values in (rng.integers(-50, 50, 500), rng.integers(0, 3, 20), np.array([], int)):
+        values = values.astype(dtype)
+        assert distinct(values).tolist() == np.unique(values).tolist()
+        assert distinct(values).dtype == np.unique(values).dtype

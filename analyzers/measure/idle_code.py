@@ -18,7 +18,7 @@ import pandas as pd
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask, unique_rows, values_in
+from profkit.columns import category_mask, distinct, unique_rows, values_in
 
 CODE_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_PYTHON, S.KIND_RUNTIME, S.KIND_DRIVER,
               S.KIND_SYNC)
@@ -111,41 +111,24 @@ def _overlapping(start: np.ndarray, end: np.ndarray, idle: iv.Intervals) -> np.n
 
 def _innermost(start: np.ndarray, end: np.ndarray):
     """Split time into segments each covered by one innermost range (ranges sorted by start,
-    longer first; properly nested on one thread): (seg_start, seg_end, owner, parent), the
-    parent the range still open where each starts (:func:`profkit.intervals.previous_open`).
-    Where every range lies inside its parent, each owns its extent less its children's
-    (:func:`_own_segments`); elsewhere the walk decides (:func:`_walk`)."""
-    parent = iv.previous_open(start, end)
-    held = parent >= 0
-    if (start >= 0).all() and (end[held] <= end[parent[held]]).all():
-        return (*_own_segments(start, end, parent), parent)
-    return _walk(start, end)
-
-
-def _own_segments(start: np.ndarray, end: np.ndarray, parent: np.ndarray):
-    """(seg_start, seg_end, owner) of ranges that nest: each range's extent less its
-    children's (disjoint, in start order): the gap before each child and after the last,
-    a childless range whole; empty segments left out."""
-    child = np.flatnonzero(parent >= 0)
-    child = child[np.argsort(parent[child], kind="stable")]  # by parent, in start order
-    owner = parent[child]
-    first = np.ones(len(child), dtype=bool)
-    first[1:] = owner[1:] != owner[:-1]
-    last = np.ones(len(child), dtype=bool)
-    last[:-1] = first[1:]
-    gap_from = np.where(first, start[owner], end[np.roll(child, 1)])
-    tail_from = start.copy()  # a childless range owns all of itself
-    tail_from[owner[last]] = end[child[last]]
-    seg_start = np.concatenate([gap_from, tail_from])
-    seg_end = np.concatenate([start[child], end])
-    seg_owner = np.concatenate([owner, np.arange(len(start), dtype=np.int64)])
-    keep = seg_end > seg_start
-    return seg_start[keep], seg_end[keep], seg_owner[keep]
+    longer first; properly nested on one thread): (seg_start, seg_end, owner, parent). An
+    instant's owner is the latest range in that order holding it (where ranges nest, the
+    innermost; where they cross, the one the stack walk gives it), found for each stretch
+    between two range boundaries (:func:`profkit.intervals.innermost`); the parent: the
+    range still open where each starts (:func:`profkit.intervals.previous_open`). Times
+    before 0 take the walk (:func:`_walk`, whose clock starts there)."""
+    if len(start) and start.min() < 0:
+        return _walk(start, end)
+    cuts = distinct(np.concatenate([start, end]))[:-1]  # each stretch's start
+    owner = iv.innermost(iv.nesting(start, end), cuts, cuts + 1)
+    stretch_end = np.append(cuts[1:], end.max()) if len(cuts) else cuts
+    held = owner >= 0
+    return cuts[held], stretch_end[held], owner[held], iv.previous_open(start, end)
 
 
 def _walk(start: np.ndarray, end: np.ndarray):
-    """:func:`_innermost` by a plain stack walk, for ranges that do not nest properly (the
-    walk's choices decide there): locals and no max(), one pass over the ranges."""
+    """:func:`_innermost` by a plain stack walk (one pass, locals and no max()): what the
+    segments were made by before, and what decides for times before 0."""
     n = len(start)
     parent = [-1] * n
     seg_s: list[int] = []
