@@ -23,7 +23,7 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify.flops import HALF_WIDTH, kernel_precision
 from profkit.classify.opfamilies import op_family
-from profkit.columns import name_values, unique_rows, values_in
+from profkit.columns import distinct, name_values, unique_rows, values_in
 from profkit.model import RankData
 
 MATMUL_SUBCLASSES = ("gemm", "conv", "attention")
@@ -38,7 +38,7 @@ def launching_ops(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     only; their name and costs (names as text)."""
     ev = rd.events
     ext = ev[S.EXTERNAL_ID].to_numpy()
-    wanted = np.unique(kernels[S.EXTERNAL_ID].to_numpy())
+    wanted = distinct(kernels[S.EXTERNAL_ID].to_numpy())
     rows = np.flatnonzero(values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & (ext >= 0) & np.isin(ext, wanted))
     if len(rows):  # a (External id, step) pair held by several ops names none of them
         _, at, count = unique_rows([ev[c].to_numpy()[rows] for c in COST_KEYS])
