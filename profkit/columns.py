@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import weakref
 import zlib
@@ -149,6 +150,38 @@ def _by_code(column: pd.Series, key: tuple, per_category) -> np.ndarray:
     codes = column.array.codes
     # one matching category (a kind, a name): comparing the codes is ~4x faster than a lookup
     return codes == only if only is not None else lut[codes]
+
+
+def distinct(values) -> np.ndarray:
+    """``np.unique(values)`` of integers, by a sort: numpy's own pass over int64 (a hash
+    table, then a sort) costs ~15x more."""
+    ordered = np.sort(np.asarray(values), kind="stable")
+    keep = np.ones(len(ordered), dtype=bool)
+    keep[1:] = ordered[1:] != ordered[:-1]
+    return ordered[keep]
+
+
+def unique_rows(columns: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique`` of the rows of integer columns (``np.stack(columns, axis=1)``, ``axis=0``):
+    (the distinct rows in order, as int64, each row's position among them, the count of
+    each). Found as one int64 key per row, the columns' values in mixed radix, where their
+    ranges leave room for it: ``axis=0`` sorts the rows as records, ~10x slower."""
+    cols = [np.asarray(c, dtype=np.int64) for c in columns]
+    lows = [int(c.min()) for c in cols] if len(cols[0]) else []
+    spans = [int(c.max()) - low + 1 for c, low in zip(cols, lows)]
+    if not lows or math.prod(spans) >= 1 << 63:
+        rows, inverse, counts = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True,
+                                          return_counts=True)
+        return rows, inverse.reshape(-1), counts
+    key = np.zeros(len(cols[0]), dtype=np.int64)
+    for c, low, span in zip(cols, lows, spans):
+        key = key * span + (c - low)
+    keys, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+    rows = np.empty((len(keys), len(cols)), dtype=np.int64)
+    for j in reversed(range(len(cols))):
+        rows[:, j] = keys % spans[j] + lows[j]
+        keys = keys // spans[j]
+    return rows, inverse.reshape(-1), counts
 
 
 def aggregate(grouped, spec: dict[str, tuple[str, str]]) -> pd.DataFrame:

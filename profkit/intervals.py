@@ -91,6 +91,28 @@ def per_window(iv: Intervals, w_starts: np.ndarray, w_ends: np.ndarray) -> np.nd
     return out
 
 
+def covered_before(iv: Intervals, t) -> np.ndarray:
+    """Per time ``t``: the covered length of the disjoint set before it, ns."""
+    starts, ends = iv
+    t = np.asarray(t, dtype=np.int64)
+    if len(starts) == 0:
+        return np.zeros(len(t), dtype=np.int64)
+    lengths = ends - starts
+    before = np.concatenate([[0], np.cumsum(lengths)])
+    k = np.searchsorted(starts, t, side="right") - 1
+    at = np.maximum(k, 0)
+    inside = np.where(k >= 0, np.clip(t - starts[at], 0, lengths[at]), 0)
+    return before[at] * (k >= 0) + inside
+
+
+def covered_each(iv: Intervals, starts, ends) -> np.ndarray:
+    """Per range [start, end): its length covered by the disjoint set, ns (0 for an empty
+    or reversed range); ``total(intersect(range, iv))`` of each, in one pass."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.maximum(np.asarray(ends, dtype=np.int64), starts)
+    return covered_before(iv, ends) - covered_before(iv, starts)
+
+
 def holds(iv: Intervals, points) -> np.ndarray:
     """Per point: whether one of the intervals holds it (its start to its end, both
     included); a negative point (no time) is held by none."""
@@ -112,23 +134,81 @@ def union_of(*sets: Intervals) -> Intervals:
 Nesting = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
+def nest_order(starts, ends) -> np.ndarray:
+    """The order of ranges by start and, of ranges starting together, the longer first (a
+    parent before its children), ties kept in input order: ``np.lexsort((-ends, starts))``.
+    A stable sort by start alone (quick on a table already in time order), then only the
+    runs of equal starts sorted by end."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    order = np.argsort(starts, kind="stable")
+    first = starts[order]
+    tie = first[1:] == first[:-1]
+    if tie.any():
+        in_run = np.zeros(len(order), dtype=bool)
+        in_run[1:] = tie
+        in_run[:-1] |= tie
+        run = np.flatnonzero(in_run)
+        order[run] = order[run][np.lexsort((-ends[order[run]], first[run]))]
+    return order
+
+
 def nesting(starts, ends) -> Nesting:
     """Ranges of one thread, which nest: (start, end, parent, index), sorted by start and,
     of ranges starting together, the longer first; ``parent``: the position of the range
     holding each (-1 for none); ``index``: each one's position in the input."""
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
-    order = np.lexsort((-ends, starts))
+    order = nest_order(starts, ends)
     lo, hi = starts[order], ends[order]
-    parent = np.full(len(lo), -1, dtype=np.int64)
+    return lo, hi, previous_reaching(hi), order
+
+
+JUMP_ROUNDS = 200  # pointer jumping takes a few dozen rounds on real threads
+
+
+def previous_reaching(hi: np.ndarray) -> np.ndarray:
+    """For each position, the nearest earlier one whose value is at least its own (-1 for
+    none): of ranges in :func:`nest_order`, by their ends, the one holding each."""
+    hi = np.asarray(hi, dtype=np.int64)
+    return _nearest_earlier(hi, hi, strict=False)
+
+
+def previous_open(starts, ends) -> np.ndarray:
+    """For ranges in start order: the nearest earlier one still open at each one's start
+    (ending after it), -1 for none; of ranges that nest, the one holding each."""
+    return _nearest_earlier(np.asarray(ends, dtype=np.int64), np.asarray(starts, dtype=np.int64),
+                            strict=True)
+
+
+def _nearest_earlier(values: np.ndarray, limits: np.ndarray, strict: bool) -> np.ndarray:
+    """Per position i, the nearest j < i with ``values[j] > limits[i]`` (``strict``) or
+    ``>=``, -1 for none, where a candidate that fails a position fails every later one its
+    own earlier failures do (:func:`previous_reaching`: values below a value below its own;
+    :func:`previous_open`: the limits never fall). Found by pointer jumping: each position's
+    candidate only ever moves to its candidate's candidate, everything passed failing, a
+    round per step for every position at once; past :data:`JUMP_ROUNDS` rounds (contrived
+    orders), a walk with a stack of the positions not yet passed."""
+    def passes(value, limit):
+        return value > limit if strict else value >= limit
+
+    cand = np.arange(-1, len(values) - 1, dtype=np.int64)
+    todo = np.arange(1, len(values), dtype=np.int64)
+    for _ in range(JUMP_ROUNDS):
+        todo = todo[~passes(values[cand[todo]], limits[todo])]
+        cand[todo] = cand[cand[todo]]
+        todo = todo[cand[todo] >= 0]
+        if not len(todo):
+            return cand
+    out = np.full(len(values), -1, dtype=np.int64)
     stack: list[int] = []
-    hi_list = hi.tolist()
-    for i, h in enumerate(hi_list):
-        while stack and hi_list[stack[-1]] < h:
+    value, limit = values.tolist(), limits.tolist()
+    for i, lim in enumerate(limit):
+        while stack and not passes(value[stack[-1]], lim):
             stack.pop()
-        parent[i] = stack[-1] if stack else -1
+        out[i] = stack[-1] if stack else -1
         stack.append(i)
-    return lo, hi, parent, order
+    return out
 
 
 def innermost(tree: Nesting, starts, ends) -> np.ndarray:
@@ -139,9 +219,9 @@ def innermost(tree: Nesting, starts, ends) -> np.ndarray:
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     k = np.searchsorted(lo, starts, side="right") - 1
-    while True:  # climb from the latest start to the first range reaching the query's end
-        short = (k >= 0) & (hi[np.maximum(k, 0)] < ends)
-        if not short.any():
-            break
-        k[short] = parent[k[short]]
+    climbing = np.flatnonzero(k >= 0)
+    while len(climbing):  # from the latest start to the first range reaching the query's end
+        climbing = climbing[hi[k[climbing]] < ends[climbing]]
+        k[climbing] = parent[k[climbing]]
+        climbing = climbing[k[climbing] >= 0]
     return np.where(k >= 0, order[np.maximum(k, 0)], -1)

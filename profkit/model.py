@@ -100,21 +100,35 @@ class RankData:
     def gpu_events(self) -> pd.DataFrame:
         return self.of_kinds(S.GPU_KINDS)
 
-    def of_kinds(self, kinds: tuple[str, ...]) -> pd.DataFrame:
-        """The events of these kinds (``schema.KINDS``). Inside :meth:`sharing_selections`
-        each set of kinds is selected once: a rank's analyzers ask for the same few sets
-        dozens of times, and each selection copies every column of the events table."""
+    def of_kinds(self, kinds: tuple[str, ...], columns: Iterable[str] | None = None) -> pd.DataFrame:
+        """The events of these kinds (``schema.KINDS``): every column, or only ``columns``
+        (each selection copies the columns it keeps: a caller reading a few names them).
+        Inside :meth:`sharing_selections` each set of kinds is found once and each of its
+        columns copied once: a rank's analyzers ask for the same few sets dozens of times."""
         if self._selected is None:
-            return self.events[values_in(self.events[S.KIND], kinds)]
-        hit = self._selected.get(tuple(kinds))
-        if hit is None:
-            hit = self._selected[tuple(kinds)] = \
-                self.events[values_in(self.events[S.KIND], kinds)]
-        return hit.copy(deep=False)  # a column the caller adds stays the caller's
+            mask = values_in(self.events[S.KIND], kinds)
+            return self.events[mask] if columns is None else self.events.loc[mask, list(columns)]
+        shared = self._selected.get(tuple(kinds))
+        if shared is None:
+            shared = self._selected[tuple(kinds)] = _Selection(self.events, kinds)
+        return shared.frame(self.events, columns)
+
+    def derived(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(self, *args)``, a table derived from the rank's (``args`` hashable). Inside
+        :meth:`sharing_selections` it is computed once per (fn, args) and shared by the
+        measurements that ask for it; each caller gets frames of its own (shallow copies:
+        a column it adds stays its own, copy-on-write keeps a change to the data its own)."""
+        if self._selected is None:
+            return fn(self, *args)
+        key = ("derived", fn, *args)
+        if key not in self._selected:
+            self._selected[key] = fn(self, *args)
+        return _own(self._selected[key])
 
     @contextlib.contextmanager
     def sharing_selections(self) -> Iterator[None]:
-        """Share :meth:`of_kinds` selections for the block; the events must not change in it."""
+        """Share :meth:`of_kinds` selections and :meth:`derived` tables for the block; the
+        events must not change in it."""
         if self._selected is not None:  # nested: the outer block shares already
             yield
             return
@@ -127,6 +141,42 @@ class RankData:
     @property
     def has_gpu(self) -> bool:
         return bool(values_in(self.events[S.KIND], S.GPU_KINDS).any())
+
+
+def _own(value: Any) -> Any:
+    """A shared value as a caller's own: frames (alone or in a tuple) shallow-copied."""
+    if isinstance(value, pd.DataFrame):
+        return value.copy(deep=False)
+    if isinstance(value, tuple):
+        return tuple(_own(v) for v in value)
+    return value
+
+
+class _Selection:
+    """The rows of the events of some kinds, each column copied from the events once, when
+    first asked for; every frame made of them is the caller's own (a column it adds stays
+    its own, and copy-on-write keeps a change to a shared column its own too)."""
+
+    def __init__(self, events: pd.DataFrame, kinds: tuple[str, ...]) -> None:
+        self.rows = np.flatnonzero(values_in(events[S.KIND], kinds))
+        self.index = events.index.take(self.rows)
+        self.columns: dict[str, pd.Series] = {}
+        self.whole: pd.DataFrame | None = None  # every column, once asked for
+
+    def frame(self, events: pd.DataFrame, columns: Iterable[str] | None) -> pd.DataFrame:
+        if columns is None and self.whole is not None:
+            return self.whole.copy(deep=False)
+        names = list(events.columns if columns is None else columns)
+        for name in names:
+            if name not in self.columns:
+                self.columns[name] = pd.Series(events[name].array.take(self.rows),
+                                               index=self.index, name=name, copy=False)
+        out = pd.DataFrame({name: self.columns[name] for name in names}, copy=False,
+                           columns=pd.Index(names, dtype=events.columns.dtype))
+        if columns is None:
+            self.whole = out
+            return out.copy(deep=False)
+        return out
 
 
 @dataclass

@@ -6,7 +6,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profkit.columns import aggregate, category_mask, ids_to_int, name_values, stable_id, values_in
+from profkit.columns import (
+    aggregate,
+    category_mask,
+    distinct,
+    ids_to_int,
+    name_values,
+    stable_id,
+    unique_rows,
+    values_in,
+)
 
 VALUES = ["kernel", "cpu_op", None, "python", "kernel", "memcpy", None, "runtime"]
 
@@ -130,3 +139,28 @@ def test_name_values_of_str_reads_a_categorical_through_its_categories():
 
     with python_strings():
         assert list(name_values(col.iloc[::-1], str)) == ["aten::mm", "aten::linear", "", "aten::mm"]
+
+
+@pytest.mark.parametrize("high", [1, 7, 300, 3_000_000, 1 << 40])  # the last two: no room for one key
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int64])
+def test_unique_rows_is_numpy_unique_of_the_rows(high, dtype):
+    rng = np.random.default_rng(high)
+    high = min(high, np.iinfo(dtype).max)
+    own = rng.integers(0, high, 400).astype(dtype)
+    user, outer = rng.integers(-1, high, (2, 400))
+    for columns in ([own], [own, user], [own, user, outer], [outer[:0], own[:0]]):
+        got = unique_rows(columns)
+        want = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True,
+                         return_counts=True)
+        assert got[0].tolist() == want[0].tolist()
+        assert got[1].tolist() == want[1].ravel().tolist()
+        assert got[2].tolist() == want[2].tolist()
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int64])
+def test_distinct_is_numpy_unique(dtype):
+    rng = np.random.default_rng(3)
+    for values in (rng.integers(-50, 50, 500), rng.integers(0, 3, 20), np.array([], int)):
+        values = values.astype(dtype)
+        assert distinct(values).tolist() == np.unique(values).tolist()
+        assert distinct(values).dtype == np.unique(values).dtype

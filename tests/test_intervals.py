@@ -95,3 +95,67 @@ def test_holds_matches_the_definition(seed):
     want = [p >= 0 and any(s <= p <= e for s, e in zip(starts, ends) if e > s) for p in points]
     assert iv.holds(iv.union(starts, ends), points).tolist() == want
     assert iv.holds(iv.union([], []), points).tolist() == [False] * len(points)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_covered_each_matches_a_grid(seed):
+    """Each range's covered length is the count of grid points both it and the set hold;
+    a set with nothing covers nothing, an empty or reversed range has nothing covered."""
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 900, 40)
+    a = iv.union(s, s + rng.integers(0, 50, 40))
+    q_lo = np.concatenate([rng.integers(-20, 1000, 300), a[0], a[1]])
+    q_hi = q_lo + rng.integers(-5, 120, len(q_lo))
+    grid = cover(a, 1200)
+    want = [int(grid[max(lo, 0):max(hi, 0)].sum()) if hi > lo else 0 for lo, hi in zip(q_lo, q_hi)]
+    assert iv.covered_each(a, q_lo, q_hi).tolist() == want
+    assert iv.covered_each(iv.union([], []), q_lo, q_hi).tolist() == [0] * len(q_lo)
+    # covered before t: the grid's covered points below t
+    t = rng.integers(-10, 1100, 100)
+    assert iv.covered_before(a, t).tolist() == [int(grid[:max(x, 0)].sum()) for x in t]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_nest_order_sorts_by_start_then_longer_first(seed):
+    """By start; of equal starts the later end first; of equal ranges, input order kept
+    (checked pairwise along the order, with many ties, sorted and shuffled inputs)."""
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.integers(0, 60, 400))
+    ends = starts + rng.integers(0, 5, 400)
+    for s, e in ((starts, ends), (starts[::-1], ends[::-1]), (starts[p := rng.permutation(400)], ends[p])):
+        order = iv.nest_order(s, e)
+        assert sorted(order.tolist()) == list(range(400))
+        for a, b in zip(order[:-1], order[1:]):
+            assert (s[a], -e[a], a) < (s[b], -e[b], b)
+    assert iv.nest_order([], []).tolist() == []
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_previous_reaching_is_the_nearest_earlier_value_as_high(seed):
+    """By definition, position by position, on random values with ties, on values that
+    climb (each answer -1) and on blocks that fall while their base climbs (which take the
+    stack walk after too many rounds)."""
+    rng = np.random.default_rng(seed)
+    cases = [rng.integers(0, 20, 300), rng.integers(0, 3, 300), np.arange(300),
+             np.arange(300)[::-1], np.tile(np.arange(250)[::-1], 2) + np.repeat([0, 1], 250),
+             np.array([], dtype=np.int64)]
+    for hi in cases:
+        want = [max((j for j in range(i) if hi[j] >= hi[i]), default=-1) for i in range(len(hi))]
+        assert iv.previous_reaching(hi).tolist() == want
+
+
+@pytest.mark.parametrize("rounds", [iv.JUMP_ROUNDS, 1])  # 1: the stack walk
+@pytest.mark.parametrize("seed", range(5))
+def test_previous_open_is_the_nearest_earlier_range_ending_after_a_start(seed, rounds, monkeypatch):
+    """By definition, range by range, for ranges in start order (ties, zero-length ones,
+    ranges ending where another starts), nested or not; the walk gives the same."""
+    monkeypatch.setattr(iv, "JUMP_ROUNDS", rounds)
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.integers(0, 100, 300))
+    ends = starts + rng.integers(0, 12, 300)
+    want = [max((j for j in range(i) if ends[j] > starts[i]), default=-1) for i in range(300)]
+    assert iv.previous_open(starts, ends).tolist() == want
+    assert iv.previous_open([], []).tolist() == []
+    hi = rng.integers(0, 20, 300)
+    want = [max((j for j in range(i) if hi[j] >= hi[i]), default=-1) for i in range(300)]
+    assert iv.previous_reaching(hi).tolist() == want

@@ -69,3 +69,43 @@ def test_a_run_its_ranks_and_a_diff_print_as_one_line():
     d = diff_analyses(a, a)
     assert "\n" not in repr(d) and len(repr(d)) < 400
     assert repr(d).startswith(f"<Diff {path} -> {path}: unchanged")
+
+
+@pytest.mark.parametrize("kinds", KIND_SETS)
+def test_of_kinds_with_columns_is_those_columns_of_the_rows(rank, kinds):
+    columns = [S.NAME, S.TS_NS, S.KIND]
+    want = rank.events[rank.events[S.KIND].astype(str).isin(kinds).to_numpy()][columns]
+    assert rank.of_kinds(kinds, columns).equals(want)
+    with rank.sharing_selections():
+        assert rank.of_kinds(kinds, columns).equals(want)
+        assert rank.of_kinds(kinds).equals(rank.events.loc[want.index])  # then every column
+        assert rank.of_kinds(kinds, columns[:1]).equals(want[columns[:1]])
+
+
+def test_a_change_to_a_shared_column_stays_the_callers(rank):
+    with rank.sharing_selections():
+        first = rank.of_kinds(S.GPU_KINDS, [S.DUR_NS])
+        want = first[S.DUR_NS].to_numpy().copy()
+        first.loc[first.index[0], S.DUR_NS] = -7  # copy-on-write: first's own copy
+        again = rank.of_kinds(S.GPU_KINDS)
+        assert again[S.DUR_NS].to_numpy().tolist() == want.tolist()
+
+
+def test_a_derived_table_is_computed_once_inside_the_block(rank):
+    """Outside the block every call computes; inside, once per (function, arguments), and
+    each caller's frames are its own (a column one adds is not seen by the next)."""
+    calls = []
+
+    def steps_of_kind(data, kind):
+        calls.append(kind)
+        return data.of_kinds((kind,), [S.STEP]), len(calls)
+
+    assert rank.derived(steps_of_kind, S.KIND_KERNEL)[1] == 1
+    assert rank.derived(steps_of_kind, S.KIND_KERNEL)[1] == 2
+    with rank.sharing_selections():
+        first, n = rank.derived(steps_of_kind, S.KIND_KERNEL)
+        first["mine"] = 1
+        again, m = rank.derived(steps_of_kind, S.KIND_KERNEL)
+        assert n == m == 3 and "mine" not in again.columns
+        assert rank.derived(steps_of_kind, S.KIND_RUNTIME)[1] == 4
+    assert calls == [S.KIND_KERNEL] * 3 + [S.KIND_RUNTIME]

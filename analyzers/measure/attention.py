@@ -92,7 +92,7 @@ def rank_attention(rd: RankData, used: dict[int, int] | None, run_meta: dict) ->
     """One rank's hand-written attention per used step (:data:`ATTENTION_COLUMNS`); None
     where there is none (module doc)."""
     steps = list(used) if used else None
-    ops = rd.of_kinds((S.KIND_CPU_OP,))
+    ops = rd.of_kinds((S.KIND_CPU_OP,), (S.STEP, S.NAME, S.INPUT_DIMS, S.EXTERNAL_ID))
     ops = ops[ops[S.STEP].isin(steps)] if steps is not None else ops[ops[S.STEP] >= -1]
     if name_values(ops[S.NAME], lambda n: bool(re.search(SDPA_RE, n))).any():
         return None

@@ -156,7 +156,8 @@ def compute_subclasses(data: RankData) -> pd.DataFrame:
     """Compute kernel time in the profiled steps by sub-class (gemm, attention, ...), ns, and
     its share of all compute kernel time (kernels summed, overlaps not merged)."""
     ev = data.events
-    comp = ev[values_in(ev[S.CLASS], (S.CLS_COMPUTE,)) & ((ev[S.STEP] >= 0).to_numpy() | (not len(data.steps)))]
+    comp = ev.loc[values_in(ev[S.CLASS], (S.CLS_COMPUTE,))
+                  & ((ev[S.STEP] >= 0).to_numpy() | (not len(data.steps))), [S.SUBCLASS, S.DUR_NS]]
     table = comp.groupby(S.SUBCLASS, observed=True)[S.DUR_NS].agg(["sum", "count"])
     table.columns = ["kernel_ns", "kernels"]
     table["share"] = table["kernel_ns"] / table["kernel_ns"].sum() if len(table) else []

@@ -63,6 +63,7 @@ OVERLAP = "comm_overlap_ns"  # communication hidden under compute: a view, not a
 BLOCKING_COPY = "blocking_copy_ns"  # GPU time of host-blocking copies (inside host_sync)
 AFTER_SYNC = "after_sync_ns"  # cpu_launch time after a sync returned in the same gap (round trips)
 Intervals = iv.Intervals
+RANGE = [S.TID, S.TS_NS, S.DUR_NS]  # the columns of a thread's time range
 EMPTY: Intervals = (np.empty(0, np.int64), np.empty(0, np.int64))
 
 
@@ -75,8 +76,8 @@ def spans(frame: pd.DataFrame) -> Intervals:
 def blocking_copies(ev: pd.DataFrame, copies: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     """(mask over ``copies`` of copies whose own call blocked the host, those calls): pageable
     copies and copies issued by a synchronous memcpy API."""
-    calls = ev[values_in(ev[S.KIND], LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy()
-               & category_mask(ev[S.NAME], COPY_CALLS_RE)]
+    calls = ev.loc[values_in(ev[S.KIND], LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy()
+                   & category_mask(ev[S.NAME], COPY_CALLS_RE), [S.NAME, S.CORRELATION, *RANGE]]
     sync_api = calls[~category_mask(calls[S.NAME], "Async")]
     pageable = category_mask(copies[S.NAME], PAGEABLE_RE) if len(copies) else np.zeros(0, bool)
     by_api = copies[S.CORRELATION].isin(sync_api[S.CORRELATION]).to_numpy()
@@ -89,12 +90,15 @@ def host_ranges(ev: pd.DataFrame, blocked_calls: pd.DataFrame) -> dict[str, dict
     """Per thread: ``sync`` (blocked in a synchronising call or a blocking copy call),
     ``loader`` (inside a DataLoader ``__next__``) and ``launching`` (inside a launch call, or
     an op that launched GPU work: the op the launch call's External id names) time ranges."""
-    # Masks over all events, then one selection each: no copy of every host row first.
+    # Masks over all events, then one selection each of the columns read: no copy of every
+    # host row first.
     host, kind, names = values_in(ev[S.KIND], HOST_KINDS), ev[S.KIND], ev[S.NAME]
-    sync = pd.concat([ev[host & values_in(names, SYNC_CALLS)], blocked_calls])
-    loader = ev[host & category_mask(names, DATALOADER_RE)]
-    launch = ev[values_in(kind, LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy()]
-    ops = ev[values_in(kind, (S.KIND_CPU_OP,)) & (ev[S.EXTERNAL_ID] >= 0).to_numpy()]
+    sync = pd.concat([ev.loc[host & values_in(names, SYNC_CALLS), RANGE], blocked_calls[RANGE]])
+    loader = ev.loc[host & category_mask(names, DATALOADER_RE), RANGE]
+    launch = ev.loc[values_in(kind, LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy(),
+                    [*RANGE, S.EXTERNAL_ID]]
+    ops = ev.loc[values_in(kind, (S.KIND_CPU_OP,)) & (ev[S.EXTERNAL_ID] >= 0).to_numpy(),
+                 [*RANGE, S.EXTERNAL_ID]]
     ops = ops[ops[S.EXTERNAL_ID].isin(launch[S.EXTERNAL_ID]).to_numpy()]
     return {"sync": _by_thread(sync), "loader": _by_thread(loader),
             "launching": _by_thread(pd.concat([launch, ops]))}
@@ -211,7 +215,8 @@ def next_launches(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals
     n = len(gaps[0])
     start, end = gaps[1].copy(), gaps[1].copy()
     tid = np.full(n, main_launch_thread(ev), dtype=np.int64)
-    launch = ev[values_in(ev[S.KIND], LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy()]
+    launch = ev.loc[values_in(ev[S.KIND], LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy(),
+                    [S.CORRELATION, *RANGE]]
     launch = launch.drop_duplicates(S.CORRELATION).set_index(S.CORRELATION)
     order = np.argsort(gpu[S.TS_NS].to_numpy(), kind="stable")
     op_start = gpu[S.TS_NS].to_numpy()[order]

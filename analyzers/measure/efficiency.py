@@ -216,7 +216,7 @@ def efficiency_row(rank: int, rd: RankData, run_meta: dict, peak_dtype: str | No
 
 def shapes_recorded(rd: RankData) -> bool:
     """Whether the trace recorded op shapes (some op has a cost worked out from them)."""
-    ops = rd.of_kinds((S.KIND_CPU_OP,))
+    ops = rd.of_kinds((S.KIND_CPU_OP,), (S.OP_READ_BYTES, S.FLOPS))
     return bool(ops[S.OP_READ_BYTES].notna().any() or (ops[S.FLOPS] > 0).any())
 
 

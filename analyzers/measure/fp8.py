@@ -65,7 +65,7 @@ FP8_COLUMNS = ("rank", "device_model", "steps", "step_ns", "fp8_gemm_ns", "quant
 def quant_windows(rd: RankData, steps: list[int] | None) -> pd.DataFrame:
     """The quantisation ops of each fp8 GEMM op (module doc): pid, tid, start_ns, end_ns and
     the window (its fp8 GEMM op's row) each belongs to."""
-    ops = rd.of_kinds((S.KIND_CPU_OP,))
+    ops = rd.of_kinds((S.KIND_CPU_OP,), (S.STEP, S.NAME, S.PID, S.TID, S.TS_NS, S.DUR_NS))
     ops = ops[ops[S.STEP].isin(steps)] if steps is not None else ops[ops[S.STEP] >= -1]
     names = name_values(ops[S.NAME], str)
     base = name_values(ops[S.NAME], lambda n: n.split("::", 1)[-1].split(".")[0])

@@ -9,7 +9,7 @@ import pandas as pd
 from profkit.analyzers.measure.tables import RANK, empty, kernels_of, name_mask
 
 from profkit import schema as S
-from profkit.columns import aggregate
+from profkit.columns import aggregate, unique_rows
 from profkit.model import RankData
 
 FUSION_COLUMNS = ("sequence", "n", "count", "per_step", "total_ns", "ranks")
@@ -35,8 +35,8 @@ def rank_ngrams(rd: RankData, short_ns: int, n: int = 3) -> pd.DataFrame:
     total = sum(dur[i:i + m] for i in range(n))[ok]
     if len(grams) == 0:
         return pd.DataFrame(columns=["sequence", "count", "total_ns"])
-    uniq, inverse, count = np.unique(grams, axis=0, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse.ravel(), weights=total, minlength=len(uniq))
+    uniq, inverse, count = unique_rows(list(grams.T))
+    sums = np.bincount(inverse, weights=total, minlength=len(uniq))
     seq = [SEQUENCE_SEP.join(names[row]) for row in uniq]
     return pd.DataFrame({"sequence": seq, "count": count, "total_ns": sums.astype(np.int64)})
 

@@ -75,9 +75,10 @@ def _heads(events: pd.DataFrame, gpu: pd.DataFrame,
     if steps is None or not len(steps):
         return none, none
     start = np.sort(steps[S.TS_NS].to_numpy(np.int64))
-    calls = events[values_in(events[S.KIND], LAUNCH_KINDS)
-                   & events[S.CORRELATION].isin(gpu[S.CORRELATION]).to_numpy()
-                   & (events[S.CORRELATION] >= 0).to_numpy()].sort_values(S.TS_NS)
+    calls = events.loc[values_in(events[S.KIND], LAUNCH_KINDS)
+                       & events[S.CORRELATION].isin(gpu[S.CORRELATION]).to_numpy()
+                       & (events[S.CORRELATION] >= 0).to_numpy(),
+                       [S.TS_NS, S.CORRELATION]].sort_values(S.TS_NS)
     if not len(calls):
         return none, none
     launch = calls[S.TS_NS].to_numpy(np.int64)

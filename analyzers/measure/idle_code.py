@@ -18,7 +18,7 @@ import pandas as pd
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask, values_in
+from profkit.columns import category_mask, distinct, unique_rows, values_in
 
 CODE_KINDS = (S.KIND_CPU_OP, S.KIND_ANNOTATION, S.KIND_PYTHON, S.KIND_RUNTIME, S.KIND_DRIVER,
               S.KIND_SYNC)
@@ -66,7 +66,7 @@ class _Ranges:
         start = host[S.TS_NS].to_numpy(np.int64)
         end = start + host[S.DUR_NS].to_numpy(np.int64)
         near = _overlapping(start, end, near_idle)
-        order = near[np.lexsort((-(end[near] - start[near]), start[near]))]
+        order = near[iv.nest_order(start[near], end[near])]
         self.seg_start, self.seg_end, self.seg_owner, parent = _innermost(start[order],
                                                                           end[order])
         names = host[S.NAME].astype("category")
@@ -84,12 +84,12 @@ class _Ranges:
 
     def attribute(self, idle: iv.Intervals) -> dict[str, int]:
         """Idle ns by the label of the innermost range covering each idle instant."""
-        covered = _cover(idle, self.seg_end) - _cover(idle, self.seg_start)
+        covered = iv.covered_each(idle, self.seg_start, self.seg_end)
         per_owner = np.bincount(self.seg_owner, weights=covered, minlength=self.n) \
             if len(self.seg_owner) else np.zeros(0)
         owners = np.flatnonzero(per_owner > 0)
-        uniq, inverse = _distinct_rows(self.codes[owners], self.user_code[owners],
-                                       self.outer_code[owners], len(self.categories))
+        uniq, inverse, _ = unique_rows([self.codes[owners], self.user_code[owners],
+                                        self.outer_code[owners]])
         sums = np.bincount(inverse.ravel(), weights=per_owner[owners], minlength=len(uniq))
         out: dict[str, int] = {}
         for (own, user, outer), ns in zip(uniq.tolist(), sums.tolist()):  # each label once
@@ -99,20 +99,6 @@ class _Ranges:
         if rest > 0:
             out[UNRECORDED] = out.get(UNRECORDED, 0) + rest
         return out
-
-
-def _distinct_rows(own: np.ndarray, user: np.ndarray, outer: np.ndarray, n_codes: int):
-    """``np.unique`` of the rows (own, user, outer) of name codes (-1: none), with the
-    inverse: the rows sorted the same way, found as one int64 key per row (``axis=0``
-    sorts rows as structured records, ~10x slower) where the codes leave room for it."""
-    base = n_codes + 1
-    if base ** 3 >= 1 << 63:
-        return np.unique(np.stack([own, user, outer], axis=1), axis=0, return_inverse=True)
-    own, user, outer = (np.asarray(c, dtype=np.int64) for c in (own, user, outer))
-    key = ((own + 1) * base + (user + 1)) * base + (outer + 1)
-    uniq, inverse = np.unique(key, return_inverse=True)
-    return np.stack([uniq // (base * base) - 1, uniq // base % base - 1, uniq % base - 1],
-                    axis=1), inverse
 
 
 def _overlapping(start: np.ndarray, end: np.ndarray, idle: iv.Intervals) -> np.ndarray:
@@ -125,8 +111,24 @@ def _overlapping(start: np.ndarray, end: np.ndarray, idle: iv.Intervals) -> np.n
 
 def _innermost(start: np.ndarray, end: np.ndarray):
     """Split time into segments each covered by one innermost range (ranges sorted by start,
-    longer first; properly nested on one thread): (seg_start, seg_end, owner, parent).
-    A plain stack walk: the hot loop of the with-stack traces, so locals and no max()."""
+    longer first; properly nested on one thread): (seg_start, seg_end, owner, parent). An
+    instant's owner is the latest range in that order holding it (where ranges nest, the
+    innermost; where they cross, the one the stack walk gives it), found for each stretch
+    between two range boundaries (:func:`profkit.intervals.innermost`); the parent: the
+    range still open where each starts (:func:`profkit.intervals.previous_open`). Times
+    before 0 take the walk (:func:`_walk`, whose clock starts there)."""
+    if len(start) and start.min() < 0:
+        return _walk(start, end)
+    cuts = distinct(np.concatenate([start, end]))[:-1]  # each stretch's start
+    owner = iv.innermost(iv.nesting(start, end), cuts, cuts + 1)
+    stretch_end = np.append(cuts[1:], end.max()) if len(cuts) else cuts
+    held = owner >= 0
+    return cuts[held], stretch_end[held], owner[held], iv.previous_open(start, end)
+
+
+def _walk(start: np.ndarray, end: np.ndarray):
+    """:func:`_innermost` by a plain stack walk (one pass, locals and no max()): what the
+    segments were made by before, and what decides for times before 0."""
     n = len(start)
     parent = [-1] * n
     seg_s: list[int] = []
@@ -165,29 +167,28 @@ def _innermost(start: np.ndarray, end: np.ndarray):
             np.array(seg_o, np.int64), np.array(parent, np.int64))
 
 
-def _cover(idle: iv.Intervals, t: np.ndarray) -> np.ndarray:
-    """Idle ns before each time ``t``."""
-    starts, ends = idle
-    lengths = np.concatenate([[0], np.cumsum(ends - starts)])
-    k = np.searchsorted(starts, t, side="right") - 1
-    inside = np.where(k >= 0, np.clip(t - starts[np.maximum(k, 0)], 0,
-                                      (ends - starts)[np.maximum(k, 0)]), 0)
-    return lengths[np.maximum(k, 0)] * (k >= 0) + inside
-
-
 def _ancestors(is_user: np.ndarray, is_op: np.ndarray, parent: np.ndarray):
     """Per range: the nearest user-code Python frame above it and the outermost CPU op or
-    annotation above it (-1 when none), in one pass (a parent comes before its children)."""
+    annotation above it (-1 when none), by pointer jumping up the parents (a round per
+    doubling of the depth, for every range at once)."""
     n = len(parent)
-    user_above = np.full(n, -1, dtype=np.int64)
-    outer_above = np.full(n, -1, dtype=np.int64)
-    user, op = is_user.tolist(), is_op.tolist()
-    ua, oa = user_above.tolist(), outer_above.tolist()
-    for i, p in enumerate(parent.tolist()):
-        if p >= 0:
-            ua[i] = p if user[p] else ua[p]
-            oa[i] = oa[p] if oa[p] >= 0 else (p if op[p] else -1)
-    user_above[:], outer_above[:] = ua, oa
+    # nearest: each candidate an ancestor with nothing marked between; jump past unmarked
+    user_above = parent.copy()
+    todo = np.flatnonzero(user_above >= 0)
+    while len(todo):
+        todo = todo[~is_user[user_above[todo]]]
+        user_above[todo] = user_above[user_above[todo]]
+        todo = todo[user_above[todo] >= 0]
+    # outermost: of the path from each range up to (not into) ``up``, its outermost op
+    top = np.where(is_op, np.arange(n), -1)
+    up = parent.copy()
+    todo = np.flatnonzero(up >= 0)
+    while len(todo):
+        higher = top[up[todo]]
+        top[todo] = np.where(higher >= 0, higher, top[todo])
+        up[todo] = up[up[todo]]
+        todo = todo[up[todo] >= 0]
+    outer_above = np.where(parent >= 0, top[np.maximum(parent, 0)], -1)
     return user_above, outer_above
 
 

@@ -211,16 +211,20 @@ def weight_bytes(rd: RankData, starts: np.ndarray, limits: np.ndarray) -> np.nda
     weight operand's shape at its precision, 2 bytes when unknown), ops started in
     [start, limit)."""
     ev = rd.events
-    ops = ev[values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & values_in(ev[S.NAME], tuple(WEIGHT_OPERAND))]
-    ops = P.outermost(ops)
+    ops = P.outermost(ev.loc[values_in(ev[S.KIND], (S.KIND_CPU_OP,))
+                             & values_in(ev[S.NAME], tuple(WEIGHT_OPERAND)),
+                             [S.TS_NS, S.DUR_NS, S.NAME, S.INPUT_DIMS, S.FLOPS_DTYPE]])
     out = np.zeros(len(starts))
     ts = ops[S.TS_NS].to_numpy()
     at = np.searchsorted(starts, ts, side="right") - 1
     inside = (at >= 0) & (ts < limits[np.maximum(at, 0)]) if len(starts) else at >= 0
+    shapes: dict[str, list] = {}  # each distinct Input Dims text read once
     for i, name, text, dtype in zip(at[inside], ops[S.NAME].astype(str)[inside],
                                     ops[S.INPUT_DIMS].astype(str)[inside],
                                     ops[S.FLOPS_DTYPE].astype(str)[inside]):
-        shape, k = P.dims(text), WEIGHT_OPERAND[name]
+        if text not in shapes:
+            shapes[text] = P.dims(text)
+        shape, k = shapes[text], WEIGHT_OPERAND[name]
         w = shape[k] if len(shape) > k and isinstance(shape[k], list) else []
         if len(w) == 2 and all(isinstance(d, int) for d in w):
             out[i] += w[0] * w[1] * ELEMENT_BYTES.get(dtype, 2.0)

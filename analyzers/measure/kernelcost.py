@@ -23,7 +23,7 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify.flops import HALF_WIDTH, kernel_precision
 from profkit.classify.opfamilies import op_family
-from profkit.columns import name_values, values_in
+from profkit.columns import distinct, name_values, unique_rows, values_in
 from profkit.model import RankData
 
 MATMUL_SUBCLASSES = ("gemm", "conv", "attention")
@@ -38,12 +38,11 @@ def launching_ops(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     only; their name and costs (names as text)."""
     ev = rd.events
     ext = ev[S.EXTERNAL_ID].to_numpy()
-    wanted = np.unique(kernels[S.EXTERNAL_ID].to_numpy())
+    wanted = distinct(kernels[S.EXTERNAL_ID].to_numpy())
     rows = np.flatnonzero(values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & (ext >= 0) & np.isin(ext, wanted))
-    keys = np.stack([ev[c].to_numpy()[rows] for c in COST_KEYS])
     if len(rows):  # a (External id, step) pair held by several ops names none of them
-        _, at, count = np.unique(keys, axis=1, return_inverse=True, return_counts=True)
-        rows = rows[count[at.reshape(-1)] == 1]
+        _, at, count = unique_rows([ev[c].to_numpy()[rows] for c in COST_KEYS])
+        rows = rows[count[at] == 1]
     out = {c: ev[c].to_numpy()[rows] for c in COST_KEYS}
     out["op"] = _texts(ev[S.NAME], rows)
     out[S.FLOPS] = ev[S.FLOPS].to_numpy()[rows]
@@ -77,8 +76,7 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
         return np.where(has_op, values[np.where(has_op, at, 0)] if len(values) else missing, missing)
 
     dur = np.maximum(k[S.DUR_NS].to_numpy(dtype=float), 1.0)  # zero-length kernels share too
-    op_id = np.where(has_op, np.unique(np.stack(keys), axis=1, return_inverse=True)[1]
-                     .reshape(-1), -1) if len(k) else np.empty(0, np.int64)
+    op_id = np.where(has_op, unique_rows(keys)[1], -1) if len(k) else np.empty(0, np.int64)
     mm = k[S.SUBCLASS].isin(MATMUL_SUBCLASSES).to_numpy()
     total = _group_sum(op_id, dur)
     total_mm = _group_sum(op_id, dur * mm)

@@ -42,7 +42,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import aggregate, values_in
+from profkit.columns import aggregate, unique_rows, values_in
 from profkit.model import RankData, Run
 
 TOP_KERNEL_COLUMNS = (S.NAME, S.CLASS, S.SUBCLASS, "count", "total_ns", "mean_ns", "share",
@@ -65,6 +65,7 @@ COPY_CALL_RE = re.compile(r"memcpy", re.IGNORECASE)
 SYNC_CALL_RE = re.compile(r"synchronize|^(?:cuda|hip|cu)Memcpy(?:DtoH)?$|EventQuery|StreamQuery",
                           re.IGNORECASE)
 CPU_NEST_KINDS = (S.KIND_CPU_OP, S.KIND_RUNTIME, S.KIND_DRIVER, S.KIND_SYNC)
+NEST_COLUMNS = (S.KIND, S.NAME, S.PID, S.TID, S.TS_NS, S.DUR_NS)  # what self_times reads, and the kind
 # Fewer kernels (or launch calls) than this in the window: too little to call launch-bound.
 MIN_KERNELS = 100
 # CUDA's launch queue holds about 1024 ops (peers flag 1024 as full; a V100 trace here peaks
@@ -85,8 +86,8 @@ def kernel_totals(rank: int, rd: RankData) -> pd.DataFrame:
         return k.groupby(keys)[S.DUR_NS].agg(["size", "sum"]).reset_index().assign(rank=rank)
     # On the category codes, then the (few) groups named and put in the order of their
     # names, as grouping the names as text would.
-    groups, at = np.unique(codes, axis=1, return_inverse=True)
-    at = at.reshape(-1)
+    groups, at, _ = unique_rows(list(codes))
+    groups = groups.T
     total = np.zeros(groups.shape[1], dtype=np.int64)
     np.add.at(total, at, k[S.DUR_NS].to_numpy(np.int64))
     texts = [[str(v) for v in np.asarray(k[c].dtype.categories, dtype=object)[group]]
@@ -122,7 +123,7 @@ def self_times(cpu: pd.DataFrame) -> np.ndarray:
         d = cpu[S.DUR_NS].to_numpy()[idx]
         pos = idx[d > 0]  # zero-length rows contain nothing and take nothing
         s, d = s[d > 0], d[d > 0]
-        order = np.lexsort((-d, s))  # parents (longer) before children at equal starts
+        order = iv.nest_order(s, s + d)  # parents (longer) before children at equal starts
         pos, s, d = pos[order], s[order], d[order]
         e = s + d
         depth = np.arange(len(s)) - np.searchsorted(np.sort(e), s, side="right")
@@ -140,7 +141,7 @@ def self_times(cpu: pd.DataFrame) -> np.ndarray:
 
 def op_totals(rd: RankData) -> pd.DataFrame:
     """Count, self and inclusive time of each CPU op name of one rank."""
-    cpu = rd.of_kinds(CPU_NEST_KINDS)
+    cpu = rd.of_kinds(CPU_NEST_KINDS, NEST_COLUMNS)
     is_op = values_in(cpu[S.KIND], (S.KIND_CPU_OP,))
     ops = pd.DataFrame({"code": cpu[S.NAME].cat.codes.to_numpy()[is_op],
                         "self_ns": self_times(cpu)[is_op],
@@ -188,6 +189,12 @@ def kernels_per_step(rank: int, rd: RankData) -> pd.DataFrame:
 
 
 def launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(launch calls, GPU ops with their launch call's start, per-op launch delays), found
+    once per rank (:func:`_launch_join`; the kernels and inference measurements read it)."""
+    return rd.derived(_launch_join)
+
+
+def _launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(launch calls, GPU ops with their launch call's start, per-op launch delays).
 
     GPU ops sharing a correlation (graph replays) get their graph launch's start but no
@@ -218,9 +225,14 @@ def launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
 def slow_calls(rd: RankData, th: Thresholds) -> pd.DataFrame:
     """Runtime/driver calls in the steps above slow_runtime_call_ns, synchronisations and
-    copies aside (a copy that blocks is host_sync's, an async one is a launch)."""
+    copies aside (a copy that blocks is host_sync's, an async one is a launch); found once
+    per rank and threshold."""
+    return rd.derived(_slow_calls, th.slow_runtime_call_ns)
+
+
+def _slow_calls(rd: RankData, slow_ns: float) -> pd.DataFrame:
     rt = in_steps(rd.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER)), rd)
-    return rt[(rt[S.DUR_NS] > th.slow_runtime_call_ns).to_numpy()
+    return rt[(rt[S.DUR_NS] > slow_ns).to_numpy()
               & ~name_mask(rt[S.NAME], SYNC_CALL_RE) & ~name_mask(rt[S.NAME], COPY_CALL_RE)]
 
 

@@ -108,7 +108,7 @@ def _phases(data: RankData, c: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Per collective: issued before its step's backward pass began (the forward pass: a
     tensor-parallel all-reduce of activations; a gradient all-reduce comes later), and in a
     step with no backward pass at all (inference, or no autograd ranges recorded)."""
-    ops = data.of_kinds((S.KIND_CPU_OP,))
+    ops = data.of_kinds((S.KIND_CPU_OP,), (S.NAME, S.STEP, S.TS_NS))
     bwd = ops[category_mask(ops[S.NAME], BACKWARD_OP)]
     first = bwd.groupby(S.STEP)[S.TS_NS].min() if len(bwd) else pd.Series(dtype="int64")
     issued = np.where(c[S.CPU_TS_NS].to_numpy(np.int64) >= 0, c[S.CPU_TS_NS].to_numpy(np.int64),

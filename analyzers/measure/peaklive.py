@@ -111,7 +111,8 @@ def device_peak_live(dev: pd.DataFrame, data: RankData,
     picked = dev[live]
     query_ts = np.append(picked[S.TS_NS].to_numpy(), dev[S.TS_NS].iat[p])
     query_tid = np.append(picked[S.TID].to_numpy(), dev[S.TID].iat[p])
-    ops, notes = enclosing(data.of_kinds(HOST_KINDS), query_ts, query_tid)
+    ops, notes = enclosing(data.of_kinds(HOST_KINDS, (S.TID, S.KIND, S.NAME, S.TS_NS, S.DUR_NS)),
+                           query_ts, query_tid)
     table = pd.DataFrame({"step": step, "op": ops[:-1], "annotation": notes[:-1],
                           "allocated_before_step": picked[S.TS_NS].to_numpy() < step_start,
                           "live_bytes": picked[S.BYTES].to_numpy(np.int64), "count": 1})
@@ -154,12 +155,13 @@ def enclosing(host: pd.DataFrame, ts: np.ndarray, tid: np.ndarray) -> tuple[list
     ranges (events of :data:`HOST_KINDS`): the innermost CPU op holding it (factory ops
     skipped), :data:`UNKNOWN_OP` when none; the innermost annotation or module range, ""
     when none."""
-    host = host[host[S.TID].isin(np.unique(tid)).to_numpy()]
-    is_op = (values_in(host[S.KIND], (S.KIND_CPU_OP,))
+    mine = host[S.TID].isin(np.unique(tid)).to_numpy()
+    is_op = (mine & values_in(host[S.KIND], (S.KIND_CPU_OP,))
              & ~category_mask(host[S.NAME], FACTORY_OP_RE))
-    is_note = ((values_in(host[S.KIND], (S.KIND_ANNOTATION,))
-                & ~category_mask(host[S.NAME], STEP_MARK_RE))
-               | (values_in(host[S.KIND], (S.KIND_PYTHON,)) & category_mask(host[S.NAME], MODULE_RE)))
+    is_note = mine & ((values_in(host[S.KIND], (S.KIND_ANNOTATION,))
+                       & ~category_mask(host[S.NAME], STEP_MARK_RE))
+                      | (values_in(host[S.KIND], (S.KIND_PYTHON,))
+                         & category_mask(host[S.NAME], MODULE_RE)))
     ops = _innermost(host[is_op], ts, tid, UNKNOWN_OP)
     notes = _innermost(host[is_note], ts, tid, "")
     return ops, notes

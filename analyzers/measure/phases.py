@@ -56,6 +56,7 @@ REPLAY = "graph replays"
 ENGINE = "engine annotation"  # the source of forwards an engine annotated
 BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
 FORWARD_COLUMNS = ("start_ns", "end_ns", "tokens", "batch", "phase", "source")
+READ_COLUMNS = [S.TS_NS, S.DUR_NS, S.NAME, S.INPUT_DIMS]  # what the forwards are read from
 
 
 def dims(text: str) -> list:
@@ -81,8 +82,8 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
 
 def engine_forwards(ev: pd.DataFrame) -> pd.DataFrame:
     """One forward per outermost engine-step annotation (module doc, source 1)."""
-    ann = ev[values_in(ev[S.KIND], (S.KIND_ANNOTATION,))]
-    ann = outermost(ann[category_mask(ann[S.NAME], ANNOTATION_PATTERN)])
+    ann = outermost(ev.loc[values_in(ev[S.KIND], (S.KIND_ANNOTATION,))
+                           & category_mask(ev[S.NAME], ANNOTATION_PATTERN), READ_COLUMNS])
     rows = []
     for ts, dur, name in zip(ann[S.TS_NS], ann[S.DUR_NS], ann[S.NAME].astype(str)):
         if m := EXECUTE_RE.match(name):
@@ -101,11 +102,11 @@ def engine_forwards(ev: pd.DataFrame) -> pd.DataFrame:
 
 def embedding_forwards(ev: pd.DataFrame) -> pd.DataFrame:
     """One forward per token embedding of ``[batch, sequence]`` indices (module doc, 2)."""
-    ops = ev[values_in(ev[S.KIND], (S.KIND_CPU_OP,))]
-    emb = outermost(ops[values_in(ops[S.NAME], (EMBEDDING,))])
+    is_op = values_in(ev[S.KIND], (S.KIND_CPU_OP,))
+    emb = outermost(ev.loc[is_op & values_in(ev[S.NAME], (EMBEDDING,)), READ_COLUMNS])
     if emb.empty:
         return _frame([])
-    mm_starts = np.sort(ops[S.TS_NS].to_numpy()[values_in(ops[S.NAME], MATMUL_OPS)])
+    mm_starts = np.sort(ev[S.TS_NS].to_numpy()[is_op & values_in(ev[S.NAME], MATMUL_OPS)])
     rows, last_start = [], None
     for ts, dur, text in zip(emb[S.TS_NS], emb[S.DUR_NS], emb[S.INPUT_DIMS].astype(str)):
         shape = dims(text)
@@ -123,8 +124,8 @@ def embedding_forwards(ev: pd.DataFrame) -> pd.DataFrame:
 
 def graph_forwards(ev: pd.DataFrame) -> pd.DataFrame:
     """One forward per graph launch, its phase set by :func:`label_replays`."""
-    rt = ev[values_in(ev[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))]
-    rt = rt[category_mask(rt[S.NAME], GRAPH_LAUNCH)]
+    rt = ev.loc[values_in(ev[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))
+                & category_mask(ev[S.NAME], GRAPH_LAUNCH), READ_COLUMNS]
     return _frame([{"start_ns": int(ts), "end_ns": int(ts + dur), "tokens": np.nan,
                     "batch": np.nan, "phase": "", "source": REPLAY}
                    for ts, dur in zip(rt[S.TS_NS], rt[S.DUR_NS])])
@@ -152,11 +153,12 @@ def _matmul_between(starts: np.ndarray, lo: int, hi: int) -> bool:
 def compiled_forwards(ev: pd.DataFrame) -> pd.DataFrame:
     """One forward per outermost compiled region, its tokens the rows of its first matmul
     (module doc, source 3); the phase is set per step by :func:`label_by_tokens`."""
-    regions = ev[values_in(ev[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION))]
-    regions = outermost(regions[category_mask(regions[S.NAME], "^" + COMPILED_PREFIX)])
+    regions = outermost(ev.loc[values_in(ev[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION))
+                               & category_mask(ev[S.NAME], "^" + COMPILED_PREFIX), READ_COLUMNS])
     if regions.empty:
         return _frame([])
-    ops = ev[values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & values_in(ev[S.NAME], MATMUL_OPS)]
+    ops = ev.loc[values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & values_in(ev[S.NAME], MATMUL_OPS),
+                 READ_COLUMNS]
     ops = ops.sort_values(S.TS_NS, kind="stable")
     op_ts = ops[S.TS_NS].to_numpy()
     rows = []

@@ -60,7 +60,7 @@ REGION_COLUMNS = (S.PID, S.TID, "start_ns", "end_ns", S.STEP)
 
 def backward_ranges(rd: RankData) -> pd.DataFrame:
     """The autograd engine's evaluate_function ranges: pid, tid, ts_ns, end_ns."""
-    ops = rd.of_kinds((S.KIND_CPU_OP,))
+    ops = rd.of_kinds((S.KIND_CPU_OP,), (S.NAME, S.PID, S.TID, S.TS_NS, S.DUR_NS))
     rng = ops[category_mask(ops[S.NAME], BACKWARD_RE)]
     return pd.DataFrame({S.PID: rng[S.PID].to_numpy(), S.TID: rng[S.TID].to_numpy(),
                          S.TS_NS: rng[S.TS_NS].to_numpy(np.int64),
@@ -76,11 +76,17 @@ def thread_ranges(ranges: pd.DataFrame) -> dict[tuple, iv.Nesting]:
 
 def recompute_regions(rd: RankData) -> pd.DataFrame:
     """The recompute regions of one rank (module doc): pid, tid, start_ns, end_ns and the
-    step each lies in (-1 outside steps), in time order."""
+    step each lies in (-1 outside steps), in time order (found once per rank: the
+    recompute and efficiency measurements both read them)."""
+    return rd.derived(_recompute_regions)
+
+
+def _recompute_regions(rd: RankData) -> pd.DataFrame:
     trees = thread_ranges(backward_ranges(rd))
     if not trees:
         return pd.DataFrame(columns=list(REGION_COLUMNS))
-    ops = rd.of_kinds((S.KIND_CPU_OP, S.KIND_PYTHON))
+    ops = rd.of_kinds((S.KIND_CPU_OP, S.KIND_PYTHON),
+                      (S.KIND, S.NAME, S.PID, S.TID, S.TS_NS, S.DUR_NS, S.STEP))
     forward = values_in(ops[S.KIND], (S.KIND_CPU_OP,)) & values_in(ops[S.NAME], FORWARD_OPS)
     frames = values_in(ops[S.KIND], (S.KIND_PYTHON,)) & category_mask(ops[S.NAME], RECOMPUTE_RE)
     pick = forward | frames

@@ -43,6 +43,7 @@ PARAM, INPUT, FIRST, ANNOTATION, MODULE = "param", "input", "first", "annotation
 RECOMPUTE = "recompute"
 BACKWARD_RANGE_RE = r"^autograd::engine::evaluate_function"
 MODULE_PREFIX = "nn.Module: "
+OP_COLUMNS = (S.TID, S.NAME, S.TS_NS, S.DUR_NS, S.STEP, S.INPUT_DIMS)  # what the op parts read
 # Module ops that take weights: (argument indexes holding weights, index of the activation)
 WEIGHT_OPS = {
     "aten::linear": ((1, 2), 0),
@@ -227,17 +228,18 @@ def step_signature(rank: int, events: pd.DataFrame, in_used: np.ndarray) -> pd.D
     if S.INPUT_DIMS in events.columns:
         dims = events[S.INPUT_DIMS].cat
         recorded = np.array([bool(c) for c in dims.categories] + [False])
-        ops = events[in_used & values_in(kind, (S.KIND_CPU_OP,))
-                     & recorded[dims.codes.to_numpy()]]
+        ops = events.loc[in_used & values_in(kind, (S.KIND_CPU_OP,))
+                         & recorded[dims.codes.to_numpy()], list(OP_COLUMNS)]
         if len(ops):
-            again = _in_backward(ops, events[in_used & values_in(kind, (S.KIND_CPU_OP,))
-                                             & category_mask(names, BACKWARD_RANGE_RE)])
+            again = _in_backward(ops, events.loc[in_used & values_in(kind, (S.KIND_CPU_OP,))
+                                                 & category_mask(names, BACKWARD_RANGE_RE),
+                                                 [S.TID, S.TS_NS, S.DUR_NS]])
             parts += [_params(rank, ops[~again]), *_inputs(rank, ops),
                       _recomputed(rank, ops[again])]
-    annotations = events[in_used & values_in(kind, (S.KIND_ANNOTATION,))
-                         & ~category_mask(names, "^" + re.escape(STEP_PREFIX))]
-    python = events[in_used & values_in(kind, (S.KIND_PYTHON,))
-                    & category_mask(names, "^" + re.escape(MODULE_PREFIX))]
+    annotations = events.loc[in_used & values_in(kind, (S.KIND_ANNOTATION,))
+                             & ~category_mask(names, "^" + re.escape(STEP_PREFIX)), [S.NAME]]
+    python = events.loc[in_used & values_in(kind, (S.KIND_PYTHON,))
+                        & category_mask(names, "^" + re.escape(MODULE_PREFIX)), [S.NAME]]
     parts += [_named(rank, ANNOTATION, annotations), _named(rank, MODULE, python)]
     parts = [p for p in parts if len(p)]
     if not parts:

@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.measure.kernels import CPU_NEST_KINDS, self_times
+from profkit.analyzers.measure.kernels import CPU_NEST_KINDS, NEST_COLUMNS, self_times
 from profkit.analyzers.measure.signature import step_signature
 from profkit.analyzers.measure.steps import USED
 from profkit.analyzers.measure.tables import name_mask
@@ -91,7 +91,7 @@ def used_step_work(data: RankData, steps: pd.DataFrame) -> dict[str, pd.DataFram
                        KERNEL_COLUMNS[:-1])
     kernels["group"] = kernels[S.NAME].map(_groups(gpu)).fillna("other")
     optimizer = values_in(ev[S.KIND], (S.KIND_ANNOTATION,)) & name_mask(ev[S.NAME], OPTIMIZER_RE)
-    nest = ev[values_in(ev[S.KIND], CPU_NEST_KINDS) | optimizer]
+    nest = ev.loc[values_in(ev[S.KIND], CPU_NEST_KINDS) | optimizer, [*NEST_COLUMNS, S.STEP]]
     self_ns = self_times(nest)
     keep = values_in(nest[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION)) \
         & ~name_mask(nest[S.NAME], STEP_RE) & _in_used(nest, data, used)

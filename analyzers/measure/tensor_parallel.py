@@ -34,7 +34,7 @@ from profkit.analyzers.result import Result
 
 from profkit import intervals
 from profkit import schema as S
-from profkit.columns import category_mask
+from profkit.columns import category_mask, values_in
 from profkit.model import RankData
 
 TOPIC = "tensor_parallel"
@@ -47,6 +47,7 @@ MODEL_COLLECTIVE_RE = (r"^(?:Redistribute|RedistributeBackward|_FromTorchTensor|
                        r"^PythonSubclass$")  # a DTensor op's own dispatch (optimizer steps)
 SHARDING_HOOK_RE = r"^FSDP::|^FullyShardedDataParallel\."
 SPLIT_KINDS = ("all_gather", "reduce_scatter")  # sequence parallel's halves of an all-reduce
+SPAN = [S.TS_NS, S.DUR_NS]  # the columns charge.spans reads
 TP_GROUP = re.compile(r"(?:^|[_\W])(?:tp|tensor)(?:$|[_\W])", re.IGNORECASE)
 
 
@@ -56,7 +57,7 @@ def issued_by_model(data: RankData, c: pd.DataFrame) -> np.ndarray:
     called), not by a sharding framework's hooks (FSDP's ranges, which hold FSDP2's
     DTensor all-gathers too)."""
     ev = data.events
-    host = ev[(ev[S.KIND] == S.KIND_CPU_OP) | (ev[S.KIND] == S.KIND_ANNOTATION)]
+    host = values_in(ev[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION))
     cpu = c[S.CPU_TS_NS].to_numpy(np.int64).copy()
     unrecorded = cpu < 0  # a kernel with no c10d record (symmetric memory's): its launch
     if unrecorded.any():
@@ -65,8 +66,8 @@ def issued_by_model(data: RankData, c: pd.DataFrame) -> np.ndarray:
         launch = launch[~launch.index.duplicated()]
         got = launch.reindex(c[S.CORRELATION].to_numpy()[unrecorded]).to_numpy()
         cpu[unrecorded] = np.where(np.isnan(got), -1, got).astype(np.int64)
-    model = spans(host[category_mask(host[S.NAME], MODEL_COLLECTIVE_RE)])
-    hooks = spans(host[category_mask(host[S.NAME], SHARDING_HOOK_RE)])
+    model = spans(ev.loc[host & category_mask(ev[S.NAME], MODEL_COLLECTIVE_RE), SPAN])
+    hooks = spans(ev.loc[host & category_mask(ev[S.NAME], SHARDING_HOOK_RE), SPAN])
     return intervals.holds(model, cpu) & ~intervals.holds(hooks, cpu)
 
 
@@ -94,14 +95,11 @@ def exposed_collectives(data: RankData, rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` of the collectives table as (start ns, step, bytes, exposed ns): the part of
     each one's kernel in which no compute kernel runs."""
     ev = data.events
-    compute = spans(ev[(ev[S.KIND] == S.KIND_KERNEL) & (ev[S.CLASS] == S.CLS_COMPUTE)])
-    exposed = [intervals.total(intervals.subtract(
-        (np.array([s], np.int64), np.array([s + d], np.int64)), compute))
-        for s, d in zip(rows[S.TS_NS].to_numpy(np.int64), rows[S.DUR_NS].to_numpy(np.int64))]
-    return pd.DataFrame({START_NS: rows[S.TS_NS].to_numpy(np.int64),
-                         S.STEP: rows[S.STEP].to_numpy(np.int64),
+    compute = spans(ev.loc[(ev[S.KIND] == S.KIND_KERNEL) & (ev[S.CLASS] == S.CLS_COMPUTE), SPAN])
+    start, dur = rows[S.TS_NS].to_numpy(np.int64), rows[S.DUR_NS].to_numpy(np.int64)
+    return pd.DataFrame({START_NS: start, S.STEP: rows[S.STEP].to_numpy(np.int64),
                          S.MSG_BYTES: rows[S.MSG_BYTES].to_numpy(float),
-                         "exposed_ns": np.asarray(exposed, np.int64)})
+                         "exposed_ns": dur - intervals.covered_each(compute, start, start + dur)})
 
 
 def waited_ns(rows: pd.DataFrame, collectives: Result, rank: int) -> np.ndarray:

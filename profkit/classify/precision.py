@@ -4,6 +4,7 @@ apart; a name that says 16-bit float but not which is "16-bit" until the op's dt
 
 from __future__ import annotations
 
+import functools
 import re
 
 # --- precision --------------------------------------------------------------------------
@@ -85,6 +86,7 @@ def refine_precision(by_name: str, by_dtype: str) -> str:
     return by_name or by_dtype
 
 
+@functools.lru_cache(maxsize=65536)  # a rank's measurements ask for the same names, often long
 def kernel_precision(name: str) -> str:
     """Precision class (PRECISIONS, or fp64 / int8, which only kernel names tell) a GEMM /
     conv / attention kernel runs in, from its name; "" when the name does not say."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from profkit.analyzers.measure.idle_code import UNRECORDED, _distinct_rows, _Ranges
+from profkit.analyzers.measure.idle_code import UNRECORDED, _ancestors, _innermost, _Ranges, _walk
 
+from profkit import intervals as iv
 from profkit import schema as S
 
 
@@ -65,15 +66,61 @@ def test_a_long_name_is_cut_to_80_characters():
     assert got == {"x" * 77 + "... -> aten::copy_": 1}
 
 
-@pytest.mark.parametrize("n_codes", [1, 7, 300, 3_000_000])  # the last: no room for one key
-@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int64])
-def test_distinct_rows_is_numpy_unique_of_the_rows(n_codes, dtype):
-    rng = np.random.default_rng(n_codes)
-    high = min(n_codes, np.iinfo(dtype).max)
-    own = rng.integers(0, high, 400).astype(dtype)
-    user, outer = rng.integers(-1, high, (2, 400))
-    got, inverse = _distinct_rows(own, user, outer, n_codes)
-    want, want_inverse = np.unique(np.stack([own, user, outer], axis=1), axis=0,
-                                   return_inverse=True)
-    assert got.tolist() == want.tolist()
-    assert inverse.ravel().tolist() == want_inverse.ravel().tolist()
+def _nest(rng, starts, ends, lo, hi, depth):
+    """A range [lo, hi) and inside it up to two children apart (touching or empty ones
+    too), ``depth`` levels down."""
+    starts.append(lo)
+    ends.append(hi)
+    if depth and hi - lo >= 4:
+        cut = np.sort(rng.choice(np.arange(lo, hi + 1), size=4, replace=False))
+        for a, b in ((cut[0], cut[1]), (cut[2], cut[3])):
+            if rng.random() < 0.8:
+                _nest(rng, starts, ends, int(a), int(b), depth - 1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ranges_split_as_the_walk_and_the_definition_split_them(seed):
+    """Each instant's owner is the latest range (start order, longer first) holding it:
+    where ranges nest, the innermost (checked on a grid), and the parents and each owner's
+    time are the stack walk's, for ranges that nest and ranges that cross."""
+    rng = np.random.default_rng(seed)
+    for trial in range(150):
+        starts, ends = [], []
+        _nest(rng, starts, ends, 0, 200, 5)
+        if trial % 2:  # a few ranges across the others
+            extra = rng.integers(0, 200, 4)
+            starts, ends = starts + extra.tolist(), ends + (extra + rng.integers(0, 40, 4)).tolist()
+        s, e = np.array(starts, np.int64), np.array(ends, np.int64)
+        order = iv.nest_order(s, e)
+        s, e = s[order], e[order]
+        got, want = _innermost(s, e), _walk(s, e)
+        assert got[3].tolist() == want[3].tolist()
+        grids = []
+        for a, b, owner, _ in (got, want):
+            grid = np.full(250, -1)
+            for lo, hi, o in zip(a, b, owner):
+                assert (grid[lo:hi] == -1).all()  # segments apart
+                grid[lo:hi] = o
+            grids.append(grid.tolist())
+        latest = [max((i for i in range(len(s)) if s[i] <= t < e[i]), default=-1)
+                  for t in range(250)]
+        assert grids[0] == grids[1] == latest
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ancestors_are_the_nearest_user_frame_and_the_outermost_op_above(seed):
+    """By walking up each range's parents: random forests and a long chain."""
+    rng = np.random.default_rng(seed)
+    for n in (0, 1, 7, 40, 300):
+        parent = np.array([rng.integers(-1, i) if i and rng.random() < 0.9 else -1
+                           for i in range(n)], dtype=np.int64)
+        for parents in (parent, np.arange(-1, n - 1, dtype=np.int64)):
+            is_user, is_op = rng.random(n) < 0.3, rng.random(n) < 0.5
+            user_above, outer_above = _ancestors(is_user, is_op, parents)
+            for i in range(n):
+                chain, p = [], parents[i]
+                while p >= 0:
+                    chain.append(p)
+                    p = parents[p]
+                assert user_above[i] == next((a for a in chain if is_user[a]), -1)
+                assert outer_above[i] == next((a for a in reversed(chain) if is_op[a]), -1)
