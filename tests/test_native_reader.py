@@ -204,18 +204,3 @@ def test_install_builds_the_extension():
     # where gcc is, `pip install` built profkit._kineto (the README's first command)
     assert native.available()
 
-
-def test_unique_rows_as_numpy_finds_them():
-    """nativefeed's distinct (name, raw args) rows: numpy's unique rows, in any order, with
-    an inverse that rebuilds every row (ids of every range, including ones too wide to pack)."""
-    from profkit.trace.nativefeed import _unique_rows
-
-    rng = np.random.default_rng(43)
-    for _ in range(300):
-        n, m = int(rng.integers(0, 200)), int(rng.integers(1, 6))
-        high = int(rng.choice([3, 50, 70_000, 2**31 - 2]))
-        keys = rng.integers(-1, high, size=(n, m)).astype(np.int32)
-        uniq, inverse = _unique_rows(keys)
-        assert np.array_equal(uniq[inverse], keys) if n else len(uniq) == 0
-        expected = np.unique(keys, axis=0)
-        assert sorted(map(tuple, uniq.tolist())) == sorted(map(tuple, expected.tolist()))

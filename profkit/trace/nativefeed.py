@@ -19,7 +19,7 @@ import numpy as np
 
 from profkit import schema as S
 from profkit.classify.events import LEGACY_PID_CATEGORY
-from profkit.columns import stable_id
+from profkit.columns import stable_id, unique_rows
 from profkit.trace.native import ARG_FIELDS, NO_SEQ, RAW_FIELDS, NativeScan, join_spans
 from profkit.trace.opargs import dims_text, shape_costs
 from profkit.trace.traceevents import (
@@ -226,7 +226,7 @@ class _Rows:
             rows = np.flatnonzero(acc._wanted_names()[name_codes] & (keys[:, 1] >= 0))
             if not len(rows):
                 return [], []
-            uniq, inverse = _unique_rows(keys[rows])
+            uniq, inverse, _ = unique_rows(list(keys[rows].T))
             memo, found = acc.memo, []
             for name_id, *raw_ids in uniq.tolist():
                 name = self.scan.strings[name_id]
@@ -286,21 +286,6 @@ class _Rows:
     def args_of(self, row: int) -> _RowArgs:
         return _RowArgs(self, row)
 
-
-def _unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(keys, axis=0, return_inverse=True)`` of rows of small ids (-1 or more),
-    by one int64 per row where their ranges fit (a sort of numbers, not of byte strings:
-    ~10x cheaper). The rows may come in another order than numpy's."""
-    packed = np.zeros(len(keys), dtype=np.int64)
-    room = 1
-    for column in keys.T:
-        span = int(column.max()) + 2 if len(column) else 1  # -1 .. max
-        room *= span
-        if room >= 1 << 62 or (len(column) and column.min() < -1):
-            return np.unique(keys, axis=0, return_inverse=True)
-        packed = packed * span + (column.astype(np.int64) + 1)
-    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-    return keys[first], inverse.ravel()
 
 
 def _arg_columns() -> tuple:
