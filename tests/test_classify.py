@@ -118,6 +118,30 @@ def test_kernels_launched_inside_communication_ranges(tmp_path):
     }
 
 
+def test_launches_inside_ranges_as_searched_one_by_one():
+    """comm._launches_inside (all ranges at once, by one key per launch) against its
+    definition: per range, the launches of its thread with start <= ts <= end, as slices of
+    launches sorted by (thread, time); and its range-by-range path where keys do not fit."""
+    from profkit.classify import comm
+
+    rng = np.random.default_rng(43)
+    for trial in range(200):
+        n, m = int(rng.integers(0, 60)), int(rng.integers(0, 30))
+        span = int(rng.choice([50, 10**6, 2**61]))
+        l_thread = rng.integers(0, 4, n) * (1 << 32) + rng.integers(0, 3, n)
+        l_ts = rng.integers(-span // 2, span // 2, n)
+        order = np.lexsort((l_ts, l_thread))
+        l_thread, l_ts = l_thread[order], l_ts[order]
+        r_thread = rng.integers(0, 5, m) * (1 << 32) + rng.integers(0, 3, m)
+        r_start = rng.integers(-span // 2, span // 2, m)
+        r_end = r_start + rng.integers(0, max(span // 4, 1), m)
+        first, last = comm._launches_inside(l_thread, l_ts, r_thread, r_start, r_end)
+        for i in range(m):
+            inside = {j for j in range(n) if l_thread[j] == r_thread[i]
+                      and r_start[i] <= l_ts[j] <= r_end[i]}
+            assert set(range(first[i], last[i])) == inside, (trial, i)
+
+
 def test_communication_range_names_match_in_any_case(tmp_path):
     """The range names match whatever their case ("Combine(B)", "AllReduce grads", as the
     rule's regex is written case-insensitive); a word that only contains one ("Redispatch")

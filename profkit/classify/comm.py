@@ -90,15 +90,42 @@ def _launch_collectives(ev: pd.DataFrame, ranges: np.ndarray, launches: np.ndarr
     l_rows, l_thread, l_ts = launches[order], l_thread[order], ts[launches][order]
     kind = np.full(len(l_rows), None, dtype=object)
     by_start = np.argsort(ts[ranges], kind="stable")  # outer ranges first: inner ones win
-    for r, collective in zip(ranges[by_start], r_kind[by_start]):
-        key = pid[r] * (1 << 32) + tid[r]
-        lo, hi = np.searchsorted(l_thread, key, "left"), np.searchsorted(l_thread, key, "right")
-        a = lo + np.searchsorted(l_ts[lo:hi], ts[r], side="left")
-        b = lo + np.searchsorted(l_ts[lo:hi], ts[r] + dur[r], side="right")
+    r_rows = ranges[by_start]
+    first, last = _launches_inside(l_thread, l_ts, pid[r_rows] * (1 << 32) + tid[r_rows],
+                                   ts[r_rows], ts[r_rows] + dur[r_rows])
+    for a, b, collective in zip(first.tolist(), last.tolist(), r_kind[by_start]):
         kind[a:b] = collective
     inside = kind != None  # noqa: E711 (elementwise comparison)
     corr = ev[S.CORRELATION].to_numpy()[l_rows[inside]]
     return pd.Series(kind[inside], index=corr).groupby(level=0).last()
+
+
+def _launches_inside(l_thread: np.ndarray, l_ts: np.ndarray, r_thread: np.ndarray,
+                     r_start: np.ndarray, r_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For launches sorted by (thread, time) and ranges: the slice [first, last) of the
+    launches on each range's thread inside [start, end] (both ends included). All ranges at
+    once, by one key per launch (thread rank, time) where the times leave room for it; else
+    range by range."""
+    threads = np.unique(l_thread)
+    if not len(l_thread) or not len(r_thread):
+        zeros = np.zeros(len(r_thread), dtype=np.int64)
+        return zeros, zeros
+    t_min = min(int(l_ts.min()), int(r_start.min()))
+    width = max(int(l_ts.max()), int(r_end.max())) - t_min + 2
+    if width * (len(threads) + 1) < 1 << 62:
+        at = np.searchsorted(threads, r_thread)
+        known = (at < len(threads)) & (threads[np.minimum(at, len(threads) - 1)] == r_thread)
+        keys = np.searchsorted(threads, l_thread) * width + (l_ts - t_min)
+        first = np.searchsorted(keys, at * width + (r_start - t_min), side="left")
+        last = np.searchsorted(keys, at * width + (r_end - t_min), side="right")
+        return np.where(known, first, 0), np.where(known, last, 0)
+    first = np.zeros(len(r_thread), dtype=np.int64)
+    last = np.zeros(len(r_thread), dtype=np.int64)
+    for i, (key, start, end) in enumerate(zip(r_thread.tolist(), r_start.tolist(), r_end.tolist())):
+        lo, hi = np.searchsorted(l_thread, key, "left"), np.searchsorted(l_thread, key, "right")
+        first[i] = lo + np.searchsorted(l_ts[lo:hi], start, side="left")
+        last[i] = lo + np.searchsorted(l_ts[lo:hi], end, side="right")
+    return first, last
 
 
 def _on_comm_streams(ev, kernel, unknown, strength, cls, sub) -> None:
