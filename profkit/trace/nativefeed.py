@@ -16,6 +16,7 @@ from collections import Counter
 
 import msgspec
 import numpy as np
+import pandas as pd
 
 from profkit import schema as S
 from profkit.classify.events import LEGACY_PID_CATEGORY
@@ -265,9 +266,8 @@ class _Rows:
             lut = self.luts[id(codes)] = np.full(len(values) + 1, -1, dtype=np.int32)
         shifted = local.astype(np.int64) + 1
         new = lut[shifted] < 0
-        if new.any():
-            ids, first = np.unique(shifted[new], return_index=True)
-            for j in ids[np.argsort(first)].tolist():
+        if new.any():  # in order of first appearance (pandas' hash: ~5x numpy's sort)
+            for j in pd.unique(shifted[new]).tolist():
                 lut[j] = codes._code("" if j == 0 else text(values[j - 1]))
         return lut[shifted] if len(shifted) else np.empty(0, np.int32)
 
