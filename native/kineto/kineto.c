@@ -13,14 +13,10 @@
  * the bytes of the events left to the Python reader (kept) with their spans, and the
  * document around the events (head); the scanner's buffers are released;
  * scan(buffer) -> dict | None: the same of a whole document at once (without the GIL);
- * join(buffer, starts, ends) -> bytes: the spans as one JSON array, "[a,b,...]";
- * trim(): the C heap's free pages returned to the system (glibc's malloc_trim). */
+ * join(buffer, starts, ends) -> bytes: the spans as one JSON array, "[a,b,...]". */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include "jscan.h"
 #include "scan.h"
@@ -411,17 +407,7 @@ done:
 /* Give the C heap's free pages back to the system (glibc keeps freed blocks of up to 32 MB
  * in its heap, and a rank's scan and its columns free many): a rank's peak RSS is then what
  * it holds, not what it held. Nothing elsewhere. */
-static PyObject *kineto_trim(PyObject *self, PyObject *unused) {
-    (void)self;
-    (void)unused;
-#ifdef __GLIBC__
-    malloc_trim(0);
-#endif
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef METHODS[] = {
-    {"trim", kineto_trim, METH_NOARGS, "Return the C heap's free pages to the system (glibc)."},
     {"scanner", kineto_scanner, METH_VARARGS, "A scan of a Kineto trace fed in pieces (mode)."},
     {"drain", kineto_drain, METH_O, "The elements a split scan read since the last drain."},
     {"feed", kineto_feed, METH_VARARGS, "Feed bytes to a scanner: the bytes read (None: declined)."},

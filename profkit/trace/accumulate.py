@@ -19,7 +19,6 @@ from profkit.classify import events as classify
 from profkit.classify.flops import MAX_OP_FLOPS, PRECISIONS, ConvLinks
 from profkit.classify.opfamilies import op_family
 from profkit.columns import INT64_SAFE, ids_to_int, to_float, to_int, us_to_ns, values_in
-from profkit.trace import native as native_reader
 from profkit.trace import nativefeed
 from profkit.trace.countersamples import CounterSamples
 from profkit.trace.memorysamples import MemorySamples
@@ -352,7 +351,6 @@ def accumulate(trace: Trace, base_ns: int = 0) -> Accumulator:
     for batch in trace.batches() if trace.native is None else ():
         acc.add(batch)
     trace.release()
-    native_reader.trim()  # the scan's columns (or raw events) and what building the parts freed
     acc.resolve_conv_links()
     trace.problems.extend(acc.problems())
     return acc

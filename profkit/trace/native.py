@@ -157,15 +157,6 @@ def _result(found: dict | None) -> NativeScan | None:
                       found["strings"], found["raw"], other, coll, found["kept"])
 
 
-def trim() -> None:
-    """Give the free pages of the C heap back to the system (where the native reader is
-    built, on glibc): called where a rank has just freed much (its scan, the raw columns),
-    so that its peak is what it holds, not what it held (~18 MiB less on a 70 MB rank)."""
-    mod = _module()
-    if mod is not None:
-        mod.trim()
-
-
 def join_spans(raw: bytes | bytearray, starts: np.ndarray, ends: np.ndarray) -> bytes:
     """The byte spans of ``raw`` as one JSON array (one copy, in C)."""
     from profkit import _kineto

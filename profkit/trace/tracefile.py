@@ -254,7 +254,6 @@ def load(path: str | Path, readers: int = 1, columns: bool = True) -> Trace:
             scanned = native_reader.scan_pieces(pieces)
         finally:
             pieces.close()
-        native_reader.trim()  # the scanner's buffers, freed
         if scanned is not None:
             return _scanned(str(path), scanned)
     return decode(path, read_trace_bytes(path, readers), columns=False)
