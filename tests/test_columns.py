@@ -2,12 +2,15 @@
 Series.isin / str.contains, aggregate against named aggregation, columns.name_values
 against a per-row call."""
 
+import contextlib
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from profkit.columns import (
     aggregate,
+    as_text,
     category_mask,
     distinct,
     ids_to_int,
@@ -16,6 +19,7 @@ from profkit.columns import (
     unique_rows,
     values_in,
 )
+from profkit.strings import python_strings
 
 VALUES = ["kernel", "cpu_op", None, "python", "kernel", "memcpy", None, "runtime"]
 
@@ -164,3 +168,20 @@ def test_distinct_is_numpy_unique(dtype):
         values = values.astype(dtype)
         assert distinct(values).tolist() == np.unique(values).tolist()
         assert distinct(values).dtype == np.unique(values).dtype
+
+
+@pytest.mark.parametrize("python_mode", [True, False])
+def test_as_text_is_astype_str(python_mode):
+    rng = np.random.default_rng(5)
+    words = np.array(["aten::mm", "sm90_xmma_gemm", "", "nan", "a b"], dtype=object)
+    for n in (0, 1, 50):
+        values = words[rng.integers(0, len(words), n)].astype(object)
+        values[rng.random(n) < 0.2] = None  # missing names
+        column = pd.Series(pd.Categorical(values, categories=[*words, "unused"]),
+                           index=rng.permutation(n) + 7, name="name").iloc[::2]
+        with python_strings() if python_mode else contextlib.nullcontext():
+            got, want = as_text(column), column.astype(str)
+        pd.testing.assert_series_equal(got, want)
+        assert [type(v) for v in got] == [type(v) for v in want]
+    plain = pd.Series([1, 2], name="x")
+    pd.testing.assert_series_equal(as_text(plain), plain.astype(str))

@@ -36,7 +36,7 @@ def compile_ranges(events: pd.DataFrame) -> pd.DataFrame:
         cats = pd.Index(names[host].unique())
     phases = pd.Series(compile_phase(np.asarray(cats, dtype=object)), index=cats)
     phases = phases[phases != ""]
-    rows = events[host & names.isin(phases.index).to_numpy()]
+    rows = events[host & values_in(names, phases.index)]
     return rows.assign(phase=rows[S.NAME].map(phases).astype(str).to_numpy())
 
 

@@ -30,7 +30,7 @@ import pandas as pd
 
 from profkit import schema as S
 from profkit.classify.flops import kernel_precision, refine_precision
-from profkit.columns import name_values, values_in
+from profkit.columns import as_text, name_values, values_in
 from profkit.model import RankData
 
 MATMUL_SUBCLASSES = ("gemm", "conv", "attention")  # the kernels that carry an op's FLOPs
@@ -89,7 +89,7 @@ def op_precisions(ops: pd.DataFrame, kernels: pd.DataFrame, owner: np.ndarray,
                   default: str) -> np.ndarray:
     """Precision of each counted op (module doc): its matmul kernels' names by duration,
     else its inputs' dtype, else ``default``."""
-    out = ops[S.FLOPS_DTYPE].astype(str).to_numpy(dtype=object).copy()
+    out = as_text(ops[S.FLOPS_DTYPE]).to_numpy(dtype=object).copy()
     mm = (owner >= 0) & kernels[S.SUBCLASS].isin(MATMUL_SUBCLASSES).to_numpy()
     votes = pd.DataFrame({"op": owner[mm], "dur": kernels[S.DUR_NS].to_numpy()[mm],
                           "precision": name_values(kernels[S.NAME][mm], kernel_precision)})

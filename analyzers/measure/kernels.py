@@ -42,7 +42,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import aggregate, unique_rows, values_in
+from profkit.columns import aggregate, as_text, unique_rows, values_in
 from profkit.model import RankData, Run
 
 TOP_KERNEL_COLUMNS = (S.NAME, S.CLASS, S.SUBCLASS, "count", "total_ns", "mean_ns", "share",
@@ -300,7 +300,7 @@ def slow_call_facts(rank: int, rd: RankData, lc: dict, th: Thresholds,
         window = sum(used.values())
     if slow.empty:
         return None
-    names = slow.groupby(slow[S.NAME].astype(str))[S.DUR_NS].agg(["size", "sum"])
+    names = slow.groupby(as_text(slow[S.NAME]))[S.DUR_NS].agg(["size", "sum"])
     names = names.sort_values("sum", ascending=False).head(5)
     ns = int(slow[S.DUR_NS].sum())
     return {"rank": rank, "launch": lc, "calls": int(len(slow)), "ns": ns,

@@ -24,7 +24,7 @@ import pandas as pd
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask, values_in
+from profkit.columns import as_text, category_mask, values_in
 from profkit.model import RankData
 
 LIVE_COLUMNS = ("rank", "device", "step", "op", "annotation", "allocated_before_step",
@@ -180,7 +180,7 @@ def _innermost(ranges: pd.DataFrame, ts: np.ndarray, tid: np.ndarray, none: str)
         tree = iv.nesting(start, start + mine[S.DUR_NS].to_numpy(np.int64))
         at = iv.innermost(tree, ts[qs], ts[qs])
         hit = at >= 0
-        out[qs[hit]] = mine[S.NAME].iloc[at[hit]].astype(str).to_numpy()
+        out[qs[hit]] = as_text(mine[S.NAME].iloc[at[hit]]).to_numpy()
     return out.tolist()
 
 

@@ -32,7 +32,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import schema as S
 from profkit.classify.names import short_kernel_names
-from profkit.columns import aggregate, values_in
+from profkit.columns import aggregate, unique_rows, values_in
 from profkit.model import RankData
 
 ROOFLINE_COLUMNS = (RANK, "kernel", "short_name", "op", "calls_per_step", "kernel_ms_per_step",
@@ -153,7 +153,29 @@ def roofline_rows(rank: int, calls: pd.DataFrame, n_steps: int, latency_ns: floa
 
 
 def _top_op(c: pd.DataFrame) -> pd.Series:
-    """Per kernel name, the op that launched most of its time ("" when none is known)."""
+    """Per kernel name, the op that launched most of its time ("" when none is known; of
+    ops with equal time, the one whose first call came last), by the name's and the op's
+    codes (grouping by their texts, then sorting and reindexing by them, cost ~4x more)."""
+    name, op = c[S.NAME].to_numpy(), c["op"].to_numpy()
+    if pd.isna(name).any() or pd.isna(op).any():  # missing texts: as pandas groups them
+        return _top_op_by_text(c)
+    name_code, names = pd.factorize(name)  # names in the order they first come
+    known = np.flatnonzero(op != "")
+    top = np.full(len(names), "", dtype=object)
+    if len(known):
+        op_code, ops = pd.factorize(op[known])
+        pairs, at, _ = unique_rows([name_code[known], op_code])
+        ns = np.zeros(len(pairs), dtype=np.int64)
+        np.add.at(ns, at, c[S.DUR_NS].to_numpy(np.int64)[known])
+        first = np.full(len(pairs), len(known))
+        np.minimum.at(first, at, np.arange(len(known)))
+        order = np.lexsort((first, ns, pairs[:, 0]))
+        last = np.r_[pairs[order[1:], 0] != pairs[order[:-1], 0], True]  # each name's top
+        top[pairs[order[last], 0]] = ops[pairs[order[last], 1]]
+    return pd.Series(top, index=names)
+
+
+def _top_op_by_text(c: pd.DataFrame) -> pd.Series:
     names = pd.unique(c[S.NAME])
     by_op = c[c["op"] != ""].groupby([S.NAME, "op"], sort=False, observed=True)[S.DUR_NS].sum()
     if by_op.empty:
