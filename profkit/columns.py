@@ -200,6 +200,33 @@ def unique_rows(columns: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rows, inverse.reshape(-1), counts
 
 
+def find_rows(table: list, queries: list) -> np.ndarray:
+    """Per query row (``queries``: integer columns), the position of the equal row of
+    ``table`` (integer columns whose rows are distinct), -1 where none is: what
+    ``MultiIndex.get_indexer`` gives, by one mixed-radix int64 key per row (as
+    :func:`unique_rows`) and a binary search, where the table's ranges leave room for it."""
+    table = [np.asarray(c, dtype=np.int64) for c in table]
+    queries = [np.asarray(c, dtype=np.int64) for c in queries]
+    out = np.full(len(queries[0]), -1, dtype=np.intp)
+    if not len(table[0]) or not len(out):
+        return out
+    lows = [int(c.min()) for c in table]
+    spans = [int(c.max()) - low + 1 for c, low in zip(table, lows)]
+    if math.prod(spans) >= 1 << 63:
+        return pd.MultiIndex.from_arrays(table).get_indexer(pd.MultiIndex.from_arrays(queries))
+    inside = np.ones(len(out), dtype=bool)
+    key, want = np.zeros(len(table[0]), dtype=np.int64), np.zeros(len(out), dtype=np.int64)
+    for t, q, low, span in zip(table, queries, lows, spans):
+        inside &= (q >= low) & (q < low + span)
+        key = key * span + (t - low)
+        want = want * span + np.clip(q - low, 0, span - 1)
+    order = np.argsort(key, kind="stable")
+    at = np.minimum(np.searchsorted(key, want, sorter=order), len(key) - 1)
+    found = inside & (key[order[at]] == want)
+    out[found] = order[at[found]]
+    return out
+
+
 def aggregate(grouped, spec: dict[str, tuple[str, str]]) -> pd.DataFrame:
     """What ``grouped.agg(**spec)`` gives (named aggregation, ``{output: (column, how)}``;
     ``grouped`` a ``groupby(...)`` with its keys as the index), made with one pass per

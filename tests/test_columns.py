@@ -13,6 +13,7 @@ from profkit.columns import (
     as_text,
     category_mask,
     distinct,
+    find_rows,
     ids_to_int,
     name_values,
     stable_id,
@@ -185,3 +186,20 @@ def test_as_text_is_astype_str(python_mode):
         assert [type(v) for v in got] == [type(v) for v in want]
     plain = pd.Series([1, 2], name="x")
     pd.testing.assert_series_equal(as_text(plain), plain.astype(str))
+
+
+@pytest.mark.parametrize("high", [1, 9, 1000, 1 << 40])  # the last: no room for one key
+def test_find_rows_is_multiindex_get_indexer(high):
+    rng = np.random.default_rng(high)
+    for n_table, n_query in ((300, 500), (0, 5), (5, 0), (1, 1)):
+        ext = rng.integers(-1, high, n_table)
+        step = rng.integers(-1, 4, n_table)
+        table = pd.MultiIndex.from_arrays([ext, step]).drop_duplicates()
+        columns = [table.get_level_values(0).to_numpy(), table.get_level_values(1).to_numpy()]
+        queries = [rng.integers(-3, high + 3, n_query), rng.integers(-2, 6, n_query)]
+        if n_table and n_query:  # some queries hit the table
+            pick = rng.integers(0, len(table), n_query // 2)
+            queries[0][:len(pick)], queries[1][:len(pick)] = columns[0][pick], columns[1][pick]
+        want = table.get_indexer(pd.MultiIndex.from_arrays(queries)) if len(table) \
+            else np.full(n_query, -1)
+        assert find_rows(columns, queries).tolist() == want.tolist()

@@ -23,7 +23,7 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify.flops import HALF_WIDTH, kernel_precision
 from profkit.classify.opfamilies import op_family
-from profkit.columns import distinct, name_values, unique_rows, values_in
+from profkit.columns import distinct, find_rows, name_values, unique_rows, values_in
 from profkit.model import RankData
 
 MATMUL_SUBCLASSES = ("gemm", "conv", "attention")
@@ -36,9 +36,13 @@ KERNEL_COST_COLUMNS = (S.TS_NS, S.DUR_NS, S.NAME, S.SUBCLASS, S.STREAM, S.STEP, 
 def launching_ops(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     """The CPU ops ``kernels`` name by (External id, step), where the pair names one op
     only; their name and costs (names as text)."""
+    return _ops_naming(rd, distinct(kernels[S.EXTERNAL_ID].to_numpy()))
+
+
+def _ops_naming(rd: RankData, wanted: np.ndarray) -> pd.DataFrame:
+    """:func:`launching_ops` of the kernels whose distinct External ids are ``wanted``."""
     ev = rd.events
     ext = ev[S.EXTERNAL_ID].to_numpy()
-    wanted = distinct(kernels[S.EXTERNAL_ID].to_numpy())
     rows = np.flatnonzero(values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & (ext >= 0) & np.isin(ext, wanted))
     if len(rows):  # a (External id, step) pair held by several ops names none of them
         _, at, count = unique_rows([ev[c].to_numpy()[rows] for c in COST_KEYS])
@@ -64,11 +68,9 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     call, -1 without one), the op's family, its share of the op's FLOPs and bytes (NaN where
     unknown) and its precision (KERNEL_COST_COLUMNS)."""
     k = kernels[[S.TS_NS, S.DUR_NS, S.NAME, S.SUBCLASS, S.STREAM, S.STEP, S.EXTERNAL_ID]]
-    ops = launching_ops(rd, k)
     keys = [k[c].to_numpy(np.int64) for c in COST_KEYS]
     # Each kernel's op by (External id, step), a pair naming at most one op; -1: none.
-    at = pd.MultiIndex.from_arrays([ops[c].to_numpy(np.int64) for c in COST_KEYS]) \
-        .get_indexer(pd.MultiIndex.from_arrays(keys)) if len(ops) else np.full(len(k), -1)
+    ops, at = _op_rows(rd, keys)
     has_op = at >= 0
 
     def of_op(column: str, missing) -> np.ndarray:
@@ -103,6 +105,26 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
         "write_bytes": of_op(S.OP_WRITE_BYTES, np.nan).astype(float) * w_all,
         "precision": np.where((precision == HALF_WIDTH) & np.isin(dtype, ("bf16", "fp16")),
                               dtype, np.where(precision != "", precision, dtype))})
+
+
+def _op_rows(rd: RankData, keys: list[np.ndarray]) -> tuple[pd.DataFrame, np.ndarray]:
+    """(ops, each kernel's row among them or -1) for kernels of (External id, step)
+    ``keys``. The ops every kernel of the rank names are found once per rank (kernel_costs
+    runs on three or four sets of its kernels): a pair names the same op, or none, whichever
+    of them are asked for."""
+    wanted = distinct(keys[0])
+    ops, known, op_keys = rd.derived(_rank_ops)
+    if not np.isin(wanted, known).all():  # not only the rank's kernels: their own ops
+        ops = _ops_naming(rd, wanted)
+        op_keys = [ops[c].to_numpy(np.int64) for c in COST_KEYS]
+    return ops, find_rows(op_keys, keys)
+
+
+def _rank_ops(rd: RankData) -> tuple[pd.DataFrame, np.ndarray, list[np.ndarray]]:
+    """(:func:`launching_ops` of all the rank's kernels, their External ids, the ops' keys)."""
+    known = distinct(rd.of_kinds((S.KIND_KERNEL,), (S.EXTERNAL_ID,))[S.EXTERNAL_ID].to_numpy())
+    ops = _ops_naming(rd, known)
+    return ops, known, [ops[c].to_numpy(np.int64) for c in COST_KEYS]
 
 
 def _group_sum(group: np.ndarray, values: np.ndarray) -> np.ndarray:
