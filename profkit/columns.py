@@ -127,7 +127,11 @@ def as_text(column: pd.Series) -> pd.Series:
     used = np.flatnonzero(present)
     position = np.zeros(len(present), dtype=np.intp)
     position[used] = np.arange(len(used))
-    texts = pd.Series(pd.Categorical.from_codes(used - 1, dtype=column.dtype)).astype(str)
+    named = used > 0  # pandas converts every category: only the used ones, then
+    small = pd.Categorical.from_codes(np.where(named, np.cumsum(named) - 1, -1),
+                                      categories=column.dtype.categories.take(used[named] - 1),
+                                      ordered=column.dtype.ordered)
+    texts = pd.Series(small).astype(str)
     return pd.Series(texts.array.take(position[shifted]), index=column.index, name=column.name)
 
 
