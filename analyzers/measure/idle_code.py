@@ -38,11 +38,11 @@ def idle_code(events: pd.DataFrame, by_thread: dict, rank: int) -> pd.DataFrame:
         if len(idle[0]):
             parts_by_thread.setdefault(thread, {})[part] = idle
     rows = []
+    recorded = values_in(events[S.KIND], CODE_KINDS) & ~category_mask(events[S.NAME], SKIP_RE) \
+        if parts_by_thread else None
     for thread, parts in parts_by_thread.items():
         # the columns _Ranges reads, of the thread's code ranges, in one selection
-        host = events.loc[(events[S.TID] == thread).to_numpy()
-                          & values_in(events[S.KIND], CODE_KINDS)
-                          & ~category_mask(events[S.NAME], SKIP_RE),
+        host = events.loc[(events[S.TID] == thread).to_numpy() & recorded,
                           [S.TS_NS, S.DUR_NS, S.NAME, S.KIND]]
         # one nesting of the thread's ranges serves every part (a range that overlaps only
         # another part's idle time owns none of this part's)
