@@ -70,7 +70,7 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     k = kernels[[S.TS_NS, S.DUR_NS, S.NAME, S.SUBCLASS, S.STREAM, S.STEP, S.EXTERNAL_ID]]
     keys = [k[c].to_numpy(np.int64) for c in COST_KEYS]
     # Each kernel's op by (External id, step), a pair naming at most one op; -1: none.
-    ops, at = _op_rows(rd, keys)
+    ops, op_families, at = _op_rows(rd, keys)
     has_op = at >= 0
 
     def of_op(column: str, missing) -> np.ndarray:
@@ -87,10 +87,11 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     matmul = of_op(S.FLOPS, np.nan).astype(float)
     vector = of_op(S.VECTOR_FLOPS, np.nan).astype(float)
     flops = np.where(matmul > 0, matmul * w_mm, vector * w_all)
-    precision = name_values(k[S.NAME], kernel_precision)
+    precision = _precisions(rd, k[S.NAME])
     dtype = of_op(S.FLOPS_DTYPE, "").astype(object)
     op = of_op("op", "").astype(object)
-    family = name_values(pd.Series(op, dtype=object), op_family)
+    family = np.where(has_op, op_families[np.where(has_op, at, 0)] if len(op_families) else "",
+                      op_family("")).astype(object)  # as op_family of each op's name
     # A matmul / conv / attention op whose FLOPs are unknown has no cost: its bytes alone
     # would make it look memory-bound.
     known = ~np.isin(family, MATMUL_FAMILIES) | (matmul > 0)
@@ -107,24 +108,56 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
                               dtype, np.where(precision != "", precision, dtype))})
 
 
-def _op_rows(rd: RankData, keys: list[np.ndarray]) -> tuple[pd.DataFrame, np.ndarray]:
-    """(ops, each kernel's row among them or -1) for kernels of (External id, step)
-    ``keys``. The ops every kernel of the rank names are found once per rank (kernel_costs
-    runs on three or four sets of its kernels): a pair names the same op, or none, whichever
-    of them are asked for."""
+def _op_rows(rd: RankData, keys: list[np.ndarray]
+             ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """(ops, their families, each kernel's row among them or -1) for kernels of (External
+    id, step) ``keys``. The ops every kernel of the rank names are found once per rank
+    (kernel_costs runs on three or four sets of its kernels): a pair names the same op, or
+    none, whichever of them are asked for."""
     wanted = distinct(keys[0])
-    ops, known, op_keys = rd.derived(_rank_ops)
+    ops, known, op_keys, families = rd.derived(_rank_ops)
     if not np.isin(wanted, known).all():  # not only the rank's kernels: their own ops
         ops = _ops_naming(rd, wanted)
         op_keys = [ops[c].to_numpy(np.int64) for c in COST_KEYS]
-    return ops, find_rows(op_keys, keys)
+        families = name_values(ops["op"], op_family)
+    return ops, families, find_rows(op_keys, keys)
 
 
-def _rank_ops(rd: RankData) -> tuple[pd.DataFrame, np.ndarray, list[np.ndarray]]:
-    """(:func:`launching_ops` of all the rank's kernels, their External ids, the ops' keys)."""
+def _rank_ops(rd: RankData) -> tuple[pd.DataFrame, np.ndarray, list[np.ndarray], np.ndarray]:
+    """(:func:`launching_ops` of all the rank's kernels, their External ids, the ops' keys,
+    their families: ``op_family`` of their names, "" where missing)."""
     known = distinct(rd.of_kinds((S.KIND_KERNEL,), (S.EXTERNAL_ID,))[S.EXTERNAL_ID].to_numpy())
     ops = _ops_naming(rd, known)
-    return ops, known, [ops[c].to_numpy(np.int64) for c in COST_KEYS]
+    return (ops, known, [ops[c].to_numpy(np.int64) for c in COST_KEYS],
+            name_values(ops["op"], op_family))
+
+
+def _precisions(rd: RankData, names: pd.Series) -> np.ndarray:
+    """``name_values(names, kernel_precision)``, read from a table of the precision of each
+    name the rank's kernels have, made once per rank, where ``names`` are some of them."""
+    table = rd.derived(_precision_table)
+    if table is not None and isinstance(names.dtype, pd.CategoricalDtype) \
+            and names.dtype.categories is table[0]:
+        codes = names.array.codes
+        if table[2][codes].all():
+            return table[1][codes]
+    return name_values(names, kernel_precision)
+
+
+def _precision_table(rd: RankData) -> tuple | None:
+    """(the kernel names' categories, the precision of each (the last: "", for a missing
+    name), whether each was worked out: the names the rank's kernels use)."""
+    names = rd.of_kinds((S.KIND_KERNEL,), (S.NAME,))[S.NAME]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        return None
+    categories = names.dtype.categories
+    codes = names.array.codes
+    used = distinct(codes[codes >= 0])
+    precision = np.full(len(categories) + 1, "", dtype=object)
+    precision[used] = [kernel_precision(str(c)) for c in np.asarray(categories, dtype=object)[used]]
+    done = np.zeros(len(categories) + 1, dtype=bool)
+    done[used] = done[-1] = True
+    return categories, precision, done
 
 
 def _group_sum(group: np.ndarray, values: np.ndarray) -> np.ndarray:
