@@ -70,10 +70,10 @@ def kernel_owners(rd: RankData, ops: pd.DataFrame, kernels: pd.DataFrame) -> np.
     owner = np.full(len(kernels), -1, dtype=np.int64)
     if ops.empty or kernels.empty:
         return owner
-    ev = rd.events
-    corr = ev[S.CORRELATION].to_numpy()
-    rows = values_in(ev[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER)) & (corr >= 0)
-    launch = pd.DataFrame({c: ev[c].to_numpy()[rows] for c in (S.CORRELATION, S.TS_NS, S.PID, S.TID)})
+    columns = (S.CORRELATION, S.TS_NS, S.PID, S.TID)
+    calls = rd.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER), columns)  # shared with other readers
+    rows = (calls[S.CORRELATION] >= 0).to_numpy()
+    launch = pd.DataFrame({c: calls[c].to_numpy()[rows] for c in columns})
     launch = launch.drop_duplicates(S.CORRELATION)
     spans = ops[[S.TS_NS, "end", S.PID, S.TID]].assign(op=np.arange(len(ops)))
     joined = pd.merge_asof(launch.sort_values(S.TS_NS), spans.sort_values(S.TS_NS),
