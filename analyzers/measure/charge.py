@@ -40,7 +40,7 @@ from profkit.analyzers.parts import PARTS  # noqa: F401 (re-exported)
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask, values_in
+from profkit.columns import category_mask, distinct, values_in
 from profkit.model import RankData
 
 SYNC_CALLS = frozenset({
@@ -171,7 +171,7 @@ def idle_parts(launch: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals,
     out["cpu_launch"] = iv.union(host_end, latency_end)
     out["idle_other"] = iv.union(latency_end, gaps[1])
     # the latency after a late launch stays launch overhead: only host time can be host work
-    for thread in np.unique(tid):
+    for thread in distinct(tid):
         mine = tid == thread
         host = iv.union(gaps[0][mine], host_end[mine])
         thread_sync = ranges["sync"].get(int(thread), EMPTY)
