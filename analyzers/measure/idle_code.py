@@ -50,10 +50,15 @@ def idle_code(events: pd.DataFrame, by_thread: dict, rank: int) -> pd.DataFrame:
         for part, idle in parts.items():
             for code, ns in ranges.attribute(idle).items():
                 rows.append((rank, part, code, ns))
-    table = pd.DataFrame(rows, columns=list(COLUMNS))
-    if table.empty:
-        return table.astype({"rank": "int64", "idle_ns": "int64"})
-    table = table.groupby(["rank", "part", "code"], as_index=False)["idle_ns"].sum()
+    if not rows:
+        return pd.DataFrame(rows, columns=list(COLUMNS)).astype({"rank": "int64",
+                                                                 "idle_ns": "int64"})
+    # summed per (rank, part, code) in key order, as grouping by them gives it (a handful of
+    # rows: pandas' grouping cost ~1.5 ms)
+    totals: dict = {}
+    for *key, ns in rows:
+        totals[tuple(key)] = totals.get(tuple(key), 0) + ns
+    table = pd.DataFrame([(*key, ns) for key, ns in sorted(totals.items())], columns=list(COLUMNS))
     table = table.sort_values("idle_ns", ascending=False)
     return table.groupby("part", sort=False).head(TOP).reset_index(drop=True)
 

@@ -127,7 +127,7 @@ def self_times(cpu: pd.DataFrame) -> np.ndarray:
         order = iv.nest_order(s, s + d)  # parents (longer) before children at equal starts
         pos, s, d = pos[order], s[order], d[order]
         e = s + d
-        depth = np.arange(len(s)) - np.searchsorted(np.sort(e), s, side="right")
+        depth = np.arange(len(s)) - iv.count_at_most(e, s)  # s is sorted
         parent = np.full(len(s), -1)
         for level in range(1, int(depth.max(initial=0)) + 1):
             above = np.flatnonzero(depth == level - 1)
