@@ -93,10 +93,15 @@ class RankInputs:
     opts: AnalysisOptions
     steps_info: dict[str, Any]  # where the steps come from (summaries.step_source)
     values: dict[str, Any] = field(default_factory=dict)
+    _used: tuple | None = field(default=None, init=False, repr=False)  # (breakdown, its steps)
 
     def used_steps(self) -> dict[int, int] | None:
-        """{step: ns} of the steps the verdict reads (from the breakdown's step table)."""
-        return used_steps(self.values["breakdown"])
+        """{step: ns} of the steps the verdict reads (from the breakdown's step table), read
+        once per breakdown (a dozen measurements ask); each caller gets its own dict."""
+        parts = self.values["breakdown"]
+        if self._used is None or self._used[0] is not parts:
+            self._used = (parts, used_steps(parts))
+        return None if self._used[1] is None else dict(self._used[1])
 
 
 @dataclass

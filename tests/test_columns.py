@@ -2,20 +2,25 @@
 Series.isin / str.contains, aggregate against named aggregation, columns.name_values
 against a per-row call."""
 
+import contextlib
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from profkit.columns import (
     aggregate,
+    as_text,
     category_mask,
     distinct,
+    find_rows,
     ids_to_int,
     name_values,
     stable_id,
     unique_rows,
     values_in,
 )
+from profkit.strings import python_strings
 
 VALUES = ["kernel", "cpu_op", None, "python", "kernel", "memcpy", None, "runtime"]
 
@@ -164,3 +169,37 @@ def test_distinct_is_numpy_unique(dtype):
         values = values.astype(dtype)
         assert distinct(values).tolist() == np.unique(values).tolist()
         assert distinct(values).dtype == np.unique(values).dtype
+
+
+@pytest.mark.parametrize("python_mode", [True, False])
+def test_as_text_is_astype_str(python_mode):
+    rng = np.random.default_rng(5)
+    words = np.array(["aten::mm", "sm90_xmma_gemm", "", "nan", "a b"], dtype=object)
+    for n in (0, 1, 50):
+        values = words[rng.integers(0, len(words), n)].astype(object)
+        values[rng.random(n) < 0.2] = None  # missing names
+        column = pd.Series(pd.Categorical(values, categories=[*words, "unused"]),
+                           index=rng.permutation(n) + 7, name="name").iloc[::2]
+        with python_strings() if python_mode else contextlib.nullcontext():
+            got, want = as_text(column), column.astype(str)
+        pd.testing.assert_series_equal(got, want)
+        assert [type(v) for v in got] == [type(v) for v in want]
+    plain = pd.Series([1, 2], name="x")
+    pd.testing.assert_series_equal(as_text(plain), plain.astype(str))
+
+
+@pytest.mark.parametrize("high", [1, 9, 1000, 1 << 40])  # the last: no room for one key
+def test_find_rows_is_multiindex_get_indexer(high):
+    rng = np.random.default_rng(high)
+    for n_table, n_query in ((300, 500), (0, 5), (5, 0), (1, 1)):
+        ext = rng.integers(-1, high, n_table)
+        step = rng.integers(-1, 4, n_table)
+        table = pd.MultiIndex.from_arrays([ext, step]).drop_duplicates()
+        columns = [table.get_level_values(0).to_numpy(), table.get_level_values(1).to_numpy()]
+        queries = [rng.integers(-3, high + 3, n_query), rng.integers(-2, 6, n_query)]
+        if n_table and n_query:  # some queries hit the table
+            pick = rng.integers(0, len(table), n_query // 2)
+            queries[0][:len(pick)], queries[1][:len(pick)] = columns[0][pick], columns[1][pick]
+        want = table.get_indexer(pd.MultiIndex.from_arrays(queries)) if len(table) \
+            else np.full(n_query, -1)
+        assert find_rows(columns, queries).tolist() == want.tolist()

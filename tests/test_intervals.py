@@ -159,3 +159,13 @@ def test_previous_open_is_the_nearest_earlier_range_ending_after_a_start(seed, r
     hi = rng.integers(0, 20, 300)
     want = [max((j for j in range(i) if hi[j] >= hi[i]), default=-1) for i in range(300)]
     assert iv.previous_reaching(hi).tolist() == want
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_count_at_most_is_a_search_of_the_sorted_values(seed):
+    rng = np.random.default_rng(seed)
+    for n, m in ((300, 200), (0, 5), (5, 0), (1, 1)):
+        values = rng.integers(0, 50, n)
+        points = np.sort(rng.integers(-5, 55, m))
+        want = np.searchsorted(np.sort(values), points, side="right")
+        assert iv.count_at_most(values, points).tolist() == want.tolist()

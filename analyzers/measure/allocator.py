@@ -48,7 +48,7 @@ def rank_allocator_calls(data: RankData, steps: pd.DataFrame) -> pd.DataFrame:
     """One row per step of ``steps`` (the rank's ``step_breakdown``: step, step_ns, used) with
     the allocator's driver calls in the step's CPU range (:data:`CALL_COLUMNS`); ``idle_ns``:
     the time the GPU idled inside them (none of its kernels ran while they did)."""
-    rt = data.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER))
+    rt = data.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER), (S.NAME, S.STEP, S.TS_NS, S.DUR_NS))
     malloc = category_mask(rt[S.NAME], MALLOC_RE)
     free = category_mask(rt[S.NAME], FREE_RE)
     calls = rt[(malloc | free) & (rt[S.STEP] >= 0).to_numpy()]

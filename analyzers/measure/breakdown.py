@@ -22,8 +22,8 @@ from profkit.analyzers.measure.charge import (
 )
 from profkit.analyzers.measure.compilation import (
     COMPILE_NS,
-    compile_ranges,
     compile_spans,
+    rank_compile_ranges,
     window_compilation,
 )
 from profkit.analyzers.measure.health import rank_health
@@ -89,7 +89,7 @@ def rank_steps(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
     gpu = data.gpu_events
     if gpu.empty:  # a CPU-only trace: there is no GPU time to break down
         return pd.DataFrame(columns=step_columns())
-    compiling = compile_spans(compile_ranges(data.events))
+    compiling = compile_spans(rank_compile_ranges(data))
     starts, ends, numbers, slow = _windows(data, gpu, compiling)
     if one_offs is not None:
         one_offs.append(slow)
@@ -124,10 +124,11 @@ def rank_compilation(data: RankData) -> pd.DataFrame:
     else:
         gpu = data.gpu_events
         if gpu.empty:
-            return window_compilation(data.events, np.empty(0), np.empty(0), np.empty(0), data.rank)
+            return window_compilation(rank_compile_ranges(data), np.empty(0), np.empty(0),
+                                      np.empty(0), data.rank)
         lo, hi = gpu_span(gpu)
         starts, ends, numbers = np.array([lo]), np.array([hi]), np.array([-1])
-    return window_compilation(data.events, starts, ends, numbers, data.rank)
+    return window_compilation(rank_compile_ranges(data), starts, ends, numbers, data.rank)
 
 
 def stream_table(data: RankData) -> pd.DataFrame:

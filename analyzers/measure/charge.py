@@ -40,7 +40,7 @@ from profkit.analyzers.parts import PARTS  # noqa: F401 (re-exported)
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask, values_in
+from profkit.columns import category_mask, distinct, values_in
 from profkit.model import RankData
 
 SYNC_CALLS = frozenset({
@@ -64,6 +64,7 @@ BLOCKING_COPY = "blocking_copy_ns"  # GPU time of host-blocking copies (inside h
 AFTER_SYNC = "after_sync_ns"  # cpu_launch time after a sync returned in the same gap (round trips)
 Intervals = iv.Intervals
 RANGE = [S.TID, S.TS_NS, S.DUR_NS]  # the columns of a thread's time range
+LAUNCH_CALL_COLUMNS = (S.NAME, S.CORRELATION, *RANGE, S.EXTERNAL_ID)  # what the model reads
 EMPTY: Intervals = (np.empty(0, np.int64), np.empty(0, np.int64))
 
 
@@ -73,11 +74,20 @@ def spans(frame: pd.DataFrame) -> Intervals:
     return iv.union(start, start + frame[S.DUR_NS].to_numpy(np.int64))
 
 
-def blocking_copies(ev: pd.DataFrame, copies: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+def launch_calls(data: RankData) -> pd.DataFrame:
+    """The runtime and driver calls with a correlation id (those that enqueued GPU work):
+    :data:`LAUNCH_CALL_COLUMNS` of them, in event order; what the charged-time model reads
+    of them, selected once."""
+    calls = data.of_kinds(LAUNCH_KINDS, LAUNCH_CALL_COLUMNS)
+    return calls[(calls[S.CORRELATION] >= 0).to_numpy()]
+
+
+def blocking_copies(launch: pd.DataFrame, copies: pd.DataFrame
+                    ) -> tuple[np.ndarray, pd.DataFrame]:
     """(mask over ``copies`` of copies whose own call blocked the host, those calls): pageable
-    copies and copies issued by a synchronous memcpy API."""
-    calls = ev.loc[values_in(ev[S.KIND], LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy()
-                   & category_mask(ev[S.NAME], COPY_CALLS_RE), [S.NAME, S.CORRELATION, *RANGE]]
+    copies and copies issued by a synchronous memcpy API (``launch``: :func:`launch_calls`)."""
+    calls = launch.loc[category_mask(launch[S.NAME], COPY_CALLS_RE),
+                       [S.NAME, S.CORRELATION, *RANGE]]
     sync_api = calls[~category_mask(calls[S.NAME], "Async")]
     pageable = category_mask(copies[S.NAME], PAGEABLE_RE) if len(copies) else np.zeros(0, bool)
     by_api = copies[S.CORRELATION].isin(sync_api[S.CORRELATION]).to_numpy()
@@ -86,17 +96,18 @@ def blocking_copies(ev: pd.DataFrame, copies: pd.DataFrame) -> tuple[np.ndarray,
     return blocking, blocked_calls
 
 
-def host_ranges(ev: pd.DataFrame, blocked_calls: pd.DataFrame) -> dict[str, dict[int, Intervals]]:
+def host_ranges(ev: pd.DataFrame, blocked_calls: pd.DataFrame, launch: pd.DataFrame
+                ) -> dict[str, dict[int, Intervals]]:
     """Per thread: ``sync`` (blocked in a synchronising call or a blocking copy call),
     ``loader`` (inside a DataLoader ``__next__``) and ``launching`` (inside a launch call, or
-    an op that launched GPU work: the op the launch call's External id names) time ranges."""
+    an op that launched GPU work: the op the launch call's External id names) time ranges
+    (``launch``: :func:`launch_calls`)."""
     # Masks over all events, then one selection each of the columns read: no copy of every
     # host row first.
     host, kind, names = values_in(ev[S.KIND], HOST_KINDS), ev[S.KIND], ev[S.NAME]
     sync = pd.concat([ev.loc[host & values_in(names, SYNC_CALLS), RANGE], blocked_calls[RANGE]])
     loader = ev.loc[host & category_mask(names, DATALOADER_RE), RANGE]
-    launch = ev.loc[values_in(kind, LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy(),
-                    [*RANGE, S.EXTERNAL_ID]]
+    launch = launch[[*RANGE, S.EXTERNAL_ID]]
     ops = ev.loc[values_in(kind, (S.KIND_CPU_OP,)) & (ev[S.EXTERNAL_ID] >= 0).to_numpy(),
                  [*RANGE, S.EXTERNAL_ID]]
     ops = ops[ops[S.EXTERNAL_ID].isin(launch[S.EXTERNAL_ID]).to_numpy()]
@@ -118,8 +129,9 @@ def charged_intervals(data: RankData, lo: int, hi: int,
     given, is filled with {(thread, part): intervals} of the host-side idle parts."""
     ev = data.events
     gpu = data.gpu_events
+    launch = launch_calls(data)
     copies = gpu[values_in(gpu[S.CLASS], (S.CLS_MEMCPY,))]
-    blocking, blocked_calls = blocking_copies(ev, copies)
+    blocking, blocked_calls = blocking_copies(launch, copies)
     compute = spans(gpu[values_in(gpu[S.CLASS], (S.CLS_COMPUTE, S.CLS_MEMSET))])
     transfer = iv.subtract(spans(copies[~blocking]), compute)
     taken = iv.union_of(compute, transfer)
@@ -130,8 +142,8 @@ def charged_intervals(data: RankData, lo: int, hi: int,
     comm = iv.subtract(comm, bubble)
     blocked_copy = iv.subtract(spans(copies[blocking]), taken)
     busy = iv.union_of(taken, blocked_copy)
-    idle = idle_parts(ev, gpu, iv.complement(busy, lo, hi), host_ranges(ev, blocked_calls),
-                      by_thread)
+    idle = idle_parts(launch, gpu, iv.complement(busy, lo, hi),
+                      host_ranges(ev, blocked_calls, launch), by_thread)
     parts = {"compute": compute, "memcpy": transfer, "communication": comm,
              "pipeline_bubble": bubble, **idle}
     parts["host_sync"] = iv.union_of(parts["host_sync"], blocked_copy)
@@ -140,16 +152,17 @@ def charged_intervals(data: RankData, lo: int, hi: int,
     return {k: iv.clip(v, lo, hi) for k, v in parts.items()}
 
 
-def idle_parts(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals,
+def idle_parts(launch: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals,
                ranges: dict[str, dict[int, Intervals]],
                by_thread: dict | None = None) -> dict[str, Intervals]:
     """The GPU-idle ``gaps`` split per instant into host_sync, data_loading, cpu_launch and
-    idle_other (see module doc); ``by_thread`` as in :func:`charged_intervals`."""
+    idle_other (see module doc; ``launch``: :func:`launch_calls`); ``by_thread`` as in
+    :func:`charged_intervals`."""
     out = {p: EMPTY for p in ("host_sync", "data_loading", "cpu_launch", "host_work",
                               "idle_other", AFTER_SYNC)}
     if len(gaps[0]) == 0:
         return out
-    launch_start, launch_end, tid = next_launches(ev, gpu, gaps)
+    launch_start, launch_end, tid = next_launches(launch, gpu, gaps)
     host_end = np.minimum(gaps[1], np.maximum(gaps[0], launch_end))
     # After the launch returned: a late launch's latency is launch overhead; any longer wait,
     # or a wait for work queued before the gap began, is the work held back on the GPU side.
@@ -158,7 +171,7 @@ def idle_parts(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals,
     out["cpu_launch"] = iv.union(host_end, latency_end)
     out["idle_other"] = iv.union(latency_end, gaps[1])
     # the latency after a late launch stays launch overhead: only host time can be host work
-    for thread in np.unique(tid):
+    for thread in distinct(tid):
         mine = tid == thread
         host = iv.union(gaps[0][mine], host_end[mine])
         thread_sync = ranges["sync"].get(int(thread), EMPTY)
@@ -207,16 +220,16 @@ def _after_sync(start: np.ndarray, end: np.ndarray, sync: Intervals) -> Interval
     return iv.union(np.minimum(sync[1][k[ok]], end[ok]), end[ok])
 
 
-def next_launches(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals
+def next_launches(launch: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For each gap, the launch call of the GPU op that ends it: (start ns, end ns, thread).
-    A gap with no next op, or whose op has no launch call in the trace, gets the main
-    launching thread with a launch at the gap's end (the host never launched in time)."""
+    """For each gap, the launch call of the GPU op that ends it: (start ns, end ns, thread)
+    (``launch``: :func:`launch_calls`). A gap with no next op, or whose op has no launch
+    call in the trace, gets the main launching thread with a launch at the gap's end (the
+    host never launched in time)."""
     n = len(gaps[0])
     start, end = gaps[1].copy(), gaps[1].copy()
-    tid = np.full(n, main_launch_thread(ev), dtype=np.int64)
-    launch = ev.loc[values_in(ev[S.KIND], LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy(),
-                    [S.CORRELATION, *RANGE]]
+    tid = np.full(n, main_launch_thread(launch), dtype=np.int64)
+    launch = launch[[S.CORRELATION, *RANGE]]
     launch = launch.drop_duplicates(S.CORRELATION).set_index(S.CORRELATION)
     order = np.argsort(gpu[S.TS_NS].to_numpy(), kind="stable")
     op_start = gpu[S.TS_NS].to_numpy()[order]
@@ -233,8 +246,7 @@ def next_launches(ev: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals
     return start, end, tid
 
 
-def main_launch_thread(ev: pd.DataFrame) -> int:
-    """The thread that issued the most launch calls (-1 if none)."""
-    launch = ev.loc[values_in(ev[S.KIND], LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy(),
-                    S.TID]
-    return int(launch.value_counts().idxmax()) if len(launch) else -1
+def main_launch_thread(launch: pd.DataFrame) -> int:
+    """The thread that issued the most launch calls (``launch``: :func:`launch_calls`; -1
+    if none)."""
+    return int(launch[S.TID].value_counts().idxmax()) if len(launch) else -1

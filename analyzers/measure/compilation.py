@@ -16,6 +16,7 @@ from profkit import intervals as iv
 from profkit import schema as S
 from profkit.classify.compilation import COMPILE_PHASES, FRAME_COMPILE_RE, compile_phase
 from profkit.columns import category_mask, values_in
+from profkit.model import RankData
 
 COMPILE_NS = "compile_ns"
 FRAME_COMPILES = "frame_compiles"
@@ -36,7 +37,7 @@ def compile_ranges(events: pd.DataFrame) -> pd.DataFrame:
         cats = pd.Index(names[host].unique())
     phases = pd.Series(compile_phase(np.asarray(cats, dtype=object)), index=cats)
     phases = phases[phases != ""]
-    rows = events[host & names.isin(phases.index).to_numpy()]
+    rows = events[host & values_in(names, phases.index)]
     return rows.assign(phase=rows[S.NAME].map(phases).astype(str).to_numpy())
 
 
@@ -72,11 +73,21 @@ def frame_compile_starts(ranges: pd.DataFrame) -> np.ndarray:
     return ts[outer]
 
 
-def window_compilation(events: pd.DataFrame, starts: np.ndarray, ends: np.ndarray,
+def rank_compile_ranges(data: RankData) -> pd.DataFrame:
+    """:func:`compile_ranges` of the rank's events, found once per rank (the breakdown's
+    windows and its compilation table read them)."""
+    return data.derived(_events_compile_ranges)
+
+
+def _events_compile_ranges(data: RankData) -> pd.DataFrame:
+    return compile_ranges(data.events)
+
+
+def window_compilation(ranges: pd.DataFrame, starts: np.ndarray, ends: np.ndarray,
                        numbers: np.ndarray, rank: int) -> pd.DataFrame:
     """One row per window with compilation in it (:data:`COMPILE_COLUMNS`): the compile time
-    (ns), the Dynamo frame compiles that started in it, and the compile time by phase."""
-    ranges = compile_ranges(events)
+    (ns), the Dynamo frame compiles that started in it, and the compile time by phase
+    (``ranges``: :func:`compile_ranges`)."""
     if ranges.empty or not len(starts):
         return pd.DataFrame(columns=list(COMPILE_COLUMNS))
     table = pd.DataFrame({"rank": rank, S.STEP: numbers, "step_ns": ends - starts})

@@ -30,7 +30,7 @@ import pandas as pd
 
 from profkit import schema as S
 from profkit.classify.flops import kernel_precision, refine_precision
-from profkit.columns import name_values, values_in
+from profkit.columns import as_text, name_values, values_in
 from profkit.model import RankData
 
 MATMUL_SUBCLASSES = ("gemm", "conv", "attention")  # the kernels that carry an op's FLOPs
@@ -70,10 +70,10 @@ def kernel_owners(rd: RankData, ops: pd.DataFrame, kernels: pd.DataFrame) -> np.
     owner = np.full(len(kernels), -1, dtype=np.int64)
     if ops.empty or kernels.empty:
         return owner
-    ev = rd.events
-    corr = ev[S.CORRELATION].to_numpy()
-    rows = values_in(ev[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER)) & (corr >= 0)
-    launch = pd.DataFrame({c: ev[c].to_numpy()[rows] for c in (S.CORRELATION, S.TS_NS, S.PID, S.TID)})
+    columns = (S.CORRELATION, S.TS_NS, S.PID, S.TID)
+    calls = rd.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER), columns)  # shared with other readers
+    rows = (calls[S.CORRELATION] >= 0).to_numpy()
+    launch = pd.DataFrame({c: calls[c].to_numpy()[rows] for c in columns})
     launch = launch.drop_duplicates(S.CORRELATION)
     spans = ops[[S.TS_NS, "end", S.PID, S.TID]].assign(op=np.arange(len(ops)))
     joined = pd.merge_asof(launch.sort_values(S.TS_NS), spans.sort_values(S.TS_NS),
@@ -89,7 +89,7 @@ def op_precisions(ops: pd.DataFrame, kernels: pd.DataFrame, owner: np.ndarray,
                   default: str) -> np.ndarray:
     """Precision of each counted op (module doc): its matmul kernels' names by duration,
     else its inputs' dtype, else ``default``."""
-    out = ops[S.FLOPS_DTYPE].astype(str).to_numpy(dtype=object).copy()
+    out = as_text(ops[S.FLOPS_DTYPE]).to_numpy(dtype=object).copy()
     mm = (owner >= 0) & kernels[S.SUBCLASS].isin(MATMUL_SUBCLASSES).to_numpy()
     votes = pd.DataFrame({"op": owner[mm], "dur": kernels[S.DUR_NS].to_numpy()[mm],
                           "precision": name_values(kernels[S.NAME][mm], kernel_precision)})

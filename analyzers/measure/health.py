@@ -35,7 +35,7 @@ MIN_WINDOW_NS = 50_000  # a step-less trace's GPU window shorter than this: too 
 def rank_health(data: RankData) -> dict:
     """Counts behind the checks (see module doc); plain numbers."""
     events = data.events
-    host = data.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER))
+    host = data.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER), (S.NAME, S.CORRELATION, S.TS_NS))
     gpu = data.gpu_events
     capture = capture_spans(events)
     launches = host[category_mask(host[S.NAME], KERNEL_LAUNCH_RE)
@@ -61,7 +61,7 @@ def rank_health(data: RankData) -> dict:
 
 def kernel_launch_calls(data: RankData) -> int:
     """The rank's kernel launch calls (runtime or driver), with GPU records or not."""
-    host = data.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER))
+    host = data.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER), (S.NAME,))
     return int(category_mask(host[S.NAME], KERNEL_LAUNCH_RE).sum())
 
 

@@ -38,11 +38,11 @@ def idle_code(events: pd.DataFrame, by_thread: dict, rank: int) -> pd.DataFrame:
         if len(idle[0]):
             parts_by_thread.setdefault(thread, {})[part] = idle
     rows = []
+    recorded = values_in(events[S.KIND], CODE_KINDS) & ~category_mask(events[S.NAME], SKIP_RE) \
+        if parts_by_thread else None
     for thread, parts in parts_by_thread.items():
         # the columns _Ranges reads, of the thread's code ranges, in one selection
-        host = events.loc[(events[S.TID] == thread).to_numpy()
-                          & values_in(events[S.KIND], CODE_KINDS)
-                          & ~category_mask(events[S.NAME], SKIP_RE),
+        host = events.loc[(events[S.TID] == thread).to_numpy() & recorded,
                           [S.TS_NS, S.DUR_NS, S.NAME, S.KIND]]
         # one nesting of the thread's ranges serves every part (a range that overlaps only
         # another part's idle time owns none of this part's)
@@ -50,10 +50,15 @@ def idle_code(events: pd.DataFrame, by_thread: dict, rank: int) -> pd.DataFrame:
         for part, idle in parts.items():
             for code, ns in ranges.attribute(idle).items():
                 rows.append((rank, part, code, ns))
-    table = pd.DataFrame(rows, columns=list(COLUMNS))
-    if table.empty:
-        return table.astype({"rank": "int64", "idle_ns": "int64"})
-    table = table.groupby(["rank", "part", "code"], as_index=False)["idle_ns"].sum()
+    if not rows:
+        return pd.DataFrame(rows, columns=list(COLUMNS)).astype({"rank": "int64",
+                                                                 "idle_ns": "int64"})
+    # summed per (rank, part, code) in key order, as grouping by them gives it (a handful of
+    # rows: pandas' grouping cost ~1.5 ms)
+    totals: dict = {}
+    for *key, ns in rows:
+        totals[tuple(key)] = totals.get(tuple(key), 0) + ns
+    table = pd.DataFrame([(*key, ns) for key, ns in sorted(totals.items())], columns=list(COLUMNS))
     table = table.sort_values("idle_ns", ascending=False)
     return table.groupby("part", sort=False).head(TOP).reset_index(drop=True)
 

@@ -23,7 +23,7 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify.flops import HALF_WIDTH, kernel_precision
 from profkit.classify.opfamilies import op_family
-from profkit.columns import distinct, name_values, unique_rows, values_in
+from profkit.columns import distinct, find_rows, name_values, unique_rows, values_in
 from profkit.model import RankData
 
 MATMUL_SUBCLASSES = ("gemm", "conv", "attention")
@@ -36,9 +36,13 @@ KERNEL_COST_COLUMNS = (S.TS_NS, S.DUR_NS, S.NAME, S.SUBCLASS, S.STREAM, S.STEP, 
 def launching_ops(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     """The CPU ops ``kernels`` name by (External id, step), where the pair names one op
     only; their name and costs (names as text)."""
+    return _ops_naming(rd, distinct(kernels[S.EXTERNAL_ID].to_numpy()))
+
+
+def _ops_naming(rd: RankData, wanted: np.ndarray) -> pd.DataFrame:
+    """:func:`launching_ops` of the kernels whose distinct External ids are ``wanted``."""
     ev = rd.events
     ext = ev[S.EXTERNAL_ID].to_numpy()
-    wanted = distinct(kernels[S.EXTERNAL_ID].to_numpy())
     rows = np.flatnonzero(values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & (ext >= 0) & np.isin(ext, wanted))
     if len(rows):  # a (External id, step) pair held by several ops names none of them
         _, at, count = unique_rows([ev[c].to_numpy()[rows] for c in COST_KEYS])
@@ -64,11 +68,9 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     call, -1 without one), the op's family, its share of the op's FLOPs and bytes (NaN where
     unknown) and its precision (KERNEL_COST_COLUMNS)."""
     k = kernels[[S.TS_NS, S.DUR_NS, S.NAME, S.SUBCLASS, S.STREAM, S.STEP, S.EXTERNAL_ID]]
-    ops = launching_ops(rd, k)
     keys = [k[c].to_numpy(np.int64) for c in COST_KEYS]
     # Each kernel's op by (External id, step), a pair naming at most one op; -1: none.
-    at = pd.MultiIndex.from_arrays([ops[c].to_numpy(np.int64) for c in COST_KEYS]) \
-        .get_indexer(pd.MultiIndex.from_arrays(keys)) if len(ops) else np.full(len(k), -1)
+    ops, op_families, at = _op_rows(rd, keys)
     has_op = at >= 0
 
     def of_op(column: str, missing) -> np.ndarray:
@@ -85,10 +87,11 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     matmul = of_op(S.FLOPS, np.nan).astype(float)
     vector = of_op(S.VECTOR_FLOPS, np.nan).astype(float)
     flops = np.where(matmul > 0, matmul * w_mm, vector * w_all)
-    precision = name_values(k[S.NAME], kernel_precision)
+    precision = _precisions(rd, k[S.NAME])
     dtype = of_op(S.FLOPS_DTYPE, "").astype(object)
     op = of_op("op", "").astype(object)
-    family = name_values(pd.Series(op, dtype=object), op_family)
+    family = np.where(has_op, op_families[np.where(has_op, at, 0)] if len(op_families) else "",
+                      op_family("")).astype(object)  # as op_family of each op's name
     # A matmul / conv / attention op whose FLOPs are unknown has no cost: its bytes alone
     # would make it look memory-bound.
     known = ~np.isin(family, MATMUL_FAMILIES) | (matmul > 0)
@@ -103,6 +106,58 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
         "write_bytes": of_op(S.OP_WRITE_BYTES, np.nan).astype(float) * w_all,
         "precision": np.where((precision == HALF_WIDTH) & np.isin(dtype, ("bf16", "fp16")),
                               dtype, np.where(precision != "", precision, dtype))})
+
+
+def _op_rows(rd: RankData, keys: list[np.ndarray]
+             ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """(ops, their families, each kernel's row among them or -1) for kernels of (External
+    id, step) ``keys``. The ops every kernel of the rank names are found once per rank
+    (kernel_costs runs on three or four sets of its kernels): a pair names the same op, or
+    none, whichever of them are asked for."""
+    wanted = distinct(keys[0])
+    ops, known, op_keys, families = rd.derived(_rank_ops)
+    if not np.isin(wanted, known).all():  # not only the rank's kernels: their own ops
+        ops = _ops_naming(rd, wanted)
+        op_keys = [ops[c].to_numpy(np.int64) for c in COST_KEYS]
+        families = name_values(ops["op"], op_family)
+    return ops, families, find_rows(op_keys, keys)
+
+
+def _rank_ops(rd: RankData) -> tuple[pd.DataFrame, np.ndarray, list[np.ndarray], np.ndarray]:
+    """(:func:`launching_ops` of all the rank's kernels, their External ids, the ops' keys,
+    their families: ``op_family`` of their names, "" where missing)."""
+    known = distinct(rd.of_kinds((S.KIND_KERNEL,), (S.EXTERNAL_ID,))[S.EXTERNAL_ID].to_numpy())
+    ops = _ops_naming(rd, known)
+    return (ops, known, [ops[c].to_numpy(np.int64) for c in COST_KEYS],
+            name_values(ops["op"], op_family))
+
+
+def _precisions(rd: RankData, names: pd.Series) -> np.ndarray:
+    """``name_values(names, kernel_precision)``, read from a table of the precision of each
+    name the rank's kernels have, made once per rank, where ``names`` are some of them."""
+    table = rd.derived(_precision_table)
+    if table is not None and isinstance(names.dtype, pd.CategoricalDtype) \
+            and names.dtype.categories is table[0]:
+        codes = names.array.codes
+        if table[2][codes].all():
+            return table[1][codes]
+    return name_values(names, kernel_precision)
+
+
+def _precision_table(rd: RankData) -> tuple | None:
+    """(the kernel names' categories, the precision of each (the last: "", for a missing
+    name), whether each was worked out: the names the rank's kernels use)."""
+    names = rd.of_kinds((S.KIND_KERNEL,), (S.NAME,))[S.NAME]
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        return None
+    categories = names.dtype.categories
+    codes = names.array.codes
+    used = distinct(codes[codes >= 0])
+    precision = np.full(len(categories) + 1, "", dtype=object)
+    precision[used] = [kernel_precision(str(c)) for c in np.asarray(categories, dtype=object)[used]]
+    done = np.zeros(len(categories) + 1, dtype=bool)
+    done[used] = done[-1] = True
+    return categories, precision, done
 
 
 def _group_sum(group: np.ndarray, values: np.ndarray) -> np.ndarray:

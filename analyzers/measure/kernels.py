@@ -42,7 +42,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import aggregate, unique_rows, values_in
+from profkit.columns import aggregate, as_text, unique_rows, values_in
 from profkit.model import RankData, Run
 
 TOP_KERNEL_COLUMNS = (S.NAME, S.CLASS, S.SUBCLASS, "count", "total_ns", "mean_ns", "share",
@@ -66,6 +66,7 @@ SYNC_CALL_RE = re.compile(r"synchronize|^(?:cuda|hip|cu)Memcpy(?:DtoH)?$|EventQu
                           re.IGNORECASE)
 CPU_NEST_KINDS = (S.KIND_CPU_OP, S.KIND_RUNTIME, S.KIND_DRIVER, S.KIND_SYNC)
 NEST_COLUMNS = (S.KIND, S.NAME, S.PID, S.TID, S.TS_NS, S.DUR_NS)  # what self_times reads, and the kind
+CALL_COLUMNS = (S.NAME, S.CORRELATION, S.TS_NS, S.DUR_NS, S.STEP)  # what is read of launch and slow calls
 # Fewer kernels (or launch calls) than this in the window: too little to call launch-bound.
 MIN_KERNELS = 100
 # CUDA's launch queue holds about 1024 ops (peers flag 1024 as full; a V100 trace here peaks
@@ -126,7 +127,7 @@ def self_times(cpu: pd.DataFrame) -> np.ndarray:
         order = iv.nest_order(s, s + d)  # parents (longer) before children at equal starts
         pos, s, d = pos[order], s[order], d[order]
         e = s + d
-        depth = np.arange(len(s)) - np.searchsorted(np.sort(e), s, side="right")
+        depth = np.arange(len(s)) - iv.count_at_most(e, s)  # s is sorted
         parent = np.full(len(s), -1)
         for level in range(1, int(depth.max(initial=0)) + 1):
             above = np.flatnonzero(depth == level - 1)
@@ -199,7 +200,7 @@ def _launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
 
     GPU ops sharing a correlation (graph replays) get their graph launch's start but no
     delay; so does any op whose launch call is a graph launch."""
-    cpu = rd.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER))
+    cpu = rd.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER), CALL_COLUMNS)
     gpu = rd.gpu_events
     gpu_corr = gpu[S.CORRELATION][gpu[S.CORRELATION] >= 0]
     is_launch = name_mask(cpu[S.NAME], LAUNCH_RE) | (
@@ -231,7 +232,7 @@ def slow_calls(rd: RankData, th: Thresholds) -> pd.DataFrame:
 
 
 def _slow_calls(rd: RankData, slow_ns: float) -> pd.DataFrame:
-    rt = in_steps(rd.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER)), rd)
+    rt = in_steps(rd.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER), CALL_COLUMNS), rd)
     return rt[(rt[S.DUR_NS] > slow_ns).to_numpy()
               & ~name_mask(rt[S.NAME], SYNC_CALL_RE) & ~name_mask(rt[S.NAME], COPY_CALL_RE)]
 
@@ -300,7 +301,7 @@ def slow_call_facts(rank: int, rd: RankData, lc: dict, th: Thresholds,
         window = sum(used.values())
     if slow.empty:
         return None
-    names = slow.groupby(slow[S.NAME].astype(str))[S.DUR_NS].agg(["size", "sum"])
+    names = slow.groupby(as_text(slow[S.NAME]))[S.DUR_NS].agg(["size", "sum"])
     names = names.sort_values("sum", ascending=False).head(5)
     ns = int(slow[S.DUR_NS].sum())
     return {"rank": rank, "launch": lc, "calls": int(len(slow)), "ns": ns,

@@ -42,7 +42,12 @@ def p2p_ops(ev: pd.DataFrame) -> pd.DataFrame:
 
 def p2p_kernels(data: RankData) -> pd.DataFrame:
     """The rank's communication kernels that a point-to-point op issued (module doc):
-    ts_ns, dur_ns, op (``send`` / ``recv``), step; in time order."""
+    ts_ns, dur_ns, op (``send`` / ``recv``), step; in time order. Found once per rank (the
+    breakdown and the pipeline measurement read them)."""
+    return data.derived(_p2p_kernels)
+
+
+def _p2p_kernels(data: RankData) -> pd.DataFrame:
     ev = data.events
     gpu = data.gpu_events
     comm = gpu[values_in(gpu[S.CLASS], (S.CLS_COMMUNICATION,))

@@ -24,7 +24,7 @@ import pandas as pd
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask, values_in
+from profkit.columns import as_text, category_mask, distinct, values_in
 from profkit.model import RankData
 
 LIVE_COLUMNS = ("rank", "device", "step", "op", "annotation", "allocated_before_step",
@@ -155,7 +155,7 @@ def enclosing(host: pd.DataFrame, ts: np.ndarray, tid: np.ndarray) -> tuple[list
     ranges (events of :data:`HOST_KINDS`): the innermost CPU op holding it (factory ops
     skipped), :data:`UNKNOWN_OP` when none; the innermost annotation or module range, ""
     when none."""
-    mine = host[S.TID].isin(np.unique(tid)).to_numpy()
+    mine = host[S.TID].isin(distinct(tid)).to_numpy()
     is_op = (mine & values_in(host[S.KIND], (S.KIND_CPU_OP,))
              & ~category_mask(host[S.NAME], FACTORY_OP_RE))
     is_note = mine & ((values_in(host[S.KIND], (S.KIND_ANNOTATION,))
@@ -171,7 +171,7 @@ def _innermost(ranges: pd.DataFrame, ts: np.ndarray, tid: np.ndarray, none: str)
     """The name of the innermost range of ``ranges`` on each query's thread that holds its
     instant (:func:`profkit.intervals.innermost`), ``none`` where none does."""
     out = np.full(len(ts), none, dtype=object)
-    for thread in np.unique(tid):
+    for thread in distinct(tid):
         mine = ranges[(ranges[S.TID] == thread).to_numpy()]
         qs = np.flatnonzero(tid == thread)
         if mine.empty or not len(qs):
@@ -180,7 +180,7 @@ def _innermost(ranges: pd.DataFrame, ts: np.ndarray, tid: np.ndarray, none: str)
         tree = iv.nesting(start, start + mine[S.DUR_NS].to_numpy(np.int64))
         at = iv.innermost(tree, ts[qs], ts[qs])
         hit = at >= 0
-        out[qs[hit]] = mine[S.NAME].iloc[at[hit]].astype(str).to_numpy()
+        out[qs[hit]] = as_text(mine[S.NAME].iloc[at[hit]]).to_numpy()
     return out.tolist()
 
 

@@ -38,7 +38,7 @@ from profkit.analyzers.result import Result
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask, values_in
+from profkit.columns import category_mask, distinct, values_in
 from profkit.model import RankData
 
 BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
@@ -151,11 +151,11 @@ def recompute_kernels(rd: RankData, regions: pd.DataFrame, kernels: pd.DataFrame
     """Whether each kernel of ``kernels`` was launched from inside a recompute region."""
     if regions.empty or kernels.empty:
         return np.zeros(len(kernels), dtype=bool)
-    launches = rd.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER))
+    launches = rd.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER), (S.CORRELATION, S.PID, S.TID, S.TS_NS))
     launches = launches[launches[S.CORRELATION] >= 0]
     hit = in_regions(regions, launches[S.PID].to_numpy(), launches[S.TID].to_numpy(),
                      launches[S.TS_NS].to_numpy(np.int64))
-    corr = np.unique(launches[S.CORRELATION].to_numpy()[hit])
+    corr = distinct(launches[S.CORRELATION].to_numpy()[hit])
     return np.isin(kernels[S.CORRELATION].to_numpy(), corr)
 
 

@@ -187,8 +187,8 @@ def _inputs(rank: int, ops: pd.DataFrame) -> list[pd.DataFrame]:
     shape of the step; each distinct (op, dims) pair decoded once."""
     name_codes, dim_codes, names, dims = _codes(ops)
     width = len(dims) + 1
-    pairs, inverse = np.unique(name_codes.astype(np.int64) * width + dim_codes,
-                               return_inverse=True)
+    # each distinct pair once, in the order pairs first come (a hash: np.unique sorts them)
+    inverse, pairs = pd.factorize(name_codes.astype(np.int64) * width + dim_codes)
     model_in, first = [], []
     for pair in pairs.tolist():
         n, d = divmod(pair, width)

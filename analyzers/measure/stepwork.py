@@ -41,7 +41,7 @@ def _in_used(frame: pd.DataFrame, data: RankData, used: np.ndarray) -> np.ndarra
     """Rows of ``frame`` in the used steps; without ProfilerStep ranges, rows starting
     between the first GPU start and the last GPU end (the one window the breakdown uses)."""
     if len(data.steps):
-        return frame[S.STEP].isin(used).to_numpy()
+        return np.isin(frame[S.STEP].to_numpy(), np.asarray(used, dtype=np.int64))
     gpu = data.gpu_events
     if gpu.empty:
         return np.zeros(len(frame), bool)
@@ -52,15 +52,29 @@ def _in_used(frame: pd.DataFrame, data: RankData, used: np.ndarray) -> np.ndarra
 def _by_name(rank: int, frame: pd.DataFrame, values: dict[str, np.ndarray],
              columns: tuple[str, ...]) -> pd.DataFrame:
     """Count and sums of ``values`` per name, grouped on the name's category codes (no
-    per-row strings)."""
+    per-row strings), in the order of the codes."""
     if frame.empty:
         return pd.DataFrame(columns=list(columns))
     names = frame[S.NAME]
-    table = pd.DataFrame({"code": names.cat.codes.to_numpy(), "count": 1, **values})
-    out = table.groupby("code").sum()
-    out = out[out.index >= 0]  # rows without a name
-    out[S.NAME] = np.asarray(names.cat.categories, dtype=object)[out.index.to_numpy()]
-    return out.reset_index(drop=True).assign(rank=rank)[list(columns)]
+    if not all(np.issubdtype(np.asarray(v).dtype, np.integer) for v in values.values()):
+        table = pd.DataFrame({"code": names.cat.codes.to_numpy(), "count": 1, **values})
+        out = table.groupby("code").sum()
+        out = out[out.index >= 0]  # rows without a name
+        out[S.NAME] = np.asarray(names.cat.categories, dtype=object)[out.index.to_numpy()]
+        return out.reset_index(drop=True).assign(rank=rank)[list(columns)]
+    # integer sums: added up per code at once, exactly as grouping by the codes adds them
+    codes = names.cat.codes.to_numpy()
+    named = codes >= 0  # rows without a name are left out
+    count = np.bincount(codes[named], minlength=len(names.cat.categories))
+    used = np.flatnonzero(count)  # the codes in order, as grouping by them gives them
+    at = np.searchsorted(used, codes[named])
+    sums = {}
+    for column, value in values.items():
+        sums[column] = np.zeros(len(used), dtype=np.asarray(value).dtype)
+        np.add.at(sums[column], at, np.asarray(value)[named])
+    out = pd.DataFrame({"count": count[used].astype(np.int64), **sums,
+                        S.NAME: np.asarray(names.cat.categories, dtype=object)[used]})
+    return out.assign(rank=rank)[list(columns)]
 
 
 def _groups(gpu: pd.DataFrame) -> dict[str, str]:

@@ -17,7 +17,7 @@ import pandas as pd
 from profkit.analyzers.measure.devices import lookup_device
 
 from profkit import schema as S
-from profkit.columns import aggregate, name_values, values_in
+from profkit.columns import aggregate, as_text, name_values, values_in
 from profkit.model import RankData
 
 COLUMNS = ("rank", "direction", "memory", "copies", "bytes", "gpu_ns", "achieved_gbps",
@@ -40,14 +40,15 @@ def rank_transfers(data: RankData, in_steps: bool) -> pd.DataFrame:
     count, bytes, GPU ns (summed per copy) and achieved GB/s (bytes / GPU time); the peak
     columns are filled by :func:`add_peaks`."""
     ev = data.events
-    copies = ev[values_in(ev[S.CLASS], (S.CLS_MEMCPY,))]
+    copies = ev.loc[values_in(ev[S.CLASS], (S.CLS_MEMCPY,)),
+                    [S.STEP, S.NAME, S.SUBCLASS, S.BYTES, S.DUR_NS]]
     if in_steps:
         copies = copies[(copies[S.STEP] >= 0).to_numpy()]
     if copies.empty:
         return pd.DataFrame(columns=list(COLUMNS))
     memory = name_values(copies[S.NAME], _memory)
     nbytes, gpu_ns = copies[S.BYTES].to_numpy(), copies[S.DUR_NS].to_numpy()
-    frame = pd.DataFrame({"direction": copies[S.SUBCLASS].astype(str).to_numpy(),
+    frame = pd.DataFrame({"direction": as_text(copies[S.SUBCLASS]).to_numpy(),
                           "memory": memory, "bytes": nbytes, "gpu_ns": gpu_ns,
                           "timed_ns": np.where(np.isnan(nbytes), 0, gpu_ns)})  # bytes known
     table = aggregate(frame.groupby(["direction", "memory"]), dict(

@@ -243,3 +243,23 @@ def test_a_gpt_is_not_told_about_scatter_libraries_or_convolutions():
     advice = [f.recommendation for f in a.findings if f.category == "memory_bound"]
     assert advice and all("Fuse the chains" in r for r in advice)
     assert not any("torch_scatter" in r or "channels_last" in r for r in advice)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_top_op_by_codes_is_the_grouping_by_text(seed):
+    """Each kernel name's op with most time (ties: the op whose first call came last), as
+    grouping the texts, sorting and dropping duplicates gives it, on random calls."""
+    import pandas as pd
+    from profkit.analyzers.measure.roofline import _top_op, _top_op_by_text, name_groups
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    names = np.array([f"k{i}" for i in range(7)], dtype=object)[rng.integers(0, 7, n)]
+    ops = np.array(["", "aten::mm", "aten::add", "aten::mul"], dtype=object)[rng.integers(0, 4, n)]
+    if seed == 0:
+        ops[:] = ""
+    calls = pd.DataFrame({"name": names, "op": ops, "dur_ns": rng.integers(0, 4, n) * 1000})
+    want = _top_op_by_text(calls)
+    for names in (calls["name"], calls["name"].astype("category")):  # as text, by codes
+        got = _top_op(calls, *name_groups(names))
+        assert got.index.tolist() == want.index.tolist()
+        assert got.tolist() == want.tolist()
