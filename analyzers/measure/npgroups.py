@@ -48,6 +48,15 @@ class Groups:
         """Integers' sums (exact; floats would sum in row order, not pandas' Kahan sums)."""
         return self._reduce(np.add, values)
 
+    def fsum(self, values) -> np.ndarray:
+        """Floats' sums as pandas' ``groupby.sum`` makes them, to the last bit: its own
+        compensated sums in row order (one call; a plain or Kahan sum differs in the last
+        bit on real tables)."""
+        if not self.n:
+            return np.zeros(0)
+        values = pd.Series(np.asarray(values, dtype=np.float64))
+        return values.groupby(self.group, sort=True).sum().to_numpy()
+
     def all(self, values) -> np.ndarray:
         return self._reduce(np.logical_and, np.asarray(values, dtype=bool))
 
@@ -83,3 +92,32 @@ def distinct_pairs(a: np.ndarray, b: np.ndarray, nb: int) -> tuple[np.ndarray, n
 def as_text(values: np.ndarray) -> np.ndarray:
     """Integers as Python strings, as ``Series.astype(str)`` writes them."""
     return np.asarray(values).astype(str).astype(object)
+
+
+def sorted_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (a, b) pairs of integers, sorted, and each row's pair number."""
+    if not len(a):
+        return a, b, np.empty(0, dtype=np.int64)
+    a0, b0 = int(a.min()), int(b.min())
+    span = int(b.max()) - b0 + 1
+    both, code = np.unique((a - a0) * span + (b - b0), return_inverse=True)
+    return both // span + a0, both % span + b0, code.reshape(-1)
+
+
+def sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(each value's number among the sorted distinct values, a missing one last; those
+    values, the missing one at the end)."""
+    code, uniques = pd.factorize(values, sort=True)
+    uniques = np.asarray(uniques, dtype=values.dtype if values.dtype != object else object)
+    if (code < 0).any():
+        code = np.where(code < 0, len(uniques), code)
+        uniques = np.append(uniques, np.array([values[np.flatnonzero(pd.isna(values))[0]]],
+                                              dtype=uniques.dtype))
+    return code, uniques
+
+
+def runs(values: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) of each run of equal values in sorted ``values``."""
+    edges = np.flatnonzero(values[1:] != values[:-1]) + 1
+    bounds = [0, *edges.tolist(), len(values)]
+    return list(zip(bounds[:-1], bounds[1:]))

@@ -31,6 +31,8 @@ def test_reductions_match_pandas_groupby():
         assert np.array_equal(g.first(t["i"].to_numpy()), by["i"].first().to_numpy())
         assert np.array_equal(g.first_max_row(t["i"].to_numpy()), by["i"].idxmax().to_numpy())
         assert np.array_equal(cumcount(code), by.cumcount().to_numpy())
+        sums = g.fsum(t["f"].to_numpy() / 7.0)  # inexact values: the order and carry show
+        assert np.array_equal(sums, (t["f"] / 7.0).groupby(t["key"], sort=False).sum().to_numpy())
 
 
 def test_distinct_pairs_and_text():
