@@ -121,3 +121,43 @@ def runs(values: np.ndarray) -> list[tuple[int, int]]:
     edges = np.flatnonzero(values[1:] != values[:-1]) + 1
     bounds = [0, *edges.tolist(), len(values)]
     return list(zip(bounds[:-1], bounds[1:]))
+
+
+def group_table(frame: pd.DataFrame, keys: list[str],
+                spec: dict[str, tuple[str, str]]) -> pd.DataFrame | None:
+    """``columns.aggregate(frame.groupby(keys), spec).reset_index()`` for ``how`` in size,
+    sum (of integers), min and max (NaN skipped), nunique (of integers): the same table,
+    dtypes and order (keys sorted), from one sort. None where it cannot promise that (a
+    missing or categorical key, a float sum, text to reduce): the caller then asks pandas."""
+    for col, how in spec.values():
+        kind = frame[col].dtype.kind
+        if not (how == "size" or (kind in "iu" and how in ("sum", "min", "max", "nunique"))
+                or (kind == "f" and how in ("min", "max"))):
+            return None
+    if any(isinstance(frame[k].dtype, pd.CategoricalDtype) for k in keys):
+        return None
+    key_codes = []
+    for k in keys:
+        code, _ = pd.factorize(frame[k].to_numpy(), sort=True)
+        if (code < 0).any():
+            return None
+        key_codes.append(code)
+    from profkit.columns import unique_rows
+
+    _, group, _ = unique_rows(key_codes)
+    n = int(group.max()) + 1 if len(group) else 0
+    g = Groups(group.astype(np.int64), n)
+    out = {k: frame[k].take(g.first(np.arange(len(frame)))).reset_index(drop=True)
+           for k in keys}
+    for name, (col, how) in spec.items():
+        values = frame[col].to_numpy()
+        if how == "size":
+            out[name] = g.size.astype(np.int64)
+        elif how == "nunique":
+            pairs, _ = distinct_pairs(group, codes(values)[0], len(values))
+            out[name] = np.bincount(pairs, minlength=n).astype(np.int64)
+        elif values.dtype.kind == "f":
+            out[name] = g._reduce(np.fmax if how == "max" else np.fmin, values)
+        else:
+            out[name] = getattr(g, how)(values.astype(np.int64))
+    return pd.DataFrame(out)

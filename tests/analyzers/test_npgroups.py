@@ -46,3 +46,21 @@ def test_distinct_pairs_and_text():
 def test_no_groups():
     g = Groups(np.empty(0, dtype=np.int64), 0)
     assert len(g.max(np.empty(0, dtype=np.int64))) == 0 and len(g.size) == 0
+
+
+def test_group_table_is_the_sorted_groupby():
+    from profkit.analyzers.measure.npgroups import group_table
+
+    from profkit.columns import aggregate
+
+    rng = np.random.default_rng(7)
+    n = 300
+    t = pd.DataFrame({"name": rng.choice(["k2", "k1", "k10", "a"], n),
+                      "cls": rng.choice(["compute", "memcpy"], n),
+                      "rank": rng.integers(0, 5, n), "ns": rng.integers(0, 10**12, n)})
+    spec = dict(total=("ns", "sum"), low=("ns", "min"), high=("ns", "max"),
+                ranks=("rank", "nunique"))
+    got = group_table(t, ["name", "cls"], spec)
+    pd.testing.assert_frame_equal(got, aggregate(t.groupby(["name", "cls"]), spec).reset_index(),
+                                  check_exact=True)
+    assert group_table(t.assign(ns=t["ns"] / 3), ["name"], spec) is None  # floats: pandas'
