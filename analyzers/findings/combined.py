@@ -195,7 +195,8 @@ def share_groups(found: list[Finding]) -> list[list[Finding]]:
 def _steps(ranks: pd.DataFrame) -> dict[int, float]:
     if ranks is None or ranks.empty or "step_time_ms" not in ranks:
         return {}
-    return {int(r): float(ms) for r, ms in ranks[["rank", "step_time_ms"]].itertuples(index=False)
+    return {int(r): float(ms) for r, ms in zip(ranks["rank"].tolist(),
+                                               ranks["step_time_ms"].tolist())
             if math.isfinite(float(ms)) and float(ms) > 0}
 
 

@@ -61,12 +61,12 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
                 verdict: dict) -> list[Finding]:
     ranks = tables.get("rank_breakdown", pd.DataFrame())
     means = rank_means(tables.get("step_breakdown", pd.DataFrame()))
-    steps = {int(r): int(n) for r, n in ranks[["rank", "steps"]].itertuples(index=False)} \
+    rank_ids = ranks["rank"].tolist() if len(ranks) else []  # (itertuples: ~0.5 ms a call)
+    steps = {int(r): int(n) for r, n in zip(rank_ids, ranks["steps"].tolist())} \
         if len(ranks) else {}
     saving = part_savings(means, ranks, tables.get("transfers"), steps) if len(means) else {}
-    primary = dict(ranks[["rank", "primary"]].itertuples(index=False)) if len(ranks) else {}
-    median_step = dict(ranks[["rank", "step_time_ms"]].itertuples(index=False)) \
-        if len(ranks) else {}
+    primary = dict(zip(rank_ids, ranks["primary"].tolist())) if len(ranks) else {}
+    median_step = dict(zip(rank_ids, ranks["step_time_ms"].tolist())) if len(ranks) else {}
     launch = {f.rank: f for f in findings if f.category == "launch"}
     findings = fold_straggler(fold_measured(findings))  # expert imbalance: one finding
     findings = fold_memory(findings, tables.get("idle_code"))

@@ -128,14 +128,20 @@ def memory_ranks(roofline: pd.DataFrame) -> dict[int, float]:
     A CUDA-graph replay whose few recorded kernels are memory-bound is not such a rank."""
     if roofline is None or roofline.empty:
         return {}
-    t = roofline.pivot_table(index=RANK, columns="bound", values="kernel_ms_per_step",
-                             aggfunc="sum", fill_value=0.0)
-    t = t.reindex(columns=["math", "memory", "latency", "unknown"], fill_value=0.0)
-    total = t.sum(axis=1)
-    known = total - t["unknown"]
-    share = (t["memory"] / total.where(total > 0)).fillna(0.0)
-    return {int(r): float(share[r]) for r in t.index
-            if t.loc[r, "memory"] > t.loc[r, "math"] and known[r] >= 0.5 * total[r] > 0}
+    # the sums a pivot table of them holds (its groupby's), without building it (~5 ms)
+    sums = roofline.groupby([RANK, "bound"], sort=True)["kernel_ms_per_step"].sum()
+    per_rank: dict = {}
+    for (rank, bound), ms in zip(sums.index.tolist(), sums.tolist()):
+        per_rank.setdefault(rank, {})[bound] = ms
+    out = {}
+    for rank, by in per_rank.items():
+        math_ms, memory_ms = by.get("math", 0.0), by.get("memory", 0.0)
+        unknown_ms = by.get("unknown", 0.0)
+        total = math_ms + memory_ms + by.get("latency", 0.0) + unknown_ms  # in column order
+        share = memory_ms / total if total > 0 else 0.0
+        if memory_ms > math_ms and total - unknown_ms >= 0.5 * total > 0:
+            out[int(rank)] = float(share)
+    return out
 
 
 def memory_advice(findings: list[Finding], roofline: pd.DataFrame) -> list[Finding]:

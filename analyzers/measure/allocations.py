@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.devices import device_info
+from profkit.analyzers.measure.npgroups import codes, group_table
 from profkit.analyzers.result import Result
 
 from profkit import schema as S
@@ -83,14 +84,18 @@ def combine_allocations(frames: list[pd.DataFrame]) -> Result:
 
 def _per_rank(steps: pd.DataFrame) -> pd.DataFrame:
     """Peaks over each rank's used steps (all its steps where none is used)."""
-    any_used = steps.groupby("rank")["used"].transform("any")
-    chosen = steps[steps["used"] | ~any_used]
-    table = chosen.groupby(["rank", "device"], sort=True).agg(
-        steps=("step", "size"), peak_allocated_bytes=("peak_allocated_bytes", "max"),
-        peak_reserved_bytes=("peak_reserved_bytes", "max"),
-        capacity_bytes=("capacity_bytes", "max"),
-        resident_bytes=("start_allocated_bytes", "max"),
-        transient_bytes=("transient_bytes", "max")).reset_index()
+    code, ranks = codes(steps["rank"].to_numpy())
+    used = steps["used"].to_numpy(bool)
+    any_used = np.bincount(code, weights=used, minlength=len(ranks))[code] > 0
+    chosen = steps[used | ~any_used]
+    spec = dict(steps=("step", "size"), peak_allocated_bytes=("peak_allocated_bytes", "max"),
+                peak_reserved_bytes=("peak_reserved_bytes", "max"),
+                capacity_bytes=("capacity_bytes", "max"),
+                resident_bytes=("start_allocated_bytes", "max"),
+                transient_bytes=("transient_bytes", "max"))
+    table = group_table(chosen, ["rank", "device"], spec)  # numpy: ~1 ms less than pandas
+    if table is None:
+        table = chosen.groupby(["rank", "device"], sort=True).agg(**spec).reset_index()
     reserved = table["peak_reserved_bytes"].to_numpy(np.float64)
     allocated = table["peak_allocated_bytes"].to_numpy(np.float64)
     capacity = table["capacity_bytes"].to_numpy(np.float64)

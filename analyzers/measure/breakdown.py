@@ -215,6 +215,47 @@ def combine_breakdown(parts: list[dict]) -> Result:
     frames = [p["step_breakdown"] for p in parts if len(p["step_breakdown"])]
     steps = pd.concat(frames, ignore_index=True) if frames else \
         pd.DataFrame(columns=step_columns())
+    if all(steps[c].dtype.kind in "iu" for c in (*PARTS, OVERLAP, "step_ns", S.STEP)):
+        rows = _rank_rows(steps)  # integer parts: numpy sums, exact in any order
+    else:
+        rows = _rank_rows_pandas(steps)
+    tables = {"step_breakdown": steps, "rank_breakdown": pd.DataFrame(rows, columns=rank_columns())}
+    for name in ("stream_breakdown", "compute_subclasses", "idle_code", "one_off_calls",
+                 "compilation", "host_work_where", *USED_WORK_TABLES):
+        frames = [p[name] for p in parts if p.get(name) is not None and len(p[name])]
+        tables[name] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return Result(tables=tables)
+
+
+def _rank_rows(steps: pd.DataFrame) -> list[dict]:
+    """:func:`_rank_rows_pandas`'s rows from numpy columns (one rank at a time, ~0.1 ms each
+    instead of ~1 ms): the same integer sums, the same divisions and medians."""
+    rank = steps["rank"].to_numpy()
+    order = np.argsort(rank, kind="stable")
+    ranks, first = np.unique(rank[order], return_index=True)
+    used_all, step = steps[USED].astype(bool).to_numpy(), steps[S.STEP].to_numpy()
+    parts = np.column_stack([steps[p].to_numpy(np.int64) for p in PARTS])
+    overlap, step_ns = steps[OVERLAP].to_numpy(np.int64), steps["step_ns"].to_numpy()
+    rows = []
+    for r, lo, hi in zip(ranks.tolist(), first.tolist(), [*first[1:].tolist(), len(order)]):
+        mine = order[lo:hi]
+        used = mine[used_all[mine]]
+        total = parts[used].sum(axis=0)
+        if total.sum() <= 0:  # nothing usable on this rank (e.g. only graph capture)
+            continue
+        fractions = dict(zip(PARTS, total / total.sum()))
+        comm = float(total[PARTS.index("communication")] + overlap[used].sum())
+        rows.append({"rank": int(r), "steps": int((step[used] >= 0).sum()),
+                     "steps_recorded": int((step[mine] >= 0).sum()),
+                     "step_time_ms": float(np.median(step_ns[used].astype(np.float64)) / 1e6),
+                     **{p: float(fractions[p]) for p in PARTS},
+                     "comm_overlap_frac": float(overlap[used].sum()) / comm if comm else np.nan,
+                     "primary": dominant_part(fractions)})
+    return rows
+
+
+def _rank_rows_pandas(steps: pd.DataFrame) -> list[dict]:
+    """One ``rank_breakdown`` row per rank with used step time (any column dtypes)."""
     rows = []
     for rank, group in steps.groupby("rank"):
         used = group[group[USED].astype(bool)]
@@ -230,12 +271,7 @@ def combine_breakdown(parts: list[dict]) -> Result:
                      **{p: float(fractions[p]) for p in PARTS},
                      "comm_overlap_frac": float(used[OVERLAP].sum()) / comm if comm else np.nan,
                      "primary": primary})
-    tables = {"step_breakdown": steps, "rank_breakdown": pd.DataFrame(rows, columns=rank_columns())}
-    for name in ("stream_breakdown", "compute_subclasses", "idle_code", "one_off_calls",
-                 "compilation", "host_work_where", *USED_WORK_TABLES):
-        frames = [p[name] for p in parts if p.get(name) is not None and len(p[name])]
-        tables[name] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return Result(tables=tables)
+    return rows
 
 
 def dominant_part(fractions) -> str:

@@ -40,7 +40,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals
 from profkit import schema as S
-from profkit.columns import aggregate, values_in
+from profkit.columns import values_in
 from profkit.model import RankData, Run
 
 # Output tables and their columns (units in the names).
@@ -127,19 +127,25 @@ def analyze_collectives(run: Run, thresholds: Thresholds = DEFAULT) -> Result:
 def match_collectives(parts: list[tuple[pd.DataFrame, pd.DataFrame]],
                       hosts: dict[int, str | None]) -> Result:
     """:func:`analyze_collectives` from every rank's :func:`rank_collectives` (in rank
-    order) and each rank's host."""
-    rows = _stack([rows for rows, _ in parts], ROW_DTYPES)
-    rows = _assign_keys(rows)
-    rows, matching = _match(rows)
-    offsets = _clock_offsets(hosts, rows)
-    rows[START_NS] -= rows[RANK].map(offsets[OFFSET_NS]).fillna(0).astype(np.int64)
-    rows[END_NS] = rows[START_NS] + rows[S.DUR_NS]
-    rows = _add_waits(rows, _stack([cover for _, cover in parts], COVER_DTYPES), offsets[OFFSET_NS])
-    coll = _collective_table(rows)
+    order) and each rank's host (numpy columns: :mod:`~profkit.analyzers.measure.comms_match`)."""
+    from profkit.analyzers.measure import comms_match as M
+
+    every = M.stack([rows for rows, _ in parts], ROW_DTYPES)
+    M.assign_keys(every)
+    ok, matching = M.match(every)
+    r = {c: every[c][ok] for c in (*ROW_DTYPES, KEY)}
+    offsets = _clock_offsets(hosts, r)
+    off = offsets[OFFSET_NS].to_numpy()[np.searchsorted(offsets.index.to_numpy(), r[RANK])]
+    r[START_NS] = r[START_NS] - off
+    r[END_NS] = r[START_NS] + r[S.DUR_NS]
+    key_code, keys = M.codes(r[KEY])
+    by_key = M.Groups(key_code, len(keys))
+    M.add_waits(r, M.stack([cover for _, cover in parts], COVER_DTYPES), off, by_key)
+    coll = M.collective_table(r, by_key, keys)
     tables = {
         COLLECTIVES: coll,
-        COLLECTIVE_WAITS: rows[list(WAIT_TABLE_COLUMNS)].reset_index(drop=True),
-        RANK_WAITS: _rank_table(rows, coll),
+        COLLECTIVE_WAITS: pd.DataFrame({c: r[c] for c in WAIT_TABLE_COLUMNS}),
+        RANK_WAITS: M.rank_table(r, coll),
         MATCHING: matching,
         CLOCK_OFFSETS: offsets.reset_index()[list(OFFSET_TABLE_COLUMNS)],
     }
@@ -202,53 +208,6 @@ def _clip_to_spans(work: intervals.Intervals, lo: np.ndarray,
     return span, np.maximum(starts[k], lo[span]), np.minimum(ends[k], hi[span])
 
 
-def _stack(parts: list[pd.DataFrame], dtypes: dict) -> pd.DataFrame:
-    """Every rank's frames in one (rank order, each rank's rows in start order)."""
-    parts = [p for p in parts if len(p)]
-    return pd.concat(parts, ignore_index=True) if parts else _typed({}, dtypes)
-
-
-def _assign_keys(rows: pd.DataFrame) -> pd.DataFrame:
-    """Add KEY (the cross-rank join key) and KEY_MODE, chosen per process group."""
-    rows = rows.copy()
-    if rows.empty:  # string arithmetic on an empty string column fails on some pandas 3.0.x
-        rows[KEY_MODE] = pd.Series([], dtype=object)
-        rows[KEY] = pd.Series([], dtype=object)
-        return rows
-    by_pg = rows.groupby(PG, sort=False)
-    has_seq = by_pg[S.SEQ].transform("min").to_numpy() >= 0
-    has_id = (rows[S.COMMS_ID] != "").groupby(rows[PG], sort=False).transform("all").to_numpy()
-    nbytes = rows[S.MSG_BYTES].fillna(-1).astype(np.int64).astype(str)
-    size = np.where(rows[S.COLL_NAME].isin(SIZE_INVARIANT), nbytes, "*")
-    fallback = (rows[PG] + "/" + rows[S.COLL_NAME] + "/step " + rows[S.STEP].astype(str)
-                + "/" + size + " B")
-    base = np.where(has_seq, rows[PG] + "/seq " + rows[S.SEQ].astype(str),
-                    np.where(has_id, "id " + rows[S.COMMS_ID], fallback))
-    rows[KEY_MODE] = np.where(has_seq, "seq", np.where(has_id, "comms_id", "occurrence"))
-    occurrence = rows.groupby([rows[RANK], pd.Series(base, index=rows.index)]).cumcount()
-    rows[KEY] = pd.Series(base, index=rows.index) + " #" + occurrence.astype(str)
-    return rows
-
-
-def _match(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Keep keys present once on every rank of their process group; count the rest."""
-    members = rows.groupby(PG, sort=False)[RANK].transform("nunique")
-    present = rows.groupby(KEY, sort=False)[RANK].transform("size")
-    ok = ((present == members) & (members >= 2)).to_numpy()
-    stats = pd.DataFrame({PG: rows[PG], KEY_MODE: rows[KEY_MODE], "ok": ok, KEY: rows[KEY]})
-    by_pg = stats.groupby([PG, KEY_MODE], sort=True)
-    matching = pd.DataFrame({
-        N_RANKS: members.groupby([stats[PG], stats[KEY_MODE]]).max(),
-        N_ROWS: by_pg.size(),
-        N_MATCHED: stats[ok].groupby([PG, KEY_MODE])[KEY].nunique(),
-        N_UNMATCHED_KEYS: stats[~ok].groupby([PG, KEY_MODE])[KEY].nunique(),
-        N_UNMATCHED_ROWS: (~stats["ok"]).groupby([stats[PG], stats[KEY_MODE]]).sum(),
-    }).fillna(0).astype(np.int64).reset_index()
-    if matching.empty:
-        matching = _empty(MATCHING_TABLE_COLUMNS)
-    return rows[ok].reset_index(drop=True), matching[list(MATCHING_TABLE_COLUMNS)]
-
-
 def rank_hosts(run_meta: dict, rank_metas: dict[int, dict]) -> dict[int, str | None]:
     """Each rank's host: run.json's ``ranks`` table, else the trace header's host name."""
     declared = run_meta.get("ranks") or {}
@@ -260,15 +219,17 @@ def rank_hosts(run_meta: dict, rank_metas: dict[int, dict]) -> dict[int, str | N
     return hosts
 
 
-def _clock_offsets(hosts: dict[int, str | None], rows: pd.DataFrame) -> pd.DataFrame:
-    """Per rank: host and the offset (ns) to subtract, indexed by rank (see module doc)."""
-    ranks = sorted(int(r) for r in rows[RANK].unique())
-    table = pd.DataFrame({HOST: [hosts.get(r) or "" for r in ranks],
+def _clock_offsets(hosts: dict[int, str | None], r: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Per rank of the matched rows ``r``: host and the offset (ns) to subtract, indexed by
+    rank (see module doc)."""
+    ranks = sorted(int(x) for x in np.unique(r[RANK]))
+    table = pd.DataFrame({HOST: [hosts.get(x) or "" for x in ranks],
                           OFFSET_NS: np.zeros(len(ranks), dtype=np.int64)},
                          index=pd.Index(ranks, name=RANK, dtype="int64"))
-    known = [hosts.get(r) for r in ranks]
+    known = [hosts.get(x) for x in ranks]
     if not ranks or None in known or len(set(known)) < 2:
         return table
+    rows = pd.DataFrame({c: r[c] for c in (RANK, S.COLL_NAME, START_NS, S.DUR_NS, KEY)})
     sync = rows[rows[S.COLL_NAME].isin(SYNCHRONISING)]
     end = sync[START_NS] + sync[S.DUR_NS]
     ref = sync[RANK] == ranks[0]
@@ -286,67 +247,3 @@ def _gpu_work(data: RankData) -> intervals.Intervals:
     busy = gpu[~values_in(gpu[S.CLASS], (S.CLS_COMMUNICATION,))]
     start = busy[S.TS_NS].to_numpy(np.int64)
     return intervals.union(start, start + busy[S.DUR_NS].to_numpy(np.int64))
-
-
-def _add_waits(rows: pd.DataFrame, cover: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
-    """Each row's wait (latest start - its start) and exposed wait: the wait minus the other
-    GPU work the rank ran during it, up to the end of its own collective (after that its
-    collective was over and nothing of it was waiting)."""
-    latest = rows.groupby(KEY, sort=False)[START_NS].transform("max").to_numpy()
-    rows = rows.copy()
-    rows[WAIT_NS] = latest - rows[START_NS].to_numpy()
-    # Cover pieces are on the loader's clock: undo the estimated offset for the bound.
-    off = rows[RANK].map(offsets).fillna(0).to_numpy(np.int64)
-    bound = pd.Series(np.minimum(latest + off, rows[START_NS].to_numpy() + off
-                                 + rows[S.DUR_NS].to_numpy()),
-                      index=pd.MultiIndex.from_arrays([rows[RANK], rows[ROW]]))
-    upto = bound.reindex(pd.MultiIndex.from_arrays([cover[RANK], cover[ROW]])).to_numpy()
-    ok = ~np.isnan(upto)
-    piece = np.maximum(np.minimum(cover[COVER_END_NS].to_numpy()[ok], upto[ok])
-                       - cover[COVER_START_NS].to_numpy()[ok], 0)
-    hidden = pd.Series(piece, dtype="float64").groupby(
-        [cover[RANK].to_numpy()[ok], cover[ROW].to_numpy()[ok]]).sum()
-    key = pd.MultiIndex.from_arrays([rows[RANK], rows[ROW]])
-    hidden_ns = hidden.reindex(key).fillna(0).to_numpy(np.int64) if len(hidden) else 0
-    rows[EXPOSED_WAIT_NS] = rows[WAIT_NS].to_numpy() - hidden_ns
-    return rows
-
-
-def _collective_table(rows: pd.DataFrame) -> pd.DataFrame:
-    if rows.empty:
-        return _empty(COLLECTIVE_TABLE_COLUMNS)
-    g = rows.groupby(KEY, sort=False)
-    t = aggregate(g, {S.COLL_NAME: (S.COLL_NAME, "first"), PG: (PG, "first"),
-                 N_RANKS: (RANK, "size"), S.GROUP_SIZE: (S.GROUP_SIZE, "max"),
-                 S.MSG_BYTES: (S.MSG_BYTES, "max"), LATENCY_NS: (S.DUR_NS, "min"),
-                 START_NS: (START_NS, "min"), "last_start": (START_NS, "max"),
-                 "first_end": (END_NS, "min"), "last_end": (END_NS, "max"),
-                 S.STEP: (S.STEP, "max"), S.ON_GPU: (S.ON_GPU, "all")})
-    t[START_SKEW_NS] = t["last_start"] - t[START_NS]
-    t[END_SKEW_NS] = t["last_end"] - t["first_end"]
-    last = rows.loc[g[START_NS].idxmax(), [KEY, RANK]].set_index(KEY)[RANK]
-    t[LAST_RANK] = np.where(t[START_SKEW_NS] > 0, last.reindex(t.index).to_numpy(), -1)
-    latency = t[LATENCY_NS].to_numpy(np.float64)
-    t[ALGBW_GBPS] = t[S.MSG_BYTES].to_numpy() / np.where(latency > 0, latency, np.nan)
-    n = np.where(t[S.GROUP_SIZE] > 0, t[S.GROUP_SIZE], t[N_RANKS])
-    t[BUSBW_GBPS] = t[ALGBW_GBPS] * busbw_factor(t[S.COLL_NAME].to_numpy(), n)
-    t = t.reset_index().sort_values(START_NS, kind="stable").reset_index(drop=True)
-    return t[list(COLLECTIVE_TABLE_COLUMNS)]
-
-
-def _rank_table(rows: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
-    if rows.empty:
-        return _empty(RANK_TABLE_COLUMNS)
-    n_steps = coll.loc[coll[S.STEP] >= 0, S.STEP].nunique()
-    g = rows.groupby(RANK, sort=True)
-    t = pd.DataFrame({N_COLLECTIVES: g.size(), WAIT_NS: g[WAIT_NS].sum(),
-                      EXPOSED_WAIT_NS: g[EXPOSED_WAIT_NS].sum()})
-    in_step = rows[rows[S.STEP] >= 0].groupby(RANK)
-    for col, out in ((WAIT_NS, WAIT_NS_PER_STEP), (EXPOSED_WAIT_NS, EXPOSED_WAIT_NS_PER_STEP)):
-        total = in_step[col].sum().reindex(t.index).fillna(0)
-        t[out] = total / n_steps if n_steps else np.nan
-    t[N_LAST] = coll[LAST_RANK].value_counts().reindex(t.index).fillna(0).astype(np.int64)
-    t[LAST_SHARE] = t[N_LAST] / t[N_COLLECTIVES]
-    return t.rename_axis(RANK).reset_index()[list(RANK_TABLE_COLUMNS)]
-
-

@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.measure.npgroups import group_table
 from profkit.analyzers.measure.tables import RANK, empty, kernels_of, name_mask
 
 from profkit import schema as S
@@ -53,8 +54,10 @@ def fusion_candidates(grams: list[pd.DataFrame], n_steps: int, top_n: int,
     grams = pd.concat(grams, ignore_index=True) if grams else pd.DataFrame()
     if grams.empty:
         return empty(FUSION_COLUMNS)
-    out = aggregate(grams.groupby("sequence"), dict(
-        count=("count", "sum"), total_ns=("total_ns", "sum"), ranks=(RANK, "nunique"))).reset_index()
+    spec = dict(count=("count", "sum"), total_ns=("total_ns", "sum"), ranks=(RANK, "nunique"))
+    out = group_table(grams, ["sequence"], spec)
+    if out is None:
+        out = aggregate(grams.groupby("sequence"), spec).reset_index()
     out["per_step"] = out["count"] / n_steps if n_steps else np.nan
     out["n"] = n
     out = out.sort_values(["count", "total_ns"], ascending=False, kind="stable").head(top_n)

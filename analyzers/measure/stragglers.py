@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers import units as U
 from profkit.analyzers.measure import peers
 from profkit.analyzers.measure.comms import (
     COLLECTIVE_WAITS,
@@ -56,6 +55,12 @@ from profkit.analyzers.measure.comms import (
     RANK,
     RANK_WAITS,
     WAIT_NS,
+)
+from profkit.analyzers.measure.latewaits import (
+    coll_rows,
+    costliest_by_step,
+    others_wait,
+    wait_collectives,
 )
 from profkit.analyzers.result import Result
 from profkit.analyzers.thresholds import DEFAULT, Thresholds
@@ -116,9 +121,9 @@ def judge_stragglers(comms: Result, step_stats: dict[int, dict[str, float]],
     table = _straggler_table(step_stats, coll, waits, per_rank, late)
     table[STRAGGLER] = _flag(table, thresholds)
     labels = (layout or {}).get("labels") or {}
-    table[WAIT_COLLECTIVE], table[WAIT_COLLECTIVE_SHARE] = _wait_collectives(table, late, labels)
+    table[WAIT_COLLECTIVE], table[WAIT_COLLECTIVE_SHARE] = wait_collectives(table, late, labels)
     table[EVIDENCE] = [_evidence(row) for row in table.to_dict("records")]
-    n_steps = coll.loc[coll[S.STEP] >= 0, S.STEP].nunique()
+    n_steps = _n_steps(coll)
     impossible = peers.unexplained_waits(late, step_stats, n_steps, labels)
     if len(impossible):  # waiting longer than a whole step in one group: clocks are off
         table[STRAGGLER] = False
@@ -142,11 +147,11 @@ def _straggler_table(step_stats: dict[int, dict[str, float]], coll: pd.DataFrame
     t[EXPECTED_LAST] = [float(np.sum(chances.get(int(r), []))) for r in t[RANK]]
     t[P_VALUE] = [tail_probability(chances.get(int(r), np.empty(0)), int(k))
                   for r, k in zip(t[RANK], t[N_LAST])]
-    n_steps = coll.loc[coll[S.STEP] >= 0, S.STEP].nunique()
+    n_steps = _n_steps(coll)
     ranks = t[RANK].to_numpy()
     stats = [step_stats.get(int(r), NO_STEP_STATS) for r in ranks]
     cap = {int(r): s[MEDIAN_STEP_NS] * n_steps for r, s in zip(ranks, stats)}
-    raw, exposed = _others_wait(late, cap)
+    raw, exposed = others_wait(late, cap)
     for col, series in ((OTHERS_WAIT_NS_PER_STEP, raw), (OTHERS_EXPOSED_WAIT_NS_PER_STEP, exposed)):
         total = t[RANK].map(series).fillna(0.0)
         t[col] = total / n_steps if n_steps else np.nan
@@ -159,12 +164,23 @@ def _straggler_table(step_stats: dict[int, dict[str, float]], coll: pd.DataFrame
     return t
 
 
+def _n_steps(coll: pd.DataFrame) -> int:
+    """The distinct profiled steps of the matched collectives."""
+    steps = coll[S.STEP].to_numpy()
+    return len(np.unique(steps[steps >= 0]))
+
+
 def _last_chances(coll: pd.DataFrame, waits: pd.DataFrame) -> dict[int, np.ndarray]:
     """Per rank, 1/n for each matched collective it took part in (n ranks, one of them last;
     collectives that all ranks started together have no last rank and are left out)."""
-    w = waits[[KEY, RANK]].merge(coll[[KEY, N_RANKS, LAST_RANK]], on=KEY, how="inner")
-    w = w[(w[N_RANKS] >= 2) & (w[LAST_RANK] >= 0)]
-    return {int(r): 1.0 / g[N_RANKS].to_numpy(np.float64) for r, g in w.groupby(RANK)}
+    at = coll_rows(coll, waits)
+    at, rank = at[at >= 0], waits[RANK].to_numpy()[at >= 0]
+    n, last = coll[N_RANKS].to_numpy()[at], coll[LAST_RANK].to_numpy()[at]
+    keep = (n >= 2) & (last >= 0)
+    order = np.argsort(rank[keep], kind="stable")  # each rank's rows in the waits' order
+    rank, chance = rank[keep][order], 1.0 / n[keep][order].astype(np.float64)
+    ranks, first = np.unique(rank, return_index=True)
+    return {int(r): c for r, c in zip(ranks, np.split(chance, first[1:]))}
 
 
 def tail_probability(chances: np.ndarray, k: int) -> float:
@@ -187,22 +203,6 @@ def tail_probability(chances: np.ndarray, k: int) -> float:
         dist[1:i + 2] = dist[1:i + 2] * (1 - p) + dist[:i + 1] * p
         dist[0] *= 1 - p
     return float(min(1.0, dist[k:].sum()))
-
-
-def _others_wait(w: pd.DataFrame, cap: dict[int, float]) -> tuple[pd.Series, pd.Series]:
-    """Per late rank: the other ranks' mean wait for it, summed over the collectives inside
-    profiled steps where it arrived last (ns; raw and exposed; ``w``: :func:`_late_waits`).
-    A waiting rank's wait for it counts at most ``cap[rank]`` (its profiled steps' time):
-    waits of two groups on two streams may overlap."""
-    share = float(w["share"].iloc[0]) if len(w) else 1.0
-    out = []
-    for col in (WAIT_NS, EXPOSED_WAIT_NS):
-        pair = w[col].groupby([w[LAST_RANK], w[RANK]]).sum()
-        limit = np.array([cap.get(int(r), np.inf) for r in pair.index.get_level_values(1)],
-                         dtype=np.float64)
-        capped = np.minimum(pair.to_numpy(np.float64), np.nan_to_num(limit, nan=np.inf))
-        out.append(pd.Series(capped * share, index=pair.index).groupby(level=0).sum())
-    return out[0], out[1]
 
 
 def _others(values: np.ndarray, reduce) -> np.ndarray:
@@ -241,59 +241,16 @@ def _flag(t: pd.DataFrame, th: Thresholds) -> np.ndarray:
 def _late_waits(coll: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
     """The other ranks' waits for each collective's last rank, in profiled steps, weighted so
     that they sum to the mean over the others (``share``)."""
-    cols = [KEY, LAST_RANK, N_RANKS, S.COLL_NAME, S.MSG_BYTES, "pg"]
-    w = waits.merge(coll[[c for c in cols if c in coll.columns]], on=KEY, how="inner")
+    cols = [LAST_RANK, N_RANKS, S.COLL_NAME, S.MSG_BYTES, "pg"]
+    at = coll_rows(coll, waits)  # (the inner merge on KEY, in the waits' order)
+    w = pd.DataFrame({**{c: waits[c].to_numpy()[at >= 0] for c in waits.columns},
+                      **{c: coll[c].to_numpy()[at[at >= 0]] for c in cols if c in coll.columns}})
     w = w[(w[LAST_RANK] >= 0) & (w[RANK] != w[LAST_RANK]) & (w[S.STEP] >= 0)]
     # The mean over every other rank of the run: a rank late in two groups (its tensor-
     # and data-parallel peers) costs the others the sum of both groups' waits, not each
     # group's mean added up.
     others = max(int(waits[RANK].nunique()) - 1, 1)
     return w.assign(share=1.0 / others)
-
-
-def _wait_collectives(table: pd.DataFrame, late: pd.DataFrame,
-                      labels: dict | None = None) -> tuple[list, list]:
-    """Per rank, the collective (kind, size, process group) the others wait in most for it,
-    and that collective's share of their exposed wait for it ("" and NaN when none; ``late``:
-    :func:`_late_waits`)."""
-    w = late.assign(cost=late[EXPOSED_WAIT_NS] * late["share"])
-    names, shares = [], []
-    for rank in table[RANK]:
-        mine = w[w[LAST_RANK] == rank]
-        total = float(mine["cost"].sum())
-        if mine.empty or total <= 0:
-            names.append("")
-            shares.append(np.nan)
-            continue
-        by = mine.groupby([S.COLL_NAME, S.MSG_BYTES, "pg"], dropna=False, observed=True)["cost"]
-        (kind, nbytes, pg), cost = max(by.sum().items(), key=lambda kv: kv[1])
-        names.append(_collective_name(kind, nbytes, pg, labels or {}))
-        shares.append(float(cost) / total)
-    return names, shares
-
-
-def _collective_name(kind, nbytes, pg, labels: dict) -> str:
-    size = f" of {U.size(nbytes)}" if np.isfinite(nbytes) and nbytes > 0 else ""
-    known = pg not in (None, "") and pg == pg
-    group = (f" in {labels[str(pg)]}" if known and str(pg) in labels
-             else f" in process group {pg}" if known else "")
-    return f"{kind}{size}{group}"
-
-
-def costliest_by_step(w: pd.DataFrame, table: pd.DataFrame, th: Thresholds) -> dict[int, int]:
-    """{step: the rank whose lateness cost the others most in it}, for the steps where that
-    cost reaches ``straggler_min_wait_frac`` of the others' step (``w``: :func:`_late_waits`)."""
-    if w.empty or table.empty:
-        return {}
-    cost = (w[EXPOSED_WAIT_NS] * w["share"]).groupby([w[S.STEP], w[LAST_RANK]]).sum()
-    step_ns = float(np.nanmedian(table[OTHERS_STEP_NS])) if table[OTHERS_STEP_NS].notna().any() \
-        else np.nan
-    out = {}
-    for step, per_rank in cost.groupby(level=0):
-        (_, rank), ns = max(per_rank.items(), key=lambda kv: kv[1])
-        if np.isfinite(step_ns) and ns >= th.straggler_min_wait_frac * step_ns:
-            out[int(step)] = int(rank)
-    return out
 
 
 def excuse_slow_groups(result: Result, comms: Result, slow: Result,
