@@ -4,6 +4,7 @@ capture recorded), and the code the GPU waited for."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from profkit.analyzers import units as U
 from profkit.analyzers.measure.compilation import COMPILE_NS
@@ -116,26 +117,36 @@ def steps_report(steps: pd.DataFrame, infos: dict[int, dict],
     """Per rank: where steps came from, which were used and why others were not, and the
     steps that compiled (``compiled``: step and compile_ms, from ``compilation``)."""
     out = {}
-    for rank, group in steps.groupby("rank"):
-        info = infos.get(int(rank), {})
-        used = group.loc[group[USED].astype(bool) & (group[S.STEP] >= 0), S.STEP]
-        left = group.loc[~group[USED].astype(bool)]
-        out[str(int(rank))] = {
-            "source": info.get("source", "ProfilerStep#"), "recorded": int((group[S.STEP] >= 0).sum()),
-            "used": [int(s) for s in used],
-            "excluded": [{"step": int(r[S.STEP]), "reason": r[REASON]} for r in left.to_dict("records")],
+    rank = steps["rank"].to_numpy()
+    order = np.argsort(rank, kind="stable")  # each rank's rows in table order (groupby's)
+    ranks, first = np.unique(rank[order], return_index=True)
+    used_flag = steps[USED].astype(bool).to_numpy()
+    step, reason = steps[S.STEP].to_numpy(), steps[REASON].to_numpy()
+    compiled = _compiled(compilation)
+    for r, lo, hi in zip(ranks.tolist(), first.tolist(), [*first[1:].tolist(), len(order)]):
+        mine = order[lo:hi]
+        info = infos.get(int(r), {})
+        out[str(int(r))] = {
+            "source": info.get("source", "ProfilerStep#"),
+            "recorded": int((step[mine] >= 0).sum()),
+            "used": [int(s) for s in step[mine[used_flag[mine] & (step[mine] >= 0)]]],
+            "excluded": [{"step": int(step[i]), "reason": reason[i]}
+                         for i in mine[~used_flag[mine]]],
             "candidates": info.get("candidates", []),
-            "compiled": _compiled(compilation, int(rank)),
+            "compiled": compiled.get(int(r), []),
         }
     return out
 
 
-def _compiled(compilation: pd.DataFrame | None, rank: int) -> list[dict]:
+def _compiled(compilation: pd.DataFrame | None) -> dict[int, list[dict]]:
+    """{rank: its steps that compiled, with their compile ms}."""
     if compilation is None or compilation.empty:
-        return []
-    mine = compilation[compilation["rank"] == rank]
-    return [{"step": int(r[S.STEP]), "compile_ms": round(float(r[COMPILE_NS]) / 1e6, 3)}
-            for r in mine.to_dict("records")]
+        return {}
+    out: dict[int, list[dict]] = {}
+    for r in compilation.to_dict("records"):
+        out.setdefault(int(r["rank"]), []).append(
+            {"step": int(r[S.STEP]), "compile_ms": round(float(r[COMPILE_NS]) / 1e6, 3)})
+    return out
 
 
 def steps_line(report: dict[str, dict]) -> str:

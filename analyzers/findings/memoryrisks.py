@@ -268,12 +268,15 @@ def fold_memory(findings: list[Finding], idle_code: pd.DataFrame | None = None) 
                 f.category == "runtime_calls" and _mostly_allocator(f)
                 or f.category == "cpu_launch" and allocator_idle_share(idle_code, f.rank) > 0.5):
             folded[id(f)] = (f.rank, "allocator_churn")
+    joins: dict[tuple, list[Finding]] = {}  # what folds into each (rank, category), in order
+    for g in findings:
+        if id(g) in folded:
+            joins.setdefault(folded[id(g)], []).append(g)
     out = []
     for f in findings:
         if id(f) in folded:
             continue
-        extra = {g.category: g.evidence for g in findings
-                 if folded.get(id(g)) == (f.rank, f.category)}
+        extra = {g.category: g.evidence for g in joins.get((f.rank, f.category), ())}
         if extra:
             f = replace(f, evidence={**f.evidence, **extra})
         out.append(f)

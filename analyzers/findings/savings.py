@@ -67,6 +67,7 @@ class RankFacts:
     split: pd.DataFrame
     transfers: pd.DataFrame
     n_steps: int
+    pageable: dict | None = None  # {rank: its pageable transfer rows}: _pageable_rows
 
 
 def _idle_time(part: str, row: pd.Series, facts: RankFacts) -> dict[str, float]:
@@ -74,7 +75,7 @@ def _idle_time(part: str, row: pd.Series, facts: RankFacts) -> dict[str, float]:
 
 
 def _blocking_sync(part: str, row: pd.Series, facts: RankFacts) -> dict[str, float]:
-    remaining = _async_copy_ns(facts.transfers, facts.rank, facts.n_steps)
+    remaining = _async_copy_ns(facts.transfers, facts.rank, facts.n_steps, facts.pageable)
     blocking = float(row.get(BLOCKING_COPY, 0.0))
     sync_idle = float(row[part]) - blocking
     return {part: sync_idle + max(0.0, blocking - remaining)}
@@ -103,8 +104,10 @@ def part_savings(means: pd.DataFrame, ranks: pd.DataFrame, transfers: pd.DataFra
     (module doc); (rank, part + :data:`OVERLAP_SAVING`) where the rule has that alternative."""
     out: dict[tuple[int, str], float] = {}
     split = ranks.set_index("rank") if len(ranks) else pd.DataFrame()
+    pageable = _pageable_rows(transfers)
     for rank, row in means.iterrows():
-        facts = RankFacts(int(rank), split, transfers, steps_per_rank.get(int(rank), 1))
+        facts = RankFacts(int(rank), split, transfers, steps_per_rank.get(int(rank), 1),
+                          pageable)
         for part in SAVING_PARTS:
             rule = SAVING_RULES[BY_KEY[part].saving]
             out.update({(facts.rank, k): ns for k, ns in rule(part, row, facts).items()})
@@ -119,13 +122,26 @@ def _transfer_share(split: pd.DataFrame, rank: int) -> float:
     return float(split.loc[rank, "communication_transfer"]) / comm if comm > 0 else 1.0
 
 
-def _async_copy_ns(transfers: pd.DataFrame, rank: int, n_steps: int) -> float:
-    """ns per step the pageable copies would still take as pinned async copies."""
+def _pageable_rows(transfers: pd.DataFrame | None) -> dict:
+    """{rank: its pageable copies' rows, in table order} (one pass for every rank)."""
+    if transfers is None or transfers.empty:
+        return {}
+    out: dict = {}
+    for row in transfers[transfers["memory"] == "Pageable"].to_dict("records"):
+        out.setdefault(row["rank"], []).append(row)
+    return out
+
+
+def _async_copy_ns(transfers: pd.DataFrame, rank: int, n_steps: int,
+                   pageable: dict | None = None) -> float:
+    """ns per step the pageable copies would still take as pinned async copies
+    (``pageable``: :func:`_pageable_rows` of ``transfers``, found once)."""
     if transfers is None or transfers.empty:
         return 0.0
-    rows = transfers[(transfers["rank"] == rank) & (transfers["memory"] == "Pageable")]
+    if pageable is None:
+        pageable = _pageable_rows(transfers)
     total = 0.0
-    for row in rows.to_dict("records"):
+    for row in pageable.get(rank, ()):
         peak = row.get("peak_gbps")
         if row.get("bytes") and peak and np.isfinite(peak):
             total += float(row["bytes"]) / (ACHIEVABLE_LINK_FRAC * float(peak))  # GB/s = B/ns
