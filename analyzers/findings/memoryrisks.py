@@ -50,8 +50,8 @@ def allocator_findings(result: Result, th: Thresholds) -> list[Finding]:
     for row in ranks.to_dict("records"):
         rank = int(row["rank"])
         holders = holders_text(live, rank)
-        peak = _peak_row(peaks, rank)
-        near = _near_capacity(row, holders, peak, th) if rank not in oom_ranks else []
+        near = _near_capacity(row, holders, lambda r=rank: _peak_row(peaks, r), th) \
+            if rank not in oom_ranks else []
         frag = _fragmentation(row, th)
         if near and frag:  # one cause: the fragmentation is what brings it near capacity
             near = [replace(near[0], evidence={**near[0].evidence,
@@ -76,13 +76,16 @@ def holders_text(live: pd.DataFrame, rank: int, top: int = TOP) -> str:
     at = np.flatnonzero(live["rank"].to_numpy() == rank)
     size = live["live_bytes"].to_numpy()[at]
     if size.dtype.kind == "i":  # nlargest's rows (ties in table order), without its ~0.5 ms
-        mine = live.iloc[at[np.argsort(-size, kind="stable")[:top]]]
+        at = at[np.argsort(-size, kind="stable")[:top]]
     else:
-        mine = live.iloc[at].nlargest(top, "live_bytes")
-    return "; ".join(f"{r['op']}{' in ' + r['annotation'] if r['annotation'] else ''} "
-                     f"({r['live_bytes'] / GB:.2f} GB, {int(r['count'])}"
-                     f"{' from earlier steps' if r['allocated_before_step'] else ''})"
-                     for r in mine.to_dict("records"))
+        at = at[np.asarray(live.iloc[at].reset_index(drop=True)
+                           .nlargest(top, "live_bytes").index)]
+    col = {c: live[c].to_numpy() for c in ("op", "annotation", "live_bytes", "count",
+                                           "allocated_before_step")}
+    return "; ".join(f"{col['op'][i]}{' in ' + col['annotation'][i] if col['annotation'][i] else ''} "
+                     f"({col['live_bytes'][i] / GB:.2f} GB, {int(col['count'][i])}"
+                     f"{' from earlier steps' if col['allocated_before_step'][i] else ''})"
+                     for i in at.tolist())
 
 
 def _peak_row(peaks: pd.DataFrame, rank: int) -> dict:
@@ -110,12 +113,13 @@ def _used_frac(reserved, allocated, capacity) -> np.ndarray:
         return used / np.where(cap > 0, cap, np.nan)
 
 
-def _near_capacity(row: dict, holders: str, peak: dict, th: Thresholds) -> list[Finding]:
+def _near_capacity(row: dict, holders: str, peak_of, th: Thresholds) -> list[Finding]:
+    """``peak_of()``: the rank's row of the peak table (asked for only when near)."""
     frac = float(_used_frac([row["peak_reserved_bytes"]], [row["peak_allocated_bytes"]],
                             [row["capacity_bytes"]])[0])
     if not (math.isfinite(frac) and frac > th.peak_memory_frac):
         return []
-    rank, cap = int(row["rank"]), float(row["capacity_bytes"])
+    rank, cap, peak = int(row["rank"]), float(row["capacity_bytes"]), peak_of()
     at = f" At the peak ({peak.get('op', '?')} running) the most memory is held by {holders}." \
         if holders else ""
     return [Finding(

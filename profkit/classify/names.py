@@ -183,8 +183,7 @@ def _cpp(name: str) -> str:
     (a library's namespace kept); a PyTorch launcher named by its functor."""
     text = name.replace("(anonymous namespace)", "{anon}").replace("operator()", "operator_call")
     head = _before_arguments(text)
-    head = _after_return_type(head)
-    parts = _split_top(head, "::")
+    parts = _name_parts(head)
     if not parts:
         return name
     base, targs = _base_and_targs(parts[-1])
@@ -241,21 +240,18 @@ def _before_arguments(text: str) -> str:
     return text
 
 
-def _after_return_type(head: str) -> str:
-    cut = -1
-    for i, c, depth in _scan(head):
-        if c == " " and depth == 0:
-            cut = i
-    return head[cut + 1:]
-
-
-def _split_top(text: str, sep: str) -> list[str]:
-    parts, start = [], 0
-    for i, _c, depth in _scan(text):
-        if depth == 0 and text.startswith(sep, i) and i >= start:
-            parts.append(text[start:i])
+def _name_parts(head: str, sep: str = "::") -> list[str]:
+    """The ``sep``-separated top-level parts of ``head`` after its return type (after the last
+    top-level space), from one scan: the stack is empty at that space, so the marks after it
+    nest as a scan of the rest alone would find them."""
+    marks = list(_scan(head))
+    cut = max((i for i, c, depth in marks if c == " " and depth == 0), default=-1)
+    parts, start = [], cut + 1
+    for i, _c, depth in marks:
+        if i > cut and depth == 0 and head.startswith(sep, i) and i >= start:
+            parts.append(head[start:i])
             start = i + len(sep)
-    parts.append(text[start:])
+    parts.append(head[start:])
     return [p.strip() for p in parts if p.strip()]
 
 
