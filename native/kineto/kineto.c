@@ -29,11 +29,19 @@ static const char *const OTHER_NAMES[SCAN_NOTHER] = {"index", "start", "end"};
 static const char *const COLL_NAMES[SCAN_NCOLL] = {"start", "end"};
 static const char *const CAPSULE = "profkit._kineto.scanner";
 
-static int to_double(const unsigned char *s, size_t n, double *out) {
-    char text[64];
-    if (n == 0 || n >= sizeof text) return 0;
+#define NUMBER_CHARS 64 /* a longer number is left to the Python reader */
+
+/* s[0:n] as a C string in text[NUMBER_CHARS]; 0 when empty or too long. */
+static int number_text(const unsigned char *s, size_t n, char *text) {
+    if (n == 0 || n >= NUMBER_CHARS) return 0;
     memcpy(text, s, n);
     text[n] = 0;
+    return 1;
+}
+
+static int to_double(const unsigned char *s, size_t n, double *out) {
+    char text[NUMBER_CHARS];
+    if (!number_text(s, n, text)) return 0;
     char *end = NULL;
     double v = PyOS_string_to_double(text, &end, NULL); /* locale-independent, correctly rounded */
     if (PyErr_Occurred()) {
@@ -57,10 +65,8 @@ static int to_double(const unsigned char *s, size_t n, double *out) {
 static locale_t C_NUMERIC; /* made once, at import */
 
 static int to_double_c(const unsigned char *s, size_t n, double *out) {
-    char text[64];
-    if (n == 0 || n >= sizeof text) return 0;
-    memcpy(text, s, n);
-    text[n] = 0;
+    char text[NUMBER_CHARS];
+    if (!number_text(s, n, text)) return 0;
     char *end = NULL;
     *out = strtod_l(text, &end, C_NUMERIC); /* out of range: +-inf or 0, as Python's */
     return end == text + n;
