@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from profkit.analyzers.measure import comms as C
-from profkit.analyzers.measure.npgroups import Groups, as_text, codes, cumcount, distinct_pairs
+from profkit.analyzers.measure.npgroups import Groups, codes, cumcount, ints_as_text
 
 from profkit import schema as S
+from profkit.columns import unique_rows
 
 _COLUMNS = (C.RANK, C.ROW, S.COLL_NAME, C.PG, S.SEQ, S.COMMS_ID, S.GROUP_SIZE, S.STEP,
             C.START_NS, S.DUR_NS, S.MSG_BYTES, S.ON_GPU)
@@ -41,7 +42,7 @@ def assign_keys(r: dict[str, np.ndarray]) -> None:
     rest = ~has_seq & ~has_id
     base = np.empty(n, dtype=object)
     pg = r[C.PG]
-    base[has_seq] = pg[has_seq] + "/seq " + as_text(r[S.SEQ][has_seq])
+    base[has_seq] = pg[has_seq] + "/seq " + ints_as_text(r[S.SEQ][has_seq])
     base[has_id] = "id " + r[S.COMMS_ID][has_id]
     if rest.any():
         name = r[S.COLL_NAME][rest]
@@ -49,25 +50,25 @@ def assign_keys(r: dict[str, np.ndarray]) -> None:
         invariant = np.array([x in C.SIZE_INVARIANT for x in names], dtype=bool)[name_code]
         nbytes = r[S.MSG_BYTES][rest]
         size = np.full(len(name), "*", dtype=object)
-        size[invariant] = as_text(np.where(np.isnan(nbytes), -1, nbytes)
+        size[invariant] = ints_as_text(np.where(np.isnan(nbytes), -1, nbytes)
                                   .astype(np.int64)[invariant])
-        base[rest] = (pg[rest] + "/" + name + "/step " + as_text(r[S.STEP][rest]) + "/"
+        base[rest] = (pg[rest] + "/" + name + "/step " + ints_as_text(r[S.STEP][rest]) + "/"
                       + size + " B")
     mode = np.full(n, "occurrence", dtype=object)
     mode[has_seq], mode[has_id] = "seq", "comms_id"
     rank_code, ranks = codes(r[C.RANK])
     base_code, bases = codes(base)
     occurrence = cumcount(rank_code * max(len(bases), 1) + base_code)
-    r[C.KEY_MODE], r[C.KEY] = mode, base + " #" + as_text(occurrence)
-    r["_pg"], r["_rank"], r["_n"] = pg_code, rank_code, (pgs, len(ranks))
+    r[C.KEY_MODE], r[C.KEY] = mode, base + " #" + ints_as_text(occurrence)
+    r["_pg"], r["_rank"], r["_pgs"] = pg_code, rank_code, pgs
 
 
 def match(r: dict[str, np.ndarray]) -> tuple[np.ndarray, pd.DataFrame]:
     """The rows whose key is present once on every rank of its process group (at least
     two), and the ``matching`` table of each process group's counts."""
-    pg_code, rank_code, (pgs, n_ranks) = r["_pg"], r["_rank"], r["_n"]
+    pg_code, rank_code, pgs = r["_pg"], r["_rank"], r["_pgs"]
     key_code, keys = codes(r[C.KEY])
-    pair_pg, _ = distinct_pairs(pg_code, rank_code, n_ranks)
+    pair_pg = unique_rows([pg_code, rank_code])[0][:, 0]  # the pg of each (pg, rank)
     members_pg = np.bincount(pair_pg, minlength=len(pgs))
     members = members_pg[pg_code]
     ok = (np.bincount(key_code, minlength=len(keys))[key_code] == members) & (members >= 2)
@@ -75,7 +76,7 @@ def match(r: dict[str, np.ndarray]) -> tuple[np.ndarray, pd.DataFrame]:
         return ok, C._empty(C.MATCHING_TABLE_COLUMNS)
 
     def keys_per_pg(rows: np.ndarray) -> np.ndarray:
-        return np.bincount(distinct_pairs(pg_code[rows], key_code[rows], len(keys))[0],
+        return np.bincount(unique_rows([pg_code[rows], key_code[rows]])[0][:, 0],
                            minlength=len(pgs))
 
     mode = Groups(pg_code, len(pgs)).first(r[C.KEY_MODE])

@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers import units as U
 from profkit.analyzers.measure.comms import EXPOSED_WAIT_NS, KEY, LAST_RANK, RANK, WAIT_NS
-from profkit.analyzers.measure.npgroups import Groups, runs, sorted_codes, sorted_pairs
+from profkit.analyzers.measure.npgroups import Groups, runs, sorted_codes
 from profkit.analyzers.thresholds import Thresholds
 
 from profkit import schema as S
+from profkit.columns import unique_rows
 
 OTHERS_STEP_NS = "others_step_ns"  # as stragglers names it
 
@@ -30,7 +31,8 @@ def others_wait(w: pd.DataFrame, cap: dict[int, float]) -> tuple[pd.Series, pd.S
     waits of two groups on two streams may overlap."""
     share = float(w["share"].iloc[0]) if len(w) else 1.0
     last, rank = w[LAST_RANK].to_numpy(np.int64), w[RANK].to_numpy(np.int64)
-    pair_last, pair_rank, code = sorted_pairs(last, rank)
+    pairs_of, code, _ = unique_rows([last, rank])  # (late rank, waiting rank), sorted
+    pair_last, pair_rank = pairs_of[:, 0], pairs_of[:, 1]
     pairs = Groups(code, len(pair_last))
     lasts, of_pair = np.unique(pair_last, return_inverse=True)
     by_last = Groups(of_pair.reshape(-1), len(lasts))
@@ -87,8 +89,8 @@ def costliest_by_step(w: pd.DataFrame, table: pd.DataFrame, th: Thresholds) -> d
     if w.empty or table.empty:
         return {}
     cost = w[EXPOSED_WAIT_NS].to_numpy() * w["share"].to_numpy()
-    steps, ranks, code = sorted_pairs(w[S.STEP].to_numpy(np.int64),
-                                       w[LAST_RANK].to_numpy(np.int64))
+    pairs_of, code, _ = unique_rows([w[S.STEP].to_numpy(np.int64), w[LAST_RANK].to_numpy(np.int64)])
+    steps, ranks = pairs_of[:, 0], pairs_of[:, 1]
     per_pair = Groups(code, len(steps)).fsum(cost)  # (step, late rank), as groupby sums
     step_ns = float(np.nanmedian(table[OTHERS_STEP_NS])) if table[OTHERS_STEP_NS].notna().any() \
         else np.nan

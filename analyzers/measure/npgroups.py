@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from profkit.columns import unique_rows
+
 
 def codes(values) -> tuple[np.ndarray, np.ndarray]:
     """(each row's group number, the groups' values), numbered in order of first appearance."""
@@ -83,25 +85,9 @@ def cumcount(group: np.ndarray) -> np.ndarray:
     return out
 
 
-def distinct_pairs(a: np.ndarray, b: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (a, b) pairs of non-negative integers (b < nb), sorted: (a, b)."""
-    both = np.unique(a.astype(np.int64) * max(nb, 1) + b)
-    return both // max(nb, 1), both % max(nb, 1)
-
-
-def as_text(values: np.ndarray) -> np.ndarray:
+def ints_as_text(values: np.ndarray) -> np.ndarray:
     """Integers as Python strings, as ``Series.astype(str)`` writes them."""
     return np.asarray(values).astype(str).astype(object)
-
-
-def sorted_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The distinct (a, b) pairs of integers, sorted, and each row's pair number."""
-    if not len(a):
-        return a, b, np.empty(0, dtype=np.int64)
-    a0, b0 = int(a.min()), int(b.min())
-    span = int(b.max()) - b0 + 1
-    both, code = np.unique((a - a0) * span + (b - b0), return_inverse=True)
-    return both // span + a0, both % span + b0, code.reshape(-1)
 
 
 def sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -142,8 +128,6 @@ def group_table(frame: pd.DataFrame, keys: list[str],
         if (code < 0).any():
             return None
         key_codes.append(code)
-    from profkit.columns import unique_rows
-
     _, group, _ = unique_rows(key_codes)
     n = int(group.max()) + 1 if len(group) else 0
     g = Groups(group.astype(np.int64), n)
@@ -154,7 +138,7 @@ def group_table(frame: pd.DataFrame, keys: list[str],
         if how == "size":
             out[name] = g.size.astype(np.int64)
         elif how == "nunique":
-            pairs, _ = distinct_pairs(group, codes(values)[0], len(values))
+            pairs = unique_rows([group, codes(values)[0]])[0][:, 0]
             out[name] = np.bincount(pairs, minlength=n).astype(np.int64)
         elif values.dtype.kind == "f":
             out[name] = g._reduce(np.fmax if how == "max" else np.fmin, values)

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.measure.npgroups import Groups, as_text, codes, cumcount, distinct_pairs
+from profkit.analyzers.measure.npgroups import Groups, codes, cumcount, ints_as_text
 
 
 def _table(seed: int) -> pd.DataFrame:
@@ -35,12 +35,9 @@ def test_reductions_match_pandas_groupby():
         assert np.array_equal(sums, (t["f"] / 7.0).groupby(t["key"], sort=False).sum().to_numpy())
 
 
-def test_distinct_pairs_and_text():
-    a, b = np.array([2, 0, 2, 1, 0]), np.array([1, 3, 1, 0, 3])
-    pa, pb = distinct_pairs(a, b, 4)
-    assert list(zip(pa, pb)) == [(0, 3), (1, 0), (2, 1)]
-    assert list(as_text(np.array([-1, 0, 12]))) == ["-1", "0", "12"]
-    assert type(as_text(np.array([5]))[0]) is str
+def test_integers_as_text():
+    assert list(ints_as_text(np.array([-1, 0, 12]))) == ["-1", "0", "12"]
+    assert type(ints_as_text(np.array([5]))[0]) is str
 
 
 def test_no_groups():
