@@ -79,16 +79,9 @@ def clip(iv: Intervals, lo: int, hi: int) -> Intervals:
 
 
 def per_window(iv: Intervals, w_starts: np.ndarray, w_ends: np.ndarray) -> np.ndarray:
-    """Covered length inside each of a set of disjoint, sorted windows, ns."""
-    w_starts = np.asarray(w_starts, dtype=np.int64)
-    w_ends = np.asarray(w_ends, dtype=np.int64)
-    out = np.zeros(len(w_starts), dtype=np.int64)
-    if len(iv[0]) == 0 or len(w_starts) == 0:
-        return out
-    starts, ends = intersect(iv, (w_starts, w_ends))
-    which = np.searchsorted(w_starts, starts, side="right") - 1
-    np.add.at(out, which, ends - starts)
-    return out
+    """Covered length inside each of a set of disjoint, sorted windows, ns
+    (:func:`covered_each`, which takes any ranges)."""
+    return covered_each(iv, w_starts, w_ends)
 
 
 def covered_before(iv: Intervals, t) -> np.ndarray:
