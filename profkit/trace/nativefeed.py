@@ -142,7 +142,7 @@ class _LazyArgs:
         return len(self.at)
 
     def __getitem__(self, i: int):
-        return self.rows.args_of(int(self.at[i]))
+        return _RowArgs(self.rows, int(self.at[i]))
 
 
 class _LazyNames(_LazyArgs):
@@ -222,12 +222,11 @@ class _Rows:
         from profkit.trace.accumulate import MAX_MEMO
 
         def hits_of(name_codes: np.ndarray, names, args) -> tuple:
-            col = self.col
-            keys = np.stack([col["name"][at]] + [col[f"raw{k}"][at] for k in range(4)], axis=1)
-            rows = np.flatnonzero(acc._wanted_names()[name_codes] & (keys[:, 1] >= 0))
+            keys = [self.col["name"][at], *(raw[at] for raw in self.raw_columns)]
+            rows = np.flatnonzero(acc._wanted_names()[name_codes] & (keys[1] >= 0))
             if not len(rows):
                 return [], []
-            uniq, inverse, _ = unique_rows(list(keys[rows].T))
+            uniq, inverse, _ = unique_rows([key[rows] for key in keys])
             memo, found = acc.memo, []
             for name_id, *raw_ids in uniq.tolist():
                 name = self.scan.strings[name_id]
@@ -240,7 +239,7 @@ class _Rows:
                         memo.clear()
                     hit = memo[key] = shape_costs(name, a, acc.conv_links.wants(name))
                 found.append(hit)
-            return rows.tolist(), [found[j] for j in inverse.ravel().tolist()]
+            return rows.tolist(), [found[j] for j in inverse.tolist()]
 
         return hits_of
 
@@ -282,10 +281,6 @@ class _Rows:
                           dtype=np.int64)
         out[texts] = mapped[inverse]
         return out
-
-    def args_of(self, row: int) -> _RowArgs:
-        return _RowArgs(self, row)
-
 
 
 def _arg_columns() -> tuple:
