@@ -9,9 +9,10 @@
  * reads it as it always did); the scan runs without the GIL, so that other threads run
  * meanwhile (one feed at a time per scanner: another call on it meanwhile is refused);
  * result(scanner) -> dict: the columns of the trace's fast events, as Column objects that
- * own the scan's buffers (handed over, not copied; read by numpy.frombuffer on the Python side), the distinct strings and Input Dims they point to,
- * the bytes of the events left to the Python reader (kept) with their spans, and the
- * document around the events (head); the scanner's buffers are released;
+ * own the scan's buffers (handed over, not copied; read by numpy.frombuffer on the Python
+ * side), the distinct strings and Input Dims they point to, the bytes of the events left to
+ * the Python reader (kept) with their spans, and the document around the events (head);
+ * the scanner's buffers are released;
  * scan(buffer) -> dict | None: the same of a whole document at once (without the GIL);
  * join(buffer, starts, ends) -> bytes: the spans as one JSON array, "[a,b,...]". */
 #define PY_SSIZE_T_CLEAN
@@ -122,7 +123,7 @@ static PyObject *owned_from(Grow *g) {
     o->data = NULL;
     o->len = (Py_ssize_t)g->len;
     if (g->len) {
-        char *cut = realloc(g->data, g->len); /* the unused capacity back (no copy of a large one) */
+        char *cut = realloc(g->data, g->len); /* unused capacity back (a large one: no copy) */
         o->data = cut ? cut : g->data;
         g->data = NULL;
     }

@@ -114,10 +114,10 @@ def _launches_inside(l_thread: np.ndarray, l_ts: np.ndarray, r_thread: np.ndarra
     launches on each range's thread inside [start, end] (both ends included). All ranges at
     once, by one key per launch (thread rank, time) where the times leave room for it; else
     range by range."""
-    threads = np.unique(l_thread)
     if not len(l_thread) or not len(r_thread):
         zeros = np.zeros(len(r_thread), dtype=np.int64)
         return zeros, zeros
+    threads = np.unique(l_thread)
     t_min = min(int(l_ts.min()), int(r_start.min()))
     width = max(int(l_ts.max()), int(r_end.max())) - t_min + 2
     if width * (len(threads) + 1) < 1 << 62:
