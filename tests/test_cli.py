@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -273,3 +274,24 @@ def test_counts_read_as_words(tmp_path, capsys):
     assert main(["merge", str(RUNS / "zoo" / "straggler"), "--no-cache", "-q",
                  "-o", str(tmp_path / "m.json")]) == 0
     assert "events from ranks 0-1 (open it" in capsys.readouterr().out
+
+
+BLAS_PROBE = ("import atexit, os, sys; atexit.register(lambda: print('blas threads:', "
+              "os.environ.get('OPENBLAS_NUM_THREADS'))); sys.argv[0] = 'profkit'; "
+              "from profkit.cli import main; main()")
+
+
+@pytest.mark.parametrize("given, expected", [(None, "1"), ("3", "3")])
+def test_the_program_asks_openblas_for_no_threads_unless_the_user_chose(tmp_path, given,
+                                                                        expected):
+    """An idle OpenBLAS thread spins after numpy's import (CPU the pool's workers want); the
+    analysis does no matrix products, so the program asks for none, before numpy is
+    imported. A number the user set is kept."""
+    write_trace(tmp_path / "rank0.json", trace_doc(rank=0))
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    proc = subprocess.run([sys.executable, "-c", BLAS_PROBE, "summary", str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"blas threads: {expected}" in proc.stdout

@@ -19,7 +19,7 @@ from profkit.run.loader import load_run
 
 PROFKIT = Path(sys.executable).with_name("profkit")  # the console script of this environment
 ENV_CHILD = ("import json, os, sys; json.dump({k: os.environ.get(k) for k in "
-             "('PROFKIT_RUN_DIR', 'NCCL_DEBUG_FILE', 'PROFKIT_LAUNCH_COMMAND')}, "
+             "('PROFKIT_RUN_DIR', 'NCCL_DEBUG_FILE', 'PROFKIT_LAUNCH_COMMAND', 'OPENBLAS_NUM_THREADS')}, "
              "open(sys.argv[1], 'w')); sys.exit(3)")
 JOB = textwrap.dedent("""
     import os, torch, torch.distributed as dist
@@ -62,7 +62,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_documented_form_runs_the_command_with_the_launch_env(tmp_path):
+def test_documented_form_runs_the_command_with_the_launch_env(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     out, run = tmp_path / "env.json", tmp_path / "run"
     r = profkit("launch", "--run-dir", str(run), "--", sys.executable, "-c", ENV_CHILD, str(out))
     assert r.returncode == 3, r.stderr  # the command's own exit code
@@ -70,6 +71,7 @@ def test_documented_form_runs_the_command_with_the_launch_env(tmp_path):
     assert env["PROFKIT_RUN_DIR"] == str(run.resolve())
     assert env["NCCL_DEBUG_FILE"] == str(run.resolve() / "nccl" / "rank.%h.%p.log")
     assert json.loads(env["PROFKIT_LAUNCH_COMMAND"])[:2] == [sys.executable, "-c"]
+    assert env["OPENBLAS_NUM_THREADS"] is None  # the analysis commands' setting is not the job's
 
 
 def test_form_without_double_dash(tmp_path):
