@@ -8,15 +8,25 @@
 #include "jscan.h"
 #include "store.h"
 
-/* The args read into C_ARG0.. (order: profkit.trace.native.ARG_COLUMNS). */
-static const char *const ARG_KEYS[SCAN_NARGS] = {
-    "correlation", "External id", "stream", "device",
-    "blocks per SM", "est. achieved occupancy %", "flops", "bytes"};
-/* The args kept as raw JSON, interned (order: profkit.trace.native.RAW_COLUMNS). */
-static const char *const RAW_KEYS[SCAN_NRAW] = {
-    "Input Dims", "Input type", "Input Strides", "Concrete Inputs"};
-static const char *const COLL_KEYS[2] = {"Collective name", "In msg nelems"};
-static const char *const SEQ_KEY[1] = {"Sequence number"};
+typedef struct {
+    const char *s;
+    size_t n;
+} Name;
+#define NAME(lit) {lit, sizeof(lit) - 1}
+
+/* The keys of an event read into Fields (order: read_event's switch). */
+static const Name KEYS[] = {NAME("ph"),  NAME("name"), NAME("cat"), NAME("ts"),
+                            NAME("dur"), NAME("pid"),  NAME("tid"), NAME("args")};
+/* The args read, in one table: the numeric ones into C_ARG0.. (order:
+ * profkit.trace.native.ARG_FIELDS), then those kept as raw JSON, interned, into C_RAW0..
+ * (RAW_FIELDS), then "Sequence number", then the two that mark a collective. */
+static const Name ARG_KEYS[] = {
+    NAME("correlation"), NAME("External id"), NAME("stream"), NAME("device"),
+    NAME("blocks per SM"), NAME("est. achieved occupancy %"), NAME("flops"), NAME("bytes"),
+    NAME("Input Dims"), NAME("Input type"), NAME("Input Strides"), NAME("Concrete Inputs"),
+    NAME("Sequence number"), NAME("Collective name"), NAME("In msg nelems")};
+enum { A_RAW0 = SCAN_NARGS, A_SEQ = A_RAW0 + SCAN_NRAW, A_COLL0, A_COUNT = A_COLL0 + 2 };
+_Static_assert(sizeof ARG_KEYS / sizeof ARG_KEYS[0] == A_COUNT, "one name per arg read");
 static const char SKIPPED_PHASES[] = "BEIbnestfPONDVvRc()"; /* traceevents.OTHER_PHASES */
 
 void scan_init(Scan *s, ScanToDouble to_double) {
@@ -57,11 +67,13 @@ static int key_is(const JsString *k, const char *name) {
     return k->n == n && memcmp(k->s, name, n) == 0;
 }
 
-/* The place of key k in names[0:count] (-1: none), the first byte compared first. */
-static int key_index(const JsString *k, const char *const *names, int count) {
+/* The place of key k in names[0:count] (-1: none): length and first byte compared first. */
+static int key_index(const JsString *k, const Name *names, int count) {
     if (k->n == 0) return -1;
     for (int i = 0; i < count; i++)
-        if ((unsigned char)names[i][0] == k->s[0] && key_is(k, names[i])) return i;
+        if (names[i].n == k->n && (unsigned char)names[i].s[0] == k->s[0] &&
+            memcmp(k->s, names[i].s, k->n) == 0)
+            return i;
     return -1;
 }
 
@@ -151,10 +163,10 @@ static int read_args(Scan *s, JsCursor *c, Fields *f) {
         JsString key;
         if (!js_key(c, &key)) return 0;
         if (key.escaped) f->decline = 1; /* it may spell a key read below */
-        int slot = key_index(&key, ARG_KEYS, SCAN_NARGS);
-        int raw = slot < 0 ? key_index(&key, RAW_KEYS, SCAN_NRAW) : -1;
-        int seq = slot < 0 && raw < 0 && key_index(&key, SEQ_KEY, 1) >= 0;
-        int coll = slot < 0 && raw < 0 && !seq && key_index(&key, COLL_KEYS, 2) >= 0;
+        int at = key_index(&key, ARG_KEYS, A_COUNT);
+        int slot = at >= 0 && at < A_RAW0 ? at : -1;
+        int raw = at >= A_RAW0 && at < A_SEQ ? at - A_RAW0 : -1;
+        int seq = at == A_SEQ, coll = at > A_SEQ;
         unsigned bit = slot >= 0 ? 1u << slot : raw >= 0 ? 1u << (SCAN_NARGS + raw)
                      : seq ? 1u << (SCAN_NARGS + SCAN_NRAW) : 0;
         if (bit & seen) f->decline = 1; /* a repeated key: the decoder keeps one of them */
@@ -184,7 +196,6 @@ enum { EV_FAST, EV_SKIP, EV_OTHER };
 
 /* Parse the object at c (an element of traceEvents) into f; the event's class, or -1. */
 static int read_event(Scan *s, JsCursor *c, Fields *f) {
-    static const char *const KEYS[] = {"ph", "name", "cat", "ts", "dur", "pid", "tid", "args"};
     memset(f, 0, sizeof *f);
     f->name.n = f->cat.n = SIZE_MAX;
     f->ts = f->dur = NAN;
@@ -244,8 +255,8 @@ static int put_string_id(Scan *s, const JsString *str, int32_t *id) {
 /* The bytes of one event into kept; its span there into the two buffers spans[0:2]. */
 static int keep(Scan *s, Grow *spans, const unsigned char *from, const unsigned char *to) {
     int64_t start = (int64_t)s->kept.len, end = start + (to - from);
-    return grow_put(&s->kept, from, (size_t)(to - from)) && grow_put(&spans[0], &start, 8) &&
-           grow_put(&spans[1], &end, 8);
+    return grow_put(&s->kept, from, (size_t)(to - from)) &&
+           grow_put_small(&spans[0], &start, 8) && grow_put_small(&spans[1], &end, 8);
 }
 
 static int put_fast(Scan *s, const Fields *f, int64_t index, const unsigned char *from,
@@ -259,19 +270,21 @@ static int put_fast(Scan *s, const Fields *f, int64_t index, const unsigned char
         raw[i] = -1;
         if (f->raw[i] && (raw[i] = intern(&s->raw, f->raw[i], f->raw_n[i])) < 0) return 0;
     }
-    int ok = grow_put(&s->col[C_INDEX], &index, 8) && grow_put(&s->col[C_TS], &f->ts, 8) &&
-             grow_put(&s->col[C_DUR], &f->dur, 8) && grow_put(&s->col[C_NAME], &name, 4) &&
-             grow_put(&s->col[C_CAT], &cat, 4) && grow_put(&s->col[C_PID], &f->id[0], 8) &&
-             grow_put(&s->col[C_TID], &f->id[1], 8) && grow_put(&s->col[C_PID_S], &pid_s, 4) &&
-             grow_put(&s->col[C_TID_S], &tid_s, 4) && grow_put(&s->col[C_COLL], &coll, 1) &&
-             grow_put(&s->col[C_SEQ], &f->seq, 8);
-    for (int i = 0; ok && i < SCAN_NARGS; i++) ok = grow_put(&s->col[C_ARG0 + i], &f->args[i], 8);
-    for (int i = 0; ok && i < SCAN_NRAW; i++) ok = grow_put(&s->col[C_RAW0 + i], &raw[i], 4);
+    Grow *col = s->col;
+    int ok = grow_put_small(&col[C_INDEX], &index, 8) && grow_put_small(&col[C_TS], &f->ts, 8) &&
+             grow_put_small(&col[C_DUR], &f->dur, 8) && grow_put_small(&col[C_NAME], &name, 4) &&
+             grow_put_small(&col[C_CAT], &cat, 4) && grow_put_small(&col[C_PID], &f->id[0], 8) &&
+             grow_put_small(&col[C_TID], &f->id[1], 8) &&
+             grow_put_small(&col[C_PID_S], &pid_s, 4) &&
+             grow_put_small(&col[C_TID_S], &tid_s, 4) && grow_put_small(&col[C_COLL], &coll, 1) &&
+             grow_put_small(&col[C_SEQ], &f->seq, 8);
+    for (int i = 0; ok && i < SCAN_NARGS; i++) ok = grow_put_small(&col[C_ARG0 + i], &f->args[i], 8);
+    for (int i = 0; ok && i < SCAN_NRAW; i++) ok = grow_put_small(&col[C_RAW0 + i], &raw[i], 4);
     return ok && (!coll || keep(s, s->coll, from, to));
 }
 
 static int put_other(Scan *s, int64_t index, const unsigned char *from, const unsigned char *to) {
-    return grow_put(&s->other[O_INDEX], &index, 8) && keep(s, &s->other[O_START], from, to);
+    return grow_put_small(&s->other[O_INDEX], &index, 8) && keep(s, &s->other[O_START], from, to);
 }
 
 /* ---- the document, one unit at a time ----

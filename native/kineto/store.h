@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct {
     char *data;
@@ -25,6 +26,15 @@ typedef struct {
 } Intern;
 
 int grow_put(Grow *g, const void *src, size_t n); /* 0: no memory */
+
+/* grow_put inlined where it fits (the columns' one value per event: a fixed-size copy the
+ * compiler turns into one store); a buffer that must grow takes the call. */
+static inline int grow_put_small(Grow *g, const void *src, size_t n) {
+    if (g->cap - g->len < n) return grow_put(g, src, n);
+    memcpy(g->data + g->len, src, n);
+    g->len += n;
+    return 1;
+}
 void grow_free(Grow *g);
 int32_t intern(Intern *t, const unsigned char *s, size_t n); /* the id of s[0:n]; -1: no memory */
 void intern_free(Intern *t);
