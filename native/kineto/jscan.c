@@ -84,51 +84,65 @@ int js_string(JsCursor *c, JsString *out) {
     return fail(c); /* the file ends inside the string */
 }
 
-static int is_digit(JsCursor *c) { return c->p < c->end && *c->p >= '0' && *c->p <= '9'; }
+static int is_digit(const unsigned char *p, const unsigned char *end) {
+    return p < end && *p >= '0' && *p <= '9';
+}
 
+/* One pass over the number's text: its integer value when it is one, and the digits
+ * js_fast_double needs. */
 int js_number(JsCursor *c, JsNumber *out) {
-    const unsigned char *start = c->p;
-    int negative = 0, integer = 1, fits = 1, digits = 0;
+    const uint64_t exact = UINT64_C(1) << 53, big = UINT64_C(1) << 62;
+    const unsigned char *p = c->p, *end = c->end, *start = p;
+    int negative = 0, integer = 1, fits = 1, digits = 0, frac = 0, simple = 1;
     uint64_t mag = 0;
-    if (c->p < c->end && *c->p == '-') {
+    if (p < end && *p == '-') {
         negative = 1;
-        c->p++;
+        p++;
     }
-    if (!is_digit(c)) return fail(c);
-    if (*c->p == '0') {
-        c->p++;
+    if (!is_digit(p, end)) return c->p = p, fail(c);
+    if (*p == '0') {
+        p++;
         digits = 1;
-        if (is_digit(c)) return fail(c); /* a leading zero: not JSON */
+        if (is_digit(p, end)) return c->p = p, fail(c); /* a leading zero: not JSON */
     } else {
-        while (is_digit(c)) {
-            unsigned d = (unsigned)(*c->p - '0');
-            if (mag > (UINT64_C(1) << 62) / 10) fits = 0;
-            else mag = mag * 10 + d;
-            digits++;
-            c->p++;
+        for (; is_digit(p, end); p++, digits++) {
+            if (mag > big / 10) fits = 0;
+            else mag = mag * 10 + (unsigned)(*p - '0');
         }
     }
-    if (mag > (UINT64_C(1) << 62)) fits = 0;
-    if (c->p < c->end && *c->p == '.') {
+    if (mag > big) fits = 0;
+    uint64_t m = mag; /* the digits so far as one integer, while it stays exact */
+    if (!fits || m > exact) simple = 0;
+    if (p < end && *p == '.') {
         integer = 0;
-        c->p++;
-        if (!is_digit(c)) return fail(c);
-        while (is_digit(c)) c->p++;
+        p++;
+        if (!is_digit(p, end)) return c->p = p, fail(c);
+        for (; is_digit(p, end); p++) {
+            if (!simple) continue;
+            m = m * 10 + (unsigned)(*p - '0');
+            if (m > exact || ++frac > 22) simple = 0;
+        }
     }
-    if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
+    if (p < end && (*p == 'e' || *p == 'E')) {
         integer = 0;
+        simple = 0;
         c->odd_number = 1;
-        c->p++;
-        if (c->p < c->end && (*c->p == '+' || *c->p == '-')) c->p++;
-        if (!is_digit(c)) return fail(c);
-        while (is_digit(c)) c->p++;
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (!is_digit(p, end)) return c->p = p, fail(c);
+        while (is_digit(p, end)) p++;
     }
-    if (digits > 18 || c->p - start > 40) c->odd_number = 1;
+    c->p = p;
+    if (digits > 18 || p - start > 40) c->odd_number = 1;
     out->s = start;
-    out->n = (size_t)(c->p - start);
+    out->n = (size_t)(p - start);
     out->integer = integer;
     out->fits = integer && fits;
     out->value = out->fits ? (negative ? -(int64_t)mag : (int64_t)mag) : 0;
+    out->simple = simple;
+    out->negative = negative;
+    out->frac = frac;
+    out->digits = m;
     return 1;
 }
 
@@ -246,25 +260,10 @@ int js_fast_double(const JsNumber *num, double *out) {
     static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
                                    1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
                                    1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-    const unsigned char *p = num->s, *end = num->s + num->n;
-    const uint64_t exact = UINT64_C(1) << 53;
-    int negative = 0, frac = 0;
-    uint64_t m = 0;
-    if (p < end && *p == '-') negative = 1, p++;
-    for (; p < end && *p >= '0' && *p <= '9'; p++) {
-        m = m * 10 + (unsigned)(*p - '0');
-        if (m > exact) return 0;
-    }
-    if (p < end && *p == '.') {
-        for (p++; p < end && *p >= '0' && *p <= '9'; p++) {
-            m = m * 10 + (unsigned)(*p - '0');
-            if (m > exact || ++frac > 22) return 0;
-        }
-    }
-    if (p != end) return 0; /* an exponent: the full parser */
-    double v = (double)m;
-    if (frac) v /= POW10[frac];
-    *out = negative ? -v : v;
+    if (!num->simple) return 0;
+    double v = (double)num->digits;
+    if (num->frac) v /= POW10[num->frac];
+    *out = num->negative ? -v : v;
     return 1;
 }
 

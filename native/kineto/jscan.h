@@ -33,6 +33,10 @@ typedef struct {
     int integer;   /* no fraction and no exponent */
     int64_t value; /* integer: its value when it fits (fits set) */
     int fits;      /* integer within +-(2**62) */
+    /* js_fast_double's case: no exponent, and the digits (fraction too) make an integer up
+     * to 2**53 (digits) with at most 22 of them after the point (frac) */
+    int simple, negative, frac;
+    uint64_t digits;
 } JsNumber;
 
 static inline void js_skip_ws(JsCursor *c) {
