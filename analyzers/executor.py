@@ -286,7 +286,7 @@ def _executor(tasks: list[FileTask], scheduler, workers: int | None) -> Iterable
 def _pool_map(tasks: list[FileTask], workers: int) -> Iterator[FileResult]:
     """The map in a local process pool; Ctrl-C (or any exception) kills the workers at once
     and removes the cache temporaries they were writing (profkit.run.pool)."""
-    _preload()
+    preload()
     cached = [f for t in tasks if t.use_cache for f in t.files]
     readers = min(workers, len(tasks))  # one memory budget between them
     tasks = [replace(t, readers=readers) for t in tasks]
@@ -297,7 +297,7 @@ def _pool_map(tasks: list[FileTask], workers: int) -> Iterator[FileResult]:
             yield _outcome(fut, futures[fut])
 
 
-def _preload() -> None:
+def preload() -> None:
     """Import what every worker's map and this process's reduce import, before the workers
     are forked: once, shared, rather than once per worker (~0.1 CPU s each on 2 ranks)."""
     import profkit.analyzers.analyze  # noqa: F401  the reduce's, here after the map anyway

@@ -276,13 +276,13 @@ def test_counts_read_as_words(tmp_path, capsys):
     assert "events from ranks 0-1 (open it" in capsys.readouterr().out
 
 
-BLAS_PROBE = ("import atexit, os, sys; atexit.register(lambda: print('blas threads:', "
-              "os.environ.get('OPENBLAS_NUM_THREADS'))); sys.argv[0] = 'profkit'; "
-              "from profkit.cli import main; main()")
+BLAS_PROBE = ("import atexit, gc, os, sys; atexit.register(lambda: print('blas threads:', "
+              "os.environ.get('OPENBLAS_NUM_THREADS'), 'frozen:', gc.get_freeze_count())); "
+              "sys.argv[0] = 'profkit'; from profkit.cli import main; main()")
 
 
 @pytest.mark.parametrize("given, expected", [(None, "1"), ("3", "3")])
-def test_the_program_asks_openblas_for_no_threads_unless_the_user_chose(tmp_path, given,
+def test_the_program_asks_for_no_blas_threads_and_freezes_its_imports(tmp_path, given,
                                                                         expected):
     """An idle OpenBLAS thread spins after numpy's import (CPU the pool's workers want); the
     analysis does no matrix products, so the program asks for none, before numpy is
@@ -295,3 +295,31 @@ def test_the_program_asks_openblas_for_no_threads_unless_the_user_chose(tmp_path
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert f"blas threads: {expected}" in proc.stdout
+    # and the program froze what its heavy imports made (test_program_imports_run_...)
+    assert int(proc.stdout.split("frozen:")[1]) > 10_000
+
+
+def test_program_imports_run_without_the_collector_then_freeze(monkeypatch):
+    """As the program, a command's heavy imports run with the cyclic GC off (it re-walked
+    every new module's objects ~160 times), and what they made is frozen afterwards; an
+    error inside still turns it back on. As a library (main(argv), notebooks), the
+    caller's collector is left alone."""
+    import gc
+
+    from profkit.cli import options
+
+    before = gc.get_freeze_count()
+    with options.imports():  # a library caller: nothing changes
+        assert gc.isenabled()
+    assert gc.get_freeze_count() == before
+    monkeypatch.setattr(options, "_PROGRAM", [True])
+    try:
+        with options.imports():
+            assert not gc.isenabled()
+            made = [[] for _ in range(100)]
+        assert gc.isenabled() and gc.get_freeze_count() >= before + len(made)
+        with pytest.raises(ValueError), options.imports():
+            raise ValueError
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()  # the test process is no program: let its collector see them again

@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from profkit.cli.options import parse_ranks, parse_span, progress
+from profkit.cli.options import imports, parse_ranks, parse_span, progress
 from profkit.errors import IncompleteRunError, OutputError, UsageError
 from profkit.textout import PIPE_WIDTH, rank_ranges, ranks_text, terminal_width
 
@@ -51,16 +51,18 @@ def _cached_analysis(args, run: str, thresholds, fmt: str):
     """The analysis of ``run``: from the result cache when no file of the run changed and
     it was made with the same options and thresholds, else mapped per rank on the chosen
     executor and reduced. ``fmt``: the format a cached entry must render in to be used."""
-    from profkit.analyzers.analyze import Analysis
-    from profkit.analyzers.executor import analyze_run
-    from profkit.run import cache
-
+    with imports():
+        from profkit.analyzers.analyze import Analysis
+        from profkit.analyzers.executor import analyze_run, preload
+        from profkit.run import cache
     key = None if args.no_cache else _analysis_key(args, run, thresholds)
     if key is not None and Path(run).exists():
         cached = cache.load_result(Path(run), key, Analysis)
         if cached is not None and _renders(cached, fmt):
             log.debug("analysis of %s from the result cache", run)
             return _steps_found(args, cached)
+    with imports():
+        preload()
     analysis = analyze_run(run, scheduler=getattr(args, "scheduler", None),
                            workers=args.workers, cache=not args.no_cache, strict=args.strict,
                            ranks=parse_ranks(args.ranks), cycle=args.cycle,
@@ -142,7 +144,8 @@ def cmd_analyze(args) -> int:
     report = cache.load_report(Path(args.run), key) if key else None
     analysis = None
     if report is None:
-        from profkit.analyzers.report.render import problems
+        with imports():
+            from profkit.analyzers.report.render import problems
 
         analysis = _cached_analysis(args, args.run, thresholds, args.format)
         report = {"data": _render_analysis(analysis, args.format, width).decode(),
@@ -173,8 +176,9 @@ def _write_tables(analysis, folder: Path, fmt: str) -> None:
 def cmd_diff(args) -> int:
     import orjson
 
-    from profkit.analyzers.compare.diff import diff_analyses
-    from profkit.analyzers.report.diff_text import diff_to_json, diff_to_text
+    with imports():
+        from profkit.analyzers.compare.diff import diff_analyses
+        from profkit.analyzers.report.diff_text import diff_to_json, diff_to_text
 
     thresholds = _thresholds(args)
     base, new = (_cached_analysis(args, run, thresholds, "text") for run in (args.base, args.new))

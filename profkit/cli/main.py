@@ -19,6 +19,7 @@ from profkit.cli.options import (
     add_load_options,
     add_read_options,
     add_report_options,
+    as_program,
     number_pair,
     percent,
     positive_number,
@@ -173,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
     if args.func is not cmd_ncu:  # ncu runs the user's program: it keeps its environment
         _one_blas_thread()
+    as_program()
     from profkit.children import SignalStop
 
     with SignalStop() as stop:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from profkit.cli.options import load, parse_span
+from profkit.cli.options import imports, load, parse_span
 from profkit.textout import plural, ranks_text, terminal_width
 
 
 def cmd_merge(args) -> int:
-    from profkit.run.summary import format_summary
-    from profkit.timeline.merge import merge_run
-    from profkit.timeline.window import window_for
+    with imports():
+        from profkit.run.summary import format_summary
+        from profkit.timeline.merge import merge_run
+        from profkit.timeline.window import window_for
 
     run = load(args)
     output = args.output or Path(f"{Path(args.run).resolve().name}.merged.json.gz")
@@ -28,7 +29,8 @@ def cmd_merge(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from profkit.run.summary import format_summary
+    with imports():
+        from profkit.run.summary import format_summary
 
     print(format_summary(load(args), terminal_width(sys.stdout.isatty())))
     return 0
