@@ -198,7 +198,7 @@ class Accumulator:
             if hit is None:
                 if len(memo) >= MAX_MEMO:
                     memo.clear()
-                hit = memo[key] = shape_costs(names[i], a, self.conv_links.wants(names[i]))
+                hit = memo[key] = shape_costs(names[i], a, self.conv_links.links(names[i]))
             rows.append(i)
             hits.append(hit)
         return rows, hits

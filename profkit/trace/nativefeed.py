@@ -237,7 +237,7 @@ class _Rows:
                 if hit is None:
                     if len(memo) >= MAX_MEMO:
                         memo.clear()
-                    hit = memo[key] = shape_costs(name, a, acc.conv_links.wants(name))
+                    hit = memo[key] = shape_costs(name, a, acc.conv_links.links(name))
                 found.append(hit)
             return rows.tolist(), [found[j] for j in inverse.tolist()]
 
