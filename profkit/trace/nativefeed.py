@@ -13,6 +13,7 @@ among the fast rows, so rows, codes and their order are those of the pure-Python
 from __future__ import annotations
 
 from collections import Counter
+from typing import Union, get_args
 
 import msgspec
 import numpy as np
@@ -21,11 +22,13 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify.events import LEGACY_PID_CATEGORY
 from profkit.columns import stable_id, unique_rows
+from profkit.trace.memorysamples import MemoryInstant
 from profkit.trace.native import ARG_FIELDS, NO_SEQ, RAW_FIELDS, NativeScan, join_spans
 from profkit.trace.opargs import dims_text, shape_costs
 from profkit.trace.traceevents import (
     BATCH_DECODER,
     DECODE_ERRORS,
+    AnyEvent,
     CounterEvent,
     Event,
     InstantEvent,
@@ -39,6 +42,11 @@ _ARG_KINDS = {  # the kinds each numeric arg is read for (accumulate._ARG_COLUMN
     "stream": S.GPU_KINDS, "device": S.GPU_KINDS, "blocks_per_sm": (S.KIND_KERNEL,),
     "occupancy_pct": (S.KIND_KERNEL,), "flops": (S.KIND_CPU_OP,),
     "bytes": (S.KIND_MEMCPY, S.KIND_MEMSET)}
+# BATCH_DECODER with the instants' args decoded with them (memorysamples.MemoryInstant): the
+# allocator's ~26k samples a rank are decoded once, not their args again from raw JSON.
+_OTHER_DECODER = msgspec.json.Decoder(list[Union[tuple(  # noqa: UP007 - a union built from a tuple
+    MemoryInstant if t is InstantEvent else t for t in get_args(AnyEvent))]])
+_INSTANTS = (InstantEvent, MemoryInstant)
 
 
 def feed(acc, scan: NativeScan, repairs: Counter) -> None:
@@ -65,14 +73,13 @@ def _other_events(acc, scan: NativeScan, repairs: Counter):
     run_at = -1
     for lo in range(0, len(index), BATCH_EVENTS):
         hi = min(lo + BATCH_EVENTS, len(index))
-        records = _decode(scan.kept, start[lo:hi], end[lo:hi], repairs)
+        records = _decode_other(scan.kept, start[lo:hi], end[lo:hi], repairs)
         acc.metadata.extend(e for e in records if type(e) is Meta)
         acc.counters.add([e for e in records if type(e) is CounterEvent])
-        acc.memory.add([e for e in records if type(e) is InstantEvent])
+        acc.memory.add([e for e in records if type(e) in _INSTANTS])
         fast = scan.columns["index"]
-        for i, rec in zip(range(lo, hi), records):
-            if type(rec) is not Event:
-                continue
+        for i in [j for j, rec in enumerate(records, lo) if type(rec) is Event]:
+            rec = records[i - lo]
             ev_index = int(index[i])
             if run and np.searchsorted(fast, ev_index) != np.searchsorted(fast, run_at):
                 yield run_at, run
@@ -82,6 +89,17 @@ def _other_events(acc, scan: NativeScan, repairs: Counter):
             run.append(rec)
     if run:
         yield run_at, run
+
+
+def _decode_other(raw, starts: np.ndarray, ends: np.ndarray, repairs: Counter) -> list:
+    """:func:`_decode` of the spans, their instants' args decoded with them
+    (:data:`_OTHER_DECODER`) where each is what Kineto writes (an object of integers or
+    nulls, or none); else (a value of another type, or what the typed decoder refuses)
+    by :func:`_decode`, as before."""
+    try:
+        return _OTHER_DECODER.decode(join_spans(raw, starts, ends))
+    except DECODE_ERRORS:
+        return _decode(raw, starts, ends, repairs)
 
 
 def _decode(raw, starts: np.ndarray, ends: np.ndarray, repairs: Counter) -> list:
