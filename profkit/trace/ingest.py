@@ -106,10 +106,14 @@ def _categorical(values: np.ndarray, rows: np.ndarray) -> pd.Categorical:
     tenth of a rank), its categories read from those rows alone."""
     if not len(values) or (values[~rows] != "").any():
         return pd.Categorical(values)
-    cats = sorted(set(values[rows].tolist()) | ({""} if not rows.all() else set()))
+    # the rows' distinct values by pandas' hash (None kept as a value: sorted() refuses it,
+    # as pd.Categorical would), each coded once
+    local, distinct = pd.factorize(values[rows], use_na_sentinel=False)
+    distinct = distinct.tolist()
+    cats = sorted(set(distinct) | ({""} if not rows.all() else set()))
     index = {c: i for i, c in enumerate(cats)}
     codes = np.full(len(values), index.get("", -1), dtype=np.int32)
-    codes[rows] = [index[v] for v in values[rows].tolist()]
+    codes[rows] = np.array([index[v] for v in distinct], dtype=np.int32)[local]
     return pd.Categorical.from_codes(codes, categories=pd.Index(cats))
 
 
