@@ -40,15 +40,23 @@ COMM_STREAM_MIN_FRAC = 0.5  # communication share of a stream's kernel time (rul
 
 def upgrade(ev: pd.DataFrame, is_gpu: np.ndarray, args, cls: np.ndarray, sub: np.ndarray,
             strength: np.ndarray) -> None:
-    """Apply rules 1-3 (module doc) to the per-row ``cls`` / ``sub`` / ``strength``."""
-    kernel = is_gpu & values_in(ev[S.KIND], (S.KIND_KERNEL,))
-    for i, a in args.items():
-        if kernel[i] and a.collective is not None and strength[i] < classify.RULED:
-            cls[i], sub[i] = S.CLS_COMMUNICATION, classify.collective_kind(a.collective)
+    """Apply rules 1-3 (module doc) to ``cls`` / ``sub`` / ``strength``: those of the GPU
+    events alone, the rows ``np.flatnonzero(is_gpu)`` of ``ev`` in order (a tenth of a rank:
+    no array of every row to fill, nor to read the GPU rows back from)."""
+    gpu_rows = np.flatnonzero(is_gpu)
+    kernel = values_in(ev[S.KIND], (S.KIND_KERNEL,))[gpu_rows]
+    if args:
+        rows = np.fromiter(args.keys(), np.int64, len(args))
+        at = np.minimum(np.searchsorted(gpu_rows, rows), max(len(gpu_rows) - 1, 0))
+        gpu = (gpu_rows[at] == rows) if len(gpu_rows) else np.zeros(len(rows), bool)
+        for j, a, on_gpu in zip(at.tolist(), args.values(), gpu.tolist()):
+            if on_gpu and kernel[j] and a.collective is not None \
+                    and strength[j] < classify.RULED:
+                cls[j], sub[j] = S.CLS_COMMUNICATION, classify.collective_kind(a.collective)
     unknown = _still_compute(kernel & (strength == classify.UNKNOWN), cls)
-    _launched_by_comm_ops(ev, is_gpu, unknown, cls, sub)
-    _launched_in_comm_ranges(ev, is_gpu, _still_compute(unknown, cls), cls, sub)
-    _on_comm_streams(ev, kernel, _still_compute(unknown, cls), strength, cls, sub)
+    _launched_by_comm_ops(ev, is_gpu, gpu_rows, unknown, cls, sub)
+    _launched_in_comm_ranges(ev, gpu_rows, _still_compute(unknown, cls), cls, sub)
+    _on_comm_streams(ev, gpu_rows, kernel, _still_compute(unknown, cls), strength, cls, sub)
 
 
 def _still_compute(rows: np.ndarray, cls: np.ndarray) -> np.ndarray:
@@ -59,15 +67,16 @@ def _still_compute(rows: np.ndarray, cls: np.ndarray) -> np.ndarray:
     return out
 
 
-def _launched_by_comm_ops(ev, is_gpu, unknown, cls, sub) -> None:
-    """Kernels whose External id is a communication CPU op's."""
+def _launched_by_comm_ops(ev, is_gpu, gpu_rows, unknown, cls, sub) -> None:
+    """Kernels whose External id is a communication CPU op's (``unknown``, ``cls``, ``sub``:
+    of the GPU rows ``gpu_rows``, as in the functions below)."""
     comm_ops = ~is_gpu & names_matching(ev[S.NAME], classify.COMM_OP_RE.search)
     if not comm_ops.any() or not unknown.any():
         return
     ext = ev[S.EXTERNAL_ID].to_numpy()
     comm_ids = np.setdiff1d(np.unique(ext[comm_ops]), [-1])
     rows = np.flatnonzero(unknown)
-    launched = rows[np.isin(ext[rows], comm_ids)]
+    launched = rows[np.isin(ext[gpu_rows[rows]], comm_ids)]
     cls[launched], sub[launched] = S.CLS_COMMUNICATION, "other"
 
 
@@ -80,7 +89,7 @@ def names_matching(names: pd.Series, search) -> np.ndarray:
     return lut[names.cat.codes.to_numpy()]
 
 
-def _launched_in_comm_ranges(ev, is_gpu, unknown, cls, sub) -> None:
+def _launched_in_comm_ranges(ev, gpu_rows, unknown, cls, sub) -> None:
     """Kernels whose launch call lies inside a communication-named CPU range (rule 2)."""
     if not unknown.any():
         return
@@ -94,7 +103,7 @@ def _launched_in_comm_ranges(ev, is_gpu, unknown, cls, sub) -> None:
     rows = np.flatnonzero(unknown)
     if not len(corr):
         return
-    wanted = ev[S.CORRELATION].to_numpy()[rows]
+    wanted = ev[S.CORRELATION].to_numpy()[gpu_rows[rows]]
     at = np.minimum(np.searchsorted(corr, wanted), len(corr) - 1)
     hit = corr[at] == wanted
     cls[rows[hit]], sub[rows[hit]] = S.CLS_COMMUNICATION, collective[at[hit]]
@@ -166,16 +175,17 @@ def _launches_inside(l_thread: np.ndarray, l_ts: np.ndarray, r_thread: np.ndarra
     return first, last
 
 
-def _on_comm_streams(ev, kernel, unknown, strength, cls, sub) -> None:
+def _on_comm_streams(ev, gpu_rows, kernel, unknown, strength, cls, sub) -> None:
     """Unknown kernels on a stream whose kernel time is mostly communication and where no
     kernel has a known compute name (rule 3)."""
     rows = np.flatnonzero(kernel)
     comm = cls[rows] == S.CLS_COMMUNICATION
     if not unknown.any() or not comm.any():
         return
-    stream = ev[S.DEVICE].to_numpy()[rows] * (1 << 32) + ev[S.STREAM].to_numpy()[rows]
+    at = gpu_rows[rows]
+    stream = ev[S.DEVICE].to_numpy()[at] * (1 << 32) + ev[S.STREAM].to_numpy()[at]
     codes, streams = pd.factorize(stream)
-    dur = ev[S.DUR_NS].to_numpy()[rows].astype(float)
+    dur = ev[S.DUR_NS].to_numpy()[at].astype(float)
     total = np.bincount(codes, weights=dur, minlength=len(streams))
     comm_ns = np.bincount(codes, weights=dur * comm, minlength=len(streams))
     named = (cls[rows] == S.CLS_COMPUTE) & (strength[rows] > classify.UNKNOWN)

@@ -80,39 +80,36 @@ def unusable_reason(events: pd.DataFrame, raw_count: int, problems: list[str]) -
 
 def _classify_gpu(ev: pd.DataFrame, is_gpu: np.ndarray, args: SparseArgs) -> None:
     """Class of GPU events by name and user rules (classify), then by the evidence around
-    them (comm_evidence)."""
-    n = len(ev)
-    cls = np.full(n, "", dtype=object)
-    sub = np.full(n, "", dtype=object)
-    strength = np.full(n, classify.NAMED, dtype=np.int8)
-    if is_gpu.any():
-        kind_codes = ev[S.KIND].cat.codes.to_numpy()[is_gpu].astype(np.int64)
-        name_codes = ev[S.NAME].cat.codes.to_numpy()[is_gpu].astype(np.int64)
+    them (comm_evidence); "" on every other row."""
+    rows = np.flatnonzero(is_gpu)
+    cls = sub = np.empty(0, dtype=object)
+    if len(rows):
+        kind_codes = ev[S.KIND].cat.codes.to_numpy()[rows].astype(np.int64)
+        name_codes = ev[S.NAME].cat.codes.to_numpy()[rows].astype(np.int64)
         keys = kind_codes * (len(ev[S.NAME].cat.categories) + 1) + name_codes
         uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         kinds = np.asarray(ev[S.KIND].cat.categories, dtype=object)[kind_codes[first]]
         names = np.asarray(ev[S.NAME].cat.categories, dtype=object)[name_codes[first]]
         named = classify.classify_gpu_names(kinds, names)
-        cls[is_gpu] = named.classes[inverse]
-        sub[is_gpu] = named.subclasses[inverse]
-        strength[is_gpu] = named.strength[inverse]
-        comm_evidence.upgrade(ev, is_gpu, args, cls, sub, strength)
-    ev[S.CLASS] = _categorical(cls, is_gpu)
-    ev[S.SUBCLASS] = _categorical(sub, is_gpu)
+        # of the GPU rows alone (comm_evidence.upgrade reads and changes them so)
+        cls, sub = named.classes[inverse], named.subclasses[inverse]
+        comm_evidence.upgrade(ev, is_gpu, args, cls, sub, named.strength[inverse])
+    ev[S.CLASS] = _categorical(cls, rows, len(ev))
+    ev[S.SUBCLASS] = _categorical(sub, rows, len(ev))
 
 
-def _categorical(values: np.ndarray, rows: np.ndarray) -> pd.Categorical:
-    """``pd.Categorical(values)`` of strings that are "" outside ``rows`` (the GPU rows: a
-    tenth of a rank), its categories read from those rows alone."""
-    if not len(values) or (values[~rows] != "").any():
-        return pd.Categorical(values)
-    # the rows' distinct values by pandas' hash (None kept as a value: sorted() refuses it,
-    # as pd.Categorical would), each coded once
-    local, distinct = pd.factorize(values[rows], use_na_sentinel=False)
+def _categorical(values: np.ndarray, rows: np.ndarray, n: int) -> pd.Categorical:
+    """``pd.Categorical`` of ``n`` strings: ``values`` on the ``rows`` (the GPU rows: a
+    tenth of a rank), "" on every other; its categories read from the values alone."""
+    if not n:
+        return pd.Categorical(np.empty(0, dtype=object))
+    # the distinct values by pandas' hash (None kept as a value: sorted() refuses it, as
+    # pd.Categorical would), each coded once
+    local, distinct = pd.factorize(values, use_na_sentinel=False)
     distinct = distinct.tolist()
-    cats = sorted(set(distinct) | ({""} if not rows.all() else set()))
+    cats = sorted(set(distinct) | ({""} if len(rows) < n else set()))
     index = {c: i for i, c in enumerate(cats)}
-    codes = np.full(len(values), index.get("", -1), dtype=np.int32)
+    codes = np.full(n, index.get("", -1), dtype=np.int32)
     codes[rows] = np.array([index[v] for v in distinct], dtype=np.int32)[local]
     return pd.Categorical.from_codes(codes, categories=pd.Index(cats))
 
