@@ -16,7 +16,7 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify import comm as comm_evidence
 from profkit.classify import events as classify
-from profkit.columns import aggregate, category_mask, values_in
+from profkit.columns import category_mask, values_in
 from profkit.nccl.collectives import build_collectives
 from profkit.trace.accumulate import SparseArgs, accumulate
 from profkit.trace.header import base_time_ns
@@ -130,14 +130,34 @@ def step_table(ev: pd.DataFrame) -> pd.DataFrame:
 
 def add_gpu_spans(steps: pd.DataFrame, ev: pd.DataFrame) -> pd.DataFrame:
     """Bounds of the GPU work each step launched (-1 where it launched none)."""
-    gpu = ev[values_in(ev[S.KIND], S.GPU_KINDS) & (ev[S.STEP] >= 0).to_numpy()]
-    spans = pd.DataFrame({S.STEP: gpu[S.STEP], "start": gpu[S.TS_NS],
-                          "end": gpu[S.TS_NS] + gpu[S.DUR_NS]})
-    spans = aggregate(spans.groupby(S.STEP), dict(start=("start", "min"), end=("end", "max")))
+    gpu = values_in(ev[S.KIND], S.GPU_KINDS) & (ev[S.STEP] >= 0).to_numpy()
+    step = ev[S.STEP].to_numpy()[gpu]
+    start = ev[S.TS_NS].to_numpy()[gpu]
+    end = start + ev[S.DUR_NS].to_numpy()[gpu]
     out = steps.copy()
-    out[S.GPU_START_NS] = out[S.STEP].map(spans["start"]).fillna(-1).astype(np.int64)
-    out[S.GPU_END_NS] = out[S.STEP].map(spans["end"]).fillna(-1).astype(np.int64)
+    wanted = out[S.STEP].to_numpy()
+    out[S.GPU_START_NS] = _per_step(step, start, np.minimum, wanted)
+    out[S.GPU_END_NS] = _per_step(step, end, np.maximum, wanted)
     return out[list(S.STEP_COLUMNS)]
+
+
+def _per_step(step: np.ndarray, values: np.ndarray, reduce: np.ufunc,
+              wanted: np.ndarray) -> np.ndarray:
+    """``reduce`` (np.minimum, np.maximum) of the int64 ``values`` of each step in
+    ``wanted``, -1 for a step without any. Where one is without, the others pass through
+    float64, as the Series.map(...).fillna(-1).astype(int64) this replaces gave them
+    (rounded to float precision: ns since the epoch keep ~256 ns)."""
+    order = np.argsort(step, kind="stable")
+    step, values = step[order], values[order]
+    first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]]) if len(step) else np.empty(0, int)
+    steps, reduced = step[first], (reduce.reduceat(values, first) if len(first)
+                                   else np.empty(0, np.int64))
+    at = np.minimum(np.searchsorted(steps, wanted), max(len(steps) - 1, 0))
+    found = (steps[at] == wanted) if len(steps) else np.zeros(len(wanted), dtype=bool)
+    if found.all():
+        return reduced[at].astype(np.int64, copy=False)
+    return np.where(found, reduced[at].astype(np.float64) if len(steps) else -1.0,
+                    -1.0).astype(np.int64)
 
 
 def steps_holding(ts_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
