@@ -236,14 +236,15 @@ class _Rows:
     def _shape_hits(self, acc, at):
         """Accumulator._shape_hits for the rows ``at``: the rows of wanted names with Input
         Dims, their costs worked out once per distinct (name, raw args), from the scan's
-        ids, with the accumulator's memo (its keys as _shape_hits makes them)."""
+        ids, with the accumulator's memo (its keys as _shape_hits makes them), and the
+        distinct one of each row."""
         from profkit.trace.accumulate import MAX_MEMO
 
         def hits_of(name_codes: np.ndarray, names, args) -> tuple:
             keys = [self.col["name"][at], *(raw[at] for raw in self.raw_columns)]
             rows = np.flatnonzero(acc._wanted_names()[name_codes] & (keys[1] >= 0))
             if not len(rows):
-                return [], []
+                return [], [], None
             uniq, inverse, _ = unique_rows([key[rows] for key in keys])
             memo, found = acc.memo, []
             for name_id, *raw_ids in uniq.tolist():
@@ -257,7 +258,7 @@ class _Rows:
                         memo.clear()
                     hit = memo[key] = shape_costs(name, a, acc.conv_links.links(name))
                 found.append(hit)
-            return rows.tolist(), [found[j] for j in inverse.tolist()]
+            return rows.tolist(), found, inverse.reshape(-1)
 
         return hits_of
 
