@@ -131,7 +131,9 @@ class MemorySamples:
         tid, _oversized = ids_to_int(list(map(_TID, mem)))  # as the events table reads them
         self._put("ts_us", ts_us[keep])
         self._put(S.TID, tid[keep].astype(np.int64))
-        failed = np.fromiter(map(OOM_EVENT.__eq__, map(_NAME, mem)), bool, len(mem))  # str names
+        names = list(map(_NAME, mem))  # each MEMORY_EVENT or OOM_EVENT: checked at once
+        failed = (np.array(names, dtype=object) == OOM_EVENT if OOM_EVENT in names
+                  else np.zeros(len(mem), dtype=bool))
         self._put(S.OUT_OF_MEMORY, failed[keep])
         for column, values in columns.items():
             self._put(column, values[keep])
