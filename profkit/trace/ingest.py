@@ -16,7 +16,7 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify import comm as comm_evidence
 from profkit.classify import events as classify
-from profkit.columns import category_mask, values_in
+from profkit.columns import as_text, category_mask, values_in
 from profkit.nccl.collectives import build_collectives
 from profkit.trace.accumulate import SparseArgs, accumulate
 from profkit.trace.header import base_time_ns
@@ -119,7 +119,7 @@ def step_table(ev: pd.DataFrame) -> pd.DataFrame:
     mask = category_mask(ev[S.NAME], "^" + re.escape(STEP_PREFIX)) \
         & ~values_in(ev[S.KIND], S.GPU_KINDS + (S.KIND_GPU_ANNOTATION,))
     rows = ev.loc[mask, [S.NAME, S.TS_NS, S.DUR_NS]]
-    number = pd.to_numeric(rows[S.NAME].astype(str).str.slice(len(STEP_PREFIX)), errors="coerce")
+    number = pd.to_numeric(as_text(rows[S.NAME]).str.slice(len(STEP_PREFIX)), errors="coerce")
     # A step with no duration holds nothing, and a number past 2**53 is no step count.
     sane = (number >= 0) & (number <= MAX_STEP) & (rows[S.DUR_NS] > 0)
     rows = rows.assign(**{S.STEP: number})[sane.to_numpy()]
