@@ -54,3 +54,14 @@ def test_upper_case_escapes_are_not_folded():
     # \D lower-cased would be \d: such a pattern is searched with re.IGNORECASE alone
     folded = FoldedPattern(r"a\Db")
     assert folded.search("A_B") is not None and folded.search("A1B") is None
+
+
+def test_collective_kind_remembered_as_worked_out():
+    from profkit.classify import events
+
+    names = _names(500, 5, "|".join(rx for _, rx in COLL_RULES)) + ["nccl:" + "x" * 600]
+    names += [["not", "text"], 12, None]  # args of any JSON type are read as their text
+    for name in names + names:
+        assert events.collective_kind(name) == events._collective_kind(str(name))
+    assert events._remembered_kind.cache_info().hits >= 500
+    assert {events.collective_kind(n) for n in names} > {"all_reduce", "other"}

@@ -21,6 +21,7 @@ When a known compute name and a communication range disagree (a gating GEMM laun
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import NamedTuple
 
@@ -116,6 +117,14 @@ def compute_subclass(name: str) -> str:
 def collective_kind(text: str) -> str:
     """Normalised collective ('all_reduce', ...) from a collective name or kernel name."""
     text = str(text)
+    return _remembered_kind(text) if len(text) <= 512 else _collective_kind(text)
+
+
+# A rank names a few collectives hundreds of times: each (short) name is worked out once.
+_remembered_kind = functools.lru_cache(maxsize=4096)(lambda text: _collective_kind(text))
+
+
+def _collective_kind(text: str) -> str:
     # ncclDevKernel_AllReduce_Sum_f32_RING_LL -> "AllReduce"; strip the NCCL prefix first.
     text = re.sub(r"^(ncclDevKernel_|ncclKernel_|rcclKernel_?|nccl:)", "", text)
     for label, rx in _COLL_RES:
