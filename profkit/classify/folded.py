@@ -19,7 +19,7 @@ class FoldedPattern:
 
     def __init__(self, pattern: str) -> None:
         self.pattern = pattern
-        self.ignorecase = re.compile(pattern, re.IGNORECASE)
+        self._ignorecase: re.Pattern | None = None  # compiled when first needed
         # an upper-case letter (\D, \W, \B, \S, a literal) would change meaning lower-cased
         lower = pattern.isascii() and not any(c.isupper() for c in pattern)
         self._lower = re.compile(pattern) if lower else None
@@ -27,4 +27,6 @@ class FoldedPattern:
     def search(self, text: str) -> re.Match | None:
         if self._lower is not None and text.isascii():
             return self._lower.search(text.lower())
-        return self.ignorecase.search(text)
+        if self._ignorecase is None:
+            self._ignorecase = re.compile(self.pattern, re.IGNORECASE)
+        return self._ignorecase.search(text)
