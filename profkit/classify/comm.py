@@ -27,26 +27,36 @@ import pandas as pd
 
 from profkit import schema as S
 from profkit.classify import events as classify
-from profkit.columns import category_mask, values_in
+from profkit.classify.folded import FoldedPattern
+from profkit.columns import values_in
 
 # Names of CPU ranges whose launches are communication (word-start: not "redispatch"), in
-# any case: category_mask reads the pattern text, so it is given there as "(?i:...)".
+# any case (searched folded, per distinct name: _RANGE).
 COMM_RANGE_RE = re.compile(r"(?<![a-z])(?:dispatch|combine|all_?reduce|all_?to_?all|"
                            r"all_?gather|reduce_?scatter)", re.IGNORECASE)
+_RANGE = FoldedPattern(COMM_RANGE_RE.pattern)
 COMM_STREAM_MIN_FRAC = 0.5  # communication share of a stream's kernel time (rule 3)
 
 
 def upgrade(ev: pd.DataFrame, is_gpu: np.ndarray, args, cls: np.ndarray, sub: np.ndarray,
             strength: np.ndarray) -> None:
-    """Apply rules 1-3 (module doc) to the per-row ``cls`` / ``sub`` / ``strength``."""
-    kernel = is_gpu & values_in(ev[S.KIND], (S.KIND_KERNEL,))
-    for i, a in args.items():
-        if kernel[i] and a.collective is not None and strength[i] < classify.RULED:
-            cls[i], sub[i] = S.CLS_COMMUNICATION, classify.collective_kind(a.collective)
+    """Apply rules 1-3 (module doc) to ``cls`` / ``sub`` / ``strength``: those of the GPU
+    events alone, the rows ``np.flatnonzero(is_gpu)`` of ``ev`` in order (a tenth of a rank:
+    no array of every row to fill, nor to read the GPU rows back from)."""
+    gpu_rows = np.flatnonzero(is_gpu)
+    kernel = values_in(ev[S.KIND], (S.KIND_KERNEL,))[gpu_rows]
+    if args:
+        rows = np.fromiter(args.keys(), np.int64, len(args))
+        at = np.minimum(np.searchsorted(gpu_rows, rows), max(len(gpu_rows) - 1, 0))
+        gpu = (gpu_rows[at] == rows) if len(gpu_rows) else np.zeros(len(rows), bool)
+        for j, a, on_gpu in zip(at.tolist(), args.values(), gpu.tolist()):
+            if on_gpu and kernel[j] and a.collective is not None \
+                    and strength[j] < classify.RULED:
+                cls[j], sub[j] = S.CLS_COMMUNICATION, classify.collective_kind(a.collective)
     unknown = _still_compute(kernel & (strength == classify.UNKNOWN), cls)
-    _launched_by_comm_ops(ev, is_gpu, unknown, cls, sub)
-    _launched_in_comm_ranges(ev, is_gpu, _still_compute(unknown, cls), cls, sub)
-    _on_comm_streams(ev, kernel, _still_compute(unknown, cls), strength, cls, sub)
+    _launched_by_comm_ops(ev, is_gpu, gpu_rows, unknown, cls, sub)
+    _launched_in_comm_ranges(ev, gpu_rows, _still_compute(unknown, cls), cls, sub)
+    _on_comm_streams(ev, gpu_rows, kernel, _still_compute(unknown, cls), strength, cls, sub)
 
 
 def _still_compute(rows: np.ndarray, cls: np.ndarray) -> np.ndarray:
@@ -57,42 +67,67 @@ def _still_compute(rows: np.ndarray, cls: np.ndarray) -> np.ndarray:
     return out
 
 
-def _launched_by_comm_ops(ev, is_gpu, unknown, cls, sub) -> None:
-    """Kernels whose External id is a communication CPU op's."""
-    comm_ops = ~is_gpu & category_mask(ev[S.NAME], classify.COMM_OP_RE.pattern)
+def _launched_by_comm_ops(ev, is_gpu, gpu_rows, unknown, cls, sub) -> None:
+    """Kernels whose External id is a communication CPU op's (``unknown``, ``cls``, ``sub``:
+    of the GPU rows ``gpu_rows``, as in the functions below)."""
+    comm_ops = ~is_gpu & names_matching(ev[S.NAME], classify.COMM_OP_RE.search)
     if not comm_ops.any() or not unknown.any():
         return
     ext = ev[S.EXTERNAL_ID].to_numpy()
     comm_ids = np.setdiff1d(np.unique(ext[comm_ops]), [-1])
-    launched = np.flatnonzero(unknown & np.isin(ext, comm_ids))
+    rows = np.flatnonzero(unknown)
+    launched = rows[np.isin(ext[gpu_rows[rows]], comm_ids)]
     cls[launched], sub[launched] = S.CLS_COMMUNICATION, "other"
 
 
-def _launched_in_comm_ranges(ev, is_gpu, unknown, cls, sub) -> None:
+def names_matching(names: pd.Series, search) -> np.ndarray:
+    """Rows of the categorical ``names`` whose name ``search`` finds something in, searched
+    once per distinct name (as columns.category_mask; a missing name matches nothing)."""
+    cats = np.asarray(names.cat.categories, dtype=object)
+    lut = np.zeros(len(cats) + 1, dtype=bool)  # the last: code -1
+    lut[:-1] = [search(c) is not None for c in cats.tolist()]
+    return lut[names.cat.codes.to_numpy()]
+
+
+def _launched_in_comm_ranges(ev, gpu_rows, unknown, cls, sub) -> None:
     """Kernels whose launch call lies inside a communication-named CPU range (rule 2)."""
     if not unknown.any():
         return
     kind = ev[S.KIND]
     ranges = (values_in(kind, (S.KIND_ANNOTATION, S.KIND_CPU_OP))
-              & category_mask(ev[S.NAME], f"(?i:{COMM_RANGE_RE.pattern})|{classify.COMM_OP_RE.pattern}"))
+              & names_matching(ev[S.NAME], _range_or_op))
     launch = values_in(kind, (S.KIND_RUNTIME, S.KIND_DRIVER)) & (ev[S.CORRELATION] >= 0).to_numpy()
     if not ranges.any() or not launch.any():
         return
-    collective = _launch_collectives(ev, np.flatnonzero(ranges), np.flatnonzero(launch))
+    corr, collective = _launch_collectives(ev, np.flatnonzero(ranges), np.flatnonzero(launch))
     rows = np.flatnonzero(unknown)
-    found = pd.Series(ev[S.CORRELATION].to_numpy()[rows]).map(collective).to_numpy()
-    hit = pd.notna(found)
-    cls[rows[hit]], sub[rows[hit]] = S.CLS_COMMUNICATION, found[hit]
+    if not len(corr):
+        return
+    wanted = ev[S.CORRELATION].to_numpy()[gpu_rows[rows]]
+    at = np.minimum(np.searchsorted(corr, wanted), len(corr) - 1)
+    hit = corr[at] == wanted
+    cls[rows[hit]], sub[rows[hit]] = S.CLS_COMMUNICATION, collective[at[hit]]
 
 
-def _launch_collectives(ev: pd.DataFrame, ranges: np.ndarray, launches: np.ndarray) -> pd.Series:
-    """correlation -> collective kind of the innermost range holding the launch call, for
-    the launches inside a range on the same thread."""
+def _range_or_op(name: str):
+    """A communication range's name (COMM_RANGE_RE, in any case) or op's (COMM_OP_RE)."""
+    return _RANGE.search(name) or classify.COMM_OP_RE.search(name)
+
+
+def _launch_collectives(ev: pd.DataFrame, ranges: np.ndarray,
+                        launches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(correlations, in order, and the collective kind of each) of the launches inside a
+    range on the same thread: the kind of the innermost range holding the launch call, of
+    the last such call of a correlation."""
     ts, dur = ev[S.TS_NS].to_numpy(), ev[S.DUR_NS].to_numpy()
     pid, tid = ev[S.PID].to_numpy(), ev[S.TID].to_numpy()
     names = ev[S.NAME]
-    kinds = {n: classify.collective_kind(n) for n in names.iloc[ranges].unique()}
-    r_kind = names.iloc[ranges].map(kinds).to_numpy()
+    codes = names.cat.codes.to_numpy()[ranges]
+    distinct = np.unique(codes)
+    categories = np.asarray(names.cat.categories, dtype=object)
+    kinds = np.array([classify.collective_kind(n) for n in categories[distinct].tolist()],
+                     dtype=object)
+    r_kind = kinds[np.searchsorted(distinct, codes)]
     l_thread = pid[launches] * (1 << 32) + tid[launches]  # one key per thread
     order = np.lexsort((ts[launches], l_thread))
     l_rows, l_thread, l_ts = launches[order], l_thread[order], ts[launches][order]
@@ -105,7 +140,11 @@ def _launch_collectives(ev: pd.DataFrame, ranges: np.ndarray, launches: np.ndarr
         kind[a:b] = collective
     inside = kind != None  # noqa: E711 (elementwise comparison)
     corr = ev[S.CORRELATION].to_numpy()[l_rows[inside]]
-    return pd.Series(kind[inside], index=corr).groupby(level=0).last()
+    order = np.argsort(corr, kind="stable")  # a correlation's calls in launch order
+    corr, kind = corr[order], kind[inside][order]
+    last = np.ones(len(corr), dtype=bool)
+    last[:-1] = corr[1:] != corr[:-1]
+    return corr[last], kind[last]
 
 
 def _launches_inside(l_thread: np.ndarray, l_ts: np.ndarray, r_thread: np.ndarray,
@@ -136,16 +175,17 @@ def _launches_inside(l_thread: np.ndarray, l_ts: np.ndarray, r_thread: np.ndarra
     return first, last
 
 
-def _on_comm_streams(ev, kernel, unknown, strength, cls, sub) -> None:
+def _on_comm_streams(ev, gpu_rows, kernel, unknown, strength, cls, sub) -> None:
     """Unknown kernels on a stream whose kernel time is mostly communication and where no
     kernel has a known compute name (rule 3)."""
     rows = np.flatnonzero(kernel)
     comm = cls[rows] == S.CLS_COMMUNICATION
     if not unknown.any() or not comm.any():
         return
-    stream = ev[S.DEVICE].to_numpy()[rows] * (1 << 32) + ev[S.STREAM].to_numpy()[rows]
+    at = gpu_rows[rows]
+    stream = ev[S.DEVICE].to_numpy()[at] * (1 << 32) + ev[S.STREAM].to_numpy()[at]
     codes, streams = pd.factorize(stream)
-    dur = ev[S.DUR_NS].to_numpy()[rows].astype(float)
+    dur = ev[S.DUR_NS].to_numpy()[at].astype(float)
     total = np.bincount(codes, weights=dur, minlength=len(streams))
     comm_ns = np.bincount(codes, weights=dur * comm, minlength=len(streams))
     named = (cls[rows] == S.CLS_COMPUTE) & (strength[rows] > classify.UNKNOWN)

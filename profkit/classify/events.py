@@ -21,12 +21,14 @@ When a known compute name and a communication range disagree (a gating GEMM laun
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import NamedTuple
 
 import numpy as np
 
 from profkit import schema as S
+from profkit.classify.folded import FoldedPattern
 from profkit.classify.patterns import COLL_RULES, COMPUTE_RULES, MEMCPY_DIRECTIONS
 from profkit.classify.rules import active_rules, rules_fingerprint, use_rules  # noqa: F401 (their home)
 
@@ -78,9 +80,11 @@ COMM_KERNEL_RE = re.compile("|".join((
 # CPU-side communication ops: their GPU work is communication even with a generic name.
 COMM_OP_RE = re.compile(r"^(?:nccl:|gloo:|c10d::|record_param_comms$|c10d_functional::)")
 
-_COMPUTE_RES = tuple((label, re.compile(rx, re.IGNORECASE)) for label, rx in COMPUTE_RULES)
+# The same patterns, searched per distinct name (folded: ~8x faster on ASCII names).
+_COMM_KERNEL = FoldedPattern(COMM_KERNEL_RE.pattern)
+_COMPUTE_RES = tuple((label, FoldedPattern(rx)) for label, rx in COMPUTE_RULES)
 
-_COLL_RES = tuple((label, re.compile(rx, re.IGNORECASE)) for label, rx in COLL_RULES)
+_COLL_RES = tuple((label, FoldedPattern(rx)) for label, rx in COLL_RULES)
 
 
 
@@ -113,6 +117,14 @@ def compute_subclass(name: str) -> str:
 def collective_kind(text: str) -> str:
     """Normalised collective ('all_reduce', ...) from a collective name or kernel name."""
     text = str(text)
+    return _remembered_kind(text) if len(text) <= 512 else _collective_kind(text)
+
+
+# A rank names a few collectives hundreds of times: each (short) name is worked out once.
+_remembered_kind = functools.lru_cache(maxsize=4096)(lambda text: _collective_kind(text))
+
+
+def _collective_kind(text: str) -> str:
     # ncclDevKernel_AllReduce_Sum_f32_RING_LL -> "AllReduce"; strip the NCCL prefix first.
     text = re.sub(r"^(ncclDevKernel_|ncclKernel_|rcclKernel_?|nccl:)", "", text)
     for label, rx in _COLL_RES:
@@ -160,7 +172,7 @@ def classify_gpu_names(kinds: np.ndarray, names: np.ndarray, rules=None) -> GpuC
             classes[i], subs[i] = S.CLS_MEMSET, "memset"
         elif kind != S.KIND_KERNEL:
             classes[i], subs[i] = "", ""
-        elif COMM_KERNEL_RE.search(name):
+        elif _COMM_KERNEL.search(name):
             classes[i], subs[i] = S.CLS_COMMUNICATION, collective_kind(name)
         else:
             classes[i], subs[i] = S.CLS_COMPUTE, compute_subclass(name)

@@ -310,6 +310,7 @@ class ConvLinks:
         self.leaves: list[int] = []
         self.dropped = 0  # forward convs whose linked shapes give no plausible count
         self._wanted: dict[str, bool] = {}
+        self._links: dict[str, bool] = {}
 
     def wants(self, name: str) -> bool:
         """Whether ``name`` is an op with a FLOP formula or a link (memoised per name)."""
@@ -317,6 +318,16 @@ class ConvLinks:
         if hit is None:
             hit = self._wanted[name] = (name in FLOP_OPS or name in _GRADIENT_LEAVES
                                         or bool(_NODE_RE.search(name)))
+        return hit
+
+    def links(self, name: str) -> bool:
+        """Whether :meth:`note` can keep anything of an op named ``name`` (memoised per
+        name): only these ops' shapes need to be kept for it, and noted."""
+        hit = self._links.get(name)
+        if hit is None:
+            hit = self._links[name] = (
+                name in _GRADIENT_LEAVES or name in _FORWARD_CONVS or name in _MASKED_BACKWARD
+                or (bool(_NODE_RE.search(name)) and "Transpose" not in name))
         return hit
 
     def note(self, row: int, name: str, dims: object, concrete: object, seq: object,

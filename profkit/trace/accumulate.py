@@ -161,29 +161,31 @@ class Accumulator:
         absurd = ~np.isnan(flops) & ~((flops >= 0) & (flops <= MAX_OP_FLOPS))
         flops[absurd] = np.nan
         self.dropped_flops += int(absurd.sum())
-        rows, hits = (shape_hits or self._shape_hits)(name_codes, names, args)
-        if rows:
+        rows, hits, of_row = (shape_hits or self._shape_hits)(name_codes, names, args)
+        if rows:  # each distinct hit read once, then taken for its rows (of_row)
             at = np.array(rows, dtype=np.int64)
             fill = np.isnan(flops[at])  # the trace's own count wins over the shapes'
-            shape_value = np.fromiter(map(itemgetter(0), hits), np.float64, len(hits))
+            shape_value = np.fromiter(map(itemgetter(0), hits), np.float64, len(hits))[of_row]
             flops[at[fill]] = shape_value[fill]
-            dropped = np.fromiter(map(itemgetter(1), hits), bool, len(hits))
+            dropped = np.fromiter(map(itemgetter(1), hits), bool, len(hits))[of_row]
             self.dropped_flops += int(np.count_nonzero(dropped & fill))
-            self.dropped_costs += sum(map(itemgetter(6), hits))
+            self.dropped_costs += int(np.count_nonzero(
+                np.fromiter(map(itemgetter(6), hits), bool, len(hits))[of_row]))
             costs[:, at] = np.fromiter(chain.from_iterable(map(itemgetter(2), hits)), np.float32,
-                                       3 * len(hits)).reshape(-1, 3).T
-            precision[at] = np.fromiter(map(itemgetter(3), hits), np.int8, len(hits))
-            for i, hit in zip(rows, hits):
-                if hit[4] is not None:
-                    self.conv_links.note(self.rows + i, names[i], hit[4], hit[5],
-                                         args[i].seq_number, flops[i])
+                                       3 * len(hits)).reshape(-1, 3).T[:, of_row]
+            precision[at] = np.fromiter(map(itemgetter(3), hits), np.int8, len(hits))[of_row]
+            linked = np.fromiter((hit[4] is not None for hit in hits), bool, len(hits))
+            for k in np.flatnonzero(linked[of_row]).tolist():
+                i, hit = rows[k], hits[of_row[k]]
+                self.conv_links.note(self.rows + i, names[i], hit[4], hit[5],
+                                     args[i].seq_number, flops[i])
         self._put(S.FLOPS_DTYPE, precision)
         for column, values in zip(S.COST_COLUMNS, costs):
             self._put(column, values)
 
     def _shape_hits(self, name_codes: np.ndarray, names: list, args: list[Args]) -> tuple:
-        """(rows, what :func:`.opargs.shape_costs` found for each) of the ops with a cost formula
-        and Input Dims."""
+        """(rows, what :func:`.opargs.shape_costs` found, the position in it of each row's)
+        of the ops with a cost formula and Input Dims."""
         # Only the rows of wanted names are looked at (decided once per name, not per event);
         # what each row's shapes give is written into the columns afterwards, all at once.
         rows, hits = [], []
@@ -198,10 +200,10 @@ class Accumulator:
             if hit is None:
                 if len(memo) >= MAX_MEMO:
                     memo.clear()
-                hit = memo[key] = shape_costs(names[i], a, self.conv_links.wants(names[i]))
+                hit = memo[key] = shape_costs(names[i], a, self.conv_links.links(names[i]))
             rows.append(i)
             hits.append(hit)
-        return rows, hits
+        return rows, hits, np.arange(len(hits))
 
     def _wanted_names(self) -> np.ndarray:
         """Per name code: whether the name has a FLOP or cost formula or a conv link."""

@@ -16,7 +16,7 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify import comm as comm_evidence
 from profkit.classify import events as classify
-from profkit.columns import aggregate, category_mask, values_in
+from profkit.columns import as_text, category_mask, values_in
 from profkit.nccl.collectives import build_collectives
 from profkit.trace.accumulate import SparseArgs, accumulate
 from profkit.trace.header import base_time_ns
@@ -80,36 +80,37 @@ def unusable_reason(events: pd.DataFrame, raw_count: int, problems: list[str]) -
 
 def _classify_gpu(ev: pd.DataFrame, is_gpu: np.ndarray, args: SparseArgs) -> None:
     """Class of GPU events by name and user rules (classify), then by the evidence around
-    them (comm_evidence)."""
-    n = len(ev)
-    cls = np.full(n, "", dtype=object)
-    sub = np.full(n, "", dtype=object)
-    strength = np.full(n, classify.NAMED, dtype=np.int8)
-    if is_gpu.any():
-        kind_codes = ev[S.KIND].cat.codes.to_numpy()[is_gpu].astype(np.int64)
-        name_codes = ev[S.NAME].cat.codes.to_numpy()[is_gpu].astype(np.int64)
+    them (comm_evidence); "" on every other row."""
+    rows = np.flatnonzero(is_gpu)
+    cls = sub = np.empty(0, dtype=object)
+    if len(rows):
+        kind_codes = ev[S.KIND].cat.codes.to_numpy()[rows].astype(np.int64)
+        name_codes = ev[S.NAME].cat.codes.to_numpy()[rows].astype(np.int64)
         keys = kind_codes * (len(ev[S.NAME].cat.categories) + 1) + name_codes
         uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         kinds = np.asarray(ev[S.KIND].cat.categories, dtype=object)[kind_codes[first]]
         names = np.asarray(ev[S.NAME].cat.categories, dtype=object)[name_codes[first]]
         named = classify.classify_gpu_names(kinds, names)
-        cls[is_gpu] = named.classes[inverse]
-        sub[is_gpu] = named.subclasses[inverse]
-        strength[is_gpu] = named.strength[inverse]
-        comm_evidence.upgrade(ev, is_gpu, args, cls, sub, strength)
-    ev[S.CLASS] = _categorical(cls, is_gpu)
-    ev[S.SUBCLASS] = _categorical(sub, is_gpu)
+        # of the GPU rows alone (comm_evidence.upgrade reads and changes them so)
+        cls, sub = named.classes[inverse], named.subclasses[inverse]
+        comm_evidence.upgrade(ev, is_gpu, args, cls, sub, named.strength[inverse])
+    ev[S.CLASS] = _categorical(cls, rows, len(ev))
+    ev[S.SUBCLASS] = _categorical(sub, rows, len(ev))
 
 
-def _categorical(values: np.ndarray, rows: np.ndarray) -> pd.Categorical:
-    """``pd.Categorical(values)`` of strings that are "" outside ``rows`` (the GPU rows: a
-    tenth of a rank), its categories read from those rows alone."""
-    if not len(values) or (values[~rows] != "").any():
-        return pd.Categorical(values)
-    cats = sorted(set(values[rows].tolist()) | ({""} if not rows.all() else set()))
+def _categorical(values: np.ndarray, rows: np.ndarray, n: int) -> pd.Categorical:
+    """``pd.Categorical`` of ``n`` strings: ``values`` on the ``rows`` (the GPU rows: a
+    tenth of a rank), "" on every other; its categories read from the values alone."""
+    if not n:
+        return pd.Categorical(np.empty(0, dtype=object))
+    # the distinct values by pandas' hash (None kept as a value: sorted() refuses it, as
+    # pd.Categorical would), each coded once
+    local, distinct = pd.factorize(values, use_na_sentinel=False)
+    distinct = distinct.tolist()
+    cats = sorted(set(distinct) | ({""} if len(rows) < n else set()))
     index = {c: i for i, c in enumerate(cats)}
-    codes = np.full(len(values), index.get("", -1), dtype=np.int32)
-    codes[rows] = [index[v] for v in values[rows].tolist()]
+    codes = np.full(n, index.get("", -1), dtype=np.int32)
+    codes[rows] = np.array([index[v] for v in distinct], dtype=np.int32)[local]
     return pd.Categorical.from_codes(codes, categories=pd.Index(cats))
 
 
@@ -118,7 +119,7 @@ def step_table(ev: pd.DataFrame) -> pd.DataFrame:
     mask = category_mask(ev[S.NAME], "^" + re.escape(STEP_PREFIX)) \
         & ~values_in(ev[S.KIND], S.GPU_KINDS + (S.KIND_GPU_ANNOTATION,))
     rows = ev.loc[mask, [S.NAME, S.TS_NS, S.DUR_NS]]
-    number = pd.to_numeric(rows[S.NAME].astype(str).str.slice(len(STEP_PREFIX)), errors="coerce")
+    number = pd.to_numeric(as_text(rows[S.NAME]).str.slice(len(STEP_PREFIX)), errors="coerce")
     # A step with no duration holds nothing, and a number past 2**53 is no step count.
     sane = (number >= 0) & (number <= MAX_STEP) & (rows[S.DUR_NS] > 0)
     rows = rows.assign(**{S.STEP: number})[sane.to_numpy()]
@@ -129,14 +130,34 @@ def step_table(ev: pd.DataFrame) -> pd.DataFrame:
 
 def add_gpu_spans(steps: pd.DataFrame, ev: pd.DataFrame) -> pd.DataFrame:
     """Bounds of the GPU work each step launched (-1 where it launched none)."""
-    gpu = ev[values_in(ev[S.KIND], S.GPU_KINDS) & (ev[S.STEP] >= 0).to_numpy()]
-    spans = pd.DataFrame({S.STEP: gpu[S.STEP], "start": gpu[S.TS_NS],
-                          "end": gpu[S.TS_NS] + gpu[S.DUR_NS]})
-    spans = aggregate(spans.groupby(S.STEP), dict(start=("start", "min"), end=("end", "max")))
+    gpu = values_in(ev[S.KIND], S.GPU_KINDS) & (ev[S.STEP] >= 0).to_numpy()
+    step = ev[S.STEP].to_numpy()[gpu]
+    start = ev[S.TS_NS].to_numpy()[gpu]
+    end = start + ev[S.DUR_NS].to_numpy()[gpu]
     out = steps.copy()
-    out[S.GPU_START_NS] = out[S.STEP].map(spans["start"]).fillna(-1).astype(np.int64)
-    out[S.GPU_END_NS] = out[S.STEP].map(spans["end"]).fillna(-1).astype(np.int64)
+    wanted = out[S.STEP].to_numpy()
+    out[S.GPU_START_NS] = _per_step(step, start, np.minimum, wanted)
+    out[S.GPU_END_NS] = _per_step(step, end, np.maximum, wanted)
     return out[list(S.STEP_COLUMNS)]
+
+
+def _per_step(step: np.ndarray, values: np.ndarray, reduce: np.ufunc,
+              wanted: np.ndarray) -> np.ndarray:
+    """``reduce`` (np.minimum, np.maximum) of the int64 ``values`` of each step in
+    ``wanted``, -1 for a step without any. Where one is without, the others pass through
+    float64, as the Series.map(...).fillna(-1).astype(int64) this replaces gave them
+    (rounded to float precision: ns since the epoch keep ~256 ns)."""
+    order = np.argsort(step, kind="stable")
+    step, values = step[order], values[order]
+    first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]]) if len(step) else np.empty(0, int)
+    steps, reduced = step[first], (reduce.reduceat(values, first) if len(first)
+                                   else np.empty(0, np.int64))
+    at = np.minimum(np.searchsorted(steps, wanted), max(len(steps) - 1, 0))
+    found = (steps[at] == wanted) if len(steps) else np.zeros(len(wanted), dtype=bool)
+    if found.all():
+        return reduced[at].astype(np.int64, copy=False)
+    return np.where(found, reduced[at].astype(np.float64) if len(steps) else -1.0,
+                    -1.0).astype(np.int64)
 
 
 def steps_holding(ts_ns: np.ndarray, steps: pd.DataFrame) -> np.ndarray:

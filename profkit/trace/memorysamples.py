@@ -55,6 +55,30 @@ class _IntArgs(MemoryArgs):
     addr: int = msgspec.field(default=ADDR_ABSENT, name="Addr")
 
 
+class _TypedArgs(msgspec.Struct, gc=False):
+    """The same args typed as Kineto writes them, each an integer or null (None, as
+    MemoryArgs reads it): what :class:`MemoryInstant` decodes, together with its event."""
+
+    bytes: int | None = msgspec.field(default=None, name="Bytes")
+    allocated: int | None = msgspec.field(default=None, name="Total Allocated")
+    reserved: int | None = msgspec.field(default=None, name="Total Reserved")
+    device: int | None = msgspec.field(default=None, name="Device Id")
+    device_type: int | None = msgspec.field(default=None, name="Device Type")
+    addr: int | None = msgspec.field(default=ADDR_ABSENT, name="Addr")
+
+
+class MemoryInstant(msgspec.Struct, tag_field="ph", tag="i", gc=False):
+    """An instant event as :class:`InstantEvent`, its args decoded with it (an object of
+    integers or nulls, or null or absent: None), not kept as raw JSON to decode again: a
+    decoder of events with this type in place of InstantEvent refuses a batch where an
+    instant's args are anything else, and that batch is decoded as before (nativefeed)."""
+
+    name: Any = None
+    ts: Any = None
+    tid: Any = None
+    args: _TypedArgs | None = None
+
+
 _BATCH = msgspec.json.Decoder(list[_IntArgs])
 _ONE = msgspec.json.Decoder(MemoryArgs)
 _ABSENT = MemoryArgs()  # the args of an event without any: every field missing
@@ -67,7 +91,7 @@ _FIELDS = (
     (S.DEVICE_TYPE, "device_type", 0, MAX_DEVICE_TYPE, np.int8),
     (S.ADDR, "addr", ADDR_ABSENT, (1 << 63) - 1, np.int64),
 )
-_TS, _TID, _ARGS = attrgetter("ts"), attrgetter("tid"), attrgetter("args")
+_TS, _TID, _ARGS, _NAME = map(attrgetter, ("ts", "tid", "args", "name"))
 
 
 class MemorySamples:
@@ -80,20 +104,26 @@ class MemorySamples:
         self.dropped = 0  # samples without a usable time or with a field that is no integer
         self.without_totals = 0  # samples of an older PyTorch: no allocator totals to read
 
-    def add(self, events: list[InstantEvent]) -> None:
+    def add(self, events: list[InstantEvent] | list[MemoryInstant]) -> None:
+        """The memory samples of one batch's instant events (all of one of the two types:
+        a batch is decoded by one decoder)."""
         mem = [e for e in events if e.name == MEMORY_EVENT or e.name == OOM_EVENT]
         if not mem:
             return
+        decoded = type(mem[0]) is MemoryInstant
         ts = list(map(_TS, mem))
         if not set(map(type, ts)) <= {int, float}:  # to_float would read "12" or True
             ts = [t if type(t) in (int, float) else None for t in ts]
         ts_us = to_float(ts)
         lo, hi = self.ts_range_us
         keep = (ts_us >= lo) & (ts_us <= hi)  # False for NaN
-        args = _decode(list(map(_ARGS, mem)))
+        if decoded:
+            args = [_ABSENT if a is None else a for a in map(_ARGS, mem)]
+        else:
+            args = _decode(list(map(_ARGS, mem)))
         columns = {}
         for column, attr, low, high, dtype in _FIELDS:
-            values, ok = _ints(list(map(attrgetter(attr), args)), low, high)
+            values, ok = (_typed_ints if decoded else _ints)(args, attr, low, high)
             columns[column] = values.astype(dtype)
             keep &= ok
         if not keep.all():
@@ -101,7 +131,9 @@ class MemorySamples:
         tid, _oversized = ids_to_int(list(map(_TID, mem)))  # as the events table reads them
         self._put("ts_us", ts_us[keep])
         self._put(S.TID, tid[keep].astype(np.int64))
-        failed = np.fromiter((e.name == OOM_EVENT for e in mem), bool, len(mem))
+        names = list(map(_NAME, mem))  # each MEMORY_EVENT or OOM_EVENT: checked at once
+        failed = (np.array(names, dtype=object) == OOM_EVENT if OOM_EVENT in names
+                  else np.zeros(len(mem), dtype=bool))
         self._put(S.OUT_OF_MEMORY, failed[keep])
         for column, values in columns.items():
             self._put(column, values[keep])
@@ -162,9 +194,22 @@ def _one(raw: msgspec.Raw) -> MemoryArgs:
         return _ABSENT
 
 
-def _ints(values: list, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 values, whether each is an int within [low, high]); 0 where it is not. The
-    usual case, every value a Python int that fits, is converted in one call."""
+def _typed_ints(args: list, attr: str, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_ints` of one field of decoded :class:`_TypedArgs` (or _ABSENT), whose values
+    are ints or None: read in one call where all are ints that fit int64."""
+    try:
+        arr = np.fromiter(map(attrgetter(attr), args), np.int64, len(args))
+    except (TypeError, OverflowError):  # a None, or an int past int64
+        return _ints(args, attr, low, high)
+    ok = (arr >= low) & (arr <= high)
+    return np.where(ok, arr, 0), ok
+
+
+def _ints(args: list, attr: str, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values of the field ``attr`` of ``args``, whether each is an int within
+    [low, high]); 0 where it is not. The usual case, every value a Python int that fits, is
+    converted in one call."""
+    values = list(map(attrgetter(attr), args))
     if set(map(type, values)) <= {int}:
         try:
             arr = np.array(values, dtype=np.int64)

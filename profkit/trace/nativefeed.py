@@ -13,6 +13,7 @@ among the fast rows, so rows, codes and their order are those of the pure-Python
 from __future__ import annotations
 
 from collections import Counter
+from typing import Union, get_args
 
 import msgspec
 import numpy as np
@@ -21,11 +22,13 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify.events import LEGACY_PID_CATEGORY
 from profkit.columns import stable_id, unique_rows
+from profkit.trace.memorysamples import MemoryInstant
 from profkit.trace.native import ARG_FIELDS, NO_SEQ, RAW_FIELDS, NativeScan, join_spans
 from profkit.trace.opargs import dims_text, shape_costs
 from profkit.trace.traceevents import (
     BATCH_DECODER,
     DECODE_ERRORS,
+    AnyEvent,
     CounterEvent,
     Event,
     InstantEvent,
@@ -39,6 +42,11 @@ _ARG_KINDS = {  # the kinds each numeric arg is read for (accumulate._ARG_COLUMN
     "stream": S.GPU_KINDS, "device": S.GPU_KINDS, "blocks_per_sm": (S.KIND_KERNEL,),
     "occupancy_pct": (S.KIND_KERNEL,), "flops": (S.KIND_CPU_OP,),
     "bytes": (S.KIND_MEMCPY, S.KIND_MEMSET)}
+# BATCH_DECODER with the instants' args decoded with them (memorysamples.MemoryInstant): the
+# allocator's ~26k samples a rank are decoded once, not their args again from raw JSON.
+_OTHER_DECODER = msgspec.json.Decoder(list[Union[tuple(  # noqa: UP007 - a union built from a tuple
+    MemoryInstant if t is InstantEvent else t for t in get_args(AnyEvent))]])
+_INSTANTS = (InstantEvent, MemoryInstant)
 
 
 def feed(acc, scan: NativeScan, repairs: Counter) -> None:
@@ -65,14 +73,13 @@ def _other_events(acc, scan: NativeScan, repairs: Counter):
     run_at = -1
     for lo in range(0, len(index), BATCH_EVENTS):
         hi = min(lo + BATCH_EVENTS, len(index))
-        records = _decode(scan.kept, start[lo:hi], end[lo:hi], repairs)
+        records = _decode_other(scan.kept, start[lo:hi], end[lo:hi], repairs)
         acc.metadata.extend(e for e in records if type(e) is Meta)
         acc.counters.add([e for e in records if type(e) is CounterEvent])
-        acc.memory.add([e for e in records if type(e) is InstantEvent])
+        acc.memory.add([e for e in records if type(e) in _INSTANTS])
         fast = scan.columns["index"]
-        for i, rec in zip(range(lo, hi), records):
-            if type(rec) is not Event:
-                continue
+        for i in [j for j, rec in enumerate(records, lo) if type(rec) is Event]:
+            rec = records[i - lo]
             ev_index = int(index[i])
             if run and np.searchsorted(fast, ev_index) != np.searchsorted(fast, run_at):
                 yield run_at, run
@@ -82,6 +89,17 @@ def _other_events(acc, scan: NativeScan, repairs: Counter):
             run.append(rec)
     if run:
         yield run_at, run
+
+
+def _decode_other(raw, starts: np.ndarray, ends: np.ndarray, repairs: Counter) -> list:
+    """:func:`_decode` of the spans, their instants' args decoded with them
+    (:data:`_OTHER_DECODER`) where each is what Kineto writes (an object of integers or
+    nulls, or none); else (a value of another type, or what the typed decoder refuses)
+    by :func:`_decode`, as before."""
+    try:
+        return _OTHER_DECODER.decode(join_spans(raw, starts, ends))
+    except DECODE_ERRORS:
+        return _decode(raw, starts, ends, repairs)
 
 
 def _decode(raw, starts: np.ndarray, ends: np.ndarray, repairs: Counter) -> list:
@@ -218,14 +236,15 @@ class _Rows:
     def _shape_hits(self, acc, at):
         """Accumulator._shape_hits for the rows ``at``: the rows of wanted names with Input
         Dims, their costs worked out once per distinct (name, raw args), from the scan's
-        ids, with the accumulator's memo (its keys as _shape_hits makes them)."""
+        ids, with the accumulator's memo (its keys as _shape_hits makes them), and the
+        distinct one of each row."""
         from profkit.trace.accumulate import MAX_MEMO
 
         def hits_of(name_codes: np.ndarray, names, args) -> tuple:
             keys = [self.col["name"][at], *(raw[at] for raw in self.raw_columns)]
             rows = np.flatnonzero(acc._wanted_names()[name_codes] & (keys[1] >= 0))
             if not len(rows):
-                return [], []
+                return [], [], None
             uniq, inverse, _ = unique_rows([key[rows] for key in keys])
             memo, found = acc.memo, []
             for name_id, *raw_ids in uniq.tolist():
@@ -237,9 +256,9 @@ class _Rows:
                 if hit is None:
                     if len(memo) >= MAX_MEMO:
                         memo.clear()
-                    hit = memo[key] = shape_costs(name, a, acc.conv_links.wants(name))
+                    hit = memo[key] = shape_costs(name, a, acc.conv_links.links(name))
                 found.append(hit)
-            return rows.tolist(), [found[j] for j in inverse.tolist()]
+            return rows.tolist(), found, inverse.reshape(-1)
 
         return hits_of
 
