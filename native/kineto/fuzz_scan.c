@@ -198,6 +198,7 @@ static int same_scan(const Scan *a, const Scan *b) {
                same_grow(&a->kept, &b->kept) && same_grow(&a->head, &b->head) &&
                same_intern(&a->strings, &b->strings) && same_intern(&a->raw, &b->raw);
     for (int i = 0; same && i < SCAN_NCOLS; i++) same = same_grow(&a->col[i], &b->col[i]);
+    for (int i = 0; same && i < SCAN_NMEM; i++) same = same_grow(&a->mem[i], &b->mem[i]);
     for (int i = 0; same && i < SCAN_NOTHER; i++) same = same_grow(&a->other[i], &b->other[i]);
     for (int i = 0; same && i < SCAN_NCOLL; i++) same = same_grow(&a->coll[i], &b->coll[i]);
     return same;

@@ -8,11 +8,11 @@
  * with more after it), None when the scanner declines the file (the Python reader then
  * reads it as it always did); the scan runs without the GIL, so that other threads run
  * meanwhile (one feed at a time per scanner: another call on it meanwhile is refused);
- * result(scanner) -> dict: the columns of the trace's fast events, as Column objects that
- * own the scan's buffers (handed over, not copied; read by numpy.frombuffer on the Python
- * side), the distinct strings and Input Dims they point to, the bytes of the events left to
- * the Python reader (kept) with their spans, and the document around the events (head);
- * the scanner's buffers are released;
+ * result(scanner) -> dict: the columns of the trace's fast events and of its allocator
+ * samples, as Column objects that own the scan's buffers (handed over, not copied; read by
+ * numpy.frombuffer on the Python side), the distinct strings and Input Dims they point to,
+ * the bytes of the events left to the Python reader (kept) with their spans, and the
+ * document around the events (head); the scanner's buffers are released;
  * scan(buffer) -> dict | None: the same of a whole document at once (without the GIL);
  * join(buffer, starts, ends) -> bytes: the spans as one JSON array, "[a,b,...]". */
 #define PY_SSIZE_T_CLEAN
@@ -26,6 +26,9 @@ static const char *const COLUMN_NAMES[SCAN_NCOLS] = {
     "index", "ts", "dur", "name", "cat", "pid", "tid", "pid_text", "tid_text",
     "arg0", "arg1", "arg2", "arg3", "arg4", "arg5", "arg6", "arg7",
     "raw0", "raw1", "raw2", "raw3", "coll", "seq"};
+static const char *const MEM_NAMES[SCAN_NMEM] = {
+    "index", "ts", "tid", "tid_text", "oom", "bytes", "allocated", "reserved", "device",
+    "device_type", "addr"};
 static const char *const OTHER_NAMES[SCAN_NOTHER] = {"index", "start", "end"};
 static const char *const COLL_NAMES[SCAN_NCOLL] = {"start", "end"};
 static const char *const CAPSULE = "profkit._kineto.scanner";
@@ -204,7 +207,8 @@ static PyObject *bytes_list(const Intern *t) {
 
 static PyObject *result_dict(Scan *s) {
     PyObject *columns = grow_dict(s->col, COLUMN_NAMES, SCAN_NCOLS);
-    PyObject *other = columns ? grow_dict(s->other, OTHER_NAMES, SCAN_NOTHER) : NULL;
+    PyObject *memory = columns ? grow_dict(s->mem, MEM_NAMES, SCAN_NMEM) : NULL;
+    PyObject *other = memory ? grow_dict(s->other, OTHER_NAMES, SCAN_NOTHER) : NULL;
     PyObject *coll = other ? grow_dict(s->coll, COLL_NAMES, SCAN_NCOLL) : NULL;
     PyObject *strings = coll ? string_list(&s->strings) : NULL;
     PyObject *dims = strings ? bytes_list(&s->raw) : NULL;
@@ -218,11 +222,13 @@ static PyObject *result_dict(Scan *s) {
     grow_free(&s->kept);
     PyObject *out = NULL;
     if (kept)
-        out = Py_BuildValue("{s:L,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "count", (long long)s->count,
-                            "root_array", s->root_array ? Py_True : Py_False, "columns", columns,
-                            "other", other, "coll", coll, "strings", strings, "raw", dims,
-                            "head", head, "kept", kept);
+        out = Py_BuildValue("{s:L,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "count",
+                            (long long)s->count, "root_array",
+                            s->root_array ? Py_True : Py_False, "columns", columns,
+                            "memory", memory, "other", other, "coll", coll, "strings", strings,
+                            "raw", dims, "head", head, "kept", kept);
     Py_XDECREF(columns);
+    Py_XDECREF(memory);
     Py_XDECREF(other);
     Py_XDECREF(coll);
     Py_XDECREF(strings);
@@ -411,9 +417,6 @@ done:
     return out;
 }
 
-/* Give the C heap's free pages back to the system (glibc keeps freed blocks of up to 32 MB
- * in its heap, and a rank's scan and its columns free many): a rank's peak RSS is then what
- * it holds, not what it held. Nothing elsewhere. */
 static PyMethodDef METHODS[] = {
     {"scanner", kineto_scanner, METH_VARARGS, "A scan of a Kineto trace fed in pieces (mode)."},
     {"drain", kineto_drain, METH_O, "The elements a split scan read since the last drain."},

@@ -24,8 +24,16 @@ static const Name ARG_KEYS[] = {
     NAME("correlation"), NAME("External id"), NAME("stream"), NAME("device"),
     NAME("blocks per SM"), NAME("est. achieved occupancy %"), NAME("flops"), NAME("bytes"),
     NAME("Input Dims"), NAME("Input type"), NAME("Input Strides"), NAME("Concrete Inputs"),
-    NAME("Sequence number"), NAME("Collective name"), NAME("In msg nelems")};
-enum { A_RAW0 = SCAN_NARGS, A_SEQ = A_RAW0 + SCAN_NRAW, A_COLL0, A_COUNT = A_COLL0 + 2 };
+    NAME("Sequence number"), NAME("Collective name"), NAME("In msg nelems"),
+    NAME("Bytes"), NAME("Total Allocated"), NAME("Total Reserved"), NAME("Device Id"),
+    NAME("Device Type"), NAME("Addr")}; /* an allocator sample's: M_BYTES.. */
+enum {
+    A_RAW0 = SCAN_NARGS,
+    A_SEQ = A_RAW0 + SCAN_NRAW,
+    A_COLL0,
+    A_MEM0 = A_COLL0 + 2,
+    A_COUNT = A_MEM0 + SCAN_NMEMARGS
+};
 _Static_assert(sizeof ARG_KEYS / sizeof ARG_KEYS[0] == A_COUNT, "one name per arg read");
 static const char SKIPPED_PHASES[] = "BEIbnestfPONDVvRc()"; /* traceevents.OTHER_PHASES */
 
@@ -36,6 +44,7 @@ void scan_init(Scan *s, ScanToDouble to_double) {
 
 void scan_free(Scan *s) {
     for (int i = 0; i < SCAN_NCOLS; i++) grow_free(&s->col[i]);
+    for (int i = 0; i < SCAN_NMEM; i++) grow_free(&s->mem[i]);
     for (int i = 0; i < SCAN_NOTHER; i++) grow_free(&s->other[i]);
     for (int i = 0; i < SCAN_NCOLL; i++) grow_free(&s->coll[i]);
     grow_free(&s->kept);
@@ -60,6 +69,9 @@ typedef struct {
     size_t raw_n[SCAN_NRAW];
     int coll;
     int64_t seq;
+    int64_t mem[SCAN_NMEMARGS]; /* an allocator sample's args, each plain integer read */
+    unsigned mem_seen;          /* bit k: mem[k] was read */
+    int mem_odd;                /* one of them is no integer within +-2**62 */
 } Fields;
 
 static int key_is(const JsString *k, const char *name) {
@@ -94,7 +106,8 @@ static int read_double(Scan *s, JsCursor *c, Fields *f, double *out) {
     if (num.integer) {
         if (num.fits) *out = (double)num.value;
         else f->decline = 1;
-    } else if (!js_fast_double(&num, out) && (!s->to_double(num.s, num.n, out) || !isfinite(*out))) {
+    } else if (!js_fast_double(&num, out) &&
+               (!s->to_double(num.s, num.n, out) || !isfinite(*out))) {
         f->decline = 1;
     }
     return 1;
@@ -146,6 +159,25 @@ static int read_seq(JsCursor *c, Fields *f) {
     return js_skip_value(c);
 }
 
+/* An allocator sample's arg k: an integer within +-2**62 into f->mem[k]; anything else
+ * (null, a fraction, text) marks the event for the Python reader. */
+static int read_mem_arg(JsCursor *c, Fields *f, int k) {
+    int ch = js_peek(c);
+    if (ch != '-' && !(ch >= '0' && ch <= '9')) {
+        f->mem_odd = 1;
+        return js_skip_value(c);
+    }
+    JsNumber num;
+    if (!js_number(c, &num)) return 0;
+    if (num.fits) {
+        f->mem[k] = num.value;
+        f->mem_seen |= 1u << k;
+    } else {
+        f->mem_odd = 1;
+    }
+    return 1;
+}
+
 static int read_args(Scan *s, JsCursor *c, Fields *f) {
     if (js_peek(c) == 'n') {
         if (!js_is_literal(c, "null")) return c->bad = 1, 0;
@@ -166,9 +198,11 @@ static int read_args(Scan *s, JsCursor *c, Fields *f) {
         int at = key_index(&key, ARG_KEYS, A_COUNT);
         int slot = at >= 0 && at < A_RAW0 ? at : -1;
         int raw = at >= A_RAW0 && at < A_SEQ ? at - A_RAW0 : -1;
-        int seq = at == A_SEQ, coll = at > A_SEQ;
+        int seq = at == A_SEQ, coll = at > A_SEQ && at < A_MEM0;
+        int mem = at >= A_MEM0 ? at - A_MEM0 : -1;
         unsigned bit = slot >= 0 ? 1u << slot : raw >= 0 ? 1u << (SCAN_NARGS + raw)
-                     : seq ? 1u << (SCAN_NARGS + SCAN_NRAW) : 0;
+                     : seq ? 1u << (SCAN_NARGS + SCAN_NRAW)
+                     : mem >= 0 ? 1u << (SCAN_NARGS + SCAN_NRAW + 1 + mem) : 0;
         if (bit & seen) f->decline = 1; /* a repeated key: the decoder keeps one of them */
         seen |= bit;
         if (slot >= 0) {
@@ -180,6 +214,8 @@ static int read_args(Scan *s, JsCursor *c, Fields *f) {
             f->raw_n[raw] = (size_t)(c->p - start);
         } else if (seq) {
             if (!read_seq(c, f)) return 0;
+        } else if (mem >= 0) {
+            if (!read_mem_arg(c, f, mem)) return 0;
         } else if (coll) {
             if (!js_is_literal(c, "null")) {
                 f->coll = 1;
@@ -192,7 +228,21 @@ static int read_args(Scan *s, JsCursor *c, Fields *f) {
     return more == 0;
 }
 
-enum { EV_FAST, EV_SKIP, EV_OTHER };
+enum { EV_FAST, EV_SKIP, EV_OTHER, EV_MEMORY };
+
+static int name_is(const JsString *str, const char *text) {
+    return str->n != SIZE_MAX && !str->escaped && key_is(str, text);
+}
+
+/* Whether the instant in f is an allocator sample of the plain form (EV_MEMORY): its name,
+ * a number for ts, an int or text tid, and the five args Kineto always writes (Addr too, if
+ * any) as integers. */
+static int plain_memory(const JsCursor *c, const Fields *f, int has_tid) {
+    const unsigned every = (1u << SCAN_NMEMARGS) - 1, addr = 1u << (SCAN_NMEMARGS - 1);
+    return !f->decline && !c->odd_number && has_tid && !isnan(f->ts) && !f->mem_odd &&
+           (f->mem_seen | addr) == every &&
+           (name_is(&f->name, "[memory]") || name_is(&f->name, "[OutOfMemory]"));
+}
 
 /* Parse the object at c (an element of traceEvents) into f; the event's class, or -1. */
 static int read_event(Scan *s, JsCursor *c, Fields *f) {
@@ -200,6 +250,7 @@ static int read_event(Scan *s, JsCursor *c, Fields *f) {
     f->name.n = f->cat.n = SIZE_MAX;
     f->ts = f->dur = NAN;
     f->seq = SCAN_NO_SEQ;
+    f->mem[SCAN_NMEMARGS - 1] = -1; /* Addr absent (memorysamples.ADDR_ABSENT) */
     for (int i = 0; i < SCAN_NARGS; i++) f->args[i] = NAN;
     int has_id[2] = {0, 0};
     c->odd_number = 0;
@@ -240,6 +291,8 @@ static int read_event(Scan *s, JsCursor *c, Fields *f) {
     if (more < 0) return -1;
     if (!f->has_ph || ph_twice) return EV_OTHER;
     if (f->ph.n == 1 && f->ph.s[0] != 0 && strchr(SKIPPED_PHASES, f->ph.s[0])) return EV_SKIP;
+    if (f->ph.n == 1 && f->ph.s[0] == 'i')
+        return plain_memory(c, f, has_id[1]) ? EV_MEMORY : EV_OTHER;
     if (f->ph.n != 1 || f->ph.s[0] != 'X') return EV_OTHER;
     if (f->decline || c->odd_number || !has_id[0] || !has_id[1]) return EV_OTHER;
     return EV_FAST;
@@ -278,9 +331,23 @@ static int put_fast(Scan *s, const Fields *f, int64_t index, const unsigned char
              grow_put_small(&col[C_PID_S], &pid_s, 4) &&
              grow_put_small(&col[C_TID_S], &tid_s, 4) && grow_put_small(&col[C_COLL], &coll, 1) &&
              grow_put_small(&col[C_SEQ], &f->seq, 8);
-    for (int i = 0; ok && i < SCAN_NARGS; i++) ok = grow_put_small(&col[C_ARG0 + i], &f->args[i], 8);
+    for (int i = 0; ok && i < SCAN_NARGS; i++)
+        ok = grow_put_small(&col[C_ARG0 + i], &f->args[i], 8);
     for (int i = 0; ok && i < SCAN_NRAW; i++) ok = grow_put_small(&col[C_RAW0 + i], &raw[i], 4);
     return ok && (!coll || keep(s, s->coll, from, to));
+}
+
+static int put_memory(Scan *s, const Fields *f, int64_t index) {
+    int32_t tid_s;
+    uint8_t oom = f->name.n == sizeof "[OutOfMemory]" - 1;
+    if (!put_string_id(s, &f->id_text[1], &tid_s)) return 0;
+    Grow *m = s->mem;
+    int ok = grow_put_small(&m[M_INDEX], &index, 8) && grow_put_small(&m[M_TS], &f->ts, 8) &&
+             grow_put_small(&m[M_TID], &f->id[1], 8) &&
+             grow_put_small(&m[M_TID_S], &tid_s, 4) && grow_put_small(&m[M_OOM], &oom, 1);
+    for (int i = 0; ok && i < SCAN_NMEMARGS; i++)
+        ok = grow_put_small(&m[M_BYTES + i], &f->mem[i], 8);
+    return ok;
 }
 
 static int put_other(Scan *s, int64_t index, const unsigned char *from, const unsigned char *to) {
@@ -376,6 +443,7 @@ static int commit(Scan *s, const Unit *u, const unsigned char *from, const unsig
         int64_t index = s->count++;
         if (u->cls == EV_FAST && !put_fast(s, &u->f, index, from, elem_end)) return 0;
         if (u->cls == EV_OTHER && !put_other(s, index, from, elem_end)) return 0;
+        if (u->cls == EV_MEMORY && !put_memory(s, &u->f, index)) return 0;
         return u->next == ST_ELEM || s->root_array || grow_put(&s->head, "]", 1);
     }
     default: /* ST_AFTER_EVENTS */

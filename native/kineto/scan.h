@@ -2,10 +2,11 @@
  *
  * Complete ('X') events whose every field profkit reads has the plain form (numbers, strings
  * or null where the typed decoder expects them, no duplicate keys) are "fast": their values
- * go into the columns below. Events of the phases profkit skips (flows, and the rest of
- * traceevents.OTHER_PHASES) are counted and dropped. Every other element of traceEvents
- * (metadata, counters, instants, and any event with a field of an unusual form) is "other":
- * its bytes are copied into `kept` and the Python reader decodes them exactly as before.
+ * go into the columns below; so do the allocator's plain samples, into their own (M_*).
+ * Events of the phases profkit skips (flows, and the rest of traceevents.OTHER_PHASES) are
+ * counted and dropped. Every other element of traceEvents (metadata, counters, instants, and
+ * any event with a field of an unusual form) is "other": its bytes are copied into `kept`
+ * and the Python reader decodes them exactly as before.
  *
  * The document is fed in pieces (scan_feed): each call reads the whole elements (and
  * top-level members) its window holds and says how many bytes it used; the caller keeps the
@@ -31,7 +32,7 @@ enum { /* the fast events' columns, one row per fast event, in file order */
     C_PID_S,      /* int32: id in `strings` of a text pid, else -1 */
     C_TID_S,      /* int32 */
     C_ARG0,       /* float64 x SCAN_NARGS: the numeric args of scan.c's ARG_KEYS */
-    C_RAW0 = C_ARG0 + 8, /* int32 x SCAN_NRAW: id in `raw` of scan.c's raw-JSON ARG_KEYS (-1: absent) */
+    C_RAW0 = C_ARG0 + 8, /* int32 x SCAN_NRAW: id in `raw` of the raw-JSON ARG_KEYS (-1: none) */
     C_COLL = C_RAW0 + 4, /* uint8: a non-null "Collective name" or "In msg nelems" */
     C_SEQ,        /* int64: the "Sequence number" arg (SCAN_NO_SEQ: absent or null) */
     SCAN_NCOLS
@@ -39,6 +40,22 @@ enum { /* the fast events' columns, one row per fast event, in file order */
 #define SCAN_NARGS 8
 #define SCAN_NRAW 4
 #define SCAN_NO_SEQ INT64_MIN
+
+/* The allocator's samples: instants named "[memory]" or "[OutOfMemory]" whose ts is a number,
+ * tid an int or text, and args Bytes, Total Allocated, Total Reserved, Device Id and Device
+ * Type (and Addr, if any) plain integers, one row each, in file order (any other instant is
+ * "other"; profkit.trace.memorysamples checks the ranges, as for the decoded ones). */
+enum {
+    M_INDEX,    /* int64: the event's place in traceEvents */
+    M_TS,       /* float64 */
+    M_TID,      /* int64 (when M_TID_S is -1) */
+    M_TID_S,    /* int32: id in `strings` of a text tid, else -1 */
+    M_OOM,      /* uint8: named "[OutOfMemory]" */
+    M_BYTES,    /* int64 x SCAN_NMEMARGS: Bytes, Total Allocated, Total Reserved, Device Id, */
+    M_ADDR = M_BYTES + 5, /* Device Type; then Addr (-1: absent) */
+    SCAN_NMEM
+};
+#define SCAN_NMEMARGS 6
 
 enum { O_INDEX, O_START, O_END, SCAN_NOTHER }; /* int64 each: the other events, spans in kept */
 enum { K_START, K_END, SCAN_NCOLL }; /* int64 each: the bytes in kept of each C_COLL row */
@@ -53,6 +70,7 @@ enum { SCAN_COLUMNS, SCAN_SPLIT, SCAN_CHECK };
 typedef struct {
     int mode;       /* SCAN_COLUMNS, SCAN_SPLIT or SCAN_CHECK */
     Grow col[SCAN_NCOLS];
+    Grow mem[SCAN_NMEM];
     Grow other[SCAN_NOTHER];
     Grow coll[SCAN_NCOLL];
     Grow kept;      /* the other events' bytes, and those of the fast events with C_COLL */

@@ -103,20 +103,29 @@ class MemorySamples:
         self.parts: dict[str, list[np.ndarray]] = {}
         self.dropped = 0  # samples without a usable time or with a field that is no integer
         self.without_totals = 0  # samples of an older PyTorch: no allocator totals to read
+        self.added = 0  # samples added so far (kept or not)
 
-    def add(self, events: list[InstantEvent] | list[MemoryInstant]) -> None:
+    def add(self, events: list[InstantEvent] | list[MemoryInstant],
+            order: np.ndarray | None = None) -> None:
         """The memory samples of one batch's instant events (all of one of the two types:
-        a batch is decoded by one decoder)."""
-        mem = [e for e in events if e.name == MEMORY_EVENT or e.name == OOM_EVENT]
+        a batch is decoded by one decoder). ``order``: each event's place in the trace,
+        where the native reader's columns (:meth:`add_columns`) hold the trace's other
+        samples; by default, the order the samples are added in."""
+        named = [e.name == MEMORY_EVENT or e.name == OOM_EVENT for e in events]
+        mem = [e for e, yes in zip(events, named) if yes]
         if not mem:
             return
+        if order is None:
+            order = np.arange(self.added, self.added + len(mem))
+        else:
+            order = np.asarray(order)[np.array(named, dtype=bool)]
+        self.added += len(mem)
         decoded = type(mem[0]) is MemoryInstant
         ts = list(map(_TS, mem))
         if not set(map(type, ts)) <= {int, float}:  # to_float would read "12" or True
             ts = [t if type(t) in (int, float) else None for t in ts]
         ts_us = to_float(ts)
-        lo, hi = self.ts_range_us
-        keep = (ts_us >= lo) & (ts_us <= hi)  # False for NaN
+        keep = self._in_range(ts_us)
         if decoded:
             args = [_ABSENT if a is None else a for a in map(_ARGS, mem)]
         else:
@@ -129,12 +138,39 @@ class MemorySamples:
         if not keep.all():
             self._count_dropped(~keep, args)
         tid, _oversized = ids_to_int(list(map(_TID, mem)))  # as the events table reads them
-        self._put("ts_us", ts_us[keep])
-        self._put(S.TID, tid[keep].astype(np.int64))
         names = list(map(_NAME, mem))  # each MEMORY_EVENT or OOM_EVENT: checked at once
         failed = (np.array(names, dtype=object) == OOM_EVENT if OOM_EVENT in names
                   else np.zeros(len(mem), dtype=bool))
-        self._put(S.OUT_OF_MEMORY, failed[keep])
+        self._put_rows(keep, order, ts_us, tid, failed, columns)
+
+    def add_columns(self, samples: dict[str, np.ndarray], tid: np.ndarray) -> None:
+        """The samples the native reader read as columns (profkit.trace.native: ts a
+        number, every field an integer within +-2**62, all five totals and ids there), with
+        their tids as the events table reads them: checked as :meth:`add` checks decoded
+        ones."""
+        ts_us = samples["ts"]
+        if not len(ts_us):
+            return
+        self.added += len(ts_us)
+        keep = self._in_range(ts_us)
+        columns = {}
+        for column, attr, low, high, dtype in _FIELDS:
+            ok = (samples[attr] >= low) & (samples[attr] <= high)
+            columns[column] = np.where(ok, samples[attr], 0).astype(dtype)
+            keep &= ok
+        self.dropped += int(len(keep) - keep.sum())  # every one has its totals: not older
+        self._put_rows(keep, samples["index"], ts_us, tid, samples["oom"], columns)
+
+    def _in_range(self, ts_us: np.ndarray) -> np.ndarray:
+        lo, hi = self.ts_range_us
+        return (ts_us >= lo) & (ts_us <= hi)  # False for NaN
+
+    def _put_rows(self, keep: np.ndarray, order: np.ndarray, ts_us: np.ndarray,
+                  tid: np.ndarray, failed: np.ndarray, columns: dict) -> None:
+        self._put("order", np.asarray(order, dtype=np.int64)[keep])
+        self._put("ts_us", ts_us[keep])
+        self._put(S.TID, tid[keep].astype(np.int64))
+        self._put(S.OUT_OF_MEMORY, np.asarray(failed, dtype=bool)[keep])
         for column, values in columns.items():
             self._put(column, values[keep])
 
@@ -154,7 +190,9 @@ class MemorySamples:
         assigns them once the step table is known)."""
         parts = self.parts
         ts_us = np.concatenate(parts["ts_us"]) if parts else np.empty(0)
-        order = np.argsort(ts_us, kind="stable")
+        # in time order, samples of one time in the trace's order (by whichever path read)
+        order = np.lexsort((np.concatenate(parts["order"]), ts_us)) if parts else \
+            np.empty(0, dtype=np.int64)
         out = {S.TS_NS: base_ns + us_to_ns(ts_us[order])}
         for column, _attr, _low, _high, dtype in _FIELDS:
             values = np.concatenate(parts[column]) if parts else np.empty(0, dtype)

@@ -3,8 +3,8 @@ columns.
 
 :func:`scan_pieces` reads a trace's bytes once, piece by piece as they are read or
 gunzipped (no piece is kept once read: a rank's memory never holds its whole JSON), and
-gives the columns of its plain complete events (no Python object per event) and the bytes
-of every other event, which the Python reader decodes as it always did
+gives the columns of its plain complete events and allocator samples (no Python object per
+event) and the bytes of every other event, which the Python reader decodes as it always did
 (profkit.trace.nativefeed); :func:`scan` does the same for bytes in memory. Where the
 extension was not built or cannot be imported, they return None and profkit reads every
 trace in pure Python, saying so once. ``PROFKIT_PURE_PYTHON=1`` asks for the pure-Python
@@ -35,6 +35,11 @@ _DTYPES = {"index": np.int64, "ts": np.float64, "dur": np.float64, "name": np.in
            "tid_text": np.int32, "coll": np.bool_, "seq": np.int64,
            **{f"arg{i}": np.float64 for i in range(len(ARG_FIELDS))},
            **{f"raw{i}": np.int32 for i in range(len(RAW_FIELDS))}}
+# the allocator's samples (scan.h M_*): one row per plain [memory] / [OutOfMemory] instant
+_MEMORY_DTYPES = {"index": np.int64, "ts": np.float64, "tid": np.int64, "tid_text": np.int32,
+                  "oom": np.bool_, "bytes": np.int64, "allocated": np.int64,
+                  "reserved": np.int64, "device": np.int64, "device_type": np.int64,
+                  "addr": np.int64}
 _NOTED = []  # the one line saying that the native reader is missing, once per process
 # ... and once per command: set once said, so that the pool's workers (started later, with
 # this environment) say nothing more
@@ -68,6 +73,7 @@ class NativeScan:
     count: int  # elements of traceEvents
     head: bytes | None  # the document with its traceEvents emptied ("[]"); None: the root is it
     columns: dict[str, np.ndarray]  # the fast events' columns (file order)
+    memory: dict[str, np.ndarray]  # the allocator samples' columns (file order)
     strings: list[str]  # distinct names, categories and text ids (columns name, cat, *_text)
     raw: list[bytes]  # distinct raw JSON of the args in RAW_FIELDS (columns raw0..)
     other: dict[str, np.ndarray]  # index, start, end (in kept) of the events left to Python
@@ -151,10 +157,11 @@ def _result(found: dict | None) -> NativeScan | None:
     if found is None:
         return None
     columns = {k: np.frombuffer(v, dtype=_DTYPES[k]) for k, v in found["columns"].items()}
+    memory = {k: np.frombuffer(v, dtype=_MEMORY_DTYPES[k]) for k, v in found["memory"].items()}
     other = {k: np.frombuffer(v, dtype=np.int64) for k, v in found["other"].items()}
     coll = {k: np.frombuffer(v, dtype=np.int64) for k, v in found["coll"].items()}
     return NativeScan(found["count"], None if found["root_array"] else found["head"], columns,
-                      found["strings"], found["raw"], other, coll, found["kept"])
+                      memory, found["strings"], found["raw"], other, coll, found["kept"])
 
 
 def join_spans(raw: bytes | bytearray, starts: np.ndarray, ends: np.ndarray) -> bytes:

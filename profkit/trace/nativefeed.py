@@ -52,6 +52,7 @@ _INSTANTS = (InstantEvent, MemoryInstant)
 def feed(acc, scan: NativeScan, repairs: Counter) -> None:
     """Every event of the scanned trace into ``acc``, as the pure-Python reader adds them."""
     rows = _Rows(scan)
+    acc.memory.add_columns(scan.memory, _memory_tids(scan))
     fast_index = scan.columns["index"]
     pos = 0
     for index, records in _other_events(acc, scan, repairs):
@@ -76,7 +77,8 @@ def _other_events(acc, scan: NativeScan, repairs: Counter):
         records = _decode_other(scan.kept, start[lo:hi], end[lo:hi], repairs)
         acc.metadata.extend(e for e in records if type(e) is Meta)
         acc.counters.add([e for e in records if type(e) is CounterEvent])
-        acc.memory.add([e for e in records if type(e) in _INSTANTS])
+        instants = [j for j, e in enumerate(records) if type(e) in _INSTANTS]
+        acc.memory.add([records[j] for j in instants], index[lo:hi][instants])
         fast = scan.columns["index"]
         for i in [j for j, rec in enumerate(records, lo) if type(rec) is Event]:
             rec = records[i - lo]
@@ -89,6 +91,17 @@ def _other_events(acc, scan: NativeScan, repairs: Counter):
             run.append(rec)
     if run:
         yield run_at, run
+
+
+def _memory_tids(scan: NativeScan) -> np.ndarray:
+    """The tids of the allocator samples the native reader read, as the events table reads
+    them (columns.ids_to_int: an int as it is, a text tid by its stable id)."""
+    tid, text = scan.memory["tid"], scan.memory["tid_text"]
+    if not (text >= 0).any():
+        return tid
+    ids = np.unique(text[text >= 0])
+    mapped = np.array([stable_id(scan.strings[i]) for i in ids.tolist()], dtype=np.int64)
+    return np.where(text >= 0, mapped[np.searchsorted(ids, np.maximum(text, 0))], tid)
 
 
 def _decode_other(raw, starts: np.ndarray, ends: np.ndarray, repairs: Counter) -> list:
