@@ -24,7 +24,7 @@ RUN = REPO / "samples" / "runs" / "issue40" / "shard_wait"
 def loader_ms_per_step() -> dict[int, float]:
     """ms inside the DataLoader's ``__next__`` annotation per ProfilerStep, from the raw
     trace."""
-    (trace,) = (RUN / "traces").iterdir()
+    (trace,) = (RUN / "traces").glob("*.json*")
     ev = [e for e in read_doc(trace)["traceEvents"] if e.get("ph") == "X"]
     steps = [e for e in ev if e["name"].startswith("ProfilerStep#")
              and e.get("cat") == "user_annotation"]

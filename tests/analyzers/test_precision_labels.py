@@ -28,7 +28,7 @@ DTYPE_OF_TYPE = {"float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16"}
 
 def mm_dtypes(run: str) -> collections.Counter:
     """The dtypes of the ``aten::mm`` ops in the run's trace, read from the raw JSON."""
-    (trace,) = (ISSUE / run / "traces").iterdir()
+    (trace,) = (ISSUE / run / "traces").glob("*.json*")
     out = collections.Counter()
     for e in read_doc(trace)["traceEvents"]:
         if e.get("cat") == "cpu_op" and e.get("name") == "aten::mm":
@@ -56,7 +56,7 @@ def test_the_precision_mix_names_the_dtype_the_gemms_ran_in(run, dtype):
 def test_fp16_kernels_are_not_bf16_kernels():
     """cuBLASLt's nvjet names its types: hsh under the fp16 ops, tst under the bf16 ones."""
     for run, dtype in (("precision_fp16", "fp16"), ("precision_bf16", "bf16")):
-        (trace,) = (ISSUE / run / "traces").iterdir()
+        (trace,) = (ISSUE / run / "traces").glob("*.json*")
         names = {e["name"] for e in read_doc(trace)["traceEvents"]
                  if e.get("cat") == "kernel" and e["name"].startswith("nvjet")}
         assert names and {kernel_precision(n) for n in names} == {dtype}
@@ -74,7 +74,7 @@ def test_diff_of_an_fp16_amp_change_says_fp16_not_bf16():
 def test_no_gemm_and_no_counted_flops_is_unknown_not_bf16(run):
     """Tiny elementwise kernels (cpu_launch) and an fp32 elementwise chain: no GEMM kernel
     names a precision and no op with a FLOP formula ran, so nothing says which precision."""
-    (trace,) = [p for p in (RUNS / run / "traces").iterdir()]
+    (trace,) = list((RUNS / run / "traces").glob("*.json*"))
     kernels = [e["name"] for e in read_doc(trace)["traceEvents"] if e.get("cat") == "kernel"]
     assert kernels and not any("gemm" in k.lower() or "nvjet" in k for k in kernels)
     assert efficiency(RUNS / run)["precision_mix"] == "unknown"

@@ -20,7 +20,7 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 def busy_share() -> float:
     """Union of the GPU events inside the recorded steps over the steps' time, raw JSON."""
-    (trace,) = (RUN / "traces").iterdir()
+    (trace,) = (RUN / "traces").glob("*.json*")
     ev = [e for e in read_doc(trace)["traceEvents"] if e.get("ph") == "X"]
     steps = [(e["ts"], e["ts"] + e["dur"]) for e in ev
              if e["name"].startswith("ProfilerStep#") and e.get("cat") == "user_annotation"]
