@@ -246,6 +246,29 @@ def unique_rows(columns: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rows, inverse.reshape(-1), counts
 
 
+def row_groups(columns: list) -> list[np.ndarray]:
+    """The row positions of each distinct row of integer columns, each ascending (the values
+    of ``groupby(columns).indices``, in no set order), from one int64 key per row (as
+    :func:`unique_rows`) hashed where their ranges leave room for it."""
+    cols = [np.asarray(c, dtype=np.int64) for c in columns]
+    if not len(cols[0]):
+        return []
+    lows = [int(c.min()) for c in cols]
+    spans = [int(c.max()) - low + 1 for c, low in zip(cols, lows)]
+    if math.prod(spans) >= 1 << 63:
+        group = unique_rows(cols)[1]
+    else:
+        key = np.zeros(len(cols[0]), dtype=np.int64)
+        for c, low, span in zip(cols, lows, spans):
+            key = key * span + (c - low)
+        group = pd.factorize(key)[0]
+    count = int(group.max()) + 1
+    if count <= 16:  # a pass per group beats a sort
+        return [np.flatnonzero(group == g) for g in range(count)]
+    order = np.argsort(group, kind="stable")
+    return np.split(order, np.cumsum(np.bincount(group, minlength=count))[:-1])
+
+
 def find_rows(table: list, queries: list) -> np.ndarray:
     """Per query row (``queries``: integer columns), the position of the equal row of
     ``table`` (integer columns whose rows are distinct), -1 where none is: what

@@ -18,6 +18,7 @@ from profkit.columns import (
     find_rows,
     ids_to_int,
     name_values,
+    row_groups,
     stable_id,
     unique_rows,
     values_in,
@@ -101,6 +102,18 @@ def test_a_short_column_has_only_its_own_categories_answered():
     assert _by_code(events.iloc[::-7], key, ends_in_7).tolist() == \
         [lab.endswith("7") for lab in np.repeat(labels, 3)[::-7]]
     assert not asked
+
+
+@pytest.mark.parametrize("groups", [3, 40])
+@pytest.mark.parametrize("high", [50, 1 << 40])  # 1 << 40: keys past int64, unique_rows'
+def test_row_groups_are_the_groupby_indices(groups, high):
+    rng = np.random.default_rng(groups)
+    pairs = rng.integers(-high, high, (groups, 2))
+    rows = pairs[rng.integers(0, groups, 2000)]
+    got = row_groups([rows[:, 0], rows[:, 1]])
+    want = pd.DataFrame(rows).groupby([0, 1]).indices
+    assert sorted(g.tolist() for g in got) == sorted(v.tolist() for v in want.values())
+    assert row_groups([np.array([], np.int64)]) == []
 
 
 def _frame(seed: int, n: int = 60) -> pd.DataFrame:

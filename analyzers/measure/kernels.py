@@ -43,7 +43,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import aggregate, as_text, unique_rows, values_in
+from profkit.columns import aggregate, as_text, row_groups, unique_rows, values_in
 from profkit.model import RankData, Run
 
 TOP_KERNEL_COLUMNS = (S.NAME, S.CLASS, S.SUBCLASS, "count", "total_ns", "mean_ns", "share",
@@ -122,21 +122,15 @@ def self_times(cpu: pd.DataFrame) -> np.ndarray:
     """Self time of each row of a CPU-side frame: its duration minus its direct children's,
     with nesting found per (pid, tid) from start order and depth (no row-wise loops)."""
     out = np.zeros(len(cpu), dtype=np.int64)
-    for _, idx in cpu.groupby([S.PID, S.TID], sort=False).indices.items():
-        s = cpu[S.TS_NS].to_numpy()[idx]
-        d = cpu[S.DUR_NS].to_numpy()[idx]
+    start, dur = cpu[S.TS_NS].to_numpy(), cpu[S.DUR_NS].to_numpy()
+    for idx in row_groups([cpu[S.PID].to_numpy(), cpu[S.TID].to_numpy()]):
+        s, d = start[idx], dur[idx]
         pos = idx[d > 0]  # zero-length rows contain nothing and take nothing
         s, d = s[d > 0], d[d > 0]
         order = iv.nest_order(s, s + d)  # parents (longer) before children at equal starts
         pos, s, d = pos[order], s[order], d[order]
-        e = s + d
-        depth = np.arange(len(s)) - iv.count_at_most(e, s)  # s is sorted
-        parent = np.full(len(s), -1)
-        for level in range(1, int(depth.max(initial=0)) + 1):
-            above = np.flatnonzero(depth == level - 1)
-            here = np.flatnonzero(depth == level)
-            j = np.searchsorted(above, here, side="right") - 1
-            parent[here[j >= 0]] = above[j[j >= 0]]
+        depth = np.arange(len(s)) - iv.count_at_most(s + d, s)  # s is sorted
+        parent = iv.parent_by_depth(depth)  # the last range before it, one level up
         child = np.zeros(len(s), dtype=np.int64)
         np.add.at(child, parent[parent >= 0], d[parent >= 0])
         out[pos] = np.maximum(d - child, 0)

@@ -1,0 +1,61 @@
+"""kernels.self_times (each CPU range's duration minus its direct children's, per thread)
+against a stack walk over random nested ranges of several threads."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from profkit.analyzers.measure.kernels import self_times
+
+from profkit import schema as S
+
+
+def _nested(rng, lo: int, hi: int, depth: int, out: list) -> None:
+    """Random ranges nested inside [lo, hi): siblings apart or touching, some as long as
+    their parent (the same start), some zero-length."""
+    at = lo
+    while at < hi and depth < 6 and rng.random() < 0.85:
+        start = int(rng.integers(at, hi))
+        end = int(rng.integers(start, hi + 1)) if rng.random() < 0.9 else start
+        if at == lo and rng.random() < 0.2:
+            start, end = lo, hi  # a first child as long as its parent
+        out.append((start, end))
+        if end > start:
+            _nested(rng, start, end, depth + 1, out)
+        at = max(end, start + 1)
+
+
+def _walked(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Self time by a stack walk: ranges by start, longer first, then input order."""
+    out = np.zeros(len(starts), dtype=np.int64)
+    child = np.zeros(len(starts), dtype=np.int64)
+    stack: list[int] = []
+    order = sorted((i for i in range(len(starts)) if ends[i] > starts[i]),
+                   key=lambda i: (starts[i], -ends[i], i))
+    for i in order:
+        while stack and ends[stack[-1]] <= starts[i]:
+            stack.pop()
+        if stack:
+            child[stack[-1]] += ends[i] - starts[i]
+        stack.append(i)
+    for i in order:
+        out[i] = max(ends[i] - starts[i] - child[i], 0)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_self_times_are_a_stack_walk_per_thread(seed):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for pid, tid in ((1, 1), (1, 2), (2, 1), (7, 10**12)):
+        ranges: list = []
+        _nested(rng, 0, 10_000, 0, ranges)
+        rows += [(pid, tid, s, e) for s, e in ranges]
+    rows = [rows[i] for i in rng.permutation(len(rows))]  # threads interleaved
+    pid, tid, starts, ends = (np.array(c, dtype=np.int64) for c in zip(*rows))
+    frame = pd.DataFrame({S.PID: pid, S.TID: tid, S.TS_NS: starts, S.DUR_NS: ends - starts})
+    want = np.zeros(len(rows), dtype=np.int64)
+    for thread in set(zip(pid.tolist(), tid.tolist())):
+        mine = np.flatnonzero((pid == thread[0]) & (tid == thread[1]))
+        want[mine] = _walked(starts[mine], ends[mine])
+    assert (want > 0).sum() > 10 and (want < ends - starts).sum() > 5  # children taken
+    assert self_times(frame).tolist() == want.tolist()
