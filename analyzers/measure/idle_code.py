@@ -89,8 +89,9 @@ class _Ranges:
 
     def attribute(self, idle: iv.Intervals) -> dict[str, int]:
         """Idle ns by the label of the innermost range covering each idle instant."""
-        covered = iv.covered_each(idle, self.seg_start, self.seg_end)
-        per_owner = np.bincount(self.seg_owner, weights=covered, minlength=self.n) \
+        near = _touching(self.seg_start, self.seg_end, idle)  # the others cover none of it
+        covered = iv.covered_each(idle, self.seg_start[near], self.seg_end[near])
+        per_owner = np.bincount(self.seg_owner[near], weights=covered, minlength=self.n) \
             if len(self.seg_owner) else np.zeros(0)
         owners = np.flatnonzero(per_owner > 0)
         uniq, inverse, _ = unique_rows([self.codes[owners], self.user_code[owners],
@@ -104,6 +105,17 @@ class _Ranges:
         if rest > 0:
             out[UNRECORDED] = out.get(UNRECORDED, 0) + rest
         return out
+
+
+def _touching(seg_start: np.ndarray, seg_end: np.ndarray, idle: iv.Intervals) -> np.ndarray:
+    """Indices of the segments (sorted, disjoint) that overlap the idle set: for each idle
+    interval, the run of segments ending after its start and starting before its end."""
+    first = np.searchsorted(seg_end, idle[0], side="right")
+    stop = np.searchsorted(seg_start, idle[1], side="left")
+    runs = np.zeros(len(seg_start) + 1, dtype=np.int64)
+    np.add.at(runs, first, 1)
+    np.add.at(runs, stop, -1)
+    return np.flatnonzero(np.cumsum(runs[:-1]) > 0)
 
 
 def _overlapping(start: np.ndarray, end: np.ndarray, idle: iv.Intervals) -> np.ndarray:
