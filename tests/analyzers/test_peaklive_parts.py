@@ -1,11 +1,12 @@
 """peaklive._innermost (the innermost range holding each allocation instant, only the ranges
 holding some instant nested) against the definition and against nesting all of a thread's
-ranges, on random ranges of two threads, crossing ones among them."""
+ranges, on random ranges of two threads, crossing ones among them; peaklive._by_holder
+against pandas' grouping."""
 
 import numpy as np
 import pandas as pd
 import pytest
-from profkit.analyzers.measure.peaklive import _innermost
+from profkit.analyzers.measure.peaklive import _by_holder, _innermost
 
 from profkit import intervals as iv
 from profkit import schema as S
@@ -38,3 +39,20 @@ def test_innermost_is_the_latest_holder_in_nesting_order(seed):
             whole.append("none")
     assert got == want == whole
     assert sum(w != "none" for w in want) > 20
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_by_holder_is_the_grouping_of_pandas(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    table = pd.DataFrame({"step": 2, "op": rng.choice(["aten::mm", "aten::add", "(x)"], n),
+                          "annotation": rng.choice(["", "nn.Module: A", "fwd"], n),
+                          "allocated_before_step": rng.random(n) < 0.3,
+                          "live_bytes": rng.integers(0, 1 << 40, n), "count": 1})
+    keys = ["step", "op", "annotation", "allocated_before_step"]
+    want = (table.groupby(keys, sort=False)
+            .agg(live_bytes=("live_bytes", "sum"), count=("count", "sum")).reset_index())
+    pd.testing.assert_frame_equal(_by_holder(table), want)
+    table.loc[0, "op"] = None  # a missing key: pandas leaves the row out
+    pd.testing.assert_frame_equal(_by_holder(table), table.groupby(keys, sort=False).agg(
+        live_bytes=("live_bytes", "sum"), count=("count", "sum")).reset_index())
