@@ -59,3 +59,24 @@ def test_self_times_are_a_stack_walk_per_thread(seed):
         want[mine] = _walked(starts[mine], ends[mine])
     assert (want > 0).sum() > 10 and (want < ends - starts).sum() > 5  # children taken
     assert self_times(frame).tolist() == want.tolist()
+
+
+def test_op_totals_are_the_cpu_ops_grouped_by_name():
+    """op_totals (grouped on name codes, by numpy) against pandas' grouping of the names
+    as text, on a bundled run: count, self and inclusive time per CPU op name."""
+    from profkit.analyzers.measure.kernels import CPU_NEST_KINDS, NEST_COLUMNS, op_totals
+
+    from profkit.run.loader import load_run
+    from tests.realruns import RUNS
+    rank = load_run(RUNS / "stock_ddp").ranks[0]
+    cpu = rank.of_kinds(CPU_NEST_KINDS, NEST_COLUMNS)
+    ops = pd.DataFrame({"name": cpu[S.NAME].astype(str), "self_ns": self_times(cpu),
+                        "total_ns": cpu[S.DUR_NS]})[(cpu[S.KIND] == S.KIND_CPU_OP).to_numpy()]
+    want = ops.groupby("name").agg(count=("self_ns", "size"), self_ns=("self_ns", "sum"),
+                                   total_ns=("total_ns", "sum"))
+    got = op_totals(rank)
+    assert got.columns.tolist() == ["count", "self_ns", "total_ns", "name"] and len(got) > 20
+    assert [str(got[c].dtype) for c in ("count", "self_ns", "total_ns")] == ["int64"] * 3
+    got = got.set_index("name").sort_index()
+    assert got.index.tolist() == want.index.tolist()
+    assert got.values.tolist() == want.values.tolist()
