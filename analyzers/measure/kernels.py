@@ -208,21 +208,26 @@ def _launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     is_launch = name_mask(cpu[S.NAME], LAUNCH_RE) | (
         cpu[S.CORRELATION].isin(gpu_corr).to_numpy() & (cpu[S.CORRELATION] >= 0).to_numpy())
     launches = cpu[is_launch]
-    first = launches[launches[S.CORRELATION] >= 0].drop_duplicates(S.CORRELATION)
-    first = first.set_index(S.CORRELATION)
-    graph = pd.Series(name_mask(first[S.NAME], GRAPH_LAUNCH_RE), index=first.index)
-    joined = gpu[gpu[S.CORRELATION].isin(first.index)]
-    corr = joined[S.CORRELATION]
-    start = first[S.TS_NS].reindex(corr).to_numpy()
-    end = start + first[S.DUR_NS].reindex(corr).to_numpy()
-    shared = corr.map(corr.value_counts()).to_numpy() > 1
-    single = ~(graph.reindex(corr).to_numpy() | shared)
-    enq = pd.DataFrame({S.STREAM: gpu[S.STREAM], "enq": gpu[S.TS_NS],
-                        "end": gpu[S.TS_NS] + gpu[S.DUR_NS]})
-    enq.loc[joined.index, "enq"] = np.minimum(start, joined[S.TS_NS].to_numpy())
-    delays = pd.DataFrame({S.TS_NS: joined[S.TS_NS].to_numpy()[single],
-                           S.STEP: joined[S.STEP].to_numpy()[single],
-                           "delay_ns": (joined[S.TS_NS].to_numpy() - end)[single]})
+    # each correlation's first launch call (sorted by correlation), and the GPU ops it made
+    valid = np.flatnonzero(launches[S.CORRELATION].to_numpy() >= 0)
+    first_corr, first = np.unique(launches[S.CORRELATION].to_numpy()[valid], return_index=True)
+    first = valid[first]
+    graph = name_mask(launches[S.NAME].iloc[first], GRAPH_LAUNCH_RE)
+    gpu_corr, ts = gpu[S.CORRELATION].to_numpy(), gpu[S.TS_NS].to_numpy()
+    at = np.minimum(np.searchsorted(first_corr, gpu_corr), max(len(first_corr) - 1, 0))
+    joined = (first_corr[at] == gpu_corr) if len(first_corr) else np.zeros(len(gpu), bool)
+    call = first[at[joined]]
+    start = launches[S.TS_NS].to_numpy()[call]
+    end = start + launches[S.DUR_NS].to_numpy()[call]
+    _, each, count = np.unique(gpu_corr[joined], return_inverse=True, return_counts=True)
+    single = ~(graph[at[joined]] | (count[each] > 1))  # graph replays share a correlation
+    enq = ts.copy()
+    enq[joined] = np.minimum(start, ts[joined])
+    enq = pd.DataFrame({S.STREAM: gpu[S.STREAM].to_numpy(), "enq": enq,
+                        "end": (gpu[S.TS_NS] + gpu[S.DUR_NS]).to_numpy()}, index=gpu.index)
+    delays = pd.DataFrame({S.TS_NS: ts[joined][single],
+                           S.STEP: gpu[S.STEP].to_numpy()[joined][single],
+                           "delay_ns": (ts[joined] - end)[single]})
     return launches, enq, delays
 
 
