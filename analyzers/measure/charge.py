@@ -40,7 +40,7 @@ from profkit.analyzers.parts import PARTS  # noqa: F401 (re-exported)
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask, distinct, values_in
+from profkit.columns import category_mask, distinct, row_groups, values_in
 from profkit.model import RankData
 
 SYNC_CALLS = frozenset({
@@ -102,21 +102,29 @@ def host_ranges(ev: pd.DataFrame, blocked_calls: pd.DataFrame, launch: pd.DataFr
     ``loader`` (inside a DataLoader ``__next__``) and ``launching`` (inside a launch call, or
     an op that launched GPU work: the op the launch call's External id names) time ranges
     (``launch``: :func:`launch_calls`)."""
-    # Masks over all events, then one selection each of the columns read: no copy of every
-    # host row first.
+    # Masks over all events, then the rows' numpy columns: no frame selected, concatenated
+    # and grouped
     host, kind, names = values_in(ev[S.KIND], HOST_KINDS), ev[S.KIND], ev[S.NAME]
-    sync = pd.concat([ev.loc[host & values_in(names, SYNC_CALLS), RANGE], blocked_calls[RANGE]])
-    loader = ev.loc[host & category_mask(names, DATALOADER_RE), RANGE]
-    launch = launch[[*RANGE, S.EXTERNAL_ID]]
-    ops = ev.loc[values_in(kind, (S.KIND_CPU_OP,)) & (ev[S.EXTERNAL_ID] >= 0).to_numpy(),
-                 [*RANGE, S.EXTERNAL_ID]]
-    ops = ops[ops[S.EXTERNAL_ID].isin(launch[S.EXTERNAL_ID]).to_numpy()]
-    return {"sync": _by_thread(sync), "loader": _by_thread(loader),
-            "launching": _by_thread(pd.concat([launch, ops]))}
+    tid, ts, dur = (ev[c].to_numpy() for c in RANGE)
+    ext = ev[S.EXTERNAL_ID].to_numpy()
+    sync = np.flatnonzero(host & values_in(names, SYNC_CALLS))
+    loader = np.flatnonzero(host & category_mask(names, DATALOADER_RE))
+    ops = np.flatnonzero(values_in(kind, (S.KIND_CPU_OP,)) & (ext >= 0)
+                         & np.isin(ext, launch[S.EXTERNAL_ID].to_numpy()))
+
+    def by_thread(rows: np.ndarray, *frames: pd.DataFrame) -> dict[int, Intervals]:
+        parts = [(tid[rows], ts[rows], dur[rows]), *((f[c].to_numpy() for c in RANGE)
+                                                     for f in frames)]
+        return _by_thread(*(np.concatenate(c) for c in zip(*parts)))
+
+    return {"sync": by_thread(sync, blocked_calls), "loader": by_thread(loader),
+            "launching": by_thread(ops, launch)}
 
 
-def _by_thread(frame: pd.DataFrame) -> dict[int, Intervals]:
-    return {int(tid): spans(group) for tid, group in frame.groupby(S.TID, sort=False)}
+def _by_thread(tid: np.ndarray, start: np.ndarray, dur: np.ndarray) -> dict[int, Intervals]:
+    """{thread: the union of its [start, start + dur) ranges}."""
+    start, end = start.astype(np.int64), start.astype(np.int64) + dur.astype(np.int64)
+    return {int(tid[rows[0]]): iv.union(start[rows], end[rows]) for rows in row_groups([tid])}
 
 
 def charged_intervals(data: RankData, lo: int, hi: int,
