@@ -53,3 +53,39 @@ def test_host_ranges_are_each_threads_unions(seed):
         assert sorted(got[part]) == sorted(want[part]) and len(want[part]) == 3
         for tid in want[part]:
             assert [a.tolist() for a in got[part][tid]] == [a.tolist() for a in want[part][tid]]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_step_heads_run_to_the_first_call_that_put_work_on_the_gpu(seed):
+    """hostwork._heads against the definition: per step, [its start, the first launch call
+    at or after it whose correlation a GPU op has, capped at the next step's start); the
+    heads whose call made a host-to-device copy apart."""
+    from profkit.analyzers.measure.hostwork import _heads
+    rng = np.random.default_rng(seed)
+    n = 120
+    events = pd.DataFrame({
+        S.KIND: pd.Categorical(rng.choice([S.KIND_RUNTIME, S.KIND_DRIVER, S.KIND_CPU_OP], n),
+                               categories=S.KINDS),
+        S.TS_NS: rng.choice(np.arange(0, 10_000, 7), n, replace=False),  # distinct
+        S.CORRELATION: rng.integers(-1, 90, n)})
+    gpu_corr = rng.choice(np.arange(0, 90), 50, replace=False)
+    gpu = pd.DataFrame({S.CORRELATION: gpu_corr,
+                        S.SUBCLASS: pd.Categorical(rng.choice(["HtoD", "gemm"], 50))})
+    steps = pd.DataFrame({S.TS_NS: np.sort(rng.choice(np.arange(0, 10_000, 5), 8, replace=False))})
+    heads, inputs = _heads(events, gpu, steps)
+    copy = set(gpu[S.CORRELATION][gpu[S.SUBCLASS] == "HtoD"])
+    calls = sorted((t, c) for k, t, c in zip(events[S.KIND], events[S.TS_NS], events[S.CORRELATION])
+                   if k in (S.KIND_RUNTIME, S.KIND_DRIVER) and c >= 0 and c in set(gpu_corr))
+    starts = steps[S.TS_NS].tolist()
+    want_all, want_copy = [], []
+    for i, s in enumerate(starts):
+        nxt = starts[i + 1] if i + 1 < len(starts) else np.iinfo(np.int64).max
+        first = next(((t, c) for t, c in calls if t >= s), None)
+        end = min(first[0], nxt) if first else s
+        want_all.append((s, end))
+        if first and first[1] in copy:
+            want_copy.append((s, end))
+    for got, want in ((heads, want_all), (inputs, want_copy)):
+        want = iv.union([a for a, _ in want], [b for _, b in want])
+        assert [a.tolist() for a in got] == [a.tolist() for a in want]
+    assert iv.total(heads) > 0 and iv.total(inputs) > 0
