@@ -17,6 +17,7 @@ churn) and a run cut short by running out of memory.
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -171,7 +172,27 @@ def _num(row, column: str) -> float:
 
 def rank_oom(data: RankData, run_meta: dict | None, near_frac: float) -> dict | None:
     """:func:`oom_cut` on the rank's device (the one its memory events name most, else its
-    run.json device), its capacity as the allocations measurement reads it."""
+    run.json device), its capacity as the allocations measurement reads it; found once per
+    rank and arguments (the breakdown and the allocator measurement both ask), read only."""
+    return data.derived(_rank_oom, _Facts(run_meta), near_frac)
+
+
+class _Facts:
+    """run.json's facts as a key of :meth:`RankData.derived`: equal when their JSON is."""
+
+    def __init__(self, meta: dict | None) -> None:
+        self.meta = meta
+        self.key = json.dumps(meta, sort_keys=True, default=repr)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Facts) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+
+def _rank_oom(data: RankData, facts: _Facts, near_frac: float) -> dict | None:
+    run_meta = facts.meta
     mem = data.table("memory")
     cuda = mem[S.DEVICE][(mem[S.DEVICE_TYPE] == S.DEVICE_TYPE_CUDA).to_numpy()] if len(mem) \
         else pd.Series([], dtype=np.int64)
