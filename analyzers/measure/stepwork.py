@@ -105,12 +105,15 @@ def used_step_work(data: RankData, steps: pd.DataFrame) -> dict[str, pd.DataFram
                        KERNEL_COLUMNS[:-1])
     kernels["group"] = kernels[S.NAME].map(_groups(gpu)).fillna("other")
     optimizer = values_in(ev[S.KIND], (S.KIND_ANNOTATION,)) & name_mask(ev[S.NAME], OPTIMIZER_RE)
-    nest = ev.loc[values_in(ev[S.KIND], CPU_NEST_KINDS) | optimizer, [*NEST_COLUMNS, S.STEP]]
-    self_ns = self_times(nest)
-    keep = values_in(nest[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION)) \
-        & ~name_mask(nest[S.NAME], STEP_RE) & _in_used(nest, data, used)
+    in_used = _in_used(ev, data, used)
+    # the ranges nesting reads (CPU ops, calls and the optimizer's), as numpy columns
+    nest = np.flatnonzero(values_in(ev[S.KIND], CPU_NEST_KINDS) | optimizer)
+    self_ns = self_times(pd.DataFrame({c: ev[c].to_numpy()[nest] for c in NEST_COLUMNS
+                                       if c not in (S.KIND, S.NAME)}))
+    keep = (values_in(ev[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION))
+            & ~name_mask(ev[S.NAME], STEP_RE) & in_used)[nest]
     ops = nest[keep]
-    ops = _by_name(data.rank, ops, {"self_ns": self_ns[keep], "total_ns": ops[S.DUR_NS].to_numpy()},
-                   OP_COLUMNS)
-    shapes = step_signature(data.rank, ev, _in_used(ev, data, used))
+    ops = _by_name(data.rank, pd.DataFrame({S.NAME: ev[S.NAME].array.take(ops)}),
+                   {"self_ns": self_ns[keep], "total_ns": ev[S.DUR_NS].to_numpy()[ops]}, OP_COLUMNS)
+    shapes = step_signature(data.rank, ev, in_used)
     return {"used_step_kernels": kernels, "used_step_ops": ops, "used_step_shapes": shapes}

@@ -80,3 +80,33 @@ def test_op_totals_are_the_cpu_ops_grouped_by_name():
     got = got.set_index("name").sort_index()
     assert got.index.tolist() == want.index.tolist()
     assert got.values.tolist() == want.values.tolist()
+
+
+def test_used_step_ops_are_the_used_steps_ops_grouped_by_name():
+    """used_step_work's ops table against pandas' grouping of the names as text: CPU ops and
+    annotations (ProfilerStep aside) of the used steps, self time among the CPU ranges and
+    the optimizer's annotations, on a bundled run."""
+    from profkit.analyzers.measure.breakdown import rank_steps
+    from profkit.analyzers.measure.stepwork import used_step_work
+
+    from profkit.run.loader import load_run
+    from tests.realruns import RUNS
+    rank = load_run(RUNS / "stock_ddp").ranks[0]
+    steps = rank_steps(rank)
+    used = steps.loc[steps["used"].astype(bool), S.STEP].tolist()
+    ev = rank.events
+    kind, name = ev[S.KIND].astype(str), ev[S.NAME].astype(str)
+    nest = ev[(kind.isin(["cpu_op", "runtime", "driver", "sync"])
+               | ((kind == "annotation") & name.str.startswith("Optimizer."))).to_numpy()]
+    own = self_times(nest)
+    keep = (nest[S.KIND].astype(str).isin(["cpu_op", "annotation"])
+            & ~nest[S.NAME].astype(str).str.startswith("ProfilerStep#")
+            & nest[S.STEP].isin(used)).to_numpy()
+    ops = pd.DataFrame({"name": nest[S.NAME].astype(str)[keep], "self_ns": own[keep],
+                        "total_ns": nest[S.DUR_NS][keep]})
+    want = ops.groupby("name").agg(count=("self_ns", "size"), self_ns=("self_ns", "sum"),
+                                   total_ns=("total_ns", "sum"))
+    got = used_step_work(rank, steps)["used_step_ops"].set_index("name").sort_index()
+    assert len(used) > 1 and len(got) > 20 and (got["rank"] == rank.rank).all()
+    assert got.index.tolist() == want.index.tolist()
+    assert got[["count", "self_ns", "total_ns"]].values.tolist() == want.values.tolist()
