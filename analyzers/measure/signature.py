@@ -35,7 +35,7 @@ import orjson
 import pandas as pd
 
 from profkit import schema as S
-from profkit.columns import category_mask, values_in
+from profkit.columns import category_mask, unique_rows, values_in
 from profkit.trace.ingest import STEP_PREFIX
 
 SIGNATURE_COLUMNS = ("rank", "role", S.STEP, S.NAME, "shape", "count")
@@ -124,21 +124,21 @@ def _params(rank: int, ops: pd.DataFrame) -> pd.DataFrame:
     if ops.empty:
         return _rows(rank, PARAM, [], [], [], [])
     name_codes, dim_codes, names, dims = _codes(ops)
-    pairs = pd.DataFrame({"n": name_codes, "d": dim_codes}).value_counts()
-    rows = []
-    for (n, d), count in pairs.items():
+    pairs, _, counts = unique_rows([name_codes, dim_codes])  # each (op, dims) pair once
+    totals: dict[tuple[str, str], int] = {}
+    for (n, d), count in zip(pairs.tolist(), counts.tolist()):
         spec = WEIGHT_OPS.get(names[n]) if n >= 0 else None
         if spec is None or d < 0:
             continue
         for i in spec[0]:
             shape = _arg(dims[d], i)
             if shape:
-                rows.append((names[n], shape, int(count)))
-    if not rows:
+                totals[(names[n], shape)] = totals.get((names[n], shape), 0) + count
+    if not totals:
         return _rows(rank, PARAM, [], [], [], [])
-    table = pd.DataFrame(rows, columns=["name", "shape", "count"])
-    table = table.groupby(["name", "shape"], as_index=False)["count"].sum()
-    return _rows(rank, PARAM, -1, table["name"], table["shape"], table["count"])
+    keys = sorted(totals)  # by name, then shape: as grouping them sorts them
+    return _rows(rank, PARAM, -1, [n for n, _ in keys], [sh for _, sh in keys],
+                 np.array([totals[k] for k in keys], dtype=np.int64))
 
 
 def _in_backward(ops: pd.DataFrame, backward: pd.DataFrame) -> np.ndarray:
