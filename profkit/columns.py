@@ -238,12 +238,24 @@ def unique_rows(columns: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     key = np.zeros(len(cols[0]), dtype=np.int64)
     for c, low, span in zip(cols, lows, spans):
         key = key * span + (c - low)
-    keys, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+    keys, inverse, counts = _distinct_keys(key, math.prod(spans))
     rows = np.empty((len(keys), len(cols)), dtype=np.int64)
     for j in reversed(range(len(cols))):
         rows[:, j] = keys % spans[j] + lows[j]
         keys = keys // spans[j]
     return rows, inverse.reshape(-1), counts
+
+
+def _distinct_keys(key: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(key, return_inverse=True, return_counts=True)`` of keys in [0, span): by
+    a count per key where the span is small next to the keys (a pass, no sort)."""
+    if span > 4 * len(key) + 4096:
+        return np.unique(key, return_inverse=True, return_counts=True)
+    counts = np.bincount(key, minlength=span)
+    keys = np.flatnonzero(counts)
+    at = np.zeros(span, dtype=np.intp)
+    at[keys] = np.arange(len(keys))
+    return keys.astype(np.int64), at[key], counts[keys]
 
 
 def row_groups(columns: list) -> list[np.ndarray]:
