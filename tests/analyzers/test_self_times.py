@@ -110,3 +110,23 @@ def test_used_step_ops_are_the_used_steps_ops_grouped_by_name():
     assert len(used) > 1 and len(got) > 20 and (got["rank"] == rank.rank).all()
     assert got.index.tolist() == want.index.tolist()
     assert got[["count", "self_ns", "total_ns"]].values.tolist() == want.values.tolist()
+
+
+def test_compute_subclasses_are_the_compute_kernels_grouped_by_subclass():
+    """breakdown.compute_subclasses (by sub-class codes) against pandas' grouping of the
+    sub-classes as text, on a bundled run: kernel ns, count and share, category order."""
+    from profkit.analyzers.measure.breakdown import compute_subclasses
+
+    from profkit.run.loader import load_run
+    from tests.realruns import RUNS
+    rank = load_run(RUNS / "stock_ddp").ranks[0]
+    ev = rank.events
+    comp = ev[(ev[S.CLASS].astype(str) == "compute").to_numpy() & (ev[S.STEP] >= 0).to_numpy()]
+    want = comp.groupby(comp[S.SUBCLASS].astype(str))[S.DUR_NS].agg(["sum", "count"])
+    got = compute_subclasses(rank)
+    order = [c for c in ev[S.SUBCLASS].cat.categories if c in want.index]
+    assert got[S.SUBCLASS].astype(str).tolist() == order and len(order) > 2
+    assert got["kernel_ns"].tolist() == want.loc[order, "sum"].tolist()
+    assert got["kernels"].tolist() == want.loc[order, "count"].tolist()
+    assert got["share"].tolist() == (want.loc[order, "sum"] / want["sum"].sum()).tolist()
+    assert got[S.SUBCLASS].dtype == ev[S.SUBCLASS].dtype and (got["rank"] == rank.rank).all()
