@@ -27,7 +27,7 @@ from profkit.analyzers.measure.steps import USED
 from profkit.analyzers.measure.tables import name_mask
 
 from profkit import schema as S
-from profkit.columns import values_in
+from profkit.columns import distinct, values_in
 from profkit.model import RankData
 
 KERNEL_COLUMNS = ("rank", S.NAME, "count", "total_ns", "group")
@@ -81,11 +81,31 @@ def _groups(gpu: pd.DataFrame) -> dict[str, str]:
     """Kernel name -> its group (module doc), read once per name."""
     if gpu.empty:
         return {}
+    if all(isinstance(gpu[c].dtype, pd.CategoricalDtype) for c in (S.CLASS, S.SUBCLASS)):
+        return _groups_by_code(gpu)
     first = gpu.groupby(gpu[S.NAME].cat.codes.to_numpy())[[S.CLASS, S.SUBCLASS]].first()
     first = first[first.index >= 0]
     names = np.asarray(gpu[S.NAME].cat.categories, dtype=object)[first.index.to_numpy()]
     return {n: _group(cls, sub) for n, cls, sub in
             zip(names, first[S.CLASS].astype(str), first[S.SUBCLASS].astype(str))}
+
+
+def _groups_by_code(gpu: pd.DataFrame) -> dict[str, str]:
+    """:func:`_groups` by codes: each name's first class and sub-class that is not missing
+    (as ``groupby(...).first()`` takes them; "nan" where every one is)."""
+    names = gpu[S.NAME].array.codes
+    used = distinct(names[names >= 0])
+    firsts = []
+    for column in (S.CLASS, S.SUBCLASS):
+        codes = gpu[column].array.codes
+        rows = np.flatnonzero((codes >= 0) & (names >= 0))
+        found, at = np.unique(names[rows], return_index=True)  # each name's first such row
+        text = np.full(len(used), "nan", dtype=object)
+        labels = np.asarray(gpu[column].dtype.categories, dtype=object)
+        text[np.searchsorted(used, found)] = [str(v) for v in labels[codes[rows[at]]]]
+        firsts.append(text)
+    name_text = np.asarray(gpu[S.NAME].dtype.categories, dtype=object)[used]
+    return {n: _group(cls, sub) for n, cls, sub in zip(name_text, *firsts)}
 
 
 def _group(cls: str, sub: str) -> str:
