@@ -138,12 +138,20 @@ def charged_intervals(data: RankData, lo: int, hi: int,
     ev = data.events
     gpu = data.gpu_events
     launch = launch_calls(data)
-    copies = gpu[values_in(gpu[S.CLASS], (S.CLS_MEMCPY,))]
+    copies = gpu.loc[values_in(gpu[S.CLASS], (S.CLS_MEMCPY,)),
+                     [S.NAME, S.CORRELATION, S.TS_NS, S.DUR_NS]]  # what is read of them
     blocking, blocked_calls = blocking_copies(launch, copies)
-    compute = spans(gpu[values_in(gpu[S.CLASS], (S.CLS_COMPUTE, S.CLS_MEMSET))])
+    start = gpu[S.TS_NS].to_numpy(np.int64)
+    end = start + gpu[S.DUR_NS].to_numpy(np.int64)
+
+    def of_class(*classes: str) -> Intervals:  # the union of the GPU ops of these classes
+        rows = values_in(gpu[S.CLASS], classes)
+        return iv.union(start[rows], end[rows])
+
+    compute = of_class(S.CLS_COMPUTE, S.CLS_MEMSET)
     transfer = iv.subtract(spans(copies[~blocking]), compute)
     taken = iv.union_of(compute, transfer)
-    comm_all = spans(gpu[values_in(gpu[S.CLASS], (S.CLS_COMMUNICATION,))])
+    comm_all = of_class(S.CLS_COMMUNICATION)
     comm = iv.subtract(comm_all, taken)
     taken = iv.union_of(taken, comm)
     bubble = iv.intersect(comm, wait_intervals(p2p_kernels(data)))
@@ -237,20 +245,20 @@ def next_launches(launch: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals
     n = len(gaps[0])
     start, end = gaps[1].copy(), gaps[1].copy()
     tid = np.full(n, main_launch_thread(launch), dtype=np.int64)
-    launch = launch[[S.CORRELATION, *RANGE]]
-    launch = launch.drop_duplicates(S.CORRELATION).set_index(S.CORRELATION)
+    # each correlation's first launch call, by a search of the sorted correlations
+    calls, first = np.unique(launch[S.CORRELATION].to_numpy(), return_index=True)
     order = np.argsort(gpu[S.TS_NS].to_numpy(), kind="stable")
     op_start = gpu[S.TS_NS].to_numpy()[order]
     op_corr = gpu[S.CORRELATION].to_numpy()[order]
     nxt = np.searchsorted(op_start, gaps[1], side="left")
-    has = nxt < len(op_start)
-    corr = pd.Series(op_corr[nxt[has]])
-    found = corr.isin(launch.index).to_numpy()
-    rows = np.flatnonzero(has)[found]
-    hit = launch.loc[corr[found].to_numpy()]
-    start[rows] = hit[S.TS_NS].to_numpy()
-    end[rows] = start[rows] + hit[S.DUR_NS].to_numpy()
-    tid[rows] = hit[S.TID].to_numpy()
+    has = np.flatnonzero(nxt < len(op_start))
+    corr = op_corr[nxt[has]]
+    at = np.minimum(np.searchsorted(calls, corr), max(len(calls) - 1, 0))
+    found = (calls[at] == corr) if len(calls) else np.zeros(len(corr), bool)
+    rows, hit = has[found], first[at[found]]
+    start[rows] = launch[S.TS_NS].to_numpy()[hit]
+    end[rows] = start[rows] + launch[S.DUR_NS].to_numpy()[hit]
+    tid[rows] = launch[S.TID].to_numpy()[hit]
     return start, end, tid
 
 

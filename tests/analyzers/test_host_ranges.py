@@ -89,3 +89,34 @@ def test_step_heads_run_to_the_first_call_that_put_work_on_the_gpu(seed):
         want = iv.union([a for a, _ in want], [b for _, b in want])
         assert [a.tolist() for a in got] == [a.tolist() for a in want]
     assert iv.total(heads) > 0 and iv.total(inputs) > 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_each_gap_takes_the_launch_call_of_the_op_that_ends_it(seed):
+    """charge.next_launches against the definition: per GPU-idle gap, the first GPU op
+    starting at or after its end, that op's first launch call (start, end, thread); a gap
+    without a next op, or whose op has no call, keeps its end on the main launching thread."""
+    from profkit.analyzers.measure.charge import main_launch_thread, next_launches
+    rng = np.random.default_rng(seed)
+    n = 150
+    launch = pd.DataFrame({S.CORRELATION: rng.integers(0, 120, n), S.TID: rng.choice([3, 5], n),
+                           S.TS_NS: rng.integers(0, 9000, n), S.DUR_NS: rng.integers(0, 30, n)})
+    gpu = pd.DataFrame({S.TS_NS: rng.choice(np.arange(0, 10_000, 3), 90, replace=False),
+                        S.CORRELATION: rng.integers(-1, 150, 90)})
+    ends = np.sort(rng.choice(np.arange(0, 10_500, 7), 40, replace=False))
+    gaps = (ends - 5, ends)
+    start, end, tid = next_launches(launch, gpu, gaps)
+    main = main_launch_thread(launch)
+    ops = sorted(zip(gpu[S.TS_NS], gpu[S.CORRELATION]))
+    hits = 0
+    for i, e in enumerate(ends.tolist()):
+        op = next(((t, c) for t, c in ops if t >= e), None)
+        calls = launch[launch[S.CORRELATION] == op[1]] if op else launch.iloc[:0]
+        if len(calls):
+            call = calls.iloc[0]
+            want = (call[S.TS_NS], call[S.TS_NS] + call[S.DUR_NS], call[S.TID])
+            hits += 1
+        else:
+            want = (e, e, main)
+        assert (start[i], end[i], tid[i]) == want
+    assert hits > 5
