@@ -262,3 +262,13 @@ def test_find_rows_is_multiindex_get_indexer(high):
         want = table.get_indexer(pd.MultiIndex.from_arrays(queries)) if len(table) \
             else np.full(n_query, -1)
         assert find_rows(columns, queries).tolist() == want.tolist()
+
+
+def test_values_in_of_number_categories_is_series_isin():
+    """Categories that are not text (numbers; a wanted value of another type) take pandas'
+    isin, so 1 and 1.0 match as there."""
+    column = pd.Series(pd.Categorical([1, 2, 3, None, 2], categories=[3, 2, 1]))
+    for wanted in ((2,), (1.0, 3), ("2",), ()):
+        np.testing.assert_array_equal(values_in(column, wanted), column.isin(wanted).to_numpy())
+    text = pd.Series(pd.Categorical(["a", "b", None], categories=["b", "a"]))
+    np.testing.assert_array_equal(values_in(text, ("a", 1)), text.isin(("a", 1)).to_numpy())

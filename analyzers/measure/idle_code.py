@@ -74,10 +74,16 @@ class _Ranges:
         order = near[iv.nest_order(start[near], end[near])]
         self.seg_start, self.seg_end, self.seg_owner, parent = _innermost(start[order],
                                                                           end[order])
-        names = host[S.NAME].astype("category")
+        names = host[S.NAME]
+        if not isinstance(names.dtype, pd.CategoricalDtype):
+            names = names.astype("category")
         self.categories = names.cat.categories.astype(str).to_numpy()
         codes = names.cat.codes.to_numpy()[order]
-        is_user_cat = np.array([not _library(c) for c in self.categories], dtype=bool)
+        is_user_cat = np.zeros(len(self.categories), dtype=bool)  # of the names used here
+        used = distinct(codes[codes >= 0])
+        if len(self.categories):  # and the last, which a missing name (code -1) reads
+            used = np.append(used, len(self.categories) - 1)
+        is_user_cat[used] = [not _library(c) for c in self.categories[used]]
         is_user = values_in(host[S.KIND], (S.KIND_PYTHON,))[order] & is_user_cat[codes]
         is_op = values_in(host[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION))[order]
         user_above, outer_above = _ancestors(is_user, is_op, parent)

@@ -149,3 +149,25 @@ def test_touching_segments_are_those_overlapping_the_idle_set(seed):
             if any(seg_end[j] > s and seg_start[j] < e for s, e in zip(*idle))]
     assert _touching(seg_start, seg_end, idle).tolist() == want
     assert _touching(seg_start, seg_end, iv.union([], [])).tolist() == []
+
+
+def test_names_no_range_uses_change_no_label():
+    """The names table holds every event's name (library and user frames among them that no
+    range here uses): the labels are those of the names the ranges use; a frame without a
+    name reads the last name of the table, whether a range uses it or not."""
+    rows = [("train.py(10): step", S.KIND_PYTHON, 0, 100),
+            ("site-packages/torch/nn/module.py(5): __call__", S.KIND_PYTHON, 0, 90),
+            (None, S.KIND_PYTHON, 15, 35), ("aten::item", S.KIND_CPU_OP, 20, 30)]
+    idle = _idle((21, 29))
+    used = ["train.py(10): step", "site-packages/torch/nn/module.py(5): __call__", "aten::item"]
+
+    def labels(categories):
+        host = _host(rows).assign(**{S.NAME: pd.Categorical([r[0] for r in rows],
+                                                            categories=categories)})
+        return attribute(host, idle)
+
+    library = ["/lib/python3/x.py(1): f", *used[:1], "/lib/python3/y.py(2): g", *used[1:],
+               "/lib/python3/z.py(3): h"]
+    assert labels(library) == {"train.py(10): step -> aten::item": 8}
+    # the unnamed frame is user code when the last name is: the nearest, it has no name
+    assert labels([*library, "train.py(2): g"]) == {"aten::item": 8}
