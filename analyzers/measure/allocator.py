@@ -57,12 +57,16 @@ def rank_allocator_calls(data: RankData, steps: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=list(CALL_COLUMNS))
     table = steps[[S.STEP, "step_ns", "used"]].copy()
     is_free = category_mask(calls[S.NAME], FREE_RE)
-    by_step = calls.assign(free=is_free).groupby([S.STEP, "free"])[S.DUR_NS].agg(["size", "sum"])
-    for column, flag in (("malloc", False), ("free", True)):
-        sizes = {s: int(r["size"]) for (s, f), r in by_step.iterrows() if f == flag}
-        sums = {s: int(r["sum"]) for (s, f), r in by_step.iterrows() if f == flag}
-        table[f"{column}_calls"] = table[S.STEP].map(sizes).fillna(0).astype(np.int64)
-        table[f"{column}_ns"] = table[S.STEP].map(sums).fillna(0).astype(np.int64)
+    step, dur = calls[S.STEP].to_numpy(), calls[S.DUR_NS].to_numpy(np.int64)
+    steps_of_table = table[S.STEP].tolist()
+    for column, flag in (("malloc", False), ("free", True)):  # count and ns per step
+        mine = is_free == flag
+        found, at, count = np.unique(step[mine], return_inverse=True, return_counts=True)
+        ns = np.zeros(len(found), dtype=np.int64)
+        np.add.at(ns, at, dur[mine])
+        counts, sums = (dict(zip(found.tolist(), v.tolist())) for v in (count, ns))
+        table[f"{column}_calls"] = np.array([counts.get(s, 0) for s in steps_of_table], np.int64)
+        table[f"{column}_ns"] = np.array([sums.get(s, 0) for s in steps_of_table], np.int64)
     table["idle_ns"] = _idle_inside(data, calls, table[S.STEP].to_numpy())
     table.insert(0, "rank", data.rank)
     table["used"] = table["used"].astype(bool)

@@ -120,3 +120,35 @@ def test_each_gap_takes_the_launch_call_of_the_op_that_ends_it(seed):
             want = (e, e, main)
         assert (start[i], end[i], tid[i]) == want
     assert hits > 5
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_allocator_calls_are_counted_and_summed_per_step(seed):
+    """allocator.rank_allocator_calls' malloc and free counts and ns per step against a
+    plain count over random runtime calls (steps without calls: 0; calls outside steps and
+    other calls: left out)."""
+    from profkit.analyzers.measure.allocator import rank_allocator_calls
+
+    from profkit.model import RankData, empty_frame
+    rng = np.random.default_rng(seed)
+    n = 300
+    names = ["cudaMalloc", "cudaFree", "cudaLaunchKernel", "cuMemFree_v2"]
+    events = pd.DataFrame({S.KIND: pd.Categorical(rng.choice([S.KIND_RUNTIME, S.KIND_DRIVER], n),
+                                                  categories=S.KINDS),
+                           S.NAME: pd.Categorical(rng.choice(names, n), categories=names),
+                           S.STEP: rng.integers(-1, 5, n), S.TS_NS: rng.integers(0, 10**6, n),
+                           S.DUR_NS: rng.integers(0, 10**9, n)})
+    kernel = pd.DataFrame({S.KIND: pd.Categorical([S.KIND_KERNEL], categories=S.KINDS),
+                           S.NAME: pd.Categorical(["cudaMalloc"], categories=names),
+                           S.STEP: [2], S.TS_NS: [5], S.DUR_NS: [3]})  # a GPU op: no call
+    events = pd.concat([events, kernel], ignore_index=True)
+    rd = RankData(0, "", events, empty_frame(S.COLLECTIVE_COLUMNS), empty_frame(S.STEP_COLUMNS))
+    steps = pd.DataFrame({S.STEP: [0, 1, 2, 3, 4, 7], "step_ns": 1, "used": True})
+    got = rank_allocator_calls(rd, steps).set_index(S.STEP)
+    for step in steps[S.STEP]:
+        for column, kinds in (("malloc", {"cudaMalloc"}), ("free", {"cudaFree", "cuMemFree_v2"})):
+            mine = events[(events[S.STEP] == step) & events[S.NAME].isin(kinds)
+                          & (events[S.KIND] != S.KIND_KERNEL)]
+            assert got.loc[step, f"{column}_calls"] == len(mine)
+            assert got.loc[step, f"{column}_ns"] == int(mine[S.DUR_NS].sum())
+    assert got.loc[7, "malloc_calls"] == 0 and got["free_calls"].dtype == np.int64
