@@ -67,7 +67,7 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     op (name, and ``op_id``: one number per op
     call, -1 without one), the op's family, its share of the op's FLOPs and bytes (NaN where
     unknown) and its precision (KERNEL_COST_COLUMNS)."""
-    k = kernels[[S.TS_NS, S.DUR_NS, S.NAME, S.SUBCLASS, S.STREAM, S.STEP, S.EXTERNAL_ID]]
+    k = kernels  # read column by column (a selection of them copied every row)
     keys = [k[c].to_numpy(np.int64) for c in COST_KEYS]
     # Each kernel's op by (External id, step), a pair naming at most one op; -1: none.
     ops, op_families, flags, at = _op_rows(rd, keys)
