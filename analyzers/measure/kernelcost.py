@@ -29,6 +29,7 @@ from profkit.model import RankData
 MATMUL_SUBCLASSES = ("gemm", "conv", "attention")
 MATMUL_FAMILIES = ("matmul", "conv", "attention")  # ops whose FLOPs are in ``flops``
 COST_KEYS = [S.EXTERNAL_ID, S.STEP]
+COST_INPUTS = (S.TS_NS, S.DUR_NS, S.NAME, S.SUBCLASS, S.STREAM, S.STEP, S.EXTERNAL_ID)  # read
 KERNEL_COST_COLUMNS = (S.TS_NS, S.DUR_NS, S.NAME, S.SUBCLASS, S.STREAM, S.STEP, "op", "op_id",
                        "family", "flops", "read_bytes", "write_bytes", "precision")
 
