@@ -60,11 +60,20 @@ def outer_ops(rd: RankData) -> pd.DataFrame:
     ops = ev.loc[values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & (ev[S.FLOPS] > 0).to_numpy(),
                  list(OP_COLUMNS)]
     ops = ops[ops[S.STEP] >= 0] if len(rd.steps) else ops
-    ops = ops.assign(end=ops[S.TS_NS] + ops[S.DUR_NS]).sort_values(
-        [S.PID, S.TID, S.TS_NS, S.DUR_NS], ascending=[True, True, True, False])
-    reach = ops.groupby([S.PID, S.TID])["end"].cummax()
-    prev_reach = reach.groupby([ops[S.PID], ops[S.TID]]).shift(fill_value=np.iinfo(np.int64).min)
-    return ops[ops["end"] > prev_reach].reset_index(drop=True)  # else inside an earlier op
+    ops = ops.assign(end=ops[S.TS_NS] + ops[S.DUR_NS])
+    pid, tid = ops[S.PID].to_numpy(), ops[S.TID].to_numpy()
+    start, dur = ops[S.TS_NS].to_numpy(), ops[S.DUR_NS].to_numpy()
+    # by thread, start, the longer first (a stable sort: sort_values' order)
+    order = np.lexsort((-dur, start, tid, pid))
+    ops = ops.iloc[order]
+    end, pid, tid = ops["end"].to_numpy(), pid[order], tid[order]
+    keep = np.ones(len(ops), dtype=bool)
+    new = np.flatnonzero(np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])]) \
+        if len(ops) else np.zeros(0, np.intp)
+    for lo, hi in zip(new.tolist(), [*new[1:].tolist(), len(ops)]):  # each thread
+        reach = np.maximum.accumulate(end[lo:hi])  # else inside an earlier op
+        keep[lo + 1:hi] = end[lo + 1:hi] > reach[:-1]
+    return ops[keep].reset_index(drop=True)
 
 
 def kernel_owners(rd: RankData, ops: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
