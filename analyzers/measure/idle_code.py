@@ -92,6 +92,7 @@ class _Ranges:
         self.user_code = np.where(user_above >= 0, codes[np.maximum(user_above, 0)], -1)
         self.outer_code = np.where(outer_above >= 0, codes[np.maximum(outer_above, 0)], -1)
         self.n = len(order)
+        self.labels: dict[tuple[int, int, int], str] = {}  # each label made once per thread
 
     def attribute(self, idle: iv.Intervals) -> dict[str, int]:
         """Idle ns by the label of the innermost range covering each idle instant."""
@@ -104,8 +105,10 @@ class _Ranges:
                                         self.outer_code[owners]])
         sums = np.bincount(inverse.ravel(), weights=per_owner[owners], minlength=len(uniq))
         out: dict[str, int] = {}
-        for (own, user, outer), ns in zip(uniq.tolist(), sums.tolist()):  # each label once
-            label = _label(self.categories, own, user, outer)
+        for key, ns in zip(map(tuple, uniq.tolist()), sums.tolist()):  # each label once
+            label = self.labels.get(key)
+            if label is None:
+                label = self.labels[key] = _label(self.categories, *key)
             out[label] = out.get(label, 0) + int(ns)
         rest = iv.total(idle) - int(covered.sum())
         if rest > 0:
