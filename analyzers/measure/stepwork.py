@@ -67,7 +67,9 @@ def _by_name(rank: int, frame: pd.DataFrame, values: dict[str, np.ndarray],
     named = codes >= 0  # rows without a name are left out
     count = np.bincount(codes[named], minlength=len(names.cat.categories))
     used = np.flatnonzero(count)  # the codes in order, as grouping by them gives them
-    at = np.searchsorted(used, codes[named])
+    position = np.zeros(len(count), dtype=np.intp)
+    position[used] = np.arange(len(used))
+    at = position[codes[named]]  # each row's place among them
     sums = {}
     for column, value in values.items():
         sums[column] = np.zeros(len(used), dtype=np.asarray(value).dtype)
