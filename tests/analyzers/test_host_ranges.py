@@ -1,5 +1,8 @@
-"""charge.host_ranges (each thread's sync, DataLoader and launching time) against the
-definition, row by row in plain Python, on random host events of three threads."""
+"""Host-side tables of a rank against their definitions, row by row in plain Python, on
+random events: charge.host_ranges (each thread's sync, DataLoader and launching time),
+hostwork._heads (each step's head before its first GPU work), charge.next_launches (the
+launch call ending each GPU-idle gap) and allocator.rank_allocator_calls (allocator calls
+per step)."""
 
 import numpy as np
 import pandas as pd
