@@ -95,9 +95,11 @@ def category_mask(column: pd.Series, pattern: str | re.Pattern) -> np.ndarray:
         return _by_code(column, ("search", pattern.pattern, pattern.flags), hits)
 
     def contains(cats: pd.Index) -> np.ndarray:
-        if cats.inferred_type != "string":  # pandas' answer for anything but text
+        # pandas' own answer but for text held as Python objects (Arrow-backed text is
+        # searched by Arrow's regex engine), for which it is re.search of each
+        if cats.dtype != object or cats.inferred_type != "string":
             return np.asarray(cats.str.contains(pattern, regex=True), dtype=bool)
-        search = re.compile(pattern).search  # what str.contains does for each text
+        search = re.compile(pattern).search
         return np.array([search(c) is not None for c in cats], dtype=bool)
 
     return _by_code(column, ("match", pattern), contains)
@@ -151,7 +153,8 @@ def values_in(column: pd.Series, values) -> np.ndarray:
 def _isin(cats: pd.Index, wanted: tuple) -> np.ndarray:
     """``cats.isin(wanted)``: text categories looked up in a set (pandas' isin costs ~70 us
     a call, whatever the size)."""
-    if cats.inferred_type != "string" or not all(isinstance(w, str) for w in wanted):
+    if cats.dtype != object or cats.inferred_type != "string" \
+            or not all(isinstance(w, str) for w in wanted):
         return np.asarray(cats.isin(wanted), bool)
     found = set(wanted)
     return np.array([c in found for c in cats], dtype=bool)

@@ -272,3 +272,17 @@ def test_values_in_of_number_categories_is_series_isin():
         np.testing.assert_array_equal(values_in(column, wanted), column.isin(wanted).to_numpy())
     text = pd.Series(pd.Categorical(["a", "b", None], categories=["b", "a"]))
     np.testing.assert_array_equal(values_in(text, ("a", 1)), text.isin(("a", 1)).to_numpy())
+
+
+def test_arrow_text_categories_are_searched_as_pandas_searches_them():
+    """Categories held as pandas' Arrow-backed text (tables read back from a cache) take
+    pandas' own str.contains and isin; Python-object text the per-category re.search."""
+    arrow = pd.Series(pd.Categorical(["ab", "cd", None, "abc"],
+                                     categories=pd.Index(["ab", "cd", "abc"], dtype="str")))
+    assert arrow.dtype.categories.dtype != object
+    for column in (arrow, arrow.astype(object).astype("category")):
+        text = column.astype(object).str
+        np.testing.assert_array_equal(category_mask(column, "^ab"),
+                                      text.contains("^ab", na=False).to_numpy(bool))
+        np.testing.assert_array_equal(values_in(column, ("cd", "abc")),
+                                      column.isin(("cd", "abc")).to_numpy())
