@@ -95,7 +95,12 @@ def category_mask(column: pd.Series, pattern: str | re.Pattern) -> np.ndarray:
         return _by_code(column, ("search", pattern.pattern, pattern.flags), hits)
 
     def contains(cats: pd.Index) -> np.ndarray:
-        return np.asarray(cats.str.contains(pattern, regex=True), dtype=bool)
+        # pandas' own answer but for text held as Python objects (Arrow-backed text is
+        # searched by Arrow's regex engine), for which it is re.search of each
+        if cats.dtype != object or cats.inferred_type != "string":
+            return np.asarray(cats.str.contains(pattern, regex=True), dtype=bool)
+        search = re.compile(pattern).search
+        return np.array([search(c) is not None for c in cats], dtype=bool)
 
     return _by_code(column, ("match", pattern), contains)
 
@@ -142,34 +147,83 @@ def values_in(column: pd.Series, values) -> np.ndarray:
     if not isinstance(column.dtype, pd.CategoricalDtype):
         return column.isin(values).to_numpy()
     wanted = tuple(values)
-    return _by_code(column, ("in", wanted), lambda cats: np.asarray(cats.isin(wanted), bool))
+    return _by_code(column, ("in", wanted), lambda cats: _isin(cats, wanted))
+
+
+def _isin(cats: pd.Index, wanted: tuple) -> np.ndarray:
+    """``cats.isin(wanted)``: text categories looked up in a set (pandas' isin costs ~70 us
+    a call, whatever the size)."""
+    if cats.dtype != object or cats.inferred_type != "string" \
+            or not all(isinstance(w, str) for w in wanted):
+        return np.asarray(cats.isin(wanted), bool)
+    found = set(wanted)
+    return np.array([c in found for c in cats], dtype=bool)
 
 
 # Per-category answers, kept while the categories live: every row selection of a table
 # shares its categories, so a rank's dozens of lookups on the same column are one each.
 _BY_CATEGORIES: dict[int, tuple[weakref.ref, dict]] = {}
+# A column with fewer rows than this per category (a rank's kernels, of every event name)
+# has its categories answered only where its rows use them.
+PARTIAL_ROWS_PER_CATEGORY = 64
+_FEW_HITS = 8  # at most this many categories hit: a comparison per hit beats a lookup
+
+
+class _Answers:
+    """One key's per-category answers: ``hit`` where ``known`` (a column's lookup fills in
+    the categories its rows use), and the codes hit, once every category is known."""
+
+    def __init__(self, size: int) -> None:
+        self.hit = np.zeros(size + 1, dtype=bool)  # the last: code -1, never a hit
+        self.known = np.zeros(size + 1, dtype=bool)
+        self.known[-1] = True
+        self.complete = False
+        self.codes: np.ndarray | None = None  # the hit codes, once complete
+
+    def learn(self, cats: pd.Index, codes: np.ndarray | None, per_category) -> None:
+        """Answer the categories ``codes`` use (every one: None) not yet known."""
+        if codes is None:
+            todo = np.flatnonzero(~self.known[:-1])
+        else:
+            used = np.zeros(len(self.known), dtype=bool)
+            used[codes] = True  # code -1 marks the last, known already
+            todo = np.flatnonzero(used & ~self.known)
+        if len(todo) == len(cats):
+            self.hit[:-1] = per_category(cats)
+        elif len(todo):
+            self.hit[todo] = per_category(cats.take(todo))
+        self.known[todo] = True
+        if codes is None or self.known.all():
+            self.complete = True
+            self.codes = np.flatnonzero(self.hit)
 
 
 def _by_code(column: pd.Series, key: tuple, per_category) -> np.ndarray:
     """``per_category(categories)`` (one bool per category, remembered under ``key``) read
-    for every row by its code; a missing value (code -1) is False."""
+    for every row by its code; a missing value (code -1) is False. A short column (see
+    :data:`PARTIAL_ROWS_PER_CATEGORY`) has only the categories it uses answered; a few
+    categories hit are found by comparing codes (~10x quicker than a lookup per row)."""
     cats = column.dtype.categories
     entry = _BY_CATEGORIES.get(id(cats))
     if entry is None or entry[0]() is not cats:
         ident = id(cats)
         entry = (weakref.ref(cats, lambda _gone: _BY_CATEGORIES.pop(ident, None)), {})
         _BY_CATEGORIES[ident] = entry
-    found = entry[1].get(key)
-    if found is None:
-        lut = np.zeros(len(cats) + 1, dtype=bool)  # the last: code -1
-        lut[:-1] = per_category(cats)
-        lut.flags.writeable = False
-        hits = np.flatnonzero(lut)
-        found = entry[1][key] = (lut, int(hits[0]) if len(hits) == 1 else None)
-    lut, only = found
+    answers = entry[1].get(key)
+    if answers is None:
+        answers = entry[1][key] = _Answers(len(cats))
     codes = column.array.codes
-    # one matching category (a kind, a name): comparing the codes is ~4x faster than a lookup
-    return codes == only if only is not None else lut[codes]
+    if not answers.complete:
+        partial = len(codes) < len(cats) * PARTIAL_ROWS_PER_CATEGORY
+        answers.learn(cats, codes if partial else None, per_category)
+    # the codes hit (of those known: every code of this column is)
+    hits = answers.codes if answers.complete else np.flatnonzero(answers.hit)
+    if len(hits) > _FEW_HITS:
+        return answers.hit[codes]
+    out = np.zeros(len(codes), dtype=bool)
+    for code in hits.tolist():  # Python ints: compared in the codes' own small dtype
+        out |= codes == code
+    return out
 
 
 def distinct(values) -> np.ndarray:
@@ -196,12 +250,47 @@ def unique_rows(columns: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     key = np.zeros(len(cols[0]), dtype=np.int64)
     for c, low, span in zip(cols, lows, spans):
         key = key * span + (c - low)
-    keys, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+    keys, inverse, counts = _distinct_keys(key, math.prod(spans))
     rows = np.empty((len(keys), len(cols)), dtype=np.int64)
     for j in reversed(range(len(cols))):
         rows[:, j] = keys % spans[j] + lows[j]
         keys = keys // spans[j]
     return rows, inverse.reshape(-1), counts
+
+
+def _distinct_keys(key: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(key, return_inverse=True, return_counts=True)`` of keys in [0, span): by
+    a count per key where the span is small next to the keys (a pass, no sort)."""
+    if span > 4 * len(key) + 4096:
+        return np.unique(key, return_inverse=True, return_counts=True)
+    counts = np.bincount(key, minlength=span)
+    keys = np.flatnonzero(counts)
+    at = np.zeros(span, dtype=np.intp)
+    at[keys] = np.arange(len(keys))
+    return keys.astype(np.int64), at[key], counts[keys]
+
+
+def row_groups(columns: list) -> list[np.ndarray]:
+    """The row positions of each distinct row of integer columns, each ascending (the values
+    of ``groupby(columns).indices``, in no set order), from one int64 key per row (as
+    :func:`unique_rows`) hashed where their ranges leave room for it."""
+    cols = [np.asarray(c, dtype=np.int64) for c in columns]
+    if not len(cols[0]):
+        return []
+    lows = [int(c.min()) for c in cols]
+    spans = [int(c.max()) - low + 1 for c, low in zip(cols, lows)]
+    if math.prod(spans) >= 1 << 63:
+        group = unique_rows(cols)[1]
+    else:
+        key = np.zeros(len(cols[0]), dtype=np.int64)
+        for c, low, span in zip(cols, lows, spans):
+            key = key * span + (c - low)
+        group = pd.factorize(key)[0]
+    count = int(group.max()) + 1
+    if count <= 16:  # a pass per group beats a sort
+        return [np.flatnonzero(group == g) for g in range(count)]
+    order = np.argsort(group, kind="stable")
+    return np.split(order, np.cumsum(np.bincount(group, minlength=count))[:-1])
 
 
 def find_rows(table: list, queries: list) -> np.ndarray:

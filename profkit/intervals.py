@@ -185,6 +185,27 @@ def previous_open(starts, ends) -> np.ndarray:
                             strict=True)
 
 
+def parent_by_depth(depth) -> np.ndarray:
+    """For each position, the nearest earlier one a level up (``depth`` one less; -1 for
+    none), where the depth never rises by more than one from a position to the next (ranges
+    in start order, each one's depth the count still open at its start). A position whose
+    depth rose has the one before it; any other the same as the last one at its level before
+    it (between them every depth is higher): per level, the latest rise carried forward, by
+    one running maximum over the positions sorted by level."""
+    depth = np.asarray(depth, dtype=np.int64)
+    n = len(depth)
+    small = depth.astype(np.int16) if n and depth.max() < 1 << 15 else depth
+    pos = np.argsort(small, kind="stable")  # by level, then position (a radix sort)
+    level = depth[pos]
+    rose = np.zeros(n, dtype=bool)
+    rose[1:] = depth[1:] == depth[:-1] + 1
+    latest = np.maximum.accumulate(np.where(rose[pos], level * n + pos - 1, -1)) \
+        if n else level
+    out = np.empty(n, dtype=np.int64)
+    out[pos] = np.where(level > 0, latest - level * n, -1)
+    return out
+
+
 def _nearest_earlier(values: np.ndarray, limits: np.ndarray, strict: bool) -> np.ndarray:
     """Per position i, the nearest j < i with ``values[j] > limits[i]`` (``strict``) or
     ``>=``, -1 for none, where a candidate that fails a position fails every later one its

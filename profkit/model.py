@@ -110,7 +110,10 @@ class RankData:
             return self.events[mask] if columns is None else self.events.loc[mask, list(columns)]
         shared = self._selected.get(tuple(kinds))
         if shared is None:
-            shared = self._selected[tuple(kinds)] = _Selection(self.events, kinds)
+            wider = [v for k, v in self._selected.items()  # the kinds' rows are among theirs
+                     if isinstance(v, _Selection) and set(kinds) <= set(k)]
+            shared = self._selected[tuple(kinds)] = _Selection(
+                self.events, kinds, min(wider, key=lambda v: len(v.rows), default=None))
         return shared.frame(self.events, columns)
 
     def derived(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -157,11 +160,16 @@ class _Selection:
     first asked for; every frame made of them is the caller's own (a column it adds stays
     its own, and copy-on-write keeps a change to a shared column its own too)."""
 
-    def __init__(self, events: pd.DataFrame, kinds: tuple[str, ...]) -> None:
+    def __init__(self, events: pd.DataFrame, kinds: tuple[str, ...],
+                 wider: _Selection | None = None) -> None:
         self.rows = np.flatnonzero(values_in(events[S.KIND], kinds))
         self.index = events.index.take(self.rows)
         self.columns: dict[str, pd.Series] = {}
         self.whole: pd.DataFrame | None = None  # every column, once asked for
+        # a selection of more kinds, holding these rows: a column it copied already is
+        # taken from its copy (a gather from a short column, not from the events' long one)
+        self.wider = wider
+        self.within = np.searchsorted(wider.rows, self.rows) if wider is not None else None
 
     def frame(self, events: pd.DataFrame, columns: Iterable[str] | None) -> pd.DataFrame:
         if columns is None and self.whole is not None:
@@ -169,8 +177,10 @@ class _Selection:
         names = list(events.columns if columns is None else columns)
         for name in names:
             if name not in self.columns:
-                self.columns[name] = pd.Series(events[name].array.take(self.rows),
-                                               index=self.index, name=name, copy=False)
+                copied = self.wider.columns.get(name) if self.wider is not None else None
+                values = events[name].array.take(self.rows) if copied is None \
+                    else copied.array.take(self.within)
+                self.columns[name] = pd.Series(values, index=self.index, name=name, copy=False)
         out = pd.DataFrame({name: self.columns[name] for name in names}, copy=False,
                            columns=pd.Index(names, dtype=events.columns.dtype))
         if columns is None:

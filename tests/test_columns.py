@@ -3,12 +3,14 @@ Series.isin / str.contains, aggregate against named aggregation, columns.name_va
 against a per-row call."""
 
 import contextlib
+import re
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from profkit.columns import (
+    _by_code,
     aggregate,
     as_text,
     category_mask,
@@ -16,6 +18,7 @@ from profkit.columns import (
     find_rows,
     ids_to_int,
     name_values,
+    row_groups,
     stable_id,
     unique_rows,
     values_in,
@@ -55,6 +58,62 @@ def test_lookups_follow_the_categories_not_their_memory_address():
         expect = column.astype(object).str.contains("^k[0-4]$", regex=True, na=False)
         np.testing.assert_array_equal(category_mask(column, "^k[0-4]$"), expect.to_numpy(bool))
         del column
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_short_and_long_selections_agree_with_pandas(seed):
+    """Row selections of one table, short (only the categories they use answered) and long
+    (all answered), in any order and with few or many categories hit, give str.contains' /
+    isin's answers."""
+    rng = np.random.default_rng(seed)
+    labels = [f"{rng.choice(['ab', 'Ab', 'c', 'x'])}{j}" for j in range(300)]
+    events = pd.Series(pd.Categorical(rng.choice(labels + [None], 40_000), categories=labels))
+    wanted = tuple(labels[: 1 + seed * 40: 7])  # 1 to 29 categories
+    for _ in range(12):
+        rows = np.sort(rng.choice(len(events), int(rng.choice([5, 50, 500, 40_000])),
+                                  replace=False))
+        column = events.iloc[rows]
+        text = column.astype(object).str
+        np.testing.assert_array_equal(category_mask(column, "^(?:ab|c)"),
+                                      text.contains("^(?:ab|c)", na=False).to_numpy(bool))
+        np.testing.assert_array_equal(category_mask(column, re.compile("^ab", re.IGNORECASE)),
+                                      text.contains("^ab", case=False, na=False).to_numpy(bool))
+        np.testing.assert_array_equal(values_in(column, wanted), column.isin(wanted).to_numpy())
+
+
+def test_a_short_column_has_only_its_own_categories_answered():
+    labels = [f"n{j}" for j in range(1000)]
+    events = pd.Series(pd.Categorical(np.repeat(labels, 3), categories=labels))
+    asked: list[str] = []
+
+    def ends_in_7(cats: pd.Index) -> np.ndarray:
+        asked.extend(cats)
+        return np.array([c.endswith("7") for c in cats], dtype=bool)
+
+    key = ("test", "ends in 7")
+    short = events.iloc[[3, 4, 30, 2997, 2999]]  # n1, n1, n10, n999, n999
+    assert _by_code(short, key, ends_in_7).tolist() == [False, False, False, False, False]
+    assert sorted(asked) == ["n1", "n10", "n999"]
+    asked.clear()
+    got = _by_code(events, key, ends_in_7)  # the others, once each
+    assert len(asked) == 997 and not {"n1", "n10", "n999"} & set(asked)
+    np.testing.assert_array_equal(got, np.repeat([lab.endswith("7") for lab in labels], 3))
+    asked.clear()
+    assert _by_code(events.iloc[::-7], key, ends_in_7).tolist() == \
+        [lab.endswith("7") for lab in np.repeat(labels, 3)[::-7]]
+    assert not asked
+
+
+@pytest.mark.parametrize("groups", [3, 40])
+@pytest.mark.parametrize("high", [50, 1 << 40])  # 1 << 40: keys past int64, unique_rows'
+def test_row_groups_are_the_groupby_indices(groups, high):
+    rng = np.random.default_rng(groups)
+    pairs = rng.integers(-high, high, (groups, 2))
+    rows = pairs[rng.integers(0, groups, 2000)]
+    got = row_groups([rows[:, 0], rows[:, 1]])
+    want = pd.DataFrame(rows).groupby([0, 1]).indices
+    assert sorted(g.tolist() for g in got) == sorted(v.tolist() for v in want.values())
+    assert row_groups([np.array([], np.int64)]) == []
 
 
 def _frame(seed: int, n: int = 60) -> pd.DataFrame:
@@ -203,3 +262,27 @@ def test_find_rows_is_multiindex_get_indexer(high):
         want = table.get_indexer(pd.MultiIndex.from_arrays(queries)) if len(table) \
             else np.full(n_query, -1)
         assert find_rows(columns, queries).tolist() == want.tolist()
+
+
+def test_values_in_of_number_categories_is_series_isin():
+    """Categories that are not text (numbers; a wanted value of another type) take pandas'
+    isin, so 1 and 1.0 match as there."""
+    column = pd.Series(pd.Categorical([1, 2, 3, None, 2], categories=[3, 2, 1]))
+    for wanted in ((2,), (1.0, 3), ("2",), ()):
+        np.testing.assert_array_equal(values_in(column, wanted), column.isin(wanted).to_numpy())
+    text = pd.Series(pd.Categorical(["a", "b", None], categories=["b", "a"]))
+    np.testing.assert_array_equal(values_in(text, ("a", 1)), text.isin(("a", 1)).to_numpy())
+
+
+def test_arrow_text_categories_are_searched_as_pandas_searches_them():
+    """Categories held as pandas' Arrow-backed text (tables read back from a cache) take
+    pandas' own str.contains and isin; Python-object text the per-category re.search."""
+    arrow = pd.Series(pd.Categorical(["ab", "cd", None, "abc"],
+                                     categories=pd.Index(["ab", "cd", "abc"], dtype="str")))
+    assert arrow.dtype.categories.dtype != object
+    for column in (arrow, arrow.astype(object).astype("category")):
+        text = column.astype(object).str
+        np.testing.assert_array_equal(category_mask(column, "^ab"),
+                                      text.contains("^ab", na=False).to_numpy(bool))
+        np.testing.assert_array_equal(values_in(column, ("cd", "abc")),
+                                      column.isin(("cd", "abc")).to_numpy())

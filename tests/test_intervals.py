@@ -161,6 +161,28 @@ def test_previous_open_is_the_nearest_earlier_range_ending_after_a_start(seed, r
     assert iv.previous_reaching(hi).tolist() == want
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_parent_by_depth_is_the_nearest_earlier_position_a_level_up(seed):
+    """By definition, position by position, on depths that rise by at most one and fall by
+    any amount (deep and shallow, long runs of siblings), and on the depths of random
+    ranges in start order (the count of earlier ranges still open at each start)."""
+    rng = np.random.default_rng(seed)
+    walks = []
+    for n, fall in ((400, 3), (400, 30), (50, 1), (1, 1), (0, 1)):
+        depth = [0]
+        for _ in range(n - 1):
+            depth.append(depth[-1] + 1 if rng.random() < 0.45 else
+                         max(0, depth[-1] - int(rng.integers(0, fall + 1))))
+        walks.append(np.array(depth[:n], dtype=np.int64))
+    starts = np.sort(rng.integers(0, 200, 300))
+    ends = starts + rng.integers(1, 40, 300)
+    walks.append(np.array([sum(ends[j] > starts[i] for j in range(i)) for i in range(300)]))
+    for depth in walks:
+        want = [max((j for j in range(i) if depth[j] == depth[i] - 1), default=-1)
+                for i in range(len(depth))]
+        assert iv.parent_by_depth(depth).tolist() == want
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_count_at_most_is_a_search_of_the_sorted_values(seed):
     rng = np.random.default_rng(seed)

@@ -25,6 +25,26 @@ def test_of_kinds_is_the_rows_of_those_kinds(rank, kinds):
         assert rank.of_kinds(kinds).equals(want)  # the shared one, again
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_selections_taken_from_wider_ones_are_the_rows_of_their_kinds(rank, seed):
+    """In any order of asking, with some columns or all: a selection whose kinds are among
+    an earlier one's (kernels after the GPU events, its columns copied from theirs) holds
+    the rows and values of its kinds, as the events give them."""
+    rng = np.random.default_rng(seed)
+    asks = [(S.GPU_KINDS, None), ((S.KIND_KERNEL,), None), ((S.KIND_KERNEL,), (S.NAME, S.STEP)),
+            ((S.KIND_KERNEL, S.KIND_MEMCPY), (S.TS_NS, S.CLASS)), (S.GPU_KINDS, (S.TS_NS,)),
+            ((S.KIND_CPU_OP, S.KIND_RUNTIME), (S.NAME, S.TID)), ((S.KIND_RUNTIME,), (S.TID,))]
+    ev = rank.events
+    with rank.sharing_selections():
+        for i in rng.permutation(len(asks)):
+            kinds, columns = asks[i]
+            rows = ev[S.KIND].isin(kinds).to_numpy()
+            want = ev[rows] if columns is None else ev.loc[rows, list(columns)]
+            got = rank.of_kinds(kinds, columns)
+            assert len(got) and got.equals(want) and got.index.equals(want.index)
+            assert all(got[c].dtype == want[c].dtype for c in got.columns)
+
+
 def test_a_selection_is_shared_only_inside_the_block(rank):
     def same_data(a, b):
         return np.shares_memory(a[S.TS_NS].to_numpy(), b[S.TS_NS].to_numpy())

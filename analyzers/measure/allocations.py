@@ -49,10 +49,13 @@ def rank_allocations(data: RankData, used: dict[int, int] | None,
     # The table is in time order, so a group's first row is the step's first event; its
     # total minus its own bytes is what was allocated just before the step began.
     before = mem[S.ALLOCATED_BYTES] - mem[S.BYTES]
-    groups = mem.assign(before=before).groupby([S.DEVICE, S.STEP], sort=True)
-    table = groups.agg(start_allocated_bytes=("before", "first"),
-                       peak_allocated_bytes=(S.ALLOCATED_BYTES, "max"),
-                       peak_reserved_bytes=(S.RESERVED_BYTES, "max")).reset_index()
+    spec = dict(start_allocated_bytes=("before", "first"),
+                peak_allocated_bytes=(S.ALLOCATED_BYTES, "max"),
+                peak_reserved_bytes=(S.RESERVED_BYTES, "max"))
+    table = group_table(mem.assign(before=before), [S.DEVICE, S.STEP], spec)  # numpy: ~3 ms less
+    if table is None:
+        table = mem.assign(before=before).groupby([S.DEVICE, S.STEP], sort=True).agg(
+            **spec).reset_index()
     table["start_allocated_bytes"] = table["start_allocated_bytes"].clip(lower=0)
     table["transient_bytes"] = (table["peak_allocated_bytes"]
                                 - table["start_allocated_bytes"]).clip(lower=0)

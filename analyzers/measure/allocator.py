@@ -17,6 +17,7 @@ churn) and a run cut short by running out of memory.
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -56,12 +57,16 @@ def rank_allocator_calls(data: RankData, steps: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=list(CALL_COLUMNS))
     table = steps[[S.STEP, "step_ns", "used"]].copy()
     is_free = category_mask(calls[S.NAME], FREE_RE)
-    by_step = calls.assign(free=is_free).groupby([S.STEP, "free"])[S.DUR_NS].agg(["size", "sum"])
-    for column, flag in (("malloc", False), ("free", True)):
-        sizes = {s: int(r["size"]) for (s, f), r in by_step.iterrows() if f == flag}
-        sums = {s: int(r["sum"]) for (s, f), r in by_step.iterrows() if f == flag}
-        table[f"{column}_calls"] = table[S.STEP].map(sizes).fillna(0).astype(np.int64)
-        table[f"{column}_ns"] = table[S.STEP].map(sums).fillna(0).astype(np.int64)
+    step, dur = calls[S.STEP].to_numpy(), calls[S.DUR_NS].to_numpy(np.int64)
+    steps_of_table = table[S.STEP].tolist()
+    for column, flag in (("malloc", False), ("free", True)):  # count and ns per step
+        mine = is_free == flag
+        found, at, count = np.unique(step[mine], return_inverse=True, return_counts=True)
+        ns = np.zeros(len(found), dtype=np.int64)
+        np.add.at(ns, at, dur[mine])
+        counts, sums = (dict(zip(found.tolist(), v.tolist())) for v in (count, ns))
+        table[f"{column}_calls"] = np.array([counts.get(s, 0) for s in steps_of_table], np.int64)
+        table[f"{column}_ns"] = np.array([sums.get(s, 0) for s in steps_of_table], np.int64)
     table["idle_ns"] = _idle_inside(data, calls, table[S.STEP].to_numpy())
     table.insert(0, "rank", data.rank)
     table["used"] = table["used"].astype(bool)
@@ -76,7 +81,7 @@ def _idle_inside(data: RankData, calls: pd.DataFrame, steps: np.ndarray) -> np.n
     if calls.empty:
         return out
     gpu = data.gpu_events
-    starts = np.sort(gpu[S.TS_NS].to_numpy())
+    starts = np.sort(gpu[S.TS_NS].to_numpy(), kind="stable")  # quick on ops in time order
     busy = iv.union(gpu[S.TS_NS].to_numpy(), (gpu[S.TS_NS] + gpu[S.DUR_NS]).to_numpy())
     for i, step in enumerate(steps.tolist()):
         mine = calls[(calls[S.STEP] == step).to_numpy()]
@@ -171,7 +176,27 @@ def _num(row, column: str) -> float:
 
 def rank_oom(data: RankData, run_meta: dict | None, near_frac: float) -> dict | None:
     """:func:`oom_cut` on the rank's device (the one its memory events name most, else its
-    run.json device), its capacity as the allocations measurement reads it."""
+    run.json device), its capacity as the allocations measurement reads it; found once per
+    rank and arguments (the breakdown and the allocator measurement both ask), read only."""
+    return data.derived(_rank_oom, _Facts(run_meta), near_frac)
+
+
+class _Facts:
+    """run.json's facts as a key of :meth:`RankData.derived`: equal when their JSON is."""
+
+    def __init__(self, meta: dict | None) -> None:
+        self.meta = meta
+        self.key = json.dumps(meta, sort_keys=True, default=repr)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Facts) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+
+def _rank_oom(data: RankData, facts: _Facts, near_frac: float) -> dict | None:
+    run_meta = facts.meta
     mem = data.table("memory")
     cuda = mem[S.DEVICE][(mem[S.DEVICE_TYPE] == S.DEVICE_TYPE_CUDA).to_numpy()] if len(mem) \
         else pd.Series([], dtype=np.int64)

@@ -157,8 +157,22 @@ def compute_subclasses(data: RankData) -> pd.DataFrame:
     """Compute kernel time in the profiled steps by sub-class (gemm, attention, ...), ns, and
     its share of all compute kernel time (kernels summed, overlaps not merged)."""
     ev = data.events
-    comp = ev.loc[values_in(ev[S.CLASS], (S.CLS_COMPUTE,))
-                  & ((ev[S.STEP] >= 0).to_numpy() | (not len(data.steps))), [S.SUBCLASS, S.DUR_NS]]
+    rows = values_in(ev[S.CLASS], (S.CLS_COMPUTE,)) \
+        & ((ev[S.STEP] >= 0).to_numpy() | (not len(data.steps)))
+    sub, dur = ev[S.SUBCLASS], ev[S.DUR_NS].to_numpy()[rows]
+    if isinstance(sub.dtype, pd.CategoricalDtype) and dur.dtype == np.int64 and rows.any():
+        # by the sub-class codes (in category order, as grouping the column gives them)
+        codes = sub.array.codes[rows]
+        named = codes >= 0
+        count = np.bincount(codes[named], minlength=len(sub.dtype.categories))
+        used = np.flatnonzero(count)
+        ns = np.zeros(len(count), dtype=np.int64)
+        np.add.at(ns, codes[named], dur[named])
+        kernel_ns = pd.Series(ns[used])
+        return pd.DataFrame({S.SUBCLASS: pd.Categorical.from_codes(used, dtype=sub.dtype),
+                             "kernel_ns": kernel_ns, "kernels": count[used].astype(np.int64),
+                             "share": kernel_ns / kernel_ns.sum()}).assign(rank=data.rank)
+    comp = ev.loc[rows, [S.SUBCLASS, S.DUR_NS]]
     table = comp.groupby(S.SUBCLASS, observed=True)[S.DUR_NS].agg(["sum", "count"])
     table.columns = ["kernel_ns", "kernels"]
     table["share"] = table["kernel_ns"] / table["kernel_ns"].sum() if len(table) else []

@@ -40,7 +40,7 @@ from profkit.analyzers.parts import PARTS  # noqa: F401 (re-exported)
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask, distinct, values_in
+from profkit.columns import category_mask, distinct, row_groups, values_in
 from profkit.model import RankData
 
 SYNC_CALLS = frozenset({
@@ -102,21 +102,29 @@ def host_ranges(ev: pd.DataFrame, blocked_calls: pd.DataFrame, launch: pd.DataFr
     ``loader`` (inside a DataLoader ``__next__``) and ``launching`` (inside a launch call, or
     an op that launched GPU work: the op the launch call's External id names) time ranges
     (``launch``: :func:`launch_calls`)."""
-    # Masks over all events, then one selection each of the columns read: no copy of every
-    # host row first.
+    # Masks over all events, then the rows' numpy columns: no frame selected, concatenated
+    # and grouped
     host, kind, names = values_in(ev[S.KIND], HOST_KINDS), ev[S.KIND], ev[S.NAME]
-    sync = pd.concat([ev.loc[host & values_in(names, SYNC_CALLS), RANGE], blocked_calls[RANGE]])
-    loader = ev.loc[host & category_mask(names, DATALOADER_RE), RANGE]
-    launch = launch[[*RANGE, S.EXTERNAL_ID]]
-    ops = ev.loc[values_in(kind, (S.KIND_CPU_OP,)) & (ev[S.EXTERNAL_ID] >= 0).to_numpy(),
-                 [*RANGE, S.EXTERNAL_ID]]
-    ops = ops[ops[S.EXTERNAL_ID].isin(launch[S.EXTERNAL_ID]).to_numpy()]
-    return {"sync": _by_thread(sync), "loader": _by_thread(loader),
-            "launching": _by_thread(pd.concat([launch, ops]))}
+    tid, ts, dur = (ev[c].to_numpy() for c in RANGE)
+    ext = ev[S.EXTERNAL_ID].to_numpy()
+    sync = np.flatnonzero(host & values_in(names, SYNC_CALLS))
+    loader = np.flatnonzero(host & category_mask(names, DATALOADER_RE))
+    ops = np.flatnonzero(values_in(kind, (S.KIND_CPU_OP,)) & (ext >= 0)
+                         & np.isin(ext, launch[S.EXTERNAL_ID].to_numpy()))
+
+    def by_thread(rows: np.ndarray, *frames: pd.DataFrame) -> dict[int, Intervals]:
+        parts = [(tid[rows], ts[rows], dur[rows]), *((f[c].to_numpy() for c in RANGE)
+                                                     for f in frames)]
+        return _by_thread(*(np.concatenate(c) for c in zip(*parts)))
+
+    return {"sync": by_thread(sync, blocked_calls), "loader": by_thread(loader),
+            "launching": by_thread(ops, launch)}
 
 
-def _by_thread(frame: pd.DataFrame) -> dict[int, Intervals]:
-    return {int(tid): spans(group) for tid, group in frame.groupby(S.TID, sort=False)}
+def _by_thread(tid: np.ndarray, start: np.ndarray, dur: np.ndarray) -> dict[int, Intervals]:
+    """{thread: the union of its [start, start + dur) ranges}."""
+    start, end = start.astype(np.int64), start.astype(np.int64) + dur.astype(np.int64)
+    return {int(tid[rows[0]]): iv.union(start[rows], end[rows]) for rows in row_groups([tid])}
 
 
 def charged_intervals(data: RankData, lo: int, hi: int,
@@ -130,12 +138,20 @@ def charged_intervals(data: RankData, lo: int, hi: int,
     ev = data.events
     gpu = data.gpu_events
     launch = launch_calls(data)
-    copies = gpu[values_in(gpu[S.CLASS], (S.CLS_MEMCPY,))]
+    copies = gpu.loc[values_in(gpu[S.CLASS], (S.CLS_MEMCPY,)),
+                     [S.NAME, S.CORRELATION, S.TS_NS, S.DUR_NS]]  # what is read of them
     blocking, blocked_calls = blocking_copies(launch, copies)
-    compute = spans(gpu[values_in(gpu[S.CLASS], (S.CLS_COMPUTE, S.CLS_MEMSET))])
+    start = gpu[S.TS_NS].to_numpy(np.int64)
+    end = start + gpu[S.DUR_NS].to_numpy(np.int64)
+
+    def of_class(*classes: str) -> Intervals:  # the union of the GPU ops of these classes
+        rows = values_in(gpu[S.CLASS], classes)
+        return iv.union(start[rows], end[rows])
+
+    compute = of_class(S.CLS_COMPUTE, S.CLS_MEMSET)
     transfer = iv.subtract(spans(copies[~blocking]), compute)
     taken = iv.union_of(compute, transfer)
-    comm_all = spans(gpu[values_in(gpu[S.CLASS], (S.CLS_COMMUNICATION,))])
+    comm_all = of_class(S.CLS_COMMUNICATION)
     comm = iv.subtract(comm_all, taken)
     taken = iv.union_of(taken, comm)
     bubble = iv.intersect(comm, wait_intervals(p2p_kernels(data)))
@@ -229,20 +245,20 @@ def next_launches(launch: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals
     n = len(gaps[0])
     start, end = gaps[1].copy(), gaps[1].copy()
     tid = np.full(n, main_launch_thread(launch), dtype=np.int64)
-    launch = launch[[S.CORRELATION, *RANGE]]
-    launch = launch.drop_duplicates(S.CORRELATION).set_index(S.CORRELATION)
+    # each correlation's first launch call, by a search of the sorted correlations
+    calls, first = np.unique(launch[S.CORRELATION].to_numpy(), return_index=True)
     order = np.argsort(gpu[S.TS_NS].to_numpy(), kind="stable")
     op_start = gpu[S.TS_NS].to_numpy()[order]
     op_corr = gpu[S.CORRELATION].to_numpy()[order]
     nxt = np.searchsorted(op_start, gaps[1], side="left")
-    has = nxt < len(op_start)
-    corr = pd.Series(op_corr[nxt[has]])
-    found = corr.isin(launch.index).to_numpy()
-    rows = np.flatnonzero(has)[found]
-    hit = launch.loc[corr[found].to_numpy()]
-    start[rows] = hit[S.TS_NS].to_numpy()
-    end[rows] = start[rows] + hit[S.DUR_NS].to_numpy()
-    tid[rows] = hit[S.TID].to_numpy()
+    has = np.flatnonzero(nxt < len(op_start))
+    corr = op_corr[nxt[has]]
+    at = np.minimum(np.searchsorted(calls, corr), max(len(calls) - 1, 0))
+    found = (calls[at] == corr) if len(calls) else np.zeros(len(corr), bool)
+    rows, hit = has[found], first[at[found]]
+    start[rows] = launch[S.TS_NS].to_numpy()[hit]
+    end[rows] = start[rows] + launch[S.DUR_NS].to_numpy()[hit]
+    tid[rows] = launch[S.TID].to_numpy()[hit]
     return start, end, tid
 
 

@@ -244,6 +244,6 @@ def _clock_offsets(hosts: dict[int, str | None], r: dict[str, np.ndarray]) -> pd
 def _gpu_work(data: RankData) -> intervals.Intervals:
     """Union of the rank's non-communication GPU work (compute, memcpy, memset)."""
     gpu = data.gpu_events
-    busy = gpu[~values_in(gpu[S.CLASS], (S.CLS_COMMUNICATION,))]
-    start = busy[S.TS_NS].to_numpy(np.int64)
-    return intervals.union(start, start + busy[S.DUR_NS].to_numpy(np.int64))
+    busy = ~values_in(gpu[S.CLASS], (S.CLS_COMMUNICATION,))
+    start = gpu[S.TS_NS].to_numpy(np.int64)[busy]
+    return intervals.union(start, start + gpu[S.DUR_NS].to_numpy(np.int64)[busy])

@@ -32,7 +32,8 @@ def compile_ranges(events: pd.DataFrame) -> pd.DataFrame:
     names = events[S.NAME]
     if isinstance(names.dtype, pd.CategoricalDtype):  # the names host rows use, once each
         codes = names.array.codes[host]
-        cats = names.dtype.categories[np.unique(codes[codes >= 0])]
+        used = np.bincount(codes[codes >= 0], minlength=len(names.dtype.categories))
+        cats = names.dtype.categories[np.flatnonzero(used)]  # np.unique's codes, by a count
     else:
         cats = pd.Index(names[host].unique())
     phases = pd.Series(compile_phase(np.asarray(cats, dtype=object)), index=cats)

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.devices import DevicePeak, device_info, lookup_device, peak_of
 from profkit.analyzers.measure.flopcount import count_flops, counted_ops, kernel_time_mix
-from profkit.analyzers.measure.kernelcost import kernel_costs
+from profkit.analyzers.measure.kernelcost import COST_INPUTS, kernel_costs
 from profkit.analyzers.measure.kernels import no_gpu_result
 from profkit.analyzers.measure.recompute import recompute_op_mask, recompute_regions
 from profkit.analyzers.measure.tables import RANK, empty, kernels_of
@@ -53,6 +53,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds, with_mfu_options
 
 from profkit import intervals as iv
 from profkit import schema as S
+from profkit.columns import values_in
 from profkit.model import RankData, Run, step_spans
 from profkit.run.counters import nvml_samples
 
@@ -141,7 +142,7 @@ def gemm_precision(rd: RankData, k: pd.DataFrame) -> dict:
     and bytes, and the fp32 convolutions' ns. A kernel's precision is its name's, else its
     op's input dtype (analyzers/measure/kernelcost.py: a custom kernel under an fp32 op is
     fp32)."""
-    mm = kernel_costs(rd, k[k[S.SUBCLASS].isin(("gemm", "conv"))])
+    mm = kernel_costs(rd, k.loc[values_in(k[S.SUBCLASS], ("gemm", "conv")), list(COST_INPUTS)])
     fp32 = mm["precision"].to_numpy(dtype=object) == "fp32"
     conv = (mm[S.SUBCLASS] == "conv").to_numpy()
     g = mm[~conv]

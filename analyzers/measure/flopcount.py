@@ -30,10 +30,12 @@ import pandas as pd
 
 from profkit import schema as S
 from profkit.classify.flops import kernel_precision, refine_precision
-from profkit.columns import as_text, name_values, values_in
+from profkit.columns import as_text, name_values, row_groups, values_in
 from profkit.model import RankData
 
 MATMUL_SUBCLASSES = ("gemm", "conv", "attention")  # the kernels that carry an op's FLOPs
+# what is read of the counted ops (their threads and times, step, FLOPs and inputs' dtype)
+OP_COLUMNS = (S.PID, S.TID, S.TS_NS, S.DUR_NS, S.STEP, S.FLOPS, S.FLOPS_DTYPE)
 LOW_FLOP_SUBCLASSES = ("elementwise", "reduction")  # O(1) FLOPs per element moved
 
 
@@ -55,33 +57,55 @@ class FlopCount:
 def outer_ops(rd: RankData) -> pd.DataFrame:
     """CPU ops carrying FLOPs in the steps that no earlier op on their thread contains."""
     ev = rd.events
-    ops = ev[values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & (ev[S.FLOPS] > 0).to_numpy()]
+    ops = ev.loc[values_in(ev[S.KIND], (S.KIND_CPU_OP,)) & (ev[S.FLOPS] > 0).to_numpy(),
+                 list(OP_COLUMNS)]
     ops = ops[ops[S.STEP] >= 0] if len(rd.steps) else ops
-    ops = ops.assign(end=ops[S.TS_NS] + ops[S.DUR_NS]).sort_values(
-        [S.PID, S.TID, S.TS_NS, S.DUR_NS], ascending=[True, True, True, False])
-    reach = ops.groupby([S.PID, S.TID])["end"].cummax()
-    prev_reach = reach.groupby([ops[S.PID], ops[S.TID]]).shift(fill_value=np.iinfo(np.int64).min)
-    return ops[ops["end"] > prev_reach].reset_index(drop=True)  # else inside an earlier op
+    ops = ops.assign(end=ops[S.TS_NS] + ops[S.DUR_NS])
+    pid, tid = ops[S.PID].to_numpy(), ops[S.TID].to_numpy()
+    start, dur = ops[S.TS_NS].to_numpy(), ops[S.DUR_NS].to_numpy()
+    # by thread, start, the longer first (a stable sort: sort_values' order)
+    order = np.lexsort((-dur, start, tid, pid))
+    ops = ops.iloc[order]
+    end, pid, tid = ops["end"].to_numpy(), pid[order], tid[order]
+    keep = np.ones(len(ops), dtype=bool)
+    new = np.flatnonzero(np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])]) \
+        if len(ops) else np.zeros(0, np.intp)
+    for lo, hi in zip(new.tolist(), [*new[1:].tolist(), len(ops)]):  # each thread
+        reach = np.maximum.accumulate(end[lo:hi])  # else inside an earlier op
+        keep[lo + 1:hi] = end[lo + 1:hi] > reach[:-1]
+    return ops[keep].reset_index(drop=True)
 
 
 def kernel_owners(rd: RankData, ops: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
     """Row of ``ops`` whose time on the launching thread holds each kernel's launch call
-    (matched by correlation), -1 where none does or the kernel has no launch."""
+    (matched by correlation), -1 where none does or the kernel has no launch: per thread,
+    the last op starting at or before the call (what ``merge_asof`` backward by thread
+    gives), if it still runs then."""
     owner = np.full(len(kernels), -1, dtype=np.int64)
     if ops.empty or kernels.empty:
         return owner
     columns = (S.CORRELATION, S.TS_NS, S.PID, S.TID)
     calls = rd.of_kinds((S.KIND_RUNTIME, S.KIND_DRIVER), columns)  # shared with other readers
-    rows = (calls[S.CORRELATION] >= 0).to_numpy()
-    launch = pd.DataFrame({c: calls[c].to_numpy()[rows] for c in columns})
-    launch = launch.drop_duplicates(S.CORRELATION)
-    spans = ops[[S.TS_NS, "end", S.PID, S.TID]].assign(op=np.arange(len(ops)))
-    joined = pd.merge_asof(launch.sort_values(S.TS_NS), spans.sort_values(S.TS_NS),
-                           on=S.TS_NS, by=[S.PID, S.TID], direction="backward")
-    joined = joined[joined["op"].notna() & (joined[S.TS_NS] <= joined["end"])]
-    by_corr = pd.Series(joined["op"].to_numpy(np.int64), index=joined[S.CORRELATION].to_numpy())
-    found = kernels[S.CORRELATION].map(by_corr)
-    owner[found.notna().to_numpy()] = found.dropna().to_numpy(np.int64)
+    corr, ts, pid, tid = (calls[c].to_numpy()[(calls[S.CORRELATION] >= 0).to_numpy()]
+                          for c in columns)
+    first = np.sort(np.unique(corr, return_index=True)[1])  # each correlation's first call
+    corr, ts, pid, tid = corr[first], ts[first], pid[first], tid[first]
+    start, end = ops[S.TS_NS].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
+    op_pid, op_tid = ops[S.PID].to_numpy(), ops[S.TID].to_numpy()
+    held_by = np.full(len(corr), -1, dtype=np.int64)
+    for rows in row_groups([op_pid, op_tid]):  # each thread's ops
+        rows = rows[np.argsort(start[rows], kind="stable")]
+        mine = np.flatnonzero((pid == op_pid[rows[0]]) & (tid == op_tid[rows[0]]))
+        at = np.searchsorted(start[rows], ts[mine], side="right") - 1
+        found = at >= 0
+        op = rows[at[found]]
+        inside = ts[mine][found] <= end[op]
+        held_by[mine[found][inside]] = op[inside]
+    order = np.argsort(corr, kind="stable")
+    kcorr = kernels[S.CORRELATION].to_numpy()
+    at = np.minimum(np.searchsorted(corr[order], kcorr), len(corr) - 1)
+    hit = (corr[order][at] == kcorr) if len(corr) else np.zeros(len(kcorr), bool)
+    owner[hit] = held_by[order[at[hit]]]
     return owner
 
 

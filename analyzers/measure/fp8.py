@@ -37,7 +37,7 @@ from profkit.analyzers.measure.devices import DevicePeak, lookup_device
 from profkit.analyzers.measure.efficiency import rank_device
 from profkit.analyzers.measure.kernelcost import kernel_costs
 from profkit.analyzers.measure.recompute import recompute_kernels
-from profkit.analyzers.measure.tables import in_steps, kernels_of, window_ns
+from profkit.analyzers.measure.tables import in_steps_mask, kernels_of, window_ns
 from profkit.analyzers.result import Result
 
 from profkit import intervals as iv
@@ -95,8 +95,8 @@ def rank_fp8(rd: RankData, used: dict[int, int] | None, run_meta: dict) -> dict 
     """One rank's fp8 facts per used step (:data:`FP8_COLUMNS`); None without GEMMs."""
     steps = list(used) if used else None
     k = kernels_of(rd)
-    k = k[k[S.STEP].isin(steps)] if steps is not None else in_steps(k, rd)
-    k = k[~values_in(k[S.CLASS], (S.CLS_COMMUNICATION,))]
+    k = k[~values_in(k[S.CLASS], (S.CLS_COMMUNICATION,))  # one selection of the rows
+          & (k[S.STEP].isin(steps).to_numpy() if steps is not None else in_steps_mask(k, rd))]
     costs = kernel_costs(rd, k)
     gemm = (costs[S.SUBCLASS].astype(str) == "gemm").to_numpy()
     if not gemm.any():

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from profkit.analyzers.measure.charge import LAUNCH_KINDS, spans
+from profkit.analyzers.measure.charge import LAUNCH_KINDS
 
 from profkit import intervals as iv
 from profkit import schema as S
@@ -52,11 +52,17 @@ def host_work_where(data: RankData, by_thread: dict) -> pd.DataFrame:
     optimizer = annotation & category_mask(names, OPTIMIZER_RE)
     named = annotation & ~optimizer & ~category_mask(names, UNNAMED_RE)
     tid = events[S.TID].to_numpy()
+    start = events[S.TS_NS].to_numpy(np.int64)
+    end = start + events[S.DUR_NS].to_numpy(np.int64)
+
+    def spans(rows: np.ndarray) -> iv.Intervals:  # the union of the rows' ranges
+        return iv.union(start[rows], end[rows])
+
     for thread, ivs in work.items():
         mine = tid == thread
-        opt = iv.intersect(ivs, spans(events[optimizer & mine]))
+        opt = iv.intersect(ivs, spans(optimizer & mine))
         rest = iv.subtract(ivs, opt)
-        ann = iv.intersect(rest, spans(events[named & mine]))
+        ann = iv.intersect(rest, spans(named & mine))
         row["host_work_ns"] += iv.total(ivs)
         row["optimizer_ns"] += iv.total(opt)
         row["annotated_ns"] += iv.total(ann)
@@ -75,15 +81,16 @@ def _heads(events: pd.DataFrame, gpu: pd.DataFrame,
     if steps is None or not len(steps):
         return none, none
     start = np.sort(steps[S.TS_NS].to_numpy(np.int64))
-    calls = events.loc[values_in(events[S.KIND], LAUNCH_KINDS)
-                       & events[S.CORRELATION].isin(gpu[S.CORRELATION]).to_numpy()
-                       & (events[S.CORRELATION] >= 0).to_numpy(),
-                       [S.TS_NS, S.CORRELATION]].sort_values(S.TS_NS)
-    if not len(calls):
+    corr = events[S.CORRELATION].to_numpy()
+    rows = np.flatnonzero(values_in(events[S.KIND], LAUNCH_KINDS) & (corr >= 0)
+                          & np.isin(corr, gpu[S.CORRELATION].to_numpy()))
+    if not len(rows):
         return none, none
-    launch = calls[S.TS_NS].to_numpy(np.int64)
-    copies = gpu.loc[values_in(gpu[S.SUBCLASS], (INPUT_COPY,)), S.CORRELATION]
-    is_copy = calls[S.CORRELATION].isin(copies).to_numpy()
+    launch = events[S.TS_NS].to_numpy()[rows]
+    rows = rows[np.argsort(launch, kind="quicksort")]  # as sort_values(ts) orders them
+    launch = events[S.TS_NS].to_numpy(np.int64)[rows]
+    copies = gpu[S.CORRELATION].to_numpy()[values_in(gpu[S.SUBCLASS], (INPUT_COPY,))]
+    is_copy = np.isin(corr[rows], copies)
     k = np.minimum(np.searchsorted(launch, start, side="left"), len(launch) - 1)
     nxt = np.concatenate([start[1:], [np.iinfo(np.int64).max]])
     end = np.where(launch[k] >= start, np.minimum(launch[k], nxt), start)

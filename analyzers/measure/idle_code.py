@@ -74,10 +74,16 @@ class _Ranges:
         order = near[iv.nest_order(start[near], end[near])]
         self.seg_start, self.seg_end, self.seg_owner, parent = _innermost(start[order],
                                                                           end[order])
-        names = host[S.NAME].astype("category")
+        names = host[S.NAME]
+        if not isinstance(names.dtype, pd.CategoricalDtype):
+            names = names.astype("category")
         self.categories = names.cat.categories.astype(str).to_numpy()
         codes = names.cat.codes.to_numpy()[order]
-        is_user_cat = np.array([not _library(c) for c in self.categories], dtype=bool)
+        is_user_cat = np.zeros(len(self.categories), dtype=bool)  # of the names used here
+        used = distinct(codes[codes >= 0])
+        if len(self.categories):  # and the last, which a missing name (code -1) reads
+            used = np.append(used, len(self.categories) - 1)
+        is_user_cat[used] = [not _library(c) for c in self.categories[used]]
         is_user = values_in(host[S.KIND], (S.KIND_PYTHON,))[order] & is_user_cat[codes]
         is_op = values_in(host[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION))[order]
         user_above, outer_above = _ancestors(is_user, is_op, parent)
@@ -86,24 +92,39 @@ class _Ranges:
         self.user_code = np.where(user_above >= 0, codes[np.maximum(user_above, 0)], -1)
         self.outer_code = np.where(outer_above >= 0, codes[np.maximum(outer_above, 0)], -1)
         self.n = len(order)
+        self.labels: dict[tuple[int, int, int], str] = {}  # each label made once per thread
 
     def attribute(self, idle: iv.Intervals) -> dict[str, int]:
         """Idle ns by the label of the innermost range covering each idle instant."""
-        covered = iv.covered_each(idle, self.seg_start, self.seg_end)
-        per_owner = np.bincount(self.seg_owner, weights=covered, minlength=self.n) \
+        near = _touching(self.seg_start, self.seg_end, idle)  # the others cover none of it
+        covered = iv.covered_each(idle, self.seg_start[near], self.seg_end[near])
+        per_owner = np.bincount(self.seg_owner[near], weights=covered, minlength=self.n) \
             if len(self.seg_owner) else np.zeros(0)
         owners = np.flatnonzero(per_owner > 0)
         uniq, inverse, _ = unique_rows([self.codes[owners], self.user_code[owners],
                                         self.outer_code[owners]])
         sums = np.bincount(inverse.ravel(), weights=per_owner[owners], minlength=len(uniq))
         out: dict[str, int] = {}
-        for (own, user, outer), ns in zip(uniq.tolist(), sums.tolist()):  # each label once
-            label = _label(self.categories, own, user, outer)
+        for key, ns in zip(map(tuple, uniq.tolist()), sums.tolist()):  # each label once
+            label = self.labels.get(key)
+            if label is None:
+                label = self.labels[key] = _label(self.categories, *key)
             out[label] = out.get(label, 0) + int(ns)
         rest = iv.total(idle) - int(covered.sum())
         if rest > 0:
             out[UNRECORDED] = out.get(UNRECORDED, 0) + rest
         return out
+
+
+def _touching(seg_start: np.ndarray, seg_end: np.ndarray, idle: iv.Intervals) -> np.ndarray:
+    """Indices of the segments (sorted, disjoint) that overlap the idle set: for each idle
+    interval, the run of segments ending after its start and starting before its end."""
+    first = np.searchsorted(seg_end, idle[0], side="right")
+    stop = np.searchsorted(seg_start, idle[1], side="left")
+    runs = np.zeros(len(seg_start) + 1, dtype=np.int64)
+    np.add.at(runs, first, 1)
+    np.add.at(runs, stop, -1)
+    return np.flatnonzero(np.cumsum(runs[:-1]) > 0)
 
 
 def _overlapping(start: np.ndarray, end: np.ndarray, idle: iv.Intervals) -> np.ndarray:

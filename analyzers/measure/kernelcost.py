@@ -29,6 +29,7 @@ from profkit.model import RankData
 MATMUL_SUBCLASSES = ("gemm", "conv", "attention")
 MATMUL_FAMILIES = ("matmul", "conv", "attention")  # ops whose FLOPs are in ``flops``
 COST_KEYS = [S.EXTERNAL_ID, S.STEP]
+COST_INPUTS = (S.TS_NS, S.DUR_NS, S.NAME, S.SUBCLASS, S.STREAM, S.STEP, S.EXTERNAL_ID)  # read
 KERNEL_COST_COLUMNS = (S.TS_NS, S.DUR_NS, S.NAME, S.SUBCLASS, S.STREAM, S.STEP, "op", "op_id",
                        "family", "flops", "read_bytes", "write_bytes", "precision")
 
@@ -67,19 +68,20 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     op (name, and ``op_id``: one number per op
     call, -1 without one), the op's family, its share of the op's FLOPs and bytes (NaN where
     unknown) and its precision (KERNEL_COST_COLUMNS)."""
-    k = kernels[[S.TS_NS, S.DUR_NS, S.NAME, S.SUBCLASS, S.STREAM, S.STEP, S.EXTERNAL_ID]]
+    k = kernels  # read column by column (a selection of them copied every row)
     keys = [k[c].to_numpy(np.int64) for c in COST_KEYS]
     # Each kernel's op by (External id, step), a pair naming at most one op; -1: none.
-    ops, op_families, at = _op_rows(rd, keys)
+    ops, op_families, flags, at = _op_rows(rd, keys)
     has_op = at >= 0
+    of_each = np.where(has_op, at, 0)
 
     def of_op(column: str, missing) -> np.ndarray:
         values = ops[column].to_numpy()
-        return np.where(has_op, values[np.where(has_op, at, 0)] if len(values) else missing, missing)
+        return np.where(has_op, values[of_each] if len(values) else missing, missing)
 
     dur = np.maximum(k[S.DUR_NS].to_numpy(dtype=float), 1.0)  # zero-length kernels share too
     op_id = np.where(has_op, unique_rows(keys)[1], -1) if len(k) else np.empty(0, np.int64)
-    mm = k[S.SUBCLASS].isin(MATMUL_SUBCLASSES).to_numpy()
+    mm = values_in(k[S.SUBCLASS], MATMUL_SUBCLASSES)
     total = _group_sum(op_id, dur)
     total_mm = _group_sum(op_id, dur * mm)
     w_all = dur / total
@@ -90,11 +92,15 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
     precision = _precisions(rd, k[S.NAME])
     dtype = of_op(S.FLOPS_DTYPE, "").astype(object)
     op = of_op("op", "").astype(object)
-    family = np.where(has_op, op_families[np.where(has_op, at, 0)] if len(op_families) else "",
+    family = np.where(has_op, op_families[of_each] if len(op_families) else "",
                       op_family("")).astype(object)  # as op_family of each op's name
     # A matmul / conv / attention op whose FLOPs are unknown has no cost: its bytes alone
-    # would make it look memory-bound.
-    known = ~np.isin(family, MATMUL_FAMILIES) | (matmul > 0)
+    # would make it look memory-bound. (Read per op: isin of the kernels' texts costs more.)
+    if len(ops):
+        mm_family, half = flags[0][of_each], flags[1][of_each]
+    else:  # no kernel has an op
+        mm_family = half = np.zeros(len(k), dtype=bool)
+    known = ~np.where(has_op, mm_family, op_family("") in MATMUL_FAMILIES) | (matmul > 0)
     w_all = np.where(known, w_all, np.nan)
     return pd.DataFrame({
         S.TS_NS: k[S.TS_NS].to_numpy(), S.DUR_NS: k[S.DUR_NS].to_numpy(),
@@ -104,32 +110,41 @@ def kernel_costs(rd: RankData, kernels: pd.DataFrame) -> pd.DataFrame:
         "flops": np.where(known, flops, np.nan),
         "read_bytes": of_op(S.OP_READ_BYTES, np.nan).astype(float) * w_all,
         "write_bytes": of_op(S.OP_WRITE_BYTES, np.nan).astype(float) * w_all,
-        "precision": np.where((precision == HALF_WIDTH) & np.isin(dtype, ("bf16", "fp16")),
+        "precision": np.where((precision == HALF_WIDTH) & has_op & half,
                               dtype, np.where(precision != "", precision, dtype))})
 
 
 def _op_rows(rd: RankData, keys: list[np.ndarray]
-             ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """(ops, their families, each kernel's row among them or -1) for kernels of (External
-    id, step) ``keys``. The ops every kernel of the rank names are found once per rank
+             ) -> tuple[pd.DataFrame, np.ndarray, tuple, np.ndarray]:
+    """(ops, their families, :func:`_op_flags`, each kernel's row among them or -1) for
+    kernels of (External id, step) ``keys``. The ops every kernel of the rank names are found once per rank
     (kernel_costs runs on three or four sets of its kernels): a pair names the same op, or
     none, whichever of them are asked for."""
     wanted = distinct(keys[0])
-    ops, known, op_keys, families = rd.derived(_rank_ops)
+    ops, known, op_keys, families, flags = rd.derived(_rank_ops)
     if not np.isin(wanted, known).all():  # not only the rank's kernels: their own ops
         ops = _ops_naming(rd, wanted)
         op_keys = [ops[c].to_numpy(np.int64) for c in COST_KEYS]
         families = name_values(ops["op"], op_family)
-    return ops, families, find_rows(op_keys, keys)
+        flags = _op_flags(ops, families)
+    return ops, families, flags, find_rows(op_keys, keys)
 
 
-def _rank_ops(rd: RankData) -> tuple[pd.DataFrame, np.ndarray, list[np.ndarray], np.ndarray]:
+def _op_flags(ops: pd.DataFrame, families: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per op: whether its family is a matmul's (:data:`MATMUL_FAMILIES`), whether its
+    inputs are half-width (bf16, fp16)."""
+    return (np.isin(families, MATMUL_FAMILIES),
+            np.isin(ops[S.FLOPS_DTYPE].to_numpy(dtype=object), ("bf16", "fp16")))
+
+
+def _rank_ops(rd: RankData) -> tuple:
     """(:func:`launching_ops` of all the rank's kernels, their External ids, the ops' keys,
-    their families: ``op_family`` of their names, "" where missing)."""
+    their families: ``op_family`` of their names, "" where missing; :func:`_op_flags`)."""
     known = distinct(rd.of_kinds((S.KIND_KERNEL,), (S.EXTERNAL_ID,))[S.EXTERNAL_ID].to_numpy())
     ops = _ops_naming(rd, known)
-    return (ops, known, [ops[c].to_numpy(np.int64) for c in COST_KEYS],
-            name_values(ops["op"], op_family))
+    families = name_values(ops["op"], op_family)
+    return (ops, known, [ops[c].to_numpy(np.int64) for c in COST_KEYS], families,
+            _op_flags(ops, families))
 
 
 def _precisions(rd: RankData, names: pd.Series) -> np.ndarray:

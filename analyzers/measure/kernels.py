@@ -43,7 +43,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import aggregate, as_text, unique_rows, values_in
+from profkit.columns import aggregate, as_text, row_groups, unique_rows, values_in
 from profkit.model import RankData, Run
 
 TOP_KERNEL_COLUMNS = (S.NAME, S.CLASS, S.SUBCLASS, "count", "total_ns", "mean_ns", "share",
@@ -122,21 +122,15 @@ def self_times(cpu: pd.DataFrame) -> np.ndarray:
     """Self time of each row of a CPU-side frame: its duration minus its direct children's,
     with nesting found per (pid, tid) from start order and depth (no row-wise loops)."""
     out = np.zeros(len(cpu), dtype=np.int64)
-    for _, idx in cpu.groupby([S.PID, S.TID], sort=False).indices.items():
-        s = cpu[S.TS_NS].to_numpy()[idx]
-        d = cpu[S.DUR_NS].to_numpy()[idx]
+    start, dur = cpu[S.TS_NS].to_numpy(), cpu[S.DUR_NS].to_numpy()
+    for idx in row_groups([cpu[S.PID].to_numpy(), cpu[S.TID].to_numpy()]):
+        s, d = start[idx], dur[idx]
         pos = idx[d > 0]  # zero-length rows contain nothing and take nothing
         s, d = s[d > 0], d[d > 0]
         order = iv.nest_order(s, s + d)  # parents (longer) before children at equal starts
         pos, s, d = pos[order], s[order], d[order]
-        e = s + d
-        depth = np.arange(len(s)) - iv.count_at_most(e, s)  # s is sorted
-        parent = np.full(len(s), -1)
-        for level in range(1, int(depth.max(initial=0)) + 1):
-            above = np.flatnonzero(depth == level - 1)
-            here = np.flatnonzero(depth == level)
-            j = np.searchsorted(above, here, side="right") - 1
-            parent[here[j >= 0]] = above[j[j >= 0]]
+        depth = np.arange(len(s)) - iv.count_at_most(s + d, s)  # s is sorted
+        parent = iv.parent_by_depth(depth)  # the last range before it, one level up
         child = np.zeros(len(s), dtype=np.int64)
         np.add.at(child, parent[parent >= 0], d[parent >= 0])
         out[pos] = np.maximum(d - child, 0)
@@ -151,10 +145,13 @@ def op_totals(rd: RankData) -> pd.DataFrame:
                         "self_ns": self_times(cpu)[is_op],
                         "total_ns": cpu[S.DUR_NS].to_numpy()[is_op]})
     # Aggregate on category codes, then name the (few) groups: no per-row strings.
-    agg = aggregate(ops.groupby("code"), dict(count=("self_ns", "size"), self_ns=("self_ns", "sum"),
-                                              total_ns=("total_ns", "sum")))
-    agg[S.NAME] = np.asarray(cpu[S.NAME].cat.categories, dtype=object)[agg.index.to_numpy()]
-    return agg.reset_index(drop=True)
+    spec = dict(count=("self_ns", "size"), self_ns=("self_ns", "sum"), total_ns=("total_ns", "sum"))
+    agg = group_table(ops, ["code"], spec)  # numpy: a groupby costs ~2 ms here
+    if agg is None:
+        agg = aggregate(ops.groupby("code"), spec).reset_index()
+    code = agg.pop("code").to_numpy()
+    agg[S.NAME] = np.asarray(cpu[S.NAME].cat.categories, dtype=object)[code]
+    return agg
 
 
 def top_ops(totals: list[pd.DataFrame], top_n: int) -> pd.DataFrame:
@@ -211,21 +208,26 @@ def _launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     is_launch = name_mask(cpu[S.NAME], LAUNCH_RE) | (
         cpu[S.CORRELATION].isin(gpu_corr).to_numpy() & (cpu[S.CORRELATION] >= 0).to_numpy())
     launches = cpu[is_launch]
-    first = launches[launches[S.CORRELATION] >= 0].drop_duplicates(S.CORRELATION)
-    first = first.set_index(S.CORRELATION)
-    graph = pd.Series(name_mask(first[S.NAME], GRAPH_LAUNCH_RE), index=first.index)
-    joined = gpu[gpu[S.CORRELATION].isin(first.index)]
-    corr = joined[S.CORRELATION]
-    start = first[S.TS_NS].reindex(corr).to_numpy()
-    end = start + first[S.DUR_NS].reindex(corr).to_numpy()
-    shared = corr.map(corr.value_counts()).to_numpy() > 1
-    single = ~(graph.reindex(corr).to_numpy() | shared)
-    enq = pd.DataFrame({S.STREAM: gpu[S.STREAM], "enq": gpu[S.TS_NS],
-                        "end": gpu[S.TS_NS] + gpu[S.DUR_NS]})
-    enq.loc[joined.index, "enq"] = np.minimum(start, joined[S.TS_NS].to_numpy())
-    delays = pd.DataFrame({S.TS_NS: joined[S.TS_NS].to_numpy()[single],
-                           S.STEP: joined[S.STEP].to_numpy()[single],
-                           "delay_ns": (joined[S.TS_NS].to_numpy() - end)[single]})
+    # each correlation's first launch call (sorted by correlation), and the GPU ops it made
+    valid = np.flatnonzero(launches[S.CORRELATION].to_numpy() >= 0)
+    first_corr, first = np.unique(launches[S.CORRELATION].to_numpy()[valid], return_index=True)
+    first = valid[first]
+    graph = name_mask(launches[S.NAME].iloc[first], GRAPH_LAUNCH_RE)
+    gpu_corr, ts = gpu[S.CORRELATION].to_numpy(), gpu[S.TS_NS].to_numpy()
+    at = np.minimum(np.searchsorted(first_corr, gpu_corr), max(len(first_corr) - 1, 0))
+    joined = (first_corr[at] == gpu_corr) if len(first_corr) else np.zeros(len(gpu), bool)
+    call = first[at[joined]]
+    start = launches[S.TS_NS].to_numpy()[call]
+    end = start + launches[S.DUR_NS].to_numpy()[call]
+    _, each, count = np.unique(gpu_corr[joined], return_inverse=True, return_counts=True)
+    single = ~(graph[at[joined]] | (count[each] > 1))  # graph replays share a correlation
+    enq = ts.copy()
+    enq[joined] = np.minimum(start, ts[joined])
+    enq = pd.DataFrame({S.STREAM: gpu[S.STREAM].to_numpy(), "enq": enq,
+                        "end": (gpu[S.TS_NS] + gpu[S.DUR_NS]).to_numpy()}, index=gpu.index)
+    delays = pd.DataFrame({S.TS_NS: ts[joined][single],
+                           S.STEP: gpu[S.STEP].to_numpy()[joined][single],
+                           "delay_ns": (ts[joined] - end)[single]})
     return launches, enq, delays
 
 
@@ -281,9 +283,10 @@ def queue_depth(rank: int, enq: pd.DataFrame) -> pd.DataFrame:
     same = np.append(stream[1:] == stream[:-1], False)
     dt = np.where(same, np.append(np.diff(t), 0), 0)
     sweep = pd.DataFrame({S.STREAM: stream, "t": t, "depth": depth, "area": depth * dt})
-    out = aggregate(sweep.groupby(S.STREAM), dict(
-        max_depth=("depth", "max"), area=("area", "sum"), t0=("t", "min"), t1=("t", "max"))
-    ).reset_index()
+    spec = dict(max_depth=("depth", "max"), area=("area", "sum"), t0=("t", "min"), t1=("t", "max"))
+    out = group_table(sweep, [S.STREAM], spec)
+    if out is None:
+        out = aggregate(sweep.groupby(S.STREAM), spec).reset_index()
     out["mean_depth"] = out["area"] / (out["t1"] - out["t0"]).where(lambda x: x > 0)
     out["gpu_ops"] = out[S.STREAM].map(enq[S.STREAM].value_counts())
     return out.assign(rank=rank)[list(QUEUE_COLUMNS)]

@@ -124,9 +124,9 @@ def _exposed_by_key(data: RankData, c: pd.DataFrame, keys: np.ndarray,
     """ns of each (group, collective) key's GPU kernels with no other GPU work beside them,
     inside the steps; an instant two keys share goes to the one with more kernel time."""
     gpu = data.gpu_events
-    work = gpu[~values_in(gpu[S.CLASS], (S.CLS_COMMUNICATION,))]
-    start = work[S.TS_NS].to_numpy(np.int64)
-    taken = iv.union(start, start + work[S.DUR_NS].to_numpy(np.int64))
+    work = ~values_in(gpu[S.CLASS], (S.CLS_COMMUNICATION,))
+    start = gpu[S.TS_NS].to_numpy(np.int64)[work]
+    taken = iv.union(start, start + gpu[S.DUR_NS].to_numpy(np.int64)[work])
     if len(steps):
         lo, hi = step_spans(steps)
         window = iv.union(lo.astype(np.int64), hi.astype(np.int64))

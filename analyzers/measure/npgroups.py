@@ -112,12 +112,12 @@ def runs(values: np.ndarray) -> list[tuple[int, int]]:
 def group_table(frame: pd.DataFrame, keys: list[str],
                 spec: dict[str, tuple[str, str]]) -> pd.DataFrame | None:
     """``columns.aggregate(frame.groupby(keys), spec).reset_index()`` for ``how`` in size,
-    sum (of integers), min and max (NaN skipped), nunique (of integers): the same table,
+    sum (of integers), min and max (NaN skipped), nunique and first (of integers): the same table,
     dtypes and order (keys sorted), from one sort. None where it cannot promise that (a
     missing or categorical key, a float sum, text to reduce): the caller then asks pandas."""
     for col, how in spec.values():
         kind = frame[col].dtype.kind
-        if not (how == "size" or (kind in "iu" and how in ("sum", "min", "max", "nunique"))
+        if not (how == "size" or (kind in "iu" and how in ("sum", "min", "max", "nunique", "first"))
                 or (kind == "f" and how in ("min", "max"))):
             return None
     if any(isinstance(frame[k].dtype, pd.CategoricalDtype) for k in keys):
@@ -140,6 +140,8 @@ def group_table(frame: pd.DataFrame, keys: list[str],
         elif how == "nunique":
             pairs = unique_rows([group, codes(values)[0]])[0][:, 0]
             out[name] = np.bincount(pairs, minlength=n).astype(np.int64)
+        elif how == "first":
+            out[name] = g.first(values)
         elif values.dtype.kind == "f":
             out[name] = g._reduce(np.fmax if how == "max" else np.fmin, values)
         else:

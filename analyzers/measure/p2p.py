@@ -49,15 +49,16 @@ def p2p_kernels(data: RankData) -> pd.DataFrame:
 
 def _p2p_kernels(data: RankData) -> pd.DataFrame:
     ev = data.events
+    issues = values_in(ev[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION)) \
+        & category_mask(ev[S.NAME], COMM_OP_RE)
+    if not (issues & category_mask(ev[S.NAME], P2P_OP_RE)).any():  # no send nor recv
+        return pd.DataFrame(columns=list(P2P_COLUMNS))
     gpu = data.gpu_events
     comm = gpu[values_in(gpu[S.CLASS], (S.CLS_COMMUNICATION,))
                & values_in(gpu[S.KIND], (S.KIND_KERNEL,))]
     if comm.empty:
         return pd.DataFrame(columns=list(P2P_COLUMNS))
-    issuing = ev[values_in(ev[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION))
-                 & category_mask(ev[S.NAME], COMM_OP_RE)]
-    if not category_mask(issuing[S.NAME], P2P_OP_RE).any():
-        return pd.DataFrame(columns=list(P2P_COLUMNS))
+    issuing = ev[issues]
     launch = ev[values_in(ev[S.KIND], _LAUNCH_KINDS) & (ev[S.CORRELATION] >= 0).to_numpy()]
     launch = launch.drop_duplicates(S.CORRELATION).set_index(S.CORRELATION)
     known = comm[comm[S.CORRELATION].isin(launch.index).to_numpy()]

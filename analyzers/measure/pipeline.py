@@ -122,8 +122,8 @@ def _actions(ev: pd.DataFrame, step: int) -> dict[str, int]:
 
 def stages_per_rank(ev: pd.DataFrame) -> int:
     """The distinct stages of the rank's ``PP:`` actions over the whole trace (0: none)."""
-    host = ev[values_in(ev[S.KIND], (S.KIND_ANNOTATION,))]
-    names = host[S.NAME][category_mask(host[S.NAME], ACTION_PATTERN)].astype(str).unique()
+    host = ev[S.NAME][values_in(ev[S.KIND], (S.KIND_ANNOTATION,))]  # the names alone
+    names = host[category_mask(host, ACTION_PATTERN)].astype(str).unique()
     return len({int(ACTION_RE.match(n).group(1)) for n in names})
 
 

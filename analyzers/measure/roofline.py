@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from profkit.analyzers.measure.devices import DevicePeak, lookup_device
 from profkit.analyzers.measure.efficiency import rank_device
-from profkit.analyzers.measure.kernelcost import MATMUL_SUBCLASSES, kernel_costs
+from profkit.analyzers.measure.kernelcost import COST_INPUTS, MATMUL_SUBCLASSES, kernel_costs
 from profkit.analyzers.measure.memruns import fusion_runs
 from profkit.analyzers.measure.tables import RANK, empty, in_steps, kernels_of, window_ns
 from profkit.analyzers.result import Result
@@ -43,11 +43,12 @@ TOP_OPS = 5
 
 
 def used_kernels(rd: RankData, used: dict[int, int] | None) -> tuple[pd.DataFrame, int, float]:
-    """(kernels of the used steps, number of steps, mean step ns); without a step table,
-    the window's kernels as one step. Communication kernels are no point on a roofline
-    (their time is the link's and their peers'), so they are left out."""
+    """(kernels of the used steps: the columns kernel_costs reads, number of steps, mean
+    step ns); without a step table, the window's kernels as one step. Communication kernels
+    are no point on a roofline (their time is the link's and their peers'), so they are left
+    out."""
     k = kernels_of(rd)
-    k = k[~values_in(k[S.CLASS], (S.CLS_COMMUNICATION,))]
+    k = k.loc[~values_in(k[S.CLASS], (S.CLS_COMMUNICATION,)), list(COST_INPUTS)]
     if used:
         return k[k[S.STEP].isin(list(used))], len(used), sum(used.values()) / len(used)
     k = in_steps(k, rd)

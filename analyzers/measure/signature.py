@@ -35,7 +35,7 @@ import orjson
 import pandas as pd
 
 from profkit import schema as S
-from profkit.columns import category_mask, values_in
+from profkit.columns import category_mask, unique_rows, values_in
 from profkit.trace.ingest import STEP_PREFIX
 
 SIGNATURE_COLUMNS = ("rank", "role", S.STEP, S.NAME, "shape", "count")
@@ -124,21 +124,21 @@ def _params(rank: int, ops: pd.DataFrame) -> pd.DataFrame:
     if ops.empty:
         return _rows(rank, PARAM, [], [], [], [])
     name_codes, dim_codes, names, dims = _codes(ops)
-    pairs = pd.DataFrame({"n": name_codes, "d": dim_codes}).value_counts()
-    rows = []
-    for (n, d), count in pairs.items():
+    pairs, _, counts = unique_rows([name_codes, dim_codes])  # each (op, dims) pair once
+    totals: dict[tuple[str, str], int] = {}
+    for (n, d), count in zip(pairs.tolist(), counts.tolist()):
         spec = WEIGHT_OPS.get(names[n]) if n >= 0 else None
         if spec is None or d < 0:
             continue
         for i in spec[0]:
             shape = _arg(dims[d], i)
             if shape:
-                rows.append((names[n], shape, int(count)))
-    if not rows:
+                totals[(names[n], shape)] = totals.get((names[n], shape), 0) + count
+    if not totals:
         return _rows(rank, PARAM, [], [], [], [])
-    table = pd.DataFrame(rows, columns=["name", "shape", "count"])
-    table = table.groupby(["name", "shape"], as_index=False)["count"].sum()
-    return _rows(rank, PARAM, -1, table["name"], table["shape"], table["count"])
+    keys = sorted(totals)  # by name, then shape: as grouping them sorts them
+    return _rows(rank, PARAM, -1, [n for n, _ in keys], [sh for _, sh in keys],
+                 np.array([totals[k] for k in keys], dtype=np.int64))
 
 
 def _in_backward(ops: pd.DataFrame, backward: pd.DataFrame) -> np.ndarray:
@@ -171,15 +171,18 @@ def _recomputed(rank: int, ops: pd.DataFrame) -> pd.DataFrame:
     return _rows(rank, RECOMPUTE, -1, counts.index.to_numpy(dtype=object), "", counts.to_numpy())
 
 
-def _firsts(rank: int, role: str, ops: pd.DataFrame, pick: np.ndarray, shapes: np.ndarray,
+def _firsts(rank: int, role: str, ops: pd.DataFrame, pair: np.ndarray, shapes: np.ndarray,
             name_of: list) -> pd.DataFrame:
-    """Per step, the first picked op (ops are in time order) and its shape."""
+    """Per step, the first op (ops are in time order) whose (op, dims) pair (``pair``: each
+    op's) has a shape (``shapes``: each pair's, "" for none), and that shape."""
+    pick = (shapes != "")[pair]
     steps = ops[S.STEP].to_numpy()[pick]
     if not len(steps):
         return _rows(rank, role, [], [], [], [])
     _, first = np.unique(steps, return_index=True)
     codes = ops[S.NAME].cat.codes.to_numpy()[pick][first]
-    return _rows(rank, role, steps[first], [name_of[c] for c in codes], shapes[pick][first], 1)
+    return _rows(rank, role, steps[first], [name_of[c] for c in codes],
+                 shapes[pair[pick][first]], 1)
 
 
 def _inputs(rank: int, ops: pd.DataFrame) -> list[pd.DataFrame]:
@@ -195,10 +198,9 @@ def _inputs(rank: int, ops: pd.DataFrame) -> list[pd.DataFrame]:
         name, shape_list = names[n] if n >= 0 else "", dims[d] if d < len(dims) else None
         model_in.append(_arg(shape_list, WEIGHT_OPS[name][1]) if name in WEIGHT_OPS else "")
         first.append(_arg(shape_list, 0))
-    model_in = np.array(model_in + [""], dtype=object)[inverse.ravel()]
-    first = np.array(first + [""], dtype=object)[inverse.ravel()]
-    return [_firsts(rank, INPUT, ops, model_in != "", model_in, names),
-            _firsts(rank, FIRST, ops, first != "", first, names)]
+    pair = inverse.ravel()  # read per pair, not per op
+    return [_firsts(rank, INPUT, ops, pair, np.array(model_in + [""], dtype=object), names),
+            _firsts(rank, FIRST, ops, pair, np.array(first + [""], dtype=object), names)]
 
 
 def _named(rank: int, role: str, frame: pd.DataFrame) -> pd.DataFrame:

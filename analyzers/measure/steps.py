@@ -102,7 +102,10 @@ def capture_spans(events: pd.DataFrame) -> iv.Intervals:
     """CUDA/HIP graph capture windows: from each BeginCapture to the next EndCapture on the
     same thread (to the thread's last event when the capture never ends in the trace)."""
     host = values_in(events[S.KIND], (S.KIND_RUNTIME, S.KIND_DRIVER))
-    begin = events.loc[host & category_mask(events[S.NAME], CAPTURE_BEGIN_RE), [S.TID, S.TS_NS]]
+    begins = host & category_mask(events[S.NAME], CAPTURE_BEGIN_RE)
+    if not begins.any():  # no capture (most traces): no rows to select
+        return iv.union([], [])
+    begin = events.loc[begins, [S.TID, S.TS_NS]]
     end = events.loc[host & category_mask(events[S.NAME], CAPTURE_END_RE),
                      [S.TID, S.TS_NS, S.DUR_NS]]
     starts, stops = [], []

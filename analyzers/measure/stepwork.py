@@ -27,7 +27,7 @@ from profkit.analyzers.measure.steps import USED
 from profkit.analyzers.measure.tables import name_mask
 
 from profkit import schema as S
-from profkit.columns import values_in
+from profkit.columns import distinct, values_in
 from profkit.model import RankData
 
 KERNEL_COLUMNS = ("rank", S.NAME, "count", "total_ns", "group")
@@ -67,7 +67,9 @@ def _by_name(rank: int, frame: pd.DataFrame, values: dict[str, np.ndarray],
     named = codes >= 0  # rows without a name are left out
     count = np.bincount(codes[named], minlength=len(names.cat.categories))
     used = np.flatnonzero(count)  # the codes in order, as grouping by them gives them
-    at = np.searchsorted(used, codes[named])
+    position = np.zeros(len(count), dtype=np.intp)
+    position[used] = np.arange(len(used))
+    at = position[codes[named]]  # each row's place among them
     sums = {}
     for column, value in values.items():
         sums[column] = np.zeros(len(used), dtype=np.asarray(value).dtype)
@@ -81,11 +83,31 @@ def _groups(gpu: pd.DataFrame) -> dict[str, str]:
     """Kernel name -> its group (module doc), read once per name."""
     if gpu.empty:
         return {}
+    if all(isinstance(gpu[c].dtype, pd.CategoricalDtype) for c in (S.CLASS, S.SUBCLASS)):
+        return _groups_by_code(gpu)
     first = gpu.groupby(gpu[S.NAME].cat.codes.to_numpy())[[S.CLASS, S.SUBCLASS]].first()
     first = first[first.index >= 0]
     names = np.asarray(gpu[S.NAME].cat.categories, dtype=object)[first.index.to_numpy()]
     return {n: _group(cls, sub) for n, cls, sub in
             zip(names, first[S.CLASS].astype(str), first[S.SUBCLASS].astype(str))}
+
+
+def _groups_by_code(gpu: pd.DataFrame) -> dict[str, str]:
+    """:func:`_groups` by codes: each name's first class and sub-class that is not missing
+    (as ``groupby(...).first()`` takes them; "nan" where every one is)."""
+    names = gpu[S.NAME].array.codes
+    used = distinct(names[names >= 0])
+    firsts = []
+    for column in (S.CLASS, S.SUBCLASS):
+        codes = gpu[column].array.codes
+        rows = np.flatnonzero((codes >= 0) & (names >= 0))
+        found, at = np.unique(names[rows], return_index=True)  # each name's first such row
+        text = np.full(len(used), "nan", dtype=object)
+        labels = np.asarray(gpu[column].dtype.categories, dtype=object)
+        text[np.searchsorted(used, found)] = [str(v) for v in labels[codes[rows[at]]]]
+        firsts.append(text)
+    name_text = np.asarray(gpu[S.NAME].dtype.categories, dtype=object)[used]
+    return {n: _group(cls, sub) for n, cls, sub in zip(name_text, *firsts)}
 
 
 def _group(cls: str, sub: str) -> str:
@@ -105,12 +127,15 @@ def used_step_work(data: RankData, steps: pd.DataFrame) -> dict[str, pd.DataFram
                        KERNEL_COLUMNS[:-1])
     kernels["group"] = kernels[S.NAME].map(_groups(gpu)).fillna("other")
     optimizer = values_in(ev[S.KIND], (S.KIND_ANNOTATION,)) & name_mask(ev[S.NAME], OPTIMIZER_RE)
-    nest = ev.loc[values_in(ev[S.KIND], CPU_NEST_KINDS) | optimizer, [*NEST_COLUMNS, S.STEP]]
-    self_ns = self_times(nest)
-    keep = values_in(nest[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION)) \
-        & ~name_mask(nest[S.NAME], STEP_RE) & _in_used(nest, data, used)
+    in_used = _in_used(ev, data, used)
+    # the ranges nesting reads (CPU ops, calls and the optimizer's), as numpy columns
+    nest = np.flatnonzero(values_in(ev[S.KIND], CPU_NEST_KINDS) | optimizer)
+    self_ns = self_times(pd.DataFrame({c: ev[c].to_numpy()[nest] for c in NEST_COLUMNS
+                                       if c not in (S.KIND, S.NAME)}))
+    keep = (values_in(ev[S.KIND], (S.KIND_CPU_OP, S.KIND_ANNOTATION))
+            & ~name_mask(ev[S.NAME], STEP_RE) & in_used)[nest]
     ops = nest[keep]
-    ops = _by_name(data.rank, ops, {"self_ns": self_ns[keep], "total_ns": ops[S.DUR_NS].to_numpy()},
-                   OP_COLUMNS)
-    shapes = step_signature(data.rank, ev, _in_used(ev, data, used))
+    ops = _by_name(data.rank, pd.DataFrame({S.NAME: ev[S.NAME].array.take(ops)}),
+                   {"self_ns": self_ns[keep], "total_ns": ev[S.DUR_NS].to_numpy()[ops]}, OP_COLUMNS)
+    shapes = step_signature(data.rank, ev, in_used)
     return {"used_step_kernels": kernels, "used_step_ops": ops, "used_step_shapes": shapes}

@@ -227,9 +227,9 @@ def rank_step_stats(data: RankData) -> dict[str, float]:
         return dict(NO_STEP_STATS)
     start, end = step_spans(data.steps)
     kernels = data.of_kinds((S.KIND_KERNEL,))
-    kernels = kernels[values_in(kernels[S.CLASS], (S.CLS_COMPUTE,))]
-    ts = kernels[S.TS_NS].to_numpy(np.int64)
-    busy = intervals.union(ts, ts + kernels[S.DUR_NS].to_numpy(np.int64))
+    compute = values_in(kernels[S.CLASS], (S.CLS_COMPUTE,))
+    ts = kernels[S.TS_NS].to_numpy(np.int64)[compute]
+    busy = intervals.union(ts, ts + kernels[S.DUR_NS].to_numpy(np.int64)[compute])
     inside = intervals.clip(busy, int(start.min()), int(end.max()))
     return {MEDIAN_STEP_NS: float(np.median(step_times_ns(data.steps))),
             COMPUTE_NS_PER_STEP: intervals.total(inside) / len(data.steps)}

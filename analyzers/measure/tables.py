@@ -35,11 +35,16 @@ def window_ns(rd: RankData) -> int:
 def in_steps(frame: pd.DataFrame, rd: RankData) -> pd.DataFrame:
     """Rows inside profiled steps when the rank has steps, else rows starting between the
     first GPU start and the last GPU end (start-up calls outside it are not step cost)."""
+    return frame[in_steps_mask(frame, rd)]
+
+
+def in_steps_mask(frame: pd.DataFrame, rd: RankData) -> np.ndarray:
+    """:func:`in_steps`' rows, as a mask."""
     if len(rd.steps):
-        return frame[frame[S.STEP] >= 0]
+        return (frame[S.STEP] >= 0).to_numpy()
     gpu = rd.gpu_events
     lo, hi = gpu[S.TS_NS].min(), (gpu[S.TS_NS] + gpu[S.DUR_NS]).max()
-    return frame[(frame[S.TS_NS] >= lo) & (frame[S.TS_NS] <= hi)]
+    return ((frame[S.TS_NS] >= lo) & (frame[S.TS_NS] <= hi)).to_numpy()
 
 
 def kernels_of(rd: RankData) -> pd.DataFrame:

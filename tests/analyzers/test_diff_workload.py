@@ -54,6 +54,20 @@ def test_step_signature_counts_each_module_op_once(tmp_path):
     assert names == {"profkit/forward": 2, "Optimizer.step#SGD.step": 2, "nn.Module: Net_0": 2}
 
 
+def test_parameter_shapes_are_listed_by_name_then_shape(tmp_path):
+    """The param rows in the order grouping (name, shape) gives, counts summed per pair
+    over the steps and the pairs of ops whose dims repeat (int64)."""
+    events = model_step(1, 0.0, 4) + model_step(2, 1000.0, 8) + model_step(3, 2000.0, 4)
+    path = write_trace(tmp_path / "t.json", trace_doc(rank=0, world_size=1, events=events))
+    ev = load_run(path, cache=False).ranks[0].events
+    t = step_signature(0, ev, np.ones(len(ev), bool))
+    params = t[t["role"] == "param"]
+    assert params[["name", "shape", "count"]].values.tolist() == [
+        ["aten::embedding", "100x16", 3], ["aten::layer_norm", "32", 6],
+        ["aten::linear", "32", 3], ["aten::linear", "32x16", 3]]
+    assert str(params["count"].dtype) == "int64" and (params["step"] == -1).all()
+
+
 def test_step_signature_without_shapes_keeps_the_names():
     ev = pd.DataFrame({"ts_ns": [0], "dur_ns": [5], "name": pd.Categorical(["my_range"]),
                        "kind": pd.Categorical(["annotation"]), "tid": [1]})

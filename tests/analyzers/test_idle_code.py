@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from profkit.analyzers.measure.idle_code import UNRECORDED, _ancestors, _innermost, _Ranges, _walk
+from profkit.analyzers.measure.idle_code import (
+    UNRECORDED,
+    _ancestors,
+    _innermost,
+    _Ranges,
+    _touching,
+    _walk,
+)
 
 from profkit import intervals as iv
 from profkit import schema as S
@@ -124,3 +131,43 @@ def test_ancestors_are_the_nearest_user_frame_and_the_outermost_op_above(seed):
                     p = parents[p]
                 assert user_above[i] == next((a for a in chain if is_user[a]), -1)
                 assert outer_above[i] == next((a for a in reversed(chain) if is_op[a]), -1)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_touching_segments_are_those_overlapping_the_idle_set(seed):
+    """_touching against the definition (a segment overlaps an idle interval: it ends after
+    the interval starts and starts before it ends), on disjoint sorted segments, touching
+    ones among them, and idle sets before, between and after them."""
+    rng = np.random.default_rng(seed)
+    cuts = np.unique(rng.integers(0, 1000, 120))
+    seg_start, seg_end = cuts[:-1], cuts[1:]
+    held = rng.random(len(seg_start)) < 0.7  # gaps between some segments
+    seg_start, seg_end = seg_start[held], seg_end[held]
+    a = rng.integers(-50, 1050, 40)
+    idle = iv.union(a, a + rng.integers(0, 30, 40))
+    want = [j for j in range(len(seg_start))
+            if any(seg_end[j] > s and seg_start[j] < e for s, e in zip(*idle))]
+    assert _touching(seg_start, seg_end, idle).tolist() == want
+    assert _touching(seg_start, seg_end, iv.union([], [])).tolist() == []
+
+
+def test_names_no_range_uses_change_no_label():
+    """The names table holds every event's name (library and user frames among them that no
+    range here uses): the labels are those of the names the ranges use; a frame without a
+    name reads the last name of the table, whether a range uses it or not."""
+    rows = [("train.py(10): step", S.KIND_PYTHON, 0, 100),
+            ("site-packages/torch/nn/module.py(5): __call__", S.KIND_PYTHON, 0, 90),
+            (None, S.KIND_PYTHON, 15, 35), ("aten::item", S.KIND_CPU_OP, 20, 30)]
+    idle = _idle((21, 29))
+    used = ["train.py(10): step", "site-packages/torch/nn/module.py(5): __call__", "aten::item"]
+
+    def labels(categories):
+        host = _host(rows).assign(**{S.NAME: pd.Categorical([r[0] for r in rows],
+                                                            categories=categories)})
+        return attribute(host, idle)
+
+    library = ["/lib/python3/x.py(1): f", *used[:1], "/lib/python3/y.py(2): g", *used[1:],
+               "/lib/python3/z.py(3): h"]
+    assert labels(library) == {"train.py(10): step -> aten::item": 8}
+    # the unnamed frame is user code when the last name is: the nearest, it has no name
+    assert labels([*library, "train.py(2): g"]) == {"aten::item": 8}

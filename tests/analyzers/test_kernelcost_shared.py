@@ -51,3 +51,36 @@ def test_the_precision_table_is_read_only_for_the_ranks_own_names():
         got = _precisions(rd, names)
     assert got.tolist() == [kernel_precision("sm80_xmma_gemm_bf16bf16"), ""]
     assert np.asarray(got).dtype == object
+
+
+def test_precision_and_unknown_costs_follow_each_kernels_op():
+    """Per kernel, from its own op (by External id and step): a half-width kernel name takes
+    its op's bf16 / fp16, else the name's precision or the op's dtype; a matmul-family op
+    without FLOPs leaves the kernel's bytes unknown (NaN)."""
+    from profkit.analyzers.measure.kernelcost import MATMUL_FAMILIES, launching_ops
+
+    from profkit.classify.flops import HALF_WIDTH
+    rd = next(iter(load_run(TRACE, cache=False).ranks.values()))
+    with rd.sharing_selections():
+        kernels = kernels_of(rd)
+        for subset in (kernels, kernels.iloc[::5], kernels[kernels[S.SUBCLASS] == "gemm"]):
+            costs = kernel_costs(rd, subset)
+            ops = launching_ops(rd, subset).set_index([S.EXTERNAL_ID, S.STEP])
+            unknown, seen = 0, 0
+            for i, (ext, step, name) in enumerate(zip(subset[S.EXTERNAL_ID], subset[S.STEP],
+                                                      subset[S.NAME])):
+                op = ops.loc[(ext, step)] if (ext, step) in ops.index else None
+                dtype = op[S.FLOPS_DTYPE] if op is not None else ""
+                named = kernel_precision(str(name))
+                want = dtype if named == HALF_WIDTH and dtype in ("bf16", "fp16") else \
+                    named if named else dtype
+                assert costs["precision"].iat[i] == want or (pd.isna(want) and pd.isna(
+                    costs["precision"].iat[i]))
+                family = op_family(op["op"]) if op is not None else op_family("")
+                if family in MATMUL_FAMILIES and not (op is not None and op[S.FLOPS] > 0):
+                    assert np.isnan(costs["read_bytes"].iat[i])
+                    unknown += 1
+                elif op is not None and np.isfinite(op[S.OP_READ_BYTES]):
+                    assert np.isfinite(costs["read_bytes"].iat[i])
+                    seen += 1
+            assert seen > 10

@@ -399,3 +399,24 @@ def test_fragmentation_that_brings_a_rank_near_capacity_is_one_finding(tmp_path)
     assert near.evidence["fragmentation"]["giveback_bytes"] == 70 * GB
     assert "expandable_segments:True" in near.recommendation
     assert "Up to 70.0 GB would come back" in near.recommendation
+
+
+def test_the_out_of_memory_is_found_once_per_rank_and_the_same_either_way(tmp_path, monkeypatch):
+    """rank_oom (read by the breakdown and by the allocator measurement) runs oom_cut once
+    in a sharing block, and gives what it gives outside one; other run facts: found again."""
+    from profkit.analyzers.measure import allocator
+
+    events = _steps(2)
+    events.append(memory_event(1020, 70 * GB, 70 * GB, 70 * GB, addr=7))
+    error = {"type": "OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate 2 GiB."}
+    meta = {"schema": "profkit.run/1", "status": "failed", "error": error, "world_size": 1}
+    rank = load_run(_run(tmp_path / "oom", events, meta), cache=False).ranks[0]
+    calls = []
+    counted = allocator.oom_cut
+    monkeypatch.setattr(allocator, "oom_cut", lambda *a: calls.append(1) or counted(*a))
+    alone = allocator.rank_oom(rank, meta, 0.9)
+    assert alone["source"] == "error" and alone["tried_bytes"] == 2 * 2**30 and len(calls) == 1
+    with rank.sharing_selections():
+        first = allocator.rank_oom(rank, meta, 0.9)
+        assert allocator.rank_oom(rank, dict(meta), 0.9) == first == alone and len(calls) == 2
+        assert allocator.rank_oom(rank, {**meta, "error": {}}, 0.9) is None and len(calls) == 3

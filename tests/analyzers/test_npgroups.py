@@ -56,8 +56,24 @@ def test_group_table_is_the_sorted_groupby():
                       "cls": rng.choice(["compute", "memcpy"], n),
                       "rank": rng.integers(0, 5, n), "ns": rng.integers(0, 10**12, n)})
     spec = dict(total=("ns", "sum"), low=("ns", "min"), high=("ns", "max"),
-                ranks=("rank", "nunique"))
+                ranks=("rank", "nunique"), opening=("ns", "first"))
     got = group_table(t, ["name", "cls"], spec)
     pd.testing.assert_frame_equal(got, aggregate(t.groupby(["name", "cls"]), spec).reset_index(),
                                   check_exact=True)
     assert group_table(t.assign(ns=t["ns"] / 3), ["name"], spec) is None  # floats: pandas'
+
+
+def test_group_table_by_integer_keys_of_other_widths():
+    """Keys of int32 and int64 (the memory table's device and step), first and max of
+    integers: pandas' sorted grouping, dtypes included."""
+    from profkit.analyzers.measure.npgroups import group_table
+
+    rng = np.random.default_rng(3)
+    n = 500
+    t = pd.DataFrame({"device": rng.integers(0, 3, n).astype(np.int32),
+                      "step": rng.integers(-1, 6, n), "a": rng.integers(0, 1 << 40, n),
+                      "b": rng.integers(-5, 5, n)})
+    spec = dict(start=("a", "first"), peak=("a", "max"), low=("b", "first"))
+    want = t.groupby(["device", "step"], sort=True).agg(**spec).reset_index()
+    pd.testing.assert_frame_equal(group_table(t, ["device", "step"], spec), want,
+                                  check_exact=True)

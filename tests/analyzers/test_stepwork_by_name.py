@@ -30,3 +30,29 @@ def test_by_name_is_the_count_and_sums_of_each_name(seed):
                                                          "total_ns": total_ns}, OP_COLUMNS)
     assert floats.values.tolist() == want  # the grouping path, for sums that are not integers
     assert got["name"].dtype == floats["name"].dtype
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_groups_by_code_are_the_first_classes_groupby_takes(seed):
+    """Each kernel name's group from its first class and sub-class that is not missing (the
+    pandas grouping's ``first``, "nan" where all are), on random rows with missing values."""
+    from profkit.analyzers.measure.stepwork import _group, _groups_by_code
+
+    from profkit import schema as S
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 200))
+
+    def column(values, missing):
+        picked = np.array(values, dtype=object)[rng.integers(0, len(values), n)]
+        picked[rng.random(n) < missing] = None
+        return pd.Categorical(picked, categories=["unused", *values])
+
+    gpu = pd.DataFrame({S.NAME: column(["k1", "k2", "k3", "k4"], 0.1),
+                        S.CLASS: column(["compute", "memcpy", "communication"], 0.3),
+                        S.SUBCLASS: column(["gemm", "HtoD", "", "all_reduce"], 0.5)})
+    first = gpu.groupby(gpu[S.NAME].cat.codes.to_numpy())[[S.CLASS, S.SUBCLASS]].first()
+    first = first[first.index >= 0]
+    names = np.asarray(gpu[S.NAME].cat.categories, dtype=object)[first.index.to_numpy()]
+    want = {nm: _group(c, s) for nm, c, s in zip(names, first[S.CLASS].astype(str),
+                                                 first[S.SUBCLASS].astype(str))}
+    assert _groups_by_code(gpu) == want and len(want) > 0
