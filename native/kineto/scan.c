@@ -124,58 +124,43 @@ static int read_string(JsCursor *c, Fields *f, JsString *out) {
     return js_skip_value(c);
 }
 
-/* pid / tid: an int within +-2**62 or a string; anything else (null too) declines. */
-static int read_id(Scan *s, JsCursor *c, Fields *f, int which) {
-    (void)s;
-    int ch = js_peek(c);
-    if (ch == '"') return js_string(c, &f->id_text[which]);
-    if (ch == '-' || (ch >= '0' && ch <= '9')) {
-        JsNumber num;
-        if (!js_number(c, &num)) return 0;
-        if (num.fits) f->id[which] = num.value;
-        else f->decline = 1;
-        return 1;
-    }
-    f->decline = 1;
-    return js_skip_value(c);
-}
-
-/* "Sequence number": an int within +-2**62 or null; anything else declines the event. */
-static int read_seq(JsCursor *c, Fields *f) {
-    int ch = js_peek(c);
-    if (ch == 'n') {
-        if (!js_is_literal(c, "null")) return c->bad = 1, 0;
-        f->seq = SCAN_NO_SEQ;
-        return 1;
-    }
-    if (ch == '-' || (ch >= '0' && ch <= '9')) {
-        JsNumber num;
-        if (!js_number(c, &num)) return 0;
-        if (num.fits) f->seq = num.value;
-        else f->decline = 1;
-        return 1;
-    }
-    f->decline = 1;
-    return js_skip_value(c);
-}
-
-/* An allocator sample's arg k: an integer within +-2**62 into f->mem[k]; anything else
- * (null, a fraction, text) marks the event for the Python reader. */
-static int read_mem_arg(JsCursor *c, Fields *f, int k) {
+/* The value at c when it is an integer within +-2**62 (into *out); anything else, read past,
+ * sets *odd (a number of another form, or no number). 0: not JSON here. */
+static int read_int(JsCursor *c, int64_t *out, int *odd) {
     int ch = js_peek(c);
     if (ch != '-' && !(ch >= '0' && ch <= '9')) {
-        f->mem_odd = 1;
+        *odd = 1;
         return js_skip_value(c);
     }
     JsNumber num;
     if (!js_number(c, &num)) return 0;
-    if (num.fits) {
-        f->mem[k] = num.value;
-        f->mem_seen |= 1u << k;
-    } else {
-        f->mem_odd = 1;
-    }
+    if (num.fits) *out = num.value;
+    else *odd = 1;
     return 1;
+}
+
+/* pid / tid: an int within +-2**62 or a string; anything else (null too) declines. */
+static int read_id(Scan *s, JsCursor *c, Fields *f, int which) {
+    (void)s;
+    if (js_peek(c) == '"') return js_string(c, &f->id_text[which]);
+    return read_int(c, &f->id[which], &f->decline);
+}
+
+/* "Sequence number": an int within +-2**62 or null; anything else declines the event. */
+static int read_seq(JsCursor *c, Fields *f) {
+    if (js_peek(c) == 'n') {
+        if (!js_is_literal(c, "null")) return c->bad = 1, 0;
+        f->seq = SCAN_NO_SEQ;
+        return 1;
+    }
+    return read_int(c, &f->seq, &f->decline);
+}
+
+/* An allocator sample's arg k: an integer within +-2**62 into f->mem[k]; anything else
+ * (null, a fraction, text) marks the event for the Python reader (mem_odd). */
+static int read_mem_arg(JsCursor *c, Fields *f, int k) {
+    f->mem_seen |= 1u << k;
+    return read_int(c, &f->mem[k], &f->mem_odd);
 }
 
 static int read_args(Scan *s, JsCursor *c, Fields *f) {
