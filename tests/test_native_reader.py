@@ -165,7 +165,8 @@ def test_scanner_fuzzed_under_sanitizers(tmp_path, monkeypatch):
     exe = tmp_path / "fuzz_scan"
     build = subprocess.run(
         ["gcc", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-         *(str(NATIVE_SRC / f) for f in ("fuzz_scan.c", "scan.c", "store.c", "jscan.c")), "-lm",
+         *(str(NATIVE_SRC / f) for f in ("fuzz_scan.c", "scan.c", "event.c", "store.c",
+                                          "jscan.c")), "-lm",
          "-o", str(exe)], capture_output=True, text=True)
     if build.returncode and "libasan" in build.stderr + build.stdout:
         pytest.skip("gcc without the sanitizer runtimes")

@@ -1,8 +1,8 @@
-/* A mutation fuzzer for the native Kineto scanner (scan.c, jscan.c), without Python.
+/* A mutation fuzzer for the native Kineto scanner (scan.c, event.c, jscan.c), without Python.
  *
  *   gcc -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
- *       native/kineto/fuzz_scan.c native/kineto/scan.c native/kineto/store.c \
- *       native/kineto/jscan.c -lm -o fuzz_scan
+ *       native/kineto/fuzz_scan.c native/kineto/scan.c native/kineto/event.c \
+ *       native/kineto/store.c native/kineto/jscan.c -lm -o fuzz_scan
  *   ./fuzz_scan SECONDS SEED [--save DIR N] FILE...
  *
  * Each FILE (a small trace, plain JSON) is a seed. Every run copies one mutated input into a

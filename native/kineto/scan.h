@@ -31,7 +31,7 @@ enum { /* the fast events' columns, one row per fast event, in file order */
     C_TID,        /* int64 */
     C_PID_S,      /* int32: id in `strings` of a text pid, else -1 */
     C_TID_S,      /* int32 */
-    C_ARG0,       /* float64 x SCAN_NARGS: the numeric args of scan.c's ARG_KEYS */
+    C_ARG0,       /* float64 x SCAN_NARGS: the numeric args of event.c's ARG_KEYS */
     C_RAW0 = C_ARG0 + 8, /* int32 x SCAN_NRAW: id in `raw` of the raw-JSON ARG_KEYS (-1: none) */
     C_COLL = C_RAW0 + 4, /* uint8: a non-null "Collective name" or "In msg nelems" */
     C_SEQ,        /* int64: the "Sequence number" arg (SCAN_NO_SEQ: absent or null) */

@@ -22,7 +22,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-# The numeric args of the columns arg0.. (native/kineto/scan.c ARG_KEYS), as Args fields, and
+# The numeric args of the columns arg0.. (native/kineto/event.c ARG_KEYS), as Args fields, and
 # the raw JSON args of raw0.. (the next ones of ARG_KEYS).
 ARG_FIELDS = ("correlation", "external_id", "stream", "device", "blocks_per_sm",
               "occupancy_pct", "flops", "bytes")
