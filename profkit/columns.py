@@ -241,21 +241,34 @@ def unique_rows(columns: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     each). Found as one int64 key per row, the columns' values in mixed radix, where their
     ranges leave room for it: ``axis=0`` sorts the rows as records, ~10x slower."""
     cols = [np.asarray(c, dtype=np.int64) for c in columns]
-    lows = [int(c.min()) for c in cols] if len(cols[0]) else []
-    spans = [int(c.max()) - low + 1 for c, low in zip(cols, lows)]
-    if not lows or math.prod(spans) >= 1 << 63:
+    radix = _radix_key(cols)
+    if radix is None:
         rows, inverse, counts = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True,
                                           return_counts=True)
         return rows, inverse.reshape(-1), counts
-    key = np.zeros(len(cols[0]), dtype=np.int64)
-    for c, low, span in zip(cols, lows, spans):
-        key = key * span + (c - low)
+    key, lows, spans = radix
     keys, inverse, counts = _distinct_keys(key, math.prod(spans))
     rows = np.empty((len(keys), len(cols)), dtype=np.int64)
     for j in reversed(range(len(cols))):
         rows[:, j] = keys % spans[j] + lows[j]
         keys = keys // spans[j]
     return rows, inverse.reshape(-1), counts
+
+
+def _radix_key(cols: list[np.ndarray]) -> tuple[np.ndarray, list[int], list[int]] | None:
+    """One int64 key per row of int64 columns, their values in mixed radix (each less its
+    column's lowest, in a base of its column's span), with the lows and spans; None where
+    there is no row or the spans' product leaves no room in int64."""
+    if not len(cols[0]):
+        return None
+    lows = [int(c.min()) for c in cols]
+    spans = [int(c.max()) - low + 1 for c, low in zip(cols, lows)]
+    if math.prod(spans) >= 1 << 63:
+        return None
+    key = np.zeros(len(cols[0]), dtype=np.int64)
+    for c, low, span in zip(cols, lows, spans):
+        key = key * span + (c - low)
+    return key, lows, spans
 
 
 def _distinct_keys(key: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -277,15 +290,8 @@ def row_groups(columns: list) -> list[np.ndarray]:
     cols = [np.asarray(c, dtype=np.int64) for c in columns]
     if not len(cols[0]):
         return []
-    lows = [int(c.min()) for c in cols]
-    spans = [int(c.max()) - low + 1 for c, low in zip(cols, lows)]
-    if math.prod(spans) >= 1 << 63:
-        group = unique_rows(cols)[1]
-    else:
-        key = np.zeros(len(cols[0]), dtype=np.int64)
-        for c, low, span in zip(cols, lows, spans):
-            key = key * span + (c - low)
-        group = pd.factorize(key)[0]
+    radix = _radix_key(cols)
+    group = unique_rows(cols)[1] if radix is None else pd.factorize(radix[0])[0]
     count = int(group.max()) + 1
     if count <= 16:  # a pass per group beats a sort
         return [np.flatnonzero(group == g) for g in range(count)]
@@ -303,21 +309,30 @@ def find_rows(table: list, queries: list) -> np.ndarray:
     out = np.full(len(queries[0]), -1, dtype=np.intp)
     if not len(table[0]) or not len(out):
         return out
-    lows = [int(c.min()) for c in table]
-    spans = [int(c.max()) - low + 1 for c, low in zip(table, lows)]
-    if math.prod(spans) >= 1 << 63:
+    radix = _radix_key(table)
+    if radix is None:
         return pd.MultiIndex.from_arrays(table).get_indexer(pd.MultiIndex.from_arrays(queries))
+    key, lows, spans = radix
     inside = np.ones(len(out), dtype=bool)
-    key, want = np.zeros(len(table[0]), dtype=np.int64), np.zeros(len(out), dtype=np.int64)
-    for t, q, low, span in zip(table, queries, lows, spans):
+    want = np.zeros(len(out), dtype=np.int64)
+    for q, low, span in zip(queries, lows, spans):
         inside &= (q >= low) & (q < low + span)
-        key = key * span + (t - low)
         want = want * span + np.clip(q - low, 0, span - 1)
-    order = np.argsort(key, kind="stable")
-    at = np.minimum(np.searchsorted(key, want, sorter=order), len(key) - 1)
-    found = inside & (key[order[at]] == want)
-    out[found] = order[at[found]]
-    return out
+    found = sorted_lookup(key, want, np.argsort(key, kind="stable"))
+    return np.where(inside, found, -1)
+
+
+def sorted_lookup(keys: np.ndarray, queries, sorter: np.ndarray | None = None) -> np.ndarray:
+    """Per query, the position in ``keys`` of an equal key, -1 where none is: ``keys``
+    sorted, or put in order by ``sorter`` (an argsort of them), searched once per query
+    (the first of equal keys in that order)."""
+    queries = np.asarray(queries)
+    if not len(keys):
+        return np.full(len(queries), -1, dtype=np.intp)
+    at = np.minimum(np.searchsorted(keys, queries, sorter=sorter), len(keys) - 1)
+    if sorter is not None:
+        at = sorter[at]
+    return np.where(keys[at] == queries, at, -1)
 
 
 def aggregate(grouped, spec: dict[str, tuple[str, str]]) -> pd.DataFrame:

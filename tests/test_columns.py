@@ -19,6 +19,7 @@ from profkit.columns import (
     ids_to_int,
     name_values,
     row_groups,
+    sorted_lookup,
     stable_id,
     unique_rows,
     values_in,
@@ -262,6 +263,20 @@ def test_find_rows_is_multiindex_get_indexer(high):
         want = table.get_indexer(pd.MultiIndex.from_arrays(queries)) if len(table) \
             else np.full(n_query, -1)
         assert find_rows(columns, queries).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("sorted_keys", [True, False])
+def test_sorted_lookup_finds_the_first_equal_key(sorted_keys):
+    rng = np.random.default_rng(7)
+    for n_keys, n_query in ((400, 600), (0, 4), (3, 0), (1, 1)):
+        keys = rng.integers(-5, 60, n_keys)  # repeats, as correlations of replays
+        if sorted_keys:
+            keys = np.sort(keys)
+        sorter = None if sorted_keys else np.argsort(keys, kind="stable")
+        queries = rng.integers(-8, 64, n_query)
+        order = range(n_keys) if sorter is None else sorter.tolist()
+        want = [next((i for i in order if keys[i] == q), -1) for q in queries.tolist()]
+        assert sorted_lookup(keys, queries, sorter).tolist() == want
 
 
 def test_values_in_of_number_categories_is_series_isin():

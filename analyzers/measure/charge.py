@@ -40,7 +40,7 @@ from profkit.analyzers.parts import PARTS  # noqa: F401 (re-exported)
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask, distinct, row_groups, values_in
+from profkit.columns import category_mask, distinct, row_groups, sorted_lookup, values_in
 from profkit.model import RankData
 
 SYNC_CALLS = frozenset({
@@ -253,9 +253,9 @@ def next_launches(launch: pd.DataFrame, gpu: pd.DataFrame, gaps: Intervals
     nxt = np.searchsorted(op_start, gaps[1], side="left")
     has = np.flatnonzero(nxt < len(op_start))
     corr = op_corr[nxt[has]]
-    at = np.minimum(np.searchsorted(calls, corr), max(len(calls) - 1, 0))
-    found = (calls[at] == corr) if len(calls) else np.zeros(len(corr), bool)
-    rows, hit = has[found], first[at[found]]
+    pos = sorted_lookup(calls, corr)
+    found = pos >= 0
+    rows, hit = has[found], first[pos[found]]
     start[rows] = launch[S.TS_NS].to_numpy()[hit]
     end[rows] = start[rows] + launch[S.DUR_NS].to_numpy()[hit]
     tid[rows] = launch[S.TID].to_numpy()[hit]

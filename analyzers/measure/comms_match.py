@@ -15,7 +15,7 @@ from profkit.analyzers.measure import comms as C
 from profkit.analyzers.measure.npgroups import Groups, codes, cumcount, ints_as_text
 
 from profkit import schema as S
-from profkit.columns import unique_rows
+from profkit.columns import sorted_lookup, unique_rows
 
 _COLUMNS = (C.RANK, C.ROW, S.COLL_NAME, C.PG, S.SEQ, S.COMMS_ID, S.GROUP_SIZE, S.STEP,
             C.START_NS, S.DUR_NS, S.MSG_BYTES, S.ON_GPU)
@@ -101,9 +101,9 @@ def add_waits(r: dict[str, np.ndarray], cover: dict[str, np.ndarray], off: np.nd
     row_key = r[C.RANK] * span + r[C.ROW]
     order = np.argsort(row_key, kind="stable")
     piece_key = cover[C.RANK] * span + cover[C.ROW]
-    at = np.minimum(np.searchsorted(row_key[order], piece_key), max(len(order) - 1, 0))
-    found = (row_key[order][at] == piece_key) if len(order) else np.zeros(len(piece_key), bool)
-    row = order[at[found]]
+    row = sorted_lookup(row_key, piece_key, order)
+    found = row >= 0
+    row = row[found]
     upto = bound[row]
     if not found.all():  # as the pandas version's reindex: floats once any piece is left out
         upto = upto.astype(np.float64)

@@ -30,7 +30,7 @@ import pandas as pd
 
 from profkit import schema as S
 from profkit.classify.flops import kernel_precision, refine_precision
-from profkit.columns import as_text, name_values, row_groups, values_in
+from profkit.columns import as_text, name_values, row_groups, sorted_lookup, values_in
 from profkit.model import RankData
 
 MATMUL_SUBCLASSES = ("gemm", "conv", "attention")  # the kernels that carry an op's FLOPs
@@ -101,11 +101,9 @@ def kernel_owners(rd: RankData, ops: pd.DataFrame, kernels: pd.DataFrame) -> np.
         op = rows[at[found]]
         inside = ts[mine][found] <= end[op]
         held_by[mine[found][inside]] = op[inside]
-    order = np.argsort(corr, kind="stable")
-    kcorr = kernels[S.CORRELATION].to_numpy()
-    at = np.minimum(np.searchsorted(corr[order], kcorr), len(corr) - 1)
-    hit = (corr[order][at] == kcorr) if len(corr) else np.zeros(len(kcorr), bool)
-    owner[hit] = held_by[order[at[hit]]]
+    at = sorted_lookup(corr, kernels[S.CORRELATION].to_numpy(), np.argsort(corr, kind="stable"))
+    hit = at >= 0
+    owner[hit] = held_by[at[hit]]
     return owner
 
 

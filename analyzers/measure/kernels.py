@@ -43,7 +43,7 @@ from profkit.analyzers.thresholds import DEFAULT, Thresholds
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import aggregate, as_text, row_groups, unique_rows, values_in
+from profkit.columns import aggregate, as_text, row_groups, sorted_lookup, unique_rows, values_in
 from profkit.model import RankData, Run
 
 TOP_KERNEL_COLUMNS = (S.NAME, S.CLASS, S.SUBCLASS, "count", "total_ns", "mean_ns", "share",
@@ -214,13 +214,13 @@ def _launch_join(rd: RankData) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     first = valid[first]
     graph = name_mask(launches[S.NAME].iloc[first], GRAPH_LAUNCH_RE)
     gpu_corr, ts = gpu[S.CORRELATION].to_numpy(), gpu[S.TS_NS].to_numpy()
-    at = np.minimum(np.searchsorted(first_corr, gpu_corr), max(len(first_corr) - 1, 0))
-    joined = (first_corr[at] == gpu_corr) if len(first_corr) else np.zeros(len(gpu), bool)
-    call = first[at[joined]]
+    pos = sorted_lookup(first_corr, gpu_corr)
+    joined = pos >= 0
+    call = first[pos[joined]]
     start = launches[S.TS_NS].to_numpy()[call]
     end = start + launches[S.DUR_NS].to_numpy()[call]
     _, each, count = np.unique(gpu_corr[joined], return_inverse=True, return_counts=True)
-    single = ~(graph[at[joined]] | (count[each] > 1))  # graph replays share a correlation
+    single = ~(graph[pos[joined]] | (count[each] > 1))  # graph replays share a correlation
     enq = ts.copy()
     enq[joined] = np.minimum(start, ts[joined])
     enq = pd.DataFrame({S.STREAM: gpu[S.STREAM].to_numpy(), "enq": enq,

@@ -28,7 +28,7 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify import events as classify
 from profkit.classify.folded import FoldedPattern
-from profkit.columns import values_in
+from profkit.columns import sorted_lookup, values_in
 
 # Names of CPU ranges whose launches are communication (word-start: not "redispatch"), in
 # any case (searched folded, per distinct name: _RANGE).
@@ -47,10 +47,8 @@ def upgrade(ev: pd.DataFrame, is_gpu: np.ndarray, args, cls: np.ndarray, sub: np
     kernel = values_in(ev[S.KIND], (S.KIND_KERNEL,))[gpu_rows]
     if args:
         rows = np.fromiter(args.keys(), np.int64, len(args))
-        at = np.minimum(np.searchsorted(gpu_rows, rows), max(len(gpu_rows) - 1, 0))
-        gpu = (gpu_rows[at] == rows) if len(gpu_rows) else np.zeros(len(rows), bool)
-        for j, a, on_gpu in zip(at.tolist(), args.values(), gpu.tolist()):
-            if on_gpu and kernel[j] and a.collective is not None \
+        for j, a in zip(sorted_lookup(gpu_rows, rows).tolist(), args.values()):
+            if j >= 0 and kernel[j] and a.collective is not None \
                     and strength[j] < classify.RULED:
                 cls[j], sub[j] = S.CLS_COMMUNICATION, classify.collective_kind(a.collective)
     unknown = _still_compute(kernel & (strength == classify.UNKNOWN), cls)
@@ -104,9 +102,9 @@ def _launched_in_comm_ranges(ev, gpu_rows, unknown, cls, sub) -> None:
     if not len(corr):
         return
     wanted = ev[S.CORRELATION].to_numpy()[gpu_rows[rows]]
-    at = np.minimum(np.searchsorted(corr, wanted), len(corr) - 1)
-    hit = corr[at] == wanted
-    cls[rows[hit]], sub[rows[hit]] = S.CLS_COMMUNICATION, collective[at[hit]]
+    pos = sorted_lookup(corr, wanted)
+    hit = pos >= 0
+    cls[rows[hit]], sub[rows[hit]] = S.CLS_COMMUNICATION, collective[pos[hit]]
 
 
 def _range_or_op(name: str):
