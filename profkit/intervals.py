@@ -78,12 +78,6 @@ def clip(iv: Intervals, lo: int, hi: int) -> Intervals:
     return starts[keep], ends[keep]
 
 
-def per_window(iv: Intervals, w_starts: np.ndarray, w_ends: np.ndarray) -> np.ndarray:
-    """Covered length inside each of a set of disjoint, sorted windows, ns
-    (:func:`covered_each`, which takes any ranges)."""
-    return covered_each(iv, w_starts, w_ends)
-
-
 def covered_before(iv: Intervals, t) -> np.ndarray:
     """Per time ``t``: the covered length of the disjoint set before it, ns."""
     starts, ends = iv

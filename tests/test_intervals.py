@@ -37,14 +37,14 @@ def test_touching_intervals_merge_and_empty_ones_vanish():
     assert starts.tolist() == [0] and ends.tolist() == [20]
 
 
-def test_per_window_matches_a_grid():
+def test_covered_each_of_windows_matches_a_grid():
     rng = np.random.default_rng(7)
     s = rng.integers(0, 900, 60)
     a = iv.union(s, s + rng.integers(1, 50, 60))
     w_starts, w_ends = np.array([0, 100, 350, 700]), np.array([100, 300, 600, 1000])
     grid = cover(a, 1100)
     expected = [grid[lo:hi].sum() for lo, hi in zip(w_starts, w_ends)]
-    assert iv.per_window(a, w_starts, w_ends).tolist() == expected
+    assert iv.covered_each(a, w_starts, w_ends).tolist() == expected
 
 
 def _brute_innermost(starts, ends, q_lo, q_hi):

@@ -98,10 +98,10 @@ def rank_steps(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
     parts = charged_intervals(data, int(starts.min()), int(ends.max()), by_thread)
     table = pd.DataFrame({  # built whole: each column added one by one costs an index insert
         "rank": data.rank, S.STEP: numbers, "step_ns": ends - starts,
-        **{part: iv.per_window(parts[part], starts, ends)
+        **{part: iv.covered_each(parts[part], starts, ends)
            for part in (*PARTS, BLOCKING_COPY, AFTER_SYNC, OVERLAP)},
-        CAPTURE: iv.per_window(capture_spans(data.events), starts, ends),
-        COMPILE_NS: iv.per_window(compiling, starts, ends)})
+        CAPTURE: iv.covered_each(capture_spans(data.events), starts, ends),
+        COMPILE_NS: iv.covered_each(compiling, starts, ends)})
     if not len(data.steps):
         table = table.groupby(["rank", S.STEP], as_index=False).sum()
     used, reasons = choose_steps(table, table[CAPTURE].to_numpy(), opts.steps,

@@ -92,11 +92,11 @@ def window_compilation(ranges: pd.DataFrame, starts: np.ndarray, ends: np.ndarra
     if ranges.empty or not len(starts):
         return pd.DataFrame(columns=list(COMPILE_COLUMNS))
     table = pd.DataFrame({"rank": rank, S.STEP: numbers, "step_ns": ends - starts})
-    table[COMPILE_NS] = iv.per_window(compile_spans(ranges), starts, ends)
+    table[COMPILE_NS] = iv.covered_each(compile_spans(ranges), starts, ends)
     frames = frame_compile_starts(ranges)
     table[FRAME_COMPILES] = [int(((frames >= s) & (frames < e)).sum())
                              for s, e in zip(starts, ends)]
     for phase, spans in phase_spans(ranges).items():
-        table[f"{phase}_ns"] = iv.per_window(spans, starts, ends)
+        table[f"{phase}_ns"] = iv.covered_each(spans, starts, ends)
     table = table.groupby(["rank", S.STEP], as_index=False, sort=False).sum()
     return table[table[COMPILE_NS] > 0].reset_index(drop=True)[list(COMPILE_COLUMNS)]

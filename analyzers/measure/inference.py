@@ -150,8 +150,8 @@ def phase_rows(rd: RankData, fw: pd.DataFrame, at: np.ndarray, mine: np.ndarray,
     """One row per phase present: the figures of the module doc, per step."""
     w0, w1 = fw["window_start_ns"].to_numpy(), fw["window_end_ns"].to_numpy()
     parts = charged_intervals(rd, int(w0.min()), int(w1.max()))
-    busy = iv.per_window(spans(rd.gpu_events), w0, w1)
-    per_part = {p: iv.per_window(parts[p], w0, w1) for p in PARTS}
+    busy = iv.covered_each(spans(rd.gpu_events), w0, w1)
+    per_part = {p: iv.covered_each(parts[p], w0, w1) for p in PARTS}
     costs = _costs(rd, at, mine, len(fw))
     weights = weight_bytes(rd, fw["start_ns"].to_numpy(), fw["until_ns"].to_numpy())
     prefill = (fw["phase"] == P.PREFILL).to_numpy()
