@@ -39,10 +39,12 @@ SHARES = {"merge": (0.2, 0.4, 0.6, 0.8), "analyze": (0.25, 0.5, 0.75),
 
 @pytest.fixture(scope="module")
 def busy_run(tmp_path_factory) -> Path:
-    """6 ranks of 24 steps (~130 MB of JSON): seconds of work in a process pool."""
+    """6 ranks of 36 steps (~210 MB of JSON): seconds of work in a process pool (24 steps
+    became too few once a cold analyze took ~1.2 s, most of it imports: under a loaded CI
+    the command at times ended before two of its three moments)."""
     run = tmp_path_factory.mktemp("interrupt") / "run"
     subprocess.run([sys.executable, "-m", "profkit.trace.synthetic", str(SOURCE), str(run),
-                    "--ranks", "6", "--group-size", "6", "--repeat", "6", "--workers", "1"],
+                    "--ranks", "6", "--group-size", "6", "--repeat", "9", "--workers", "1"],
                    check=True, capture_output=True, cwd=REPO, timeout=120)
     return run
 
