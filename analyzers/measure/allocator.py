@@ -89,8 +89,9 @@ def _idle_inside(data: RankData, calls: pd.DataFrame, steps: np.ndarray) -> np.n
             continue
         begin = mine[S.TS_NS].to_numpy()
         end = begin + mine[S.DUR_NS].to_numpy()
-        pos = np.searchsorted(starts, end)
-        nxt = np.where(pos < len(starts), starts[np.minimum(pos, len(starts) - 1)], end)
+        pos = np.searchsorted(starts, end)  # the next GPU work after each call; none: its end
+        nxt = starts[np.minimum(pos, len(starts) - 1)] if len(starts) else end
+        nxt = np.where(pos < len(starts), nxt, end)
         spans = iv.union(begin, np.clip(nxt, end, end + REFILL_NS))
         out[i] = iv.total(spans) - iv.total(iv.intersect(spans, busy))
     return out

@@ -155,3 +155,22 @@ def test_allocator_calls_are_counted_and_summed_per_step(seed):
             assert got.loc[step, f"{column}_calls"] == len(mine)
             assert got.loc[step, f"{column}_ns"] == int(mine[S.DUR_NS].sum())
     assert got.loc[7, "malloc_calls"] == 0 and got["free_calls"].dtype == np.int64
+
+
+def test_allocator_calls_on_a_rank_without_gpu_work_idle_for_the_calls_themselves():
+    """With no GPU work on the rank (a CPU-side trace), a step's idle inside the allocator is
+    the union of its calls (nothing follows them to wait for): it used to index the empty
+    GPU starts and raise."""
+    from profkit.analyzers.measure.allocator import rank_allocator_calls
+
+    from profkit.model import RankData, empty_frame
+    names = ["cudaMalloc", "cudaFree"]
+    events = pd.DataFrame({S.KIND: pd.Categorical([S.KIND_RUNTIME] * 3, categories=S.KINDS),
+                           S.NAME: pd.Categorical(["cudaMalloc", "cudaFree", "cudaMalloc"],
+                                                  categories=names),
+                           S.STEP: [0, 0, 1], S.TS_NS: [100, 150, 900], S.DUR_NS: [100, 20, 7]})
+    rd = RankData(0, "", events, empty_frame(S.COLLECTIVE_COLUMNS), empty_frame(S.STEP_COLUMNS))
+    steps = pd.DataFrame({S.STEP: [0, 1], "step_ns": 1000, "used": True})
+    got = rank_allocator_calls(rd, steps).set_index(S.STEP)
+    assert got.loc[0, "idle_ns"] == 100  # [100, 200) holds [150, 170)
+    assert got.loc[1, "idle_ns"] == 7
