@@ -90,12 +90,6 @@ class RankData:
             return empty_frame(declared[name])
         return self.more[name]
 
-    def set_table(self, name: str, frame: pd.DataFrame) -> None:
-        if name in TABLE_ATTRIBUTES:
-            setattr(self, name, frame)
-        else:
-            self.more[name] = frame
-
     @property
     def gpu_events(self) -> pd.DataFrame:
         return self.of_kinds(S.GPU_KINDS)

@@ -337,9 +337,3 @@ def _dimension_table(values: dict[int, dict], usage: pd.DataFrame, groups: pd.Da
 def _label(description) -> str:
     """A group's description as its label ("" where there is none: Series.fillna's)."""
     return "" if description is None or description != description else description
-
-
-def label_of(layout: Result | None, pg: str) -> str:
-    """The group's human label from a :func:`combine_layout` result; the name without one."""
-    labels = (layout.facts.get("labels") if layout is not None else None) or {}
-    return labels.get(str(pg)) or f"process group {pg}"
