@@ -85,14 +85,17 @@ def stable_id(value) -> int:
     return -1 - zlib.crc32(text.encode())  # also ids too large for int64
 
 
-def category_mask(column: pd.Series, pattern: str | re.Pattern) -> np.ndarray:
+def category_mask(column: pd.Series, pattern) -> np.ndarray:
     """Rows of a categorical column whose category matches a regex (checked per category):
-    pattern text (pandas' ``str.contains``), or a compiled pattern searched with its flags."""
-    if isinstance(pattern, re.Pattern):
+    pattern text (pandas' ``str.contains``), or a compiled pattern (or any object with its
+    ``search`` and ``pattern``, as ``classify.folded.FoldedPattern``) searched as it
+    searches."""
+    if not isinstance(pattern, str):
         def hits(cats: pd.Index) -> np.ndarray:
-            return np.array([bool(pattern.search(str(c))) for c in cats], dtype=bool)
+            return np.array([pattern.search(str(c)) is not None for c in cats], dtype=bool)
 
-        return _by_code(column, ("search", pattern.pattern, pattern.flags), hits)
+        key = ("search", type(pattern).__name__, pattern.pattern, getattr(pattern, "flags", 0))
+        return _by_code(column, key, hits)
 
     def contains(cats: pd.Index) -> np.ndarray:
         # pandas' own answer but for text held as Python objects (Arrow-backed text is

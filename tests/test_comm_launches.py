@@ -1,7 +1,8 @@
-"""comm._launch_collectives and comm.names_matching against their definitions, on random
+"""comm._launch_collectives and comm's range names against their definitions, on random
 synthetic events: for each correlation, the collective of the innermost communication range
 (the one starting last, of equal starts the later row) holding its last launch call on the
-same thread; and per distinct name, re.search of the pattern as columns.category_mask."""
+same thread; and per distinct name, columns.category_mask of comm's FoldedPattern as
+re.search of its text in any case."""
 
 import numpy as np
 import pandas as pd
@@ -56,12 +57,17 @@ def test_launch_collectives_as_defined():
     assert seen > 300  # many correlations were found inside ranges
 
 
-def test_names_matching_is_category_mask():
+def test_category_mask_searches_a_folded_pattern_as_its_text_in_any_case():
+    """columns.category_mask takes comm's FoldedPattern as it takes a compiled pattern: the
+    same rows as the pattern's text searched in any case, alone and or-ed with COMM_OP_RE
+    (the ranges rule 2 reads)."""
     rng = np.random.default_rng(8)
     ev = _events(rng, 300)
     folded = f"(?i:{comm.COMM_RANGE_RE.pattern})"
-    for pattern, search in ((folded, comm._RANGE.search),
-                            (f"{folded}|{comm.classify.COMM_OP_RE.pattern}", comm._range_or_op)):
-        want = category_mask(ev[S.NAME], pattern)
-        assert 0 < want.sum() < len(ev)
-        assert (comm.names_matching(ev[S.NAME], search) == want).all()
+    names = ev[S.NAME]
+    by_text = category_mask(names, folded)
+    assert 0 < by_text.sum() < len(ev)
+    assert (category_mask(names, comm._RANGE) == by_text).all()
+    either = category_mask(names, comm._RANGE) | category_mask(names, comm.classify.COMM_OP_RE)
+    want = category_mask(names, f"{folded}|{comm.classify.COMM_OP_RE.pattern}")
+    assert want.sum() > by_text.sum() and (either == want).all()

@@ -28,7 +28,7 @@ import pandas as pd
 from profkit import schema as S
 from profkit.classify import events as classify
 from profkit.classify.folded import FoldedPattern
-from profkit.columns import sorted_lookup, values_in
+from profkit.columns import category_mask, sorted_lookup, values_in
 
 # Names of CPU ranges whose launches are communication (word-start: not "redispatch"), in
 # any case (searched folded, per distinct name: _RANGE).
@@ -68,7 +68,7 @@ def _still_compute(rows: np.ndarray, cls: np.ndarray) -> np.ndarray:
 def _launched_by_comm_ops(ev, is_gpu, gpu_rows, unknown, cls, sub) -> None:
     """Kernels whose External id is a communication CPU op's (``unknown``, ``cls``, ``sub``:
     of the GPU rows ``gpu_rows``, as in the functions below)."""
-    comm_ops = ~is_gpu & names_matching(ev[S.NAME], classify.COMM_OP_RE.search)
+    comm_ops = ~is_gpu & category_mask(ev[S.NAME], classify.COMM_OP_RE)
     if not comm_ops.any() or not unknown.any():
         return
     ext = ev[S.EXTERNAL_ID].to_numpy()
@@ -78,22 +78,13 @@ def _launched_by_comm_ops(ev, is_gpu, gpu_rows, unknown, cls, sub) -> None:
     cls[launched], sub[launched] = S.CLS_COMMUNICATION, "other"
 
 
-def names_matching(names: pd.Series, search) -> np.ndarray:
-    """Rows of the categorical ``names`` whose name ``search`` finds something in, searched
-    once per distinct name (as columns.category_mask; a missing name matches nothing)."""
-    cats = np.asarray(names.cat.categories, dtype=object)
-    lut = np.zeros(len(cats) + 1, dtype=bool)  # the last: code -1
-    lut[:-1] = [search(c) is not None for c in cats.tolist()]
-    return lut[names.cat.codes.to_numpy()]
-
-
 def _launched_in_comm_ranges(ev, gpu_rows, unknown, cls, sub) -> None:
     """Kernels whose launch call lies inside a communication-named CPU range (rule 2)."""
     if not unknown.any():
         return
-    kind = ev[S.KIND]
-    ranges = (values_in(kind, (S.KIND_ANNOTATION, S.KIND_CPU_OP))
-              & names_matching(ev[S.NAME], _range_or_op))
+    kind, names = ev[S.KIND], ev[S.NAME]
+    named = category_mask(names, _RANGE) | category_mask(names, classify.COMM_OP_RE)
+    ranges = values_in(kind, (S.KIND_ANNOTATION, S.KIND_CPU_OP)) & named
     launch = values_in(kind, (S.KIND_RUNTIME, S.KIND_DRIVER)) & (ev[S.CORRELATION] >= 0).to_numpy()
     if not ranges.any() or not launch.any():
         return
@@ -105,11 +96,6 @@ def _launched_in_comm_ranges(ev, gpu_rows, unknown, cls, sub) -> None:
     pos = sorted_lookup(corr, wanted)
     hit = pos >= 0
     cls[rows[hit]], sub[rows[hit]] = S.CLS_COMMUNICATION, collective[pos[hit]]
-
-
-def _range_or_op(name: str):
-    """A communication range's name (COMM_RANGE_RE, in any case) or op's (COMM_OP_RE)."""
-    return _RANGE.search(name) or classify.COMM_OP_RE.search(name)
 
 
 def _launch_collectives(ev: pd.DataFrame, ranges: np.ndarray,
