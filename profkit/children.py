@@ -33,6 +33,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 GRACE_S = 0.5  # a worker asked to stop (SIGTERM) is killed after this long
+KILLED_WITHIN_S = 2.0  # a killed process is waited for this long, at most
 EXIT_AFTER_S = 1.5  # a stopped command still unwinding then is ended all the same
 RAISE_AGAIN_AFTER_S = 0.01  # a stop Python dropped is raised again this much later
 OWNER_POLL_S = 0.2  # without pidfds: how often a forkserver's worker looks for its owner
@@ -181,19 +182,27 @@ def alive(pid: int) -> bool:
 
 
 def end_children(grace_s: float = GRACE_S) -> list[int]:
-    """SIGTERM every process below this one, SIGKILL those still there after ``grace_s``;
-    returns the pids it signalled."""
+    """SIGTERM every process below this one, SIGKILL those still there after ``grace_s``
+    (one that ignores SIGTERM, as multiprocessing's resource tracker does), and wait up to
+    :data:`KILLED_WITHIN_S` for those to be gone: a kill is delivered, not done, when
+    ``os.kill`` returns. Returns the pids it signalled."""
     pids = descendants()
     for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    for pid in [p for p in pids if alive(p)] + [p for p in descendants() if p not in pids]:
+    _wait_gone(pids, grace_s)
+    killed = [p for p in pids if alive(p)] + [p for p in descendants() if p not in pids]
+    for pid in killed:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+    _wait_gone(killed, KILLED_WITHIN_S)
     return pids
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 class Stopped(KeyboardInterrupt):
