@@ -2,6 +2,8 @@
 
     python samples/memory_cases.py --case varlen --out RUN         # variable sequence lengths
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python ... --case varlen   # its fix
+    python ... --case varlen --sdpa flash --out RUN   # FlashAttention: no plan per new length
+    python ... --case varlen --bucket 512 --out RUN   # lengths padded to 4 buckets, warmed
     python samples/memory_cases.py --case empty_cache [--no-empty-cache] --out RUN
     python samples/memory_cases.py --case grow_oom --out RUN       # out of memory at step 4
     python samples/memory_cases.py --case ckpt [--no-ckpt] --out RUN  # activation checkpointing
@@ -17,6 +19,7 @@ recompute), fp8/bf16 GEMM throughput. The recomputation of a checkpointed block 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 
 import common
@@ -37,6 +40,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-empty-cache", action="store_true", help="empty_cache: the fix twin")
     p.add_argument("--no-ckpt", action="store_true", help="ckpt: checkpointing off")
     p.add_argument("--gemm", choices=("fp8", "bf16"), default="fp8", help="fp8: the GEMMs")
+    p.add_argument("--sdpa", choices=("auto", "flash", "efficient", "cudnn", "math"),
+                   default="auto", help="the attention backend (auto: PyTorch's choice)")
+    p.add_argument("--bucket", type=int, default=0,
+                   help="varlen: pad each length up to a multiple of this, every such "
+                        "length run once before the steps (as after a long run's first steps)")
     p.add_argument("--oom-base", type=int, default=128,
                    help="grow_oom: batch of step 0, doubled every step")
     common.add_size_args(p, FULL)
@@ -78,9 +86,19 @@ class CheckpointedGPT(torch.nn.Module):
         return g.head(g.ln_f(x))
 
 
+def _attention(args):
+    """The SDPA backend --sdpa names (a no-op context for auto)."""
+    if args.sdpa == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION,
+                        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                        "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[args.sdpa])
+
+
 def _train_step(args, env, model, opt, tokens):
     x, y = tokens[:, :-1], tokens[:, 1:]
-    with common.autocast(env, torch.bfloat16 if env.is_cuda else None):
+    with common.autocast(env, torch.bfloat16 if env.is_cuda else None), _attention(args):
         logits = model(x)
     loss = F.cross_entropy(logits.float().view(-1, args.vocab), y.reshape(-1))
     loss.backward()
@@ -155,6 +173,12 @@ def main(argv: list[str] | None = None) -> None:
                 extra["model_flops_per_step"] = _flops(args, env, model, opt)
                 model.on = not args.no_ckpt
                 extra["checkpointing"] = model.on
+            if args.case == "varlen" and args.bucket:  # every padded length seen once
+                for seq in range(args.bucket, seq_cap + args.bucket, args.bucket):
+                    tokens = torch.randint(args.vocab, (args.batch, seq + 1), device=env.device)
+                    _train_step(args, env, model, opt, tokens)
+                extra["bucket"] = args.bucket
+            extra["sdpa"] = args.sdpa
 
         def step(i: int) -> None:
             if env.is_cuda:
@@ -166,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
                 if args.case == "varlen":  # a new length every step, as packed-free NLP does
                     low = min(64, seq_cap // 2)
                     seq = int(torch.randint(low, seq_cap + 1, (1,), generator=rng))
+                    if args.bucket:
+                        seq = -(-seq // args.bucket) * args.bucket
                 elif args.case == "grow_oom":
                     batch = args.oom_base * 2 ** i
                 peaks["batch"].append(batch)

@@ -16,6 +16,9 @@ model, given what fixing each would save, and ordered by it.
   infers (GEMMs without tensor cores): where both exist it becomes that finding's evidence.
 - A blocking sync and the host work on its result are one round trip: one finding, one
   saving (``_round_trips``).
+- A host wait that is mostly ops setting up for new input shapes (cuDNN plans, GEMM
+  algorithm choice) is one finding with advice for fewer shapes, not CUDA graphs
+  (:mod:`profkit.analyzers.findings.shapesetup`).
 - Compilation inside the steps (recompiles) saves its compile time per step it happened in,
   at most those steps' time: the steps are left out of the verdict, so not per used step.
 - Every actionable finding carries ``estimated_saving`` (:mod:`profkit.analyzers.findings.savings`;
@@ -44,6 +47,7 @@ from profkit.analyzers.findings.savings import (
     part_savings,
     rank_means,
 )
+from profkit.analyzers.findings.shapesetup import shape_setup_host
 from profkit.analyzers.findings.sharding import fold_units
 from profkit.analyzers.findings.straggler_saving import straggler_saving
 from profkit.analyzers.findings.tensor_parallel import tp_communication
@@ -88,6 +92,7 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
     out = fold_units(_round_trips(_code_into_cause(out)))  # FSDP wrapping: one finding
     out = tp_communication(out, tables.get("tp_ranks"))  # TP advice for TP collectives
     out = zero3_host(out, tables.get("zero3_ranks"))  # ZeRO-3's hooks: one host finding
+    out = shape_setup_host(out, tables.get("shape_setup"), means, steps, median_step)
     out = fold_phases(out, tables)  # inference: the phase split of host-side findings
     out = compiled.reword(out, tables.get("used_step_kernels"))  # no compile advice if compiled
     return order([_trusted_saving(f) for f in out],

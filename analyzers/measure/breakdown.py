@@ -29,6 +29,7 @@ from profkit.analyzers.measure.compilation import (
 from profkit.analyzers.measure.health import rank_health
 from profkit.analyzers.measure.hostwork import host_work_where
 from profkit.analyzers.measure.idle_code import idle_code
+from profkit.analyzers.measure.shapesetup import shape_setup
 from profkit.analyzers.measure.steps import (
     REASON,
     USED,
@@ -194,6 +195,7 @@ def rank_parts(data: RankData, opts: AnalysisOptions = DEFAULT_OPTIONS,
             "compute_subclasses": compute_subclasses(data) if gpu else None,
             "idle_code": idle_code(data.events, by_thread, data.rank),
             "host_work_where": host_work_where(data, by_thread),
+            "shape_setup": shape_setup(data, by_thread, steps),
             "one_off_calls": pd.DataFrame({"rank": data.rank, "name": slow[S.NAME].astype(str),
                                            S.TS_NS: slow[S.TS_NS], S.DUR_NS: slow[S.DUR_NS],
                                            "inner": slow.get("inner", ""),
@@ -210,7 +212,8 @@ def analyze_breakdown(run: Run, opts: AnalysisOptions = DEFAULT_OPTIONS,
     used, steps recorded, step_time_ms median of the used steps, one fraction column per
     part, comm_overlap_frac, primary), ``stream_breakdown`` (rank, stream, ns per class, ops,
     busy_ns), ``compute_subclasses`` (rank, subcls, kernel_ns, kernels, share), ``idle_code``
-    (rank, part, code, idle_ns), ``one_off_calls`` (rank, name, ts_ns, dur_ns),
+    (rank, part, code, idle_ns), ``shape_setup`` (ops setting up for new input shapes:
+    :data:`.shapesetup.COLUMNS`), ``one_off_calls`` (rank, name, ts_ns, dur_ns),
     ``compilation`` (steps that compiled: :data:`.compilation.COMPILE_COLUMNS`), and what
     the used steps ran (``used_step_kernels``, ``used_step_ops``: :mod:`.stepwork`)."""
     return combine_breakdown([rank_parts(d, opts, th) for d in run.ranks.values()])
@@ -235,7 +238,7 @@ def combine_breakdown(parts: list[dict]) -> Result:
         rows = _rank_rows_pandas(steps)
     tables = {"step_breakdown": steps, "rank_breakdown": pd.DataFrame(rows, columns=rank_columns())}
     for name in ("stream_breakdown", "compute_subclasses", "idle_code", "one_off_calls",
-                 "compilation", "host_work_where", *USED_WORK_TABLES):
+                 "compilation", "host_work_where", "shape_setup", *USED_WORK_TABLES):
         frames = [p[name] for p in parts if p.get(name) is not None and len(p[name])]
         tables[name] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return Result(tables=tables)

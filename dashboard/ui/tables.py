@@ -203,6 +203,13 @@ TABLES: tuple[TableSpec, ...] = (
           ("rank", "rank", None), ("part", "cause", PART), ("code", "code", None),
           ("idle_ns", "GPU idle (ms)", MS),
           note="in the profiled steps; capture with with_stack=True to see Python lines."),
+    _spec("shape_setup", "Setup for new input shapes: ops slow the first time they see a shape",
+          ("rank", "rank", None), ("name", "op", None), ("calls", "setup calls", None),
+          ("steps", "steps", None), ("idle_ns", "GPU idle inside (ms)", MS),
+          ("setup_ns", "beyond the repeats (ms)", MS), ("first_ns", "first call (ms)", MS),
+          ("repeat_ns", "repeat (us)", US), ("dims", "a new shape", None),
+          note="in the used steps; an op's first call with a shape against its later calls "
+               "with it (analyzers/measure/shapesetup.py)."),
 )
 BY_NAME = {t.name: t for t in TABLES}
 
