@@ -35,6 +35,10 @@ INTERRUPTED = (-signal.SIGINT, 130)
 # the writing, however fast the machine and the reader
 SHARES = {"merge": (0.2, 0.4, 0.6, 0.8), "analyze": (0.25, 0.5, 0.75),
           "summary": (0.2, 0.4, 0.6, 0.8)}
+# a command that ended before its moment (in a full test run the load falls and rises as
+# other tests start and end: one run in five ended before two of analyze's three moments)
+# is run again with the moment at 0.6x, this many times
+RETRIES = 2
 
 
 @pytest.fixture(scope="module")
@@ -103,18 +107,24 @@ def test_ctrl_c_ends_the_command_at_once_and_leaves_nothing(busy_run, tmp_path, 
     full_s = cold_run_s(command, busy_run, out)
     for i, share in enumerate(SHARES[command]):
         after_s = round(share * full_s, 2)
-        shutil.rmtree(busy_run / ".profkit" / "cache", ignore_errors=True)  # a cold start
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir()
-        cmd = argv(command, busy_run, out)
-        code, took_s, err = interrupt(cmd, after_s, group=i % 2 == 0)
-        where = f"{command} interrupted {after_s} s in ({'group' if i % 2 == 0 else 'process'})"
-        leftovers = [str(p) for root in (out, busy_run) for p in root.rglob(".tmp-*")]
-        assert leftovers == [], where
-        if code is None or code == 0:  # finished first (a fast machine), or was finishing:
-            assert "profkit: error" not in err, (where, err)  # shutdown ignores a late stop
+        for _ in range(RETRIES + 1):  # ended first: again, earlier (the load fell since)
+            shutil.rmtree(busy_run / ".profkit" / "cache", ignore_errors=True)  # a cold start
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            code, took_s, err = interrupt(argv(command, busy_run, out), after_s,
+                                          group=i % 2 == 0)
+            how = "group" if i % 2 == 0 else "process"
+            where = f"{command} interrupted {after_s} s in ({how})"
+            leftovers = [str(p) for root in (out, busy_run) for p in root.rglob(".tmp-*")]
+            assert leftovers == [], where
+            if code is not None and code != 0:
+                break
+            # finished first (a fast machine), or was finishing: shutdown ignores a late stop
+            assert "profkit: error" not in err, (where, err)
             if command != "summary":
                 assert any(out.iterdir()), (where, "exit 0 without the output")
+            after_s = round(after_s * 0.6, 2)
+        if code is None or code == 0:
             continue
         interrupted.append(took_s)
         assert code in INTERRUPTED, (where, err)
