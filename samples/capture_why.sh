@@ -11,6 +11,8 @@
 #   preprocess/      + _fixed   CPU image preprocessing in the loop vs 12 DataLoader workers
 #   recompile/       + _fixed   torch.compile recompiling each step (new length) vs mark_dynamic
 #   graph_hooks/     + _fixed   Python host work between CUDA-graph replays vs none
+#   conv_shapes/     + _fixed   CNN, new image side each step, cudnn.benchmark on vs off
+#                    + _bucket  ... benchmark on, sides padded to multiples of 64 (warmed)
 # and the before/after pairs for `profkit diff`:
 #   attention_math/ attention_flash/   SDPA math backend vs FlashAttention
 #   gpt_b8/ gpt_b32/                   the sample GPT at batch 8 vs 32 (same model)
@@ -87,7 +89,7 @@ ncu_step() {  # ncu_step NAME SCRIPT ARGS...: kernels of step 3 (of 5, unprofile
   fi
 }
 
-# The six workloads with a known cause, and their twins without it.
+# The workloads with a known cause, and their twins without it.
 why eltwise_chain eltwise_chain
 why eltwise_chain_fixed eltwise_chain --compile
 why precision precision
@@ -100,6 +102,9 @@ why graph_hooks graph_hooks
 why graph_hooks_fixed graph_hooks --no-hooks
 why recompile recompile --steps 7
 why recompile_fixed recompile --steps 7 --mark-dynamic
+why conv_shapes conv_shapes
+why conv_shapes_fixed conv_shapes --no-benchmark
+why conv_shapes_bucket conv_shapes --bucket 64
 # Independent hardware counters for the memory-bound and the fp32-math workloads.
 ncu_step eltwise_chain eltwise_chain
 ncu_step precision_fp32 precision

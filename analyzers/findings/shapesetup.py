@@ -3,15 +3,21 @@ ops that build a plan or choose an algorithm the first time they see a shape. CU
 and ``torch.compile(mode="reduce-overhead")`` cannot remove that wait (they need fixed
 shapes); fewer distinct shapes can (:func:`shape_setup_host`).
 
-The advice is backed by profkit's own 1 x H200 twins (samples/runs/memory/SHAPES.txt;
-``samples/memory_cases.py --case varlen``: GPT, 4 layers, dim 1024, batch 32, bf16, a new
-sequence length from 64 to 2048 every step): PyTorch's SDPA choice there is cuDNN's
-attention, whose forward and backward took 50-60 ms on each new length and 0.1 ms after,
-and the GEMMs 4-20 ms on each new size. The median step (steps 1-9, outside the profiler's
-numbers) was 155-167 ms; 34 ms with the lengths padded to multiples of 512 (4 shapes, each
-run once before the steps, as after a long run's first steps), although that computes 1.3x
-the tokens; 54 ms with FlashAttention (``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``), whose
-GEMMs still met new sizes.
+The advice is backed by profkit's own 1 x H200 twins (samples/runs/memory/SHAPES.txt, the
+workloads' own step times, median of steps 1-9):
+
+- ``samples/memory_cases.py --case varlen`` (GPT, 4 layers, dim 1024, batch 32, bf16, a new
+  sequence length from 64 to 2048 every step): PyTorch's SDPA choice there is cuDNN's
+  attention, whose forward and backward took 50-60 ms on each new length and 0.1 ms after,
+  and the GEMMs 4-20 ms on each new size. 155-167 ms a step; 34 ms with the lengths padded
+  to multiples of 512 (4 shapes, each run once before the steps, as after a long run's first
+  steps), with 1.3x the tokens; 54 ms with FlashAttention, whose GEMMs still met new sizes.
+- ``samples/zoo/conv_shapes.py`` (6 convolutions of 128 channels, batch 32, a new image side
+  from 96 to 320 every step): with ``cudnn.benchmark`` on, a convolution's first call on a
+  shape took 48-500 ms; 634 ms a step. With benchmark off, 3-4 ms and 29 ms a step; with the
+  sides padded to multiples of 64, 32 ms. With benchmark off the setup was 9% of the step,
+  and padding would have cost more than it saves: below :data:`MAIN_FRAC` the setup is named
+  and the host finding's advice kept.
 """
 
 from __future__ import annotations
@@ -24,21 +30,32 @@ from profkit.analyzers.result import Finding
 
 HOST_CATEGORIES = ("cpu_launch", "host_work")
 MIN_SETUP_FRAC = 0.05  # the GPU's wait inside setup calls, of the step, to be named
-MAIN_SHARE = 0.5  # of the host findings' wait: above it, the setup is their cause
+MAIN_SHARE = 0.5  # of the host findings' wait: above it, the setup is their cause...
+MAIN_FRAC = 0.2  # ...when it is at least this share of the step (less: padding may cost more)
 TOP_OPS = 3
+BENCHMARK_MIN_NS = 10_000_000  # a convolution's first call this long: benchmark mode
 BUCKETS = (
-    "Pad the inputs to a few fixed shapes (bucket the sequence lengths) so that each setup "
-    "is paid once, not every step: on profkit's H200 varlen sample (a new length every "
-    "step) lengths padded to multiples of 512 cut the median step from 155-167 ms to 34 ms, "
-    "although they computed 1.3x the tokens.")
+    "Pad the inputs to a few fixed shapes (bucket them): each setup is paid once per shape, "
+    "so with a few shapes it ends in the first steps instead of recurring for as long as new "
+    "shapes keep coming; padding adds work, so it pays where the setup costs more.")
+MINOR = (" The setup is paid once per shape: fewer distinct shapes (bucketed, where the "
+         "padding costs less than the setup) end it sooner.")
+SEQUENCE_TWIN = (
+    " On profkit's H200 GPT sample (a new sequence length every step) lengths padded to "
+    "multiples of 512 cut the median step from 155-167 ms to 34 ms, with 1.3x the tokens.")
+IMAGE_TWIN = (
+    " On profkit's H200 CNN sample (a new image side every step, cudnn.benchmark on) sides "
+    "padded to multiples of 64 cut the median step from 634 ms to 32 ms.")
 CUDNN_ATTENTION = (
     " cuDNN's attention builds an execution plan for every new shape: for variable lengths, "
     "FlashAttention needs none (with torch.nn.attention.sdpa_kernel(SDPBackend."
-    "FLASH_ATTENTION)); on that sample it alone gave 54 ms, the GEMMs still choosing an "
+    "FLASH_ATTENTION)); on the GPT sample it alone gave 54 ms, the GEMMs still choosing an "
     "algorithm for each new size.")
 CUDNN_BENCHMARK = (
-    " With torch.backends.cudnn.benchmark = True every new input shape times all "
-    "convolution algorithms: turn it off where the shapes keep changing.")
+    " Convolutions that take {ms:.0f} ms on a new shape are cuDNN's benchmark mode timing "
+    "every algorithm (torch.backends.cudnn.benchmark = True): turn it off where the shapes "
+    "keep changing (on the CNN sample 29 ms instead of 634 ms, its convolutions' first calls "
+    "3-4 ms instead of 48-500 ms).")
 NO_GRAPHS = (" CUDA graphs and torch.compile(mode='reduce-overhead') need fixed shapes: they "
              "do not remove this wait while the shapes change.")
 
@@ -79,7 +96,7 @@ def shape_setup_host(findings: list[Finding], table: pd.DataFrame | None,
             out.append(f)
         elif f is keep[f.rank]:
             out += _reworded(f, ranks[f.rank], host[f.rank])
-        elif sum(map(_saving_ms, host[f.rank])) * MAIN_SHARE > ranks[f.rank][1] * ranks[f.rank][2]:
+        elif not _main(ranks[f.rank][1], ranks[f.rank][2], sum(map(_saving_ms, host[f.rank]))):
             out.append(f)  # a minor setup share: the other host finding stays as it was
     return out
 
@@ -92,12 +109,10 @@ def _reworded(f: Finding, facts: tuple, host: list[Finding]) -> list[Finding]:
     words = (f"{idle_ms:.1f} ms per step of it inside ops setting up for input shapes they "
              f"had not seen ({_ops(rows, step_ms)}); {with_new} of {used} used steps brought new "
              f"shapes, e.g. {U.clip(str(rows['dims'].iloc[0]), 60)}")
-    advice = BUCKETS + (CUDNN_ATTENTION if _any(rows, "cudnn_attention") else "") \
-        + (CUDNN_BENCHMARK if _any(rows, "convolution") else "")
-    if waits_ms and idle_ms < MAIN_SHARE * waits_ms:  # a part of the wait: named, not its cause
+    advice = _advice(rows)
+    if not _main(frac, step_ms, waits_ms):  # a part of the wait: named, advice kept
         return [replace(f, message=f"{f.message}; {words}",
-                        recommendation=f"{f.recommendation} For the setup: {advice}",
-                        evidence=evidence)]
+                        recommendation=f"{f.recommendation}{MINOR}", evidence=evidence)]
     parts = ", ".join(f"{g.category.replace('cpu_launch', 'launch overhead').replace('_', ' ')} "
                       f"{g.evidence.get('fraction', 0):.0%}" for g in host)
     evidence["folded"] = {g.category: g.message for g in host if g is not f}
@@ -108,16 +123,33 @@ def _reworded(f: Finding, facts: tuple, host: list[Finding]) -> list[Finding]:
     return [f.with_saving(idle_ms, frac)]
 
 
+def _main(frac: float, step_ms: float, waits_ms: float) -> bool:
+    """Whether the setup is the host findings' cause: most of their wait, and enough of the
+    step that fewer shapes pay for their padding (on the CNN sample with benchmark off, a
+    setup of 9% of the step: padding to multiples of 64 cost more than it saved)."""
+    return frac >= MAIN_FRAC and (not waits_ms or frac * step_ms >= MAIN_SHARE * waits_ms)
+
+
+def _advice(rows: pd.DataFrame) -> str:
+    """Fewer shapes, with the twin that measured it; the library's own remedy where the ops
+    name it (cuDNN's attention; convolutions in benchmark mode, by their first calls)."""
+    names = rows["name"].astype(str)
+    conv = names.str.contains("convolution", regex=False).to_numpy()
+    text = BUCKETS + (IMAGE_TWIN if conv.any() else SEQUENCE_TWIN)
+    if names.str.contains("cudnn_attention", regex=False).any():
+        text += CUDNN_ATTENTION
+    slowest = rows.loc[conv, "first_ns"].max() if conv.any() else 0
+    if slowest >= BENCHMARK_MIN_NS:
+        text += CUDNN_BENCHMARK.format(ms=slowest / 1e6)
+    return text
+
+
 def _ops(rows: pd.DataFrame, step_ms: float) -> str:
     """The top ops: their wait per step, first call and repeat."""
     return "; ".join(
         f"{r['name']} {r['share'] * step_ms:.1f} ms/step, {r['first_ns'] / 1e6:.1f} ms "
         f"on a new shape vs {r['repeat_ns'] / 1e6:.2f} ms after"
         for r in rows.head(TOP_OPS).to_dict("records"))
-
-
-def _any(rows: pd.DataFrame, word: str) -> bool:
-    return bool(rows["name"].astype(str).str.contains(word, regex=False).any())
 
 
 def _mean_step(means: pd.DataFrame, rank) -> float:

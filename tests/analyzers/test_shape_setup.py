@@ -141,3 +141,66 @@ def test_no_setup_finding_where_shapes_do_not_change(run):
     assert not [f for f in analysis.findings if "setup_idle_ms_per_step" in f.evidence]
     assert analysis.table("shape_setup").empty or \
         analysis.table("shape_setup")["rank_steps"].max() < 2
+
+
+def _host(category: str, ms: float, step_ms: float = 100.0):
+    from profkit.analyzers.result import Finding
+
+    return Finding(category, "warning", f"rank 0: {category}", "Cut launch overhead: CUDA graphs.",
+                   {"fraction": ms / step_ms}, rank=0).with_saving(ms, ms / step_ms)
+
+
+def _table(cpu_launch_ms: float, name: str = "aten::mm", first_ms: float = 5.0,
+           rank_steps: int = 4, used: int = 4) -> pd.DataFrame:
+    ns = int(cpu_launch_ms * 1e6 * used)
+    return pd.DataFrame([dict(rank=0, name=name, calls=used, steps=rank_steps,
+                              rank_steps=rank_steps, setup_ns=ns, idle_ns=ns, cpu_launch_ns=ns,
+                              host_work_ns=0, first_ns=int(first_ms * 1e6), repeat_ns=50_000,
+                              dims="[[8, 8]]")])
+
+
+def _judge(findings, table, used=4):
+    from profkit.analyzers.findings.shapesetup import shape_setup_host
+
+    means = pd.DataFrame({"step_ns": [100e6]}, index=pd.Index([0], name="rank"))
+    return shape_setup_host(findings, table, means, {0: used}, {0: 100.0})
+
+
+@pytest.mark.parametrize("setup_ms, launch_ms, work_ms, folded", [
+    (60.0, 70.0, 10.0, True),    # most of the host wait and 60% of the step: the cause
+    (30.0, 70.0, 10.0, False),   # under half of the host wait: named only
+    (15.0, 20.0, 0.0, False),    # most of the wait but 15% of the step: padding may cost more
+])
+def test_the_setup_is_the_cause_only_when_most_of_the_wait_and_of_the_step(
+        setup_ms, launch_ms, work_ms, folded):
+    findings = [_host("cpu_launch", launch_ms)] + ([_host("host_work", work_ms)] if work_ms else [])
+    out = _judge(findings, _table(setup_ms))
+    if folded:
+        (f,) = out
+        assert f.category == "cpu_launch" and f.recommendation.startswith("Pad the inputs")
+        assert "CUDA graphs and torch.compile(mode='reduce-overhead') need fixed" in f.recommendation
+        assert f.estimated_saving == {"ms_per_step": setup_ms, "fraction": setup_ms / 100}
+        assert set(f.evidence["folded"]) == {"host_work"}
+    else:
+        assert [g.category for g in out] == [g.category for g in findings]
+        f = out[0]
+        assert f.recommendation.startswith("Cut launch overhead") and "paid once per shape" in \
+            f.recommendation
+        assert f.estimated_saving == findings[0].estimated_saving
+        assert f"{setup_ms:.1f} ms per step of it inside ops setting up" in f.message
+
+
+def test_no_setup_named_when_few_steps_bring_new_shapes_or_it_is_small():
+    findings = [_host("cpu_launch", 70.0)]
+    assert _judge(findings, _table(60.0, rank_steps=1)) == findings  # one step of four
+    assert _judge(findings, _table(4.0)) == findings  # 4% of the step
+
+
+@pytest.mark.parametrize("name, first_ms, benchmark", [
+    ("aten::cudnn_convolution", 48.0, True), ("aten::cudnn_convolution", 3.5, False),
+    ("aten::mm", 48.0, False)])
+def test_cudnn_benchmark_is_named_only_for_convolutions_that_take_long_on_a_new_shape(
+        name, first_ms, benchmark):
+    (f,) = _judge([_host("cpu_launch", 70.0)], _table(60.0, name=name, first_ms=first_ms))
+    assert ("cudnn.benchmark = True" in f.recommendation) == benchmark
+    assert ("CNN sample" in f.recommendation) == ("convolution" in name)

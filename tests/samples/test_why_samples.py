@@ -21,7 +21,8 @@ SAMPLES = REPO / "samples"
 # script -> the flag that makes its twin (or its "after" for the diff pairs)
 WHY = {"eltwise_chain": "--compile", "precision": "--bf16", "cpu_optimizer": "--gpu-optimizer",
        "preprocess": "--workers=2", "recompile": "--mark-dynamic", "graph_hooks": "--no-hooks",
-       "attention": "--flash", "gpt_sizes": "--batch=4", "kv_cache": "--kv-cache"}
+       "attention": "--flash", "gpt_sizes": "--batch=4", "kv_cache": "--kv-cache",
+       "conv_shapes": "--no-benchmark"}
 
 
 @pytest.fixture(scope="module")
