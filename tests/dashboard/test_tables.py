@@ -88,7 +88,8 @@ def test_evidence_keys_read_in_their_units():
 def test_every_cited_table_is_on_the_tables_page():
     names = [t.name for t in T.TABLES]
     for wanted in ("efficiency", "stream_breakdown", "compute_subclasses", "collectives",
-                   "queue_depth", "fusion_candidates", "nvml", "transfers", "idle_code"):
+                   "queue_depth", "fusion_candidates", "nvml", "transfers", "idle_code",
+                   "shape_setup"):
         assert wanted in names
     assert set(T.CITED.values()) <= set(names)
     assert T.cited_table("straggler").name == "stragglers" and T.cited_table("nope") is None
@@ -125,3 +126,16 @@ def test_a_tiny_p_value_is_not_shown_as_zero():
     assert _cell(8.4e-09) == 8.4e-09
     assert _cell(0.0123456) == 0.012 and _cell(1234.56789) == 1234.568 and _cell(0.0) == 0.0
     assert _cell(float("nan")) is None
+
+
+def test_the_shape_setup_table_reads_in_ms_on_a_run_with_new_shapes():
+    """varlen_default (a new sequence length every step): the Tables page's shape_setup rows
+    name cuDNN's attention, its first call in ms and its repeat in us, as the table holds."""
+    a = analyze(loader.load_run(REPO / "samples" / "runs" / "memory" / "varlen_default"))
+    raw = a.table("shape_setup").set_index("name")
+    shown, _ = T.readable(T.BY_NAME["shape_setup"], T.source(a, T.BY_NAME["shape_setup"]))
+    row = shown.set_index("op").loc["aten::_cudnn_attention_forward"]
+    want = raw.loc["aten::_cudnn_attention_forward"]
+    assert row["first call (ms)"] == pytest.approx(want["first_ns"] / 1e6)
+    assert row["repeat (us)"] == pytest.approx(want["repeat_ns"] / 1e3)
+    assert row["first call (ms)"] > 10 and row["repeat (us)"] < 1000
