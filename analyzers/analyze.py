@@ -195,7 +195,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
         {int(r): len(v["used"]) for r, v in steps.items()})
     findings += measurements.judge_all(results, thresholds)
     findings = _drop_unsupported(findings, unusable, {s.rank for s in gpu})
-    findings = consolidate(findings, tables, verdict)
+    findings = consolidate(findings, tables, verdict, header.meta.get("torch_settings"))
     if not gpu and not unusable:  # (kernel records lost is a finding of its own)
         findings = _cpu_only(summaries, tables, findings)
     ranks = [s.rank for s in summaries]

@@ -63,7 +63,8 @@ MIN_SAVING_FRAC = 0.01  # a finding that would save less than this of the step i
 
 
 def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
-                verdict: dict) -> list[Finding]:
+                verdict: dict, settings: dict | None = None) -> list[Finding]:
+    """``settings``: run.json's ``torch_settings`` (PyTorch's backend switches), if any."""
     ranks = tables.get("rank_breakdown", pd.DataFrame())
     means = rank_means(tables.get("step_breakdown", pd.DataFrame()))
     rank_ids = ranks["rank"].tolist() if len(ranks) else []  # (itertuples: ~0.5 ms a call)
@@ -92,11 +93,18 @@ def consolidate(findings: list[Finding], tables: dict[str, pd.DataFrame],
     out = fold_units(_round_trips(_code_into_cause(out)))  # FSDP wrapping: one finding
     out = tp_communication(out, tables.get("tp_ranks"))  # TP advice for TP collectives
     out = zero3_host(out, tables.get("zero3_ranks"))  # ZeRO-3's hooks: one host finding
-    out = shape_setup_host(out, tables.get("shape_setup"), means, steps, median_step)
+    out = shape_setup_host(out, tables.get("shape_setup"), means, steps, median_step,
+                           _setting(settings, "cudnn_benchmark"))
     out = fold_phases(out, tables)  # inference: the phase split of host-side findings
     out = compiled.reword(out, tables.get("used_step_kernels"))  # no compile advice if compiled
     return order([_trusted_saving(f) for f in out],
                  verdict.get("primary"))
+
+
+def _setting(settings: dict | None, name: str) -> bool | None:
+    """A recorded switch (run.json's ``torch_settings``), None where absent or not a bool."""
+    value = settings.get(name) if isinstance(settings, dict) else None
+    return value if isinstance(value, bool) else None
 
 
 MEMORY_BOUND_WORDS = "of the step is memory-bound kernels"

@@ -62,13 +62,16 @@ NO_GRAPHS = (" CUDA graphs and torch.compile(mode='reduce-overhead') need fixed 
 
 def shape_setup_host(findings: list[Finding], table: pd.DataFrame | None,
                      means: pd.DataFrame, steps: dict[int, int],
-                     median_step: dict[int, float]) -> list[Finding]:
+                     median_step: dict[int, float], benchmark: bool | None = None
+                     ) -> list[Finding]:
     """On each rank whose GPU waits at least :data:`MIN_SETUP_FRAC` of its step inside
     setup calls, in at least half of its used steps (two or more): where that is most of its
     host findings' wait, they become one finding worded for it, with its advice and, as
     saving, the wait inside the setup calls; else the larger host finding names the part of
     it that is setup, its advice and saving unchanged. The wait is a share of the mean used
-    step, in ms of the median step, as the part findings give theirs."""
+    step, in ms of the median step, as the part findings give theirs. ``benchmark``: whether
+    cuDNN's benchmark mode was on (run.json's ``torch_settings``); None when not recorded
+    (a stock trace): then read from the convolutions' first calls."""
     if table is None or table.empty or means is None or means.empty:
         return findings
     host: dict[int, list[Finding]] = {}
@@ -95,13 +98,14 @@ def shape_setup_host(findings: list[Finding], table: pd.DataFrame | None,
         if f.rank not in keep or f.category not in HOST_CATEGORIES:
             out.append(f)
         elif f is keep[f.rank]:
-            out += _reworded(f, ranks[f.rank], host[f.rank])
+            out += _reworded(f, ranks[f.rank], host[f.rank], benchmark)
         elif not _main(ranks[f.rank][1], ranks[f.rank][2], sum(map(_saving_ms, host[f.rank]))):
             out.append(f)  # a minor setup share: the other host finding stays as it was
     return out
 
 
-def _reworded(f: Finding, facts: tuple, host: list[Finding]) -> list[Finding]:
+def _reworded(f: Finding, facts: tuple, host: list[Finding], benchmark: bool | None
+              ) -> list[Finding]:
     rows, frac, step_ms, with_new, used = facts
     idle_ms, waits_ms = frac * step_ms, sum(map(_saving_ms, host))
     evidence = {**f.evidence, "setup_idle_ms_per_step": round(idle_ms, 3),
@@ -109,7 +113,7 @@ def _reworded(f: Finding, facts: tuple, host: list[Finding]) -> list[Finding]:
     words = (f"{idle_ms:.1f} ms per step of it inside ops setting up for input shapes they "
              f"had not seen ({_ops(rows, step_ms)}); {with_new} of {used} used steps brought new "
              f"shapes, e.g. {U.clip(str(rows['dims'].iloc[0]), 60)}")
-    advice = _advice(rows)
+    advice = _advice(rows, benchmark)
     if not _main(frac, step_ms, waits_ms):  # a part of the wait: named, advice kept
         return [replace(f, message=f"{f.message}; {words}",
                         recommendation=f"{f.recommendation}{MINOR}", evidence=evidence)]
@@ -130,16 +134,17 @@ def _main(frac: float, step_ms: float, waits_ms: float) -> bool:
     return frac >= MAIN_FRAC and (not waits_ms or frac * step_ms >= MAIN_SHARE * waits_ms)
 
 
-def _advice(rows: pd.DataFrame) -> str:
+def _advice(rows: pd.DataFrame, benchmark: bool | None) -> str:
     """Fewer shapes, with the twin that measured it; the library's own remedy where the ops
-    name it (cuDNN's attention; convolutions in benchmark mode, by their first calls)."""
+    name it (cuDNN's attention; convolutions in benchmark mode: as recorded, else by their
+    first calls)."""
     names = rows["name"].astype(str)
     conv = names.str.contains("convolution", regex=False).to_numpy()
     text = BUCKETS + (IMAGE_TWIN if conv.any() else SEQUENCE_TWIN)
     if names.str.contains("cudnn_attention", regex=False).any():
         text += CUDNN_ATTENTION
     slowest = rows.loc[conv, "first_ns"].max() if conv.any() else 0
-    if slowest >= BENCHMARK_MIN_NS:
+    if conv.any() and (benchmark if benchmark is not None else slowest >= BENCHMARK_MIN_NS):
         text += CUDNN_BENCHMARK.format(ms=slowest / 1e6)
     return text
 

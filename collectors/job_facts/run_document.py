@@ -72,6 +72,24 @@ def versions(driver: str = "") -> dict[str, str]:
     return out
 
 
+def torch_settings() -> dict[str, Any]:
+    """The job's PyTorch backend switches that change which kernels run and how they are
+    chosen, when the capture starts: cuDNN's benchmark mode (every new input shape times all
+    convolution algorithms), determinism, TF32 and the float32 matmul precision; {} without
+    torch."""
+    try:
+        import torch
+
+        return {"cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+                "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+                "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+                "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+                "float32_matmul_precision": str(torch.get_float32_matmul_precision())}
+    except Exception:  # noqa: BLE001 - best effort, as the versions
+        log.debug("torch settings lookup failed", exc_info=True)
+        return {}
+
+
 def pcie_link(nvml: Any, uuid: str) -> dict[str, int]:
     """``{"pcie_gen", "pcie_width"}`` of a GPU's host link from NVML (the link's maximum:
     an idle link trains down to save power, a transfer runs at the maximum); {} if unknown.
@@ -154,7 +172,8 @@ def build_run_json(*, run_id: str, ranks: list[dict[str, Any]], world_size: int,
         "ranks": {str(r["rank"]): {k: r[k] for k in
                                    ("host", "pid", "local_rank", "device", "gpu_uuid")}
                   for r in ranks},
-        "gpus": gpus, "versions": versions(driver), "command": launch_command(), "argv": list(sys.argv),
+        "gpus": gpus, "versions": versions(driver), "torch_settings": torch_settings(),
+        "command": launch_command(), "argv": list(sys.argv),
         "env": env_knobs(), "process_groups": process_groups(),
         "clock_offsets_ns": clock_offsets_ns, "profiler": profiler,
     }

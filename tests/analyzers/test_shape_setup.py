@@ -159,11 +159,11 @@ def _table(cpu_launch_ms: float, name: str = "aten::mm", first_ms: float = 5.0,
                               dims="[[8, 8]]")])
 
 
-def _judge(findings, table, used=4):
+def _judge(findings, table, used=4, benchmark=None):
     from profkit.analyzers.findings.shapesetup import shape_setup_host
 
     means = pd.DataFrame({"step_ns": [100e6]}, index=pd.Index([0], name="rank"))
-    return shape_setup_host(findings, table, means, {0: used}, {0: 100.0})
+    return shape_setup_host(findings, table, means, {0: used}, {0: 100.0}, benchmark)
 
 
 @pytest.mark.parametrize("setup_ms, launch_ms, work_ms, folded", [
@@ -204,3 +204,13 @@ def test_cudnn_benchmark_is_named_only_for_convolutions_that_take_long_on_a_new_
     (f,) = _judge([_host("cpu_launch", 70.0)], _table(60.0, name=name, first_ms=first_ms))
     assert ("cudnn.benchmark = True" in f.recommendation) == benchmark
     assert ("CNN sample" in f.recommendation) == ("convolution" in name)
+
+
+@pytest.mark.parametrize("recorded, first_ms, named", [
+    (True, 3.5, True), (False, 48.0, False), (None, 48.0, True), (None, 3.5, False)])
+def test_cudnn_benchmark_as_run_json_records_it_else_by_the_first_calls(recorded, first_ms,
+                                                                         named):
+    (f,) = _judge([_host("cpu_launch", 70.0)],
+                  _table(60.0, name="aten::cudnn_convolution", first_ms=first_ms),
+                  benchmark=recorded)
+    assert ("cudnn.benchmark = True" in f.recommendation) == named

@@ -56,6 +56,24 @@ def test_ok_run_writes_contract(tmp_path, trace_reader, monkeypatch):
     assert rank["status"] == "ok" and rank["traces"] == ["rank0.pt.trace.json.gz"]
 
 
+def test_run_json_records_the_torch_backend_switches_as_the_capture_started(tmp_path):
+    """cudnn.benchmark and the TF32 switches as the job set them before the capture (the
+    analysis names benchmark mode only where it was on)."""
+    was = torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.benchmark = torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        precision = torch.get_float32_matmul_precision()  # "high": TF32 on sets it
+        with profile(tmp_path, wait=1, warmup=1, active=2, nvml=False) as p:
+            train(p, 5)
+    finally:
+        torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32 = was
+    assert run_json(tmp_path)["torch_settings"] == {
+        "cudnn_benchmark": True, "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32, "matmul_allow_tf32": True,
+        "float32_matmul_precision": precision}
+    assert precision == "high"
+
+
 def test_exception_marks_failed_keeps_trace_and_propagates_same_object(tmp_path, trace_reader):
     seen = []
     with pytest.raises(RuntimeError) as info:
