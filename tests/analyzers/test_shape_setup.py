@@ -169,7 +169,7 @@ def _judge(findings, table, used=4, benchmark=None):
 @pytest.mark.parametrize("setup_ms, launch_ms, work_ms, folded", [
     (60.0, 70.0, 10.0, True),    # most of the host wait and 60% of the step: the cause
     (30.0, 70.0, 10.0, False),   # under half of the host wait: named only
-    (15.0, 20.0, 0.0, False),    # most of the wait but 15% of the step: padding may cost more
+    (25.0, 30.0, 0.0, False),    # most of the wait but 25% of the step: padding may cost more
 ])
 def test_the_setup_is_the_cause_only_when_most_of_the_wait_and_of_the_step(
         setup_ms, launch_ms, work_ms, folded):
