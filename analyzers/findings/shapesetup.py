@@ -14,7 +14,7 @@ workloads' own step times, median of steps 1-9):
   steps), with 1.3x the tokens; 54 ms with FlashAttention, whose GEMMs still met new sizes.
 - ``samples/zoo/conv_shapes.py`` (6 convolutions of 128 channels, batch 32, a new image side
   from 96 to 320 every step): with ``cudnn.benchmark`` on, a convolution's first call on a
-  shape took 48-500 ms; 634 ms a step. With benchmark off, 3-4 ms and 29 ms a step; with the
+  shape took 48-620 ms; 634-690 ms a step. With benchmark off, 3-4 ms and 27-29 ms; with the
   sides padded to multiples of 64, 32 ms. With benchmark off the setup was 9% and 22% of
   the step in two captures, and padding would have cost more than it saves (32 ms padded
   against 29 ms): below :data:`MAIN_FRAC` the setup is named and the host finding's advice
@@ -46,7 +46,7 @@ SEQUENCE_TWIN = (
     "multiples of 512 cut the median step from 155-167 ms to 34 ms, with 1.3x the tokens.")
 IMAGE_TWIN = (
     " On profkit's H200 CNN sample (a new image side every step, cudnn.benchmark on) sides "
-    "padded to multiples of 64 cut the median step from 634 ms to 32 ms.")
+    "padded to multiples of 64 cut the median step from 634-690 ms to 32 ms.")
 CUDNN_ATTENTION = (
     " cuDNN's attention builds an execution plan for every new shape: for variable lengths, "
     "FlashAttention needs none (with torch.nn.attention.sdpa_kernel(SDPBackend."
@@ -55,8 +55,8 @@ CUDNN_ATTENTION = (
 CUDNN_BENCHMARK = (
     " Convolutions that take {ms:.0f} ms on a new shape are cuDNN's benchmark mode timing "
     "every algorithm (torch.backends.cudnn.benchmark = True): turn it off where the shapes "
-    "keep changing (on the CNN sample 29 ms instead of 634 ms, its convolutions' first calls "
-    "3-4 ms instead of 48-500 ms).")
+    "keep changing (on the CNN sample 27-29 ms a step instead of 634-690 ms, its "
+    "convolutions' first calls 3-4 ms instead of 48-620 ms).")
 NO_GRAPHS = (" CUDA graphs and torch.compile(mode='reduce-overhead') need fixed shapes: they "
              "do not remove this wait while the shapes change.")
 
