@@ -103,17 +103,17 @@ def _key(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
 
 def _holds_another(calls: pd.DataFrame) -> np.ndarray:
     """Per call: whether another of ``calls`` on its thread lies inside it (then the inner
-    one is the setup, the outer only waits for it)."""
+    one is the setup, the outer only waits for it). By start (of equal starts the longer
+    first), a call holds another when a later one ends no later than it does."""
     start = calls[S.TS_NS].to_numpy(np.int64)
     end = start + calls[S.DUR_NS].to_numpy(np.int64)
     tid = calls[S.TID].to_numpy()
     out = np.zeros(len(calls), bool)
     for t in np.unique(tid).tolist():
         idx = np.flatnonzero(tid == t)
-        s, e = start[idx], end[idx]
-        inside = (s[None, :] >= s[:, None]) & (e[None, :] <= e[:, None])
-        np.fill_diagonal(inside, False)
-        out[idx] = inside.any(axis=1)
+        order = idx[np.lexsort((-end[idx], start[idx]))]
+        later_end = np.minimum.accumulate(end[order][::-1])[::-1]  # the least end from here on
+        out[order[:-1]] = later_end[1:] <= end[order[:-1]]
     return out
 
 
