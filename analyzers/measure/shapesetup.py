@@ -78,9 +78,8 @@ def setup_calls(events: pd.DataFrame) -> pd.DataFrame:
     first_rows = mine[first]
     first_dur = dur[first_rows]
     setup = has & (first_dur - repeat >= SETUP_MIN_NS) & (first_dur >= SETUP_RATIO * repeat)
-    found = events.iloc[np.sort(first_rows[setup])]
-    found = found.assign(repeat_ns=pd.Series(dict(zip(first_rows[setup], repeat[setup])))
-                         .reindex(found.index).to_numpy(np.int64))
+    at, in_order = first_rows[setup], np.argsort(first_rows[setup])  # in event order
+    found = events.iloc[at[in_order]].assign(repeat_ns=repeat[setup][in_order])
     return found[~_holds_another(found)]
 
 

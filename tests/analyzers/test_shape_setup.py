@@ -79,9 +79,12 @@ def test_only_the_innermost_of_nested_setup_calls_counts():
                   60_000_000 if slow else 300_000, 0),
                  (S.KIND_CPU_OP, "aten::mm", "[[16, 8], [8, 8]]", 1, t + 1_000,
                   59_000_000 if slow else 200_000, 0)]
-    got = setup_calls(_events(rows))
+    ev = _events(rows)
+    got = setup_calls(ev)
     assert got[S.NAME].astype(str).tolist() == ["aten::mm"]
     assert got["repeat_ns"].tolist() == [200_000]
+    moved = setup_calls(ev.set_axis(range(100, 100 + len(ev))))  # an index not its positions
+    assert moved["repeat_ns"].tolist() == [200_000] and list(moved.index) == [101]
 
 
 def test_a_real_trace_cudnn_attention_plans_from_the_raw_json():
