@@ -192,7 +192,7 @@ def combine(header: RunHeader, summaries: list[RankSummary],
     findings += compile_findings(tables.get("compilation"), tables["step_breakdown"], thresholds)
     findings += diagnosis.idle_code_findings(
         tables.get("idle_code", pd.DataFrame()), tables["rank_breakdown"], verdict["primary"],
-        {int(r): len(v["used"]) for r, v in steps.items()})
+        {int(r): len(v["used"]) for r, v in steps.items()}, tables["step_breakdown"])
     findings += measurements.judge_all(results, thresholds)
     findings = _drop_unsupported(findings, unusable, {s.rank for s in gpu})
     findings = consolidate(findings, tables, verdict, header.meta.get("torch_settings"))

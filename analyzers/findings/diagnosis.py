@@ -211,13 +211,17 @@ def _span(steps: list[int]) -> str:
 
 
 def idle_code_findings(code: pd.DataFrame, ranks: pd.DataFrame, verdict: str | None,
-                       steps_used: dict[int, int]) -> list[Finding]:
-    """For a host-bound verdict: per rank, the code the GPU waited for, in ms per step."""
+                       steps_used: dict[int, int],
+                       steps: pd.DataFrame | None = None) -> list[Finding]:
+    """For a host-bound verdict: per rank, the code the GPU waited for, in ms per step: its
+    share of the used steps' time in ms of the median step, as the part findings give
+    theirs (``steps``: the step breakdown; without it, the mean over the used steps)."""
     if verdict not in HOST_PARTS or code.empty or ranks.empty:
         return []
+    scale = _median_per_mean(ranks, steps)
     findings = []
     for rank, group in code[code["part"] == verdict].groupby("rank"):
-        n = max(steps_used.get(int(rank), 1), 1)
+        n = max(steps_used.get(int(rank), 1), 1) / scale.get(int(rank), 1.0)
         top = group.nlargest(3, "idle_ns")
         parts = [f"{row['code']} ({row['idle_ns'] / n / 1e6:.2f} ms/step)"
                  for row in top.to_dict("records")]
@@ -232,6 +236,20 @@ def idle_code_findings(code: pd.DataFrame, ranks: pd.DataFrame, verdict: str | N
                               for r in top.to_dict("records")]},
             recommendation="Start with the code named first: it is where the GPU waits longest."))
     return findings
+
+
+def _median_per_mean(ranks: pd.DataFrame, steps: pd.DataFrame | None) -> dict[int, float]:
+    """Per rank: its median used step over its mean used step (1 where either is unknown)."""
+    if steps is None or steps.empty or "step_time_ms" not in ranks:
+        return {}
+    used = steps[steps["used"].astype(bool)]
+    mean_ms = (used.groupby("rank")["step_ns"].mean() / 1e6).to_dict()
+    out = {}
+    for rank, median_ms in zip(ranks["rank"].tolist(), ranks["step_time_ms"].tolist()):
+        mean = mean_ms.get(rank)
+        if mean and median_ms == median_ms and median_ms > 0:
+            out[int(rank)] = float(median_ms) / float(mean)
+    return out
 
 
 def no_gpu_finding(launches: dict[int, int] | None = None) -> Finding:
