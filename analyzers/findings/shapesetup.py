@@ -24,12 +24,19 @@ workloads' own step times, median of steps 1-9):
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 import pandas as pd
 from profkit.analyzers import units as U
+from profkit.analyzers.findings.hostfold import (
+    fold_host,
+    host_findings,
+    kept,
+    saving_ms,
+    waits_words,
+)
 from profkit.analyzers.result import Finding
 
-HOST_CATEGORIES = ("cpu_launch", "host_work")
 MIN_SETUP_FRAC = 0.05  # the GPU's wait inside setup calls, of the step, to be named
 MAIN_SHARE = 0.5  # of the host findings' wait: above it, the setup is their cause...
 MAIN_FRAC = 0.3  # ...when it is at least this share of the step (less: padding may cost more)
@@ -61,13 +68,28 @@ NO_GRAPHS = (" CUDA graphs and torch.compile(mode='reduce-overhead') need fixed 
              "do not remove this wait while the shapes change.")
 
 
+class _Setup(NamedTuple):
+    """A rank's setup: its rows (with each op's ``share`` of the mean used step), their
+    share, the median step, the used steps that brought new shapes and the used steps."""
+
+    rows: pd.DataFrame
+    frac: float
+    step_ms: float
+    with_new: int
+    used: int
+
+    @property
+    def ms(self) -> float:  # the wait inside setup calls, in ms of the median step
+        return self.frac * self.step_ms
+
+
 def shape_setup_host(findings: list[Finding], table: pd.DataFrame | None,
                      means: pd.DataFrame, steps: dict[int, int],
                      median_step: dict[int, float], benchmark: bool | None = None
                      ) -> list[Finding]:
     """On each rank whose GPU waits at least :data:`MIN_SETUP_FRAC` of its step inside
-    setup calls, in at least half of its used steps (two or more): where that is most of its
-    host findings' wait, they become one finding worded for it, with its advice and, as
+    setup calls, in at least half of its used steps (two or more): where that is the cause
+    (:func:`_main`), its host findings become one worded for it, with its advice and, as
     saving, the wait inside the setup calls; else the larger host finding names the part of
     it that is setup, its advice and saving unchanged. The wait is a share of the mean used
     step, in ms of the median step, as the part findings give theirs. ``benchmark``: whether
@@ -75,64 +97,63 @@ def shape_setup_host(findings: list[Finding], table: pd.DataFrame | None,
     (a stock trace): then read from the convolutions' first calls."""
     if table is None or table.empty or means is None or means.empty:
         return findings
-    host: dict[int, list[Finding]] = {}
-    for f in findings:
-        if f.category in HOST_CATEGORIES:
-            host.setdefault(f.rank, []).append(f)
-    ranks = {}
-    for rank, rows in table.groupby("rank", sort=False):
-        rank = int(rank)
+    host = host_findings(findings, table["rank"].astype(int).unique().tolist())
+    setups = {}
+    for rank, fs in host.items():
         used, step_ns = steps.get(rank, 0), _mean_step(means, rank)
-        # the wait inside setup calls of the parts that have a finding
-        parts = [f"{f.category}_ns" for f in host.get(rank, ())]
         if not (used and step_ns):
             continue
-        # each op's wait as a share of the mean used step
+        rows = table[(table["rank"] == rank).to_numpy()]
+        # each op's wait, in the parts that have a finding, as a share of the mean used step
+        parts = [f"{f.category}_ns" for f in fs]
         rows = rows.assign(share=rows[parts].to_numpy().sum(axis=1) / used / step_ns)
         frac, with_new = float(rows["share"].sum()), int(rows["rank_steps"].iloc[0])
         if frac >= MIN_SETUP_FRAC and with_new >= max(2, (used + 1) // 2):
-            ranks[rank] = (rows, frac, float(median_step.get(rank, 0.0)), with_new, used)
-    host = {r: fs for r, fs in host.items() if r in ranks}
-    keep = {r: max(fs, key=_saving_ms) for r, fs in host.items()}
-    out = []
-    for f in findings:
-        if f.rank not in keep or f.category not in HOST_CATEGORIES:
-            out.append(f)
-        elif f is keep[f.rank]:
-            out += _reworded(f, ranks[f.rank], host[f.rank], benchmark)
-        elif not _main(ranks[f.rank][1], ranks[f.rank][2], sum(map(_saving_ms, host[f.rank]))):
-            out.append(f)  # a minor setup share: the other host finding stays as it was
-    return out
+            setups[rank] = _Setup(rows, frac, float(median_step.get(rank, 0.0)), with_new, used)
+    main = {r: host[r] for r, s in setups.items() if _main(s, host[r])}
+    out = fold_host(findings, main, lambda f, fs: _folded(f, setups[f.rank], fs, benchmark))
+    named = kept({r: host[r] for r in setups if r not in main})
+    return [_named(f, setups[f.rank]) if f is named.get(f.rank) else f for f in out]
 
 
-def _reworded(f: Finding, facts: tuple, host: list[Finding], benchmark: bool | None
-              ) -> list[Finding]:
-    rows, frac, step_ms, with_new, used = facts
-    idle_ms, waits_ms = frac * step_ms, sum(map(_saving_ms, host))
-    evidence = {**f.evidence, "setup_idle_ms_per_step": round(idle_ms, 3),
-                "setup_steps": with_new, "setup_ops": _ops(rows, step_ms)}
-    words = (f"{idle_ms:.1f} ms per step of it inside ops setting up for input shapes they "
-             f"had not seen ({_ops(rows, step_ms)}); {with_new} of {used} used steps brought new "
-             f"shapes, e.g. {U.clip(str(rows['dims'].iloc[0]), 60)}")
-    advice = _advice(rows, benchmark)
-    if not _main(frac, step_ms, waits_ms):  # a part of the wait: named, advice kept
-        return [replace(f, message=f"{f.message}; {words}",
-                        recommendation=f"{f.recommendation}{MINOR}", evidence=evidence)]
-    parts = ", ".join(f"{g.category.replace('cpu_launch', 'launch overhead').replace('_', ' ')} "
-                      f"{g.evidence.get('fraction', 0):.0%}" for g in host)
-    evidence["folded"] = {g.category: g.message for g in host if g is not f}
-    f = replace(f, message=f"rank {f.rank}: the GPU waits on its host ({parts} of the step), "
-                f"{words}", recommendation=advice + NO_GRAPHS, evidence=evidence)
-    if waits_ms and idle_ms > waits_ms:  # never more than the findings' own wait
+def _words(setup: _Setup) -> str:
+    rows = setup.rows
+    return (f"{setup.ms:.1f} ms per step of it inside ops setting up for input shapes they "
+            f"had not seen ({_ops(rows, setup.step_ms)}); {setup.with_new} of {setup.used} "
+            f"used steps brought new shapes, e.g. {U.clip(str(rows['dims'].iloc[0]), 60)}")
+
+
+def _evidence(f: Finding, setup: _Setup) -> dict:
+    return {**f.evidence, "setup_idle_ms_per_step": round(setup.ms, 3),
+            "setup_steps": setup.with_new, "setup_ops": _ops(setup.rows, setup.step_ms)}
+
+
+def _named(f: Finding, setup: _Setup) -> Finding:
+    """A part of the host wait: named in the finding, its advice kept."""
+    return replace(f, message=f"{f.message}; {_words(setup)}",
+                   recommendation=f"{f.recommendation}{MINOR}", evidence=_evidence(f, setup))
+
+
+def _folded(f: Finding, setup: _Setup, host: list[Finding], benchmark: bool | None) -> Finding:
+    """The cause of the host wait: one finding, its advice, the wait inside the setup calls
+    as saving (never more than the host findings' own)."""
+    evidence = {**_evidence(f, setup), "folded": {g.category: g.message for g in host
+                                                 if g is not f}}
+    f = replace(f, message=f"rank {f.rank}: the GPU waits on its host ({waits_words(host)} "
+                f"of the step), {_words(setup)}",
+                recommendation=_advice(setup.rows, benchmark) + NO_GRAPHS, evidence=evidence)
+    frac, idle_ms, waits_ms = setup.frac, setup.ms, sum(map(saving_ms, host))
+    if waits_ms and idle_ms > waits_ms:
         frac, idle_ms = frac * waits_ms / idle_ms, waits_ms
-    return [f.with_saving(idle_ms, frac)]
+    return f.with_saving(idle_ms, frac)
 
 
-def _main(frac: float, step_ms: float, waits_ms: float) -> bool:
+def _main(setup: _Setup, host: list[Finding]) -> bool:
     """Whether the setup is the host findings' cause: most of their wait, and enough of the
     step that fewer shapes pay for their padding (on the CNN sample with benchmark off, a
     setup of 9-22% of the step: padding to multiples of 64 cost more than it saved)."""
-    return frac >= MAIN_FRAC and (not waits_ms or frac * step_ms >= MAIN_SHARE * waits_ms)
+    waits_ms = sum(map(saving_ms, host))
+    return setup.frac >= MAIN_FRAC and (not waits_ms or setup.ms >= MAIN_SHARE * waits_ms)
 
 
 def _advice(rows: pd.DataFrame, benchmark: bool | None) -> str:
@@ -160,7 +181,3 @@ def _ops(rows: pd.DataFrame, step_ms: float) -> str:
 
 def _mean_step(means: pd.DataFrame, rank) -> float:
     return float(means.loc[rank, "step_ns"]) if rank in means.index else 0.0
-
-
-def _saving_ms(f: Finding) -> float:
-    return float((f.estimated_saving or {}).get("ms_per_step", 0.0))

@@ -23,9 +23,9 @@ from dataclasses import replace
 
 import pandas as pd
 from profkit.analyzers import units as U
+from profkit.analyzers.findings.hostfold import fold_host, host_findings, waits_words
 from profkit.analyzers.result import Finding
 
-HOST_CATEGORIES = ("cpu_launch", "host_work")
 MIN_HOOK_FRAC = 0.05  # the GPU's wait inside ZeRO-3's code, of the step, for ZeRO-3 advice
 ADVICE = (
     "Cut ZeRO-3's per-module host work; CUDA graphs and torch.compile cannot capture its "
@@ -50,10 +50,9 @@ ADVICE_NO_FETCH = (
 
 
 def _zero3_words(row: dict, host: list[Finding]) -> str:
-    parts = ", ".join(f"{f.category.replace('cpu_launch', 'launch overhead').replace('_', ' ')}"
-                      f" {f.evidence.get('fraction', 0):.0%}" for f in host)
     gathers = sum(row[f"all_gathers_{p}"] for p in ("forward", "backward", "after_backward"))
-    return (f"rank {int(row['rank'])}: the GPU waits on its host ({parts} of the step), "
+    return (f"rank {int(row['rank'])}: the GPU waits on its host ({waits_words(host)} of "
+            "the step), "
             f"{row['hook_idle_ms_per_step']:.1f} ms per step of it inside DeepSpeed ZeRO-3's "
             f"per-module hooks ({U.number(row['hooked_forwards_per_step'])} hooked module "
             f"forwards and {U.number(gathers)} parameter all-gathers per step: "
@@ -71,19 +70,8 @@ def zero3_host(findings: list[Finding], table: pd.DataFrame | None) -> list[Find
         return findings
     rows = {int(r["rank"]): r for r in table.to_dict("records")
             if r["step_ms"] > 0 and r["hook_idle_ms_per_step"] >= MIN_HOOK_FRAC * r["step_ms"]}
-    host: dict[int, list[Finding]] = {}
-    for f in findings:
-        if f.rank in rows and f.category in HOST_CATEGORIES:
-            host.setdefault(f.rank, []).append(f)
-    keep = {r: max(fs, key=lambda f: (f.estimated_saving or {}).get("ms_per_step", 0.0))
-            for r, fs in host.items()}
-    out = []
-    for f in findings:
-        if f.rank not in keep or f.category not in HOST_CATEGORIES:
-            out.append(f)
-        elif f is keep[f.rank]:
-            out.append(_reworded(f, rows[f.rank], host[f.rank]))
-    return out
+    return fold_host(findings, host_findings(findings, rows),
+                     lambda f, host: _reworded(f, rows[f.rank], host))
 
 
 def _reworded(f: Finding, row: dict, host: list[Finding]) -> Finding:
