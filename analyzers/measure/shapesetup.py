@@ -19,27 +19,27 @@ a lower bound.
 
 :func:`shape_setup` gives one row per rank and op name (:data:`COLUMNS`) over the used
 steps: the setup calls, the host time beyond their repeats, and the GPU-idle time of the
-host parts inside them (``idle_ns``; per part ``cpu_launch_ns`` and ``host_work_ns``, from
-the charged-time model's intervals).
+host side's parts inside them (``idle_ns``; per part ``cpu_launch_ns`` and ``host_work_ns``,
+from the charged-time model's intervals).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from profkit.analyzers.measure.charge import EMPTY
+from profkit.analyzers.parts import HOST_SIDE
 
 from profkit import intervals as iv
 from profkit import schema as S
-from profkit.columns import category_mask, values_in
+from profkit.columns import category_mask, unique_rows, values_in
 from profkit.model import RankData
 
 SETUP_MIN_NS = 1_000_000  # the first call's excess over its repeats, at least
 SETUP_RATIO = 10.0  # the first call at least this times its repeats' median
-HOST_PARTS = ("cpu_launch", "host_work")  # the parts whose GPU-idle time a setup call holds
 SHAPED_RE = r"\d"  # an Input Dims text with at least one dimension
-NONE = (np.empty(0, np.int64), np.empty(0, np.int64))
 COLUMNS = ("rank", "name", "calls", "steps", "rank_steps", "setup_ns", "idle_ns",
-           *(f"{p}_ns" for p in HOST_PARTS), "first_ns", "repeat_ns", "dims")
+           *(f"{p}_ns" for p in HOST_SIDE), "first_ns", "repeat_ns", "dims")
 
 
 def setup_calls(events: pd.DataFrame) -> pd.DataFrame:
@@ -55,7 +55,7 @@ def setup_calls(events: pd.DataFrame) -> pd.DataFrame:
     # the calls of the long calls' names and shapes (a lookup per code), then of their pairs
     names, dims = events[S.NAME].array.codes, events[S.INPUT_DIMS].array.codes
     rows = rows[_present(names, rows[long])[names[rows]] & _present(dims, rows[long])[dims[rows]]]
-    key = _key(events, rows)
+    key = unique_rows([events[S.TID].to_numpy(np.int64)[rows], names[rows], dims[rows]])[1]
     keep = np.isin(key, key[dur[rows] >= SETUP_MIN_NS])
     mine, mkey = rows[keep], key[keep]
     ts = events[S.TS_NS].to_numpy(np.int64)[mine]
@@ -90,16 +90,6 @@ def _present(codes: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def _key(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
-    """One int64 per row for (thread, name, Input Dims)."""
-    name = events[S.NAME].array.codes[rows].astype(np.int64)
-    dims = events[S.INPUT_DIMS].array.codes[rows].astype(np.int64)
-    _, thread = np.unique(events[S.TID].to_numpy(np.int64)[rows], return_inverse=True)
-    n_dims = len(events[S.INPUT_DIMS].dtype.categories) + 1
-    n_name = len(events[S.NAME].dtype.categories) + 1
-    return (thread.astype(np.int64) * n_name + name) * n_dims + dims
-
-
 def _holds_another(calls: pd.DataFrame) -> np.ndarray:
     """Per call: whether another of ``calls`` on its thread lies inside it (then the inner
     one is the setup, the outer only waits for it). By start (of equal starts the longer
@@ -130,11 +120,11 @@ def shape_setup(data: RankData, by_thread: dict, steps: pd.DataFrame) -> pd.Data
     start = calls[S.TS_NS].to_numpy(np.int64)
     end = start + calls[S.DUR_NS].to_numpy(np.int64)
     tid = calls[S.TID].to_numpy()
-    idle = {p: np.zeros(len(calls), np.int64) for p in HOST_PARTS}
+    idle = {p: np.zeros(len(calls), np.int64) for p in HOST_SIDE}
     for t in np.unique(tid).tolist():
         mine = tid == t
-        for part in HOST_PARTS:
-            waits = by_thread.get((int(t), part), NONE)
+        for part in HOST_SIDE:
+            waits = by_thread.get((int(t), part), EMPTY)
             idle[part][mine] = iv.covered_each(waits, start[mine], end[mine])
     names, dims = calls[S.NAME].astype(str).tolist(), calls[S.INPUT_DIMS].astype(str).tolist()
     step, dur = calls[S.STEP].tolist(), calls[S.DUR_NS].tolist()
@@ -144,7 +134,7 @@ def shape_setup(data: RankData, by_thread: dict, steps: pd.DataFrame) -> pd.Data
         per.setdefault(name, []).append(i)
     rows = []
     for name, idx in per.items():
-        waits = [int(idle[p][idx].sum()) for p in HOST_PARTS]
+        waits = [int(idle[p][idx].sum()) for p in HOST_SIDE]
         rows.append((data.rank, name, len(idx), len({step[i] for i in idx}), len(set(step)),
                      sum(dur[i] - repeat[i] for i in idx), sum(waits), *waits,
                      int(np.median([dur[i] for i in idx])),
