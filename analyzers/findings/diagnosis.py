@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from profkit.analyzers import units as U
+from profkit.analyzers.findings.savings import rank_means
 from profkit.analyzers.measure.compilation import COMPILE_NS
 from profkit.analyzers.measure.health import capture_only, records_lost, time_collapsed, too_short
 from profkit.analyzers.measure.steps import REASON, USED
@@ -242,8 +243,7 @@ def _median_per_mean(ranks: pd.DataFrame, steps: pd.DataFrame | None) -> dict[in
     """Per rank: its median used step over its mean used step (1 where either is unknown)."""
     if steps is None or steps.empty or "step_time_ms" not in ranks:
         return {}
-    used = steps[steps["used"].astype(bool)]
-    mean_ms = (used.groupby("rank")["step_ns"].mean() / 1e6).to_dict()
+    mean_ms = (rank_means(steps)["step_ns"] / 1e6).to_dict()
     out = {}
     for rank, median_ms in zip(ranks["rank"].tolist(), ranks["step_time_ms"].tolist()):
         mean = mean_ms.get(rank)
